@@ -1,0 +1,155 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"natsdelay/delaystore"
+)
+
+// Config configures a Dispatcher. A zero field means the default shown by
+// DefaultConfig.
+type Config struct {
+	// Repo is where messages are read, and deleted through the deleter.
+	// Required.
+	Repo *delaystore.Repository
+	// Publisher sends deliveries and dead letters. Required.
+	Publisher Publisher
+
+	// AckWait is how long a delivery waits for an answer before it counts as
+	// failed and is redelivered. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is the default number of deliveries after which an unACKed
+	// message is dead-lettered; a message's own Delay-Max-Deliver wins. 0 (the
+	// default) means unlimited.
+	MaxDeliver uint32
+	// Backoff[i] is the wait before the next delivery after attempt i+1
+	// failed (its ack wait ran out); the last value repeats. Empty (the
+	// default) redelivers right after the ack wait.
+	Backoff []time.Duration
+	// DeadLetterSubject receives dead letters. Empty (the default) deletes
+	// them without publishing.
+	DeadLetterSubject string
+	// DeadLetterExpired also dead-letters expired messages (reason expired).
+	DeadLetterExpired bool
+
+	// MaxInFlight bounds the messages delivered and not yet settled; memory
+	// grows with it. When reached, no new message goes out until answers
+	// arrive. Default 65536.
+	MaxInFlight int
+	// PassLimit bounds the deliveries of one pass between flushes. Default 4096.
+	PassLimit int
+	// TopicPassLimit bounds one topic's share of a pass, for fairness.
+	// Default 1024.
+	TopicPassLimit int
+	// NoRespondersBackoff is the first wait after a delivery reached no
+	// subscriber; it doubles up to NoRespondersMaxBackoff. Defaults 50ms and 5s.
+	NoRespondersBackoff    time.Duration
+	NoRespondersMaxBackoff time.Duration
+	// FlushTimeout bounds Publisher.Flush. Default 5s.
+	FlushTimeout time.Duration
+	// MaxPendingDeletes bounds the deleter's queue; callers block when it is
+	// full. Default 65536.
+	MaxPendingDeletes int
+
+	// Observer, if not nil, is told about every delivery.
+	Observer Observer
+
+	// Now is the clock; nil means time.Now. Tests may override it.
+	Now func() time.Time
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns every default in one place.
+func DefaultConfig() Config {
+	return Config{
+		AckWait:                30 * time.Second,
+		MaxInFlight:            65536,
+		PassLimit:              4096,
+		TopicPassLimit:         1024,
+		NoRespondersBackoff:    50 * time.Millisecond,
+		NoRespondersMaxBackoff: 5 * time.Second,
+		FlushTimeout:           5 * time.Second,
+		MaxPendingDeletes:      65536,
+	}
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.PassLimit == 0 {
+		c.PassLimit = d.PassLimit
+	}
+	if c.TopicPassLimit == 0 {
+		c.TopicPassLimit = d.TopicPassLimit
+	}
+	if c.NoRespondersBackoff == 0 {
+		c.NoRespondersBackoff = d.NoRespondersBackoff
+	}
+	if c.NoRespondersMaxBackoff == 0 {
+		c.NoRespondersMaxBackoff = d.NoRespondersMaxBackoff
+	}
+	if c.FlushTimeout == 0 {
+		c.FlushTimeout = d.FlushTimeout
+	}
+	if c.MaxPendingDeletes == 0 {
+		c.MaxPendingDeletes = d.MaxPendingDeletes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	return c
+}
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Repo == nil {
+		bad("Repo is required")
+	}
+	if c.Publisher == nil {
+		bad("Publisher is required")
+	}
+	if c.AckWait < 0 {
+		bad("AckWait (%v) must be > 0", c.AckWait)
+	}
+	for i, b := range c.Backoff {
+		if b < 0 {
+			bad("Backoff[%d] (%v) must be >= 0", i, b)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxInFlight", c.MaxInFlight}, {"PassLimit", c.PassLimit}, {"TopicPassLimit", c.TopicPassLimit}, {"MaxPendingDeletes", c.MaxPendingDeletes}} {
+		if f.v < 0 {
+			bad("%s (%d) must be > 0", f.name, f.v)
+		}
+	}
+	if c.NoRespondersBackoff < 0 || c.NoRespondersMaxBackoff < 0 {
+		bad("NoRespondersBackoff (%v) and NoRespondersMaxBackoff (%v) must be > 0", c.NoRespondersBackoff, c.NoRespondersMaxBackoff)
+	}
+	if c.NoRespondersMaxBackoff > 0 && c.NoRespondersBackoff > c.NoRespondersMaxBackoff {
+		bad("NoRespondersBackoff (%v) must not exceed NoRespondersMaxBackoff (%v)", c.NoRespondersBackoff, c.NoRespondersMaxBackoff)
+	}
+	if c.FlushTimeout < 0 {
+		bad("FlushTimeout (%v) must be > 0", c.FlushTimeout)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,419 @@
+package dispatch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+// never is the due time of a topic with nothing known to be pending.
+const never = math.MaxInt64
+
+// flightState is where an in-flight message is in its life.
+type flightState uint8
+
+const (
+	// sent: published, waiting for an answer until the deadline.
+	stateSent flightState = iota
+	// retry: waiting until the deadline to be delivered again.
+	stateRetry
+	// settling: its delete is queued; it is forgotten once that commits.
+	stateSettling
+)
+
+// flight is a message this process has handed out and not yet settled.
+type flight struct {
+	key     keys.Key
+	topic   *topic
+	state   flightState
+	attempt uint32 // number of the delivery made last (or being made)
+	ackNone bool
+	// maxDeliver is the message's limit, or the default, read at delivery.
+	maxDeliver uint32
+	pass       uint64 // the pass that published it
+	deadline   int64  // Unix ns; meaning depends on state
+	idx        int    // in the timer heap; -1 when not in it
+}
+
+// topic is the dispatcher's view of one topic hash (one subject, barring
+// hash collisions, which merely share a range and stay correctly ordered).
+type topic struct {
+	hash uint64
+	next int64 // Unix ns when the next message is due and scannable
+	idx  int   // in the due heap; -1 when not in it
+
+	// cursor is the inclusive lower bound of the next scan; nil means the
+	// topic's first key. Everything below it is in flight or settled.
+	cursor []byte
+
+	// No-responders back-off: nothing of the topic goes out before
+	// blockedUntil, and then only one probe per pass until one gets through.
+	blockedUntil int64
+	backoff      time.Duration
+	probing      bool
+	probePass    uint64
+	noRespPass   uint64
+}
+
+// outgoing is one delivery prepared by a pass.
+type outgoing struct {
+	f   *flight
+	msg *delaystore.StoredMessage
+}
+
+// Dispatcher publishes due messages and tracks them until they are settled.
+// It is safe for concurrent use. Start it with Start and stop it with Close.
+type Dispatcher struct {
+	cfg      Config
+	repo     *delaystore.Repository
+	pub      Publisher
+	log      *slog.Logger
+	bucketMs int64
+	del      *deleter
+	stats    counters
+
+	// pubMu is held while a pass publishes; Cancel takes it, so once Cancel
+	// returns the message is never published again.
+	pubMu sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		topics   map[uint64]*topic
+		due      topicHeap
+		flights  map[keys.Key]*flight
+		timers   flightHeap
+		canceled map[keys.Key]struct{}
+		// committed holds keys whose deletes have committed; the loop
+		// forgets their flights before its next scan, so no scan that
+		// started earlier can see the key without its flight.
+		committed []keys.Key
+		pass      uint64
+		started   bool
+		closed    bool
+	}
+
+	wake      chan struct{} // cap 1: a pending wake-up is enough
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New validates cfg and returns a Dispatcher that is not running yet.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	d := &Dispatcher{
+		cfg:      cfg,
+		repo:     cfg.Repo,
+		pub:      cfg.Publisher,
+		log:      cfg.Logger.With("component", "dispatch"),
+		bucketMs: cfg.Repo.TimeBucket().Milliseconds(),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	d.mu.topics = make(map[uint64]*topic)
+	d.mu.flights = make(map[keys.Key]*flight)
+	d.mu.canceled = make(map[keys.Key]struct{})
+	return d, nil
+}
+
+// Start loads the topics with pending messages, one seek each, and starts
+// delivering.
+func (d *Dispatcher) Start() error {
+	d.mu.Lock()
+	if d.mu.started || d.mu.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("dispatch: Start called twice or after Close")
+	}
+	d.mu.started = true
+	d.mu.Unlock()
+
+	for _, t := range d.repo.Topics() {
+		k, ok, err := d.repo.FirstKey(t.Hash)
+		if err != nil {
+			return fmt.Errorf("dispatch: load topic %q: %w", t.Subject, err)
+		}
+		if !ok {
+			continue
+		}
+		d.mu.Lock()
+		tp := d.topicLocked(t.Hash)
+		if tp.idx < 0 {
+			d.mu.due.schedule(tp, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+		}
+		d.mu.Unlock()
+	}
+	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.log, d.committed)
+	d.goFunc(d.run)
+	return nil
+}
+
+func (d *Dispatcher) goFunc(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+// Close stops delivering, waits for the pass under way, and commits the
+// deletes and attempt counts still queued. It is safe to call twice.
+func (d *Dispatcher) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.mu.closed = true
+		d.mu.Unlock()
+		close(d.done)
+		d.wg.Wait()
+		if d.del != nil {
+			d.del.close()
+		}
+	})
+	return nil
+}
+
+// Stats returns the counters.
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	inFlight := len(d.mu.flights)
+	d.mu.Unlock()
+	c := &d.stats
+	return Stats{
+		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
+		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
+		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
+		NoResponders: c.noResponders.Load(), InFlight: uint64(inFlight),
+	}
+}
+
+func (d *Dispatcher) nowNs() int64 { return d.cfg.Now().UnixNano() }
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// topicLocked returns the state of hash, creating it. mu must be held.
+func (d *Dispatcher) topicLocked(hash uint64) *topic {
+	t := d.mu.topics[hash]
+	if t == nil {
+		t = &topic{hash: hash, next: never, idx: -1}
+		d.mu.topics[hash] = t
+	}
+	return t
+}
+
+// scannableAt is when a message becomes both due and inside the due range
+// of a scan: with raw-millisecond buckets the key holds the fire time
+// rounded up, and the range ends at the current millisecond.
+func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
+	return max(fireAtNs, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+}
+
+// Notify tells the dispatcher about a message just committed, so it is
+// delivered on time even if it is due before everything else. Call it
+// after the commit, for every message of the batch.
+func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.HasReplaced {
+		if f := d.mu.flights[s.Replaced]; f != nil {
+			d.forgetLocked(f)
+		}
+	}
+	t := d.topicLocked(s.Key.TopicHash())
+	if t.cursor != nil && bytes.Compare(s.Key[:], t.cursor) < 0 {
+		t.cursor = s.Key.Bytes()
+	}
+	at := max(d.scannableAt(s.Key, fireAtNs), t.blockedUntil)
+	if at < t.next {
+		d.mu.due.schedule(t, at)
+		if t.idx == 0 {
+			d.signal()
+		}
+	}
+}
+
+// forgetLocked drops f. mu must be held.
+func (d *Dispatcher) forgetLocked(f *flight) {
+	d.mu.timers.unschedule(f)
+	delete(d.mu.flights, f.key)
+}
+
+// committed is the deleter's callback: these keys are gone from the store.
+func (d *Dispatcher) committed(ks []keys.Key) {
+	d.mu.Lock()
+	d.mu.committed = append(d.mu.committed, ks...)
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *Dispatcher) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := d.pass()
+		if wait < 0 {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-d.done:
+			return
+		case <-d.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// pass does what is due now and returns how long to sleep.
+func (d *Dispatcher) pass() time.Duration {
+	now := d.nowNs()
+	d.mu.Lock()
+	d.mu.pass++
+	pass := d.mu.pass
+	for _, k := range d.mu.committed {
+		if f := d.mu.flights[k]; f != nil && f.state == stateSettling {
+			d.forgetLocked(f)
+		}
+		delete(d.mu.canceled, k)
+	}
+	d.mu.committed = d.mu.committed[:0]
+
+	budget := min(d.cfg.PassLimit, d.cfg.MaxInFlight-len(d.mu.flights))
+	var redeliver, deadLetter []*flight
+	for len(d.mu.timers) > 0 && d.mu.timers[0].deadline <= now {
+		f := d.mu.timers[0]
+		switch f.state {
+		case stateSent:
+			// The ack wait ran out: this attempt failed.
+			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
+				d.mu.timers.unschedule(f)
+				f.state = stateSettling
+				deadLetter = append(deadLetter, f)
+				continue
+			}
+			if b := d.backoffAfter(f.attempt); b > 0 {
+				f.state = stateRetry
+				d.mu.timers.schedule(f, now+int64(b))
+				continue
+			}
+			fallthrough
+		case stateRetry:
+			if t := f.topic; t.blockedUntil > now {
+				f.state = stateRetry
+				d.mu.timers.schedule(f, t.blockedUntil)
+				continue
+			}
+			if budget <= 0 {
+				// Over the in-flight bound: try again when answers free room.
+				f.state = stateRetry
+				d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
+				continue
+			}
+			budget--
+			d.mu.timers.unschedule(f)
+			f.state = stateRetry
+			redeliver = append(redeliver, f)
+		default:
+			d.mu.timers.unschedule(f)
+		}
+	}
+	var due []*topic
+	for len(d.mu.due) > 0 && d.mu.due[0].next <= now {
+		t := d.mu.due[0]
+		d.mu.due.unschedule(t)
+		t.next = never // lets Notify schedule it again during the scan
+		due = append(due, t)
+	}
+	d.mu.Unlock()
+
+	var out []outgoing
+	for _, f := range redeliver {
+		msg, err := d.repo.Get(f.key)
+		switch {
+		case errors.Is(err, delaystore.ErrNotFound):
+			d.mu.Lock()
+			d.forgetLocked(f)
+			d.mu.Unlock()
+			continue
+		case err != nil:
+			d.log.Warn("reading message to redeliver", "tag", f.key, "err", err)
+			d.mu.Lock()
+			d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
+			d.mu.Unlock()
+			continue
+		case expired(msg, now):
+			d.mu.Lock()
+			f.state = stateSettling
+			d.mu.Unlock()
+			d.settleExpired(f.key, msg, nil)
+			continue
+		}
+		d.mu.Lock()
+		f.attempt++
+		d.mu.Unlock()
+		out = append(out, outgoing{f: f, msg: msg})
+	}
+	for _, f := range deadLetter {
+		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
+	}
+	for _, t := range due {
+		if budget <= 0 {
+			d.mu.Lock()
+			d.mu.due.schedule(t, now)
+			d.mu.Unlock()
+			continue
+		}
+		n := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
+		budget -= n
+	}
+	if len(out) > 0 {
+		d.publish(out, now, pass)
+	}
+	return d.untilNext()
+}
+
+func expired(msg *delaystore.StoredMessage, now int64) bool {
+	return msg.ExpireAtNs != 0 && msg.ExpireAtNs <= now
+}
+
+func (d *Dispatcher) backoffAfter(attempt uint32) time.Duration {
+	if len(d.cfg.Backoff) == 0 || attempt == 0 {
+		return 0
+	}
+	i := min(int(attempt)-1, len(d.cfg.Backoff)-1)
+	return d.cfg.Backoff[i]
+}
+
+// untilNext is the sleep until the earliest topic or timer.
+func (d *Dispatcher) untilNext() time.Duration {
+	d.mu.Lock()
+	next := int64(never)
+	if len(d.mu.due) > 0 {
+		next = d.mu.due[0].next
+	}
+	if len(d.mu.timers) > 0 {
+		next = min(next, d.mu.timers[0].deadline)
+	}
+	pending := len(d.mu.committed) > 0 || (len(d.mu.due) > 0 && d.mu.due[0].next <= d.nowNs())
+	d.mu.Unlock()
+	if pending {
+		return 0
+	}
+	if next == never {
+		return -1
+	}
+	return max(time.Duration(next-d.nowNs()), 0)
+}

@@ -1,0 +1,18 @@
+package dispatch
+
+import "errors"
+
+var (
+	// ErrClosed is returned by calls made after Close.
+	ErrClosed = errors.New("dispatch: closed")
+	// ErrInvalidConfig is wrapped by every Config validation error.
+	ErrInvalidConfig = errors.New("dispatch: invalid config")
+	// ErrUnknownTag is passed to an ACK's callback when no pending message
+	// has that tag: it was settled already, or never existed. The ACK is a
+	// harmless no-op and the client is still told +OK.
+	ErrUnknownTag = errors.New("dispatch: unknown or already settled tag")
+	// ErrNotInFlight is passed to a NAK's or WPI's callback when the message
+	// is not waiting for an answer (already settled, or not delivered by this
+	// process). It is a no-op.
+	ErrNotInFlight = errors.New("dispatch: message is not in flight")
+)

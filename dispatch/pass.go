@@ -1,0 +1,279 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+// scan reads topic t from its cursor to the due bound, registers up to limit
+// due messages as flights and appends them to out. It returns how many it
+// took and puts t back in the due heap at its next due time.
+func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) int {
+	d.mu.Lock()
+	from := t.cursor
+	if t.probing {
+		limit = 1
+		t.probePass = pass
+	}
+	d.mu.Unlock()
+
+	type found struct {
+		k   keys.Key
+		msg *delaystore.StoredMessage
+	}
+	var (
+		due, gone  []found
+		held       []byte // first key not yet due: the cursor stops there
+		lastPassed keys.Key
+		passed     bool
+		notDue     = int64(never)
+		full       bool
+	)
+	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
+	err := d.repo.ScanTopic(t.hash, from, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
+		if len(due) >= limit {
+			full = true
+			return false
+		}
+		d.mu.Lock()
+		_, busy := d.mu.flights[k]
+		if !busy {
+			_, busy = d.mu.canceled[k]
+		}
+		d.mu.Unlock()
+		switch {
+		case busy:
+		case m.FireAtNs > now:
+			// Only possible with a coarse time bucket: the range includes
+			// the whole current bucket.
+			notDue = min(notDue, d.scannableAt(k, m.FireAtNs))
+			if held == nil {
+				held = k.Bytes()
+			}
+			return true
+		case expired(m, now):
+			gone = append(gone, found{k, m})
+		default:
+			due = append(due, found{k, m})
+		}
+		if held == nil {
+			lastPassed, passed = k, true
+		}
+		return true
+	})
+	if err != nil {
+		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
+		d.mu.Lock()
+		d.rescheduleLocked(t, now+int64(d.cfg.NoRespondersBackoff))
+		d.mu.Unlock()
+		return 0
+	}
+	if d.bucketMs > 0 {
+		// Within a coarse bucket keys are in publish order; deliver in
+		// (fire time, publish order) like raw-millisecond keys would.
+		slices.SortStableFunc(due, func(a, b found) int {
+			if c := ceilMs(a.msg.FireAtNs) - ceilMs(b.msg.FireAtNs); c != 0 {
+				return int(min(max(c, -1), 1))
+			}
+			return int(min(max(int64(a.k.EventID())-int64(b.k.EventID()), -1), 1))
+		})
+	}
+
+	next := notDue
+	if full {
+		next = now
+	} else if next == never {
+		// One seek past the due range finds when the next message is due.
+		_ = d.repo.ScanTopic(t.hash, upper, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
+			next = d.scannableAt(k, m.FireAtNs)
+			return false
+		})
+	}
+
+	d.mu.Lock()
+	cursor := from
+	switch {
+	case held != nil:
+		cursor = held
+	case passed:
+		cursor = successor(lastPassed)
+	}
+	if !bytes.Equal(t.cursor, from) && (t.cursor == nil || bytes.Compare(t.cursor, cursor) < 0) {
+		// A sooner message arrived, or a delivery bounced, during the scan.
+		cursor = t.cursor
+	}
+	t.cursor = cursor
+	for _, f := range due {
+		fl := &flight{
+			key:        f.k,
+			topic:      t,
+			state:      stateRetry,
+			attempt:    f.msg.Attempt + 1,
+			ackNone:    f.msg.AckPolicy == delaystore.AckPolicy_ACK_NONE,
+			maxDeliver: d.maxDeliver(f.msg),
+			idx:        -1,
+		}
+		d.mu.flights[f.k] = fl
+		*out = append(*out, outgoing{f: fl, msg: f.msg})
+	}
+	for _, g := range gone {
+		d.mu.canceled[g.k] = struct{}{}
+	}
+	d.rescheduleLocked(t, next)
+	d.mu.Unlock()
+
+	for _, g := range gone {
+		d.settleExpired(g.k, g.msg, nil)
+	}
+	return len(due)
+}
+
+func ceilMs(ns int64) int64 {
+	const ms = int64(time.Millisecond)
+	if ns <= 0 {
+		return ns / ms
+	}
+	return (ns + ms - 1) / ms
+}
+
+// successor is the smallest key greater than k.
+func successor(k keys.Key) []byte {
+	return append(k.Bytes(), 0)
+}
+
+func (d *Dispatcher) maxDeliver(m *delaystore.StoredMessage) uint32 {
+	if m.MaxDeliver > 0 {
+		return m.MaxDeliver
+	}
+	return d.cfg.MaxDeliver
+}
+
+// rescheduleLocked puts t back in the due heap at next, unless something
+// sooner scheduled it meanwhile, and never before its no-responders block
+// ends. mu must be held.
+func (d *Dispatcher) rescheduleLocked(t *topic, next int64) {
+	if t.idx >= 0 {
+		next = min(next, t.next)
+	}
+	if next == never {
+		return
+	}
+	d.mu.due.schedule(t, max(next, t.blockedUntil))
+}
+
+// publish sends the prepared deliveries, flushes, and then settles what
+// needs no ACK and records attempt counts for the rest.
+func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
+	sent := out[:0]
+	d.pubMu.Lock()
+	for _, o := range out {
+		f := o.f
+		d.mu.Lock()
+		if d.mu.flights[f.key] != f || f.state == stateSettling {
+			// Canceled, ACKed by an earlier process's delivery, or replaced.
+			d.mu.Unlock()
+			continue
+		}
+		f.state = stateSent
+		f.pass = pass
+		d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+		d.mu.Unlock()
+		if err := d.pub.Deliver(f.key, o.msg, f.attempt); err != nil {
+			d.log.Warn("publishing delivery", "tag", f.key, "err", err)
+			d.mu.Lock()
+			if d.mu.flights[f.key] == f && f.state == stateSent {
+				d.unsendLocked(f)
+				d.blockLocked(f.topic, now)
+			}
+			d.mu.Unlock()
+			continue
+		}
+		if f.attempt > 1 {
+			d.stats.redelivered.Add(1)
+		} else {
+			d.stats.delivered.Add(1)
+		}
+		if obs := d.cfg.Observer; obs != nil {
+			obs.Delivered(o.msg, f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs))
+		}
+		sent = append(sent, o)
+	}
+	d.pubMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
+	err := d.pub.Flush(ctx)
+	cancel()
+
+	var settle []keys.Key
+	var updates []outgoing
+	d.mu.Lock()
+	for _, o := range sent {
+		f := o.f
+		if d.mu.flights[f.key] != f || f.pass != pass {
+			continue // bounced: no subscriber
+		}
+		if err != nil {
+			// Unknown whether it went out: deliver again, uncounted.
+			if f.state == stateSent {
+				d.unsendLocked(f)
+				d.blockLocked(f.topic, now)
+			}
+			continue
+		}
+		if t := f.topic; t.probing && t.probePass == pass && t.noRespPass != pass {
+			t.probing, t.backoff = false, 0
+		}
+		if f.ackNone && f.state == stateSent {
+			f.state = stateSettling
+			d.mu.timers.unschedule(f)
+			settle = append(settle, f.key)
+			continue
+		}
+		o.msg.Attempt = f.attempt
+		updates = append(updates, o)
+	}
+	d.mu.Unlock()
+	if err != nil {
+		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(sent))
+		return
+	}
+	for _, k := range settle {
+		d.del.delete(k, nil)
+	}
+	for _, o := range updates {
+		d.del.update(o.f.key, o.msg)
+	}
+}
+
+// unsendLocked forgets a delivery that did not reach anyone, so the next
+// scan of its topic delivers it again in order, as the same attempt.
+// mu must be held.
+func (d *Dispatcher) unsendLocked(f *flight) {
+	d.forgetLocked(f)
+	t := f.topic
+	if t.cursor == nil || bytes.Compare(f.key[:], t.cursor) < 0 {
+		t.cursor = f.key.Bytes()
+	}
+}
+
+// blockLocked backs topic t off after a delivery bounced, unless it is
+// backing off already. mu must be held.
+func (d *Dispatcher) blockLocked(t *topic, now int64) {
+	if t.blockedUntil > now {
+		d.rescheduleLocked(t, t.blockedUntil)
+		return
+	}
+	t.backoff = min(max(2*t.backoff, d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
+	t.blockedUntil = now + int64(t.backoff)
+	t.probing = true
+	if t.idx >= 0 {
+		d.mu.due.schedule(t, max(t.next, t.blockedUntil))
+	} else {
+		d.mu.due.schedule(t, t.blockedUntil)
+	}
+}

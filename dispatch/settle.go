@@ -1,0 +1,250 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+// Ack applies a consumer's answer for the message under k. done, if not nil,
+// is called once the answer is applied: for +ACK and +TERM once the delete
+// is committed. It gets nil, ErrUnknownTag or ErrNotInFlight for harmless
+// no-ops, or another error if the answer could not be applied. Ack does not
+// wait for the commit; it blocks only while the delete queue is full.
+func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
+	if done == nil {
+		done = func(error) {}
+	}
+	if d.del == nil {
+		done(ErrClosed)
+		return
+	}
+	now := d.nowNs()
+	switch a.Kind {
+	case AckDone:
+		d.mu.Lock()
+		if f := d.mu.flights[k]; f != nil {
+			f.state = stateSettling
+			d.mu.timers.unschedule(f)
+		}
+		d.mu.Unlock()
+		d.del.delete(k, func(applied bool, err error) {
+			switch {
+			case err != nil:
+				done(err)
+			case !applied:
+				done(ErrUnknownTag)
+			default:
+				d.stats.acked.Add(1)
+				done(nil)
+			}
+		})
+
+	case AckNak, AckProgress:
+		d.mu.Lock()
+		f := d.mu.flights[k]
+		if f == nil || f.state != stateSent {
+			d.mu.Unlock()
+			done(ErrNotInFlight)
+			return
+		}
+		if a.Kind == AckNak {
+			f.state = stateRetry
+			d.mu.timers.schedule(f, now+int64(max(a.Delay, 0)))
+			d.stats.nacked.Add(1)
+		} else {
+			d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+			d.stats.progress.Add(1)
+		}
+		first := f.idx == 0
+		d.mu.Unlock()
+		if first {
+			d.signal()
+		}
+		done(nil)
+
+	case AckTerm:
+		var attempt uint32
+		d.mu.Lock()
+		if f := d.mu.flights[k]; f != nil {
+			f.state = stateSettling
+			d.mu.timers.unschedule(f)
+			attempt = f.attempt
+		}
+		d.mu.Unlock()
+		msg, err := d.repo.Get(k)
+		if err != nil {
+			// Still queue the delete: it lets the flight be forgotten.
+			d.del.delete(k, nil)
+			if errors.Is(err, delaystore.ErrNotFound) {
+				err = ErrUnknownTag
+			}
+			done(err)
+			return
+		}
+		if attempt == 0 {
+			attempt = msg.Attempt
+		}
+		reason := "term"
+		if a.Reason != "" {
+			reason = "term: " + a.Reason
+		}
+		d.stats.termed.Add(1)
+		d.deadLetter(k, msg, attempt, reason, done)
+
+	default:
+		done(fmt.Errorf("dispatch: unknown ack kind %d", a.Kind))
+	}
+}
+
+// NoResponders reports that the delivery under k reached no subscriber. The
+// attempt does not count: the message stays pending, and its topic backs off.
+// Unknown keys and settled messages are ignored.
+func (d *Dispatcher) NoResponders(k keys.Key) {
+	now := d.nowNs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.mu.flights[k]
+	if f == nil || f.state != stateSent {
+		return
+	}
+	d.stats.noResponders.Add(1)
+	f.topic.noRespPass = f.pass
+	d.unsendLocked(f)
+	d.blockLocked(f.topic, now)
+}
+
+// Cancel deletes the pending message under k. Once it returns, the message
+// is never published again, also when it was in flight. It reports whether
+// a pending message was deleted.
+func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
+	if d.del == nil {
+		return false, ErrClosed
+	}
+	d.pubMu.Lock()
+	d.mu.Lock()
+	d.mu.canceled[k] = struct{}{}
+	if f := d.mu.flights[k]; f != nil {
+		f.state = stateSettling
+		d.mu.timers.unschedule(f)
+	}
+	d.mu.Unlock()
+	d.pubMu.Unlock()
+
+	type result struct {
+		applied bool
+		err     error
+	}
+	ch := make(chan result, 1)
+	d.del.delete(k, func(applied bool, err error) { ch <- result{applied, err} })
+	select {
+	case r := <-ch:
+		if r.applied {
+			d.stats.canceled.Add(1)
+		}
+		return r.applied, r.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("dispatch: cancel %s: %w", k, ctx.Err())
+	}
+}
+
+// Expire removes the messages under ks that have expired, dead-lettering
+// them when configured, and waits until their deletes are committed. Keys
+// that are gone or not expired are skipped.
+func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
+	now := d.nowNs()
+	errs := make(chan error, len(ks))
+	n := 0
+	for _, k := range ks {
+		msg, err := d.repo.Get(k)
+		if errors.Is(err, delaystore.ErrNotFound) || (err == nil && !expired(msg, now)) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("dispatch: read expired message %s: %w", k, err)
+		}
+		// Mark it so no scan or redelivery publishes it while its delete
+		// is queued; the mark goes when the delete commits.
+		d.mu.Lock()
+		d.mu.canceled[k] = struct{}{}
+		if f := d.mu.flights[k]; f != nil {
+			f.state = stateSettling
+			d.mu.timers.unschedule(f)
+		}
+		d.mu.Unlock()
+		n++
+		d.settleExpired(k, msg, func(err error) { errs <- err })
+	}
+	var first error
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil && !errors.Is(err, ErrUnknownTag) && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
+
+// settleExpired dead-letters msg if so configured and deletes it. The key
+// must be marked canceled or settling, so no scan picks it up meanwhile.
+func (d *Dispatcher) settleExpired(k keys.Key, msg *delaystore.StoredMessage, done func(error)) {
+	d.stats.expired.Add(1)
+	if d.cfg.DeadLetterExpired {
+		d.deadLetter(k, msg, msg.Attempt, "expired", done)
+		return
+	}
+	d.deleteThen(k, done)
+}
+
+// deadLetter publishes msg to the dead-letter subject, if any, and deletes
+// it. If the dead letter cannot be published the message stays pending and
+// is delivered again, so it is never lost.
+func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string, done func(error)) {
+	if msg == nil {
+		var err error
+		if msg, err = d.repo.Get(k); err != nil {
+			d.del.delete(k, nil)
+			if done != nil {
+				done(err)
+			}
+			return
+		}
+	}
+	if subj := d.cfg.DeadLetterSubject; subj != "" {
+		if err := d.pub.DeadLetter(subj, k, msg, attempt, reason); err != nil {
+			d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err)
+			d.mu.Lock()
+			if f := d.mu.flights[k]; f != nil {
+				f.state = stateRetry
+				d.mu.timers.schedule(f, d.nowNs()+int64(d.cfg.NoRespondersMaxBackoff))
+			}
+			delete(d.mu.canceled, k)
+			d.mu.Unlock()
+			if done != nil {
+				done(fmt.Errorf("dispatch: dead letter %s: %w", k, err))
+			}
+			return
+		}
+	}
+	d.stats.deadLettered.Add(1)
+	d.deleteThen(k, done)
+}
+
+func (d *Dispatcher) deleteThen(k keys.Key, done func(error)) {
+	d.del.delete(k, func(applied bool, err error) {
+		if done == nil {
+			return
+		}
+		if err == nil && !applied {
+			err = ErrUnknownTag
+		}
+		done(err)
+	})
+}
