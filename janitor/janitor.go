@@ -1,0 +1,180 @@
+// Package janitor removes expired messages (Delay-TTL).
+//
+// It reads the repository's expiry index, which is ordered by expiry time,
+// so each run reads only what has expired instead of sweeping the store. It
+// hands what it finds to a Remover (the dispatcher), which dead-letters the
+// messages when so configured and deletes them through its batched deleter.
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"natsdelay/keys"
+)
+
+// ErrInvalidConfig is wrapped by every Config validation error.
+var ErrInvalidConfig = errors.New("janitor: invalid config")
+
+// Source finds expired messages.
+type Source interface {
+	// Expired returns up to limit keys of messages whose expiry is at or
+	// before nowNs, oldest expiry first.
+	Expired(nowNs int64, limit int) ([]keys.Key, error)
+}
+
+// Remover deletes expired messages.
+type Remover interface {
+	// Expire removes the expired messages under ks and returns once their
+	// deletes are committed.
+	Expire(ctx context.Context, ks []keys.Key) error
+}
+
+// Config configures a Janitor. A zero field means the default.
+type Config struct {
+	// Source finds expired messages. Required.
+	Source Source
+	// Remover removes them. Required.
+	Remover Remover
+	// Interval is the time between runs. Default 1s.
+	Interval time.Duration
+	// BatchSize bounds the keys handed to the Remover at once. Default 1024.
+	BatchSize int
+	// Timeout bounds one Remover call. Default 30s.
+	Timeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Source == nil {
+		errs = append(errs, fmt.Errorf("%w: Source is required", ErrInvalidConfig))
+	}
+	if c.Remover == nil {
+		errs = append(errs, fmt.Errorf("%w: Remover is required", ErrInvalidConfig))
+	}
+	if c.Interval < 0 {
+		errs = append(errs, fmt.Errorf("%w: Interval (%v) must be > 0", ErrInvalidConfig, c.Interval))
+	}
+	if c.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("%w: BatchSize (%d) must be > 0", ErrInvalidConfig, c.BatchSize))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: Timeout (%v) must be > 0", ErrInvalidConfig, c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Janitor runs expiry on an interval. Start it with Start, stop it with
+// Close; RunOnce may be called at any time.
+type Janitor struct {
+	cfg       Config
+	log       *slog.Logger
+	ctx       context.Context // canceled by Close, so a run under way stops
+	cancel    context.CancelFunc
+	done      chan struct{}
+	wg        sync.WaitGroup
+	startOnce sync.Once
+	closeOnce sync.Once
+}
+
+// New validates cfg and returns a Janitor that is not running yet.
+func New(cfg Config) (*Janitor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 1024
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Janitor{cfg: cfg, log: cfg.Logger.With("component", "janitor"), ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+}
+
+// Start runs the janitor every Interval until Close.
+func (j *Janitor) Start() {
+	j.startOnce.Do(func() {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			j.loop()
+		}()
+	})
+}
+
+// Close stops the janitor and waits for a run under way. Safe to call twice.
+func (j *Janitor) Close() error {
+	j.closeOnce.Do(func() {
+		j.cancel()
+		close(j.done)
+		j.wg.Wait()
+	})
+	return nil
+}
+
+func (j *Janitor) loop() {
+	t := time.NewTicker(j.cfg.Interval)
+	defer t.Stop()
+	ctx := j.ctx
+	for {
+		select {
+		case <-j.done:
+			return
+		case <-t.C:
+		}
+		if n, err := j.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			j.log.Warn("expiring messages", "err", err, "expired", n)
+		} else if n > 0 {
+			j.log.Debug("expired messages", "expired", n)
+		}
+	}
+}
+
+// RunOnce removes everything that has expired now, in batches, and returns
+// how many keys it handed to the Remover.
+func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
+	now := j.cfg.Now().UnixNano()
+	total := 0
+	var prevFirst keys.Key
+	for round := 0; ; round++ {
+		ks, err := j.cfg.Source.Expired(now, j.cfg.BatchSize)
+		if err != nil {
+			return total, fmt.Errorf("janitor: find expired: %w", err)
+		}
+		if len(ks) == 0 || (round > 0 && ks[0] == prevFirst) {
+			// Nothing left, or the remover kept what it was given (it could
+			// not dead-letter it): try again next run rather than spin.
+			return total, nil
+		}
+		prevFirst = ks[0]
+		rctx, cancel := context.WithTimeout(ctx, j.cfg.Timeout)
+		err = j.cfg.Remover.Expire(rctx, ks)
+		cancel()
+		total += len(ks)
+		if err != nil {
+			return total, fmt.Errorf("janitor: expire %d messages: %w", len(ks), err)
+		}
+		if len(ks) < j.cfg.BatchSize {
+			return total, nil
+		}
+	}
+}
