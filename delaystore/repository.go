@@ -1,19 +1,55 @@
 package delaystore
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"natsdelay/keys"
 )
 
 // RepositoryConfig configures a Repository. A zero field means the default.
 type RepositoryConfig struct {
-	// TimeBucket is the width of the bucket field of event keys. 0 (the
-	// default) keys messages by their exact fire time in milliseconds.
+	// TimeBucket is the width of the bucket field of event keys: 0 (the
+	// default) keys messages by their exact fire time in milliseconds, and
+	// anything else must be a whole number of milliseconds. It is fixed for
+	// the life of a store, because existing keys were built with it:
+	// OpenRepository records it on first use and refuses a different one.
 	TimeBucket time.Duration
 	// Logger receives the repository's logs; nil discards them.
 	Logger *slog.Logger
+}
+
+// DefaultRepositoryConfig returns the configuration that zero fields mean.
+func DefaultRepositoryConfig() RepositoryConfig {
+	return RepositoryConfig{
+		TimeBucket: 0,
+		Logger:     nil,
+	}
+}
+
+// Validate reports every bad field at once, wrapped in ErrInvalidConfig.
+func (c RepositoryConfig) Validate() error {
+	var errs []error
+	if c.TimeBucket < 0 {
+		errs = append(errs, fmt.Errorf("TimeBucket (%v) must be >= 0", c.TimeBucket))
+	} else if c.TimeBucket%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("TimeBucket (%v) must be a whole number of milliseconds", c.TimeBucket))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // Scheduled is what Schedule did with one message.
@@ -43,64 +79,749 @@ type Topic struct {
 // Repository is the event repository: it numbers messages, builds their keys
 // and keeps the secondary indexes, always in the same batch as the messages.
 // All writes go through it. It is safe for concurrent use.
-type Repository struct{}
+//
+// # Indexes
+//
+// Next to each message (under its 24-byte event key) the repository keeps,
+// in the same batch:
+//
+//   - the last event ID, so no ID is ever handed out twice, even across a
+//     crash: the ID and the messages it numbers land together or not at all;
+//   - a (subject, client id) index for replacing and cancelling by Delay-Id;
+//   - an expiry index ordered by expiry time, so Expired reads only what has
+//     expired;
+//   - a registry of subjects with their exact pending counts, so opening
+//     reads one entry per subject rather than every message.
+//
+// Every such key is longer than keys.Len bytes, and scans of events skip
+// keys of any other length.
+//
+// # Writes
+//
+// Schedule and Apply are serialised: one runs at a time, including its
+// commit. Reads (Get, Lookup, ScanTopic, FirstKey, Expired) go straight to
+// the Store and do not wait for writes; Topics, Pending, PendingFor and
+// LastID serve from memory and reflect only committed writes.
+type Repository struct {
+	s        Store
+	log      *slog.Logger
+	bucket   time.Duration
+	bucketMs int64
+	closed   atomic.Bool
 
-// OpenRepository opens the repository over s, reading the last event ID and
-// the registry of subjects. It does not own s: closing s is the caller's job.
-func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) { panic("unimplemented") }
+	// wmu serialises writers; it is held across the commit (see Schedule).
+	// Lock order: wmu, then mu.
+	wmu sync.Mutex
+	// w is the writers' scratch space, reused between calls. wmu must be held.
+	w scratch
 
-// Schedule stores msgs in one batch committed with sync, assigning each its
-// event ID (msgs[i].EventId), and returns their keys in order. It replaces a
-// pending message with the same (subject, client id), also one earlier in the
-// same call. On error nothing is stored.
-func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled, error) {
-	panic("unimplemented")
+	mu struct {
+		sync.Mutex
+		// lastID is the highest event ID committed or observed.
+		lastID uint64
+		// reserved is the highest event ID handed to a batch, committed or
+		// not; the next ID is reserved+1. It is never below lastID, and it
+		// never goes back, so a failed commit skips IDs but never reuses them.
+		reserved uint64
+		// topics holds the registry: subject -> its hash and pending count.
+		// Entries are removed when their count reaches zero. Writers change
+		// it (holding wmu and mu) only after a commit succeeds; as the only
+		// writer, a holder of wmu may read it without mu.
+		topics map[string]Topic
+		// pending is the sum of the counts in topics.
+		pending uint64
+	}
 }
 
-// Get returns the pending message under k, or ErrNotFound.
-func (r *Repository) Get(k keys.Key) (*StoredMessage, error) { panic("unimplemented") }
+// scratch is memory that writers reuse so a batch of messages does not
+// allocate per message.
+type scratch struct {
+	val    []byte
+	key    []byte
+	deltas map[string]int64
+}
+
+// maxKeptScratch bounds the scratch buffer kept between writes, so one huge
+// message does not pin its size in memory for good.
+const maxKeptScratch = 1 << 20
+
+// OpenRepository opens the repository over s, reading the last event ID and
+// the registry of subjects (one entry per subject with pending messages). It
+// records cfg.TimeBucket in s on first use, and returns an error wrapping
+// ErrInvalidConfig if s was used with a different one. It does not own s:
+// closing s is the caller's job, after Close.
+func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Repository{
+		s:        s,
+		log:      log.With("component", "delaystore"),
+		bucket:   cfg.TimeBucket,
+		bucketMs: cfg.TimeBucket.Milliseconds(),
+		w:        scratch{deltas: make(map[string]int64)},
+	}
+	r.mu.topics = make(map[string]Topic)
+
+	v, err := s.Get([]byte(lastIDKey))
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("delaystore: open repository: read last id: %w", err)
+	case len(v) != 8:
+		return nil, fmt.Errorf("delaystore: open repository: last id is %d bytes, want 8: %w", len(v), ErrCorrupt)
+	default:
+		r.mu.lastID = binary.BigEndian.Uint64(v)
+		r.mu.reserved = r.mu.lastID
+	}
+
+	if err := r.checkTimeBucket(); err != nil {
+		return nil, err
+	}
+
+	var scanErr error
+	err = s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
+		subject := string(k[len(topicPrefix):])
+		if len(v) != 8 {
+			scanErr = fmt.Errorf("delaystore: open repository: pending count of %q is %d bytes, want 8: %w", clip(subject), len(v), ErrCorrupt)
+			return false
+		}
+		n := binary.BigEndian.Uint64(v)
+		if n == 0 {
+			// Never written: an entry is deleted when its count reaches zero.
+			return true
+		}
+		r.mu.topics[subject] = Topic{Subject: subject, Hash: keys.TopicHash(subject), Pending: n}
+		r.mu.pending += n
+		return true
+	})
+	if err == nil {
+		err = scanErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: open repository: read topic registry: %w", err)
+	}
+	r.log.Debug("opened event repository", "last_id", r.mu.lastID, "topics", len(r.mu.topics), "pending", r.mu.pending)
+	return r, nil
+}
+
+// checkTimeBucket records the bucket width on first use and refuses another
+// one later: keys built with one width do not sort correctly among keys built
+// with another.
+func (r *Repository) checkTimeBucket() error {
+	v, err := r.s.Get([]byte(timeBucketKey))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		b := r.s.NewBatch()
+		defer b.Close()
+		if err := b.Set([]byte(timeBucketKey), binary.BigEndian.AppendUint64(nil, uint64(r.bucketMs))); err != nil {
+			return fmt.Errorf("delaystore: open repository: record time bucket: %w", err)
+		}
+		if err := b.Commit(Sync); err != nil {
+			return fmt.Errorf("delaystore: open repository: record time bucket: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("delaystore: open repository: read time bucket: %w", err)
+	case len(v) != 8:
+		return fmt.Errorf("delaystore: open repository: time bucket is %d bytes, want 8: %w", len(v), ErrCorrupt)
+	}
+	if got := int64(binary.BigEndian.Uint64(v)); got != r.bucketMs {
+		return fmt.Errorf("%w: TimeBucket (%v) differs from the %v this store was created with; existing keys depend on it",
+			ErrInvalidConfig, r.bucket, time.Duration(got)*time.Millisecond)
+	}
+	return nil
+}
+
+// Close makes later calls return ErrClosed. It waits for a write in progress
+// to finish, so once it returns the caller may close the Store. It does not
+// close the Store. A second Close returns nil.
+func (r *Repository) Close() error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.closed.Store(true)
+	return nil
+}
+
+// Schedule stores msgs in one batch committed with sync and returns their
+// keys in order. It assigns each message its event ID, setting
+// msgs[i].EventId, and keys it by subject and fire time rounded up to the
+// millisecond. A message with a client id replaces the pending message with
+// the same (subject, client id), including one earlier in the same call: the
+// later one wins, and the earlier one's Key is never stored.
+//
+// It returns an error wrapping ErrInvalidMessage, and stores nothing, if a
+// subject is empty or a subject or client id contains a NUL byte. On any
+// error nothing is stored and the IDs it assigned are never used again.
+// It blocks while another write is in progress and for the commit. The
+// repository does not keep msgs.
+func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	for i, m := range msgs {
+		if err := validateSubject(m.GetSubject()); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+		}
+		if err := validateName("client id", m.GetClientId()); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+
+	// NB: wmu is held across the commit on purpose, against the usual rule of
+	// not holding a lock across I/O. The last ID and the pending counts are
+	// read-modify-write: the batch stores values computed from the state
+	// before it, so a second batch built while the first is committing would
+	// write stale counts and could publish a lower last ID. All writes go
+	// through this one place (ingest through a group-commit writer, deletes
+	// through one deleter), so there is little concurrency to lose, and
+	// readers never take wmu.
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+
+	first, last, err := r.reserveIDs(len(msgs))
+	if err != nil {
+		return nil, err
+	}
+
+	out := make([]Scheduled, len(msgs))
+	for i, m := range msgs {
+		m.EventId = first + uint64(i)
+		out[i].Key = keys.Make(m.Subject, fireAtMs(m.FireAtNs), r.bucketMs, m.EventId)
+	}
+
+	b := r.s.NewBatch()
+	defer b.Close()
+	deltas := r.w.deltas
+	clear(deltas)
+
+	// Resolve replacements before writing anything, so a message replaced
+	// later in the same call is never written at all: the batch then never
+	// sets and deletes the same key.
+	var superseded []bool
+	var latest map[string]int // client id index key -> index in msgs
+	for i, m := range msgs {
+		if m.ClientId == "" {
+			continue
+		}
+		if latest == nil {
+			latest = make(map[string]int)
+			superseded = make([]bool, len(msgs))
+		}
+		ck := string(appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId))
+		if j, ok := latest[ck]; ok {
+			out[i].Replaced, out[i].HasReplaced = out[j].Key, true
+			superseded[j] = true
+		} else {
+			old, ok, err := r.replacePending(b, deltas, []byte(ck))
+			if err != nil {
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), clip(m.ClientId), clip(m.Subject), err)
+			}
+			out[i].Replaced, out[i].HasReplaced = old, ok
+		}
+		latest[ck] = i
+	}
+
+	for i, m := range msgs {
+		if superseded != nil && superseded[i] {
+			continue
+		}
+		if err := r.setMessage(b, out[i].Key, m); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+		if m.ClientId != "" {
+			r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
+			if err := b.Set(r.w.key, out[i].Key[:]); err != nil {
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: index client id: %w", len(msgs), err)
+			}
+		}
+		if m.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, out[i].Key)
+			if err := b.Set(r.w.key, nil); err != nil {
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
+			}
+		}
+		deltas[m.Subject]++
+	}
+
+	counts, err := r.setCounts(b, deltas)
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+	}
+	if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: record last id: %w", len(msgs), err)
+	}
+	if err := b.Commit(sync); err != nil {
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
+	}
+	r.committed(counts, last)
+	r.trimScratch()
+	return out, nil
+}
+
+// reserveIDs hands out n consecutive IDs and returns the first and the last.
+// wmu must be held.
+func (r *Repository) reserveIDs(n int) (first, last uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.reserved > math.MaxUint64-uint64(n) {
+		return 0, 0, fmt.Errorf("%w: last id %d, want %d more", ErrIDsExhausted, r.mu.reserved, n)
+	}
+	first = r.mu.reserved + 1
+	r.mu.reserved += uint64(n)
+	return first, r.mu.reserved, nil
+}
+
+// replacePending adds to b the deletion of the pending message indexed under
+// the client id key ck, if there is one, and returns its key. The caller
+// overwrites the index entry itself. wmu must be held.
+func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte) (keys.Key, bool, error) {
+	v, err := r.s.Get(ck)
+	if errors.Is(err, ErrNotFound) {
+		return keys.Key{}, false, nil
+	}
+	if err != nil {
+		return keys.Key{}, false, fmt.Errorf("read index: %w", err)
+	}
+	old, err := keys.Decode(v)
+	if err != nil {
+		return keys.Key{}, false, fmt.Errorf("index entry: %w: %w", ErrCorrupt, err)
+	}
+	m, err := r.get(old)
+	if errors.Is(err, ErrNotFound) {
+		// NB: the index and its message change in one batch, so this means
+		// the store was changed behind the repository's back. The entry is
+		// about to be overwritten; there is nothing to replace.
+		r.log.Warn("client id index points at a missing message", "tag", old.Tag())
+		return keys.Key{}, false, nil
+	}
+	if err != nil {
+		return keys.Key{}, false, err
+	}
+	if err := r.deleteMessage(b, old, m, false); err != nil {
+		return keys.Key{}, false, err
+	}
+	deltas[m.Subject]--
+	return old, true, nil
+}
+
+// setMessage adds the message's value to b. wmu must be held.
+func (r *Repository) setMessage(b Batch, k keys.Key, m *StoredMessage) error {
+	var err error
+	r.w.val, err = proto.MarshalOptions{}.MarshalAppend(r.w.val[:0], m)
+	if err != nil {
+		// Such as a header that is not UTF-8, which proto3 strings refuse.
+		return fmt.Errorf("encode %v: %w: %w", k, ErrInvalidMessage, err)
+	}
+	if err := b.Set(k[:], r.w.val); err != nil {
+		return fmt.Errorf("write %v: %w", k, err)
+	}
+	return nil
+}
+
+// deleteMessage adds to b the deletion of m, stored under k, and of its index
+// entries; withClientID says whether to delete its client id entry too (not
+// when the entry is about to be overwritten). wmu must be held.
+func (r *Repository) deleteMessage(b Batch, k keys.Key, m *StoredMessage, withClientID bool) error {
+	if err := b.Delete(k[:]); err != nil {
+		return fmt.Errorf("delete %v: %w", k, err)
+	}
+	if m.ExpireAtNs != 0 {
+		r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, k)
+		if err := b.Delete(r.w.key); err != nil {
+			return fmt.Errorf("delete expiry entry of %v: %w", k, err)
+		}
+	}
+	if withClientID && m.ClientId != "" {
+		// NB: the entry points at k, because a message and its entry change
+		// together and replacing a message deletes it.
+		r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
+		if err := b.Delete(r.w.key); err != nil {
+			return fmt.Errorf("delete client id entry of %v: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// setCounts adds to b the registry entries of every subject in deltas and
+// returns their new counts. wmu must be held.
+func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uint64, error) {
+	counts := make(map[string]uint64, len(deltas))
+	for subject, d := range deltas {
+		if d == 0 {
+			continue
+		}
+		cur := int64(r.mu.topics[subject].Pending)
+		n := cur + d
+		if n < 0 {
+			// NB: deletes are applied only to messages that exist, so this
+			// means the registry disagrees with the data. Do not wrap around.
+			r.log.Error("pending count would go negative", "subject", subject, "count", cur, "delta", d)
+			n = 0
+		}
+		r.w.key = appendTopicKey(r.w.key[:0], subject)
+		var err error
+		if n == 0 {
+			err = b.Delete(r.w.key)
+		} else {
+			err = b.Set(r.w.key, binary.BigEndian.AppendUint64(r.w.val[:0], uint64(n)))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("write pending count of %q: %w", clip(subject), err)
+		}
+		counts[subject] = uint64(n)
+	}
+	return counts, nil
+}
+
+// committed publishes the effect of a committed batch to the in-memory
+// state: the new counts, and lastID if the batch numbered messages (0 if
+// not). wmu must be held.
+func (r *Repository) committed(counts map[string]uint64, lastID uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for subject, n := range counts {
+		old := r.mu.topics[subject].Pending
+		r.mu.pending = r.mu.pending - old + n
+		if n == 0 {
+			delete(r.mu.topics, subject)
+			continue
+		}
+		r.mu.topics[subject] = Topic{Subject: subject, Hash: keys.TopicHash(subject), Pending: n}
+	}
+	if lastID > r.mu.lastID {
+		r.mu.lastID = lastID
+	}
+}
+
+// trimScratch drops scratch buffers that grew too large to keep. wmu must be
+// held.
+func (r *Repository) trimScratch() {
+	if cap(r.w.val) > maxKeptScratch {
+		r.w.val = nil
+	}
+	if cap(r.w.key) > maxKeptScratch {
+		r.w.key = nil
+	}
+	clear(r.w.deltas)
+}
+
+// Apply commits ops in one batch: deletes (Msg nil) and updates, such as a
+// new attempt count. Each op is applied to the message as left by the ops
+// before it. An op on a key that is not pending is dropped, so an update
+// never brings back a deleted message and deleting twice changes the counts
+// once. applied[i] reports whether ops[i] changed a pending message.
+//
+// A delete also removes the message's index entries. An update keeps them
+// in step (a changed expiry time moves its expiry entry); it returns an
+// error wrapping ErrInvalidOp, and commits nothing, if Msg changes the
+// subject, the client id or a non-zero event id of the stored message. Apply
+// sets Msg.EventId to the key's event id. On any error nothing is applied. It
+// blocks while another write is in progress and for the commit.
+func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	r.wmu.Lock() // held across the commit: see the NB in Schedule.
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+
+	b := r.s.NewBatch()
+	defer b.Close()
+	deltas := r.w.deltas
+	clear(deltas)
+	applied = make([]bool, len(ops))
+	// state holds the messages as this batch leaves them, nil once deleted,
+	// so later ops on the same key see earlier ones.
+	var state map[keys.Key]*StoredMessage
+	for i, op := range ops {
+		cur, seen := state[op.Key]
+		if !seen {
+			m, err := r.get(op.Key)
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+			default:
+				cur = m
+			}
+		}
+		if cur == nil {
+			continue
+		}
+		if state == nil {
+			state = make(map[keys.Key]*StoredMessage)
+		}
+		if op.Msg == nil {
+			if err := r.deleteMessage(b, op.Key, cur, true); err != nil {
+				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+			}
+			deltas[cur.Subject]--
+			state[op.Key] = nil
+			applied[i] = true
+			continue
+		}
+		if err := r.update(b, op, cur); err != nil {
+			return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+		}
+		state[op.Key] = op.Msg
+		applied[i] = true
+	}
+	if state == nil {
+		return applied, nil
+	}
+
+	counts, err := r.setCounts(b, deltas)
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: apply batch of %d: %w", len(ops), err)
+	}
+	if err := b.Commit(sync); err != nil {
+		return nil, fmt.Errorf("delaystore: apply batch of %d: commit: %w", len(ops), err)
+	}
+	r.committed(counts, 0)
+	r.trimScratch()
+	return applied, nil
+}
+
+// update adds to b the rewrite of cur, pending under op.Key, with op.Msg.
+// wmu must be held.
+func (r *Repository) update(b Batch, op Op, cur *StoredMessage) error {
+	m := op.Msg
+	id := op.Key.EventID()
+	switch {
+	case m.Subject != cur.Subject:
+		return fmt.Errorf("%w: update of %v changes subject %q to %q", ErrInvalidOp, op.Key, clip(cur.Subject), clip(m.Subject))
+	case m.ClientId != cur.ClientId:
+		return fmt.Errorf("%w: update of %v changes client id %q to %q", ErrInvalidOp, op.Key, clip(cur.ClientId), clip(m.ClientId))
+	case m.EventId != 0 && m.EventId != id:
+		return fmt.Errorf("%w: update of %v has event id %d, want %d (the key's) or 0", ErrInvalidOp, op.Key, m.EventId, id)
+	}
+	m.EventId = id
+	// Compare as indexed, so the batch never deletes and sets the same key.
+	if (m.ExpireAtNs != 0) != (cur.ExpireAtNs != 0) || expiryOrder(m.ExpireAtNs) != expiryOrder(cur.ExpireAtNs) {
+		if cur.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, op.Key)
+			if err := b.Delete(r.w.key); err != nil {
+				return fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
+			}
+		}
+		if m.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, op.Key)
+			if err := b.Set(r.w.key, nil); err != nil {
+				return fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
+			}
+		}
+	}
+	return r.setMessage(b, op.Key, m)
+}
+
+// Get returns the pending message under k, or an error wrapping ErrNotFound.
+// The message is the caller's. It returns an error wrapping ErrCorrupt if the
+// stored value cannot be decoded.
+func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	m, err := r.get(k)
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: get %v: %w", k, err)
+	}
+	return m, nil
+}
+
+// get reads and decodes the message under k.
+func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
+	v, err := r.s.Get(k[:])
+	if err != nil {
+		return nil, err
+	}
+	m := new(StoredMessage)
+	if err := proto.Unmarshal(v, m); err != nil {
+		return nil, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+	}
+	return m, nil
+}
 
 // Lookup returns the key of the pending message with (subject, clientID), or
-// ErrNotFound.
-func (r *Repository) Lookup(subject, clientID string) (keys.Key, error) { panic("unimplemented") }
-
-// Apply commits ops in one batch. A delete of a missing key and an update of
-// a missing key are dropped: an update never brings back a deleted message.
-// applied[i] reports whether ops[i] changed a pending message.
-func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) {
-	panic("unimplemented")
+// an error wrapping ErrNotFound. It returns an error wrapping
+// ErrInvalidMessage for an empty subject or client id, or one with a NUL byte.
+func (r *Repository) Lookup(subject, clientID string) (keys.Key, error) {
+	if r.closed.Load() {
+		return keys.Key{}, ErrClosed
+	}
+	if err := validateSubject(subject); err != nil {
+		return keys.Key{}, fmt.Errorf("delaystore: lookup: %w", err)
+	}
+	if clientID == "" {
+		return keys.Key{}, fmt.Errorf("delaystore: lookup: %w: empty client id", ErrInvalidMessage)
+	}
+	if err := validateName("client id", clientID); err != nil {
+		return keys.Key{}, fmt.Errorf("delaystore: lookup: %w", err)
+	}
+	v, err := r.s.Get(appendClientIDKey(nil, subject, clientID))
+	if err != nil {
+		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w", clip(clientID), clip(subject), err)
+	}
+	k, err := keys.Decode(v)
+	if err != nil {
+		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w: %w", clip(clientID), clip(subject), ErrCorrupt, err)
+	}
+	return k, nil
 }
 
 // ScanTopic yields the pending messages of topicHash with keys in [from,
-// upper) in key order; a nil from means the topic's first key and a nil upper
-// its last. The message is decoded for the caller and may be kept.
+// upper) in key order, on one consistent snapshot, until yield returns false;
+// a nil from means the topic's first key and a nil upper its last, and
+// bounds outside the topic are narrowed to it. Each message is decoded for
+// the caller and may be kept. It returns an error wrapping ErrCorrupt if a
+// value cannot be decoded, after yielding the messages before it.
+//
+// NB: two subjects whose hashes collide share a topic; compare the message's
+// Subject when that matters.
 func (r *Repository) ScanTopic(topicHash uint64, from, upper []byte, yield func(keys.Key, *StoredMessage) bool) error {
-	panic("unimplemented")
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	lo := keys.TopicLowerBound(topicHash)
+	if from != nil && bytes.Compare(from, lo) > 0 {
+		lo = from
+	}
+	hi := keys.TopicUpperBound(topicHash)
+	if upper != nil && (hi == nil || bytes.Compare(upper, hi) < 0) {
+		hi = upper
+	}
+	if hi != nil && bytes.Compare(lo, hi) >= 0 {
+		return nil
+	}
+	var decodeErr error
+	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: hi}, func(kb, v []byte) bool {
+		if len(kb) != keys.Len {
+			return true
+		}
+		k := keys.Key(kb)
+		m := new(StoredMessage)
+		// NB: proto.Unmarshal copies bytes and strings out of v, so the
+		// message outlives this call even though v does not.
+		if err := proto.Unmarshal(v, m); err != nil {
+			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+			return false
+		}
+		return yield(k, m)
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	if err != nil {
+		return fmt.Errorf("delaystore: scan topic %016x: %w", topicHash, err)
+	}
+	return nil
 }
 
-// FirstKey returns the first pending key of topicHash with one seek.
+// FirstKey returns the first pending key of topicHash with one seek; ok is
+// false when the topic has none.
 func (r *Repository) FirstKey(topicHash uint64) (k keys.Key, ok bool, err error) {
-	panic("unimplemented")
+	if r.closed.Load() {
+		return keys.Key{}, false, ErrClosed
+	}
+	opts := IterOptions{LowerBound: keys.TopicLowerBound(topicHash), UpperBound: keys.TopicUpperBound(topicHash)}
+	err = r.s.Scan(opts, func(kb, _ []byte) bool {
+		if len(kb) != keys.Len {
+			return true
+		}
+		k, ok = keys.Key(kb), true
+		return false
+	})
+	if err != nil {
+		return keys.Key{}, false, fmt.Errorf("delaystore: first key of topic %016x: %w", topicHash, err)
+	}
+	return k, ok, nil
 }
 
-// Topics lists the subjects with pending messages from the registry.
-func (r *Repository) Topics() []Topic { panic("unimplemented") }
+// Topics lists the subjects with pending messages, sorted by subject, from
+// the in-memory copy of the registry. The slice is the caller's.
+func (r *Repository) Topics() []Topic {
+	r.mu.Lock()
+	out := make([]Topic, 0, len(r.mu.topics))
+	for _, t := range r.mu.topics {
+		out = append(out, t)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b Topic) int { return strings.Compare(a.Subject, b.Subject) })
+	return out
+}
 
-// Pending is the number of pending messages.
-func (r *Repository) Pending() uint64 { panic("unimplemented") }
+// Pending is the number of pending messages, from memory.
+func (r *Repository) Pending() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.pending
+}
 
-// PendingFor is the number of pending messages of subject.
-func (r *Repository) PendingFor(subject string) uint64 { panic("unimplemented") }
+// PendingFor is the number of pending messages of subject, from memory.
+func (r *Repository) PendingFor(subject string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.topics[subject].Pending
+}
 
 // Expired returns up to limit keys of messages whose expiry is at or before
-// nowNs, in expiry order, reading only expired index entries.
-func (r *Repository) Expired(nowNs int64, limit int) ([]keys.Key, error) { panic("unimplemented") }
+// nowNs, in expiry order (then key order), reading only expired index
+// entries. limit <= 0 or nowNs < 0 returns none. It returns an error
+// wrapping ErrCorrupt for a malformed index entry.
+func (r *Repository) Expired(nowNs int64, limit int) ([]keys.Key, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	if limit <= 0 || nowNs < 0 {
+		return nil, nil
+	}
+	var out []keys.Key
+	var entryErr error
+	opts := IterOptions{LowerBound: []byte(expiryPrefix), UpperBound: expiryUpperBound(nowNs)}
+	err := r.s.Scan(opts, func(kb, _ []byte) bool {
+		if len(kb) != expiryKeyLen {
+			entryErr = fmt.Errorf("expiry entry %x is %d bytes, want %d: %w", kb, len(kb), expiryKeyLen, ErrCorrupt)
+			return false
+		}
+		out = append(out, keys.Key(kb[len(kb)-keys.Len:]))
+		return len(out) < limit
+	})
+	if err == nil {
+		err = entryErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: expired at %d: %w", nowNs, err)
+	}
+	return out, nil
+}
 
-// LastID is the highest event ID assigned or observed.
-func (r *Repository) LastID() uint64 { panic("unimplemented") }
+// LastID is the highest event ID committed or observed. IDs of a failed
+// commit are not counted here, but they are never used again either.
+func (r *Repository) LastID() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lastID
+}
 
-// ObserveID makes later IDs greater than id (for IDs applied from elsewhere).
-func (r *Repository) ObserveID(id uint64) { panic("unimplemented") }
+// ObserveID makes later IDs greater than id, for IDs applied from elsewhere
+// (a replica applying a leader's writes). It only changes memory: the next
+// Schedule persists the higher last ID, and until then a restart must observe
+// the same IDs again, as replaying a log does.
+func (r *Repository) ObserveID(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.lastID = max(r.mu.lastID, id)
+	r.mu.reserved = max(r.mu.reserved, id)
+}
 
 // TimeBucket is the configured bucket width.
-func (r *Repository) TimeBucket() time.Duration { panic("unimplemented") }
+func (r *Repository) TimeBucket() time.Duration { return r.bucket }
