@@ -22,10 +22,6 @@ var (
 	// byte (0x00, which would make index keys ambiguous) or not valid UTF-8,
 	// or any other field that does not encode, such as a non-UTF-8 header.
 	ErrInvalidMessage = errors.New("delaystore: invalid message")
-	// ErrInvalidOp is wrapped by Apply when an update would change what the
-	// indexes of the stored message are built from: its subject, client id or
-	// event id.
-	ErrInvalidOp = errors.New("delaystore: invalid op")
 	// ErrIDsExhausted is returned by Schedule when the next event IDs would
 	// overflow uint64.
 	ErrIDsExhausted = errors.New("delaystore: event ids exhausted")

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"natsdelay/keys"
@@ -520,11 +521,15 @@ func (r *Repository) trimScratch() {
 // once. applied[i] reports whether ops[i] changed a pending message.
 //
 // A delete also removes the message's index entries. An update keeps them
-// in step (a changed expiry time moves its expiry entry); it returns an
-// error wrapping ErrInvalidOp, and commits nothing, if Msg changes the
-// subject, the client id or a non-zero event id of the stored message. Apply
-// sets Msg.EventId to the key's event id. On any error nothing is applied. It
-// blocks while another write is in progress and for the commit.
+// in step: a changed expiry time moves its expiry entry. An update that
+// would change what the indexes are built from (the subject, the client id,
+// or a non-zero event id other than the key's), or that does not encode, is
+// a caller's bug: it is dropped and logged, not failed, so one bad op cannot
+// block a batch of deletes that its caller retries. Apply does not modify or
+// keep Msg; it stores it with the key's event id.
+//
+// On error nothing is applied. It blocks while another write is in progress
+// and for the commit.
 func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) {
 	if len(ops) == 0 {
 		return nil, nil
@@ -570,11 +575,14 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 			applied[i] = true
 			continue
 		}
-		if err := r.update(b, op, cur); err != nil {
+		ok, err := r.update(b, op, cur)
+		if err != nil {
 			return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
 		}
-		state[op.Key] = op.Msg
-		applied[i] = true
+		if ok {
+			state[op.Key] = op.Msg
+			applied[i] = true
+		}
 	}
 	if state == nil {
 		return applied, nil
@@ -592,37 +600,62 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	return applied, nil
 }
 
-// update adds to b the rewrite of cur, pending under op.Key, with op.Msg.
-// wmu must be held.
-func (r *Repository) update(b Batch, op Op, cur *StoredMessage) error {
+// update adds to b the rewrite of cur, pending under op.Key, with op.Msg,
+// and reports whether it did; it drops an invalid update (see Apply). wmu
+// must be held.
+func (r *Repository) update(b Batch, op Op, cur *StoredMessage) (bool, error) {
 	m := op.Msg
 	id := op.Key.EventID()
+	var bad string
 	switch {
 	case m.Subject != cur.Subject:
-		return fmt.Errorf("%w: update of %v changes subject %q to %q", ErrInvalidOp, op.Key, clip(cur.Subject), clip(m.Subject))
+		bad = fmt.Sprintf("changes subject %q to %q", clip(cur.Subject), clip(m.Subject))
 	case m.ClientId != cur.ClientId:
-		return fmt.Errorf("%w: update of %v changes client id %q to %q", ErrInvalidOp, op.Key, clip(cur.ClientId), clip(m.ClientId))
+		bad = fmt.Sprintf("changes client id %q to %q", clip(cur.ClientId), clip(m.ClientId))
 	case m.EventId != 0 && m.EventId != id:
-		return fmt.Errorf("%w: update of %v has event id %d, want %d (the key's) or 0", ErrInvalidOp, op.Key, m.EventId, id)
+		bad = fmt.Sprintf("has event id %d, want %d (the key's) or 0", m.EventId, id)
 	}
-	m.EventId = id
+	if bad == "" {
+		var err error
+		r.w.val, err = proto.MarshalOptions{}.MarshalAppend(r.w.val[:0], m)
+		if err != nil {
+			bad = "does not encode: " + err.Error()
+		}
+	}
+	if bad != "" {
+		r.log.Error("dropping invalid update", "tag", op.Key.Tag(), "event_id", id, "err", bad)
+		return false, nil
+	}
+	if m.EventId == 0 {
+		// A zero field is not encoded, so appending it sets it, without
+		// writing to a message the caller may be reading.
+		r.w.val = protowire.AppendTag(r.w.val, eventIDField, protowire.VarintType)
+		r.w.val = protowire.AppendVarint(r.w.val, id)
+	}
+
 	// Compare as indexed, so the batch never deletes and sets the same key.
 	if (m.ExpireAtNs != 0) != (cur.ExpireAtNs != 0) || expiryOrder(m.ExpireAtNs) != expiryOrder(cur.ExpireAtNs) {
 		if cur.ExpireAtNs != 0 {
 			r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, op.Key)
 			if err := b.Delete(r.w.key); err != nil {
-				return fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
+				return false, fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
 			}
 		}
 		if m.ExpireAtNs != 0 {
 			r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, op.Key)
 			if err := b.Set(r.w.key, nil); err != nil {
-				return fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
+				return false, fmt.Errorf("move expiry entry of %v: %w", op.Key, err)
 			}
 		}
 	}
-	return r.setMessage(b, op.Key, m)
+	if err := b.Set(op.Key[:], r.w.val); err != nil {
+		return false, fmt.Errorf("write %v: %w", op.Key, err)
+	}
+	return true, nil
 }
+
+// eventIDField is the field number of StoredMessage.event_id.
+const eventIDField protowire.Number = 12
 
 // Get returns the pending message under k, or an error wrapping ErrNotFound.
 // The message is the caller's. It returns an error wrapping ErrCorrupt if the

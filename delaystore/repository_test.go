@@ -699,11 +699,26 @@ func TestRepository_FirstKey(t *testing.T) {
 	}
 }
 
-// TestRepository_Apply_Update checks that updates keep what the indexes are
-// built from, and that a bad update commits nothing.
+// TestRepository_Apply_Update checks that an update rewrites the message with
+// the key's event id without touching the caller's message, and that an
+// update changing what the indexes are built from is dropped on its own,
+// without failing the deletes batched with it.
 func TestRepository_Apply_Update(t *testing.T) {
 	r, _ := newRepo(t)
-	got := schedule(t, r, withID(msg("a", t0), "x"), msg("a", t0))
+	got := schedule(t, r, withID(msg("a", t0), "x"), msg("a", t0), msg("a", t0))
+
+	fresh := msg("a", t0) // EventId 0: Apply stores the key's
+	fresh.Attempt = 2
+	if applied := apply(t, r, delaystore.Op{Key: got[1].Key, Msg: fresh}); !applied[0] {
+		t.Fatalf("update not applied")
+	}
+	if m, err := r.Get(got[1].Key); err != nil || m.Attempt != 2 || m.EventId != got[1].Key.EventID() {
+		t.Fatalf("after update: %v, %v; want attempt 2, event id %d", m, err, got[1].Key.EventID())
+	}
+	if fresh.EventId != 0 {
+		t.Fatalf("Apply modified the caller's message: EventId %d", fresh.EventId)
+	}
+
 	tests := []struct {
 		name   string
 		change func(m *delaystore.StoredMessage)
@@ -711,19 +726,26 @@ func TestRepository_Apply_Update(t *testing.T) {
 		{"subject", func(m *delaystore.StoredMessage) { m.Subject = "b" }},
 		{"client id", func(m *delaystore.StoredMessage) { m.ClientId = "y" }},
 		{"event id", func(m *delaystore.StoredMessage) { m.EventId = 99 }},
+		{"not encodable", func(m *delaystore.StoredMessage) {
+			m.Headers = []*delaystore.Header{{Name: "h", Values: []string{"\xff"}}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			good, _ := r.Get(got[1].Key)
-			good.Attempt = 7
+			r, _ := newRepo(t)
+			got := schedule(t, r, withID(msg("a", t0), "x"), msg("a", t0))
 			bad, _ := r.Get(got[0].Key)
 			tt.change(bad)
-			_, err := r.Apply([]delaystore.Op{{Key: got[1].Key, Msg: good}, {Key: got[0].Key, Msg: bad}}, delaystore.NoSync)
-			if !errors.Is(err, delaystore.ErrInvalidOp) {
-				t.Fatalf("Apply changing %s: error %v, want ErrInvalidOp", tt.name, err)
+			bad.Attempt = 5
+			applied := apply(t, r, delaystore.Op{Key: got[0].Key, Msg: bad}, delaystore.Op{Key: got[1].Key})
+			if !equalBools(applied, []bool{false, true}) {
+				t.Fatalf("applied = %v, want the bad update dropped and the delete applied", applied)
 			}
-			if m, _ := r.Get(got[1].Key); m.Attempt != 0 {
-				t.Fatalf("a rejected Apply committed its other op: attempt %d", m.Attempt)
+			if m, err := r.Get(got[0].Key); err != nil || m.Attempt != 0 || m.Subject != "a" || m.ClientId != "x" {
+				t.Fatalf("a dropped update changed the message: %v, %v", m, err)
+			}
+			if r.Pending() != 1 {
+				t.Fatalf("Pending = %d, want 1", r.Pending())
 			}
 		})
 	}
