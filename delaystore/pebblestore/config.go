@@ -1,0 +1,115 @@
+package pebblestore
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"natsdelay/delaystore"
+)
+
+const (
+	// DefaultBlockCacheSize is the block cache used when
+	// Config.BlockCacheSize is 0.
+	DefaultBlockCacheSize = 16 << 20
+	// DefaultMemTableSize is the memtable size used when Config.MemTableSize
+	// is 0.
+	DefaultMemTableSize = 64 << 20
+
+	// maxMemTableSize is Pebble's own limit on 64-bit platforms: memtable
+	// offsets are 32-bit.
+	maxMemTableSize = 1 << 32
+)
+
+// Config configures Open. A zero field means the default shown by
+// DefaultConfig.
+type Config struct {
+	// Dir is the directory that holds the database. It is created if it does
+	// not exist. It is required unless InMemory is set, and must then be
+	// empty.
+	Dir string
+
+	// InMemory keeps the whole store in memory, on Pebble's memory file
+	// system with the WAL off. Nothing survives Close. Tests and the
+	// "memory" engine use it.
+	InMemory bool
+
+	// DisableWAL turns Pebble's write-ahead log off on disk. Commits then
+	// live only in the memtable until it is flushed, so Sync is no more
+	// durable than NoSync: writes reach disk on Flush (which flushes the
+	// memtable) and on Close. It is meant for when another log, such as a
+	// Raft log, already makes writes durable.
+	DisableWAL bool
+
+	// BlockCacheSize is the size in bytes of the cache of uncompressed
+	// sstable blocks. Default 16 MiB.
+	BlockCacheSize int64
+
+	// MemTableSize is the size in bytes of one memtable. Writes are buffered
+	// in memtables until they are flushed to sstables, so it bounds how much
+	// the WAL replays at startup. Default 64 MiB; it must be below 4 GiB.
+	MemTableSize int64
+
+	// Logger receives Pebble's logs and notable events (background errors,
+	// write stalls, slow disks). Nil discards them.
+	Logger *slog.Logger
+
+	// FS is the file system Pebble uses on disk; nil means the operating
+	// system's. Tests set it to inject faults with Pebble's vfs/errorfs. It
+	// must be nil when InMemory is set.
+	FS vfs.FS
+}
+
+// DefaultConfig returns the defaults that Open uses for zero fields. Dir is
+// left empty: it has no sensible default.
+func DefaultConfig() Config {
+	return Config{
+		BlockCacheSize: DefaultBlockCacheSize,
+		MemTableSize:   DefaultMemTableSize,
+	}
+}
+
+// Validate reports every invalid field at once, in an error that wraps
+// delaystore.ErrInvalidConfig. Zero fields are valid: they mean the default.
+func (c Config) Validate() error {
+	var problems []string
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.InMemory && c.Dir != "":
+		bad("Dir (%q) must be empty when InMemory is set: nothing is written there", c.Dir)
+	case !c.InMemory && c.Dir == "":
+		bad(`Dir ("") must name a directory unless InMemory is set`)
+	}
+	if c.InMemory && c.FS != nil {
+		bad("FS (%v) must be nil when InMemory is set: the store uses its own memory file system", c.FS)
+	}
+	if c.BlockCacheSize < 0 {
+		bad("BlockCacheSize (%d) must be >= 0", c.BlockCacheSize)
+	}
+	if c.MemTableSize < 0 || c.MemTableSize >= maxMemTableSize {
+		bad("MemTableSize (%d) must be >= 0 and < %d (4 GiB)", c.MemTableSize, int64(maxMemTableSize))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("pebblestore: %w: %s", delaystore.ErrInvalidConfig, strings.Join(problems, "; "))
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.BlockCacheSize == 0 {
+		c.BlockCacheSize = d.BlockCacheSize
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = d.MemTableSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,71 @@
+package pebblestore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// logger adapts a *slog.Logger to Pebble's printf-style Logger, which
+// otherwise writes to the standard log package.
+type logger struct {
+	log *slog.Logger
+}
+
+var _ pebble.Logger = logger{}
+
+// Infof logs at Info.
+func (l logger) Infof(format string, args ...any) { l.output(slog.LevelInfo, format, args) }
+
+// Errorf logs at Error.
+func (l logger) Errorf(format string, args ...any) { l.output(slog.LevelError, format, args) }
+
+// Fatalf logs at Error and panics. NB: Pebble calls it for states it cannot
+// continue from and relies on it never returning, as its default logger
+// calls os.Exit. A panic keeps that promise and also shows where it happened.
+func (l logger) Fatalf(format string, args ...any) {
+	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	l.output(slog.LevelError, "fatal: %s", []any{msg})
+	panic("pebblestore: pebble fatal error: " + msg)
+}
+
+// output logs one record with the caller of Infof, Errorf or Fatalf as its
+// source, so that AddSource points into Pebble rather than here.
+func (l logger) output(level slog.Level, format string, args []any) {
+	ctx := context.Background()
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	var pcs [1]uintptr
+	runtime.Callers(3, pcs[:]) // runtime.Callers, output, and Infof or Errorf.
+	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	r := slog.NewRecord(time.Now(), level, msg, pcs[0])
+	_ = l.log.Handler().Handle(ctx, r)
+}
+
+// eventListener logs the Pebble events an operator should see. Flushes and
+// compactions are routine and left out.
+func eventListener(log *slog.Logger) *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: func(err error) {
+			log.Error("background error", "err", err)
+		},
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			log.Error("data corruption", "path", info.Path, "err", info.Details)
+		},
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			log.Warn("disk slow", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+		},
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			log.Warn("write stall began", "reason", info.Reason)
+		},
+		WriteStallEnd: func() {
+			log.Info("write stall ended")
+		},
+	}
+}
