@@ -1,0 +1,297 @@
+package bridge
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/delaystore"
+)
+
+// maxFireAt is the latest fire or expiry time that can be stored: times are
+// kept as int64 Unix nanoseconds, which end in 2262.
+var maxFireAt = time.Date(2262, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+const maxClientIDLen = 256
+
+// scheduleLimits are the parts of the configuration that ingest checks.
+type scheduleLimits struct {
+	maxPayload int
+	// reserved are subject prefixes the service answers on itself; a target
+	// inside them would loop back into the service.
+	reserved []string
+}
+
+// controlValue returns the single value of the control header name, matched
+// without regard to case, and whether it was present. Every control header
+// is read through here: nats.Header.Get is case-sensitive.
+func controlValue(h nats.Header, name string) (string, bool, error) {
+	var vals []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			vals = append(vals, vs...)
+		}
+	}
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return strings.TrimSpace(vals[0]), true, nil
+	default:
+		return "", true, badRequest("%s given %d times: want at most one", name, len(vals))
+	}
+}
+
+func isControl(name string) bool {
+	for _, c := range controlHeaders {
+		if strings.EqualFold(name, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseSchedule turns an ingest message into the message to store, or an
+// error wrapping ErrBadRequest that says what arrived and what is accepted.
+// It does not keep h; data becomes the stored payload.
+func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim scheduleLimits) (*delaystore.StoredMessage, error) {
+	if err := checkTarget(target, lim.reserved); err != nil {
+		return nil, err
+	}
+	if lim.maxPayload > 0 && len(data) > lim.maxPayload {
+		return nil, badRequest("payload is %d bytes: the limit is %d", len(data), lim.maxPayload)
+	}
+	delay, hasDelay, err := controlValue(h, HeaderDelay)
+	if err != nil {
+		return nil, err
+	}
+	at, hasAt, err := controlValue(h, HeaderAt)
+	if err != nil {
+		return nil, err
+	}
+	if hasDelay && hasAt {
+		return nil, badRequest("both %s and %s given: want one of them", HeaderDelay, HeaderAt)
+	}
+	fireAt := now
+	switch {
+	case hasDelay:
+		d, err := parseDuration(HeaderDelay, delay)
+		if err != nil {
+			return nil, err
+		}
+		if d > maxFireAt.Sub(now) {
+			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", HeaderDelay, clip(delay), maxFireAt.Format(time.DateOnly))
+		}
+		fireAt = now.Add(d)
+	case hasAt:
+		t, err := parseAt(at)
+		if err != nil {
+			return nil, err
+		}
+		if t.After(now) {
+			fireAt = t
+		}
+	}
+
+	msg := &delaystore.StoredMessage{
+		Subject:      target,
+		Payload:      data,
+		EnqueuedAtNs: now.UnixNano(),
+		FireAtNs:     fireAt.UnixNano(),
+	}
+	if v, ok, err := controlValue(h, HeaderTTL); err != nil {
+		return nil, err
+	} else if ok {
+		ttl, err := parseDuration(HeaderTTL, v)
+		if err != nil {
+			return nil, err
+		}
+		if ttl == 0 {
+			return nil, badRequest("%s %q: want a positive duration", HeaderTTL, clip(v))
+		}
+		if ttl > maxFireAt.Sub(fireAt) {
+			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", HeaderTTL, clip(v), maxFireAt.Format(time.DateOnly))
+		}
+		msg.TtlNs = int64(ttl)
+		msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
+	}
+	if v, ok, err := controlValue(h, HeaderID); err != nil {
+		return nil, err
+	} else if ok {
+		if err := checkClientID(v); err != nil {
+			return nil, err
+		}
+		msg.ClientId = v
+	}
+	if v, ok, err := controlValue(h, HeaderAck); err != nil {
+		return nil, err
+	} else if ok {
+		switch strings.ToLower(v) {
+		case "explicit":
+			msg.AckPolicy = delaystore.AckPolicy_ACK_EXPLICIT
+		case "none":
+			msg.AckPolicy = delaystore.AckPolicy_ACK_NONE
+		default:
+			return nil, badRequest("%s %q: want explicit or none", HeaderAck, clip(v))
+		}
+	}
+	if v, ok, err := controlValue(h, HeaderMaxDeliver); err != nil {
+		return nil, err
+	} else if ok {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return nil, badRequest("%s %q: want a positive integer up to %d", HeaderMaxDeliver, clip(v), uint32(math.MaxUint32))
+		}
+		msg.MaxDeliver = uint32(n)
+	}
+	msg.Headers = passedHeaders(h)
+	return msg, nil
+}
+
+// passedHeaders are the publisher's headers without the control headers, in
+// name order so that what is stored does not depend on map order.
+func passedHeaders(h nats.Header) []*delaystore.Header {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		if !isControl(k) {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	out := make([]*delaystore.Header, 0, len(names))
+	for _, k := range names {
+		out = append(out, &delaystore.Header{Name: k, Values: slices.Clone(h[k])})
+	}
+	return out
+}
+
+// parseDuration reads a Go duration (90s, 1h30m) or integer milliseconds.
+func parseDuration(name, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, badRequest("%s is empty: want a Go duration such as 90s, or integer milliseconds", name)
+	}
+	if isDigits(v) {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
+			return 0, badRequest("%s %q: too large", name, clip(v))
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, badRequest("%s %q: want a Go duration such as 90s, or integer milliseconds", name, clip(v))
+	}
+	if d < 0 {
+		return 0, badRequest("%s %q: must not be negative", name, clip(v))
+	}
+	return d, nil
+}
+
+// parseAt reads RFC 3339 (fractions allowed) or Unix seconds (decimals
+// allowed).
+func parseAt(v string) (time.Time, error) {
+	const want = "want RFC 3339 such as 2026-12-24T18:00:00Z, or Unix seconds such as 1798135200.5"
+	var t time.Time
+	if sec, frac, ok := strings.Cut(v, "."); isDigits(sec) && (!ok || isDigits(frac)) {
+		s, err := strconv.ParseInt(sec, 10, 64)
+		if err != nil || len(frac) > 9 {
+			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
+		}
+		ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+		if s > maxFireAt.Unix() {
+			return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))
+		}
+		t = time.Unix(s, ns)
+	} else {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
+		}
+	}
+	if t.Year() < 1970 {
+		return t, badRequest("%s %q: before 1970: %s", HeaderAt, clip(v), want)
+	}
+	if !t.Before(maxFireAt) {
+		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))
+	}
+	return t, nil
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTarget rejects subjects that cannot be delivered to: empty tokens,
+// wildcards, white space and control characters, and the service's own
+// subjects.
+func checkTarget(subj string, reserved []string) error {
+	if subj == "" {
+		return badRequest("empty target subject: publish to <prefix>.<subject>")
+	}
+	if !utf8.ValidString(subj) {
+		return badRequest("target subject %q is not valid UTF-8", clip(subj))
+	}
+	for _, tok := range strings.Split(subj, ".") {
+		if tok == "" {
+			return badRequest("target subject %q has an empty token", clip(subj))
+		}
+		if strings.ContainsAny(tok, "*>") {
+			return badRequest("target subject %q has a wildcard: want a concrete subject", clip(subj))
+		}
+	}
+	for _, r := range subj {
+		if r <= ' ' || r == 0x7f {
+			return badRequest("target subject %q contains white space or a control character", clip(subj))
+		}
+	}
+	for _, p := range reserved {
+		if subj == p || strings.HasPrefix(subj, p+".") {
+			return badRequest("target subject %q is inside the service's own prefix %q", clip(subj), p)
+		}
+	}
+	return nil
+}
+
+func checkClientID(id string) error {
+	if id == "" {
+		return badRequest("%s is empty: want a non-empty id", HeaderID)
+	}
+	if len(id) > maxClientIDLen {
+		return badRequest("%s is %d bytes: the limit is %d", HeaderID, len(id), maxClientIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return badRequest("%s %q is not valid UTF-8", HeaderID, clip(id))
+	}
+	for _, r := range id {
+		if r < ' ' || r == 0x7f {
+			return badRequest("%s %q contains a control character", HeaderID, clip(id))
+		}
+	}
+	return nil
+}
+
+// clip shortens hostile input before it is quoted back.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}

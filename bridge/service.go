@@ -1,0 +1,377 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/janitor"
+	"natsdelay/keys"
+)
+
+// Config configures a Service. A zero field means the default shown by
+// DefaultConfig.
+type Config struct {
+	// Conn is the NATS connection. Required. The Service does not close it.
+	// It must not be created with nats.NoEcho: the service hears its own
+	// flush markers and the server's no-responders answers on it.
+	Conn *nats.Conn
+	// Store is where messages are kept. Required. The Service owns it from
+	// New on: Close closes it, also when New fails.
+	Store delaystore.Store
+	// Engine names the store's engine, for INFO.
+	Engine string
+
+	// IngestPrefix is the prefix publishers send to. Default "delay".
+	IngestPrefix string
+	// AckPrefix is the prefix of delivery reply subjects. Default "$DELAY.ACK".
+	AckPrefix string
+	// APIPrefix is the prefix of the API. Default "$DELAY.API".
+	APIPrefix string
+	// QueueGroup is the queue group of the ingest subscription. Default
+	// "natsdelay".
+	QueueGroup string
+	// MaxPayload bounds the payload of a scheduled message. Default: the
+	// server's max_payload.
+	MaxPayload int
+	// TimeBucket is the width of the time bucket in keys; 0 (default) is raw
+	// milliseconds. It must not change for an existing data dir.
+	TimeBucket time.Duration
+	// MaxBatch bounds the messages of one group commit. Default 4096.
+	MaxBatch int
+
+	// AckWait, MaxDeliver, Backoff, DeadLetterSubject and DeadLetterExpired
+	// are the dispatch settings (see dispatch.Config). AckWait default 30s.
+	AckWait           time.Duration
+	MaxDeliver        uint32
+	Backoff           []time.Duration
+	DeadLetterSubject string
+	DeadLetterExpired bool
+	// ExpiryInterval is how often expired messages are removed. Default 1s.
+	ExpiryInterval time.Duration
+
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns every default in one place.
+func DefaultConfig() Config {
+	return Config{
+		IngestPrefix:   DefaultIngestPrefix,
+		AckPrefix:      DefaultAckPrefix,
+		APIPrefix:      DefaultAPIPrefix,
+		QueueGroup:     "natsdelay",
+		MaxBatch:       4096,
+		AckWait:        30 * time.Second,
+		ExpiryInterval: time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.IngestPrefix, d.IngestPrefix)
+	def(&c.AckPrefix, d.AckPrefix)
+	def(&c.APIPrefix, d.APIPrefix)
+	def(&c.QueueGroup, d.QueueGroup)
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.ExpiryInterval == 0 {
+		c.ExpiryInterval = d.ExpiryInterval
+	}
+	if c.MaxPayload == 0 && c.Conn != nil {
+		c.MaxPayload = int(c.Conn.MaxPayload())
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	return c
+}
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Conn == nil {
+		bad("Conn is required")
+	}
+	if c.Store == nil {
+		bad("Store is required")
+	}
+	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}} {
+		if p.v == "" {
+			continue
+		}
+		if err := checkTarget(p.v, nil); err != nil {
+			bad("%s (%q) must be a concrete subject without wildcards", p.name, p.v)
+		}
+	}
+	if c.DeadLetterSubject != "" {
+		if err := checkTarget(c.DeadLetterSubject, nil); err != nil {
+			bad("DeadLetterSubject (%q) must be a concrete subject without wildcards", c.DeadLetterSubject)
+		}
+	}
+	if c.MaxPayload < 0 {
+		bad("MaxPayload (%d) must be > 0", c.MaxPayload)
+	}
+	if c.MaxBatch < 0 {
+		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
+	}
+	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
+		bad("TimeBucket (%v) must be a whole number of milliseconds >= 0", c.TimeBucket)
+	}
+	if c.AckWait < 0 {
+		bad("AckWait (%v) must be > 0", c.AckWait)
+	}
+	if c.ExpiryInterval < 0 {
+		bad("ExpiryInterval (%v) must be > 0", c.ExpiryInterval)
+	}
+	for i, b := range c.Backoff {
+		if b < 0 {
+			bad("Backoff[%d] (%v) must be >= 0", i, b)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Service is a running natsdelay: it takes messages on the ingest prefix,
+// stores them, delivers them when due and applies ACKs. It owns the store,
+// the dispatcher and the janitor. It is safe for concurrent use.
+type Service struct {
+	cfg   Config
+	log   *slog.Logger
+	nc    *nats.Conn
+	store delaystore.Store
+	repo  *delaystore.Repository
+	disp  *dispatch.Dispatcher
+	jan   *janitor.Janitor
+	pub   *publisher
+	w     *writer
+	lim   scheduleLimits
+
+	ingestSub *nats.Subscription
+	ackSubs   []*nats.Subscription
+
+	closing   atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
+}
+
+// New opens the repository over cfg.Store, starts the dispatcher and the
+// janitor, and subscribes. On error everything started is stopped and the
+// store is closed.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		if cfg.Store != nil {
+			err = errors.Join(err, cfg.Store.Close())
+		}
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, store: cfg.Store}
+	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
+	if err := s.start(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
+}
+
+func (s *Service) start() error {
+	var err error
+	s.repo, err = delaystore.OpenRepository(s.store, delaystore.RepositoryConfig{TimeBucket: s.cfg.TimeBucket, Logger: s.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("bridge: open repository: %w", err)
+	}
+	s.pub = newPublisher(s.nc, s.cfg.AckPrefix)
+	s.disp, err = dispatch.New(dispatch.Config{
+		Repo:              s.repo,
+		Publisher:         s.pub,
+		AckWait:           s.cfg.AckWait,
+		MaxDeliver:        s.cfg.MaxDeliver,
+		Backoff:           s.cfg.Backoff,
+		DeadLetterSubject: s.cfg.DeadLetterSubject,
+		DeadLetterExpired: s.cfg.DeadLetterExpired,
+		Now:               s.cfg.Now,
+		Logger:            s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.jan, err = janitor.New(janitor.Config{Source: s.repo, Remover: s.disp, Interval: s.cfg.ExpiryInterval, Now: s.cfg.Now, Logger: s.cfg.Logger})
+	if err != nil {
+		return err
+	}
+
+	// NB: the ack subscriptions come first: deliveries rely on them for
+	// no-responders answers and flush markers.
+	for _, subj := range []string{s.cfg.AckPrefix + ".>", s.cfg.AckPrefix} {
+		sub, err := s.nc.Subscribe(subj, s.handleAck)
+		if err != nil {
+			return fmt.Errorf("bridge: subscribe %s: %w", subj, err)
+		}
+		_ = sub.SetPendingLimits(1<<20, 256<<20)
+		s.ackSubs = append(s.ackSubs, sub)
+	}
+	if err := s.disp.Start(); err != nil {
+		return err
+	}
+	s.jan.Start()
+	s.w = newWriter(s.repo, s.disp, s.nc, s.cfg.MaxBatch, s.log, nil)
+	s.ingestSub, err = s.nc.QueueSubscribe(s.cfg.IngestPrefix+".>", s.cfg.QueueGroup, s.handleIngest)
+	if err != nil {
+		return fmt.Errorf("bridge: subscribe %s.>: %w", s.cfg.IngestPrefix, err)
+	}
+	_ = s.ingestSub.SetPendingLimits(1<<20, 512<<20)
+	return s.nc.Flush()
+}
+
+// Repository is the event repository, for reading counts.
+func (s *Service) Repository() *delaystore.Repository { return s.repo }
+
+// Dispatcher is the running dispatcher, for its stats.
+func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.disp }
+
+// Close stops taking messages, commits and answers those already taken,
+// stops delivery (flushing pending deletes), stops the janitor, and closes
+// the store. It is safe to call twice; the second call returns the result
+// of the first.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		var errs []error
+		if s.ingestSub != nil {
+			errs = append(errs, drain(s.ingestSub))
+		}
+		if s.w != nil {
+			s.w.close()
+		}
+		if s.jan != nil {
+			errs = append(errs, s.jan.Close())
+		}
+		if s.disp != nil {
+			errs = append(errs, s.disp.Close())
+		}
+		for _, sub := range s.ackSubs {
+			errs = append(errs, drain(sub))
+		}
+		if s.store != nil {
+			errs = append(errs, s.store.Flush(), s.store.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// drain stops sub taking messages and waits until the ones it holds are
+// handled, so requests accepted before Close are still answered.
+func drain(sub *nats.Subscription) error {
+	closed := sub.StatusChanged(nats.SubscriptionClosed)
+	if err := sub.Drain(); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("bridge: draining %s: timed out", sub.Subject)
+	}
+}
+
+func (s *Service) respondErr(m *nats.Msg, err error) {
+	if m.Reply == "" {
+		s.invalid.Add(1)
+		s.log.Debug("invalid message without reply", "subject", m.Subject, "err", err)
+		return
+	}
+	_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
+}
+
+func (s *Service) handleIngest(m *nats.Msg) {
+	if s.closing.Load() {
+		s.respondErr(m, unavailable("shutting down"))
+		return
+	}
+	target := strings.TrimPrefix(m.Subject, s.cfg.IngestPrefix+".")
+	msg, err := parseSchedule(target, m.Header, m.Data, s.cfg.Now(), s.lim)
+	if err != nil {
+		s.respondErr(m, err)
+		return
+	}
+	s.w.reqs <- ingestRequest{msg: msg, reply: m.Reply}
+}
+
+func (s *Service) handleAck(m *nats.Msg) {
+	if s.pub.marker(m.Subject) {
+		return
+	}
+	var tag string
+	if m.Subject == s.cfg.AckPrefix {
+		v, ok, err := controlValue(m.Header, HeaderTag)
+		if err != nil || !ok {
+			s.respondErr(m, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
+			return
+		}
+		tag = v
+	} else {
+		tag = m.Subject[len(s.cfg.AckPrefix)+1:]
+	}
+	key, err := keys.ParseTag(tag)
+	if err != nil {
+		s.respondErr(m, badRequest("%v", err))
+		return
+	}
+	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
+		s.disp.NoResponders(key)
+		return
+	}
+	ack, err := parseAck(m.Data)
+	if err != nil {
+		s.respondErr(m, err)
+		return
+	}
+	reply := m.Reply
+	s.disp.Ack(key, ack, func(err error) {
+		if reply == "" {
+			return
+		}
+		if err != nil && !errors.Is(err, dispatch.ErrUnknownTag) && !errors.Is(err, dispatch.ErrNotInFlight) {
+			_ = s.nc.PublishMsg(errorMsg(reply, unavailable("ack not applied: %v", err)))
+			return
+		}
+		_ = s.nc.Publish(reply, []byte("+OK"))
+	})
+}
+
+// Cancel deletes a pending message so it is never delivered.
+func (s *Service) Cancel(ctx context.Context, k keys.Key) (bool, error) {
+	return s.disp.Cancel(ctx, k)
+}
