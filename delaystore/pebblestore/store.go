@@ -238,7 +238,9 @@ func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 		return fmt.Errorf("pebblestore: commit batch of %d: %w", n, err)
 	}
 	opts := pebble.NoSync
-	if mode == delaystore.Sync {
+	if mode == delaystore.Sync && !s.noWAL {
+		// NB: without a WAL there is nothing to sync (Pebble refuses a
+		// synced write then); durability is what DisableWAL gave up.
 		opts = pebble.Sync
 	}
 	if err := s.db.Apply(b, opts); err != nil {
