@@ -280,6 +280,9 @@ func (s *Service) Close() error {
 		for _, sub := range s.ackSubs {
 			errs = append(errs, drain(sub))
 		}
+		if s.repo != nil {
+			errs = append(errs, s.repo.Close())
+		}
 		if s.store != nil {
 			errs = append(errs, s.store.Flush(), s.store.Close())
 		}
