@@ -5,11 +5,16 @@ import (
 	"time"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
 
 func ExampleRepository_Schedule() {
-	s := newMemStore()
+	s, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
 	r, err := delaystore.OpenRepository(s, delaystore.RepositoryConfig{})
 	if err != nil {
 		panic(err)

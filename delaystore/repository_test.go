@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -22,7 +23,7 @@ const t0 = int64(1_800_000_000_000_000_000)
 func openRepo(tb testing.TB, s delaystore.Store, cfg delaystore.RepositoryConfig) *delaystore.Repository {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+		cfg.Logger = testLogger(tb)
 	}
 	r, err := delaystore.OpenRepository(s, cfg)
 	if err != nil {
@@ -34,7 +35,7 @@ func openRepo(tb testing.TB, s delaystore.Store, cfg delaystore.RepositoryConfig
 
 func newRepo(tb testing.TB) (*delaystore.Repository, delaystore.Store) {
 	tb.Helper()
-	s := newMemStore()
+	s := newStore(tb)
 	return openRepo(tb, s, delaystore.RepositoryConfig{}), s
 }
 
@@ -136,16 +137,20 @@ func TestRepository_Schedule_IDsIncrease(t *testing.T) {
 	}
 }
 
-// TestRepository_Open_IDsSurviveReopen checks that a reopened repository
-// continues after the last ID it committed, and reads back its messages and
-// counts.
+// TestRepository_Open_IDsSurviveReopen checks, on a Pebble store on disk,
+// that a reopened repository continues after the last ID it committed and
+// reads back its counts.
 func TestRepository_Open_IDsSurviveReopen(t *testing.T) {
-	s := newMemStore()
+	dir := t.TempDir()
+	s := openDisk(t, dir, nil)
 	r := openRepo(t, s, delaystore.RepositoryConfig{})
 	schedule(t, r, msg("a", t0), msg("b", t0), msg("a", t0+1))
 	r.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 
-	r2 := openRepo(t, s, delaystore.RepositoryConfig{})
+	r2 := openRepo(t, openDisk(t, dir, nil), delaystore.RepositoryConfig{})
 	if r2.LastID() != 3 {
 		t.Fatalf("LastID after reopen = %d, want 3", r2.LastID())
 	}
@@ -158,11 +163,60 @@ func TestRepository_Open_IDsSurviveReopen(t *testing.T) {
 	}
 }
 
+// TestRepository_Schedule_CrashNeverReusesID checks that after a crash, with
+// no clean close, the reopened repository never hands out an ID that a
+// surviving message has, nor one that a Sync commit returned: the last ID is
+// written in the same batch as the messages it numbers. Crashes keep only
+// what was synced, or that plus a random part of what was not.
+func TestRepository_Schedule_CrashNeverReusesID(t *testing.T) {
+	for _, unsynced := range []int{0, 50, 100} {
+		t.Run(fmt.Sprintf("unsynced %d%%", unsynced), func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			r := openRepo(t, openDisk(t, "/db", fs), delaystore.RepositoryConfig{})
+			var synced uint64 // highest ID whose Sync commit returned
+			for i := 0; i < 6; i++ {
+				mode := delaystore.Sync
+				if i%2 == 1 {
+					mode = delaystore.NoSync
+				}
+				got, err := r.Schedule([]*delaystore.StoredMessage{msg("a", t0), withExpiry(msg("b", t0), t0)}, mode)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mode == delaystore.Sync {
+					synced = got[1].Key.EventID()
+				}
+			}
+
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: rand.New(rand.NewPCG(uint64(unsynced), 1))})
+			s2 := openDisk(t, "/db", crashed)
+			r2 := openRepo(t, s2, delaystore.RepositoryConfig{})
+			stored := eventKeys(t, s2)
+			var highest uint64
+			for _, k := range stored {
+				highest = max(highest, k.EventID())
+			}
+			if r2.LastID() < highest || r2.LastID() < synced {
+				t.Fatalf("after crash LastID = %d, but stored messages reach %d and Sync commits reached %d", r2.LastID(), highest, synced)
+			}
+			if uint64(len(stored)) != r2.Pending() {
+				t.Fatalf("after crash %d messages stored, Pending = %d: the counts are not in the messages' batches", len(stored), r2.Pending())
+			}
+			t.Logf("after crash: %d of 12 messages survive, last id %d, synced %d", len(stored), r2.LastID(), synced)
+			next := schedule(t, r2, msg("a", t0))[0].Key.EventID()
+			if next <= highest || next <= synced {
+				t.Fatalf("after crash the next ID is %d, reusing an ID up to %d", next, max(highest, synced))
+			}
+		})
+	}
+}
+
 // TestRepository_Schedule_FailedCommit checks that a batch whose commit fails
 // stores nothing, leaves the counts and LastID alone, and that its IDs are
 // skipped, never reused.
 func TestRepository_Schedule_FailedCommit(t *testing.T) {
-	fs := &failStore{Store: newMemStore()}
+	dir := t.TempDir()
+	fs := &failStore{Store: openDisk(t, dir, nil)}
 	r := openRepo(t, fs, delaystore.RepositoryConfig{})
 	schedule(t, r, msg("a", t0))
 	before := allKeys(t, fs)
@@ -188,6 +242,35 @@ func TestRepository_Schedule_FailedCommit(t *testing.T) {
 	}
 	if r.Pending() != 2 {
 		t.Fatalf("Pending = %d, want 2", r.Pending())
+	}
+}
+
+// TestRepository_Schedule_StoreClosed checks that writes to a closed store
+// fail without changing the counts, and that nothing of them is there when
+// the store is reopened.
+func TestRepository_Schedule_StoreClosed(t *testing.T) {
+	dir := t.TempDir()
+	s := openDisk(t, dir, nil)
+	r := openRepo(t, s, delaystore.RepositoryConfig{})
+	got := schedule(t, r, msg("a", t0), msg("a", t0))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Schedule([]*delaystore.StoredMessage{msg("b", t0)}, delaystore.Sync); !errors.Is(err, delaystore.ErrClosed) {
+		t.Fatalf("Schedule on a closed store: error %v, want ErrClosed", err)
+	}
+	if _, err := r.Apply([]delaystore.Op{{Key: got[0].Key}}, delaystore.Sync); !errors.Is(err, delaystore.ErrClosed) {
+		t.Fatalf("Apply on a closed store: error %v, want ErrClosed", err)
+	}
+	if r.Pending() != 2 || r.PendingFor("b") != 0 || r.LastID() != 2 {
+		t.Fatalf("after failed writes: pending %d, b %d, last id %d; want 2, 0, 2", r.Pending(), r.PendingFor("b"), r.LastID())
+	}
+	r.Close()
+
+	s2 := openDisk(t, dir, nil)
+	r2 := openRepo(t, s2, delaystore.RepositoryConfig{})
+	if n := len(eventKeys(t, s2)); n != 2 || r2.Pending() != 2 || r2.LastID() != 2 {
+		t.Fatalf("after reopen: %d messages, pending %d, last id %d; want 2, 2, 2", n, r2.Pending(), r2.LastID())
 	}
 }
 
@@ -231,7 +314,7 @@ func TestRepository_Schedule_FireAtRoundsUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := openRepo(t, newMemStore(), delaystore.RepositoryConfig{TimeBucket: tt.bucket})
+			r := openRepo(t, newStore(t), delaystore.RepositoryConfig{TimeBucket: tt.bucket})
 			got := schedule(t, r, msg("a", tt.fireAtNs))[0].Key
 			if got.Bucket() != tt.want {
 				t.Fatalf("bucket of fire time %dns = %d, want %d", tt.fireAtNs, got.Bucket(), tt.want)
@@ -431,7 +514,8 @@ func equalBools(a, b []bool) bool {
 // through deletes, double deletes and a reopen, and that a subject's entry
 // disappears, in memory and in the store, when its count reaches zero.
 func TestRepository_Counts_Exact(t *testing.T) {
-	s := newMemStore()
+	dir := t.TempDir()
+	s := openDisk(t, dir, nil)
 	r := openRepo(t, s, delaystore.RepositoryConfig{})
 	a := schedule(t, r, msg("a", t0), msg("a", t0), msg("a", t0))
 	b := schedule(t, r, msg("b", t0), msg("b", t0))
@@ -463,8 +547,16 @@ func TestRepository_Counts_Exact(t *testing.T) {
 	}
 	check(r, map[string]uint64{"a": 2, "b": 1})
 
-	r.Close()
-	r = openRepo(t, s, delaystore.RepositoryConfig{})
+	reopen := func() {
+		t.Helper()
+		r.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openDisk(t, dir, nil)
+		r = openRepo(t, s, delaystore.RepositoryConfig{})
+	}
+	reopen()
 	check(r, map[string]uint64{"a": 2, "b": 1})
 
 	apply(t, r, delaystore.Op{Key: b[1].Key}, delaystore.Op{Key: b[1].Key})
@@ -474,8 +566,7 @@ func TestRepository_Counts_Exact(t *testing.T) {
 			t.Fatalf("registry entry %q remains after the count reached zero", k)
 		}
 	}
-	r.Close()
-	r = openRepo(t, s, delaystore.RepositoryConfig{})
+	reopen()
 	check(r, map[string]uint64{"a": 2})
 }
 
@@ -483,7 +574,7 @@ func TestRepository_Counts_Exact(t *testing.T) {
 // now, in expiry order, at most limit of them, and that it reads only expired
 // index entries.
 func TestRepository_Expired(t *testing.T) {
-	cs := &countStore{Store: newMemStore()}
+	cs := &countStore{Store: newStore(t)}
 	r := openRepo(t, cs, delaystore.RepositoryConfig{})
 	// Expiry times deliberately out of publish order; some never expire.
 	exp := []int64{t0 + 30, t0 + 10, 0, t0 + 20, t0 + 1000, t0 + 10, 0, t0 + 2000}
@@ -607,7 +698,7 @@ func TestRepository_NonEventKeys_NeverEventLength(t *testing.T) {
 // messages, in key order, within the bounds given, and that the messages
 // stay valid after the engine reuses its buffers.
 func TestRepository_ScanTopic(t *testing.T) {
-	r := openRepo(t, scribbleStore{newMemStore()}, delaystore.RepositoryConfig{})
+	r := openRepo(t, scribbleStore{newStore(t)}, delaystore.RepositoryConfig{})
 	got := schedule(t, r, msg("a", t0+3e6), msg("b", t0), msg("a", t0+1e6), msg("a", t0+2e6), msg("a", t0+1e6))
 	h := keys.TopicHash("a")
 	scan := func(from, upper []byte) (ks []keys.Key, ms []*delaystore.StoredMessage) {
@@ -776,7 +867,7 @@ func TestRepositoryConfig_Validate(t *testing.T) {
 			if !errors.Is(err, delaystore.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Validate = %v, want ErrInvalidConfig mentioning %q", err, tt.want)
 			}
-			if _, err := delaystore.OpenRepository(newMemStore(), tt.cfg); !errors.Is(err, delaystore.ErrInvalidConfig) {
+			if _, err := delaystore.OpenRepository(newStore(t), tt.cfg); !errors.Is(err, delaystore.ErrInvalidConfig) {
 				t.Fatalf("OpenRepository with a bad config: error %v, want ErrInvalidConfig", err)
 			}
 		})
@@ -786,7 +877,7 @@ func TestRepositoryConfig_Validate(t *testing.T) {
 // TestOpenRepository_TimeBucketMismatch checks that a store keyed with one
 // time bucket cannot be opened with another, which would misorder its keys.
 func TestOpenRepository_TimeBucketMismatch(t *testing.T) {
-	s := newMemStore()
+	s := newStore(t)
 	r := openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: time.Second})
 	schedule(t, r, msg("a", t0))
 	r.Close()
