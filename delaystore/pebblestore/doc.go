@@ -15,13 +15,13 @@
 //
 // # Caveats
 //
-// Pebble applies a batch to its memtable before the WAL write that carries it
-// is known to have succeeded. When that write or its fsync fails, Commit
-// returns the error but the batch could already be read, and Pebble cannot
-// take it back. The Store therefore fails itself: every later call returns an
-// error wrapping delaystore.ErrClosed and the cause, and the process is
-// expected to stop and reopen. A batch whose fsync failed may or may not be
-// there after the reopen.
+// Pebble treats a failed WAL write or fsync as fatal. By then it has
+// applied the batch to its memtable, where readers could see it, and it
+// cannot take it back, so it calls its logger's Fatalf, which panics here:
+// Commit or Flush never returns, and the process stops instead of serving
+// a batch that was never logged. After a restart the batch is gone if its
+// write failed; if only the fsync failed it may be there, whole. Either way
+// no caller was told it was durable.
 //
 // A long-lived iterator pins the memtables and files it reads, so memory and
 // disk use grow while it is open. Close iterators promptly.

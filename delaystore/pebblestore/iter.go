@@ -34,6 +34,11 @@ func (i *iterator) SeekGE(key []byte) bool {
 	if i.it == nil || i.err != nil {
 		return false
 	}
+	if len(key) == 0 {
+		// Every key is >= the empty key. NB: Pebble's invariant checks,
+		// on in race builds, index key[0] of any non-nil seek key.
+		return i.settle(i.it.First())
+	}
 	return i.settle(i.it.SeekGE(key))
 }
 
@@ -118,6 +123,17 @@ func (i *iterator) settle(valid bool) bool {
 	return false
 }
 
+// lowerBound copies a lower bound. An empty one bounds nothing, since every
+// key is >= it, and becomes nil. NB: Pebble's invariant checks, on in race
+// builds, index key[0] of a non-nil seek key, and First seeks to the lower
+// bound.
+func lowerBound(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
 // cloneBound copies a bound, keeping nil (unbounded) distinct from empty.
 func cloneBound(b []byte) []byte {
 	if b == nil {
@@ -126,7 +142,8 @@ func cloneBound(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-// emptyRange reports whether [lo, hi) holds no key.
+// emptyRange reports whether [lo, hi) holds no key. A nil lo is the
+// smallest key.
 func emptyRange(lo, hi []byte) bool {
-	return lo != nil && hi != nil && bytes.Compare(lo, hi) >= 0
+	return hi != nil && bytes.Compare(lo, hi) >= 0
 }

@@ -32,8 +32,6 @@ type Store struct {
 
 	mu struct {
 		sync.Mutex
-		// failed, once set, is returned by every call; see fail.
-		failed error
 		// iters are the open iterators, which Close closes if their
 		// owners did not.
 		iters map[*iterator]struct{}
@@ -126,7 +124,7 @@ func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error
 	if err := s.usable(); err != nil {
 		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
 	}
-	lo, hi := cloneBound(opts.LowerBound), cloneBound(opts.UpperBound)
+	lo, hi := lowerBound(opts.LowerBound), cloneBound(opts.UpperBound)
 	it := &iterator{s: s}
 	if emptyRange(lo, hi) {
 		// Pebble wants lower <= upper; an empty range needs no iterator.
@@ -187,7 +185,7 @@ func (s *Store) Flush() error {
 		err = s.db.LogData(nil, pebble.Sync)
 	}
 	if err != nil {
-		return fmt.Errorf("pebblestore: flush: %w", s.fail(err))
+		return fmt.Errorf("pebblestore: flush: %w", err)
 	}
 	return nil
 }
@@ -206,7 +204,6 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	leaked := s.mu.iters
 	s.mu.iters = nil
-	failed := s.mu.failed
 	s.mu.Unlock()
 
 	var errs []error
@@ -216,7 +213,7 @@ func (s *Store) Close() error {
 	if n := len(leaked); n > 0 {
 		errs = append(errs, fmt.Errorf("pebblestore: close: %d iterators still open", n))
 	}
-	if s.noWAL && !s.inMemory && failed == nil {
+	if s.noWAL && !s.inMemory {
 		// Without a WAL, the memtable holds the only copy of recent writes.
 		if err := s.db.Flush(); err != nil {
 			errs = append(errs, fmt.Errorf("pebblestore: close: flush memtable: %w", err))
@@ -243,8 +240,11 @@ func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 		// synced write then); durability is what DisableWAL gave up.
 		opts = pebble.Sync
 	}
+	// NB: Pebble does not return a WAL write or sync error here: it calls
+	// Fatalf, which panics (see logger). The errors it does return come
+	// before anything is applied.
 	if err := s.db.Apply(b, opts); err != nil {
-		return fmt.Errorf("pebblestore: commit batch of %d: %w", n, s.fail(err))
+		return fmt.Errorf("pebblestore: commit batch of %d: %w", n, err)
 	}
 	return nil
 }
@@ -254,24 +254,7 @@ func (s *Store) usable() error {
 	if s.closed {
 		return delaystore.ErrClosed
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.failed
-}
-
-// fail records that a write failed and returns the error every later call
-// gets. NB: Pebble applies a batch to the memtable before its WAL write
-// completes, so after a failed write, readers could see data that will be
-// gone after a restart, and Pebble cannot take it back. Refusing all further
-// use is the only way to keep a failed batch invisible.
-func (s *Store) fail(cause error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.failed == nil {
-		s.mu.failed = fmt.Errorf("%w: failed by a write error: %w", delaystore.ErrClosed, cause)
-		s.log.Error("write failed; store refuses further use until reopened", "err", cause)
-	}
-	return s.mu.failed
+	return nil
 }
 
 // forget removes a closed iterator from the set Close would close.

@@ -1,0 +1,133 @@
+package pebblestore_test
+
+import (
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/storetest"
+)
+
+// open opens a store with cfg, logging to the test, and closes it at cleanup.
+func open(tb testing.TB, cfg pebblestore.Config) *pebblestore.Store {
+	tb.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	s, err := pebblestore.Open(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("cleanup Close: %v", err)
+		}
+	})
+	return s
+}
+
+func openDisk(tb testing.TB) delaystore.Store {
+	return open(tb, pebblestore.Config{Dir: filepath.Join(tb.TempDir(), "pebble")})
+}
+
+func openMemory(tb testing.TB) delaystore.Store {
+	return open(tb, pebblestore.Config{InMemory: true})
+}
+
+func TestStore_Contract(t *testing.T) {
+	t.Run("disk", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) delaystore.Store { return openDisk(t) })
+	})
+	t.Run("memory", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) delaystore.Store { return openMemory(t) })
+	})
+}
+
+func TestStore_Reopen(t *testing.T) {
+	t.Run("wal", func(t *testing.T) {
+		storetest.RunReopen(t, func(t *testing.T, dir string) delaystore.Store {
+			return open(t, pebblestore.Config{Dir: dir})
+		})
+	})
+	// Without a WAL, Flush and Close must flush the memtable for writes to
+	// survive.
+	t.Run("no_wal", func(t *testing.T) {
+		storetest.RunReopen(t, func(t *testing.T, dir string) delaystore.Store {
+			return open(t, pebblestore.Config{Dir: dir, DisableWAL: true})
+		})
+	})
+}
+
+// A directory already open in this process cannot be opened twice.
+func TestOpen_Locked(t *testing.T) {
+	dir := t.TempDir()
+	open(t, pebblestore.Config{Dir: dir})
+	s, err := pebblestore.Open(pebblestore.Config{Dir: dir})
+	if err == nil {
+		s.Close()
+		t.Fatal("second Open of the same directory succeeded")
+	}
+	t.Log(err)
+}
+
+func TestOpen_InvalidConfig(t *testing.T) {
+	_, err := pebblestore.Open(pebblestore.Config{})
+	if !errors.Is(err, delaystore.ErrInvalidConfig) {
+		t.Fatalf("Open(Config{}) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  pebblestore.Config
+		want []string // substrings of the error; none means valid
+	}{
+		{"disk", pebblestore.Config{Dir: "d"}, nil},
+		{"memory", pebblestore.Config{InMemory: true}, nil},
+		{"defaults", func() pebblestore.Config { c := pebblestore.DefaultConfig(); c.Dir = "d"; return c }(), nil},
+		{"disk without WAL on an injected FS", pebblestore.Config{Dir: "d", DisableWAL: true, FS: vfs.NewMem()}, nil},
+		{"no dir", pebblestore.Config{}, []string{`Dir ("")`}},
+		{"memory with dir", pebblestore.Config{InMemory: true, Dir: "d"}, []string{`Dir ("d") must be empty`}},
+		{"memory with FS", pebblestore.Config{InMemory: true, FS: vfs.NewMem()}, []string{"FS"}},
+		{"negative cache", pebblestore.Config{Dir: "d", BlockCacheSize: -1}, []string{"BlockCacheSize (-1)"}},
+		{"memtable too big", pebblestore.Config{Dir: "d", MemTableSize: 4 << 30}, []string{"MemTableSize (4294967296)"}},
+		{"every bad field at once", pebblestore.Config{BlockCacheSize: -2, MemTableSize: -3},
+			[]string{`Dir ("")`, "BlockCacheSize (-2)", "MemTableSize (-3)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Validate()
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, delaystore.ErrInvalidConfig) {
+				t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate = %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkRawCommit(b *testing.B) {
+	b.Run("engine=pebble-disk", func(b *testing.B) {
+		storetest.BenchRawCommit(b, openDisk, delaystore.Sync)
+	})
+	b.Run("engine=pebble-disk-nosync", func(b *testing.B) {
+		storetest.BenchRawCommit(b, openDisk, delaystore.NoSync)
+	})
+	b.Run("engine=pebble-memory", func(b *testing.B) {
+		storetest.BenchRawCommit(b, openMemory, delaystore.Sync)
+	})
+}
