@@ -1,0 +1,359 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+	"natsdelay/dispatch"
+	"natsdelay/keys"
+)
+
+// delivery is one call of the fake publisher.
+type delivery struct {
+	key     keys.Key
+	subject string
+	attempt uint32
+	fireAt  int64
+	at      time.Time
+	reason  string // dead letters only
+}
+
+// fakePublisher records deliveries. Subjects in absent have no subscriber:
+// Flush reports each delivery to them as a no-responders notice before it
+// returns, which is exactly what the Publisher contract promises.
+type fakePublisher struct {
+	d *dispatch.Dispatcher
+
+	mu         sync.Mutex
+	absent     map[string]bool
+	unflushed  []keys.Key
+	deliveries chan delivery
+	dead       chan delivery
+	bounced    int
+	passes     []int // bounces per Flush, in order
+}
+
+func newFakePublisher() *fakePublisher {
+	return &fakePublisher{absent: map[string]bool{}, deliveries: make(chan delivery, 100000), dead: make(chan delivery, 1000)}
+}
+
+func (p *fakePublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, attempt uint32) error {
+	p.mu.Lock()
+	absent := p.absent[m.Subject]
+	if absent {
+		p.unflushed = append(p.unflushed, k)
+		p.bounced++
+	}
+	p.mu.Unlock()
+	if !absent {
+		p.deliveries <- delivery{key: k, subject: m.Subject, attempt: attempt, fireAt: m.FireAtNs, at: time.Now()}
+	}
+	return nil
+}
+
+func (p *fakePublisher) DeadLetter(subject string, k keys.Key, m *delaystore.StoredMessage, attempt uint32, reason string) error {
+	p.dead <- delivery{key: k, subject: m.Subject, attempt: attempt, reason: reason}
+	return nil
+}
+
+func (p *fakePublisher) Flush(context.Context) error {
+	p.mu.Lock()
+	bounced := p.unflushed
+	p.unflushed = nil
+	if len(bounced) > 0 {
+		p.passes = append(p.passes, len(bounced))
+	}
+	p.mu.Unlock()
+	for _, k := range bounced {
+		p.d.NoResponders(k)
+	}
+	return nil
+}
+
+func (p *fakePublisher) setAbsent(subject string, absent bool) {
+	p.mu.Lock()
+	p.absent[subject] = absent
+	p.mu.Unlock()
+}
+
+func (p *fakePublisher) bounces() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bounced
+}
+
+type harness struct {
+	t    *testing.T
+	repo *delaystore.Repository
+	d    *dispatch.Dispatcher
+	pub  *fakePublisher
+}
+
+func newHarness(t *testing.T, bucket time.Duration, mod func(*dispatch.Config)) *harness {
+	t.Helper()
+	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{TimeBucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newFakePublisher()
+	cfg := dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := dispatch.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.d = d
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = d.Close()
+		_ = repo.Close()
+		_ = st.Close()
+	})
+	return &harness{t: t, repo: repo, d: d, pub: pub}
+}
+
+// schedule stores msgs in one commit and tells the dispatcher, as ingest does.
+func (h *harness) schedule(msgs ...*delaystore.StoredMessage) []keys.Key {
+	h.t.Helper()
+	res, err := h.repo.Schedule(msgs, delaystore.Sync)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := make([]keys.Key, len(res))
+	for i, s := range res {
+		h.d.Notify(s, msgs[i].FireAtNs)
+		out[i] = s.Key
+	}
+	return out
+}
+
+func (h *harness) next(timeout time.Duration) delivery {
+	h.t.Helper()
+	select {
+	case d := <-h.pub.deliveries:
+		return d
+	case <-time.After(timeout):
+		h.t.Fatal("no delivery")
+		return delivery{}
+	}
+}
+
+func (h *harness) ack(k keys.Key, a dispatch.Ack) error {
+	ch := make(chan error, 1)
+	h.d.Ack(k, a, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("ack not applied")
+		return nil
+	}
+}
+
+func msgAt(subject string, fireAt time.Time) *delaystore.StoredMessage {
+	return &delaystore.StoredMessage{Subject: subject, Payload: []byte("x"), EnqueuedAtNs: time.Now().UnixNano(), FireAtNs: fireAt.UnixNano()}
+}
+
+// TestDispatcher_Deliver_NeverEarlyInOrder_CoarseBucket checks never early
+// and order per subject with a 1 s time bucket, where keys within a bucket
+// are in publish order, not fire-time order: messages published in reverse
+// fire order must still go out in (fire time, publish order) and none before
+// its fire time.
+func TestDispatcher_Deliver_NeverEarlyInOrder_CoarseBucket(t *testing.T) {
+	h := newHarness(t, time.Second, nil)
+	base := time.Now().Add(100 * time.Millisecond)
+	const n = 20
+	var msgs []*delaystore.StoredMessage
+	for i := n - 1; i >= 0; i-- {
+		msgs = append(msgs, msgAt("a.b", base.Add(time.Duration(i)*15*time.Millisecond)))
+	}
+	h.schedule(msgs...)
+	prev := int64(0)
+	for range n {
+		d := h.next(10 * time.Second)
+		if d.at.UnixNano() < d.fireAt {
+			t.Fatalf("delivered %v early", time.Duration(d.fireAt-d.at.UnixNano()))
+		}
+		if d.fireAt < prev {
+			t.Fatalf("out of order: fire %d after %d", d.fireAt, prev)
+		}
+		prev = d.fireAt
+		if err := h.ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDispatcher_Deliver_SamePublishOrder checks order per subject for
+// messages with the same fire time: publish order.
+func TestDispatcher_Deliver_SamePublishOrder(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	at := time.Now().Add(20 * time.Millisecond)
+	var ks []keys.Key
+	for range 50 {
+		ks = append(ks, h.schedule(msgAt("same", at))...)
+	}
+	for i := range ks {
+		if d := h.next(10 * time.Second); d.key != ks[i] {
+			t.Fatalf("delivery %d is %v, want %v", i, d.key, ks[i])
+		}
+	}
+}
+
+// TestDispatcher_Redeliver_AckTimeout checks at least once: without an
+// answer a message is redelivered after the ack wait with the attempt
+// counting up, and dead-lettered at max deliver.
+func TestDispatcher_Redeliver_AckTimeout(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) {
+		c.AckWait = 50 * time.Millisecond
+		c.MaxDeliver = 3
+		c.DeadLetterSubject = "dead"
+	})
+	k := h.schedule(msgAt("r", time.Now()))[0]
+	for want := uint32(1); want <= 3; want++ {
+		if d := h.next(10 * time.Second); d.key != k || d.attempt != want {
+			t.Fatalf("delivery = %v attempt %d, want %v attempt %d", d.key, d.attempt, k, want)
+		}
+	}
+	select {
+	case dl := <-h.pub.dead:
+		if dl.key != k || dl.reason != "max-deliver" || dl.attempt != 3 {
+			t.Fatalf("dead letter %+v", dl)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if _, err := h.repo.Get(k); err == nil {
+			return fmt.Errorf("still stored")
+		}
+		return nil
+	})
+}
+
+// TestDispatcher_Nak_Delay checks that -NAK with a delay is not redelivered
+// before the delay, and counts as an attempt.
+func TestDispatcher_Nak_Delay(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	k := h.schedule(msgAt("n", time.Now()))[0]
+	h.next(10 * time.Second)
+	nakAt := time.Now()
+	if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckNak, Delay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	d := h.next(10 * time.Second)
+	if d.attempt != 2 || d.at.Sub(nakAt) < 200*time.Millisecond {
+		t.Fatalf("redelivered attempt %d after %v, want attempt 2 after >= 200ms", d.attempt, d.at.Sub(nakAt))
+	}
+}
+
+// TestDispatcher_NoResponders_ProbesWithOneMessage checks that deliveries
+// that reach nobody are not attempts and do not spin: after the first bounce
+// the topic is retried with a single probe per back-off, and once someone
+// listens every message arrives as attempt 1, in order.
+func TestDispatcher_NoResponders_ProbesWithOneMessage(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) {
+		c.NoRespondersBackoff = 10 * time.Millisecond
+		c.NoRespondersMaxBackoff = 40 * time.Millisecond
+	})
+	h.pub.setAbsent("nobody", true)
+	var ks []keys.Key
+	for range 100 {
+		ks = append(ks, h.schedule(msgAt("nobody", time.Now()))...)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if b := h.pub.bounces(); b < 103 {
+			return fmt.Errorf("%d bounces so far", b)
+		}
+		return nil
+	})
+	// The first pass may send all 100 (nobody is known to be absent yet);
+	// every later pass sends one probe, so bounces grow by one per back-off.
+	b1 := h.pub.bounces()
+	checkFor(t, 10*time.Second, func() error {
+		if b := h.pub.bounces(); b < b1+3 {
+			return fmt.Errorf("%d bounces so far", b)
+		}
+		return nil
+	})
+	h.pub.mu.Lock()
+	passes := append([]int(nil), h.pub.passes...)
+	h.pub.mu.Unlock()
+	for i, n := range passes[1:] {
+		if n != 1 {
+			t.Fatalf("pass %d after the first bounce sent %d messages to a topic nobody listens on, want 1 probe (passes %v)", i+1, n, passes)
+		}
+	}
+	if s := h.d.Stats(); s.Delivered > uint64(h.pub.bounces()) {
+		t.Fatalf("stats %+v", s)
+	}
+	h.pub.setAbsent("nobody", false)
+	for i := range ks {
+		d := h.next(10 * time.Second)
+		if d.key != ks[i] || d.attempt != 1 {
+			t.Fatalf("delivery %d = %v attempt %d, want %v attempt 1", i, d.key, d.attempt, ks[i])
+		}
+	}
+}
+
+// TestDispatcher_Cancel_InFlight checks that a canceled message is never
+// published again, also when it was in flight.
+func TestDispatcher_Cancel_InFlight(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AckWait = 30 * time.Millisecond })
+	k := h.schedule(msgAt("c", time.Now()))[0]
+	h.next(10 * time.Second)
+	ok, err := h.d.Cancel(context.Background(), k)
+	if err != nil || !ok {
+		t.Fatalf("Cancel = %v, %v", ok, err)
+	}
+	// A second message on the same topic, due after the first's ack wait,
+	// proves the dispatcher moved on without redelivering the canceled one.
+	k2 := h.schedule(msgAt("c", time.Now().Add(100*time.Millisecond)))[0]
+	if d := h.next(10 * time.Second); d.key != k2 {
+		t.Fatalf("delivered %v after cancel, want only %v", d.key, k2)
+	}
+	if ok, _ := h.d.Cancel(context.Background(), k); ok {
+		t.Fatal("second cancel deleted something")
+	}
+}
+
+// TestDispatcher_Ack_UnknownTag checks that an ACK for a tag nobody issued
+// is a harmless no-op reported as ErrUnknownTag.
+func TestDispatcher_Ack_UnknownTag(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	if err := h.ack(keys.New(1, 2, 3), dispatch.Ack{Kind: dispatch.AckDone}); err != dispatch.ErrUnknownTag {
+		t.Fatalf("ack unknown = %v", err)
+	}
+	if err := h.ack(keys.New(1, 2, 3), dispatch.Ack{Kind: dispatch.AckNak}); err != dispatch.ErrNotInFlight {
+		t.Fatalf("nak unknown = %v", err)
+	}
+}
+
+func checkFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
