@@ -140,6 +140,7 @@ type scratch struct {
 	val    []byte
 	key    []byte
 	deltas map[string]int64
+	counts map[string]uint64
 }
 
 // maxKeptScratch bounds the scratch buffer kept between writes, so one huge
@@ -164,7 +165,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		log:      log.With("component", "delaystore"),
 		bucket:   cfg.TimeBucket,
 		bucketMs: cfg.TimeBucket.Milliseconds(),
-		w:        scratch{deltas: make(map[string]int64)},
+		w:        scratch{deltas: make(map[string]int64), counts: make(map[string]uint64)},
 	}
 	r.mu.topics = make(map[string]Topic)
 
@@ -334,7 +335,7 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		if superseded != nil && superseded[i] {
 			continue
 		}
-		if err := r.setMessage(b, out[i].Key, m); err != nil {
+		if err := r.setMessage(b, &out[i].Key, m); err != nil {
 			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if m.ClientId != "" {
@@ -406,15 +407,17 @@ func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte)
 	if err != nil {
 		return keys.Key{}, false, err
 	}
-	if err := r.deleteMessage(b, old, m, false); err != nil {
+	if err := r.deleteMessage(b, &old, m, false); err != nil {
 		return keys.Key{}, false, err
 	}
 	deltas[m.Subject]--
 	return old, true, nil
 }
 
-// setMessage adds the message's value to b. wmu must be held.
-func (r *Repository) setMessage(b Batch, k keys.Key, m *StoredMessage) error {
+// setMessage adds the message's value to b. k is a pointer so that the key
+// passed to the Batch interface does not escape to the heap once per
+// message. wmu must be held.
+func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage) error {
 	var err error
 	r.w.val, err = proto.MarshalOptions{}.MarshalAppend(r.w.val[:0], m)
 	if err != nil {
@@ -430,12 +433,12 @@ func (r *Repository) setMessage(b Batch, k keys.Key, m *StoredMessage) error {
 // deleteMessage adds to b the deletion of m, stored under k, and of its index
 // entries; withClientID says whether to delete its client id entry too (not
 // when the entry is about to be overwritten). wmu must be held.
-func (r *Repository) deleteMessage(b Batch, k keys.Key, m *StoredMessage, withClientID bool) error {
+func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withClientID bool) error {
 	if err := b.Delete(k[:]); err != nil {
 		return fmt.Errorf("delete %v: %w", k, err)
 	}
 	if m.ExpireAtNs != 0 {
-		r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, k)
+		r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, *k)
 		if err := b.Delete(r.w.key); err != nil {
 			return fmt.Errorf("delete expiry entry of %v: %w", k, err)
 		}
@@ -452,9 +455,10 @@ func (r *Repository) deleteMessage(b Batch, k keys.Key, m *StoredMessage, withCl
 }
 
 // setCounts adds to b the registry entries of every subject in deltas and
-// returns their new counts. wmu must be held.
+// returns their new counts, in scratch space. wmu must be held.
 func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uint64, error) {
-	counts := make(map[string]uint64, len(deltas))
+	counts := r.w.counts
+	clear(counts)
 	for subject, d := range deltas {
 		if d == 0 {
 			continue
@@ -512,6 +516,7 @@ func (r *Repository) trimScratch() {
 		r.w.key = nil
 	}
 	clear(r.w.deltas)
+	clear(r.w.counts)
 }
 
 // Apply commits ops in one batch: deletes (Msg nil) and updates, such as a
@@ -567,7 +572,7 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 			state = make(map[keys.Key]*StoredMessage)
 		}
 		if op.Msg == nil {
-			if err := r.deleteMessage(b, op.Key, cur, true); err != nil {
+			if err := r.deleteMessage(b, &ops[i].Key, cur, true); err != nil {
 				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
 			}
 			deltas[cur.Subject]--
@@ -575,7 +580,7 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 			applied[i] = true
 			continue
 		}
-		ok, err := r.update(b, op, cur)
+		ok, err := r.update(b, &ops[i], cur)
 		if err != nil {
 			return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
 		}
@@ -603,7 +608,7 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 // update adds to b the rewrite of cur, pending under op.Key, with op.Msg,
 // and reports whether it did; it drops an invalid update (see Apply). wmu
 // must be held.
-func (r *Repository) update(b Batch, op Op, cur *StoredMessage) (bool, error) {
+func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	m := op.Msg
 	id := op.Key.EventID()
 	var bad string
