@@ -21,17 +21,17 @@ type Store struct {
 	inMemory bool
 	noWAL    bool
 
-	// gate is held shared by every call that uses db and exclusively by
-	// Close, so Close waits for the calls in flight and later calls get
-	// ErrClosed instead of Pebble's panic on a closed DB. NB: it is held
-	// across Pebble I/O on purpose: only Close ever waits for it.
-	//
-	// Lock order: gate, then mu.
-	gate   sync.RWMutex
-	closed bool // guarded by gate
-
 	mu struct {
 		sync.Mutex
+		// closed is set when Close begins; calls made after that get
+		// ErrClosed rather than Pebble's panic on a closed DB.
+		closed bool
+		// calls counts the calls using db, which Close waits for. NB: it is
+		// a count, not a held lock, so that no lock is held across Pebble
+		// I/O and a Scan's yield may call the Store again.
+		calls int
+		// idle is signalled when calls drops to zero.
+		idle sync.Cond
 		// iters are the open iterators, which Close closes if their
 		// owners did not.
 		iters map[*iterator]struct{}
@@ -74,19 +74,19 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err)
 	}
 	s := &Store{db: db, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
+	s.mu.idle.L = &s.mu.Mutex
 	s.mu.iters = make(map[*iterator]struct{})
 	log.Debug("opened", "dir", cfg.Dir, "in_memory", cfg.InMemory, "wal", !opts.DisableWAL)
 	return s, nil
 }
 
-// Get returns a copy of the value stored under key, or an error wrapping
+// Get returns a copy of the value stored under key, or
 // delaystore.ErrNotFound. It does not block writers.
 func (s *Store) Get(key []byte) ([]byte, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if err := s.usable(); err != nil {
+	if err := s.enter(); err != nil {
 		return nil, fmt.Errorf("pebblestore: get: %w", err)
 	}
+	defer s.exit()
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, delaystore.ErrNotFound
@@ -104,13 +104,12 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 }
 
 // NewBatch starts an empty batch. On a closed store every method of the
-// batch but Close returns an error wrapping delaystore.ErrClosed.
+// batch but Len and Close returns an error wrapping delaystore.ErrClosed.
 func (s *Store) NewBatch() delaystore.Batch {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
+	if err := s.enter(); err != nil {
 		return &batch{s: s, closed: true}
 	}
+	defer s.exit()
 	return &batch{s: s, b: s.db.NewBatch()}
 }
 
@@ -119,38 +118,36 @@ func (s *Store) NewBatch() delaystore.Batch {
 // Close it, and should do so promptly: an open iterator pins the memtables
 // and files it reads.
 func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if err := s.usable(); err != nil {
+	if err := s.enter(); err != nil {
 		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
 	}
-	lo, hi := lowerBound(opts.LowerBound), cloneBound(opts.UpperBound)
-	it := &iterator{s: s}
-	if emptyRange(lo, hi) {
-		// Pebble wants lower <= upper; an empty range needs no iterator.
-		return it, nil
-	}
-	pit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	defer s.exit()
+	it, err := s.newIter(opts)
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
 	}
-	it.it = pit
-	s.mu.Lock()
-	s.mu.iters[it] = struct{}{}
-	s.mu.Unlock()
+	if it.it != nil {
+		s.mu.Lock()
+		s.mu.iters[it] = struct{}{}
+		s.mu.Unlock()
+	}
 	return it, nil
 }
 
 // Scan calls yield for each key in [opts.LowerBound, opts.UpperBound) in
 // order, on a point-in-time view, until yield returns false. The slices
 // passed to yield are valid only during that call. yield may use the Store,
-// including to commit. Scan returns the first error met while reading.
+// including to commit, but must not Close it: Close waits for Scan. Scan
+// returns the first error met while reading.
 func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
-	di, err := s.NewIter(opts)
+	if err := s.enter(); err != nil {
+		return fmt.Errorf("pebblestore: scan: %w", err)
+	}
+	defer s.exit()
+	it, err := s.newIter(opts)
 	if err != nil {
 		return fmt.Errorf("pebblestore: scan: %w", err)
 	}
-	it := di.(*iterator)
 	for ok := it.First(); ok; ok = it.Next() {
 		v := it.Value()
 		if it.err != nil || !yield(it.Key(), v) {
@@ -165,14 +162,14 @@ func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) 
 
 // Flush makes every write committed with NoSync durable by syncing the WAL,
 // or, when the WAL is disabled, by flushing the memtable. NB: Pebble reports
-// a failed memtable flush only to the logger, as a background error. In
-// memory Flush does nothing. It blocks until done.
+// a failed memtable flush only to the logger, as a background error, and
+// stops the process if the WAL sync fails (see the package doc). In memory
+// Flush does nothing. It blocks until done.
 func (s *Store) Flush() error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if err := s.usable(); err != nil {
+	if err := s.enter(); err != nil {
 		return fmt.Errorf("pebblestore: flush: %w", err)
 	}
+	defer s.exit()
 	var err error
 	switch {
 	case s.inMemory:
@@ -190,18 +187,20 @@ func (s *Store) Flush() error {
 	return nil
 }
 
-// Close makes every committed write durable and releases the database. It
-// waits for calls in flight. Iterators still open are closed and reported in
+// Close makes every committed write durable and releases the database.
+// Calls made once it has begun get ErrClosed; it waits for those already in
+// flight, Scans included. Iterators still open are closed and reported in
 // the error. A second Close returns nil.
 func (s *Store) Close() error {
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if s.closed {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
-
-	s.mu.Lock()
+	s.mu.closed = true
+	for s.mu.calls > 0 {
+		s.mu.idle.Wait()
+	}
 	leaked := s.mu.iters
 	s.mu.iters = nil
 	s.mu.Unlock()
@@ -228,12 +227,11 @@ func (s *Store) Close() error {
 
 // commit applies b with the given sync mode.
 func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
 	n := b.Count()
-	if err := s.usable(); err != nil {
+	if err := s.enter(); err != nil {
 		return fmt.Errorf("pebblestore: commit batch of %d: %w", n, err)
 	}
+	defer s.exit()
 	opts := pebble.NoSync
 	if mode == delaystore.Sync && !s.noWAL {
 		// NB: without a WAL there is nothing to sync (Pebble refuses a
@@ -249,17 +247,47 @@ func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 	return nil
 }
 
-// usable returns nil if the store can be used. gate must be held.
-func (s *Store) usable() error {
-	if s.closed {
+// newIter opens an iterator that Close does not know about. The caller
+// must be counted in calls.
+func (s *Store) newIter(opts delaystore.IterOptions) (*iterator, error) {
+	lo, hi := lowerBound(opts.LowerBound), cloneBound(opts.UpperBound)
+	it := &iterator{s: s}
+	if emptyRange(lo, hi) {
+		// Pebble wants lower <= upper; an empty range needs no iterator.
+		return it, nil
+	}
+	pit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	it.it = pit
+	return it, nil
+}
+
+// enter counts a call that uses db, or returns ErrClosed once Close has
+// begun. Every successful enter must be matched by exit.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
 		return delaystore.ErrClosed
 	}
+	s.mu.calls++
 	return nil
+}
+
+func (s *Store) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.calls--
+	if s.mu.calls == 0 {
+		s.mu.idle.Broadcast()
+	}
 }
 
 // forget removes a closed iterator from the set Close would close.
 func (s *Store) forget(it *iterator) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.mu.iters, it)
-	s.mu.Unlock()
 }
