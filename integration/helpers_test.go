@@ -1,0 +1,378 @@
+// Package integration_test runs natsdelay end to end: an embedded
+// nats-server, a real store, bridge.New, and nothing but nats.go on the
+// client side, so every test exercises the wire protocol exactly as a user
+// would.
+package integration_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+	"natsdelay/keys"
+)
+
+// wait bounds every wait for an event. CI machines have two cores and run
+// the race detector, so it is generous; a passing test never waits this
+// long.
+const wait = 10 * time.Second
+
+// engine opens a store. Durable engines keep their data in dir and can be
+// reopened on it; the others ignore dir.
+type engine struct {
+	name    string
+	durable bool
+	open    func(tb testing.TB, dir string) delaystore.Store
+}
+
+// engines are the stores the core flow and the restart tests run against.
+var engines = []engine{
+	{name: "pebble-memory", open: func(tb testing.TB, _ string) delaystore.Store {
+		return openPebble(tb, pebblestore.Config{InMemory: true})
+	}},
+	{name: "pebble-disk", durable: true, open: func(tb testing.TB, dir string) delaystore.Store {
+		return openPebble(tb, pebblestore.Config{Dir: dir})
+	}},
+}
+
+func openPebble(tb testing.TB, cfg pebblestore.Config) delaystore.Store {
+	tb.Helper()
+	st, err := pebblestore.Open(cfg)
+	if err != nil {
+		tb.Fatalf("pebblestore.Open: %v", err)
+	}
+	return st
+}
+
+// memStore is the store of tests that are not about storage.
+func memStore(tb testing.TB) delaystore.Store { return engines[0].open(tb, "") }
+
+// startServer runs an embedded nats-server on a random port, shut down
+// when tb ends.
+func startServer(tb testing.TB) *server.Server {
+	tb.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	s := natsserver.RunServer(&opts)
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// connect opens a client connection, closed when tb ends.
+func connect(tb testing.TB, srv *server.Server) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(0))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), nil))
+}
+
+// startService runs a Service over st on its own connection to srv. mod,
+// if not nil, adjusts the config. Close is registered with tb.Cleanup; it
+// is harmless when the test closed the Service itself.
+func startService(tb testing.TB, srv *server.Server, st delaystore.Store, mod func(*bridge.Config)) *bridge.Service {
+	tb.Helper()
+	cfg := bridge.Config{Conn: connect(tb, srv), Store: st, Logger: testLogger(tb)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	svc, err := bridge.New(cfg)
+	if err != nil {
+		tb.Fatalf("bridge.New: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := svc.Close(); err != nil {
+			tb.Errorf("Service.Close: %v", err)
+		}
+	})
+	return svc
+}
+
+// harness is one server, one service on an in-memory store, and one client
+// connection.
+type harness struct {
+	srv *server.Server
+	svc *bridge.Service
+	nc  *nats.Conn
+}
+
+func newHarness(tb testing.TB, mod func(*bridge.Config)) *harness {
+	tb.Helper()
+	srv := startServer(tb)
+	svc := startService(tb, srv, memStore(tb), mod)
+	return &harness{srv: srv, svc: svc, nc: connect(tb, srv)}
+}
+
+// newMsg builds an ingest message for target with headers given as name,
+// value pairs; a name given twice gets both values.
+func newMsg(target, data string, hdr ...string) *nats.Msg {
+	if len(hdr)%2 != 0 {
+		panic("newMsg: odd number of header arguments")
+	}
+	m := nats.NewMsg(bridge.DefaultIngestPrefix + "." + target)
+	for i := 0; i < len(hdr); i += 2 {
+		m.Header.Add(hdr[i], hdr[i+1])
+	}
+	m.Data = []byte(data)
+	return m
+}
+
+// scheduled is a successful ingest reply.
+type scheduled struct {
+	Tag       string `json:"tag"`
+	Subject   string `json:"subject"`
+	FireAtRaw string `json:"fire_at"`
+	FireAt    time.Time
+	Key       keys.Key
+}
+
+// schedule sends m as a request and fails tb unless the reply is a success.
+func schedule(tb testing.TB, nc *nats.Conn, m *nats.Msg) scheduled {
+	tb.Helper()
+	rep, err := nc.RequestMsg(m, wait)
+	if err != nil {
+		tb.Fatalf("schedule %s: %v", m.Subject, err)
+	}
+	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
+		tb.Fatalf("schedule %s: error %s: %s", m.Subject, code, rep.Header.Get(bridge.HeaderServiceError))
+	}
+	return parseScheduled(tb, rep.Data)
+}
+
+func parseScheduled(tb testing.TB, data []byte) scheduled {
+	tb.Helper()
+	var s scheduled
+	if err := json.Unmarshal(data, &s); err != nil {
+		tb.Fatalf("schedule reply %q: %v", data, err)
+	}
+	var err error
+	if s.Key, err = keys.ParseTag(s.Tag); err != nil {
+		tb.Fatalf("schedule reply %q: tag: %v", data, err)
+	}
+	s.FireAt = parseTime(tb, s.FireAtRaw)
+	return s
+}
+
+// parseTime parses the protocol's RFC 3339 times.
+func parseTime(tb testing.TB, v string) time.Time {
+	tb.Helper()
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		tb.Fatalf("time %q: %v", v, err)
+	}
+	return t
+}
+
+// received is a delivery and when the test saw it.
+type received struct {
+	*nats.Msg
+	at time.Time
+}
+
+// subscribe delivers the messages on subject to the returned channel,
+// stamped on arrival. The buffer is large enough for every test; when it
+// is full the test fails rather than blocking the connection.
+func subscribe(tb testing.TB, nc *nats.Conn, subject string) <-chan received {
+	tb.Helper()
+	ch := make(chan received, 8192)
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		select {
+		case ch <- received{Msg: m, at: time.Now()}:
+		default:
+			tb.Errorf("subscription %s: buffer full", subject)
+		}
+	})
+	if err != nil {
+		tb.Fatalf("subscribe %s: %v", subject, err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	// The subscription must be known to the server before the test goes on,
+	// or a delivery could find no responders.
+	if err := nc.Flush(); err != nil {
+		tb.Fatalf("flush: %v", err)
+	}
+	return ch
+}
+
+// next returns the next message on ch, failing tb after wait.
+func next(tb testing.TB, ch <-chan received, what string) received {
+	tb.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(wait):
+		tb.Fatalf("%s: nothing received within %v", what, wait)
+		return received{}
+	}
+}
+
+// quiet fails tb if anything arrives on ch within d. It is an observation
+// window for "this must not happen", not a way to wait for something.
+func quiet(tb testing.TB, ch <-chan received, d time.Duration, what string) {
+	tb.Helper()
+	select {
+	case r := <-ch:
+		tb.Fatalf("%s: got %s %q with headers %v", what, r.Subject, r.Data, r.Header)
+	case <-time.After(d):
+	}
+}
+
+// checkFor calls f every interval until it returns nil, and fails tb with
+// f's last error once timeout has passed.
+func checkFor(tb testing.TB, timeout, interval time.Duration, f func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// attempt is a delivery's Delay-Attempt.
+func attempt(tb testing.TB, m *nats.Msg) int {
+	tb.Helper()
+	n, err := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
+	if err != nil {
+		tb.Fatalf("%s %q: %v", bridge.HeaderAttempt, m.Header.Get(bridge.HeaderAttempt), err)
+	}
+	return n
+}
+
+// wantAttempt fails tb unless m is delivery number n.
+func wantAttempt(tb testing.TB, m *nats.Msg, n int) {
+	tb.Helper()
+	if got := attempt(tb, m); got != n {
+		tb.Fatalf("%s = %d, want %d (headers %v)", bridge.HeaderAttempt, got, n, m.Header)
+	}
+}
+
+// ackSync answers the delivery m with payload and waits for the service to
+// confirm that the answer was applied.
+func ackSync(tb testing.TB, nc *nats.Conn, m *nats.Msg, payload string) {
+	tb.Helper()
+	rep, err := nc.Request(m.Reply, []byte(payload), wait)
+	if err != nil {
+		tb.Fatalf("ack %q on %s: %v", payload, m.Reply, err)
+	}
+	if string(rep.Data) != "+OK" {
+		tb.Fatalf("ack %q on %s: reply %q with headers %v, want +OK", payload, m.Reply, rep.Data, rep.Header)
+	}
+}
+
+// tagKey is the storage key in a delivery's Delay-Tag.
+func tagKey(tb testing.TB, m *nats.Msg) keys.Key {
+	tb.Helper()
+	k, err := keys.ParseTag(m.Header.Get(bridge.HeaderTag))
+	if err != nil {
+		tb.Fatalf("%s: %v (headers %v)", bridge.HeaderTag, err, m.Header)
+	}
+	return k
+}
+
+// waitGone waits until the message under k is no longer stored.
+func waitGone(tb testing.TB, svc *bridge.Service, k keys.Key) {
+	tb.Helper()
+	checkFor(tb, wait, 10*time.Millisecond, func() error { return isGone(svc, k) })
+}
+
+func isGone(svc *bridge.Service, k keys.Key) error {
+	_, err := svc.Repository().Get(k)
+	switch {
+	case errors.Is(err, delaystore.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("message %s is still stored", k)
+}
+
+// waitPending waits until the service holds exactly n pending messages.
+func waitPending(tb testing.TB, svc *bridge.Service, n uint64) {
+	tb.Helper()
+	checkFor(tb, wait, 10*time.Millisecond, func() error {
+		if got := svc.Repository().Pending(); got != n {
+			return fmt.Errorf("pending = %d, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// stored fails tb unless the message under k is stored.
+func stored(tb testing.TB, svc *bridge.Service, k keys.Key) *delaystore.StoredMessage {
+	tb.Helper()
+	m, err := svc.Repository().Get(k)
+	if err != nil {
+		tb.Fatalf("Get %s: %v", k, err)
+	}
+	return m
+}
+
+// notEarly fails tb if r was received before the fire time in its
+// Delay-Fire-At header or before want. The header has whole milliseconds
+// and is truncated, so it is never later than the real fire time.
+func notEarly(tb testing.TB, r received, want time.Time) {
+	tb.Helper()
+	fireAt := parseTime(tb, r.Header.Get(bridge.HeaderFireAt))
+	if r.at.Before(fireAt) || r.at.Before(want) {
+		tb.Fatalf("delivered early: received at %s, %s %s, scheduled for %s",
+			r.at.Format(time.RFC3339Nano), bridge.HeaderFireAt, fireAt.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
+	}
+}
+
+// counter counts deliveries per tag from a callback subscription.
+type counter struct {
+	mu     sync.Mutex
+	byTag  map[string]int
+	total  int
+	maxAtt int
+	early  int
+}
+
+func newCounter() *counter { return &counter{byTag: make(map[string]int)} }
+
+func (c *counter) add(tb testing.TB, m *nats.Msg, at time.Time) {
+	fireAt, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFireAt))
+	n, aerr := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil || aerr != nil {
+		tb.Errorf("delivery with bad headers %v", m.Header)
+		return
+	}
+	if at.Before(fireAt) {
+		c.early++
+	}
+	c.byTag[m.Header.Get(bridge.HeaderTag)]++
+	c.total++
+	c.maxAtt = max(c.maxAtt, n)
+}
+
+func (c *counter) snapshot() (distinct, total, maxAttempt, early int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byTag), c.total, c.maxAtt, c.early
+}
