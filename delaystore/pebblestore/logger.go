@@ -29,7 +29,7 @@ func (l logger) Errorf(format string, args ...any) { l.output(slog.LevelError, f
 // continue from and relies on it never returning, as its default logger
 // calls os.Exit. A panic keeps that promise and also shows where it happened.
 func (l logger) Fatalf(format string, args ...any) {
-	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	msg := strings.TrimSuffix(sprintf(format, args), "\n")
 	l.output(slog.LevelError, "fatal: %s", []any{msg})
 	panic("pebblestore: pebble fatal error: " + msg)
 }
@@ -43,10 +43,13 @@ func (l logger) output(level slog.Level, format string, args []any) {
 	}
 	var pcs [1]uintptr
 	runtime.Callers(3, pcs[:]) // runtime.Callers, output, and Infof or Errorf.
-	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	msg := strings.TrimSuffix(sprintf(format, args), "\n")
 	r := slog.NewRecord(time.Now(), level, msg, pcs[0])
 	_ = l.log.Handler().Handle(ctx, r)
 }
+
+// sprintf formats like fmt.Sprintf but also understands %w.
+func sprintf(format string, args []any) string { return fmt.Errorf(format, args...).Error() }
 
 // eventListener logs the Pebble events an operator should see. Flushes and
 // compactions are routine and left out.

@@ -1,0 +1,98 @@
+package boltstore
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"natsdelay/delaystore"
+)
+
+const (
+	// DefaultTimeout is how long Open waits for the file lock when
+	// Config.Timeout is 0.
+	DefaultTimeout = time.Second
+	// DefaultInitialMmapSize is the memory map size used when
+	// Config.InitialMmapSize is 0.
+	DefaultInitialMmapSize = 1 << 30
+)
+
+// Config configures Open. A zero field means the default shown by
+// DefaultConfig.
+type Config struct {
+	// Path is the database file, created if it does not exist. Its
+	// directory must exist. Required.
+	Path string
+
+	// Timeout bounds how long Open waits for the lock on the file that
+	// another process (or another Store in this one) holds, so a locked
+	// file is a clear error, not a hang. Default 1s. NB: bbolt's own zero
+	// means waiting forever.
+	Timeout time.Duration
+
+	// InitialMmapSize is the size in bytes of the first memory map of the
+	// file. It is address space, not memory or disk: the file still grows
+	// only as data arrives. Until the file outgrows it, readers never block
+	// a commit (see the package doc). Default 1 GiB.
+	InitialMmapSize int64
+
+	// NoFreelistSync skips writing the list of free pages on every commit,
+	// which makes commits that delete much cheaper. In exchange, opening
+	// the file after a crash scans it to rebuild the list. Default off.
+	NoFreelistSync bool
+
+	// Logger receives bbolt's logs. Nil discards them.
+	Logger *slog.Logger
+
+	// OpenFile opens the database file; nil means os.OpenFile. Tests set it
+	// to inject faults.
+	OpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+}
+
+// DefaultConfig returns the defaults that Open uses for zero fields. Path is
+// left empty: it has no sensible default.
+func DefaultConfig() Config {
+	return Config{
+		Timeout:         DefaultTimeout,
+		InitialMmapSize: DefaultInitialMmapSize,
+	}
+}
+
+// Validate reports every invalid field at once, in an error that wraps
+// delaystore.ErrInvalidConfig. Zero fields are valid: they mean the default.
+func (c Config) Validate() error {
+	var problems []string
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	if c.Path == "" {
+		bad(`Path ("") must name the database file`)
+	}
+	if c.Timeout < 0 {
+		bad("Timeout (%s) must be >= 0", c.Timeout)
+	}
+	if c.InitialMmapSize < 0 {
+		bad("InitialMmapSize (%d) must be >= 0", c.InitialMmapSize)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("boltstore: %w: %s", delaystore.ErrInvalidConfig, strings.Join(problems, "; "))
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.InitialMmapSize == 0 {
+		c.InitialMmapSize = d.InitialMmapSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

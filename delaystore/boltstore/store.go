@@ -1,0 +1,310 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"natsdelay/delaystore"
+)
+
+// bucket is the one bucket that holds every key.
+var bucket = []byte("delaystore")
+
+// Store is a delaystore.Store on bbolt. It is safe for concurrent use.
+type Store struct {
+	db  *bolt.DB
+	log *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		// closed is set when Close begins; calls made after that get
+		// ErrClosed.
+		closed bool
+		// failed is set by a commit that failed on I/O; see fail.
+		failed error
+		// calls counts the calls using db, which Close waits for. NB: it is
+		// a count, not a held lock, so that no lock is held across bbolt
+		// I/O and a Scan's yield may call the Store again.
+		calls int
+		// idle is signalled when calls drops to zero.
+		idle sync.Cond
+		// iters are the open iterators, which Close closes if their owners
+		// did not: bbolt's Close would otherwise wait for them forever.
+		iters map[*iterator]struct{}
+	}
+}
+
+var _ delaystore.Store = (*Store)(nil)
+
+// Open opens or creates the database file that cfg describes. It returns an
+// error wrapping delaystore.ErrInvalidConfig if cfg is not valid, one
+// wrapping bbolt's errors.ErrTimeout if the file stays locked for
+// cfg.Timeout, and bbolt's error if the file cannot be opened. The caller
+// must Close the Store.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With("component", "boltstore")
+	opts := &bolt.Options{
+		Timeout:         cfg.Timeout,
+		InitialMmapSize: int(cfg.InitialMmapSize),
+		NoFreelistSync:  cfg.NoFreelistSync,
+		// Deletes of delivered messages fragment the free list, where the
+		// array free list slows down and the map one does not (etcd uses it
+		// for the same reason).
+		FreelistType: bolt.FreelistMapType,
+		OpenFile:     cfg.OpenFile,
+	}
+	if cfg.Logger.Enabled(context.Background(), slog.LevelError) {
+		// NB: bbolt does extra work per Put for any logger but its own
+		// discard logger, so pass one only when something will be logged.
+		opts.Logger = logger{log: log}
+	}
+	db, err := bolt.Open(cfg.Path, 0o600, opts)
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("boltstore: open %q: locked by another process or Store; gave up within %s: %w", cfg.Path, cfg.Timeout, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %q: %w", cfg.Path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("boltstore: open %q: create bucket: %w", cfg.Path, err), db.Close())
+	}
+	s := &Store{db: db, log: log}
+	s.mu.idle.L = &s.mu.Mutex
+	s.mu.iters = make(map[*iterator]struct{})
+	log.Debug("opened", "path", cfg.Path)
+	return s, nil
+}
+
+// Get returns a copy of the value stored under key, or
+// delaystore.ErrNotFound. It runs in its own read-only transaction and does
+// not block writers.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, fmt.Errorf("boltstore: get: %w", err)
+	}
+	defer s.exit()
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		// NB: a cursor, not Bucket.Get, which cannot tell a missing key
+		// from an empty value.
+		k, v := tx.Bucket(bucket).Cursor().Seek(key)
+		if k != nil && bytes.Equal(k, key) {
+			// v lives in the memory map only until the transaction ends.
+			out = append([]byte{}, v...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: get: %w", err)
+	}
+	if out == nil {
+		return nil, delaystore.ErrNotFound
+	}
+	return out, nil
+}
+
+// NewBatch starts an empty batch, buffered in memory until Commit.
+func (s *Store) NewBatch() delaystore.Batch {
+	return &batch{s: s}
+}
+
+// NewIter returns an iterator over [opts.LowerBound, opts.UpperBound) that
+// holds a read-only transaction, and so one consistent state, until Close.
+// The bounds are copied. The caller must Close it, promptly: see the
+// package doc.
+func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
+	if err := s.enter(); err != nil {
+		return nil, fmt.Errorf("boltstore: new iterator: %w", err)
+	}
+	defer s.exit()
+	it, err := s.newIter(opts)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: new iterator: %w", err)
+	}
+	if it.tx != nil {
+		s.mu.Lock()
+		s.mu.iters[it] = struct{}{}
+		s.mu.Unlock()
+	}
+	return it, nil
+}
+
+// Scan calls yield for each key in [opts.LowerBound, opts.UpperBound) in
+// order, inside one read-only transaction, until yield returns false. The
+// slices passed to yield point into the memory map and are valid only
+// during that call. yield may use the Store, but must not Close it (Close
+// waits for Scan), and should not commit much: see the package doc.
+func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
+	if err := s.enter(); err != nil {
+		return fmt.Errorf("boltstore: scan: %w", err)
+	}
+	defer s.exit()
+	it, err := s.newIter(opts)
+	if err != nil {
+		return fmt.Errorf("boltstore: scan: %w", err)
+	}
+	for ok := it.First(); ok && yield(it.key, it.value); ok = it.Next() {
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("boltstore: scan: %w", err)
+	}
+	return nil
+}
+
+// Flush does nothing: every commit is already synced.
+func (s *Store) Flush() error {
+	if err := s.enter(); err != nil {
+		return fmt.Errorf("boltstore: flush: %w", err)
+	}
+	s.exit()
+	return nil
+}
+
+// Close releases the file. Calls made once it has begun get ErrClosed; it
+// waits for those already in flight, Scans included. Iterators still open
+// are closed and reported in the error. A second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	for s.mu.calls > 0 {
+		s.mu.idle.Wait()
+	}
+	leaked := s.mu.iters
+	s.mu.iters = nil
+	s.mu.Unlock()
+
+	var errs []error
+	for it := range leaked {
+		it.abandon()
+	}
+	if n := len(leaked); n > 0 {
+		errs = append(errs, fmt.Errorf("boltstore: close: %d iterators still open", n))
+	}
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("boltstore: close: %w", err))
+	}
+	s.log.Debug("closed")
+	return errors.Join(errs...)
+}
+
+// commit applies ops in one read-write transaction. bbolt syncs every
+// commit, so there is no sync mode to pass on.
+func (s *Store) commit(ops []op) error {
+	if err := s.enter(); err != nil {
+		return fmt.Errorf("boltstore: commit batch of %d: %w", len(ops), err)
+	}
+	defer s.exit()
+	if len(ops) == 0 {
+		// An empty transaction would still write and sync a meta page.
+		return nil
+	}
+	var applyErr error
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		for _, o := range ops {
+			if o.del {
+				applyErr = b.Delete(o.key)
+			} else {
+				applyErr = b.Put(o.key, o.value)
+			}
+			if applyErr != nil {
+				return applyErr
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case applyErr != nil:
+		// Rolled back before anything was written.
+		return fmt.Errorf("boltstore: commit batch of %d: %w", len(ops), err)
+	default:
+		return fmt.Errorf("boltstore: commit batch of %d: %w", len(ops), s.fail(err))
+	}
+}
+
+// newIter opens an iterator that Close does not know about. The caller
+// must be counted in calls.
+func (s *Store) newIter(opts delaystore.IterOptions) (*iterator, error) {
+	it := &iterator{lo: cloneBound(opts.LowerBound), hi: cloneBound(opts.UpperBound)}
+	if it.hi != nil && bytes.Compare(it.lo, it.hi) >= 0 {
+		return it, nil // an empty range needs no transaction
+	}
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return nil, err
+	}
+	it.s, it.tx, it.c = s, tx, tx.Bucket(bucket).Cursor()
+	return it, nil
+}
+
+// enter counts a call that uses db, or returns why the Store cannot be
+// used. Every successful enter must be matched by exit.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.mu.closed:
+		return delaystore.ErrClosed
+	case s.mu.failed != nil:
+		return s.mu.failed
+	}
+	s.mu.calls++
+	return nil
+}
+
+func (s *Store) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.calls--
+	if s.mu.calls == 0 {
+		s.mu.idle.Broadcast()
+	}
+}
+
+// fail records that a commit failed on I/O and returns the error every
+// later call gets; see the package doc for why the Store stops.
+func (s *Store) fail(cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.failed == nil {
+		s.mu.failed = fmt.Errorf("%w: failed by a write error: %w", delaystore.ErrClosed, cause)
+		s.log.Error("commit failed; the store refuses further use until reopened", "err", cause)
+	}
+	return s.mu.failed
+}
+
+// forget removes a closed iterator from the set Close would close.
+func (s *Store) forget(it *iterator) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.mu.iters, it)
+}
+
+// cloneBound copies a bound, keeping nil (unbounded) distinct from empty.
+func cloneBound(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
