@@ -649,6 +649,26 @@ func TestRepository_NonEventKeys_NeverEventLength(t *testing.T) {
 	}
 	r, s := newRepo(t)
 	pending := make(map[keys.Key]bool)
+
+	// Every subject and client id length from 1 to 30 bytes, so every index
+	// key length near the 24-byte mark is tried.
+	var sweep []*delaystore.StoredMessage
+	for sl := 1; sl <= 30; sl++ {
+		for cl := 0; cl <= 30; cl++ {
+			m := withExpiry(msg(strings.Repeat("s", sl), t0), t0+int64(cl))
+			m.ClientId = strings.Repeat("c", cl)
+			sweep = append(sweep, m)
+		}
+	}
+	for _, sc := range schedule(t, r, sweep...) {
+		pending[sc.Key] = true
+	}
+	for _, k := range allKeys(t, s) {
+		if len(k) == keys.Len && !pending[keys.Key(k)] {
+			t.Fatalf("length sweep: 24-byte key %x is not a pending message", k)
+		}
+	}
+
 	for round := 0; round < 40; round++ {
 		var msgs []*delaystore.StoredMessage
 		for i := 0; i < 1+rng.IntN(8); i++ {
