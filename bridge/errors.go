@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 var (
@@ -49,6 +50,18 @@ func serviceError(err error) *ServiceError {
 	default:
 		return &ServiceError{Code: 503, Description: err.Error()}
 	}
+}
+
+// respondError answers a micro request with err, if it has a reply subject.
+func respondError(req micro.Request, err error) {
+	if req.Reply() == "" {
+		return
+	}
+	se := serviceError(err)
+	body, _ := json.Marshal(struct {
+		Error *ServiceError `json:"error"`
+	}{se})
+	_ = req.Error(strconv.Itoa(se.Code), se.Description, body)
 }
 
 // errorMsg builds the reply for err: status headers and a JSON body.

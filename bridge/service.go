@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -174,10 +175,13 @@ type Service struct {
 	w     *writer
 	lim   scheduleLimits
 
-	ingestSub *nats.Subscription
-	ackSubs   []*nats.Subscription
+	svc     micro.Service
+	ackSubs []*nats.Subscription
 
-	closing   atomic.Bool
+	// ingestMu orders handing messages to the writer against closing it:
+	// handlers hold it shared, Close takes it to set closing.
+	ingestMu  sync.RWMutex
+	closing   bool
 	closeOnce sync.Once
 	closeErr  error
 	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
@@ -242,12 +246,10 @@ func (s *Service) start() error {
 		return err
 	}
 	s.jan.Start()
-	s.w = newWriter(s.repo, s.disp, s.nc, s.cfg.MaxBatch, s.log, nil)
-	s.ingestSub, err = s.nc.QueueSubscribe(s.cfg.IngestPrefix+".>", s.cfg.QueueGroup, s.handleIngest)
-	if err != nil {
-		return fmt.Errorf("bridge: subscribe %s.>: %w", s.cfg.IngestPrefix, err)
+	s.w = newWriter(s.repo, s.disp, s.cfg.MaxBatch, s.log, nil)
+	if err := s.register(); err != nil {
+		return err
 	}
-	_ = s.ingestSub.SetPendingLimits(1<<20, 512<<20)
 	return s.nc.Flush()
 }
 
@@ -263,11 +265,13 @@ func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.disp }
 // of the first.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.closing.Store(true)
 		var errs []error
-		if s.ingestSub != nil {
-			errs = append(errs, drain(s.ingestSub))
+		if s.svc != nil {
+			errs = append(errs, s.svc.Stop())
 		}
+		s.ingestMu.Lock()
+		s.closing = true
+		s.ingestMu.Unlock()
 		if s.w != nil {
 			s.w.close()
 		}
@@ -318,18 +322,29 @@ func (s *Service) respondErr(m *nats.Msg, err error) {
 	_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
 }
 
-func (s *Service) handleIngest(m *nats.Msg) {
-	if s.closing.Load() {
-		s.respondErr(m, unavailable("shutting down"))
-		return
-	}
-	target := strings.TrimPrefix(m.Subject, s.cfg.IngestPrefix+".")
-	msg, err := parseSchedule(target, m.Header, m.Data, s.cfg.Now(), s.lim)
+func (s *Service) handleIngest(req micro.Request) {
+	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
+	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), s.lim)
 	if err != nil {
-		s.respondErr(m, err)
+		s.ingestInvalid(req, err)
 		return
 	}
-	s.w.reqs <- ingestRequest{msg: msg, reply: m.Reply}
+	s.ingestMu.RLock()
+	defer s.ingestMu.RUnlock()
+	if s.closing {
+		respondError(req, unavailable("shutting down"))
+		return
+	}
+	s.w.reqs <- ingestRequest{msg: msg, req: req}
+}
+
+func (s *Service) ingestInvalid(req micro.Request, err error) {
+	if req.Reply() == "" {
+		s.invalid.Add(1)
+		s.log.Debug("invalid message without reply", "subject", req.Subject(), "err", err)
+		return
+	}
+	respondError(req, err)
 }
 
 func (s *Service) handleAck(m *nats.Msg) {

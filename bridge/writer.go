@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -13,8 +13,8 @@ import (
 
 // ingestRequest is one accepted message waiting for the group commit.
 type ingestRequest struct {
-	msg   *delaystore.StoredMessage
-	reply string
+	msg *delaystore.StoredMessage
+	req micro.Request
 }
 
 // scheduleReply is the body of a successful ingest reply.
@@ -31,7 +31,6 @@ type scheduleReply struct {
 type writer struct {
 	repo     *delaystore.Repository
 	disp     *dispatch.Dispatcher
-	nc       *nats.Conn
 	log      *slog.Logger
 	maxBatch int
 	observe  func(batch int, err error)
@@ -42,8 +41,8 @@ type writer struct {
 	wg   sync.WaitGroup
 }
 
-func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, nc *nats.Conn, maxBatch int, log *slog.Logger, observe func(int, error)) *writer {
-	w := &writer{repo: repo, disp: disp, nc: nc, log: log, maxBatch: maxBatch, observe: observe, reqs: make(chan ingestRequest, maxBatch)}
+func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch int, log *slog.Logger, observe func(int, error)) *writer {
+	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, observe: observe, reqs: make(chan ingestRequest, maxBatch)}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -95,9 +94,7 @@ func (w *writer) commit(batch []ingestRequest) {
 	if err != nil {
 		w.log.Error("committing scheduled messages", "err", err, "messages", len(batch))
 		for _, r := range batch {
-			if r.reply != "" {
-				_ = w.nc.PublishMsg(errorMsg(r.reply, unavailable("storage failing: %v", err)))
-			}
+			respondError(r.req, unavailable("storage failing: %v", err))
 		}
 		return
 	}
@@ -105,10 +102,10 @@ func (w *writer) commit(batch []ingestRequest) {
 		w.disp.Notify(s, msgs[i].FireAtNs)
 	}
 	for i, r := range batch {
-		if r.reply == "" {
+		if r.req.Reply() == "" {
 			continue
 		}
 		body, _ := json.Marshal(scheduleReply{Tag: res[i].Key.Tag(), Subject: msgs[i].Subject, FireAt: formatTime(msgs[i].FireAtNs)})
-		_ = w.nc.Publish(r.reply, body)
+		_ = r.req.Respond(body)
 	}
 }

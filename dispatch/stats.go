@@ -18,17 +18,17 @@ type Observer interface {
 // Stats are counters since the dispatcher started. Each field is read
 // atomically; together they are not a consistent snapshot.
 type Stats struct {
-	Delivered    uint64 // first deliveries published
-	Redelivered  uint64 // deliveries with attempt > 1
-	Acked        uint64 // +ACK that settled a pending message
-	Nacked       uint64
-	Progress     uint64
-	Termed       uint64
-	DeadLettered uint64
-	Expired      uint64
-	Canceled     uint64
-	NoResponders uint64 // deliveries that reached no subscriber (not attempts)
-	InFlight     uint64 // gauge: delivered and not yet settled
+	Delivered    uint64 `json:"delivered"`   // first deliveries published
+	Redelivered  uint64 `json:"redelivered"` // deliveries with attempt > 1
+	Acked        uint64 `json:"acked"`       // +ACK that settled a pending message
+	Nacked       uint64 `json:"nacked"`
+	Progress     uint64 `json:"progress"`
+	Termed       uint64 `json:"termed"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Expired      uint64 `json:"expired"`
+	Canceled     uint64 `json:"canceled"`
+	NoResponders uint64 `json:"no_responders"` // deliveries that reached no subscriber (not attempts)
+	InFlight     uint64 `json:"in_flight"`     // gauge: delivered and not yet settled
 }
 
 type counters struct {

@@ -1,0 +1,385 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/keys"
+)
+
+// Version is the service version reported by INFO and the micro service
+// discovery. It is a semantic version, as micro requires.
+var Version = "0.1.0"
+
+// ServiceName is the name under which natsdelay registers as a NATS micro
+// service: nats micro info natsdelay.
+const ServiceName = "natsdelay"
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+	apiTimeout       = 10 * time.Second
+)
+
+// register adds the micro service with the ingest endpoint and the API.
+func (s *Service) register() error {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     Version,
+		Description: "Durable delayed delivery for core NATS",
+		QueueGroup:  s.cfg.QueueGroup,
+		Metadata:    map[string]string{"engine": s.cfg.Engine},
+	})
+	if err != nil {
+		return fmt.Errorf("bridge: register micro service: %w", err)
+	}
+	s.svc = svc
+	if err := svc.AddEndpoint("ingest", micro.HandlerFunc(s.handleIngest),
+		micro.WithEndpointSubject(s.cfg.IngestPrefix+".>"),
+		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
+		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
+	}
+	for _, ep := range []struct {
+		verb string
+		h    func(micro.Request) (any, error)
+	}{
+		{"INFO", s.apiInfo},
+		{"GET", s.apiGet},
+		{"LIST", s.apiList},
+		{"CANCEL", s.apiCancel},
+	} {
+		h := ep.h
+		err := svc.AddEndpoint(ep.verb, micro.HandlerFunc(func(req micro.Request) {
+			v, err := h(req)
+			if err != nil {
+				respondError(req, err)
+				return
+			}
+			_ = req.RespondJSON(v)
+		}), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+ep.verb))
+		if err != nil {
+			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
+		}
+	}
+	return nil
+}
+
+// decodeRequest reads a JSON request body strictly: unknown fields and
+// trailing data are errors. An empty body is the zero request.
+func decodeRequest(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("request body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("request body: data after the JSON object")
+	}
+	return nil
+}
+
+// Counts are the numbers INFO reports. Pending comes from the subject
+// registry and is exact across restarts; the time windows are counted from
+// the keys, so they are exact to the time bucket.
+type Counts struct {
+	Pending    uint64 `json:"pending"`
+	Subjects   int    `json:"subjects"`
+	InFlight   uint64 `json:"in_flight"`
+	DueNow     uint64 `json:"due_now"`
+	NextMinute uint64 `json:"next_minute"`
+	NextHour   uint64 `json:"next_hour"`
+	NextDay    uint64 `json:"next_day"`
+}
+
+// InfoReply is the body of $DELAY.API.INFO.
+type InfoReply struct {
+	Version string         `json:"version"`
+	Engine  string         `json:"engine"`
+	Counts  Counts         `json:"counts"`
+	Stats   dispatch.Stats `json:"stats"`
+	Config  ConfigSummary  `json:"config"`
+}
+
+// ConfigSummary is the configuration INFO reports.
+type ConfigSummary struct {
+	IngestPrefix      string   `json:"ingest_prefix"`
+	AckPrefix         string   `json:"ack_prefix"`
+	APIPrefix         string   `json:"api_prefix"`
+	AckWait           string   `json:"ack_wait"`
+	MaxDeliver        uint32   `json:"max_deliver"`
+	Backoff           []string `json:"backoff"`
+	DeadLetterSubject string   `json:"dead_letter_subject"`
+	DeadLetterExpired bool     `json:"dead_letter_expired"`
+	TimeBucket        string   `json:"time_bucket"`
+	MaxPayload        int      `json:"max_payload"`
+}
+
+func (s *Service) apiInfo(req micro.Request) (any, error) {
+	var empty struct{}
+	if err := decodeRequest(req.Data(), &empty); err != nil {
+		return nil, err
+	}
+	counts, err := s.Counts()
+	if err != nil {
+		return nil, err
+	}
+	backoff := make([]string, len(s.cfg.Backoff))
+	for i, b := range s.cfg.Backoff {
+		backoff[i] = b.String()
+	}
+	return InfoReply{
+		Version: Version,
+		Engine:  s.cfg.Engine,
+		Counts:  counts,
+		Stats:   s.disp.Stats(),
+		Config: ConfigSummary{
+			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
+			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
+			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
+			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload,
+		},
+	}, nil
+}
+
+// Counts counts pending messages: the totals from the subject registry, and
+// those due now and within the next minute, hour and day by reading keys
+// only, one range per subject.
+func (s *Service) Counts() (Counts, error) {
+	c := Counts{Pending: s.repo.Pending(), InFlight: s.disp.Stats().InFlight}
+	topics := s.repo.Topics()
+	c.Subjects = len(topics)
+	now := s.cfg.Now()
+	bucketMs := s.cfg.TimeBucket.Milliseconds()
+	nowMs := now.UnixMilli()
+	limits := [...]int64{nowMs, now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24 * time.Hour).UnixMilli()}
+	seen := make(map[uint64]bool, len(topics))
+	for _, t := range topics {
+		if seen[t.Hash] {
+			continue // subjects sharing a hash share a range
+		}
+		seen[t.Hash] = true
+		opts := delaystore.IterOptions{LowerBound: keys.TopicLowerBound(t.Hash), UpperBound: keys.DueUpperBound(t.Hash, limits[3], bucketMs)}
+		err := s.store.Scan(opts, func(k, _ []byte) bool {
+			if len(k) != keys.Len {
+				return true
+			}
+			at := keys.BucketStartMs(binary.BigEndian.Uint64(k[8:16]), bucketMs)
+			switch {
+			case at <= limits[0]:
+				c.DueNow++
+			case at <= limits[1]:
+				c.NextMinute++
+				c.NextHour++
+				c.NextDay++
+			case at <= limits[2]:
+				c.NextHour++
+				c.NextDay++
+			case at <= limits[3]:
+				c.NextDay++
+			}
+			return true
+		})
+		if err != nil {
+			return c, unavailable("counting messages: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// messageRef names one pending message: by tag, or by subject and client id.
+type messageRef struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	ID      string `json:"id"`
+	Payload bool   `json:"payload"`
+}
+
+func (s *Service) resolve(ref messageRef) (keys.Key, error) {
+	switch {
+	case ref.Tag != "" && (ref.Subject != "" || ref.ID != ""):
+		return keys.Key{}, badRequest(`give either "tag" or "subject" and "id", not both`)
+	case ref.Tag != "":
+		k, err := keys.ParseTag(ref.Tag)
+		if err != nil {
+			return k, badRequest("%v", err)
+		}
+		return k, nil
+	case ref.Subject == "" || ref.ID == "":
+		return keys.Key{}, badRequest(`give "tag", or "subject" and "id"`)
+	}
+	if err := checkTarget(ref.Subject, nil); err != nil {
+		return keys.Key{}, err
+	}
+	k, err := s.repo.Lookup(ref.Subject, ref.ID)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", ErrNotFound, clip(ref.Subject), clip(ref.ID))
+	}
+	if err != nil {
+		return k, unavailable("looking up %q: %v", clip(ref.ID), err)
+	}
+	return k, nil
+}
+
+// MessageInfo describes one pending message in GET and LIST replies.
+type MessageInfo struct {
+	Tag        string              `json:"tag"`
+	Subject    string              `json:"subject"`
+	ID         string              `json:"id,omitempty"`
+	FireAt     string              `json:"fire_at"`
+	EnqueuedAt string              `json:"enqueued_at"`
+	ExpireAt   string              `json:"expire_at,omitempty"`
+	Attempt    uint32              `json:"attempt"`
+	Ack        string              `json:"ack"`
+	MaxDeliver uint32              `json:"max_deliver,omitempty"`
+	Size       int                 `json:"size"`
+	Headers    map[string][]string `json:"headers,omitempty"`
+	Payload    []byte              `json:"payload,omitempty"`
+}
+
+func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) MessageInfo {
+	mi := MessageInfo{
+		Tag: k.Tag(), Subject: m.Subject, ID: m.ClientId,
+		FireAt: formatTime(m.FireAtNs), EnqueuedAt: formatTime(m.EnqueuedAtNs),
+		Attempt: m.Attempt, Ack: "explicit", MaxDeliver: m.MaxDeliver, Size: len(m.Payload),
+	}
+	if m.ExpireAtNs != 0 {
+		mi.ExpireAt = formatTime(m.ExpireAtNs)
+	}
+	if m.AckPolicy == delaystore.AckPolicy_ACK_NONE {
+		mi.Ack = "none"
+	}
+	if len(m.Headers) > 0 {
+		mi.Headers = make(map[string][]string, len(m.Headers))
+		for _, h := range m.Headers {
+			mi.Headers[h.Name] = h.Values
+		}
+	}
+	if withPayload {
+		mi.Payload = m.Payload
+		if mi.Payload == nil {
+			mi.Payload = []byte{}
+		}
+	}
+	return mi
+}
+
+func (s *Service) apiGet(req micro.Request) (any, error) {
+	var ref messageRef
+	if err := decodeRequest(req.Data(), &ref); err != nil {
+		return nil, err
+	}
+	k, err := s.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.repo.Get(k)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no pending message with tag %s", ErrNotFound, k)
+	}
+	if err != nil {
+		return nil, unavailable("reading %s: %v", k, err)
+	}
+	return messageInfo(k, m, ref.Payload), nil
+}
+
+// ListReply is the body of $DELAY.API.LIST.
+type ListReply struct {
+	Subject  string        `json:"subject"`
+	Messages []MessageInfo `json:"messages"`
+	// Next is the tag to pass as "after" for the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+func (s *Service) apiList(req micro.Request) (any, error) {
+	var r struct {
+		Subject string `json:"subject"`
+		Limit   *int   `json:"limit"`
+		After   string `json:"after"`
+	}
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	if r.Subject == "" {
+		return nil, badRequest(`"subject" is required`)
+	}
+	if err := checkTarget(r.Subject, nil); err != nil {
+		return nil, err
+	}
+	limit := defaultListLimit
+	if r.Limit != nil {
+		if *r.Limit < 1 || *r.Limit > maxListLimit {
+			return nil, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxListLimit)
+		}
+		limit = *r.Limit
+	}
+	hash := keys.TopicHash(r.Subject)
+	var from []byte
+	if r.After != "" {
+		k, err := keys.ParseTag(r.After)
+		if err != nil {
+			return nil, badRequest(`"after": %v`, err)
+		}
+		if k.TopicHash() != hash {
+			return nil, badRequest(`"after" %s is not a tag of subject %q`, k, clip(r.Subject))
+		}
+		from = append(k.Bytes(), 0)
+	}
+	out := ListReply{Subject: r.Subject, Messages: []MessageInfo{}}
+	more := false
+	err := s.repo.ScanTopic(hash, from, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
+		if m.Subject != r.Subject {
+			return true // another subject with the same hash
+		}
+		if len(out.Messages) == limit {
+			more = true
+			return false
+		}
+		out.Messages = append(out.Messages, messageInfo(k, m, false))
+		return true
+	})
+	if err != nil {
+		return nil, unavailable("listing %q: %v", clip(r.Subject), err)
+	}
+	if more {
+		out.Next = out.Messages[len(out.Messages)-1].Tag
+	}
+	return out, nil
+}
+
+func (s *Service) apiCancel(req micro.Request) (any, error) {
+	var ref messageRef
+	if err := decodeRequest(req.Data(), &ref); err != nil {
+		return nil, err
+	}
+	if ref.Payload {
+		return nil, badRequest(`"payload" is not a CANCEL field`)
+	}
+	k, err := s.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	ok, err := s.disp.Cancel(ctx, k)
+	if err != nil {
+		return nil, unavailable("canceling %s: %v", k, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: no pending message with tag %s", ErrNotFound, k)
+	}
+	return struct {
+		Canceled bool `json:"canceled"`
+	}{true}, nil
+}
