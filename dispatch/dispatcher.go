@@ -311,6 +311,16 @@ func (d *Dispatcher) pass() time.Duration {
 			}
 			fallthrough
 		case stateRetry:
+			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
+				// NB: a NAKed delivery counts as an attempt, as in
+				// JetStream, and a NAK comes here without passing the
+				// ack-wait check above, so the limit is checked again
+				// before delivering once more.
+				d.mu.timers.unschedule(f)
+				f.state = stateSettling
+				deadLetter = append(deadLetter, f)
+				continue
+			}
 			if t := f.topic; t.blockedUntil > now {
 				f.state = stateRetry
 				d.mu.timers.schedule(f, t.blockedUntil)
