@@ -1,0 +1,228 @@
+package integration_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+)
+
+const deadLetters = "natsdelay.dead"
+
+// wantDeadLetter fails tb unless dl is the dead letter of the message
+// scheduled as rep with payload, after attempt deliveries, for reason, and
+// carries the publisher's X-Trace header.
+func wantDeadLetter(tb testing.TB, dl *nats.Msg, rep scheduled, payload string, attempt int, reason string) {
+	tb.Helper()
+	h := dl.Header
+	switch {
+	case string(dl.Data) != payload,
+		h.Get(bridge.HeaderTag) != rep.Tag,
+		h.Get(bridge.HeaderAttempt) != fmt.Sprint(attempt),
+		h.Get(bridge.HeaderSubject) != rep.Subject,
+		h.Get(bridge.HeaderReason) != reason,
+		!slices.Equal(h.Values("X-Trace"), []string{"t1"}):
+		tb.Fatalf("dead letter %q with headers %v; want %q, tag %s, attempt %d, subject %s, reason %q, X-Trace t1",
+			dl.Data, h, payload, rep.Tag, attempt, rep.Subject, reason)
+	}
+	for _, c := range controlHeaders {
+		if h.Get(c) != "" {
+			tb.Fatalf("dead letter carries control header %s: %v", c, h)
+		}
+	}
+}
+
+// TestDeadLetter_Term checks that +TERM, with or without a reason, deletes
+// the message and publishes it once to the dead-letter subject with the
+// original headers and payload plus Delay-Tag, Delay-Attempt,
+// Delay-Subject and Delay-Reason, and that it is never delivered again.
+func TestDeadLetter_Term(t *testing.T) {
+	t.Parallel()
+	const ackWait = 300 * time.Millisecond
+	h := newHarness(t, func(c *bridge.Config) {
+		c.DeadLetterSubject = deadLetters
+		c.AckWait = ackWait
+	})
+	got := subscribe(t, h.nc, "dl.term")
+	dead := subscribe(t, h.nc, deadLetters)
+	for _, c := range []struct{ payload, reason string }{
+		{"+TERM bad payload", "term: bad payload"},
+		{"+TERM", "term"},
+	} {
+		rep := schedule(t, h.nc, newMsg("dl.term", c.payload, "X-Trace", "t1", "Delay-Max-Deliver", "5"))
+		r := next(t, got, "delivery")
+		ackSync(t, h.nc, r.Msg, c.payload)
+		// The ack sync answers once the delete is committed.
+		if err := isGone(h.svc, rep.Key); err != nil {
+			t.Fatal(err)
+		}
+		dl := next(t, dead, "dead letter")
+		wantDeadLetter(t, dl.Msg, rep, c.payload, 1, c.reason)
+	}
+	quiet(t, got, 2*ackWait, "delivery after +TERM")
+	quiet(t, dead, 0, "second dead letter")
+	if n := h.svc.Repository().Pending(); n != 0 {
+		t.Fatalf("pending = %d, want 0", n)
+	}
+}
+
+// TestDeadLetter_MaxDeliver checks that a message that was delivered its
+// maximum number of times without an ACK (the configured default or its
+// own Delay-Max-Deliver, which wins; NAKs count as in JetStream) is
+// dead-lettered with reason max-deliver and the last attempt, deleted, and
+// not delivered again.
+func TestDeadLetter_MaxDeliver(t *testing.T) {
+	t.Parallel()
+	const ackWait = 200 * time.Millisecond
+	cases := []struct {
+		name       string
+		maxDeliver uint32 // bridge.Config.MaxDeliver
+		hdr        []string
+		answer     string // what the consumer says; "" is silence
+		attempts   int
+	}{
+		{name: "config default", maxDeliver: 2, attempts: 2},
+		{name: "header wins over config", maxDeliver: 5, hdr: []string{"Delay-Max-Deliver", "1"}, attempts: 1},
+		{name: "header without config", hdr: []string{"delay-max-deliver", "3"}, attempts: 3},
+		{name: "NAK counts", hdr: []string{"Delay-Max-Deliver", "2"}, answer: "-NAK", attempts: 2},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(cfg *bridge.Config) {
+				cfg.DeadLetterSubject = deadLetters
+				cfg.AckWait = ackWait
+				cfg.MaxDeliver = c.maxDeliver
+			})
+			subj := fmt.Sprintf("dl.max.%d", i)
+			got := subscribe(t, h.nc, subj)
+			dead := subscribe(t, h.nc, deadLetters)
+			rep := schedule(t, h.nc, newMsg(subj, "x", append([]string{"X-Trace", "t1"}, c.hdr...)...))
+			for n := 1; n <= c.attempts; n++ {
+				r := next(t, got, fmt.Sprintf("delivery %d", n))
+				wantAttempt(t, r.Msg, n)
+				if c.answer != "" {
+					ackSync(t, h.nc, r.Msg, c.answer)
+				}
+			}
+			dl := next(t, dead, "dead letter")
+			wantDeadLetter(t, dl.Msg, rep, "x", c.attempts, "max-deliver")
+			waitGone(t, h.svc, rep.Key)
+			waitPending(t, h.svc, 0)
+			quiet(t, got, 2*ackWait, "delivery after the dead letter")
+			quiet(t, dead, 0, "second dead letter")
+		})
+	}
+}
+
+// TestDeadLetter_MaxDeliver_NoSubject checks that without a dead-letter
+// subject a message past its max deliver is deleted, and nothing is
+// published for it.
+func TestDeadLetter_MaxDeliver_NoSubject(t *testing.T) {
+	t.Parallel()
+	const ackWait = 200 * time.Millisecond
+	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait; c.MaxDeliver = 1 })
+	got := subscribe(t, h.nc, "dl.nosubj")
+	rep := schedule(t, h.nc, newMsg("dl.nosubj", "x"))
+	wantAttempt(t, next(t, got, "delivery").Msg, 1)
+	waitGone(t, h.svc, rep.Key)
+	quiet(t, got, 2*ackWait, "delivery after max deliver")
+	if st := h.svc.Dispatcher().Stats(); st.Redelivered != 0 {
+		t.Fatalf("stats %+v: want no redelivery", st)
+	}
+}
+
+// TestExpiry_TTL checks Delay-TTL: a message not ACKed by fire time + TTL
+// is deleted and never delivered again, and is dead-lettered with reason
+// expired when DeadLetterExpired is set. It is checked both for a message
+// that keeps being redelivered and for one that nobody could receive.
+func TestExpiry_TTL(t *testing.T) {
+	t.Parallel()
+	const (
+		ackWait = 150 * time.Millisecond
+		ttl     = 500 * time.Millisecond
+	)
+	opts := func(dlq bool) func(*bridge.Config) {
+		return func(c *bridge.Config) {
+			c.AckWait = ackWait
+			c.ExpiryInterval = 50 * time.Millisecond
+			c.DeadLetterSubject = deadLetters
+			c.DeadLetterExpired = dlq
+		}
+	}
+
+	t.Run("redelivered until expired", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, opts(true))
+		got := subscribe(t, h.nc, "ttl.busy")
+		dead := subscribe(t, h.nc, deadLetters)
+		rep := schedule(t, h.nc, newMsg("ttl.busy", "x", "Delay-TTL", "500ms", "X-Trace", "t1"))
+		expireAt := rep.FireAt.Add(ttl)
+		first := next(t, got, "first delivery")
+		wantAttempt(t, first.Msg, 1)
+		// Deliveries and the dead letter come from one connection, so every
+		// delivery published before the dead letter arrives before it.
+		var last int
+		var dl received
+	collect:
+		for {
+			select {
+			case r := <-got:
+				last = attempt(t, r.Msg)
+			case dl = <-dead:
+				break collect
+			case <-time.After(wait):
+				t.Fatal("no dead letter for the expired message")
+			}
+		}
+		if dl.at.Before(expireAt) {
+			t.Fatalf("dead-lettered at %s, before the expiry %s", dl.at.Format(time.RFC3339Nano), expireAt.Format(time.RFC3339Nano))
+		}
+		if last < 2 {
+			t.Fatalf("last delivery before expiry was attempt %d, want redeliveries within the TTL", last)
+		}
+		wantDeadLetter(t, dl.Msg, rep, "x", last, "expired")
+		waitGone(t, h.svc, rep.Key)
+		quiet(t, got, 3*ackWait, "delivery after expiry")
+		quiet(t, dead, 0, "second dead letter")
+	})
+
+	t.Run("nobody listening", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, opts(true))
+		dead := subscribe(t, h.nc, deadLetters)
+		rep := schedule(t, h.nc, newMsg("ttl.idle", "x", "Delay-TTL", "500ms", "X-Trace", "t1"))
+		dl := next(t, dead, "dead letter")
+		if dl.at.Before(rep.FireAt.Add(ttl)) {
+			t.Fatalf("dead-lettered at %s, before the expiry", dl.at.Format(time.RFC3339Nano))
+		}
+		// Nobody ever received it, so no attempt was counted.
+		wantDeadLetter(t, dl.Msg, rep, "x", 0, "expired")
+		waitGone(t, h.svc, rep.Key)
+		got := subscribe(t, h.nc, "ttl.idle")
+		quiet(t, got, 3*ackWait, "delivery of an expired message")
+	})
+
+	t.Run("without dead letter", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, opts(false))
+		dead := subscribe(t, h.nc, deadLetters)
+		got := subscribe(t, h.nc, "ttl.quiet")
+		rep := schedule(t, h.nc, newMsg("ttl.quiet", "x", "Delay-TTL", "300ms", "Delay", "100ms"))
+		next(t, got, "delivery")
+		waitGone(t, h.svc, rep.Key)
+		if st := h.svc.Dispatcher().Stats(); st.Expired != 1 {
+			t.Fatalf("stats %+v, want 1 expired", st)
+		}
+		// Drop what was delivered before the delete; nothing may follow.
+		for len(got) > 0 {
+			<-got
+		}
+		quiet(t, got, 3*ackWait, "delivery after expiry")
+		quiet(t, dead, 0, "dead letter without DeadLetterExpired")
+	})
+}
