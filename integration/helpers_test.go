@@ -376,3 +376,46 @@ func (c *counter) snapshot() (distinct, total, maxAttempt, early int) {
 	defer c.mu.Unlock()
 	return len(c.byTag), c.total, c.maxAtt, c.early
 }
+
+// scheduleMany sends msgs as requests without waiting for each reply, in
+// order on one connection, so the service receives (and numbers) them in
+// slice order, and returns the replies in the same order. It fails tb if
+// any is an error.
+func scheduleMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []scheduled {
+	tb.Helper()
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, len(msgs))
+	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { replies <- m })
+	if err != nil {
+		tb.Fatalf("subscribe replies: %v", err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		tb.Fatal(err)
+	}
+	for i, m := range msgs {
+		m.Reply = inbox + "." + strconv.Itoa(i)
+		if err := nc.PublishMsg(m); err != nil {
+			tb.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	out := make([]scheduled, len(msgs))
+	timeout := time.After(wait)
+	for range msgs {
+		var rep *nats.Msg
+		select {
+		case rep = <-replies:
+		case <-timeout:
+			tb.Fatalf("only %d of %d schedule replies within %v", len(msgs)-len(replies), len(msgs), wait)
+		}
+		i, err := strconv.Atoi(rep.Subject[len(inbox)+1:])
+		if err != nil {
+			tb.Fatalf("reply on %s", rep.Subject)
+		}
+		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
+			tb.Fatalf("schedule %d: error %s: %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
+		}
+		out[i] = parseScheduled(tb, rep.Data)
+	}
+	return out
+}
