@@ -1,0 +1,102 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+
+	"natsdelay/bridge"
+)
+
+// TestRestart_PendingSurvive checks durability across a restart on every
+// durable engine: messages pending when the Service closes are delivered
+// by the next one on the same data, never before their fire time; attempt
+// counts survive (attempt 2 before the restart, 3 after); the Delay-Id
+// index survives, so replacing still works; event IDs keep going up; and
+// what was ACKed stays gone.
+func TestRestart_PendingSurvive(t *testing.T) {
+	t.Parallel()
+	for _, e := range engines {
+		if !e.durable {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := startServer(t)
+			nc := connect(t, srv)
+			gotA := subscribe(t, nc, "restart.a")
+
+			// Backoff 0 then 1h: the first ack wait leads straight to attempt
+			// 2, and after that nothing goes out before the restart, so the
+			// next attempt is the restarted service's.
+			svc := startService(t, srv, e.open(t, dir), func(c *bridge.Config) {
+				c.AckWait = 300 * time.Millisecond
+				c.Backoff = []time.Duration{0, time.Hour}
+			})
+			a := schedule(t, nc, newMsg("restart.a", "a", "X-Trace", "t1"))
+			// Nobody listens on restart.b yet, so it stays pending across
+			// the restart even if it falls due before.
+			b := schedule(t, nc, newMsg("restart.b", "b", "Delay", "1s"))
+			c := schedule(t, nc, newMsg("restart.c", "c", "Delay", "1h", "Delay-Id", "c"))
+			wantAttempt(t, next(t, gotA, "attempt 1").Msg, 1)
+			wantAttempt(t, next(t, gotA, "attempt 2 after the ack wait").Msg, 2)
+			lastID := svc.Repository().LastID()
+			if err := svc.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if len(gotA) > 0 {
+				t.Fatalf("a delivery after attempt 2 before the restart: %v", (<-gotA).Header)
+			}
+
+			svc = startService(t, srv, e.open(t, dir), func(c *bridge.Config) { c.AckWait = time.Minute })
+			repo := svc.Repository()
+			if p, id := repo.Pending(), repo.LastID(); p != 3 || id != lastID {
+				t.Fatalf("after restart: pending %d, last id %d; want 3, %d", p, id, lastID)
+			}
+			r := next(t, gotA, "delivery after restart")
+			wantAttempt(t, r.Msg, 3)
+			if r.Header.Get(bridge.HeaderTag) != a.Tag || string(r.Data) != "a" || r.Header.Get("X-Trace") != "t1" {
+				t.Fatalf("delivered %q with headers %v, want message a", r.Data, r.Header)
+			}
+			ackSync(t, nc, r.Msg, "")
+
+			gotB := subscribe(t, nc, "restart.b")
+			rb := next(t, gotB, "delivery of b after restart")
+			notEarly(t, rb, b.FireAt)
+			wantAttempt(t, rb.Msg, 1)
+			ackSync(t, nc, rb.Msg, "")
+
+			gotC := subscribe(t, nc, "restart.c")
+			c2 := schedule(t, nc, newMsg("restart.c", "c2", "Delay", "100ms", "Delay-Id", "c"))
+			if err := isGone(svc, c.Key); err != nil {
+				t.Fatalf("Delay-Id replace after restart: %v", err)
+			}
+			if c2.Key.EventID() <= lastID {
+				t.Fatalf("event id %d after restart, want more than %d", c2.Key.EventID(), lastID)
+			}
+			rc := next(t, gotC, "delivery of the replacement")
+			if string(rc.Data) != "c2" {
+				t.Fatalf("delivered %q, want c2", rc.Data)
+			}
+			ackSync(t, nc, rc.Msg, "")
+			if n := repo.Pending(); n != 0 {
+				t.Fatalf("pending = %d, want 0", n)
+			}
+			if err := svc.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+
+			// What was ACKed does not come back.
+			svc = startService(t, srv, e.open(t, dir), nil)
+			if p, id := svc.Repository().Pending(), svc.Repository().LastID(); p != 0 || id != c2.Key.EventID() {
+				t.Fatalf("after second restart: pending %d, last id %d; want 0, %d", p, id, c2.Key.EventID())
+			}
+			for _, ch := range []<-chan received{gotA, gotB, gotC} {
+				quiet(t, ch, 200*time.Millisecond, "delivery of an ACKed message after restart")
+			}
+		})
+	}
+}
