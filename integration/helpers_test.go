@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/boltstore"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
@@ -44,6 +46,14 @@ var engines = []engine{
 	}},
 	{name: "pebble-disk", durable: true, open: func(tb testing.TB, dir string) delaystore.Store {
 		return openPebble(tb, pebblestore.Config{Dir: dir})
+	}},
+	{name: "bolt", durable: true, open: func(tb testing.TB, dir string) delaystore.Store {
+		tb.Helper()
+		st, err := boltstore.Open(boltstore.Config{Path: filepath.Join(dir, "natsdelay.db")})
+		if err != nil {
+			tb.Fatalf("boltstore.Open: %v", err)
+		}
+		return st
 	}},
 }
 
