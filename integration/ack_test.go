@@ -274,3 +274,27 @@ func wantError(tb testing.TB, what string, rep *nats.Msg, code int, want string)
 		tb.Fatalf("%s: description %q does not mention %q", what, desc, want)
 	}
 }
+
+// TestAck_Backoff_AfterAckWait checks the configured backoff: after an
+// unanswered attempt N the redelivery waits the ack wait plus the Nth
+// backoff value, the last value repeating.
+func TestAck_Backoff_AfterAckWait(t *testing.T) {
+	t.Parallel()
+	const ackWait = 100 * time.Millisecond
+	backoff := []time.Duration{300 * time.Millisecond, 150 * time.Millisecond}
+	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait; c.Backoff = backoff })
+	got := subscribe(t, h.nc, "ack.backoff")
+	rep := schedule(t, h.nc, newMsg("ack.backoff", "x"))
+	// The first delivery goes out at its fire time at the earliest, and
+	// each later one at least an ack wait plus a backoff after the one
+	// before, so the bounds add up from the fire time.
+	earliest := rep.FireAt
+	for n := 1; n <= 4; n++ {
+		r := next(t, got, fmt.Sprintf("attempt %d", n))
+		wantAttempt(t, r.Msg, n)
+		if r.at.Before(earliest) {
+			t.Fatalf("attempt %d at %s, want not before %s", n, r.at.Format(time.RFC3339Nano), earliest.Format(time.RFC3339Nano))
+		}
+		earliest = earliest.Add(ackWait + backoff[min(n-1, len(backoff)-1)])
+	}
+}

@@ -2,8 +2,11 @@ package integration_test
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
 )
@@ -17,8 +20,10 @@ const maxNoResponders = 50
 // waitNoResponders waits until the dispatcher has seen at least one
 // delivery bounce, then watches it for about a second and checks that it
 // backs off instead of retrying in a loop. The second is an observation
-// window, not a synchronisation.
-func waitNoResponders(tb testing.TB, h *harness) {
+// window, not a synchronisation. backlog is the number of messages due on
+// the silent subjects: the first pass sends them all before the first
+// bounce is known, and each bounce is counted.
+func waitNoResponders(tb testing.TB, h *harness, backlog int) {
 	tb.Helper()
 	checkFor(tb, wait, 10*time.Millisecond, func() error {
 		if n := h.svc.Dispatcher().Stats().NoResponders; n == 0 {
@@ -35,7 +40,7 @@ func waitNoResponders(tb testing.TB, h *harness) {
 			return
 		case <-tick.C:
 		}
-		if st := h.svc.Dispatcher().Stats(); st.NoResponders >= maxNoResponders {
+		if st := h.svc.Dispatcher().Stats(); st.NoResponders >= uint64(backlog+maxNoResponders) {
 			tb.Fatalf("%d no-responders answers within about a second: the service is spinning (stats %+v)", st.NoResponders, st)
 		}
 	}
@@ -49,7 +54,7 @@ func TestNoResponders_NotCounted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) { c.AckWait = 200 * time.Millisecond; c.MaxDeliver = 1 })
 	rep := schedule(t, h.nc, newMsg("nobody.home", "x"))
-	waitNoResponders(t, h)
+	waitNoResponders(t, h, 1)
 	// MaxDeliver 1 with a short ack wait: had a bounce counted, the message
 	// would be dead-lettered and gone by now.
 	if m := stored(t, h.svc, rep.Key); m.Attempt != 0 {
@@ -84,7 +89,7 @@ func TestNoResponders_Redelivery(t *testing.T) {
 	if err := sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	waitNoResponders(t, h)
+	waitNoResponders(t, h, 1)
 	got := subscribe(t, h.nc, "nobody.later")
 	r := next(t, got, "redelivery once a subscriber is back")
 	wantAttempt(t, r.Msg, 2)
@@ -119,7 +124,7 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
 		rep := schedule(t, h.nc, newMsg("none.later", "x", "Delay-Ack", "NONE"))
-		waitNoResponders(t, h)
+		waitNoResponders(t, h, 1)
 		stored(t, h.svc, rep.Key)
 		if n := h.svc.Repository().Pending(); n != 1 {
 			t.Fatalf("pending = %d while nobody listens, want 1", n)
@@ -130,4 +135,31 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 		waitGone(t, h.svc, rep.Key)
 		quiet(t, got, 3*ackWait, "redelivery of a Delay-Ack: none message")
 	})
+}
+
+// TestNoResponders_ResumeInOrder checks that when a subscriber appears
+// after many deliveries bounced, the backlog comes out complete, in order
+// and uncounted (every message as attempt 1).
+func TestNoResponders_ResumeInOrder(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	h := newHarness(t, nil)
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		msgs[i] = newMsg("nobody.backlog", strconv.Itoa(i))
+	}
+	scheduleMany(t, h.nc, msgs)
+	waitNoResponders(t, h, n)
+	got := subscribe(t, h.nc, "nobody.backlog")
+	for i := range n {
+		r := next(t, got, fmt.Sprintf("delivery %d of the backlog", i))
+		if string(r.Data) != strconv.Itoa(i) {
+			t.Fatalf("delivery %d is message %s, want %d", i, r.Data, i)
+		}
+		wantAttempt(t, r.Msg, 1)
+		if err := r.Respond(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPending(t, h.svc, 0)
 }

@@ -1,8 +1,11 @@
 package integration_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
 )
@@ -96,6 +99,95 @@ func TestRestart_PendingSurvive(t *testing.T) {
 			}
 			for _, ch := range []<-chan received{gotA, gotB, gotC} {
 				quiet(t, ch, 200*time.Millisecond, "delivery of an ACKed message after restart")
+			}
+		})
+	}
+}
+
+// TestRestart_RepliedMeansStored checks the ingest promise across Close:
+// while requests are still arriving, Close answers every one it took,
+// either with success or with a 503, and every message that got a success
+// reply is there when the data is opened again, and nothing else is.
+func TestRestart_RepliedMeansStored(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	for _, e := range engines {
+		if !e.durable {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := startServer(t)
+			nc := connect(t, srv)
+			svc := startService(t, srv, e.open(t, dir), nil)
+
+			inbox := nats.NewInbox()
+			replies := make(chan *nats.Msg, n)
+			sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { replies <- m })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := sub.SetPendingLimits(-1, -1); err != nil {
+				t.Fatal(err)
+			}
+			var ok []scheduled
+			refused := 0
+			handle := func(rep *nats.Msg) {
+				switch code := rep.Header.Get(bridge.HeaderServiceErrorCode); {
+				case code == "503":
+					refused++
+				case rep.Header.Get("Status") == "503":
+					// No responders: the service had stopped listening.
+					refused++
+				case code != "":
+					t.Fatalf("error %s: %s", code, rep.Header.Get(bridge.HeaderServiceError))
+				default:
+					ok = append(ok, parseScheduled(t, rep.Data))
+				}
+			}
+			receive := func() {
+				select {
+				case rep := <-replies:
+					handle(rep)
+				case <-time.After(wait):
+					t.Fatalf("%d accepted and %d refused of %d requests, then silence", len(ok), refused, n)
+				}
+			}
+			publish := func(from, to int) {
+				for i := from; i < to; i++ {
+					m := newMsg("replied.s", strconv.Itoa(i), "Delay", "1h")
+					m.Reply = inbox + "." + strconv.Itoa(i)
+					if err := nc.PublishMsg(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			publish(0, n/2)
+			// Close once the service is busy committing, while the rest is
+			// still on its way.
+			receive()
+			closed := make(chan error, 1)
+			go func() { closed <- svc.Close() }()
+			publish(n/2, n)
+			for range n - 1 {
+				receive()
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			t.Logf("accepted %d, refused %d", len(ok), refused)
+
+			svc = startService(t, srv, e.open(t, dir), nil)
+			if p := svc.Repository().Pending(); p != uint64(len(ok)) {
+				t.Fatalf("pending after reopen = %d, want the %d accepted", p, len(ok))
+			}
+			for _, s := range ok {
+				stored(t, svc, s.Key)
 			}
 		})
 	}
