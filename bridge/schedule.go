@@ -149,13 +149,20 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		}
 		msg.MaxDeliver = uint32(n)
 	}
-	msg.Headers = passedHeaders(h)
+	if msg.Headers, err = passedHeaders(h); err != nil {
+		return nil, err
+	}
 	return msg, nil
 }
 
 // passedHeaders are the publisher's headers without the control headers, in
 // name order so that what is stored does not depend on map order.
-func passedHeaders(h nats.Header) []*delaystore.Header {
+//
+// NB: headers are stored as protobuf strings, which must be valid UTF-8.
+// One message that does not encode fails its whole group commit, so every
+// publisher in the batch would get a 503; refuse it here with a 400
+// instead.
+func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 	names := make([]string, 0, len(h))
 	for k := range h {
 		if !isControl(k) {
@@ -165,9 +172,17 @@ func passedHeaders(h nats.Header) []*delaystore.Header {
 	slices.Sort(names)
 	out := make([]*delaystore.Header, 0, len(names))
 	for _, k := range names {
+		if !utf8.ValidString(k) {
+			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", clip(k))
+		}
+		for _, v := range h[k] {
+			if !utf8.ValidString(v) {
+				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", clip(k), clip(v))
+			}
+		}
 		out = append(out, &delaystore.Header{Name: k, Values: slices.Clone(h[k])})
 	}
-	return out
+	return out, nil
 }
 
 // parseDuration reads a Go duration (90s, 1h30m) or integer milliseconds.
