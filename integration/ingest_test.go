@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,6 +61,7 @@ var badInputs = []struct {
 	{name: "Delay-Id tab", hdr: []string{"Delay-Id", "a\tb"}, want: "control character"},
 	{name: "empty Delay-Id", hdr: []string{"Delay-Id", ""}, want: "Delay-Id is empty"},
 	{name: "Delay-Id too long", hdr: []string{"Delay-Id", strings.Repeat("i", 257)}, want: "the limit is 256"},
+	{name: "header value not UTF-8", hdr: []string{"X-Bin", "a\xffb"}, want: "X-Bin value"},
 	{name: "Delay twice", hdr: []string{"Delay", "1s", "Delay", "2s"}, want: "Delay given 2 times"},
 	{name: "Delay twice, two spellings", hdr: []string{"Delay", "1s", "delay", "1s"}, want: "Delay given 2 times"},
 	{name: "Delay-Id twice", hdr: []string{"Delay-Id", "a", "Delay-Id", "b"}, want: "Delay-Id given 2 times"},
@@ -162,5 +164,50 @@ func TestIngest_EmptyToken(t *testing.T) {
 	}
 	if p, id := h.svc.Repository().Pending(), h.svc.Repository().LastID(); p != 0 || id != 0 {
 		t.Fatalf("pending %d, last id %d; want nothing stored", p, id)
+	}
+}
+
+// TestIngest_BadInput_SparesOthers checks that a bad message does not fail
+// the good ones that arrive with it: messages accepted in the same instant
+// are committed together, and each publisher still gets its own answer.
+func TestIngest_BadInput_SparesOthers(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	h := newHarness(t, func(c *bridge.Config) { c.MaxPayload = 1024 })
+	inbox := nats.NewInbox()
+	sub, err := h.nc.SubscribeSync(inbox + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	// Published back to back, good and bad share group commits.
+	for i := range n {
+		m := newMsg("spare.t", "good", "Delay", "1h")
+		if i%2 == 1 {
+			m = badMsg(i / 2 % len(badInputs))
+		}
+		m.Reply = inbox + "." + strconv.Itoa(i)
+		if err := h.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		rep, err := sub.NextMsg(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, _ := strconv.Atoi(rep.Subject[len(inbox)+1:])
+		code := rep.Header.Get(bridge.HeaderServiceErrorCode)
+		switch {
+		case i%2 == 0 && code != "":
+			t.Fatalf("good message %d refused: %s %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
+		case i%2 == 1 && code != "400":
+			t.Fatalf("bad message %d (%s): reply %q with headers %v, want a 400", i, badInputs[i/2%len(badInputs)].name, rep.Data, rep.Header)
+		}
+	}
+	if p := h.svc.Repository().Pending(); p != n/2 {
+		t.Fatalf("pending = %d, want the %d good messages", p, n/2)
 	}
 }
