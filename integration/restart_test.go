@@ -192,3 +192,60 @@ func TestRestart_RepliedMeansStored(t *testing.T) {
 		})
 	}
 }
+
+// TestRestart_AnswerEarlierDelivery checks that +ACK and +TERM work for a
+// delivery made before a restart: the tag is the storage key, so the
+// restarted service settles the message even though it never delivered
+// it itself, and the dead letter carries the attempt count from before.
+func TestRestart_AnswerEarlierDelivery(t *testing.T) {
+	t.Parallel()
+	for _, e := range engines {
+		if !e.durable {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := startServer(t)
+			nc := connect(t, srv)
+			mod := func(c *bridge.Config) { c.AckWait = time.Minute; c.DeadLetterSubject = deadLetters }
+			svc := startService(t, srv, e.open(t, dir), mod)
+			sub, err := nc.SubscribeSync("restart.old")
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked := schedule(t, nc, newMsg("restart.old", "ack me", "X-Trace", "t1"))
+			termed := schedule(t, nc, newMsg("restart.old", "term me", "X-Trace", "t1"))
+			var ds []*nats.Msg
+			for range 2 {
+				d, err := sub.NextMsg(wait)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds = append(ds, d)
+			}
+			// Nobody listens after the restart, so the new service cannot
+			// have delivered these messages itself.
+			if err := sub.Unsubscribe(); err != nil {
+				t.Fatal(err)
+			}
+			if err := svc.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+
+			dead := subscribe(t, nc, deadLetters)
+			svc = startService(t, srv, e.open(t, dir), mod)
+			ackSync(t, nc, ds[0], "+ACK")
+			ackSync(t, nc, ds[1], "+TERM old")
+			for _, k := range []scheduled{acked, termed} {
+				if err := isGone(svc, k.Key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dl := next(t, dead, "dead letter")
+			wantDeadLetter(t, dl.Msg, termed, "term me", 1, "term: old")
+			got := subscribe(t, nc, "restart.old")
+			quiet(t, got, 300*time.Millisecond, "delivery of a settled message")
+		})
+	}
+}
