@@ -108,7 +108,15 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		cursor = t.cursor
 	}
 	t.cursor = cursor
+	taken := 0
 	for _, f := range due {
+		if _, ok := d.mu.canceled[f.k]; ok {
+			// NB: ACKed, TERMed, canceled or expired after the scan read it.
+			// Its delete may be committed already, and the answer sent, so
+			// it must not go out again.
+			continue
+		}
+		taken++
 		fl := &flight{
 			key:        f.k,
 			topic:      t,
@@ -130,7 +138,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	for _, g := range gone {
 		d.settleExpired(g.k, g.msg, nil)
 	}
-	return len(due)
+	return taken
 }
 
 func ceilMs(ns int64) int64 {

@@ -26,6 +26,9 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 	switch a.Kind {
 	case AckDone:
 		d.mu.Lock()
+		// Mark it as Cancel does, so that a scan which read the message
+		// before the delete commits does not deliver it after the +OK.
+		d.mu.canceled[k] = struct{}{}
 		if f := d.mu.flights[k]; f != nil {
 			f.state = stateSettling
 			d.mu.timers.unschedule(f)
@@ -69,6 +72,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 	case AckTerm:
 		var attempt uint32
 		d.mu.Lock()
+		d.mu.canceled[k] = struct{}{} // as for AckDone
 		if f := d.mu.flights[k]; f != nil {
 			f.state = stateSettling
 			d.mu.timers.unschedule(f)
