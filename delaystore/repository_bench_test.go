@@ -9,18 +9,6 @@ import (
 	"natsdelay/keys"
 )
 
-// benchEngine opens an empty store of one engine for a benchmark; the store
-// is closed when tb ends.
-type benchEngine struct {
-	name string
-	open func(tb testing.TB) delaystore.Store
-}
-
-var benchEngines = []benchEngine{
-	{"pebble-disk", func(tb testing.TB) delaystore.Store { return openDisk(tb, tb.TempDir(), nil) }},
-	{"pebble-mem", func(tb testing.TB) delaystore.Store { return newStore(tb) }},
-}
-
 // benchPayloadSize is the payload of every benchmark message, and the value
 // size of the raw baseline.
 const benchPayloadSize = 256
@@ -49,10 +37,10 @@ func benchMessages(n int, subject string, fireAtNs int64) []*delaystore.StoredMe
 // the same conditions. It reports repo-msgs/s, raw-msgs/s and their ratio;
 // ns/op covers both commits.
 func BenchmarkRepository_Schedule(b *testing.B) {
-	for _, e := range benchEngines {
+	for _, e := range engines {
 		for _, n := range []int{1, 64, 1024} {
 			b.Run(fmt.Sprintf("%s/batch=%d", e.name, n), func(b *testing.B) {
-				raw, repoStore := e.open(b), e.open(b)
+				raw, repoStore := e.open(b, b.TempDir()), e.open(b, b.TempDir())
 				r := openRepo(b, repoStore, delaystore.RepositoryConfig{})
 				msgs := benchMessages(n, "bench.orders", t0)
 				value := msgs[0].Payload
@@ -110,8 +98,8 @@ func BenchmarkRepository_ScanDue(b *testing.B) {
 	if testing.Short() {
 		total = 100_000
 	}
-	for _, e := range benchEngines {
-		s := e.open(b)
+	for _, e := range engines {
+		s := e.open(b, b.TempDir())
 		r := openRepo(b, s, delaystore.RepositoryConfig{})
 		// Fire times 1ms apart per topic; now is half way.
 		perTopic := total / topics

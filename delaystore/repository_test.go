@@ -137,12 +137,16 @@ func TestRepository_Schedule_IDsIncrease(t *testing.T) {
 	}
 }
 
-// TestRepository_Open_IDsSurviveReopen checks, on a Pebble store on disk,
-// that a reopened repository continues after the last ID it committed and
+// TestRepository_Open_IDsSurviveReopen checks, on every engine that keeps
+// data on disk, that a reopened repository continues after the last ID it committed and
 // reads back its counts.
 func TestRepository_Open_IDsSurviveReopen(t *testing.T) {
+	forEachEngine(t, true, testOpenIDsSurviveReopen)
+}
+
+func testOpenIDsSurviveReopen(t *testing.T, e engine) {
 	dir := t.TempDir()
-	s := openDisk(t, dir, nil)
+	s := e.open(t, dir)
 	r := openRepo(t, s, delaystore.RepositoryConfig{})
 	schedule(t, r, msg("a", t0), msg("b", t0), msg("a", t0+1))
 	r.Close()
@@ -150,7 +154,7 @@ func TestRepository_Open_IDsSurviveReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r2 := openRepo(t, openDisk(t, dir, nil), delaystore.RepositoryConfig{})
+	r2 := openRepo(t, e.open(t, dir), delaystore.RepositoryConfig{})
 	if r2.LastID() != 3 {
 		t.Fatalf("LastID after reopen = %d, want 3", r2.LastID())
 	}
@@ -514,8 +518,12 @@ func equalBools(a, b []bool) bool {
 // through deletes, double deletes and a reopen, and that a subject's entry
 // disappears, in memory and in the store, when its count reaches zero.
 func TestRepository_Counts_Exact(t *testing.T) {
+	forEachEngine(t, true, testCountsExact)
+}
+
+func testCountsExact(t *testing.T, e engine) {
 	dir := t.TempDir()
-	s := openDisk(t, dir, nil)
+	s := e.open(t, dir)
 	r := openRepo(t, s, delaystore.RepositoryConfig{})
 	a := schedule(t, r, msg("a", t0), msg("a", t0), msg("a", t0))
 	b := schedule(t, r, msg("b", t0), msg("b", t0))
@@ -553,7 +561,7 @@ func TestRepository_Counts_Exact(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		s = openDisk(t, dir, nil)
+		s = e.open(t, dir)
 		r = openRepo(t, s, delaystore.RepositoryConfig{})
 	}
 	reopen()
@@ -574,7 +582,11 @@ func TestRepository_Counts_Exact(t *testing.T) {
 // now, in expiry order, at most limit of them, and that it reads only expired
 // index entries.
 func TestRepository_Expired(t *testing.T) {
-	cs := &countStore{Store: newStore(t)}
+	forEachEngine(t, false, testExpired)
+}
+
+func testExpired(t *testing.T, e engine) {
+	cs := &countStore{Store: e.open(t, t.TempDir())}
 	r := openRepo(t, cs, delaystore.RepositoryConfig{})
 	// Expiry times deliberately out of publish order; some never expire.
 	exp := []int64{t0 + 30, t0 + 10, 0, t0 + 20, t0 + 1000, t0 + 10, 0, t0 + 2000}
@@ -634,6 +646,10 @@ func TestRepository_Expired(t *testing.T) {
 // replacements and deletes, that the store's 24-byte keys are exactly the
 // pending messages: no index or metadata key can be mistaken for an event.
 func TestRepository_NonEventKeys_NeverEventLength(t *testing.T) {
+	forEachEngine(t, false, testNonEventKeysNeverEventLength)
+}
+
+func testNonEventKeysNeverEventLength(t *testing.T, e engine) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	str := func() string {
 		// Runes of 1 to 4 bytes, anything but NUL, so byte lengths vary.
@@ -647,7 +663,8 @@ func TestRepository_NonEventKeys_NeverEventLength(t *testing.T) {
 		}
 		return sb.String()
 	}
-	r, s := newRepo(t)
+	s := e.open(t, t.TempDir())
+	r := openRepo(t, s, delaystore.RepositoryConfig{})
 	pending := make(map[keys.Key]bool)
 
 	// Every subject and client id length from 1 to 30 bytes, so every index
@@ -669,7 +686,7 @@ func TestRepository_NonEventKeys_NeverEventLength(t *testing.T) {
 		}
 	}
 
-	for round := 0; round < 40; round++ {
+	for round := 0; round < 25; round++ {
 		var msgs []*delaystore.StoredMessage
 		for i := 0; i < 1+rng.IntN(8); i++ {
 			m := msg(str(), t0+rng.Int64N(1e12))

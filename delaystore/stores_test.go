@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/boltstore"
 	"natsdelay/delaystore/pebblestore"
 )
 
@@ -38,6 +40,44 @@ func openDisk(tb testing.TB, dir string, fs vfs.FS) *pebblestore.Store {
 	}
 	tb.Cleanup(func() { s.Close() })
 	return s
+}
+
+// openBolt opens a bbolt store in dir, closed when tb ends if the test has
+// not closed it.
+func openBolt(tb testing.TB, dir string) *boltstore.Store {
+	tb.Helper()
+	s, err := boltstore.Open(boltstore.Config{Path: filepath.Join(dir, "bolt.db"), Logger: testLogger(tb)})
+	if err != nil {
+		tb.Fatalf("boltstore.Open(%q): %v", dir, err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// engine opens one storage engine for tests and benchmarks that run on all
+// of them.
+type engine struct {
+	name string
+	// open opens the engine's store in dir, or reopens it there when it is
+	// durable. The store is closed when tb ends.
+	open    func(tb testing.TB, dir string) delaystore.Store
+	durable bool
+}
+
+var engines = []engine{
+	{"pebble-disk", func(tb testing.TB, dir string) delaystore.Store { return openDisk(tb, dir, nil) }, true},
+	{"pebble-mem", func(tb testing.TB, _ string) delaystore.Store { return newStore(tb) }, false},
+	{"bolt", func(tb testing.TB, dir string) delaystore.Store { return openBolt(tb, dir) }, true},
+}
+
+// forEachEngine runs test once per engine, or per durable engine.
+func forEachEngine(t *testing.T, durableOnly bool, test func(t *testing.T, e engine)) {
+	for _, e := range engines {
+		if durableOnly && !e.durable {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) { test(t, e) })
+	}
 }
 
 func testLogger(tb testing.TB) *slog.Logger {
