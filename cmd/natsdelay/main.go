@@ -1,0 +1,139 @@
+// Command natsdelay runs the natsdelay service and speaks its protocol.
+//
+// With no subcommand it runs "serve": an embedded nats-server on
+// 127.0.0.1:4222 and the service over it, keeping messages in
+// ./natsdelay-data. "pub" schedules a message and "sub" prints and ACKs
+// deliveries; both use plain NATS requests, as any client would.
+//
+// Every setting comes, in order of precedence, from a flag, an environment
+// variable NATSDELAY_<FLAG> (NATSDELAY_DATA_DIR for --data-dir), a JSON
+// config file named by --config or NATSDELAY_CONFIG, or its default.
+//
+// Exit codes: 0 on success, 1 on a runtime error, 2 on a usage or
+// configuration error.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"natsdelay/bridge"
+)
+
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// errUsage is wrapped by every error that a different command line or config
+// would fix; run exits with exitUsage for them.
+var errUsage = errors.New("invalid configuration")
+
+// cli is the whole command line. Subcommands still to come (info, ls, get,
+// cancel, bench) slot in beside Pub and Sub.
+type cli struct {
+	Config    configFile `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
+	LogLevel  string     `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
+	LogFormat string     `help:"Log format: ${enum}." enum:"text,json" default:"text"`
+
+	// The vars fill in connFlags' tags: serve embeds a server unless told
+	// otherwise, the clients talk to the one serve embeds by default.
+	Serve serveCmd `cmd:"" default:"withargs" help:"Run the service; the default when no command is given." set:"nats_url=" set:"nats_help=URL of the NATS server to use; without it serve embeds one (see --nats-listen)."`
+	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+}
+
+// env is what every command's Run gets: where to write and how to log.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run parses args, runs the chosen command and returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, kctx, err := parse(args, stdout, stderr)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogLevel, c.LogFormat)}
+	if err := kctx.Run(e); err != nil {
+		return fail(stderr, err)
+	}
+	return exitOK
+}
+
+// parse reads args, env vars and the config file into a cli and checks the
+// chosen command's settings. Every error it returns wraps errUsage.
+func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error) {
+	var c cli
+	p, err := kong.New(&c,
+		kong.Name("natsdelay"),
+		kong.Description("Durable delayed delivery for core NATS."),
+		kong.Writers(stdout, stderr),
+		kong.DefaultEnvars("NATSDELAY"),
+		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(decodeDuration)),
+		kong.Vars{
+			"ingest_prefix": bridge.DefaultIngestPrefix,
+			"ack_prefix":    bridge.DefaultAckPrefix,
+			"api_prefix":    bridge.DefaultAPIPrefix,
+			"listen":        defaultListen,
+			"data_dir":      defaultDataDir,
+		},
+	)
+	if err != nil {
+		// NB: only a mistake in the struct tags above gets here.
+		panic(err)
+	}
+	kctx, err := p.Parse(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
+		if err := ch.check(); err != nil {
+			return nil, nil, fmt.Errorf("%w:\n%w", errUsage, err)
+		}
+	}
+	return &c, kctx, nil
+}
+
+// checker is a command whose settings are checked once parsing is done, so
+// that every bad value is reported at once, before anything starts.
+type checker interface {
+	check() error
+}
+
+// fail prints err and returns its exit code.
+func fail(stderr io.Writer, err error) int {
+	msg := strings.ReplaceAll(err.Error(), "\n", "\n  ")
+	fmt.Fprintf(stderr, "natsdelay: error: %s\n", msg)
+	if errors.Is(err, errUsage) || errors.Is(err, bridge.ErrInvalidConfig) {
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+// newLogger logs to w at level in format; parse has checked both.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

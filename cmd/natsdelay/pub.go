@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+)
+
+// pubCmd schedules one message with a request to the ingest prefix, as any
+// NATS client would.
+type pubCmd struct {
+	connFlags `embed:""`
+
+	Subject string `arg:"" help:"Target subject: where the message is published when due."`
+	Data    string `arg:"" optional:"" help:"Payload; - reads it from stdin. Empty when left out."`
+
+	Delay        string        `help:"Delay before delivery: a Go duration (90s, 1h30m) or integer milliseconds." xor:"when" env:"-"`
+	At           string        `help:"Fire time: RFC 3339 (2026-12-24T18:00:00Z) or Unix seconds." placeholder:"TIME" xor:"when" env:"-"`
+	TTL          string        `name:"ttl" help:"Expire the message if it is not ACKed by fire time + TTL." placeholder:"DURATION" env:"-"`
+	ID           string        `name:"id" help:"Client id, unique per subject: scheduling the same id again replaces the pending message." env:"-"`
+	Ack          string        `help:"Ack policy: explicit deletes on ACK, none once published." enum:"explicit,none" default:"explicit" env:"-"`
+	MaxDeliver   int           `help:"Deliveries after which the unACKed message is dead-lettered; 0 leaves it to the service." default:"0" env:"-"`
+	Header       []string      `short:"H" help:"Header to store and deliver, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
+	Timeout      time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
+	JSON         bool          `name:"json" help:"Print the service's JSON reply instead of a line of text." env:"-"`
+	IngestPrefix string        `help:"Ingest prefix of the service." default:"${ingest_prefix}"`
+}
+
+func (c *pubCmd) check() error {
+	var p problems
+	c.connFlags.check(&p)
+	if c.MaxDeliver < 0 {
+		p.add("--max-deliver %d: want a count > 0, or 0 for the service's default", c.MaxDeliver)
+	}
+	if c.Timeout <= 0 {
+		p.add("--timeout %v: want a duration > 0, such as 5s", c.Timeout)
+	}
+	for _, h := range c.Header {
+		if k, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(k) == "" {
+			p.add("--header %q: want K:V, such as X-Trace:abc", h)
+		}
+	}
+	if c.IngestPrefix == "" {
+		p.add(`--ingest-prefix "": want the service's prefix, such as %s`, bridge.DefaultIngestPrefix)
+	}
+	return p.err()
+}
+
+// scheduled is the service's reply to an accepted message.
+type scheduled struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}
+
+// Run sends the request and prints the answer. An error answer is printed
+// and makes the exit code 1.
+func (c *pubCmd) Run(e *env) error {
+	m := nats.NewMsg(c.IngestPrefix + "." + c.Subject)
+	for _, h := range c.Header {
+		k, v, _ := strings.Cut(h, ":")
+		m.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	set := func(name, v string) {
+		if v != "" {
+			m.Header.Set(name, v)
+		}
+	}
+	set(bridge.HeaderDelay, c.Delay)
+	set(bridge.HeaderAt, c.At)
+	set(bridge.HeaderTTL, c.TTL)
+	set(bridge.HeaderID, c.ID)
+	if c.Ack != "explicit" {
+		set(bridge.HeaderAck, c.Ack)
+	}
+	if c.MaxDeliver > 0 {
+		set(bridge.HeaderMaxDeliver, strconv.Itoa(c.MaxDeliver))
+	}
+	m.Data = []byte(c.Data)
+	if c.Data == "-" {
+		b, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return fmt.Errorf("read the payload from stdin: %w", err)
+		}
+		m.Data = b
+	}
+
+	nc, err := c.connect("natsdelay pub", e.log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rep, err := nc.RequestMsg(m, c.Timeout)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("nothing answers on %s: is natsdelay serve running there, with --ingest-prefix %s?", m.Subject, c.IngestPrefix)
+	case errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("no answer on %s within %v", m.Subject, c.Timeout)
+	case err != nil:
+		return fmt.Errorf("request on %s: %w", m.Subject, err)
+	}
+	if err := serviceError(rep); err != nil {
+		return err
+	}
+	if c.JSON {
+		_, err := fmt.Fprintf(e.stdout, "%s\n", rep.Data)
+		return err
+	}
+	var s scheduled
+	if err := json.Unmarshal(rep.Data, &s); err != nil || s.Tag == "" {
+		return fmt.Errorf("unexpected reply on %s: %q", m.Subject, rep.Data)
+	}
+	_, err = fmt.Fprintf(e.stdout, "scheduled %s tag=%s fire_at=%s\n", s.Subject, s.Tag, s.FireAt)
+	return err
+}
+
+// serviceError returns the error that m carries in the NATS micro
+// convention, or nil.
+func serviceError(m *nats.Msg) error {
+	desc := header(m.Header, bridge.HeaderServiceError)
+	code := header(m.Header, bridge.HeaderServiceErrorCode)
+	if desc == "" && code == "" {
+		return nil
+	}
+	return fmt.Errorf("natsdelay answered %s: %s", code, desc)
+}
+
+// header returns the first value of h named name in any case: NATS headers
+// are case-sensitive, but a client should not depend on the case a service
+// writes them in.
+func header(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return vs[0]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/boltstore"
+	"natsdelay/delaystore/pebblestore"
+)
+
+// defaultDataDir is where serve keeps messages unless --data-dir moves it.
+const defaultDataDir = "./natsdelay-data"
+
+// serveCmd runs the service. Its vars give the shared --nats flag an empty
+// default, which means "embed a nats-server".
+type serveCmd struct {
+	connFlags `embed:""`
+
+	// NB: no default in the tag, so that check can tell --nats-listen given
+	// alongside --nats; listen applies the default.
+	NATSListen string `name:"nats-listen" help:"Address of the embedded nats-server, when there is no --nats; port 0 picks a free one. Default ${listen}." placeholder:"HOST:PORT"`
+
+	DataDir        string          `help:"Directory of the message store (not used by the memory engine)." default:"${data_dir}"`
+	Engine         string          `help:"Storage engine: ${enum}. memory keeps nothing across restarts." enum:"pebble,bolt,memory" default:"pebble"`
+	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s"`
+	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s"`
+	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0"`
+	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ...; the last repeats. Empty redelivers right after the ack wait." placeholder:"1s,5s,30s"`
+	DeadLetter     string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT"`
+	DeadLetterExp  bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)."`
+	IngestPrefix   string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}"`
+	AckPrefix      string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}"`
+	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
+	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
+	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
+}
+
+// listen is where the embedded server listens.
+func (c *serveCmd) listen() string {
+	if c.NATSListen == "" {
+		return defaultListen
+	}
+	return c.NATSListen
+}
+
+// embedded reports whether serve runs its own nats-server.
+func (c *serveCmd) embedded() bool { return c.NATS == "" }
+
+// check reports every bad setting at once, each naming its flag and value.
+func (c *serveCmd) check() error {
+	var p problems
+	c.connFlags.check(&p)
+	if c.embedded() {
+		if set := c.authSet(); len(set) > 0 {
+			p.add("%s: only apply with --nats; the embedded nats-server has no auth", strings.Join(set, ", "))
+		}
+		checkListen(&p, c.listen())
+	} else if c.NATSListen != "" {
+		p.add("--nats-listen %q: only applies to the embedded nats-server, and --nats %q uses another: give one of them", c.NATSListen, redact(c.NATS))
+	}
+	if c.Engine != "memory" {
+		if c.DataDir == "" {
+			p.add(`--data-dir "": want a directory for the %s engine`, c.Engine)
+		} else if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
+			p.add("--data-dir %q: is a file: want a directory", c.DataDir)
+		}
+	}
+	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
+		p.add("--time-bucket %v: want a whole number of milliseconds >= 0, such as 0, 10ms or 1s", c.TimeBucket)
+	}
+	if c.AckWait <= 0 {
+		p.add("--ack-wait %v: want a duration > 0, such as 30s", c.AckWait)
+	}
+	if c.MaxDeliver < 0 || c.MaxDeliver > math.MaxUint32 {
+		p.add("--max-deliver %d: want 0 (unlimited) or a count up to %d", c.MaxDeliver, uint32(math.MaxUint32))
+	}
+	for i, b := range c.Backoff {
+		if b < 0 {
+			p.add("--backoff %v: entry %d (%v) is negative: want durations >= 0", c.Backoff, i+1, b)
+		}
+	}
+	if c.MaxPayload < 0 {
+		p.add("--max-payload %d: want a size in bytes > 0, or 0 for the server's max_payload", c.MaxPayload)
+	}
+	if c.ExpiryInterval <= 0 {
+		p.add("--expiry-interval %v: want a duration > 0, such as 1s", c.ExpiryInterval)
+	}
+	// The subject rules live in bridge: ask it about one flag at a time, so
+	// each complaint is tied to its flag.
+	for _, f := range []struct {
+		name, v, example string
+		set              func(*bridge.Config, string)
+	}{
+		{"--ingest-prefix", c.IngestPrefix, bridge.DefaultIngestPrefix, func(b *bridge.Config, v string) { b.IngestPrefix = v }},
+		{"--ack-prefix", c.AckPrefix, bridge.DefaultAckPrefix, func(b *bridge.Config, v string) { b.AckPrefix = v }},
+		{"--api-prefix", c.APIPrefix, bridge.DefaultAPIPrefix, func(b *bridge.Config, v string) { b.APIPrefix = v }},
+		{"--dead-letter", c.DeadLetter, "", func(b *bridge.Config, v string) { b.DeadLetterSubject = v }},
+	} {
+		if f.v == "" {
+			if f.example != "" {
+				p.add("%s \"\": want a subject prefix such as %s", f.name, f.example)
+			}
+			continue
+		}
+		b := placeholderConfig()
+		f.set(&b, f.v)
+		if err := b.Validate(); err != nil {
+			p.add("%s %q: %w", f.name, f.v, err)
+		}
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
+	// Whatever else bridge checks, with every setting in place.
+	b := placeholderConfig()
+	c.apply(&b)
+	return b.Validate()
+}
+
+// placeholderConfig is a bridge.Config that passes Validate's checks of
+// Conn and Store, so the settings can be checked before either exists.
+//
+// NB: the Store is a typed nil, which is a non-nil interface; Validate only
+// compares it with nil and never calls it.
+func placeholderConfig() bridge.Config {
+	return bridge.Config{Conn: &nats.Conn{}, Store: (*pebblestore.Store)(nil)}
+}
+
+// apply copies the service settings into b.
+func (c *serveCmd) apply(b *bridge.Config) {
+	b.Engine = c.Engine
+	b.IngestPrefix = c.IngestPrefix
+	b.AckPrefix = c.AckPrefix
+	b.APIPrefix = c.APIPrefix
+	b.MaxPayload = c.MaxPayload
+	b.TimeBucket = c.TimeBucket
+	b.AckWait = c.AckWait
+	b.MaxDeliver = uint32(c.MaxDeliver)
+	b.Backoff = c.Backoff
+	b.DeadLetterSubject = c.DeadLetter
+	b.DeadLetterExpired = c.DeadLetterExp
+	b.ExpiryInterval = c.ExpiryInterval
+}
+
+// Run starts the service and stops it on SIGINT or SIGTERM: first the
+// service (it answers what it accepted and closes the store), then the
+// NATS connection, then the embedded server. A second signal exits at once.
+func (c *serveCmd) Run(e *env) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := e.log
+
+	dataDir := c.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	if c.Engine == "memory" {
+		dataDir = ""
+	}
+	if c.embedded() {
+		log.Info("natsdelay starting", "nats_listen", c.listen(), "data_dir", dataDir, "engine", c.Engine)
+	} else {
+		log.Info("natsdelay starting", "nats_url", redact(c.NATS), "data_dir", dataDir, "engine", c.Engine)
+	}
+
+	srv, nc, url, err := c.connectOrEmbed(log)
+	if err != nil {
+		return err
+	}
+	// stopNATS closes what connectOrEmbed started, after the service.
+	stopNATS := func() {
+		closeConn(nc, log)
+		if srv != nil {
+			shutdownEmbedded(srv, log)
+		}
+	}
+	st, err := openStore(c.Engine, c.DataDir, log)
+	if err != nil {
+		stopNATS()
+		return err
+	}
+	cfg := bridge.Config{Conn: nc, Store: st, Logger: log}
+	c.apply(&cfg)
+	svc, err := bridge.New(cfg)
+	if err != nil {
+		stopNATS()
+		return fmt.Errorf("start the service: %w", err)
+	}
+	log.Info("natsdelay ready", "nats_url", url, "data_dir", dataDir, "engine", c.Engine,
+		"ingest", c.IngestPrefix+".>", "max_payload", nc.MaxPayload())
+
+	<-ctx.Done()
+	// NB: listen for the second signal before the first handler goes, so
+	// that no signal falls to the default action in between.
+	done := make(chan struct{})
+	defer close(done)
+	exitOnSecondSignal(done, log)
+	stop()
+	log.Info("natsdelay stopping")
+	err = svc.Close()
+	stopNATS()
+	if err != nil {
+		return fmt.Errorf("stop the service: %w", err)
+	}
+	log.Info("natsdelay stopped")
+	return nil
+}
+
+// connectOrEmbed connects to --nats, or starts the embedded server and
+// connects to it in process. srv is nil when there is no embedded server.
+func (c *serveCmd) connectOrEmbed(log *slog.Logger) (srv *server.Server, nc *nats.Conn, url string, err error) {
+	if !c.embedded() {
+		if nc, err = c.connect("natsdelay", log, reconnectForever()...); err != nil {
+			return nil, nil, "", err
+		}
+		return nil, nc, nc.ConnectedUrlRedacted(), nil
+	}
+	if srv, err = startEmbedded(c.listen(), log); err != nil {
+		return nil, nil, "", err
+	}
+	url = embeddedURL(srv)
+	log.Info("embedded nats-server listening", "client_url", url)
+	opts, err := c.options("natsdelay", log)
+	if err == nil {
+		// In process: the service's own traffic skips TCP.
+		opts = append(opts, nats.InProcessServer(srv))
+		nc, err = nats.Connect(url, append(opts, reconnectForever()...)...)
+	}
+	if err != nil {
+		shutdownEmbedded(srv, log)
+		return nil, nil, "", fmt.Errorf("connect to the embedded nats-server: %w", err)
+	}
+	return srv, nc, url, nil
+}
+
+// exitOnSecondSignal exits the process at the next SIGINT or SIGTERM, for
+// when an orderly shutdown takes too long, until done is closed.
+func exitOnSecondSignal(done <-chan struct{}, log *slog.Logger) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sigs)
+		select {
+		case s := <-sigs:
+			log.Error("second signal: exiting at once", "signal", s.String())
+			os.Exit(exitRuntime)
+		case <-done:
+		}
+	}()
+}
+
+// boltFile is the bbolt database file inside --data-dir.
+const boltFile = "natsdelay.db"
+
+// openStore opens the engine named by --engine.
+//
+// NB: delaystore has no single opener for its engines yet, so this names
+// them; it shrinks to one call once there is one.
+func openStore(engine, dir string, log *slog.Logger) (delaystore.Store, error) {
+	if engine != "memory" {
+		if err := checkEngineDir(engine, dir); err != nil {
+			return nil, err
+		}
+	}
+	var st delaystore.Store
+	var err error
+	switch engine {
+	case "pebble":
+		st, err = openPebble(pebblestore.Config{Dir: dir, Logger: log})
+	case "memory":
+		st, err = openPebble(pebblestore.Config{InMemory: true, Logger: log})
+	case "bolt":
+		// bbolt creates its file, not the directory it is in.
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			st, err = openBolt(boltstore.Config{Path: filepath.Join(dir, boltFile), Logger: log})
+		}
+	default:
+		return nil, fmt.Errorf("%w: --engine %q: want pebble, bolt or memory", errUsage, engine)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the %s store in %s: %w", engine, dir, err)
+	}
+	return st, nil
+}
+
+// openPebble and openBolt return a nil interface on error, not a typed nil.
+func openPebble(cfg pebblestore.Config) (delaystore.Store, error) {
+	st, err := pebblestore.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func openBolt(cfg boltstore.Config) (delaystore.Store, error) {
+	st, err := boltstore.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// checkEngineDir refuses a data dir that holds the other engine's store:
+// opening it would start empty and leave the messages there undelivered.
+func checkEngineDir(engine, dir string) error {
+	pebbleFiles, _ := filepath.Glob(filepath.Join(dir, "OPTIONS-*"))
+	_, boltErr := os.Stat(filepath.Join(dir, boltFile))
+	switch {
+	case engine == "bolt" && len(pebbleFiles) > 0:
+		return fmt.Errorf("%w: --data-dir %s holds a pebble store: run with --engine pebble, or give another --data-dir", errUsage, dir)
+	case engine == "pebble" && boltErr == nil:
+		return fmt.Errorf("%w: --data-dir %s holds a bolt store (%s): run with --engine bolt, or give another --data-dir", errUsage, dir, boltFile)
+	}
+	return nil
+}
+
+// closeConn sends what the service still buffers, then closes nc.
+func closeConn(nc *nats.Conn, log *slog.Logger) {
+	if err := nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn("flushing the NATS connection", "err", err)
+	}
+	nc.Close()
+}
+
+func shutdownEmbedded(s *server.Server, log *slog.Logger) {
+	s.Shutdown()
+	s.WaitForShutdown()
+	log.Debug("embedded nats-server stopped")
+}
