@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"natsdelay/keys"
@@ -265,9 +264,13 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	// Messages in a batch mostly share a subject, so work per subject is
+	// done once per run of equal subjects, here and below.
 	for i, m := range msgs {
-		if err := validateSubject(m.GetSubject()); err != nil {
-			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+		if i == 0 || m.GetSubject() != msgs[i-1].GetSubject() {
+			if err := validateSubject(m.GetSubject()); err != nil {
+				return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+			}
 		}
 		if err := validateName("client id", m.GetClientId()); err != nil {
 			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
@@ -294,9 +297,14 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	}
 
 	out := make([]Scheduled, len(msgs))
+	var hash uint64
 	for i, m := range msgs {
 		m.EventId = first + uint64(i)
-		out[i].Key = keys.Make(m.Subject, fireAtMs(m.FireAtNs), r.bucketMs, m.EventId)
+		// keys.Make, with the subject's hash reused along a run.
+		if i == 0 || m.Subject != msgs[i-1].Subject {
+			hash = keys.TopicHash(m.Subject)
+		}
+		out[i].Key = keys.New(hash, keys.Bucket(fireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
 	}
 
 	b := r.s.NewBatch()
@@ -331,6 +339,8 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		latest[ck] = i
 	}
 
+	var run int64 // messages of subject runSubject not yet in deltas
+	var runSubject string
 	for i, m := range msgs {
 		if superseded != nil && superseded[i] {
 			continue
@@ -350,7 +360,16 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 				return nil, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
 			}
 		}
-		deltas[m.Subject]++
+		if m.Subject != runSubject {
+			if run != 0 {
+				deltas[runSubject] += run
+			}
+			runSubject, run = m.Subject, 0
+		}
+		run++
+	}
+	if run != 0 {
+		deltas[runSubject] += run
 	}
 
 	counts, err := r.setCounts(b, deltas)
@@ -419,10 +438,9 @@ func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte)
 // message. wmu must be held.
 func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage) error {
 	var err error
-	r.w.val, err = proto.MarshalOptions{}.MarshalAppend(r.w.val[:0], m)
+	r.w.val, err = appendMessage(r.w.val[:0], m, m.EventId)
 	if err != nil {
-		// Such as a header that is not UTF-8, which proto3 strings refuse.
-		return fmt.Errorf("encode %v: %w: %w", k, ErrInvalidMessage, err)
+		return fmt.Errorf("encode %v: %w", k, err)
 	}
 	if err := b.Set(k[:], r.w.val); err != nil {
 		return fmt.Errorf("write %v: %w", k, err)
@@ -622,7 +640,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	}
 	if bad == "" {
 		var err error
-		r.w.val, err = proto.MarshalOptions{}.MarshalAppend(r.w.val[:0], m)
+		r.w.val, err = appendMessage(r.w.val[:0], m, id)
 		if err != nil {
 			bad = "does not encode: " + err.Error()
 		}
@@ -630,12 +648,6 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	if bad != "" {
 		r.log.Error("dropping invalid update", "tag", op.Key.Tag(), "event_id", id, "err", bad)
 		return false, nil
-	}
-	if m.EventId == 0 {
-		// A zero field is not encoded, so appending it sets it, without
-		// writing to a message the caller may be reading.
-		r.w.val = protowire.AppendTag(r.w.val, eventIDField, protowire.VarintType)
-		r.w.val = protowire.AppendVarint(r.w.val, id)
 	}
 
 	// Compare as indexed, so the batch never deletes and sets the same key.
@@ -658,9 +670,6 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	}
 	return true, nil
 }
-
-// eventIDField is the field number of StoredMessage.event_id.
-const eventIDField protowire.Number = 12
 
 // Get returns the pending message under k, or an error wrapping ErrNotFound.
 // The message is the caller's. It returns an error wrapping ErrCorrupt if the

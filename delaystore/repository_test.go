@@ -123,17 +123,23 @@ func TestRepository_Schedule_IDsIncrease(t *testing.T) {
 	for _, n := range []int{1, 3, 1, 10} {
 		msgs := make([]*delaystore.StoredMessage, n)
 		for i := range msgs {
-			msgs[i] = msg("a", t0)
+			msgs[i] = msg([]string{"a", "a", "b"}[i%3], t0) // runs of subjects
 		}
 		for i, s := range schedule(t, r, msgs...) {
 			if s.Key.EventID() != want || msgs[i].EventId != want {
 				t.Fatalf("message %d: key id %d, EventId %d; want %d", i, s.Key.EventID(), msgs[i].EventId, want)
+			}
+			if k := keys.Make(msgs[i].Subject, t0/1e6, 0, want); s.Key != k {
+				t.Fatalf("message %d: key %v, want keys.Make's %v", i, s.Key, k)
 			}
 			want++
 		}
 		if r.LastID() != want-1 {
 			t.Fatalf("LastID = %d, want %d", r.LastID(), want-1)
 		}
+	}
+	if a, b := r.PendingFor("a"), r.PendingFor("b"); a != 11 || b != 4 {
+		t.Fatalf("counts over runs of subjects: a %d, b %d; want 11, 4", a, b)
 	}
 }
 
