@@ -256,8 +256,9 @@ func (r *Repository) Close() error {
 // later one wins, and the earlier one's Key is never stored.
 //
 // It returns an error wrapping ErrInvalidMessage, and stores nothing, if a
-// subject is empty or a subject or client id contains a NUL byte. On any
-// error nothing is stored and the IDs it assigned are never used again.
+// subject is empty, a subject or client id contains a NUL byte or is not
+// UTF-8, or a header is not UTF-8. On any error nothing is stored and the
+// IDs it assigned are never used again.
 // It blocks while another write is in progress and for the commit. The
 // repository does not keep msgs.
 func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled, error) {

@@ -1,0 +1,33 @@
+// Package delaystore stores scheduled messages: the Store contract that
+// every storage engine implements, and the event Repository that all writes
+// go through.
+//
+// # Basics
+//
+// A Store is an ordered key-value store with atomic batches (see Store).
+// Engines live in sub-packages, pebblestore and boltstore, and the shared
+// contract suite in storetest.
+//
+// The Repository keeps each pending message, a StoredMessage, under its
+// 24-byte event key (see package keys), and next to it, always in the same
+// batch, the last event ID and three indexes:
+//
+//	metadata/event-repo/last-id                        last event ID
+//	metadata/event-repo/time-bucket                    bucket width the keys use
+//	metadata/event-repo/topic/<subject>                pending count of subject
+//	metadata/event-repo/client-id/<subject>\x00<id>    event key of a Delay-Id
+//	metadata/event-repo/expiry/<expire_at><event key>  one entry per TTL
+//
+// The time bucket is written once, when a store is first opened, and
+// checked at every later open. Numbers are big-endian uint64, so the expiry
+// index is ordered by time and everything expired is one range.
+//
+// # Caveats
+//
+// Only event keys are exactly 24 bytes long: every other key starts with a
+// prefix longer than that. Code that scans events must skip keys of any
+// other length, as the Repository does.
+//
+// Subjects and client ids may not contain NUL bytes and, like header names
+// and values, must be UTF-8, because StoredMessage is a proto3 message.
+package delaystore
