@@ -133,7 +133,7 @@ func (c *connFlags) options(name string, log *slog.Logger) ([]nats.Option, error
 	if c.NKey != "" {
 		o, err := nats.NkeyOptionFromSeed(c.NKey)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --nkey %q: %v", errUsage, c.NKey, err)
+			return nil, usagef("--nkey %q: %v", c.NKey, err)
 		}
 		opts = append(opts, o)
 	}

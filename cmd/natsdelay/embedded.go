@@ -100,7 +100,7 @@ func startEmbedded(addr string, log *slog.Logger) (*server.Server, error) {
 		// The server's message holds its listen error only as text; try
 		// the address once more to learn whether it is in use.
 		if ln, err := net.Listen("tcp", addr); err != nil && errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("%w: %w", errUsage, listenError(addr, err))
+			return nil, usageError{listenError(addr, err)}
 		} else if err == nil {
 			_ = ln.Close()
 		}

@@ -34,9 +34,21 @@ const (
 	exitUsage   = 2
 )
 
-// errUsage is wrapped by every error that a different command line or config
-// would fix; run exits with exitUsage for them.
-var errUsage = errors.New("invalid configuration")
+// errUsage is matched by every error that a different command line or
+// config would fix; run exits with exitUsage for them.
+var errUsage = errors.New("usage")
+
+// usageError marks err as a usage error without changing its text.
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// usagef returns a usage error built as fmt.Errorf does.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
 
 // cli is the whole command line. Subcommands still to come (info, ls, get,
 // cancel, bench) slot in beside Pub and Sub.
@@ -101,11 +113,11 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 	}
 	kctx, err := p.Parse(args)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, nil, usageError{err}
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
 		if err := ch.check(); err != nil {
-			return nil, nil, fmt.Errorf("%w:\n%w", errUsage, err)
+			return nil, nil, usagef("invalid settings:\n%w", err)
 		}
 	}
 	return &c, kctx, nil

@@ -90,7 +90,7 @@ func (c *serveCmd) check() error {
 	}
 	for i, b := range c.Backoff {
 		if b < 0 {
-			p.add("--backoff %v: entry %d (%v) is negative: want durations >= 0", c.Backoff, i+1, b)
+			p.add("--backoff %s: entry %d (%v) is negative: want durations >= 0", joinDurations(c.Backoff), i+1, b)
 		}
 	}
 	if c.MaxPayload < 0 {
@@ -129,6 +129,15 @@ func (c *serveCmd) check() error {
 	b := placeholderConfig()
 	c.apply(&b)
 	return b.Validate()
+}
+
+// joinDurations writes ds as the flag takes them: 1s,5s,30s.
+func joinDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // placeholderConfig is a bridge.Config that passes Validate's checks of
@@ -289,7 +298,7 @@ func openStore(engine, dir string, log *slog.Logger) (delaystore.Store, error) {
 			st, err = openBolt(boltstore.Config{Path: filepath.Join(dir, boltFile), Logger: log})
 		}
 	default:
-		return nil, fmt.Errorf("%w: --engine %q: want pebble, bolt or memory", errUsage, engine)
+		return nil, usagef("--engine %q: want pebble, bolt or memory", engine)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open the %s store in %s: %w", engine, dir, err)
@@ -321,9 +330,9 @@ func checkEngineDir(engine, dir string) error {
 	_, boltErr := os.Stat(filepath.Join(dir, boltFile))
 	switch {
 	case engine == "bolt" && len(pebbleFiles) > 0:
-		return fmt.Errorf("%w: --data-dir %s holds a pebble store: run with --engine pebble, or give another --data-dir", errUsage, dir)
+		return usagef("--data-dir %s holds a pebble store: run with --engine pebble, or give another --data-dir", dir)
 	case engine == "pebble" && boltErr == nil:
-		return fmt.Errorf("%w: --data-dir %s holds a bolt store (%s): run with --engine bolt, or give another --data-dir", errUsage, dir, boltFile)
+		return usagef("--data-dir %s holds a bolt store (%s): run with --engine bolt, or give another --data-dir", dir, boltFile)
 	}
 	return nil
 }

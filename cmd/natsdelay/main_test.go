@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// execEnv makes the test binary run main instead of the tests, so the
+// process tests run the real command, built once, with the race detector
+// when the tests have it.
+const execEnv = "GO_TEST_NATSDELAY_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(execEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	// The tests choose their own settings; settings of the shell that runs
+	// them must not leak in, neither here nor into the commands started.
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "NATSDELAY_") {
+			os.Unsetenv(name)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// proc is a natsdelay command running as a child process.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdout lines
+	stderr lines
+	done   chan struct{} // closed when the process has exited
+}
+
+// start runs natsdelay with args. The process is killed at the end of the
+// test if it is still running, and its output is logged if the test failed.
+func start(t testing.TB, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: strings.Join(args, " "), done: make(chan struct{})}
+	p.stdout.init()
+	p.stderr.init()
+	p.cmd = exec.Command(os.Args[0], args...)
+	// NB: a race-enabled binary sleeps a second at exit unless told not to.
+	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p.cmd.Stdout = &p.stdout
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start natsdelay %s: %v", p.name, err)
+	}
+	go func() {
+		// Wait also waits for the copying of the output to finish.
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("natsdelay %s\nstdout:\n%s\nstderr:\n%s", p.name, p.stdout.String(), p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		t.Fatalf("natsdelay %s: still running after %v", p.name, timeout)
+		return -1
+	}
+}
+
+// signal sends sig to the process.
+func (p *proc) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("signal natsdelay %s: %v", p.name, err)
+	}
+}
+
+// waitLine waits for a line of stderr that matches re and returns its
+// submatches. It fails if the process exits first.
+func (p *proc) waitLine(t testing.TB, re string, timeout time.Duration) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.After(timeout)
+	for i := 0; ; {
+		ls, changed := p.stderr.since(i)
+		for _, l := range ls {
+			if m := rx.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		}
+		i += len(ls)
+		select {
+		case <-changed:
+		case <-p.done:
+			if ls, _ := p.stderr.since(i); len(ls) > 0 {
+				continue
+			}
+			t.Fatalf("natsdelay %s exited (code %d) before logging a line matching %s", p.name, p.cmd.ProcessState.ExitCode(), re)
+		case <-deadline:
+			t.Fatalf("natsdelay %s: no line matching %s within %v", p.name, re, timeout)
+		}
+	}
+}
+
+// serve starts natsdelay serve on a free port with extra args and returns
+// it with the NATS URL from its ready line.
+func serve(t testing.TB, dataDir string, extra ...string) (*proc, string) {
+	t.Helper()
+	args := append([]string{"serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)
+	p := start(t, args...)
+	m := p.waitLine(t, `msg="natsdelay ready" nats_url=(\S+)`, 30*time.Second)
+	return p, m[1]
+}
+
+// lines is an io.Writer that keeps what it is given as lines and tells
+// waiters when a line arrives. It is safe for concurrent use.
+type lines struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer // everything written
+	partial []byte       // the start of a line not ended yet
+	lines   []string
+	changed chan struct{} // closed and replaced when a line arrives
+}
+
+func (l *lines) init() { l.changed = make(chan struct{}) }
+
+func (l *lines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(b)
+	l.partial = append(l.partial, b...)
+	added := false
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.lines = append(l.lines, string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+		added = true
+	}
+	if added {
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+	return len(b), nil
+}
+
+// since returns the lines from i on, and a channel closed when more come.
+func (l *lines) since(i int) ([]string, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines[i:]...), l.changed
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestServe_PubSub_DeliversAndStopsCleanly runs the binary as a user would:
+// serve with an embedded server, sub waiting, pub scheduling 200ms out. The
+// delivery arrives once, as attempt 1, never before its fire time, is ACKed,
+// and SIGTERM then stops serve with exit code 0.
+func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
+	srv, url := serve(t, t.TempDir())
+	srv.waitLine(t, `msg="embedded nats-server listening" client_url=nats://127.0.0.1:\d+`, time.Second)
+
+	sub := start(t, "sub", "orders.reminder", "--nats", url, "--count", "1")
+	sub.waitLine(t, `msg=subscribed subject=orders.reminder`, 10*time.Second)
+
+	pub := start(t, "pub", "orders.reminder", `{"order":42}`, "--delay", "200ms", "--nats", url, "-H", "X-Trace: abc")
+	if code := pub.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("pub exit code %d", code)
+	}
+	m := regexp.MustCompile(`^scheduled orders\.reminder tag=([0-9a-f]{48}) fire_at=(\S+Z)\n$`).FindStringSubmatch(pub.stdout.String())
+	if m == nil {
+		t.Fatalf("pub printed %q, want scheduled orders.reminder tag=<48 hex> fire_at=<time>", pub.stdout.String())
+	}
+	tag, fireAt := m[1], m[2]
+
+	if code := sub.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("sub exit code %d", code)
+	}
+	out := sub.stdout.String()
+	head := regexp.MustCompile(`(?m)^\[#1\] orders\.reminder tag=(\S+) attempt=(\d+) fire_at=(\S+) lateness=(\S+)$`).FindStringSubmatch(out)
+	if head == nil {
+		t.Fatalf("sub printed %q: no delivery line", out)
+	}
+	if head[1] != tag || head[2] != "1" || head[3] != fireAt {
+		t.Fatalf("delivery tag=%s attempt=%s fire_at=%s, want tag=%s attempt=1 fire_at=%s", head[1], head[2], head[3], tag, fireAt)
+	}
+	if late, err := time.ParseDuration(head[4]); err != nil || late < 0 {
+		t.Fatalf("lateness %q: delivered early or unreadable (%v)", head[4], err)
+	}
+	if !strings.Contains(out, "X-Trace: abc\n") || !strings.Contains(out, `{"order":42}`) {
+		t.Fatalf("sub printed %q: want the X-Trace header and the payload", out)
+	}
+
+	// An error reply is printed and is exit code 1.
+	bad := start(t, "pub", "orders.reminder", "x", "--delay", "90x", "--nats", url)
+	if code := bad.wait(t, 10*time.Second); code != exitRuntime {
+		t.Fatalf("pub with a bad delay: exit code %d, want %d", code, exitRuntime)
+	}
+	if e := bad.stderr.String(); !strings.Contains(e, "400") || !strings.Contains(e, "90x") {
+		t.Fatalf("pub with a bad delay printed %q, want the 400 and the value", e)
+	}
+
+	srv.signal(t, syscall.SIGTERM)
+	if code := srv.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("serve exit code after SIGTERM %d, want 0", code)
+	}
+	srv.waitLine(t, `msg="natsdelay stopped"`, time.Second)
+}
+
+// TestServe_Restart_KeepsMessages checks that a message accepted before a
+// clean stop is delivered after a restart on the same data dir, as its
+// first attempt.
+func TestServe_Restart_KeepsMessages(t *testing.T) {
+	for _, engine := range []string{"pebble", "bolt"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			first, url := serve(t, dir, "--engine", engine)
+			pub := start(t, "pub", "jobs.later", "kept", "--delay", "1s", "--nats", url, "--json")
+			if code := pub.wait(t, 10*time.Second); code != 0 {
+				t.Fatalf("pub exit code %d", code)
+			}
+			var rep struct{ Tag, Subject string }
+			if err := json.Unmarshal([]byte(pub.stdout.String()), &rep); err != nil || len(rep.Tag) != 48 {
+				t.Fatalf("pub --json printed %q: %v", pub.stdout.String(), err)
+			}
+			first.signal(t, syscall.SIGTERM)
+			if code := first.wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("first serve exit code %d", code)
+			}
+
+			second, url := serve(t, dir, "--engine", engine)
+			sub := start(t, "sub", "jobs.later", "--nats", url, "--count", "1", "--json")
+			if code := sub.wait(t, 20*time.Second); code != 0 {
+				t.Fatalf("sub exit code %d", code)
+			}
+			var d delivery
+			if err := json.Unmarshal([]byte(sub.stdout.String()), &d); err != nil {
+				t.Fatalf("sub --json printed %q: %v", sub.stdout.String(), err)
+			}
+			if d.Tag != rep.Tag || d.Attempt != 1 || d.Data != "kept" || d.LatenessMs < 0 {
+				t.Fatalf("after restart got %+v, want tag %s, attempt 1, data kept, not early", d, rep.Tag)
+			}
+			second.signal(t, syscall.SIGTERM)
+			if code := second.wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("second serve exit code %d", code)
+			}
+		})
+	}
+}
+
+// TestServe_PortInUse_ExitsWithHint checks that a taken port is a usage
+// error that says so and how to pick another.
+func TestServe_PortInUse_ExitsWithHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := start(t, "serve", "--nats-listen", ln.Addr().String(), "--data-dir", t.TempDir())
+	if code := p.wait(t, 15*time.Second); code != exitUsage {
+		t.Fatalf("exit code %d, want %d", code, exitUsage)
+	}
+	e := p.stderr.String()
+	if !strings.Contains(e, "already in use") || !strings.Contains(e, "--nats-listen") || !strings.Contains(e, ln.Addr().String()) {
+		t.Fatalf("stderr %q: want the address, that it is in use, and --nats-listen", e)
+	}
+}
