@@ -1,0 +1,244 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeConfig writes a config file for the test and returns its path.
+func writeConfig(t testing.TB, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "natsdelay.json")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// parseServe parses args and returns the serve settings they select.
+func parseServe(t testing.TB, args ...string) *serveCmd {
+	t.Helper()
+	c, kctx, err := parse(args, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	if got := kctx.Selected().Name; got != "serve" {
+		t.Fatalf("parse %q selected %q, want serve", args, got)
+	}
+	return &c.Serve
+}
+
+// TestParse_NoCommand_IsServeWithDefaults checks that a bare natsdelay is
+// serve with the documented defaults.
+func TestParse_NoCommand_IsServeWithDefaults(t *testing.T) {
+	for _, args := range [][]string{{}, {"serve"}} {
+		// NB: the default port may be taken on the machine running the
+		// tests, so only the address is moved; its default is checked below.
+		s := parseServe(t, append(args, "--nats-listen", "127.0.0.1:0")...)
+		want := serveCmd{
+			NATSListen: "127.0.0.1:0", DataDir: defaultDataDir, Engine: "pebble", AckWait: 30 * time.Second,
+			IngestPrefix: "delay", AckPrefix: "$DELAY.ACK", APIPrefix: "$DELAY.API", ExpiryInterval: time.Second,
+		}
+		s.Backoff = nil
+		if !s.equal(want) {
+			t.Errorf("parse %q = %+v, want %+v", args, *s, want)
+		}
+	}
+	if got := (&serveCmd{}).listen(); got != "127.0.0.1:4222" {
+		t.Errorf("default listen address %q, want 127.0.0.1:4222", got)
+	}
+}
+
+// equal compares the settings that the tests set.
+func (c *serveCmd) equal(o serveCmd) bool {
+	return c.NATS == o.NATS && c.NATSListen == o.NATSListen && c.DataDir == o.DataDir && c.Engine == o.Engine &&
+		c.TimeBucket == o.TimeBucket && c.AckWait == o.AckWait && c.MaxDeliver == o.MaxDeliver &&
+		slices.Equal(c.Backoff, o.Backoff) && c.DeadLetter == o.DeadLetter && c.DeadLetterExp == o.DeadLetterExp &&
+		c.IngestPrefix == o.IngestPrefix && c.AckPrefix == o.AckPrefix && c.APIPrefix == o.APIPrefix &&
+		c.MaxPayload == o.MaxPayload && c.ExpiryInterval == o.ExpiryInterval
+}
+
+// TestParse_Precedence checks flag > env > config file > default, one
+// setting per layer, and that the file may be named by env or flag.
+func TestParse_Precedence(t *testing.T) {
+	file := writeConfig(t, `{
+		"data_dir": "from-file",
+		"engine": "memory",
+		"ack-wait": "10s",
+		"max_deliver": 3,
+		"backoff": ["1s", "5s"],
+		"dead_letter_expired": true,
+		"max_payload": 2048,
+		"nats_listen": "127.0.0.1:0"
+	}`)
+
+	s := parseServe(t, "--config", file)
+	want := serveCmd{
+		NATSListen: "127.0.0.1:0", DataDir: "from-file", Engine: "memory", AckWait: 10 * time.Second, MaxDeliver: 3,
+		Backoff: []time.Duration{time.Second, 5 * time.Second}, DeadLetterExp: true, MaxPayload: 2048,
+		IngestPrefix: "delay", AckPrefix: "$DELAY.ACK", APIPrefix: "$DELAY.API", ExpiryInterval: time.Second,
+	}
+	if !s.equal(want) {
+		t.Fatalf("file only: %+v, want %+v", *s, want)
+	}
+
+	// Env beats the file, and may name the file itself.
+	t.Setenv("NATSDELAY_CONFIG", file)
+	t.Setenv("NATSDELAY_ENGINE", "bolt")
+	t.Setenv("NATSDELAY_ACK_WAIT", "20s")
+	t.Setenv("NATSDELAY_BACKOFF", "2s")
+	s = parseServe(t)
+	want.Engine, want.AckWait, want.Backoff = "bolt", 20*time.Second, []time.Duration{2 * time.Second}
+	if !s.equal(want) {
+		t.Fatalf("env over file: %+v, want %+v", *s, want)
+	}
+
+	// A flag beats both.
+	s = parseServe(t, "--ack-wait", "40s", "--engine", "pebble", "--data-dir", "from-flag")
+	want.AckWait, want.Engine, want.DataDir = 40*time.Second, "pebble", "from-flag"
+	if !s.equal(want) {
+		t.Fatalf("flag over env: %+v, want %+v", *s, want)
+	}
+}
+
+// TestParse_Client_SharesConnectionSettings checks that pub and sub take
+// --nats from env and file like serve, with their own default, and that
+// per-message flags stay off the file.
+func TestParse_Client_SharesConnectionSettings(t *testing.T) {
+	c, _, err := parse([]string{"pub", "a.b", "--delay", "1s"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pub.NATS != defaultClientURL || c.Pub.Delay != "1s" || c.Pub.IngestPrefix != "delay" {
+		t.Fatalf("pub defaults: nats %q, delay %q, ingest prefix %q", c.Pub.NATS, c.Pub.Delay, c.Pub.IngestPrefix)
+	}
+	file := writeConfig(t, `{"nats": "nats://from-file:4222", "ingest_prefix": "later", "data_dir": "ignored-by-sub"}`)
+	c, _, err = parse([]string{"sub", "a.b", "--config", file}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sub.NATS != "nats://from-file:4222" {
+		t.Fatalf("sub --nats from file = %q", c.Sub.NATS)
+	}
+	t.Setenv("NATSDELAY_NATS", "nats://from-env:4222")
+	c, _, err = parse([]string{"pub", "a.b", "--config", file}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pub.NATS != "nats://from-env:4222" || c.Pub.IngestPrefix != "later" {
+		t.Fatalf("pub: nats %q (want from env), ingest prefix %q (want from file)", c.Pub.NATS, c.Pub.IngestPrefix)
+	}
+	_, _, err = parse([]string{"pub", "a.b", "--config", writeConfig(t, `{"delay": "1s"}`)}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "delay"`) {
+		t.Fatalf("delay in a config file: err %v, want unknown key", err)
+	}
+}
+
+// TestParse_BadValue_ClearUsageError checks that every bad setting is a
+// usage error (exit code 2) that names the flag, the value and what is
+// accepted.
+func TestParse_BadValue_ClearUsageError(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, busyPort, _ := net.SplitHostPort(busy.Addr().String())
+
+	free := []string{"--nats-listen", "127.0.0.1:0"}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string // config file content, passed with --config
+		want []string
+	}{
+		{name: "bad engine", args: []string{"--engine", "rocks"}, want: []string{"--engine", `"rocks"`, `"pebble","bolt","memory"`}},
+		{name: "bad duration", args: []string{"--ack-wait", "30x"}, want: []string{"--ack-wait", `"30x"`, "Go duration such as"}},
+		{name: "bare number duration", args: []string{"--expiry-interval", "5"}, want: []string{"--expiry-interval", `"5"`, "Go duration"}},
+		{name: "bad backoff list", args: []string{"--backoff", "1s,soon"}, want: []string{"--backoff", `"soon"`, "Go duration"}},
+		{name: "negative backoff", args: []string{"--backoff=1s,-2s"}, want: []string{"--backoff 1s,-2s", "entry 2", ">= 0"}},
+		{name: "negative max payload", args: []string{"--max-payload=-1"}, want: []string{"--max-payload -1", "bytes"}},
+		{name: "zero ack wait", args: []string{"--ack-wait", "0s"}, want: []string{"--ack-wait 0s", "> 0"}},
+		{name: "time bucket not whole ms", args: []string{"--time-bucket", "1500us"}, want: []string{"--time-bucket 1.5ms", "whole number of milliseconds"}},
+		{name: "max deliver too big", args: []string{"--max-deliver", "4294967296"}, want: []string{"--max-deliver 4294967296", "4294967295"}},
+		{name: "wildcard prefix", args: []string{"--ingest-prefix", "delay.*"}, want: []string{"--ingest-prefix", `"delay.*"`, "wildcards"}},
+		{name: "empty ack prefix", args: []string{"--ack-prefix", ""}, want: []string{`--ack-prefix ""`, "$DELAY.ACK"}},
+		{name: "wildcard dead letter", args: []string{"--dead-letter", "dead.>"}, want: []string{"--dead-letter", `"dead.>"`}},
+		{
+			name: "port in use", args: []string{"--nats-listen", busy.Addr().String()},
+			want: []string{"--nats-listen " + busy.Addr().String(), "already in use", "--nats-listen 127.0.0.1:", "--nats nats://127.0.0.1:" + busyPort},
+		},
+		{name: "port out of range", args: []string{"--nats-listen", "127.0.0.1:70000"}, want: []string{"--nats-listen", `"70000"`, "65535"}},
+		{name: "listen and url", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-listen", "127.0.0.1:5222"}, want: []string{"--nats-listen", "only applies to the embedded"}},
+		{name: "bad url scheme", args: []string{"--nats", "http://127.0.0.1:4222"}, want: []string{"--nats", `"http://127.0.0.1:4222"`, "nats://"}},
+		{name: "auth without url", args: []string{"--token", "s3cret"}, want: []string{"--token", "only apply with --nats"}},
+		{name: "missing creds file", args: []string{"--nats", "nats://h:4222", "--creds", "no-such.creds"}, want: []string{"--creds", `"no-such.creds"`}},
+		{name: "cert without key", args: []string{"--nats", "nats://h:4222", "--tls-cert", "main.go"}, want: []string{"--tls-cert and --tls-key"}},
+		{name: "data dir is a file", args: []string{"--data-dir", "main.go"}, want: []string{"--data-dir", `"main.go"`, "want a directory"}},
+		{name: "bad env", env: map[string]string{"NATSDELAY_MAX_DELIVER": "lots"}, want: []string{"--max-deliver", "NATSDELAY_MAX_DELIVER", `"lots"`}},
+		{name: "unknown config key", file: `{"ack_wiat": "1s"}`, want: []string{`unknown key "ack_wiat"`, "ack_wait"}},
+		{name: "bad config value", file: `{"ack_wait": "1x"}`, want: []string{"--ack-wait", "config file", `"ack_wait"`, `"1x"`}},
+		{name: "bad config enum", file: `{"log_level": "loud"}`, want: []string{"log_level", `"loud"`, "debug, info, warn, error"}},
+		{name: "config object value", file: `{"data_dir": {"path": "x"}}`, want: []string{`"data_dir"`, "an object", "want a string"}},
+		{name: "config not an object", file: `["ack_wait"]`, want: []string{"config file", "one JSON object"}},
+		{name: "config file missing", args: []string{"--config", "no-such.json"}, want: []string{"no-such.json"}},
+		{name: "pub delay and at", args: []string{"pub", "a.b", "--delay", "1s", "--at", "2026-01-01T00:00:00Z"}, want: []string{"--delay and --at"}},
+		{name: "pub bad header", args: []string{"pub", "a.b", "-H", "novalue"}, want: []string{"--header", `"novalue"`, "K:V"}},
+		{name: "pub bad ack", args: []string{"pub", "a.b", "--ack", "sometimes"}, want: []string{"--ack", `"sometimes"`}},
+		{name: "sub negative count", args: []string{"sub", "a.b", "--count=-1"}, want: []string{"--count -1"}},
+		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			args := tt.args
+			if len(args) == 0 || args[0] != "pub" && args[0] != "sub" {
+				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
+					args = append(slices.Clone(free), args...)
+				}
+			}
+			if tt.file != "" {
+				args = append(args, "--config", writeConfig(t, tt.file))
+			}
+			_, _, err := parse(args, io.Discard, io.Discard)
+			if err == nil {
+				t.Fatalf("parse %q: no error", args)
+			}
+			if !errors.Is(err, errUsage) {
+				t.Errorf("parse %q: %v is not a usage error", args, err)
+			}
+			if code := fail(io.Discard, err); code != exitUsage {
+				t.Errorf("exit code %d, want %d", code, exitUsage)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestRedact_HidesSecrets checks that URLs are logged without passwords
+// or tokens.
+func TestRedact_HidesSecrets(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":                   "nats://127.0.0.1:4222",
+		"nats://alice:s3cret@h:4222":              "nats://alice:xxxxx@h:4222",
+		"nats://t0ken@h:4222,nats://b:pw@h2:4222": "nats://redacted@h:4222,nats://b:xxxxx@h2:4222",
+	} {
+		if got := redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
