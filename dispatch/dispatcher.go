@@ -231,6 +231,13 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		if f := d.mu.flights[s.Replaced]; f != nil {
 			d.forgetLocked(f)
 		}
+		// NB: a scan under way may have read the replaced message before
+		// this commit; the mark keeps it from delivering it after the
+		// publisher is told it was replaced. The delete is committed
+		// already, so the mark goes at the start of the next pass, as for
+		// the deleter's commits.
+		d.mu.canceled[s.Replaced] = struct{}{}
+		d.mu.committed = append(d.mu.committed, s.Replaced)
 	}
 	t := d.topicLocked(s.Key.TopicHash())
 	if t.cursor != nil && bytes.Compare(s.Key[:], t.cursor) < 0 {
