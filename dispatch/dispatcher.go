@@ -52,6 +52,12 @@ type topic struct {
 	// cursor is the inclusive lower bound of the next scan; nil means the
 	// topic's first key. Everything below it is in flight or settled.
 	cursor []byte
+	// rewind is the lowest key that became deliverable (committed, or
+	// bounced) since the scan under way began; nil if none. Such a key can
+	// sort below where the scan gets to, because the scan's snapshot did
+	// not have it or it was in flight then, so the scan must not leave the
+	// cursor above it.
+	rewind []byte
 
 	// No-responders back-off: nothing of the topic goes out before
 	// blockedUntil, and then only one probe per pass until one gets through.
@@ -240,15 +246,24 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		d.mu.committed = append(d.mu.committed, s.Replaced)
 	}
 	t := d.topicLocked(s.Key.TopicHash())
-	if t.cursor != nil && bytes.Compare(s.Key[:], t.cursor) < 0 {
-		t.cursor = s.Key.Bytes()
-	}
+	t.rewindLocked(s.Key)
 	at := max(d.scannableAt(s.Key, fireAtNs), t.blockedUntil)
 	if at < t.next {
 		d.mu.due.schedule(t, at)
 		if t.idx == 0 {
 			d.signal()
 		}
+	}
+}
+
+// rewindLocked makes the next scan of t start at k or before it, also when
+// a scan is under way. mu must be held.
+func (t *topic) rewindLocked(k keys.Key) {
+	if t.cursor != nil && bytes.Compare(k[:], t.cursor) < 0 {
+		t.cursor = k.Bytes()
+	}
+	if t.rewind == nil || bytes.Compare(k[:], t.rewind) < 0 {
+		t.rewind = k.Bytes()
 	}
 }
 

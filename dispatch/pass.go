@@ -16,6 +16,7 @@ import (
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) int {
 	d.mu.Lock()
 	from := t.cursor
+	t.rewind = nil
 	if t.probing {
 		limit = 1
 		t.probePass = pass
@@ -107,6 +108,12 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		// A sooner message arrived, or a delivery bounced, during the scan.
 		cursor = t.cursor
 	}
+	if t.rewind != nil && cursor != nil && bytes.Compare(t.rewind, cursor) < 0 {
+		// NB: one arrived or bounced during the scan above its start but
+		// below where the scan got to; the scan did not deliver it.
+		cursor = t.rewind
+	}
+	t.rewind = nil
 	t.cursor = cursor
 	taken := 0
 	for _, f := range due {
@@ -263,10 +270,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 // mu must be held.
 func (d *Dispatcher) unsendLocked(f *flight) {
 	d.forgetLocked(f)
-	t := f.topic
-	if t.cursor == nil || bytes.Compare(f.key[:], t.cursor) < 0 {
-		t.cursor = f.key.Bytes()
-	}
+	f.topic.rewindLocked(f.key)
 }
 
 // blockLocked backs topic t off after a delivery bounced, unless it is
