@@ -107,3 +107,56 @@ func TestBurst_ExactlyOnce(t *testing.T) {
 
 // head keeps failure messages short.
 func head(s []string) []string { return s[:min(len(s), 10)] }
+
+// TestDelivery_WhileIngesting_NoneLost checks that nothing is lost when
+// messages keep arriving while the dispatcher delivers: a stream of
+// messages with delays of a few milliseconds, so that each one is often
+// committed while a scan of its subject is under way and sorts before
+// messages that scan has already passed. Every message must be delivered
+// and ACKed well within the ack wait (which is long, so a redelivery cannot
+// hide a lost message).
+func TestDelivery_WhileIngesting_NoneLost(t *testing.T) {
+	t.Parallel()
+	const (
+		n      = 4000
+		rounds = 20
+	)
+	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	cons := connect(t, h.srv)
+	var (
+		mu    sync.Mutex
+		count = make(map[string]int)
+	)
+	sub, err := cons.Subscribe("stream.s", func(m *nats.Msg) {
+		mu.Lock()
+		count[string(m.Data)]++
+		mu.Unlock()
+		_ = m.Respond(nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Rounds of pipelined requests keep ingest and delivery overlapping.
+	for r := range rounds {
+		msgs := make([]*nats.Msg, n/rounds)
+		for i := range msgs {
+			msgs[i] = newMsg("stream.s", fmt.Sprintf("%d.%d", r, i), "Delay", strconv.Itoa(rand.IntN(20)))
+		}
+		scheduleMany(t, h.nc, msgs)
+	}
+	checkFor(t, wait, 20*time.Millisecond, func() error {
+		if p := h.svc.Repository().Pending(); p != 0 {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Errorf("%d of %d messages still pending, %d delivered", p, n, len(count))
+		}
+		return nil
+	})
+}
