@@ -44,12 +44,19 @@ type proc struct {
 // test if it is still running, and its output is logged if the test failed.
 func start(t testing.TB, args ...string) *proc {
 	t.Helper()
+	return startIn(t, "", args...)
+}
+
+// startIn is start with stdin.
+func startIn(t testing.TB, stdin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: strings.Join(args, " "), done: make(chan struct{})}
 	p.stdout.init()
 	p.stderr.init()
 	p.cmd = exec.Command(os.Args[0], args...)
 	// NB: a race-enabled binary sleeps a second at exit unless told not to.
 	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {

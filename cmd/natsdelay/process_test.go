@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/test"
 )
 
 // TestServe_PubSub_DeliversAndStopsCleanly runs the binary as a user would:
@@ -74,7 +76,7 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			first, url := serve(t, dir, "--engine", engine)
-			pub := start(t, "pub", "jobs.later", "kept", "--delay", "1s", "--nats", url, "--json")
+			pub := startIn(t, "kept", "pub", "jobs.later", "-", "--delay", "1s", "--nats", url, "--json")
 			if code := pub.wait(t, 10*time.Second); code != 0 {
 				t.Fatalf("pub exit code %d", code)
 			}
@@ -104,6 +106,53 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 				t.Fatalf("second serve exit code %d", code)
 			}
 		})
+	}
+}
+
+// TestServe_ExternalNATS_AuthAndReconnect checks serve on a NATS server it
+// did not start: it logs in with --token, delivers, and rides out a
+// restart of that server, logging the disconnect and the reconnect.
+func TestServe_ExternalNATS_AuthAndReconnect(t *testing.T) {
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	opts.Authorization = "s3cret"
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	url := ns.ClientURL()
+
+	denied := start(t, "serve", "--nats", url, "--engine", "memory")
+	if code := denied.wait(t, 15*time.Second); code != exitRuntime {
+		t.Fatalf("serve without the token: exit code %d, want %d", code, exitRuntime)
+	}
+	if e := denied.stderr.String(); !strings.Contains(e, "uthorization") {
+		t.Fatalf("serve without the token printed %q, want the authorization error", e)
+	}
+
+	srv := start(t, "serve", "--nats", url, "--token", "s3cret", "--engine", "memory")
+	srv.waitLine(t, `msg="natsdelay ready" nats_url=`+regexp.QuoteMeta(url), 30*time.Second)
+
+	// Restart the server on the same port: the service reconnects.
+	port := ns.Addr().(*net.TCPAddr).Port
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	srv.waitLine(t, `msg="nats disconnected"`, 10*time.Second)
+	opts.Port = port
+	ns = natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	srv.waitLine(t, `msg="nats reconnected"`, 15*time.Second)
+
+	sub := start(t, "sub", "auth.ok", "--nats", url, "--token", "s3cret", "--count", "1")
+	sub.waitLine(t, `msg=subscribed`, 10*time.Second)
+	pub := start(t, "pub", "auth.ok", "hi", "--nats", url, "--token", "s3cret")
+	if code := pub.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("pub exit code %d", code)
+	}
+	if code := sub.wait(t, 10*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), "attempt=1") {
+		t.Fatalf("sub exit code %d, printed %q", code, sub.stdout.String())
+	}
+	srv.signal(t, syscall.SIGINT)
+	if code := srv.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("serve exit code after SIGINT %d, want 0", code)
 	}
 }
 
