@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -351,40 +350,6 @@ func notEarly(tb testing.TB, r received, want time.Time) {
 		tb.Fatalf("delivered early: received at %s, %s %s, scheduled for %s",
 			r.at.Format(time.RFC3339Nano), bridge.HeaderFireAt, fireAt.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
 	}
-}
-
-// counter counts deliveries per tag from a callback subscription.
-type counter struct {
-	mu     sync.Mutex
-	byTag  map[string]int
-	total  int
-	maxAtt int
-	early  int
-}
-
-func newCounter() *counter { return &counter{byTag: make(map[string]int)} }
-
-func (c *counter) add(tb testing.TB, m *nats.Msg, at time.Time) {
-	fireAt, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFireAt))
-	n, aerr := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil || aerr != nil {
-		tb.Errorf("delivery with bad headers %v", m.Header)
-		return
-	}
-	if at.Before(fireAt) {
-		c.early++
-	}
-	c.byTag[m.Header.Get(bridge.HeaderTag)]++
-	c.total++
-	c.maxAtt = max(c.maxAtt, n)
-}
-
-func (c *counter) snapshot() (distinct, total, maxAttempt, early int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.byTag), c.total, c.maxAtt, c.early
 }
 
 // scheduleMany sends msgs as requests without waiting for each reply, in
