@@ -226,3 +226,26 @@ func TestExpiry_TTL(t *testing.T) {
 		quiet(t, dead, 0, "dead letter without DeadLetterExpired")
 	})
 }
+
+// TestDeadLetter_TermByTag checks that +TERM on $DELAY.ACK with a
+// Delay-Tag header works for a message that was never delivered: it is
+// dead-lettered with no attempts counted, deleted, and never delivered.
+func TestDeadLetter_TermByTag(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *bridge.Config) { c.DeadLetterSubject = deadLetters })
+	got := subscribe(t, h.nc, "dl.bytag")
+	dead := subscribe(t, h.nc, deadLetters)
+	rep := schedule(t, h.nc, newMsg("dl.bytag", "x", "Delay", "300ms", "X-Trace", "t1"))
+	m := nats.NewMsg(bridge.DefaultAckPrefix)
+	m.Header.Set(bridge.HeaderTag, rep.Tag)
+	m.Data = []byte("+TERM not needed")
+	ok, err := h.nc.RequestMsg(m, wait)
+	if err != nil || string(ok.Data) != "+OK" {
+		t.Fatalf("+TERM by tag: %v, %v; want +OK", ok, err)
+	}
+	if err := isGone(h.svc, rep.Key); err != nil {
+		t.Fatal(err)
+	}
+	wantDeadLetter(t, next(t, dead, "dead letter").Msg, rep, "x", 0, "term: not needed")
+	quiet(t, got, time.Until(rep.FireAt.Add(300*time.Millisecond)), "delivery of a TERMed message")
+}

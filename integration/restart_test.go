@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -246,6 +247,49 @@ func TestRestart_AnswerEarlierDelivery(t *testing.T) {
 			wantDeadLetter(t, dl.Msg, termed, "term me", 1, "term: old")
 			got := subscribe(t, nc, "restart.old")
 			quiet(t, got, 300*time.Millisecond, "delivery of a settled message")
+		})
+	}
+}
+
+// TestRestart_ExpiredWhileDown checks that a message whose TTL ran out
+// while the service was down is never delivered after the restart: it is
+// dead-lettered with reason expired and deleted.
+func TestRestart_ExpiredWhileDown(t *testing.T) {
+	t.Parallel()
+	for _, e := range engines {
+		if !e.durable {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := startServer(t)
+			nc := connect(t, srv)
+			mod := func(c *bridge.Config) {
+				c.DeadLetterSubject = deadLetters
+				c.DeadLetterExpired = true
+				c.ExpiryInterval = 50 * time.Millisecond
+			}
+			svc := startService(t, srv, e.open(t, dir), mod)
+			rep := schedule(t, nc, newMsg("restart.ttl", "x", "Delay", "100ms", "Delay-TTL", "100ms", "X-Trace", "t1"))
+			if err := svc.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			// Stay down until the message has expired.
+			expireAt := rep.FireAt.Add(100 * time.Millisecond)
+			checkFor(t, wait, 10*time.Millisecond, func() error {
+				if time.Now().Before(expireAt.Add(time.Millisecond)) {
+					return fmt.Errorf("not expired yet")
+				}
+				return nil
+			})
+			got := subscribe(t, nc, "restart.ttl")
+			dead := subscribe(t, nc, deadLetters)
+			svc = startService(t, srv, e.open(t, dir), mod)
+			dl := next(t, dead, "dead letter")
+			wantDeadLetter(t, dl.Msg, rep, "x", 0, "expired")
+			waitGone(t, svc, rep.Key)
+			quiet(t, got, 300*time.Millisecond, "delivery of a message that expired while the service was down")
 		})
 	}
 }
