@@ -64,11 +64,11 @@ type cli struct {
 	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 }
 
-// env is what every command's Run gets: where to write and how to log.
+// env is what every command's Run gets: its input and output, and the
+// logger, which writes to stderr.
 type env struct {
 	stdin  io.Reader
 	stdout io.Writer
-	stderr io.Writer
 	log    *slog.Logger
 }
 
@@ -82,7 +82,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogLevel, c.LogFormat)}
+	e := &env{stdin: stdin, stdout: stdout, log: newLogger(stderr, c.LogLevel, c.LogFormat)}
 	if err := kctx.Run(e); err != nil {
 		return fail(stderr, err)
 	}

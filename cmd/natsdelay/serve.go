@@ -25,8 +25,8 @@ import (
 // defaultDataDir is where serve keeps messages unless --data-dir moves it.
 const defaultDataDir = "./natsdelay-data"
 
-// serveCmd runs the service. Its vars give the shared --nats flag an empty
-// default, which means "embed a nats-server".
+// serveCmd runs the service. The vars set on it in cli give the shared
+// --nats flag an empty default, which means "embed a nats-server".
 type serveCmd struct {
 	connFlags `embed:""`
 
