@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -59,6 +60,10 @@ type Config struct {
 	DeadLetterExpired bool
 	// ExpiryInterval is how often expired messages are removed. Default 1s.
 	ExpiryInterval time.Duration
+
+	// Registerer receives the service's Prometheus metrics; nil keeps them
+	// unregistered.
+	Registerer prometheus.Registerer
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -174,6 +179,7 @@ type Service struct {
 	pub   *publisher
 	w     *writer
 	lim   scheduleLimits
+	m     *metrics
 
 	svc     micro.Service
 	ackSubs []*nats.Subscription
@@ -198,7 +204,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, store: cfg.Store}
+	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, store: cfg.Store, m: newMetrics()}
 	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
 	if err := s.start(); err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -221,6 +227,7 @@ func (s *Service) start() error {
 		Backoff:           s.cfg.Backoff,
 		DeadLetterSubject: s.cfg.DeadLetterSubject,
 		DeadLetterExpired: s.cfg.DeadLetterExpired,
+		Observer:          s.m,
 		Now:               s.cfg.Now,
 		Logger:            s.cfg.Logger,
 	})
@@ -246,11 +253,31 @@ func (s *Service) start() error {
 		return err
 	}
 	s.jan.Start()
-	s.w = newWriter(s.repo, s.disp, s.cfg.MaxBatch, s.log, nil)
+	if s.cfg.Registerer != nil {
+		if err := s.m.register(s.cfg.Registerer, s); err != nil {
+			return fmt.Errorf("bridge: register metrics: %w", err)
+		}
+	}
+	s.w = newWriter(s.repo, s.disp, s.cfg.MaxBatch, s.log, s.m.committed)
 	if err := s.register(); err != nil {
 		return err
 	}
 	return s.nc.Flush()
+}
+
+// Ready reports whether the service can take and deliver messages: it is
+// not closing and its NATS connection is up.
+func (s *Service) Ready() error {
+	s.ingestMu.RLock()
+	closing := s.closing
+	s.ingestMu.RUnlock()
+	switch {
+	case closing:
+		return unavailable("shutting down")
+	case !s.nc.IsConnected():
+		return unavailable("not connected to NATS (%s)", s.nc.Status())
+	}
+	return nil
 }
 
 // Repository is the event repository, for reading counts.
@@ -332,6 +359,7 @@ func (s *Service) handleIngest(req micro.Request) {
 	s.ingestMu.RLock()
 	defer s.ingestMu.RUnlock()
 	if s.closing {
+		s.m.ingest.WithLabelValues("unavailable").Inc()
 		respondError(req, unavailable("shutting down"))
 		return
 	}
@@ -339,6 +367,7 @@ func (s *Service) handleIngest(req micro.Request) {
 }
 
 func (s *Service) ingestInvalid(req micro.Request, err error) {
+	s.m.ingest.WithLabelValues("invalid").Inc()
 	if req.Reply() == "" {
 		s.invalid.Add(1)
 		s.log.Debug("invalid message without reply", "subject", req.Subject(), "err", err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -33,7 +34,7 @@ type writer struct {
 	disp     *dispatch.Dispatcher
 	log      *slog.Logger
 	maxBatch int
-	observe  func(batch int, err error)
+	observe  func(batch int, took time.Duration, err error)
 
 	// reqs is bounded: when it is full the ingest handler blocks, and NATS
 	// holds further requests in the subscription's pending queue.
@@ -41,7 +42,7 @@ type writer struct {
 	wg   sync.WaitGroup
 }
 
-func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch int, log *slog.Logger, observe func(int, error)) *writer {
+func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
 	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, observe: observe, reqs: make(chan ingestRequest, maxBatch)}
 	w.wg.Add(1)
 	go func() {
@@ -87,9 +88,10 @@ func (w *writer) commit(batch []ingestRequest) {
 	for i, r := range batch {
 		msgs[i] = r.msg
 	}
+	start := time.Now()
 	res, err := w.repo.Schedule(msgs, delaystore.Sync)
 	if w.observe != nil {
-		w.observe(len(batch), err)
+		w.observe(len(batch), time.Since(start), err)
 	}
 	if err != nil {
 		w.log.Error("committing scheduled messages", "err", err, "messages", len(batch))

@@ -1,0 +1,101 @@
+package bridge
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+)
+
+// metrics are the Prometheus metrics of one Service. Counters that the
+// dispatcher already keeps are exported as functions of its Stats, so there
+// is one source of truth.
+type metrics struct {
+	ingest        *prometheus.CounterVec
+	scheduled     prometheus.Counter
+	commitBatch   prometheus.Histogram
+	commitLatency prometheus.Histogram
+	lateness      prometheus.Histogram
+}
+
+const namespace = "natsdelay"
+
+func newMetrics() *metrics {
+	return &metrics{
+		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ingest_requests_total",
+			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
+		}, []string{"result"}),
+		scheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "messages_scheduled_total",
+			Help: "Messages durably stored by ingest.",
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "commit_batch_size",
+			Help:    "Messages per group commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+		}),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "commit_duration_seconds",
+			Help:    "Time to commit one group of messages, fsync included.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
+		}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "fire_lateness_seconds",
+			Help:    "Delivery time minus fire time, for every delivery.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
+		}),
+	}
+}
+
+// Delivered implements dispatch.Observer.
+func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time.Duration) {
+	m.lateness.Observe(lateness.Seconds())
+}
+
+// committed is the writer's hook.
+func (m *metrics) committed(batch int, took time.Duration, err error) {
+	if err != nil {
+		m.ingest.WithLabelValues("unavailable").Add(float64(batch))
+		return
+	}
+	m.ingest.WithLabelValues("ok").Add(float64(batch))
+	m.scheduled.Add(float64(batch))
+	m.commitBatch.Observe(float64(batch))
+	m.commitLatency.Observe(took.Seconds())
+}
+
+// register adds every metric of s to r.
+func (m *metrics) register(r prometheus.Registerer, s *Service) error {
+	stat := func(name, help string, f func(dispatch.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help},
+			func() float64 { return float64(f(s.disp.Stats())) })
+	}
+	cs := []prometheus.Collector{
+		m.ingest, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		stat("messages_delivered_total", "First deliveries published.", func(st dispatch.Stats) uint64 { return st.Delivered }),
+		stat("messages_redelivered_total", "Deliveries with attempt > 1.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
+		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),
+		stat("messages_nacked_total", "-NAK answers applied.", func(st dispatch.Stats) uint64 { return st.Nacked }),
+		stat("messages_progress_total", "+WPI answers applied.", func(st dispatch.Stats) uint64 { return st.Progress }),
+		stat("messages_termed_total", "+TERM answers applied.", func(st dispatch.Stats) uint64 { return st.Termed }),
+		stat("messages_expired_total", "Messages removed because their TTL passed.", func(st dispatch.Stats) uint64 { return st.Expired }),
+		stat("messages_dead_lettered_total", "Messages dead-lettered (max deliver, term, expiry).", func(st dispatch.Stats) uint64 { return st.DeadLettered }),
+		stat("messages_canceled_total", "Messages canceled through the API.", func(st dispatch.Stats) uint64 { return st.Canceled }),
+		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
+			func() float64 { return float64(s.repo.Pending()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},
+			func() float64 { return float64(s.disp.Stats().InFlight) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "ingest_invalid_unanswered_total", Help: "Invalid plain publishes (no reply subject to tell)."},
+			func() float64 { return float64(s.invalid.Load()) }),
+	}
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package bridge_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"natsdelay/bridge"
+)
+
+// TestService_Metrics_MoveWithMessages checks that the metrics follow what
+// happens: a scheduled, delivered and ACKed message moves the counters, the
+// commit and lateness histograms, and an invalid request counts as invalid.
+func TestService_Metrics_MoveWithMessages(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, nc := startService(t, func(c *bridge.Config) { c.Registerer = reg })
+	got := make(chan *nats.Msg, 1)
+	sub, _ := nc.ChanSubscribe("m.x", got)
+	defer sub.Unsubscribe()
+	if _, err := nc.Request("delay.m.x", []byte("hi"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bad := nats.NewMsg("delay.m.x")
+	bad.Header.Set("Delay", "nope")
+	if _, err := nc.RequestMsg(bad, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if _, err := nc.Request(m.Reply, nil, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not delivered")
+	}
+	want := `
+# HELP natsdelay_ingest_requests_total Ingest messages by result: ok, invalid (400) or unavailable (503).
+# TYPE natsdelay_ingest_requests_total counter
+natsdelay_ingest_requests_total{result="invalid"} 1
+natsdelay_ingest_requests_total{result="ok"} 1
+# HELP natsdelay_messages_acked_total ACKs that settled a pending message.
+# TYPE natsdelay_messages_acked_total counter
+natsdelay_messages_acked_total 1
+# HELP natsdelay_messages_delivered_total First deliveries published.
+# TYPE natsdelay_messages_delivered_total counter
+natsdelay_messages_delivered_total 1
+# HELP natsdelay_messages_pending Messages stored and not yet settled.
+# TYPE natsdelay_messages_pending gauge
+natsdelay_messages_pending 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"natsdelay_ingest_requests_total", "natsdelay_messages_acked_total", "natsdelay_messages_delivered_total", "natsdelay_messages_pending"); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"natsdelay_commit_batch_size", "natsdelay_commit_duration_seconds", "natsdelay_fire_lateness_seconds"} {
+		if n, err := testutil.GatherAndCount(reg, h); err != nil || n != 1 {
+			t.Fatalf("%s: %d series, %v", h, n, err)
+		}
+	}
+}
