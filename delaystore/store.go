@@ -3,39 +3,58 @@ package delaystore
 // Store is the ordered key-value contract every storage engine implements.
 //
 // Keys are ordered lexicographically by their bytes over the whole keyspace
-// (bytes.Compare). Keys and values passed in are copied by the engine before
-// the call returns, so callers may reuse them. Deleting a key that does not
-// exist succeeds.
+// (bytes.Compare). Keys are non-empty (bbolt cannot store an empty key);
+// engines may also reject keys longer than they support (bbolt: 32 KiB).
+// Both are rejected when added to a batch. Keys and values passed in are
+// copied by the engine before the call returns, so callers may reuse them.
+// An empty value is stored as such, distinct from a missing key. Deleting a
+// key that does not exist succeeds.
 //
 // A Store is safe for concurrent use. Reads see a consistent snapshot and
-// never block writers.
+// do not block writers (bbolt: while its file fits the initial memory map).
+//
+// A commit that fails on I/O stops the Store rather than risk showing a
+// batch that was not made durable: bbolt then fails every later call with
+// an error wrapping ErrClosed, and Pebble, which treats a failed WAL write
+// as fatal, panics. If only the fsync failed, the batch may be there, whole,
+// after a restart, so a caller that retries may store it twice; at-least-
+// once allows that.
 type Store interface {
-	// Get returns a copy of the value stored under key, or ErrNotFound.
+	// Get returns a copy of the value stored under key, or ErrNotFound. The
+	// copy belongs to the caller.
 	Get(key []byte) ([]byte, error)
 
 	// NewBatch starts an empty batch. A batch is not safe for concurrent use.
 	NewBatch() Batch
 
 	// NewIter returns an iterator over [opts.LowerBound, opts.UpperBound) that
-	// reads one consistent snapshot. The caller must Close it.
+	// reads one consistent snapshot, taken now: later commits are invisible
+	// to it. The bounds are copied. The caller must Close it, promptly, since
+	// an open iterator pins engine resources.
 	NewIter(opts IterOptions) (Iterator, error)
 
 	// Scan calls yield for each key in [opts.LowerBound, opts.UpperBound) in
 	// order, on one consistent snapshot, until yield returns false. The key
 	// and value slices are valid only inside that call of yield: copy them to
-	// keep them. It returns the first error met while reading.
+	// keep them. yield may call the Store, but not Close it: Close waits for
+	// Scan. It returns the first error met while reading; stopping early is
+	// not an error.
 	Scan(opts IterOptions, yield func(key, value []byte) bool) error
 
 	// Flush makes every write committed with NoSync durable. Engines that
 	// always sync make it a no-op.
 	Flush() error
 
-	// Close releases the engine. Using the Store after Close is an error; a
-	// second Close returns nil.
+	// Close makes every committed write durable and releases the engine. It
+	// waits for calls in flight; calls made once it has begun return an
+	// error wrapping ErrClosed. Iterators still open are closed and reported
+	// in its error. A second Close returns nil.
 	Close() error
 }
 
 // IterOptions bounds an iteration. A nil bound means unbounded on that side.
+// A range with LowerBound >= UpperBound is empty; so is any range with an
+// empty, non-nil UpperBound, while an empty LowerBound bounds nothing.
 type IterOptions struct {
 	// LowerBound is the inclusive lower bound.
 	LowerBound []byte
@@ -57,7 +76,9 @@ const (
 )
 
 // Batch collects writes that are applied atomically: after Commit returns an
-// error, none of them is visible; after it returns nil, all of them are.
+// error, none of them is visible; after it returns nil, all of them are, to
+// every read that starts afterwards. Within a batch, the last operation on a
+// key wins.
 type Batch interface {
 	// Set stores value under key. Both are copied.
 	Set(key, value []byte) error
@@ -66,10 +87,12 @@ type Batch interface {
 	// Len is the number of operations added so far.
 	Len() int
 	// Commit applies every operation at once with the given sync mode. A
-	// batch can be committed at most once.
+	// batch can be committed at most once, even if Commit fails; later calls
+	// return ErrBatchCommitted. Committing an empty batch succeeds.
 	Commit(sync SyncMode) error
 	// Close releases the batch. It discards uncommitted writes and is safe to
-	// call after Commit.
+	// call after Commit and more than once. After Close, Set, Delete and
+	// Commit return ErrClosed.
 	Close() error
 }
 
@@ -79,9 +102,11 @@ type Batch interface {
 type Iterator interface {
 	// First moves to the first key and reports whether it is valid.
 	First() bool
-	// SeekGE moves to the first key >= key and reports whether it is valid.
+	// SeekGE moves to the first key >= key within the bounds and reports
+	// whether it is valid. A key below the lower bound seeks to it.
 	SeekGE(key []byte) bool
-	// Next moves to the next key and reports whether it is valid.
+	// Next moves to the next key and reports whether it is valid. On an
+	// iterator that is not valid it returns false.
 	Next() bool
 	// Valid reports whether the iterator is at a key.
 	Valid() bool
@@ -89,7 +114,8 @@ type Iterator interface {
 	Key() []byte
 	// Value is the current value.
 	Value() []byte
-	// Error is the first error the iterator met, if any.
+	// Error is the first error the iterator met, if any. An iterator that
+	// met an error is not valid from then on.
 	Error() error
 	// Close releases the iterator and returns its error, if any.
 	Close() error
