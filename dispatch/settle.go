@@ -28,11 +28,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		d.mu.Lock()
 		// Mark it as Cancel does, so that a scan which read the message
 		// before the delete commits does not deliver it after the +OK.
-		d.mu.canceled[k] = struct{}{}
-		if f := d.mu.flights[k]; f != nil {
-			f.state = stateSettling
-			d.mu.timers.unschedule(f)
-		}
+		d.markSettlingLocked(k)
 		d.mu.Unlock()
 		d.del.delete(k, func(applied bool, err error) {
 			switch {
@@ -72,10 +68,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 	case AckTerm:
 		var attempt uint32
 		d.mu.Lock()
-		d.mu.canceled[k] = struct{}{} // as for AckDone
-		if f := d.mu.flights[k]; f != nil {
-			f.state = stateSettling
-			d.mu.timers.unschedule(f)
+		if f := d.markSettlingLocked(k); f != nil {
 			attempt = f.attempt
 		}
 		d.mu.Unlock()
@@ -104,6 +97,20 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 	}
 }
 
+// markSettlingLocked marks k so that no scan, redelivery or publish sends
+// it again, from now until its delete commits: a scan may have read the
+// message before the answer that settles it arrived. It returns k's flight,
+// if any. mu must be held.
+func (d *Dispatcher) markSettlingLocked(k keys.Key) *flight {
+	d.mu.canceled[k] = struct{}{}
+	f := d.mu.flights[k]
+	if f != nil {
+		f.state = stateSettling
+		d.mu.timers.unschedule(f)
+	}
+	return f
+}
+
 // NoResponders reports that the delivery under k reached no subscriber. The
 // attempt does not count: the message stays pending, and its topic backs off.
 // Unknown keys and settled messages are ignored.
@@ -130,11 +137,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 	}
 	d.pubMu.Lock()
 	d.mu.Lock()
-	d.mu.canceled[k] = struct{}{}
-	if f := d.mu.flights[k]; f != nil {
-		f.state = stateSettling
-		d.mu.timers.unschedule(f)
-	}
+	d.markSettlingLocked(k)
 	d.mu.Unlock()
 	d.pubMu.Unlock()
 
@@ -173,11 +176,7 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 		// Mark it so no scan or redelivery publishes it while its delete
 		// is queued; the mark goes when the delete commits.
 		d.mu.Lock()
-		d.mu.canceled[k] = struct{}{}
-		if f := d.mu.flights[k]; f != nil {
-			f.state = stateSettling
-			d.mu.timers.unschedule(f)
-		}
+		d.markSettlingLocked(k)
 		d.mu.Unlock()
 		n++
 		d.settleExpired(k, msg, func(err error) { errs <- err })
