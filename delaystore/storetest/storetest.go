@@ -3,11 +3,13 @@ package storetest
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -47,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) delaystore.Store) {
 		{"Store_FlushAfterNoSync_Succeeds", testFlush},
 		{"Store_UseAfterClose_ErrClosed", testUseAfterClose},
 		{"Store_CloseWithOpenIterator_ClosesItAndReports", testCloseLeakedIter},
+		{"Store_CloseDuringScan_WaitsForItAndRefusesNewCalls", testCloseDuringScan},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -756,4 +759,51 @@ func testCloseLeakedIter(t *testing.T, s delaystore.Store) {
 		t.Errorf("iterator Error is nil after its store closed it")
 	}
 	_ = it.Close()
+}
+
+// Close waits for a Scan in flight, while calls made once it has begun fail
+// with ErrClosed at once instead of waiting too.
+func testCloseDuringScan(t *testing.T, s delaystore.Store) {
+	commit(t, s, delaystore.Sync, set("a", "1"), set("b", "2"))
+	closed := make(chan error, 1)
+	var seen []string
+	err := s.Scan(delaystore.IterOptions{}, func(k, _ []byte) bool {
+		seen = append(seen, string(k))
+		if len(seen) > 1 {
+			return true
+		}
+		go func() { closed <- s.Close() }()
+		// Poll, with a bound, until Close has begun.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := s.Get([]byte("a"))
+			if errors.Is(err, delaystore.ErrClosed) {
+				break
+			}
+			if err != nil || time.Now().After(deadline) {
+				t.Errorf("Get while Close waits = %v, want ErrClosed within 10s", err)
+				break
+			}
+		}
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while a Scan was in flight", err)
+		default:
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatalf("Scan that Close waited for: %v", err)
+	}
+	if !slices.Equal(seen, []string{"a", "b"}) {
+		t.Fatalf("Scan saw %q, want [a b]", seen)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the Scan ended")
+	}
 }
