@@ -105,6 +105,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 			"api_prefix":    bridge.DefaultAPIPrefix,
 			"listen":        defaultListen,
 			"data_dir":      defaultDataDir,
+			"http":          defaultHTTP,
 		},
 	)
 	if err != nil {

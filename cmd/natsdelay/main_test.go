@@ -55,7 +55,10 @@ func startIn(t testing.TB, stdin string, args ...string) *proc {
 	p.stderr.init()
 	p.cmd = exec.Command(os.Args[0], args...)
 	// NB: a race-enabled binary sleeps a second at exit unless told not to.
-	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	// NB: serve's HTTP listener takes any free port unless a test says
+	// otherwise, so that tests running in parallel do not fight over 7070.
+	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"),
+		"NATSDELAY_HTTP=127.0.0.1:0")
 	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
@@ -132,10 +135,18 @@ func (p *proc) waitLine(t testing.TB, re string, timeout time.Duration) []string
 // it with the NATS URL from its ready line.
 func serve(t testing.TB, dataDir string, extra ...string) (*proc, string) {
 	t.Helper()
+	p, url, _ := serveHTTP(t, dataDir, extra...)
+	return p, url
+}
+
+// serveHTTP is serve that also returns the base URL of the HTTP listener,
+// http://127.0.0.1:<free port>.
+func serveHTTP(t testing.TB, dataDir string, extra ...string) (p *proc, natsURL, httpURL string) {
+	t.Helper()
 	args := append([]string{"serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)
-	p := start(t, args...)
-	m := p.waitLine(t, `msg="natsdelay ready" nats_url=(\S+)`, 30*time.Second)
-	return p, m[1]
+	p = start(t, args...)
+	m := p.waitLine(t, `msg="natsdelay ready" nats_url=(\S+) .* http=(\S+)`, 30*time.Second)
+	return p, m[1], "http://" + m[2]
 }
 
 // lines is an io.Writer that keeps what it is given as lines and tells

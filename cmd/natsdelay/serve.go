@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
@@ -47,6 +48,7 @@ type serveCmd struct {
 	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
 	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
+	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}" placeholder:"HOST:PORT"`
 }
 
 // listen is where the embedded server listens.
@@ -79,6 +81,7 @@ func (c *serveCmd) check() error {
 			p.add("--data-dir %q: is a file: want a directory", c.DataDir)
 		}
 	}
+	checkHTTP(&p, c.HTTP)
 	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
 		p.add("--time-bucket %v: want a whole number of milliseconds >= 0, such as 0, 10ms or 1s", c.TimeBucket)
 	}
@@ -186,31 +189,58 @@ func (c *serveCmd) Run(e *env) error {
 		log.Info("natsdelay starting", "nats_url", redact(c.NATS), "data_dir", dataDir, "engine", c.Engine)
 	}
 
+	// The HTTP listener comes first: a port in use fails before anything
+	// else starts, and /healthz answers while the rest starts.
+	var hs *httpServer
+	var reg prometheus.Registerer
+	httpAddr := "off"
+	if c.HTTP != "" {
+		r := newRegistry()
+		var err error
+		if hs, err = startHTTP(c.HTTP, r, log); err != nil {
+			return err
+		}
+		reg, httpAddr = r, hs.addr
+	}
+	stopHTTP := func() {
+		if hs == nil {
+			return
+		}
+		if err := hs.close(); err != nil {
+			log.Warn("stopping the http listener", "err", err)
+		}
+	}
 	srv, nc, url, err := c.connectOrEmbed(log)
 	if err != nil {
+		stopHTTP()
 		return err
 	}
-	// stopNATS closes what connectOrEmbed started, after the service.
+	// stopNATS closes what connectOrEmbed started, after the service, and
+	// then the HTTP listener, so /readyz says 503 to the end.
 	stopNATS := func() {
 		closeConn(nc, log)
 		if srv != nil {
 			shutdownEmbedded(srv, log)
 		}
+		stopHTTP()
 	}
 	st, err := openStore(c.Engine, c.DataDir, log)
 	if err != nil {
 		stopNATS()
 		return err
 	}
-	cfg := bridge.Config{Conn: nc, Store: st, Logger: log}
+	cfg := bridge.Config{Conn: nc, Store: st, Logger: log, Registerer: reg}
 	c.apply(&cfg)
 	svc, err := bridge.New(cfg)
 	if err != nil {
 		stopNATS()
 		return fmt.Errorf("start the service: %w", err)
 	}
+	if hs != nil {
+		hs.setReady(svc)
+	}
 	log.Info("natsdelay ready", "nats_url", url, "data_dir", dataDir, "engine", c.Engine,
-		"ingest", c.IngestPrefix+".>", "max_payload", nc.MaxPayload())
+		"ingest", c.IngestPrefix+".>", "max_payload", nc.MaxPayload(), "http", httpAddr)
 
 	<-ctx.Done()
 	// NB: listen for the second signal before the first handler goes, so
