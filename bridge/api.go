@@ -245,7 +245,10 @@ type MessageInfo struct {
 	MaxDeliver uint32              `json:"max_deliver,omitempty"`
 	Size       int                 `json:"size"`
 	Headers    map[string][]string `json:"headers,omitempty"`
-	Payload    []byte              `json:"payload,omitempty"`
+	// Payload is set only when asked for. NB: omitzero, not omitempty:
+	// omitempty would drop an empty payload that was asked for, and the
+	// client could not tell it from one that was not.
+	Payload []byte `json:"payload,omitzero"`
 }
 
 func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) MessageInfo {
