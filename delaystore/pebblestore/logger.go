@@ -19,8 +19,9 @@ type logger struct {
 
 var _ pebble.Logger = logger{}
 
-// Infof logs at Info.
-func (l logger) Infof(format string, args ...any) { l.output(slog.LevelInfo, format, args) }
+// Infof logs at Debug: Pebble's informational lines ("Found 0 WALs") are
+// about its internals, not about the service an operator runs.
+func (l logger) Infof(format string, args ...any) { l.output(slog.LevelDebug, format, args) }
 
 // Errorf logs at Error.
 func (l logger) Errorf(format string, args ...any) { l.output(slog.LevelError, format, args) }
