@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("bench: invalid config")
+
+// Config sets every size of a run. A zero field means the default shown by
+// DefaultConfig; Quick shows the tiny sizes of a smoke run.
+type Config struct {
+	// NATSURL is the server to use; it must have JetStream enabled. Empty
+	// starts an embedded nats-server with JetStream on a temp dir.
+	NATSURL string
+	// Dir holds the natsdelay data dirs and the embedded server's JetStream
+	// store. Empty makes a temp dir, removed at the end.
+	Dir string
+	// JSSyncAlways makes the embedded server fsync every JetStream write,
+	// as natsdelay does for every ingest batch. JetStream's default syncs
+	// every two minutes, which is the fair default to measure it with but
+	// not the same durability.
+	JSSyncAlways bool
+
+	// PayloadSize is the payload of every message, in bytes. Default 256.
+	PayloadSize int
+	// IngestMsgs is how many messages each ingest run schedules. Default 100,000.
+	IngestMsgs int
+	// Outstanding bounds the unanswered messages of a pipelined run. Default 4096.
+	Outstanding int
+	// Requesters is the number of concurrent synchronous requesters. Default 64.
+	Requesters int
+
+	// FireMsgs is how many messages each fire run schedules. Default 50,000.
+	FireMsgs int
+	// FireRates are the offered rates, in msgs/s: FireMsgs fall due
+	// uniformly over FireMsgs/rate. Default 25,000 and 100,000.
+	FireRates []float64
+	// FireLead is how far ahead of the first fire time the schedule starts,
+	// so that ingest is done before anything is due. Default 1s plus the
+	// time to ingest FireMsgs at 20,000 msgs/s.
+	FireLead time.Duration
+
+	// EndToEndMsgs is how many due-now messages the end-to-end run
+	// schedules, delivers and ACKs. Default 100,000.
+	EndToEndMsgs int
+
+	// ScalePending is the number of pending future messages of the scale
+	// and expiry runs. Default 1,000,000.
+	ScalePending int
+	// ScaleDue is the size of the due set whose lateness the scale run
+	// measures with and without ScalePending pending. Default 2,000.
+	ScaleDue int
+	// ExpiredMsgs is how many expired messages the expiry run adds. Default 10,000.
+	ExpiredMsgs int
+	// ExpiryInterval is natsdelay's janitor interval. Default 1s, as serve's.
+	ExpiryInterval time.Duration
+
+	// Timeout bounds each wait for replies or deliveries. Default 2m.
+	Timeout time.Duration
+
+	// Progress receives progress bars; nil shows none.
+	Progress io.Writer
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the default sizes.
+func DefaultConfig() Config {
+	return Config{
+		PayloadSize:    256,
+		IngestMsgs:     100_000,
+		Outstanding:    4096,
+		Requesters:     64,
+		FireMsgs:       50_000,
+		FireRates:      []float64{25_000, 100_000},
+		EndToEndMsgs:   100_000,
+		ScalePending:   1_000_000,
+		ScaleDue:       2_000,
+		ExpiredMsgs:    10_000,
+		ExpiryInterval: time.Second,
+		Timeout:        2 * time.Minute,
+	}
+}
+
+// Quick returns tiny sizes that run end to end in a few seconds.
+func Quick() Config {
+	return Config{
+		PayloadSize:    256,
+		IngestMsgs:     2_000,
+		Outstanding:    256,
+		Requesters:     8,
+		FireMsgs:       1_000,
+		FireRates:      []float64{2_000, 5_000},
+		FireLead:       300 * time.Millisecond,
+		EndToEndMsgs:   2_000,
+		ScalePending:   5_000,
+		ScaleDue:       200,
+		ExpiredMsgs:    500,
+		ExpiryInterval: 100 * time.Millisecond,
+		Timeout:        30 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	def := func(v *int, dv int) {
+		if *v == 0 {
+			*v = dv
+		}
+	}
+	def(&c.PayloadSize, d.PayloadSize)
+	def(&c.IngestMsgs, d.IngestMsgs)
+	def(&c.Outstanding, d.Outstanding)
+	def(&c.Requesters, d.Requesters)
+	def(&c.FireMsgs, d.FireMsgs)
+	def(&c.EndToEndMsgs, d.EndToEndMsgs)
+	def(&c.ScalePending, d.ScalePending)
+	def(&c.ScaleDue, d.ScaleDue)
+	def(&c.ExpiredMsgs, d.ExpiredMsgs)
+	if len(c.FireRates) == 0 {
+		c.FireRates = d.FireRates
+	}
+	c.FireRates = append([]float64(nil), c.FireRates...)
+	if c.FireLead == 0 {
+		c.FireLead = time.Second + time.Duration(float64(c.FireMsgs)/20_000*float64(time.Second))
+	}
+	if c.ExpiryInterval == 0 {
+		c.ExpiryInterval = d.ExpiryInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"PayloadSize", c.PayloadSize}, {"IngestMsgs", c.IngestMsgs}, {"Outstanding", c.Outstanding},
+		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"EndToEndMsgs", c.EndToEndMsgs},
+		{"ScalePending", c.ScalePending}, {"ScaleDue", c.ScaleDue}, {"ExpiredMsgs", c.ExpiredMsgs},
+	} {
+		if f.v < 0 {
+			bad("%s (%d) must be > 0", f.name, f.v)
+		}
+	}
+	for i, r := range c.FireRates {
+		if !(r > 0) {
+			bad("FireRates[%d] (%v) must be > 0", i, r)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"FireLead", c.FireLead}, {"ExpiryInterval", c.ExpiryInterval}, {"Timeout", c.Timeout}} {
+		if f.v < 0 {
+			bad("%s (%v) must be > 0", f.name, f.v)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,107 @@
+package bench
+
+import "time"
+
+// System names, as they appear in the table and the JSON.
+const (
+	SystemDelay = "natsdelay"
+	SystemJS    = "jetstream"
+	SystemCore  = "core-reqrep"
+)
+
+// Results is everything one run measured; it is what --json-out writes.
+type Results struct {
+	Host      Host             `json:"host"`
+	Config    ConfigSummary    `json:"config"`
+	Ingest    []IngestResult   `json:"ingest"`
+	Fire      []FireResult     `json:"fire"`
+	EndToEnd  []EndToEndResult `json:"end_to_end"`
+	Scale     *ScaleResult     `json:"scale,omitempty"`
+	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
+	StartedAt time.Time        `json:"started_at"`
+	Seconds   float64          `json:"seconds"`
+}
+
+// Host describes the machine the run was on.
+type Host struct {
+	CPU       string `json:"cpu"`
+	Cores     int    `json:"cores"`
+	GoVersion string `json:"go_version"`
+	NATS      string `json:"nats_server"`
+	Embedded  bool   `json:"embedded"`
+}
+
+// ConfigSummary is the sizes of the run.
+type ConfigSummary struct {
+	PayloadSize    int       `json:"payload_size"`
+	IngestMsgs     int       `json:"ingest_msgs"`
+	Outstanding    int       `json:"outstanding"`
+	Requesters     int       `json:"requesters"`
+	FireMsgs       int       `json:"fire_msgs"`
+	FireRates      []float64 `json:"fire_rates"`
+	FireLeadMs     float64   `json:"fire_lead_ms"`
+	EndToEndMsgs   int       `json:"end_to_end_msgs"`
+	ScalePending   int       `json:"scale_pending"`
+	ScaleDue       int       `json:"scale_due"`
+	ExpiredMsgs    int       `json:"expired_msgs"`
+	ExpiryInterval string    `json:"expiry_interval"`
+	JSSyncAlways   bool      `json:"js_sync_always"`
+}
+
+// IngestResult is one acknowledged-scheduling run.
+type IngestResult struct {
+	System  string  `json:"system"`
+	Mode    string  `json:"mode"` // "pipelined" or "requesters"
+	Msgs    int     `json:"msgs"`
+	Failed  int     `json:"failed"`
+	Seconds float64 `json:"seconds"`
+	Rate    float64 `json:"msgs_per_s"`
+}
+
+// FireResult is one fire run: how late messages were delivered.
+type FireResult struct {
+	System      string  `json:"system"`
+	OfferedRate float64 `json:"offered_rate"`
+	Scheduled   int     `json:"scheduled"`
+	Delivered   int     `json:"delivered"`
+	Early       int     `json:"early"`
+	// LeadMissed is set when ingest was still running at the first fire
+	// time, so some messages were stored after they were due.
+	LeadMissed bool    `json:"lead_missed"`
+	P50Ms      float64 `json:"p50_ms"`
+	P90Ms      float64 `json:"p90_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	// DeliveredRate is deliveries per second from the first to the last.
+	DeliveredRate float64 `json:"delivered_per_s"`
+	// LatenessMs is every lateness, sorted, for the chart.
+	LatenessMs []float64 `json:"-"`
+}
+
+// EndToEndResult is sustained scheduling, delivery and ACK of due-now messages.
+type EndToEndResult struct {
+	System    string  `json:"system"`
+	Msgs      int     `json:"msgs"`
+	Delivered int     `json:"delivered"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"msgs_per_s"`
+}
+
+// ScaleResult is natsdelay with many pending future messages.
+type ScaleResult struct {
+	Pending    int        `json:"pending"`
+	FillRate   float64    `json:"fill_msgs_per_s"`
+	RSSBytes   int64      `json:"rss_bytes"`
+	RSSEmpty   int64      `json:"rss_bytes_before_fill"`
+	DiskBytes  int64      `json:"disk_bytes"`
+	RestartMs  float64    `json:"restart_to_first_delivery_ms"`
+	DueEmpty   FireResult `json:"due_with_none_pending"`
+	DuePending FireResult `json:"due_with_pending"`
+}
+
+// ExpiryResult is how fast the janitor removes expired messages.
+type ExpiryResult struct {
+	Pending int     `json:"pending"`
+	Expired int     `json:"expired"`
+	Ms      float64 `json:"ms_until_removed"`
+}

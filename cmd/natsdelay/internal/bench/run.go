@@ -1,0 +1,80 @@
+// Package bench runs natsdelay side by side with JetStream message
+// schedules (ADR-51) in one process, on one nats-server, and reports
+// ingest rate, fire lateness, end-to-end rate, and natsdelay's behaviour
+// with many pending messages and with expiry.
+//
+// Both systems get the same messages over the same client code: only the
+// server side differs. Timings are of the whole system on this machine,
+// client included; nothing here asserts on them.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Run runs every phase with cfg and returns what it measured. It blocks
+// until the run is done, and stops everything it started before it
+// returns, also on error, when Results holds the phases that finished.
+func Run(ctx context.Context, cfg Config) (res *Results, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	res = &Results{StartedAt: time.Now().UTC(), Host: host(), Config: summary(cfg)}
+	res.Host.Embedded = cfg.NATSURL == ""
+	e, err := newEnv(cfg)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+	res.Host.NATS = e.conns[0].ConnectedServerVersion()
+	start := time.Now()
+	defer func() { res.Seconds = time.Since(start).Seconds() }()
+
+	cfg.Logger.Info("ingest")
+	if res.Ingest, err = e.runIngest(ctx); err != nil {
+		return res, err
+	}
+	cfg.Logger.Info("fire")
+	if res.Fire, err = e.runFire(ctx); err != nil {
+		return res, err
+	}
+	cfg.Logger.Info("end to end")
+	if res.EndToEnd, err = e.runEndToEnd(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func summary(c Config) ConfigSummary {
+	return ConfigSummary{
+		PayloadSize: c.PayloadSize, IngestMsgs: c.IngestMsgs, Outstanding: c.Outstanding, Requesters: c.Requesters,
+		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond),
+		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleDue: c.ScaleDue,
+		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), JSSyncAlways: c.JSSyncAlways,
+	}
+}
+
+// host names the CPU from /proc/cpuinfo, where there is one.
+func host() Host {
+	h := Host{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return h
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			h.CPU = strings.TrimSpace(v)
+			break
+		}
+	}
+	return h
+}
