@@ -3,7 +3,8 @@
 // With no subcommand it runs "serve": an embedded nats-server on
 // 127.0.0.1:4222 and the service over it, keeping messages in
 // ./natsdelay-data. "pub" schedules a message and "sub" prints and ACKs
-// deliveries; both use plain NATS requests, as any client would.
+// deliveries; both use plain NATS requests, as any client would. "info",
+// "ls", "get" and "cancel" use only the request/reply API on $DELAY.API.
 //
 // Every setting comes, in order of precedence, from a flag, an environment
 // variable NATSDELAY_<FLAG> (NATSDELAY_DATA_DIR for --data-dir), a JSON
@@ -50,8 +51,8 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// cli is the whole command line. Subcommands still to come (info, ls, get,
-// cancel, bench) slot in beside Pub and Sub.
+// cli is the whole command line. A bench subcommand still to come slots in
+// beside the others.
 type cli struct {
 	Config    configFile `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
 	LogLevel  string     `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
@@ -62,6 +63,12 @@ type cli struct {
 	Serve serveCmd `cmd:"" default:"withargs" help:"Run the service; the default when no command is given." set:"nats_url=" set:"nats_help=URL of the NATS server to use; without it serve embeds one (see --nats-listen)."`
 	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+
+	// The admin commands use only the API, as any NATS client could.
+	Info   infoCmd   `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Ls     lsCmd     `cmd:"" help:"List the pending messages of a subject in fire order." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 }
 
 // env is what every command's Run gets: its input and output, and the

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+)
+
+// apiFlags are the flags of the admin commands, which use only the
+// request/reply API on <api-prefix>.<VERB>, as any client would.
+type apiFlags struct {
+	connFlags `embed:""`
+
+	APIPrefix string        `name:"api-prefix" help:"API prefix of the service." default:"${api_prefix}"`
+	Timeout   time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
+	JSON      bool          `name:"json" help:"Print the service's JSON reply instead of a table." env:"-"`
+}
+
+func (c *apiFlags) checkAPI(p *problems) {
+	c.connFlags.check(p)
+	if c.Timeout <= 0 {
+		p.add("--timeout %v: want a duration > 0, such as 5s", c.Timeout)
+	}
+	if c.APIPrefix == "" {
+		p.add(`--api-prefix "": want the service's prefix, such as %s`, bridge.DefaultAPIPrefix)
+	}
+}
+
+// apiError is an error answer of the API. It prints as the code and the
+// description, and is a runtime error: exit code 1.
+type apiError struct {
+	Code        string
+	Description string
+}
+
+func (e *apiError) Error() string { return e.Code + " " + e.Description }
+
+// client is one connection to the API.
+type client struct {
+	nc      *nats.Conn
+	prefix  string
+	timeout time.Duration
+}
+
+// dial connects for the command name.
+func (c *apiFlags) dial(name string, e *env) (*client, error) {
+	nc, err := c.connect("natsdelay "+name, e.log)
+	if err != nil {
+		return nil, err
+	}
+	return &client{nc: nc, prefix: c.APIPrefix, timeout: c.Timeout}, nil
+}
+
+func (cl *client) close() { cl.nc.Close() }
+
+// call sends req as JSON to <prefix>.<verb> and returns the reply body, or
+// the error the service answered with.
+func (cl *client) call(verb string, req any) ([]byte, error) {
+	subj := cl.prefix + "." + verb
+	var body []byte
+	if req != nil {
+		var err error
+		if body, err = json.Marshal(req); err != nil {
+			return nil, fmt.Errorf("encode the %s request: %w", verb, err)
+		}
+	}
+	rep, err := cl.nc.Request(subj, body, cl.timeout)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("nothing answers on %s: is natsdelay serve running there, with --api-prefix %s?", subj, cl.prefix)
+	case errors.Is(err, nats.ErrTimeout):
+		return nil, fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
+	case err != nil:
+		return nil, fmt.Errorf("request on %s: %w", subj, err)
+	}
+	if err := replyError(rep); err != nil {
+		return nil, err
+	}
+	return rep.Data, nil
+}
+
+// replyError returns the error that m carries, or nil. The JSON body has
+// the code as a number and is preferred; the headers are the micro
+// convention that every error reply has.
+func replyError(m *nats.Msg) error {
+	desc := header(m.Header, bridge.HeaderServiceError)
+	code := header(m.Header, bridge.HeaderServiceErrorCode)
+	if desc == "" && code == "" {
+		return nil
+	}
+	var body struct {
+		Error *bridge.ServiceError `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &body) == nil && body.Error != nil && body.Error.Code != 0 {
+		return &apiError{Code: strconv.Itoa(body.Error.Code), Description: body.Error.Description}
+	}
+	return &apiError{Code: code, Description: desc}
+}
+
+// decodeReply decodes a reply body into v, blaming the verb if it does not fit.
+func decodeReply(verb string, data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("unexpected %s reply %q: %w", verb, data, err)
+	}
+	return nil
+}
+
+// printJSON writes a reply body as it came, on one line.
+func printJSON(w io.Writer, data []byte) error {
+	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimSpace(data))
+	return err
+}
+
+// infoCmd prints the service's version, counts, stats and configuration.
+type infoCmd struct {
+	apiFlags `embed:""`
+}
+
+func (c *infoCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	return p.err()
+}
+
+func (c *infoCmd) Run(e *env) error {
+	cl, err := c.dial("info", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	data, err := cl.call("INFO", nil)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(e.stdout, data)
+	}
+	var r bridge.InfoReply
+	if err := decodeReply("INFO", data, &r); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("version", r.Version)
+	row("engine", r.Engine)
+	fmt.Fprintln(tw, "\t")
+	row("pending", r.Counts.Pending)
+	row("subjects", r.Counts.Subjects)
+	row("in flight", r.Counts.InFlight)
+	row("due now", r.Counts.DueNow)
+	row("due in 1m", r.Counts.NextMinute)
+	row("due in 1h", r.Counts.NextHour)
+	row("due in 24h", r.Counts.NextDay)
+	fmt.Fprintln(tw, "\t")
+	st := r.Stats
+	row("delivered", st.Delivered)
+	row("redelivered", st.Redelivered)
+	row("acked", st.Acked)
+	row("nacked", st.Nacked)
+	row("progress", st.Progress)
+	row("termed", st.Termed)
+	row("dead lettered", st.DeadLettered)
+	row("expired", st.Expired)
+	row("canceled", st.Canceled)
+	row("no responders", st.NoResponders)
+	fmt.Fprintln(tw, "\t")
+	cf := r.Config
+	row("ingest prefix", cf.IngestPrefix)
+	row("ack prefix", cf.AckPrefix)
+	row("api prefix", cf.APIPrefix)
+	row("ack wait", cf.AckWait)
+	row("max deliver", orNone(cf.MaxDeliver == 0, "unlimited", strconv.FormatUint(uint64(cf.MaxDeliver), 10)))
+	row("backoff", orNone(len(cf.Backoff) == 0, "none", strings.Join(cf.Backoff, ",")))
+	row("dead letter", orNone(cf.DeadLetterSubject == "", "none", cf.DeadLetterSubject))
+	row("dead letter expired", cf.DeadLetterExpired)
+	row("time bucket", cf.TimeBucket)
+	row("max payload", orNone(cf.MaxPayload == 0, "server's max_payload", strconv.Itoa(cf.MaxPayload)))
+	return tw.Flush()
+}
+
+// orNone is alt when none holds, else v: a zero setting printed by its meaning.
+func orNone(none bool, alt, v string) string {
+	if none {
+		return alt
+	}
+	return v
+}
+
+// lsCmd lists the pending messages of one subject in fire order.
+type lsCmd struct {
+	apiFlags `embed:""`
+
+	Subject string `arg:"" help:"Target subject whose pending messages to list."`
+	Limit   int    `help:"Messages per page; 0 is the service's default (100)." default:"0" env:"-"`
+	After   string `help:"Start after this tag: the next field of the previous page." placeholder:"TAG" env:"-"`
+	All     bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
+}
+
+func (c *lsCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	if c.Limit < 0 {
+		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
+	}
+	return p.err()
+}
+
+func (c *lsCmd) Run(e *env) error {
+	cl, err := c.dial("ls", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	type listReq struct {
+		Subject string `json:"subject"`
+		Limit   int    `json:"limit,omitempty"`
+		After   string `json:"after,omitempty"`
+	}
+	req := listReq{Subject: c.Subject, Limit: c.Limit, After: c.After}
+	var all bridge.ListReply
+	for {
+		data, err := cl.call("LIST", req)
+		if err != nil {
+			return err
+		}
+		if c.JSON && !c.All {
+			return printJSON(e.stdout, data)
+		}
+		var page bridge.ListReply
+		if err := decodeReply("LIST", data, &page); err != nil {
+			return err
+		}
+		all.Subject = page.Subject
+		all.Messages = append(all.Messages, page.Messages...)
+		all.Next = page.Next
+		// NB: a next that does not move on would loop forever; stop instead.
+		if !c.All || page.Next == "" || page.Next == req.After {
+			break
+		}
+		req.After = page.Next
+	}
+	if c.JSON {
+		all.Next = ""
+		if all.Messages == nil {
+			all.Messages = []bridge.MessageInfo{}
+		}
+		b, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
+		return printJSON(e.stdout, b)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TAG\tID\tFIRE AT\tATTEMPT\tSIZE\tACK\tEXPIRE AT")
+	for _, m := range all.Messages {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Tag, orNone(m.ID == "", "-", m.ID), m.FireAt,
+			m.Attempt, m.Size, m.Ack, orNone(m.ExpireAt == "", "-", m.ExpireAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if all.Next != "" {
+		_, err = fmt.Fprintf(e.stdout, "more: natsdelay ls %s --after %s, or --all\n", c.Subject, all.Next)
+	} else {
+		_, err = fmt.Fprintf(e.stdout, "%d pending on %s\n", len(all.Messages), c.Subject)
+	}
+	return err
+}
+
+// messageRef is a TAG argument or --subject with --id, as GET and CANCEL
+// take them.
+type messageRef struct {
+	Tag     string `arg:"" optional:"" help:"Delivery tag of the message, as pub printed it."`
+	Subject string `help:"Target subject of the message, with --id." env:"-"`
+	ID      string `name:"id" help:"Client id (Delay-Id) of the message, with --subject." env:"-"`
+}
+
+func (r *messageRef) checkRef(p *problems) {
+	switch {
+	case r.Tag != "" && (r.Subject != "" || r.ID != ""):
+		p.add("give a TAG or --subject with --id, not both")
+	case r.Tag == "" && r.Subject == "" && r.ID == "":
+		p.add("give the message: a TAG, or --subject with --id")
+	case r.Tag == "" && (r.Subject == "" || r.ID == ""):
+		p.add("--subject and --id go together: give both, or a TAG")
+	}
+}
+
+// getCmd prints one pending message.
+type getCmd struct {
+	apiFlags   `embed:""`
+	messageRef `embed:""`
+
+	Payload bool `help:"Also print the payload." env:"-"`
+}
+
+func (c *getCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	c.checkRef(&p)
+	return p.err()
+}
+
+func (c *getCmd) Run(e *env) error {
+	cl, err := c.dial("get", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	data, err := cl.call("GET", struct {
+		Tag     string `json:"tag,omitempty"`
+		Subject string `json:"subject,omitempty"`
+		ID      string `json:"id,omitempty"`
+		Payload bool   `json:"payload,omitempty"`
+	}{c.Tag, c.Subject, c.ID, c.Payload})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(e.stdout, data)
+	}
+	var m bridge.MessageInfo
+	if err := decodeReply("GET", data, &m); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("tag", m.Tag)
+	row("subject", m.Subject)
+	row("id", orNone(m.ID == "", "-", m.ID))
+	row("fire at", m.FireAt)
+	row("enqueued at", m.EnqueuedAt)
+	row("expire at", orNone(m.ExpireAt == "", "never", m.ExpireAt))
+	row("attempt", m.Attempt)
+	row("ack", m.Ack)
+	row("max deliver", orNone(m.MaxDeliver == 0, "service default", strconv.FormatUint(uint64(m.MaxDeliver), 10)))
+	row("size", m.Size)
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		for _, v := range m.Headers[k] {
+			row("header", k+": "+v)
+		}
+	}
+	if c.Payload {
+		row("payload", showPayload(m.Payload))
+	}
+	return tw.Flush()
+}
+
+// showPayload prints b as text when it is printable, else as base64, so a
+// binary payload cannot garble the terminal.
+func showPayload(b []byte) string {
+	if utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) {
+		return string(b)
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(b)
+}
+
+// cancelCmd removes one pending message before it is delivered.
+type cancelCmd struct {
+	apiFlags   `embed:""`
+	messageRef `embed:""`
+}
+
+func (c *cancelCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	c.checkRef(&p)
+	return p.err()
+}
+
+func (c *cancelCmd) Run(e *env) error {
+	cl, err := c.dial("cancel", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	data, err := cl.call("CANCEL", struct {
+		Tag     string `json:"tag,omitempty"`
+		Subject string `json:"subject,omitempty"`
+		ID      string `json:"id,omitempty"`
+	}{c.Tag, c.Subject, c.ID})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(e.stdout, data)
+	}
+	if c.Tag != "" {
+		_, err = fmt.Fprintf(e.stdout, "canceled %s\n", c.Tag)
+	} else {
+		_, err = fmt.Fprintf(e.stdout, "canceled %s id=%s\n", c.Subject, c.ID)
+	}
+	return err
+}
