@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +41,52 @@ func TestRun_Quick(t *testing.T) {
 		if r.Delivered != r.Msgs {
 			t.Errorf("end to end %s: delivered %d of %d", r.System, r.Delivered, r.Msgs)
 		}
+	}
+	if s := res.Scale; s == nil {
+		t.Error("no scale result")
+	} else {
+		for name, f := range map[string]FireResult{"none pending": s.DueEmpty, "pending": s.DuePending} {
+			if f.Delivered != cfg.ScaleDue {
+				t.Errorf("scale due set with %s: delivered %d of %d", name, f.Delivered, cfg.ScaleDue)
+			}
+		}
+		if s.DiskBytes <= 0 {
+			t.Errorf("scale disk bytes %d, want > 0", s.DiskBytes)
+		}
+	}
+	if x := res.Expiry; x == nil {
+		t.Error("no expiry result")
+	} else if x.Pending != cfg.ScalePending {
+		t.Errorf("expiry: %d pending beside the expired, want %d", x.Pending, cfg.ScalePending)
+	}
+
+	var table strings.Builder
+	if err := WriteTable(&table, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ingest", "fire", "end to end", "scale", "expiry"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table has no %q section:\n%s", want, table.String())
+		}
+	}
+	t.Log("\n" + table.String())
+	out := t.TempDir()
+	jsonOut, pngOut := filepath.Join(out, "bench.json"), filepath.Join(out, "bench.png")
+	if err := WriteJSON(jsonOut, res); err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePNG(pngOut, res); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Results
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Fire) != len(res.Fire) {
+		t.Errorf("JSON does not read back: %v, %d fire results", err, len(back.Fire))
+	}
+	if png, err := os.ReadFile(pngOut); err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+		t.Errorf("PNG not written: %v", err)
 	}
 }

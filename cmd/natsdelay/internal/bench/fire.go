@@ -79,7 +79,6 @@ func (r *recorder) result(system string, rate float64) FireResult {
 	if len(late) == 0 {
 		return res
 	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	q := func(p float64) float64 { return ms(late[min(int(p*float64(len(late))), len(late)-1)]) }
 	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs = q(0.50), q(0.90), q(0.99), ms(late[len(late)-1])
 	res.LatenessMs = make([]float64, len(late))

@@ -49,6 +49,10 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	if res.EndToEnd, err = e.runEndToEnd(ctx); err != nil {
 		return res, err
 	}
+	cfg.Logger.Info("scale and expiry")
+	if res.Scale, res.Expiry, err = e.runScale(); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 

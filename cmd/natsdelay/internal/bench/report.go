@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints res as one table per phase, natsdelay beside
+// JetStream (and the core baseline for ingest) with their ratio.
+func WriteTable(w io.Writer, res *Results) error {
+	c := res.Config
+	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n\n", orDash(res.Host.CPU), res.Host.Cores,
+		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+
+	if len(res.Ingest) > 0 {
+		p("ingest (acked scheduling, %d msgs)\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay/js\tcore req/reply msgs/s\tnatsdelay/core\t", c.IngestMsgs)
+		for _, mode := range []string{"pipelined", "requesters"} {
+			label := fmt.Sprintf("pipelined, %d outstanding", c.Outstanding)
+			if mode == "requesters" {
+				label = fmt.Sprintf("%d sync requesters", c.Requesters)
+			}
+			d, j, b := ingestRate(res, SystemDelay, mode), ingestRate(res, SystemJS, mode), ingestRate(res, SystemCore, mode)
+			p("%s\t%s\t%s\t%s\t%s\t%s\t", label, num(d), num(j), ratio(d, j), num(b), ratio(d, b))
+		}
+		p("\t")
+	}
+
+	for _, rate := range c.FireRates {
+		d, j := fireFor(res, SystemDelay, rate), fireFor(res, SystemJS, rate)
+		if d == nil || j == nil {
+			continue
+		}
+		p("fire: %d msgs offered at %s/s\tnatsdelay\tjetstream\tnatsdelay/js\t", c.FireMsgs, num(rate))
+		for _, row := range []struct {
+			name string
+			d, j float64
+		}{
+			{"lateness p50 ms", d.P50Ms, j.P50Ms}, {"lateness p90 ms", d.P90Ms, j.P90Ms},
+			{"lateness p99 ms", d.P99Ms, j.P99Ms}, {"lateness max ms", d.MaxMs, j.MaxMs},
+		} {
+			p("%s\t%s\t%s\t%s\t", row.name, dec(row.d), dec(row.j), ratio(row.d, row.j))
+		}
+		p("early\t%d\t%d\t\t", d.Early, j.Early)
+		p("delivered\t%d\t%d\t\t", d.Delivered, j.Delivered)
+		p("delivered msgs/s\t%s\t%s\t%s\t", num(d.DeliveredRate), num(j.DeliveredRate), ratio(d.DeliveredRate, j.DeliveredRate))
+		if d.LeadMissed || j.LeadMissed {
+			p("ingest overran the %.0f ms lead\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
+		}
+		p("\t")
+	}
+
+	if len(res.EndToEnd) == 2 {
+		d, j := res.EndToEnd[0], res.EndToEnd[1]
+		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tnatsdelay\tjetstream\tnatsdelay/js\t", c.EndToEndMsgs)
+		p("msgs/s\t%s\t%s\t%s\t", num(d.Rate), num(j.Rate), ratio(d.Rate, j.Rate))
+		p("\t")
+	}
+
+	if s := res.Scale; s != nil {
+		p("scale: natsdelay with %s pending\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), num(float64(s.Pending)))
+		p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
+		p("process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
+		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
+		p("due set of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
+		p("lateness p99 ms\t%s\t%s\t\t", dec(s.DueEmpty.P99Ms), dec(s.DuePending.P99Ms))
+		p("lateness max ms\t%s\t%s\t\t", dec(s.DueEmpty.MaxMs), dec(s.DuePending.MaxMs))
+		p("\t")
+	}
+	if x := res.Expiry; x != nil {
+		p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
+		p("ms until the janitor removed them (interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes res to path, indented.
+func WriteJSON(path string, res *Results) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("bench: encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func ingestRate(res *Results, system, mode string) float64 {
+	for _, r := range res.Ingest {
+		if r.System == system && r.Mode == mode {
+			return r.Rate
+		}
+	}
+	return math.NaN()
+}
+
+func fireFor(res *Results, system string, rate float64) *FireResult {
+	for i := range res.Fire {
+		if f := &res.Fire[i]; f.System == system && f.OfferedRate == rate {
+			return f
+		}
+	}
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// num writes a rate or count with thousands separators.
+func num(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func dec(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3gx", a/b)
+}

@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+)
+
+// runScale measures natsdelay with ScalePending future messages pending:
+// memory, disk, restart to first delivery and the lateness of a small due
+// set next to the same set with nothing pending. Then, on the same store,
+// how long the janitor takes to remove ExpiredMsgs expired messages.
+func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
+	dir := filepath.Join(e.dir, "scale")
+	d, err := e.openDelay(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if d != nil {
+			err = errors.Join(err, d.close())
+		}
+	}()
+	sr = &ScaleResult{Pending: e.cfg.ScalePending, RSSEmpty: rss()}
+
+	if sr.DueEmpty, err = e.dueSet(e.plain + ".due0"); err != nil {
+		return nil, nil, err
+	}
+
+	var done atomic.Int64
+	p := startProgress(e.cfg.Progress, "scale fill", e.cfg.ScalePending, &done)
+	el, failed, err := pipelined(e.conns[0], e.cfg.ScalePending, e.cfg.Outstanding, e.cfg.Timeout,
+		func(int) *nats.Msg { return e.delayMsg(e.plain+".future", time.Time{}) }, delayOK, &done)
+	p.done()
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d schedules refused", failed, e.cfg.ScalePending)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: scale fill: %w", err)
+	}
+	sr.FillRate = float64(e.cfg.ScalePending) / el.Seconds()
+
+	if sr.DuePending, err = e.dueSet(e.plain + ".due1"); err != nil {
+		return nil, nil, err
+	}
+	sr.RSSBytes = rss()
+	if sr.DiskBytes, err = du(dir); err != nil {
+		return nil, nil, err
+	}
+
+	// Restart: a message due now waits with no subscriber (natsdelay
+	// retries it without counting the attempt), the service stops, and
+	// the clock runs from reopening the store until it is delivered.
+	subj := e.plain + ".restart"
+	if _, _, err := pipelined(e.conns[0], 1, 1, e.cfg.Timeout,
+		func(int) *nats.Msg { return e.delayMsg(subj, time.Now().Truncate(time.Millisecond)) }, delayOK, new(atomic.Int64)); err != nil {
+		return nil, nil, err
+	}
+	cerr := d.close()
+	d = nil
+	if cerr != nil {
+		return nil, nil, cerr
+	}
+	rec := newRecorder(1)
+	stop, err := e.delayConsumer(subj, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	t0 := time.Now()
+	d, err = e.openDelay(dir)
+	if err != nil {
+		return nil, nil, errors.Join(err, stop())
+	}
+	rec.wait(e.cfg.Timeout)
+	rec.mu.Lock()
+	first := rec.mu.first
+	rec.mu.Unlock()
+	if err := stop(); err != nil {
+		return nil, nil, err
+	}
+	if first.IsZero() {
+		return nil, nil, fmt.Errorf("bench: no delivery %v after restart", e.cfg.Timeout)
+	}
+	sr.RestartMs = ms(first.Sub(t0))
+
+	er, err = e.expiry(d)
+	return sr, er, err
+}
+
+// dueSet delivers ScaleDue messages due over one second on subj through
+// the running natsdelay and returns their lateness.
+func (e *env) dueSet(subj string) (FireResult, error) {
+	rec := newRecorder(e.cfg.ScaleDue)
+	stop, err := e.delayConsumer(subj, rec)
+	if err != nil {
+		return FireResult{}, err
+	}
+	run := &sysRun{system: SystemDelay, ok: delayOK, msg: func(_ int, at time.Time) *nats.Msg { return e.delayMsg(subj, at) }}
+	res, err := e.fire(run, rec, e.cfg.ScaleDue, float64(e.cfg.ScaleDue), e.cfg.FireLead)
+	return res, errors.Join(err, stop())
+}
+
+// expiry adds ExpiredMsgs messages to a subject nobody subscribes to, each
+// already past its fire time plus TTL, and times how long the janitor
+// takes to remove them all.
+func (e *env) expiry(d *delay) (*ExpiryResult, error) {
+	repo := d.svc.Repository()
+	// The restart message's ACK may still be on its way.
+	if err := poll(e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= uint64(e.cfg.ScalePending), nil }); err != nil {
+		return nil, fmt.Errorf("bench: pending before expiry: %w", err)
+	}
+	base := repo.Pending()
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	msg := func(int) *nats.Msg {
+		h := nats.Header{}
+		h.Set(bridge.HeaderAt, past)
+		h.Set(bridge.HeaderTTL, "1ms")
+		return &nats.Msg{Subject: e.ingest + "." + e.plain + ".expired", Header: h, Data: e.payload}
+	}
+	_, failed, err := pipelined(e.conns[0], e.cfg.ExpiredMsgs, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d schedules refused", failed, e.cfg.ExpiredMsgs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: expiry: %w", err)
+	}
+	t0 := time.Now()
+	if err := poll(e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= base, nil }); err != nil {
+		return nil, fmt.Errorf("bench: expired messages still pending: %w", err)
+	}
+	return &ExpiryResult{Pending: int(base), Expired: e.cfg.ExpiredMsgs, Ms: ms(time.Since(t0))}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rss is the process's resident set from /proc/self/status, after giving
+// freed memory back, so it is closer to what is live; 0 where there is no
+// /proc. It includes the embedded nats-server and the client side.
+func rss() int64 {
+	debug.FreeOSMemory()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// du is the size of the files under dir.
+func du(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if de.Type().IsRegular() {
+			fi, err := de.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: size of %s: %w", dir, err)
+	}
+	return n, nil
+}
