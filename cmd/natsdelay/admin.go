@@ -153,7 +153,10 @@ func (c *infoCmd) Run(e *env) error {
 	if err := decodeReply("INFO", data, &r); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	// NB: the blank lines between the groups keep one tab, so that all the
+	// groups share one column width; trimLines drops the padding it leaves.
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("version", r.Version)
 	row("engine", r.Engine)
@@ -162,9 +165,9 @@ func (c *infoCmd) Run(e *env) error {
 	row("subjects", r.Counts.Subjects)
 	row("in flight", r.Counts.InFlight)
 	row("due now", r.Counts.DueNow)
-	row("due in 1m", r.Counts.NextMinute)
-	row("due in 1h", r.Counts.NextHour)
-	row("due in 24h", r.Counts.NextDay)
+	row("due within 1m", r.Counts.NextMinute)
+	row("due within 1h", r.Counts.NextHour)
+	row("due within 24h", r.Counts.NextDay)
 	fmt.Fprintln(tw, "\t")
 	st := r.Stats
 	row("delivered", st.Delivered)
@@ -189,7 +192,20 @@ func (c *infoCmd) Run(e *env) error {
 	row("dead letter expired", cf.DeadLetterExpired)
 	row("time bucket", cf.TimeBucket)
 	row("max payload", orNone(cf.MaxPayload == 0, "server's max_payload", strconv.Itoa(cf.MaxPayload)))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return trimLines(e.stdout, buf.Bytes())
+}
+
+// trimLines writes b to w without trailing spaces on its lines.
+func trimLines(w io.Writer, b []byte) error {
+	for line := range bytes.Lines(b) {
+		if _, err := fmt.Fprintf(w, "%s\n", bytes.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // orNone is alt when none holds, else v: a zero setting printed by its meaning.

@@ -48,7 +48,7 @@ type serveCmd struct {
 	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
 	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
-	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}" placeholder:"HOST:PORT"`
+	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 }
 
 // listen is where the embedded server listens.
