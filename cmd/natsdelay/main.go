@@ -69,6 +69,7 @@ type cli struct {
 	Ls     lsCmd     `cmd:"" help:"List the pending messages of a subject in fire order." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Bench  benchCmd  `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 }
 
 // env is what every command's Run gets: its input and output, and the

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"natsdelay/cmd/natsdelay/internal/bench"
+)
+
+// benchCmd runs natsdelay beside JetStream message schedules and reports
+// both. A size flag left at 0 takes the default, or the --quick size.
+type benchCmd struct {
+	NATS         string `name:"nats" help:"URL of a NATS server with JetStream to use (no auth); without it bench embeds one on a temp dir." placeholder:"URL"`
+	Dir          string `help:"Directory for the data dirs and the embedded JetStream store; default a temp dir, removed at the end." placeholder:"DIR"`
+	JSONOut      string `name:"json-out" help:"File to write every figure to, as JSON." default:"bench.json" placeholder:"FILE"`
+	PNGOut       string `name:"png-out" help:"File to draw the lateness chart to." default:"bench.png" placeholder:"FILE"`
+	Quick        bool   `help:"Tiny sizes that run in a few seconds; size flags still override them."`
+	Quiet        bool   `help:"No progress bars."`
+	JSSyncAlways bool   `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
+
+	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
+	IngestMsgs     int           `help:"Messages per ingest run (default 100000)."`
+	Outstanding    int           `help:"Unanswered messages of a pipelined run (default 4096)."`
+	Requesters     int           `help:"Concurrent synchronous requesters (default 64)."`
+	FireMsgs       int           `help:"Messages per fire run (default 50000)."`
+	FireRates      []float64     `help:"Offered rates of the fire runs in msgs/s (default 25000,100000)." placeholder:"RATE,..."`
+	FireLead       time.Duration `help:"How far ahead the first message of a fire run is due (default 1s + time to ingest at 20k/s)."`
+	E2EMsgs        int           `name:"e2e-msgs" help:"Due-now messages of the end-to-end run (default 100000)."`
+	ScalePending   int           `help:"Pending future messages of the scale and expiry runs (default 1000000)."`
+	ScaleDue       int           `help:"Messages of the due set timed with and without the pending ones (default 2000)."`
+	ExpiredMsgs    int           `help:"Expired messages of the expiry run (default 10000)."`
+	ExpiryInterval time.Duration `help:"natsdelay's janitor interval (default 1s)."`
+	Timeout        time.Duration `help:"Bound on each wait for replies or deliveries (default 2m)."`
+}
+
+// config builds the run's sizes: the preset, then every flag that is set.
+func (c *benchCmd) config() bench.Config {
+	cfg := bench.DefaultConfig()
+	if c.Quick {
+		cfg = bench.Quick()
+	}
+	cfg.NATSURL, cfg.Dir, cfg.JSSyncAlways = c.NATS, c.Dir, c.JSSyncAlways
+	set := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setD := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&cfg.PayloadSize, c.PayloadSize)
+	set(&cfg.IngestMsgs, c.IngestMsgs)
+	set(&cfg.Outstanding, c.Outstanding)
+	set(&cfg.Requesters, c.Requesters)
+	set(&cfg.FireMsgs, c.FireMsgs)
+	set(&cfg.EndToEndMsgs, c.E2EMsgs)
+	set(&cfg.ScalePending, c.ScalePending)
+	set(&cfg.ScaleDue, c.ScaleDue)
+	set(&cfg.ExpiredMsgs, c.ExpiredMsgs)
+	setD(&cfg.FireLead, c.FireLead)
+	setD(&cfg.ExpiryInterval, c.ExpiryInterval)
+	setD(&cfg.Timeout, c.Timeout)
+	if len(c.FireRates) > 0 {
+		cfg.FireRates = c.FireRates
+	}
+	if c.FireMsgs != 0 && c.FireLead == 0 {
+		// Zero lets bench size the lead to the new FireMsgs.
+		cfg.FireLead = 0
+	}
+	return cfg
+}
+
+// check reports every bad setting at once.
+func (c *benchCmd) check() error {
+	var p problems
+	if c.NATS != "" {
+		if err := checkURL(c.NATS); err != nil {
+			p.add("--nats %q: %v", c.NATS, err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"--payload-size", c.PayloadSize}, {"--ingest-msgs", c.IngestMsgs}, {"--outstanding", c.Outstanding},
+		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--e2e-msgs", c.E2EMsgs},
+		{"--scale-pending", c.ScalePending}, {"--scale-due", c.ScaleDue}, {"--expired-msgs", c.ExpiredMsgs},
+	} {
+		if f.v < 0 {
+			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)
+		}
+	}
+	for _, r := range c.FireRates {
+		if !(r > 0) {
+			p.add("--fire-rates: %v: want rates in msgs/s > 0, such as 25000,100000", r)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"--fire-lead", c.FireLead}, {"--expiry-interval", c.ExpiryInterval}, {"--timeout", c.Timeout}} {
+		if f.v < 0 {
+			p.add("%s %v: want a duration > 0, or 0 for the default", f.name, f.v)
+		}
+	}
+	if c.JSONOut == "" || c.PNGOut == "" {
+		p.add("--json-out and --png-out: want file names")
+	}
+	return p.err()
+}
+
+// Run runs the benchmark, prints the table to stdout and writes the JSON
+// and the chart. Progress bars go to stderr when it is a terminal.
+func (c *benchCmd) Run(e *env) error {
+	cfg := c.config()
+	cfg.Logger = e.log.With("component", "bench")
+	if !c.Quiet && isTerminal(os.Stderr) {
+		cfg.Progress = os.Stderr
+	}
+	res, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := bench.WriteTable(e.stdout, res); err != nil {
+		return err
+	}
+	if err := bench.WriteJSON(c.JSONOut, res); err != nil {
+		return err
+	}
+	if err := bench.WritePNG(c.PNGOut, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nwrote %s and %s\n", c.JSONOut, c.PNGOut)
+	return nil
+}
+
+// isTerminal reports whether f is a character device, as a terminal is.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
