@@ -4,12 +4,14 @@
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks
+#   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
 
 GO      ?= go
 PKG     ?= ./...
 T       ?=
 BENCH   ?= .
+FUZZTIME ?= 30s
 PROTOC_GEN_GO_VERSION := v1.36.12
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 
@@ -28,6 +30,15 @@ test: vet
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)
+
+# NB: go test -fuzz takes one target and one package at a time, so each
+# target runs on its own; make test already runs their seed corpora.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./keys
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTag$$' -fuzztime $(FUZZTIME) ./keys
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSchedule$$' -fuzztime $(FUZZTIME) ./bridge
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAck$$' -fuzztime $(FUZZTIME) ./bridge
+	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./bridge
 
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
