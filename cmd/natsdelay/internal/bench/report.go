@@ -76,7 +76,8 @@ func WriteTable(w io.Writer, res *Results) error {
 	}
 	if x := res.Expiry; x != nil {
 		p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
-		p("ms until the janitor removed them (interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
+		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
+		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
 	}
 	return tw.Flush()
 }

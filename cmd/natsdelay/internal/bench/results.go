@@ -101,7 +101,11 @@ type ScaleResult struct {
 
 // ExpiryResult is how fast the janitor removes expired messages.
 type ExpiryResult struct {
-	Pending int     `json:"pending"`
-	Expired int     `json:"expired"`
-	Ms      float64 `json:"ms_until_removed"`
+	Pending int `json:"pending"`
+	Expired int `json:"expired"`
+	// InFlight is how many were delivered, unACKed, before they expired.
+	InFlight int     `json:"in_flight_when_expired"`
+	TTLMs    float64 `json:"ttl_ms"`
+	// Ms is from the moment they expired until the last was removed.
+	Ms float64 `json:"ms_after_expiry_until_removed"`
 }

@@ -112,9 +112,11 @@ func (e *env) dueSet(subj string) (FireResult, error) {
 	return res, errors.Join(err, stop())
 }
 
-// expiry adds ExpiredMsgs messages to a subject nobody subscribes to, each
-// already past its fire time plus TTL, and times how long the janitor
-// takes to remove them all.
+// expiry adds ExpiredMsgs messages, all due at once with a short TTL, for
+// a subscriber that takes them and never ACKs, as a crashed consumer
+// would. Their deliveries wait out the ack wait (30s), so it is the
+// janitor that finds them expired; expiry times from the moment they
+// expire until the last is gone.
 func (e *env) expiry(d *delay) (*ExpiryResult, error) {
 	repo := d.svc.Repository()
 	// The restart message's ACK may still be on its way.
@@ -122,12 +124,30 @@ func (e *env) expiry(d *delay) (*ExpiryResult, error) {
 		return nil, fmt.Errorf("bench: pending before expiry: %w", err)
 	}
 	base := repo.Pending()
-	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	subj := e.plain + ".expired"
+	rec := newRecorder(e.cfg.ExpiredMsgs)
+	nc, err := e.connect("bench-no-ack")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { rec.record(m.Header) })
+	if err == nil {
+		_ = sub.SetPendingLimits(-1, -1)
+		err = nc.Flush()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: subscribe %s: %w", subj, err)
+	}
+	// The TTL leaves time to ingest and deliver them all before they
+	// expire, at 20,000 msgs/s.
+	ttl := time.Second + time.Duration(float64(e.cfg.ExpiredMsgs)/20_000*float64(time.Second))
+	fireAt := time.Now().Truncate(time.Millisecond)
+	expireAt := fireAt.Add(ttl)
 	msg := func(int) *nats.Msg {
-		h := nats.Header{}
-		h.Set(bridge.HeaderAt, past)
-		h.Set(bridge.HeaderTTL, "1ms")
-		return &nats.Msg{Subject: e.ingest + "." + e.plain + ".expired", Header: h, Data: e.payload}
+		m := e.delayMsg(subj, fireAt)
+		m.Header.Set(bridge.HeaderTTL, ttl.String())
+		return m
 	}
 	_, failed, err := pipelined(e.conns[0], e.cfg.ExpiredMsgs, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))
 	if err == nil && failed > 0 {
@@ -136,11 +156,13 @@ func (e *env) expiry(d *delay) (*ExpiryResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: expiry: %w", err)
 	}
-	t0 := time.Now()
-	if err := poll(e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= base, nil }); err != nil {
+	if err := poll(ttl+e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= base, nil }); err != nil {
 		return nil, fmt.Errorf("bench: expired messages still pending: %w", err)
 	}
-	return &ExpiryResult{Pending: int(base), Expired: e.cfg.ExpiredMsgs, Ms: ms(time.Since(t0))}, nil
+	return &ExpiryResult{
+		Pending: int(base), Expired: e.cfg.ExpiredMsgs, InFlight: int(rec.count.Load()),
+		TTLMs: ms(ttl), Ms: ms(time.Since(expireAt)),
+	}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
