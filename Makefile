@@ -17,7 +17,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
 
-.PHONY: build test vet bench proto fuzz
+.PHONY: build test vet bench proto fuzz soak
 
 build:
 	$(GO) build -o bin/natsdelay ./cmd/natsdelay
@@ -27,6 +27,10 @@ vet:
 
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
+
+# The crash-loop and NATS-outage tests at soak size (200 kills per engine).
+soak:
+	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage' ./integration
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)

@@ -56,12 +56,21 @@ type serviceProcess struct {
 	mu    sync.Mutex
 }
 
-// startProcess runs natsdelay serve against the NATS server at url with
-// its data in dir, and waits until it says it is ready.
+// startProcess runs natsdelay serve on the pebble engine against the NATS
+// server at url with its data in dir and no HTTP listener, and waits until
+// it says it is ready.
 func startProcess(t *testing.T, bin, url, dir string, args ...string) *serviceProcess {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--nats", url, "--data-dir", dir, "--engine", "pebble", "--ack-wait", "1s"}, args...)...)
-	cmd.Env = append(os.Environ(), "NATSDELAY_HTTP=")
+	return launch(t, bin, []string{"NATSDELAY_HTTP="},
+		append([]string{"serve", "--nats", url, "--data-dir", dir, "--engine", "pebble", "--ack-wait", "1s"}, args...)...)
+}
+
+// launch runs the binary with args and env added to the test's
+// environment, and waits until it says it is ready.
+func launch(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

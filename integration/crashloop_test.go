@@ -1,0 +1,448 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+	"natsdelay/keys"
+)
+
+// crashLoopSize is how many times each engine is killed, and how many
+// messages each round schedules. NATSDELAY_SOAK=1 (make soak) runs the
+// long version; the default keeps both engines well under two minutes on
+// two cores.
+func crashLoopSize() (kills, perRound int) {
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		return 200, 60
+	}
+	return 20, 40
+}
+
+// verdict is how the consumer answers a delivery. It depends only on the
+// tag and the attempt, so a redelivery after a crash gets a fresh, but
+// reproducible, answer, and from the third attempt on every message is
+// ACKed, so the loop ends with nothing pending.
+type verdict int
+
+const (
+	verdictAck verdict = iota
+	verdictNak
+	verdictIgnore // no answer: the ack wait redelivers it
+)
+
+func decide(tag string, attempt int) verdict {
+	if attempt >= 3 {
+		return verdictAck
+	}
+	h := fnv.New32a()
+	h.Write([]byte(tag))
+	h.Write([]byte{byte(attempt)})
+	return verdict(h.Sum32() % 3)
+}
+
+// killMoment says when a round kills the service.
+type killMoment int
+
+const (
+	killDuringIngest   killMoment = iota // requests waiting for their fsync
+	killDuringDelivery                   // deliveries going out and being answered
+	killAfterAckBurst                    // deletes of a burst of ACKs being flushed
+	killMoments
+)
+
+func (k killMoment) String() string {
+	return [...]string{"ingest", "delivery", "ack burst"}[k]
+}
+
+// crashLoop is what the clients of one engine's loop saw. mu guards the
+// maps and slices; the atomic counters are read by the round driver to see
+// when it is time to kill.
+type crashLoop struct {
+	mu         sync.Mutex
+	acked      map[string]time.Time // tag -> fire_at of the ingest reply
+	ids        map[uint64]string    // event ID -> the tag that carried it
+	deliveries map[string]int       // tag -> deliveries seen
+	firstRecv  map[string]time.Time // tag -> earliest receive time
+	headerFire map[string]time.Time // tag -> Delay-Fire-At of its first delivery
+	ackSent    map[string]bool      // tag -> an ACK was sent at least once
+	problems   []string             // what the callbacks found wrong; they cannot fail the test
+	up         chan struct{}        // closed while a process is ready; replaced at each kill
+
+	replies atomic.Int64 // successful ingest replies
+	recv    atomic.Int64 // deliveries
+	acks    atomic.Int64 // ACKs sent
+	naks    atomic.Int64 // NAKs sent
+	ignores atomic.Int64 // deliveries left unanswered
+}
+
+func newCrashLoop() *crashLoop {
+	return &crashLoop{
+		acked:      map[string]time.Time{},
+		ids:        map[uint64]string{},
+		deliveries: map[string]int{},
+		firstRecv:  map[string]time.Time{},
+		headerFire: map[string]time.Time{},
+		ackSent:    map[string]bool{},
+		up:         make(chan struct{}),
+	}
+}
+
+// problem records something wrong seen in a callback. mu must be held.
+func (l *crashLoop) problem(format string, args ...any) {
+	// Keep the first few: one is enough to debug, thousands would flood.
+	if len(l.problems) < 20 {
+		l.problems = append(l.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// sawTag checks that tag's event ID was not given to another tag. mu must
+// be held.
+func (l *crashLoop) sawTag(tag string) {
+	k, err := keys.ParseTag(tag)
+	if err != nil {
+		l.problem("tag %q: %v", tag, err)
+		return
+	}
+	if prev, ok := l.ids[k.EventID()]; ok && prev != tag {
+		l.problem("event ID %d assigned twice: %s and %s", k.EventID(), prev, tag)
+	}
+	l.ids[k.EventID()] = tag
+}
+
+// upChan is closed once the current (or next) process is ready.
+func (l *crashLoop) upChan() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up
+}
+
+func (l *crashLoop) setUp() { close(l.upChan()) }
+
+func (l *crashLoop) setDown() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up = make(chan struct{})
+}
+
+// onDelivery answers a delivery as decide says and records it. It runs on
+// the subscription's goroutine and never blocks on anything but mu.
+func (l *crashLoop) onDelivery(m *nats.Msg) {
+	now := time.Now()
+	tag := m.Header.Get(bridge.HeaderTag)
+	n, aerr := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
+	fire, ferr := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFireAt))
+	v := decide(tag, n)
+	l.mu.Lock()
+	switch {
+	case aerr != nil || n < 1:
+		l.problem("%s %q on %s", bridge.HeaderAttempt, m.Header.Get(bridge.HeaderAttempt), tag)
+	case ferr != nil:
+		l.problem("%s %q on %s", bridge.HeaderFireAt, m.Header.Get(bridge.HeaderFireAt), tag)
+	case now.Before(fire):
+		// The header is rounded down, so it is never later than the real
+		// fire time: a receive time before it is early for sure.
+		l.problem("%s delivered at %s, before its %s %s", tag, now.Format(time.RFC3339Nano), bridge.HeaderFireAt, fire.Format(time.RFC3339Nano))
+	}
+	l.sawTag(tag)
+	l.deliveries[tag]++
+	if first, ok := l.firstRecv[tag]; !ok || now.Before(first) {
+		l.firstRecv[tag] = now
+	}
+	if _, ok := l.headerFire[tag]; !ok && ferr == nil {
+		l.headerFire[tag] = fire
+	}
+	if v == verdictAck {
+		l.ackSent[tag] = true
+	}
+	l.mu.Unlock()
+	l.recv.Add(1)
+
+	// NB: answered outside mu: Respond is I/O. An answer sent to a process
+	// that is being killed is lost, which is what the loop is about.
+	switch v {
+	case verdictAck:
+		l.acks.Add(1)
+		_ = m.Respond(nil)
+	case verdictNak:
+		l.naks.Add(1)
+		_ = m.Respond([]byte("-NAK"))
+	case verdictIgnore:
+		l.ignores.Add(1)
+	}
+}
+
+// ingestToken asks a publisher for one message. A zero at means a random
+// relative delay; otherwise the message is due at that absolute time, so
+// that a round can make many messages fire, and be ACKed, together.
+type ingestToken struct{ at time.Time }
+
+// publish schedules one message per token until stop is closed. A request
+// that fails made no promise and is not recorded; after "no responders"
+// (the service is down) it waits for the next process rather than spin.
+func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens <-chan ingestToken, stop <-chan struct{}) {
+	for {
+		var tok ingestToken
+		select {
+		case <-stop:
+			return
+		case tok = <-tokens:
+		}
+		up := l.upChan()
+		m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", bridge.DefaultIngestPrefix, subject, r.IntN(4)))
+		if tok.at.IsZero() {
+			m.Header.Set("Delay", fmt.Sprintf("%dms", r.IntN(501)))
+		} else {
+			m.Header.Set("Delay-At", tok.at.UTC().Format(time.RFC3339Nano))
+		}
+		m.Data = []byte("payload")
+		rep, err := nc.RequestMsg(m, 2*time.Second)
+		if err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+			if errors.Is(err, nats.ErrNoResponders) {
+				select {
+				case <-up:
+				case <-stop:
+					return
+				}
+			}
+			continue
+		}
+		var body struct {
+			Tag    string `json:"tag"`
+			FireAt string `json:"fire_at"`
+		}
+		jerr := json.Unmarshal(rep.Data, &body)
+		fire, terr := time.Parse(time.RFC3339Nano, body.FireAt)
+		l.mu.Lock()
+		if jerr != nil || terr != nil {
+			l.problem("ingest reply %q: %v %v", rep.Data, jerr, terr)
+		} else {
+			l.sawTag(body.Tag)
+			l.acked[body.Tag] = fire
+		}
+		l.mu.Unlock()
+		l.replies.Add(1)
+	}
+}
+
+// pendingCount asks INFO how many messages are stored.
+func pendingCount(nc *nats.Conn) (uint64, error) {
+	rep, err := nc.Request(bridge.DefaultAPIPrefix+".INFO", nil, wait)
+	if err != nil {
+		return 0, err
+	}
+	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
+		return 0, fmt.Errorf("INFO: error %s: %s", code, rep.Header.Get(bridge.HeaderServiceError))
+	}
+	var r bridge.InfoReply
+	if err := json.Unmarshal(rep.Data, &r); err != nil {
+		return 0, fmt.Errorf("INFO reply %q: %v", rep.Data, err)
+	}
+	return r.Counts.Pending, nil
+}
+
+// TestCrashLoop_SIGKILL_NothingAcknowledgedLost runs the real binary on
+// each durable engine and SIGKILLs it again and again: while requests wait
+// for their fsync, while deliveries go out, and right after a burst of
+// ACKs, when deletes are being flushed. The consumer ACKs some deliveries,
+// NAKs some and ignores some. It checks that nothing acknowledged is lost
+// (every message whose ingest reply arrived is delivered and ACKed), that
+// nothing is delivered before its fire time, that no event ID is assigned
+// twice, and that once everything is ACKed nothing stays pending.
+func TestCrashLoop_SIGKILL_NothingAcknowledgedLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	for i, engine := range []string{"pebble", "bolt"} {
+		t.Run(engine, func(t *testing.T) { crashLoopEngine(t, bin, engine, uint64(i)) })
+	}
+}
+
+func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
+	kills, perRound := crashLoopSize()
+	start := time.Now()
+	srv := startServer(t)
+	url := srv.ClientURL()
+	dir := t.TempDir()
+	subject := "crashloop." + engine
+	l := newCrashLoop()
+
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Several publishers on one connection, so ingest batches group
+	// commits, as real load does.
+	const publishers = 4
+	pubConn := connect(t, srv)
+	// NB: large enough for every round's tokens; a round that finds it full
+	// drops the rest, which only makes that round lighter.
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(seed, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+
+	var proc *serviceProcess
+	defer func() {
+		// Only when the test failed midway: the process is never left behind.
+		if proc != nil {
+			proc.kill(t)
+		}
+	}()
+	r := rand.New(rand.NewPCG(seed, 99))
+	feed := func(tok ingestToken, n int) {
+		for range n {
+			select {
+			case tokens <- tok:
+			default:
+			}
+		}
+	}
+	// waitFor waits until counter has grown by n from its value now.
+	waitFor := func(what string, counter *atomic.Int64, n int64) {
+		base := counter.Load()
+		checkFor(t, 60*time.Second, 2*time.Millisecond, func() error {
+			if got := counter.Load() - base; got < n {
+				return fmt.Errorf("%s: %d of %d since the round started", what, got, n)
+			}
+			return nil
+		})
+	}
+	moments := [killMoments]int{}
+	for round := range kills {
+		proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
+			"--engine", engine, "--ack-wait", "1s")
+		l.setUp()
+		moment := killMoment(r.IntN(int(killMoments)))
+		moments[moment]++
+		switch moment {
+		case killDuringIngest:
+			feed(ingestToken{}, perRound)
+			waitFor("ingest replies", &l.replies, int64(perRound/4))
+			// Random, so the kill lands anywhere in the commits that follow.
+			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+		case killDuringDelivery:
+			feed(ingestToken{}, perRound)
+			waitFor("deliveries", &l.recv, int64(perRound/2))
+			time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
+		case killAfterAckBurst:
+			// One fire time for the whole round, so the ACKs come in a burst.
+			feed(ingestToken{at: time.Now().Add(300 * time.Millisecond)}, perRound)
+			waitFor("ACKs", &l.acks, int64(perRound/5))
+			time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
+		}
+		l.setDown()
+		proc.kill(t)
+		proc = nil
+		t.Logf("round %d: killed during %s after %d acknowledged, %d delivered", round+1, moment, l.replies.Load(), l.recv.Load())
+		// Down for a random while: publishers meet no responders, and
+		// deliveries that were due pile up for the next process.
+		time.Sleep(time.Duration(r.IntN(100)) * time.Millisecond)
+	}
+
+	proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
+		"--engine", engine, "--ack-wait", "1s")
+	l.setUp()
+	stopPublishers()
+	checkFor(t, 90*time.Second, 20*time.Millisecond, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		undelivered, unacked := 0, 0
+		for tag := range l.acked {
+			switch {
+			case l.deliveries[tag] == 0:
+				undelivered++
+			case !l.ackSent[tag]:
+				unacked++
+			}
+		}
+		if undelivered+unacked > 0 {
+			return fmt.Errorf("of %d acknowledged messages, %d not delivered and %d delivered but not ACKed yet",
+				len(l.acked), undelivered, unacked)
+		}
+		return nil
+	})
+	// ACKs sent to a killed process were lost; those messages come back and
+	// are ACKed again, so pending reaches zero only once every one is done.
+	checkFor(t, 90*time.Second, 50*time.Millisecond, func() error {
+		n, err := pendingCount(consumer)
+		if err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("pending = %d, want 0", n)
+		}
+		return nil
+	})
+	proc.stop(t)
+	proc = nil
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.problems {
+		t.Error(p)
+	}
+	lost, early, redeliveries := 0, 0, 0
+	for tag, fire := range l.acked {
+		recv, ok := l.firstRecv[tag]
+		if !ok {
+			lost++
+			continue
+		}
+		// fire_at is rounded down to the millisecond, so it is at most 1ms
+		// before the real fire time and never after it.
+		if recv.Before(fire) {
+			early++
+			if early <= 5 {
+				t.Errorf("%s received at %s, before its fire_at %s", tag, recv.Format(time.RFC3339Nano), fire.Format(time.RFC3339Nano))
+			}
+		}
+		if hf, ok := l.headerFire[tag]; ok && !hf.Equal(fire) {
+			t.Errorf("%s: %s %s, but the ingest reply said fire_at %s", tag, bridge.HeaderFireAt, hf.Format(time.RFC3339Nano), fire.Format(time.RFC3339Nano))
+		}
+	}
+	deliveries := 0
+	for _, n := range l.deliveries {
+		deliveries += n
+		redeliveries += n - 1
+	}
+	if lost > 0 || early > 0 {
+		t.Errorf("%d acknowledged messages lost, %d delivered early", lost, early)
+	}
+	t.Logf("%s: kills survived: %d (ingest %d, delivery %d, ack burst %d), acknowledged messages checked: %d, "+
+		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, in %v",
+		engine, kills, moments[killDuringIngest], moments[killDuringDelivery], moments[killAfterAckBurst],
+		len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
+		time.Since(start).Round(time.Millisecond))
+}
