@@ -50,6 +50,7 @@ func schedule(t testing.TB, url, subject, data string, extra ...string) string {
 // scheduled, in fire order, pages are followed, and a canceled message is
 // gone (404, exit code 1).
 func TestAdmin_InfoLsGetCancel(t *testing.T) {
+	t.Parallel()
 	_, url := serve(t, t.TempDir())
 	const subj = "admin.jobs"
 	tags := []string{
@@ -162,6 +163,7 @@ func TestAdmin_InfoLsGetCancel(t *testing.T) {
 // TestAdmin_BadUsage_ExitsTwo checks that a message named twice, or not
 // at all, is a usage error found before connecting: no server runs here.
 func TestAdmin_BadUsage_ExitsTwo(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -185,6 +187,7 @@ func TestAdmin_BadUsage_ExitsTwo(t *testing.T) {
 // TestAdmin_NoService_SaysSo checks that an admin command with nothing on
 // the API subject says what to check instead of timing out.
 func TestAdmin_NoService_SaysSo(t *testing.T) {
+	t.Parallel()
 	_, url := serve(t, t.TempDir(), "--engine", "memory")
 	code, _, errOut := runCmd(t, "info", "--nats", url, "--api-prefix", "OTHER.API")
 	if code != exitRuntime || !strings.Contains(errOut, "nothing answers on OTHER.API.INFO") {
@@ -196,6 +199,7 @@ func TestAdmin_NoService_SaysSo(t *testing.T) {
 // on: $SRV.PING, $SRV.INFO and $SRV.STATS answer with the service's name
 // and version, and its endpoints with their subjects.
 func TestServe_MicroDiscovery(t *testing.T) {
+	t.Parallel()
 	_, url := serve(t, t.TempDir(), "--engine", "memory")
 	nc, err := nats.Connect(url)
 	if err != nil {

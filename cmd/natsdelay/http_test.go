@@ -82,6 +82,7 @@ func scrape(t testing.TB, base string) map[string]float64 {
 // and process metrics, /healthz and /readyz answer 200, and SIGTERM still
 // exits 0 with the listener open.
 func TestServe_HTTP_MetricsAndHealth(t *testing.T) {
+	t.Parallel()
 	srv, url, base := serveHTTP(t, t.TempDir())
 
 	before := scrape(t, base)
@@ -121,6 +122,7 @@ func TestServe_HTTP_MetricsAndHealth(t *testing.T) {
 // 200: the process is alive but cannot take or deliver messages. /readyz
 // turns 200 again once NATS is back.
 func TestServe_HTTP_ReadyzFollowsNATS(t *testing.T) {
+	t.Parallel()
 	opts := natsserver.DefaultTestOptions
 	opts.Port = -1
 	ns := natsserver.RunServer(&opts)
@@ -161,6 +163,7 @@ func TestServe_HTTP_ReadyzFollowsNATS(t *testing.T) {
 // a usage error that names the flag and the address, and that --http ""
 // turns the listener off.
 func TestServe_HTTPPortInUse_ExitsWithHint(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
