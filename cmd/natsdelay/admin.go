@@ -93,7 +93,9 @@ func (cl *client) call(verb string, req any) ([]byte, error) {
 	return rep.Data, nil
 }
 
-// replyError returns the error that m carries, or nil. The JSON body has
+// replyError returns the error that m carries in the NATS micro
+// convention, or nil; every command that talks to the service uses it, so
+// they all print an error answer as "<code> <description>". The JSON body has
 // the code as a number and is preferred; the headers are the micro
 // convention that every error reply has.
 func replyError(m *nats.Msg) error {

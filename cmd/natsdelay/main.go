@@ -51,8 +51,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// cli is the whole command line. A bench subcommand still to come slots in
-// beside the others.
+// cli is the whole command line.
 type cli struct {
 	Config    configFile `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
 	LogLevel  string     `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`

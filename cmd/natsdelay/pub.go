@@ -107,7 +107,7 @@ func (c *pubCmd) Run(e *env) error {
 	case err != nil:
 		return fmt.Errorf("request on %s: %w", m.Subject, err)
 	}
-	if err := serviceError(rep); err != nil {
+	if err := replyError(rep); err != nil {
 		return err
 	}
 	if c.JSON {
@@ -120,17 +120,6 @@ func (c *pubCmd) Run(e *env) error {
 	}
 	_, err = fmt.Fprintf(e.stdout, "scheduled %s tag=%s fire_at=%s\n", s.Subject, s.Tag, s.FireAt)
 	return err
-}
-
-// serviceError returns the error that m carries in the NATS micro
-// convention, or nil.
-func serviceError(m *nats.Msg) error {
-	desc := header(m.Header, bridge.HeaderServiceError)
-	code := header(m.Header, bridge.HeaderServiceErrorCode)
-	if desc == "" && code == "" {
-		return nil
-	}
-	return fmt.Errorf("natsdelay answered %s: %s", code, desc)
 }
 
 // header returns the first value of h named name in any case: NATS headers

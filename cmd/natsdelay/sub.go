@@ -120,7 +120,7 @@ func (c *subCmd) ack(nc *nats.Conn, m *nats.Msg) error {
 	if err != nil {
 		return err
 	}
-	if err := serviceError(rep); err != nil {
+	if err := replyError(rep); err != nil {
 		return err
 	}
 	if string(rep.Data) != "+OK" {
