@@ -1,0 +1,438 @@
+package integration_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"natsdelay/bridge"
+)
+
+// servicePermissions are the permissions docs/security.md gives the
+// service's own user: it subscribes to its prefixes, the micro discovery
+// subjects and inboxes, and publishes deliveries, dead letters and replies
+// anywhere.
+func servicePermissions() *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{">"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{
+			"delay.>", "$DELAY.ACK.>", "$DELAY.ACK", "$DELAY.API.>", "$SRV.>", "_INBOX.>",
+		}},
+	}
+}
+
+// runServerWith runs an embedded nats-server with the test defaults as
+// changed by mod, shut down when tb ends.
+func runServerWith(tb testing.TB, mod func(*server.Options)) *server.Server {
+	tb.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	mod(&opts)
+	s := natsserver.RunServer(&opts)
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// connErrs collects a connection's asynchronous errors, which is where the
+// server's permission violations arrive.
+type connErrs chan error
+
+func (e connErrs) option() nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case e <- err:
+		default:
+		}
+	})
+}
+
+// wantViolation waits for the server to report that publishing to subject
+// was denied.
+func (e connErrs) wantViolation(tb testing.TB, subject string) {
+	tb.Helper()
+	timeout := time.After(wait)
+	for {
+		select {
+		case err := <-e:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+				return
+			}
+			tb.Logf("other connection error: %v", err)
+		case <-timeout:
+			tb.Fatalf("no permissions violation for publishing to %s within %v", subject, wait)
+		}
+	}
+}
+
+// none fails tb if the connection reported any error.
+func (e connErrs) none(tb testing.TB, who string) {
+	tb.Helper()
+	select {
+	case err := <-e:
+		tb.Fatalf("%s connection error: %v", who, err)
+	default:
+	}
+}
+
+// connectWith opens a connection to srv with opts, closed when tb ends.
+func connectWith(tb testing.TB, srv *server.Server, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), append([]nats.Option{nats.MaxReconnects(0)}, opts...)...)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// serviceOn runs a Service on nc, which it does not own.
+func serviceOn(tb testing.TB, nc *nats.Conn) *bridge.Service {
+	tb.Helper()
+	svc, err := bridge.New(bridge.Config{Conn: nc, Store: memStore(tb), Logger: testLogger(tb)})
+	if err != nil {
+		tb.Fatalf("bridge.New: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := svc.Close(); err != nil {
+			tb.Errorf("Service.Close: %v", err)
+		}
+	})
+	return svc
+}
+
+// roundTrip schedules a message due now on nc, receives it on nc, ACKs it
+// with an ack sync and waits until it is deleted.
+func roundTrip(tb testing.TB, svc *bridge.Service, nc *nats.Conn, subject string) {
+	tb.Helper()
+	ch := subscribe(tb, nc, subject)
+	s := schedule(tb, nc, newMsg(subject, "hello"))
+	r := next(tb, ch, "delivery")
+	if got := tagKey(tb, r.Msg); got != s.Key {
+		tb.Fatalf("delivered tag %s, scheduled %s", got, s.Key)
+	}
+	ackSync(tb, nc, r.Msg, "+ACK")
+	waitGone(tb, svc, s.Key)
+}
+
+func writeFile(tb testing.TB, dir, name string, data []byte) string {
+	tb.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// testPKI is a CA and a server and a client certificate it signed, as PEM
+// files.
+type testPKI struct {
+	caFile, certFile, keyFile string
+	serverTLS                 *tls.Config
+}
+
+// newPKI makes a throwaway CA, a server certificate for 127.0.0.1 and a
+// client certificate, and the server's TLS config, which requires and
+// verifies client certificates from that CA.
+func newPKI(tb testing.TB) testPKI {
+	tb.Helper()
+	dir := tb.TempDir()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return k
+	}
+	serial := int64(0)
+	sign := func(tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) *x509.Certificate {
+		serial++
+		tmpl.SerialNumber = big.NewInt(serial)
+		tmpl.NotBefore = time.Now().Add(-time.Hour)
+		tmpl.NotAfter = time.Now().Add(time.Hour)
+		if parent == nil {
+			parent, parentKey = tmpl, key
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c
+	}
+	certPEM := func(c *x509.Certificate) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	keyPEM := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	}
+
+	caKey := newKey()
+	ca := sign(&x509.Certificate{
+		Subject: pkix.Name{CommonName: "natsdelay test CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, caKey, nil, nil)
+	srvKey := newKey()
+	srvCert := sign(&x509.Certificate{
+		Subject: pkix.Name{CommonName: "nats-server"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, srvKey, ca, caKey)
+	cliKey := newKey()
+	cliCert := sign(&x509.Certificate{
+		Subject:  pkix.Name{CommonName: "natsdelay"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, cliKey, ca, caKey)
+
+	pair, err := tls.X509KeyPair(certPEM(srvCert), keyPEM(srvKey))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return testPKI{
+		caFile:   writeFile(tb, dir, "ca.pem", certPEM(ca)),
+		certFile: writeFile(tb, dir, "client.pem", certPEM(cliCert)),
+		keyFile:  writeFile(tb, dir, "client-key.pem", keyPEM(cliKey)),
+		serverTLS: &tls.Config{
+			Certificates: []tls.Certificate{pair}, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+		},
+	}
+}
+
+// operatorSetup makes an operator, an account it signed and a user that
+// account signed, and returns the server settings for operator mode with a
+// memory resolver and the user's credentials file.
+func operatorSetup(tb testing.TB) (func(*server.Options), string) {
+	tb.Helper()
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	opKP, err := nkeys.CreateOperator()
+	must(err)
+	opPub, err := opKP.PublicKey()
+	must(err)
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "test-operator"
+	opJWT, err := oc.Encode(opKP)
+	must(err)
+	oc, err = jwt.DecodeOperatorClaims(opJWT)
+	must(err)
+
+	accKP, err := nkeys.CreateAccount()
+	must(err)
+	accPub, err := accKP.PublicKey()
+	must(err)
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = "delay"
+	accJWT, err := ac.Encode(opKP)
+	must(err)
+
+	userKP, err := nkeys.CreateUser()
+	must(err)
+	userPub, err := userKP.PublicKey()
+	must(err)
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = "natsdelay"
+	userJWT, err := uc.Encode(accKP)
+	must(err)
+	seed, err := userKP.Seed()
+	must(err)
+	creds, err := jwt.FormatUserConfig(userJWT, seed)
+	must(err)
+
+	resolver := &server.MemAccResolver{}
+	must(resolver.Store(accPub, accJWT))
+	return func(o *server.Options) {
+		o.TrustedOperators = []*jwt.OperatorClaims{oc}
+		o.AccountResolver = resolver
+	}, writeFile(tb, tb.TempDir(), "user.creds", creds)
+}
+
+// TestSecurity_Auth_RoundTrip checks that the service works over every way
+// nats.go (and so the binary's flags) can log in: it schedules, delivers
+// and takes an ACK on a server that refuses anonymous clients.
+func TestSecurity_Auth_RoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) (func(*server.Options), []nats.Option)
+	}{
+		{"user-password", func(t *testing.T) (func(*server.Options), []nats.Option) {
+			return func(o *server.Options) {
+				o.Users = []*server.User{{Username: "natsdelay", Password: "s3cret"}}
+			}, []nats.Option{nats.UserInfo("natsdelay", "s3cret")}
+		}},
+		{"token", func(t *testing.T) (func(*server.Options), []nats.Option) {
+			return func(o *server.Options) { o.Authorization = "t0ken" }, []nats.Option{nats.Token("t0ken")}
+		}},
+		{"nkey", func(t *testing.T) (func(*server.Options), []nats.Option) {
+			kp, err := nkeys.CreateUser()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, _ := kp.PublicKey()
+			seed, _ := kp.Seed()
+			opt, err := nats.NkeyOptionFromSeed(writeFile(t, t.TempDir(), "user.nk", seed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} }, []nats.Option{opt}
+		}},
+		{"creds-jwt", func(t *testing.T) (func(*server.Options), []nats.Option) {
+			mod, creds := operatorSetup(t)
+			return mod, []nats.Option{nats.UserCredentials(creds)}
+		}},
+		{"tls-client-cert", func(t *testing.T) (func(*server.Options), []nats.Option) {
+			pki := newPKI(t)
+			return func(o *server.Options) {
+					o.TLS, o.TLSVerify, o.TLSConfig, o.TLSTimeout = true, true, pki.serverTLS, 5
+				}, []nats.Option{
+					nats.RootCAs(pki.caFile), nats.ClientCert(pki.certFile, pki.keyFile),
+				}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mod, opts := tc.setup(t)
+			srv := runServerWith(t, mod)
+			// The server must really demand the credentials, or the test
+			// would pass without them. With TLS, trusting the CA is not
+			// enough: the client certificate is what logs in.
+			without := [][]nats.Option{nil}
+			if tc.name == "tls-client-cert" {
+				without = append(without, opts[:1])
+			}
+			for _, o := range without {
+				if nc, err := nats.Connect(srv.ClientURL(), append([]nats.Option{nats.MaxReconnects(0), nats.Timeout(wait)}, o...)...); err == nil {
+					nc.Close()
+					t.Fatalf("a client with %d of the %d login options got in", len(o), len(opts))
+				}
+			}
+			svc := serviceOn(t, connectWith(t, srv, opts...))
+			roundTrip(t, svc, connectWith(t, srv, opts...), "orders.auth")
+		})
+	}
+}
+
+// TestSecurity_Permissions_SharedServer checks the permission templates of
+// docs/security.md on one server: a service limited to its documented
+// permissions works; a consumer that may only subscribe to its subject and
+// answer the messages it gets can ACK its own delivery and not another
+// subject's; a publisher limited to its part of delay.> can schedule only
+// there; and only operators may use the API.
+func TestSecurity_Permissions_SharedServer(t *testing.T) {
+	inbox := &server.SubjectPermission{Allow: []string{"_INBOX.>"}}
+	srv := runServerWith(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "svc", Password: "p", Permissions: servicePermissions()},
+			{Username: "pub", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"delay.orders.>"}},
+				Subscribe: inbox,
+			}},
+			// NB: in a config file allow_responses also turns off every
+			// other publish; in server.Options that takes an empty allow.
+			{Username: "cons", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"orders.mine"}},
+				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+			}},
+			{Username: "other", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"orders.theirs"}},
+				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+			}},
+			{Username: "ops", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"$DELAY.API.>"}},
+				Subscribe: inbox,
+			}},
+		}
+	})
+	login := func(user string, errs connErrs) *nats.Conn {
+		return connectWith(t, srv, nats.UserInfo(user, "p"), errs.option())
+	}
+	svcErrs, pubErrs, consErrs := make(connErrs, 16), make(connErrs, 16), make(connErrs, 16)
+	svc := serviceOn(t, login("svc", svcErrs))
+	pub := login("pub", pubErrs)
+	cons := login("cons", consErrs)
+	other := login("other", make(connErrs, 16))
+	ops := login("ops", make(connErrs, 16))
+
+	mine, theirs := subscribe(t, cons, "orders.mine"), subscribe(t, other, "orders.theirs")
+	sMine := schedule(t, pub, newMsg("orders.mine", "m"))
+	sTheirs := schedule(t, pub, newMsg("orders.theirs", "t"))
+	dMine := next(t, mine, "consumer's delivery")
+	next(t, theirs, "other consumer's delivery")
+
+	// The consumer holds the other tag (tags are not secret from whoever
+	// can see a delivery) but may not publish to its ack subject, in
+	// either ACK form.
+	cons.Publish("$DELAY.ACK."+sTheirs.Tag, []byte("+ACK"))
+	consErrs.wantViolation(t, "$DELAY.ACK."+sTheirs.Tag)
+	byHeader := nats.NewMsg("$DELAY.ACK")
+	byHeader.Header.Set(bridge.HeaderTag, sTheirs.Tag)
+	cons.PublishMsg(byHeader)
+	consErrs.wantViolation(t, "$DELAY.ACK")
+
+	// Its own delivery it may answer, once.
+	if err := dMine.Respond([]byte("+ACK")); err != nil {
+		t.Fatalf("Respond: %v", err)
+	}
+	waitGone(t, svc, sMine.Key)
+	dMine.Respond([]byte("-NAK"))
+	consErrs.wantViolation(t, dMine.Reply)
+	// The denied ACKs were sent before the one that was applied, on the
+	// same connection, so had the server let them through they would have
+	// been applied by now.
+	stored(t, svc, sTheirs.Key)
+
+	// The publisher may schedule only under delay.orders.>, and not use
+	// the API.
+	pub.Publish("delay.other.x", []byte("x"))
+	pubErrs.wantViolation(t, "delay.other.x")
+	pub.PublishRequest("$DELAY.API.INFO", nats.NewInbox(), nil)
+	pubErrs.wantViolation(t, "$DELAY.API.INFO")
+
+	// An operator can.
+	rep, err := ops.Request("$DELAY.API.INFO", nil, wait)
+	if err != nil {
+		t.Fatalf("INFO as operator: %v", err)
+	}
+	var info bridge.InfoReply
+	if err := json.Unmarshal(rep.Data, &info); err != nil {
+		t.Fatalf("INFO reply %q: %v", rep.Data, err)
+	}
+	if info.Counts.Pending != 1 {
+		t.Fatalf("INFO pending = %d, want 1 (only the other consumer's message)", info.Counts.Pending)
+	}
+
+	// The service's documented permissions were enough for all of it.
+	svcErrs.none(t, "service")
+}
