@@ -14,8 +14,9 @@ import (
 // JetStream (and the core baseline for ingest) with their ratio.
 func WriteTable(w io.Writer, res *Results) error {
 	c := res.Config
-	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n\n", orDash(res.Host.CPU), res.Host.Cores,
+	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
 		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
+	fmt.Fprintf(w, "load average before %s, after %s; %.0f s in all\n\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), res.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 
@@ -153,5 +154,8 @@ func ratio(a, b float64) string {
 	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3gx", a/b)
+	if r := a / b; r < 0.1 {
+		return fmt.Sprintf("%.2gx", r)
+	}
+	return fmt.Sprintf("%.2fx", a/b)
 }

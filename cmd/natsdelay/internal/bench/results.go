@@ -29,6 +29,10 @@ type Host struct {
 	GoVersion string `json:"go_version"`
 	NATS      string `json:"nats_server"`
 	Embedded  bool   `json:"embedded"`
+	// LoadBefore and LoadAfter are the 1, 5 and 15 minute load averages
+	// from /proc/loadavg: other work on the machine skews every figure.
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
 }
 
 // ConfigSummary is the sizes of the run.

@@ -35,7 +35,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	defer func() { err = errors.Join(err, e.close()) }()
 	res.Host.NATS = e.conns[0].ConnectedServerVersion()
 	start := time.Now()
-	defer func() { res.Seconds = time.Since(start).Seconds() }()
+	res.Host.LoadBefore = loadavg()
+	defer func() {
+		res.Seconds = time.Since(start).Seconds()
+		res.Host.LoadAfter = loadavg()
+	}()
 
 	cfg.Logger.Info("ingest")
 	if res.Ingest, err = e.runIngest(ctx); err != nil {
@@ -81,4 +85,17 @@ func host() Host {
 		}
 	}
 	return h
+}
+
+// loadavg is the first three fields of /proc/loadavg, or "".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
