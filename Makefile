@@ -34,6 +34,7 @@ soak:
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)
+	$(GO) run ./cmd/natsdelay bench
 
 # NB: go test -fuzz takes one target and one package at a time, so each
 # target runs on its own; make test already runs their seed corpora.
