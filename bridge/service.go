@@ -120,14 +120,22 @@ func (c Config) withDefaults() Config {
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
 	if c.Conn == nil {
-		bad("Conn is required")
+		errs = append(errs, fmt.Errorf("%w: Conn is required", ErrInvalidConfig))
 	}
 	if c.Store == nil {
-		bad("Store is required")
+		errs = append(errs, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
+	}
+	return errors.Join(append(errs, c.ValidateSettings())...)
+}
+
+// ValidateSettings reports every bad setting at once, without requiring
+// Conn and Store, so a program can check its configuration before it
+// connects or opens anything.
+func (c Config) ValidateSettings() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
 	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}} {
 		if p.v == "" {
@@ -309,7 +317,7 @@ func (s *Service) Close() error {
 			errs = append(errs, s.disp.Close())
 		}
 		for _, sub := range s.ackSubs {
-			errs = append(errs, drain(sub))
+			errs = append(errs, drain(sub, s.nc))
 		}
 		if s.repo != nil {
 			errs = append(errs, s.repo.Close())
@@ -323,8 +331,16 @@ func (s *Service) Close() error {
 }
 
 // drain stops sub taking messages and waits until the ones it holds are
-// handled, so requests accepted before Close are still answered.
-func drain(sub *nats.Subscription) error {
+// handled, so requests accepted before Close are still answered. Draining
+// needs the server to answer, so without a connection it unsubscribes.
+func drain(sub *nats.Subscription, nc *nats.Conn) error {
+	if !nc.IsConnected() {
+		err := sub.Unsubscribe()
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
+			return nil
+		}
+		return err
+	}
 	closed := sub.StatusChanged(nats.SubscriptionClosed)
 	if err := sub.Drain(); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
@@ -335,7 +351,7 @@ func drain(sub *nats.Subscription) error {
 	select {
 	case <-closed:
 		return nil
-	case <-time.After(30 * time.Second):
+	case <-time.After(10 * time.Second):
 		return fmt.Errorf("bridge: draining %s: timed out", sub.Subject)
 	}
 }

@@ -2,12 +2,12 @@
 //
 // # Layout
 //
-//	 0               8               16              24
-//	 +---------------+---------------+---------------+
-//	 |   topicHash   |    bucket     |    eventID    |
-//	 +---------------+---------------+---------------+
-//	  xxhash64(subj)   fireAtMs /      monotonic id
-//	                   timeBucketMs
+//	0               8               16              24
+//	+---------------+---------------+---------------+
+//	|   topicHash   |    bucket     |    eventID    |
+//	+---------------+---------------+---------------+
+//	 xxhash64(subj)   fireAtMs /      monotonic id
+//	                  timeBucketMs
 //
 // Every field is a big-endian uint64. Big-endian makes the byte order of keys
 // equal the numeric order of (topicHash, bucket, eventID), so all messages of

@@ -19,8 +19,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/engine"
 )
 
 // defaultDataDir is where serve keeps messages unless --data-dir moves it.
@@ -119,9 +118,9 @@ func (c *serveCmd) check() error {
 			}
 			continue
 		}
-		b := placeholderConfig()
+		var b bridge.Config
 		f.set(&b, f.v)
-		if err := b.Validate(); err != nil {
+		if err := b.ValidateSettings(); err != nil {
 			p.add("%s %q: %w", f.name, f.v, err)
 		}
 	}
@@ -129,9 +128,9 @@ func (c *serveCmd) check() error {
 		return err
 	}
 	// Whatever else bridge checks, with every setting in place.
-	b := placeholderConfig()
+	var b bridge.Config
 	c.apply(&b)
-	return b.Validate()
+	return b.ValidateSettings()
 }
 
 // joinDurations writes ds as the flag takes them: 1s,5s,30s.
@@ -141,15 +140,6 @@ func joinDurations(ds []time.Duration) string {
 		parts[i] = d.String()
 	}
 	return strings.Join(parts, ",")
-}
-
-// placeholderConfig is a bridge.Config that passes Validate's checks of
-// Conn and Store, so the settings can be checked before either exists.
-//
-// NB: the Store is a typed nil, which is a non-nil interface; Validate only
-// compares it with nil and never calls it.
-func placeholderConfig() bridge.Config {
-	return bridge.Config{Conn: &nats.Conn{}, Store: (*pebblestore.Store)(nil)}
 }
 
 // apply copies the service settings into b.
@@ -302,69 +292,18 @@ func exitOnSecondSignal(done <-chan struct{}, log *slog.Logger) {
 	}()
 }
 
-// boltFile is the bbolt database file inside --data-dir.
-const boltFile = "natsdelay.db"
-
-// openStore opens the engine named by --engine.
-//
-// NB: delaystore has no single opener for its engines yet, so this names
-// them; it shrinks to one call once there is one.
-func openStore(engine, dir string, log *slog.Logger) (delaystore.Store, error) {
-	if engine != "memory" {
-		if err := checkEngineDir(engine, dir); err != nil {
-			return nil, err
-		}
-	}
-	var st delaystore.Store
-	var err error
-	switch engine {
-	case "pebble":
-		st, err = openPebble(pebblestore.Config{Dir: dir, Logger: log})
-	case "memory":
-		st, err = openPebble(pebblestore.Config{InMemory: true, Logger: log})
-	case "bolt":
-		// bbolt creates its file, not the directory it is in.
-		if err = os.MkdirAll(dir, 0o755); err == nil {
-			st, err = openBolt(boltstore.Config{Path: filepath.Join(dir, boltFile), Logger: log})
-		}
-	default:
-		return nil, usagef("--engine %q: want pebble, bolt or memory", engine)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open the %s store in %s: %w", engine, dir, err)
-	}
-	return st, nil
-}
-
-// openPebble and openBolt return a nil interface on error, not a typed nil.
-func openPebble(cfg pebblestore.Config) (delaystore.Store, error) {
-	st, err := pebblestore.Open(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-func openBolt(cfg boltstore.Config) (delaystore.Store, error) {
-	st, err := boltstore.Open(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// checkEngineDir refuses a data dir that holds the other engine's store:
-// opening it would start empty and leave the messages there undelivered.
-func checkEngineDir(engine, dir string) error {
-	pebbleFiles, _ := filepath.Glob(filepath.Join(dir, "OPTIONS-*"))
-	_, boltErr := os.Stat(filepath.Join(dir, boltFile))
+// openStore opens the engine named by --engine. A data dir that holds the
+// other engine's store is a usage error: opening it would start empty and
+// leave the messages there undelivered.
+func openStore(name, dir string, log *slog.Logger) (delaystore.Store, error) {
+	st, err := engine.Open(engine.Config{Engine: name, Dir: dir, Logger: log})
 	switch {
-	case engine == "bolt" && len(pebbleFiles) > 0:
-		return usagef("--data-dir %s holds a pebble store: run with --engine pebble, or give another --data-dir", dir)
-	case engine == "pebble" && boltErr == nil:
-		return usagef("--data-dir %s holds a bolt store (%s): run with --engine bolt, or give another --data-dir", dir, boltFile)
+	case errors.Is(err, delaystore.ErrInvalidConfig):
+		return nil, usagef("--engine %s --data-dir %s: %v", name, dir, err)
+	case err != nil:
+		return nil, fmt.Errorf("open the %s store in %s: %w", name, dir, err)
 	}
-	return nil
+	return st, nil
 }
 
 // closeConn sends what the service still buffers, then closes nc.
