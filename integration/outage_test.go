@@ -180,6 +180,43 @@ func (l *outageLog) check(tb testing.TB) (fromErrored int) {
 	return fromErrored
 }
 
+// checkStored lists the messages pending on subject and GETs each one's
+// payload, and fails tb for any that cannot be traced to a request that was
+// acknowledged with that tag, or that failed: what the service stores must
+// have been asked for. It returns how many it checked. Call it once the
+// publishers have stopped.
+func (l *outageLog) checkStored(tb testing.TB, nc *nats.Conn, subject string) int {
+	tb.Helper()
+	checked := 0
+	after := ""
+	for {
+		var page bridge.ListReply
+		apiCall(tb, nc, "LIST", map[string]any{"subject": subject, "limit": 1000, "after": after}, &page)
+		for _, mi := range page.Messages {
+			rep := apiRequest(tb, nc, "GET", map[string]any{"tag": mi.Tag, "payload": true})
+			if rep.Header.Get(bridge.HeaderServiceErrorCode) == "404" {
+				continue // delivered and ACKed since the LIST
+			}
+			var got bridge.MessageInfo
+			if err := json.Unmarshal(rep.Data, &got); err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+				tb.Fatalf("GET %s: reply %q with headers %v: %v", mi.Tag, rep.Data, rep.Header, err)
+			}
+			id := string(got.Payload)
+			l.mu.Lock()
+			outcome, tag := l.outcome[id], l.tagOf[id]
+			l.mu.Unlock()
+			if !(outcome == outcomeAcked && tag == mi.Tag) && outcome != outcomeErrored {
+				tb.Errorf("stored %s with payload %q: request outcome %q, reply tag %q", mi.Tag, id, outcome, tag)
+			}
+			checked++
+		}
+		if page.Next == "" {
+			return checked
+		}
+		after = page.Next
+	}
+}
+
 // freePort returns a TCP port on the loopback that was free a moment ago.
 func freePort(tb testing.TB) int {
 	tb.Helper()
@@ -335,8 +372,9 @@ func TestOutage_NATSRestart_ServiceRecovers(t *testing.T) {
 		return nil
 	})
 	stopClients()
-	checkFor(t, 60*time.Second, 20*time.Millisecond, l.allDelivered)
 	nc := reconnecting(t, url)
+	stored := l.checkStored(t, nc, "outage.proc")
+	checkFor(t, 60*time.Second, 20*time.Millisecond, l.allDelivered)
 	// Everything delivered is ACKed: once the ACKs lost in the outage are
 	// made good by redeliveries, nothing is left stored.
 	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
@@ -352,8 +390,8 @@ func TestOutage_NATSRestart_ServiceRecovers(t *testing.T) {
 	proc.stop(t)
 	stopped = true
 	fromErrored := l.check(t)
-	t.Logf("acknowledged: %d, failed requests: %d, delivered: %d (of failed requests: %d), lost: 0",
-		l.ackedN.Load(), l.erroredN.Load(), len(l.delivered), fromErrored)
+	t.Logf("acknowledged: %d, failed requests: %d, delivered: %d (of failed requests: %d), checked by GET: %d, lost: 0",
+		l.ackedN.Load(), l.erroredN.Load(), len(l.delivered), fromErrored, stored)
 }
 
 // TestOutage_ForceReconnect_InProcess runs the service in process over a
