@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"natsdelay/bridge"
+	"natsdelay/keys"
 )
 
 // servicePermissions are the permissions docs/security.md gives the
@@ -435,4 +436,50 @@ func TestSecurity_Permissions_SharedServer(t *testing.T) {
 
 	// The service's documented permissions were enough for all of it.
 	svcErrs.none(t, "service")
+}
+
+// TestSecurity_Tag_NotASecret checks what docs/security.md says about
+// tags: a tag is computed from the subject, the fire time and a counter, so
+// it can be predicted, and whoever may publish to $DELAY.ACK.> can delete
+// any pending message by its tag, also one never delivered. A tag that
+// names no message changes nothing. Only publish permissions keep ACKs
+// safe.
+func TestSecurity_Tag_NotASecret(t *testing.T) {
+	srv := runServerWith(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "svc", Password: "p", Permissions: servicePermissions()},
+			{Username: "pub", Password: "p", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{"delay.>"}}, Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+			{Username: "acker", Password: "p", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{"$DELAY.ACK.>"}}, Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+		}
+	})
+	svc := serviceOn(t, connectWith(t, srv, nats.UserInfo("svc", "p")))
+	pub := connectWith(t, srv, nats.UserInfo("pub", "p"))
+	acker := connectWith(t, srv, nats.UserInfo("acker", "p"))
+
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	first := schedule(t, pub, newMsg("orders.secret", "1", "Delay-At", at))
+	second := schedule(t, pub, newMsg("orders.secret", "2", "Delay-At", at))
+	guess := keys.New(first.Key.TopicHash(), first.Key.Bucket(), first.Key.EventID()+1)
+	if guess != second.Key {
+		t.Fatalf("second tag %s, predicted %s", second.Key, guess)
+	}
+
+	// A random tag is a no-op that still answers +OK.
+	rep, err := acker.Request("$DELAY.ACK."+keys.New(1, 2, 3).Tag(), []byte("+ACK"), wait)
+	if err != nil || string(rep.Data) != "+OK" {
+		t.Fatalf("ACK of a random tag: %v, %v", rep, err)
+	}
+	waitPending(t, svc, 2)
+
+	// The predicted tag deletes a message nobody has seen delivered.
+	rep, err = acker.Request("$DELAY.ACK."+guess.Tag(), []byte("+ACK"), wait)
+	if err != nil || string(rep.Data) != "+OK" {
+		t.Fatalf("ACK of the predicted tag: %v, %v", rep, err)
+	}
+	waitGone(t, svc, second.Key)
+	stored(t, svc, first.Key)
 }
