@@ -3,7 +3,8 @@
 #   make test            go vet, then every test with the race detector
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
-#   make bench           the Go benchmarks
+#   make bench           the Go benchmarks, then natsdelay bench against JetStream
+#   make soak            the crash loop and outage tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
 
