@@ -343,58 +343,106 @@ func TestSecurity_Auth_RoundTrip(t *testing.T) {
 	}
 }
 
-// TestSecurity_Permissions_SharedServer checks the permission templates of
-// docs/security.md on one server: a service limited to its documented
-// permissions works; a consumer that may only subscribe to its subject and
-// answer the messages it gets can ACK its own delivery and not another
-// subject's; a publisher limited to its part of delay.> can schedule only
-// there; and only operators may use the API.
-func TestSecurity_Permissions_SharedServer(t *testing.T) {
+// optionsTemplate builds the users of the docs/security.md template in
+// server.Options, as an embedding program would.
+func optionsTemplate(o *server.Options) {
 	inbox := &server.SubjectPermission{Allow: []string{"_INBOX.>"}}
-	srv := runServerWith(t, func(o *server.Options) {
-		o.Users = []*server.User{
-			{Username: "svc", Password: "p", Permissions: servicePermissions()},
-			{Username: "pub", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"delay.orders.>"}},
-				Subscribe: inbox,
-			}},
-			// NB: in a config file allow_responses also turns off every
-			// other publish; in server.Options that takes an empty allow.
-			{Username: "cons", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"orders.mine"}},
-				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-			}},
-			{Username: "other", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"orders.theirs"}},
-				Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-			}},
-			{Username: "ops", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"$DELAY.API.>"}},
-				Subscribe: inbox,
-			}},
+	publisher := func(subj string) *server.Permissions {
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{subj}}, Subscribe: inbox}
+	}
+	// NB: in a config file allow_responses also turns off every other
+	// publish; in server.Options that takes an empty allow list.
+	consumer := func(subj string) *server.Permissions {
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{}},
+			Subscribe: &server.SubjectPermission{Allow: []string{subj}},
+			Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute},
 		}
-	})
+	}
+	user := func(name string, p *server.Permissions) *server.User {
+		return &server.User{Username: name, Password: "change-me", Permissions: p}
+	}
+	o.Users = []*server.User{
+		user("natsdelay", servicePermissions()),
+		user("orders-api", publisher("delay.orders.>")),
+		user("orders-worker", consumer("orders.>")),
+		user("billing-api", publisher("delay.billing.>")),
+		user("billing-worker", consumer("billing.>")),
+		user("ops", publisher("$DELAY.API.>")),
+	}
+}
+
+// docsTemplate loads the nats-server configuration block of
+// docs/security.md, so the documented templates are the ones tested.
+func docsTemplate(tb testing.TB) *server.Options {
+	tb.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```conf\n")
+	if ok {
+		block, _, ok = strings.Cut(block, "```")
+	}
+	if !ok {
+		tb.Fatal("docs/security.md has no ```conf block")
+	}
+	opts, err := server.ProcessConfigFile(writeFile(tb, tb.TempDir(), "nats.conf", []byte(block)))
+	if err != nil {
+		tb.Fatalf("docs/security.md configuration: %v", err)
+	}
+	return opts
+}
+
+// TestSecurity_Permissions_SharedServer checks the permission templates of
+// docs/security.md, as written there and as built in server.Options: a
+// service limited to its documented permissions works; a consumer that may
+// only subscribe to its subjects and answer the messages it gets can ACK
+// its own delivery, once, and not another team's; a publisher limited to
+// its part of delay.> can schedule only there; and only operators may use
+// the API.
+func TestSecurity_Permissions_SharedServer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		srv  func(t *testing.T) *server.Server
+	}{
+		{"options", func(t *testing.T) *server.Server { return runServerWith(t, optionsTemplate) }},
+		{"docs", func(t *testing.T) *server.Server {
+			opts := docsTemplate(t)
+			opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+			s := natsserver.RunServer(opts)
+			t.Cleanup(s.Shutdown)
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkPermissions(t, tc.srv(t))
+		})
+	}
+}
+
+func checkPermissions(t *testing.T, srv *server.Server) {
 	login := func(user string, errs connErrs) *nats.Conn {
-		return connectWith(t, srv, nats.UserInfo(user, "p"), errs.option())
+		return connectWith(t, srv, nats.UserInfo(user, "change-me"), errs.option())
 	}
 	svcErrs, pubErrs, consErrs := make(connErrs, 16), make(connErrs, 16), make(connErrs, 16)
-	svc := serviceOn(t, login("svc", svcErrs))
-	pub := login("pub", pubErrs)
-	cons := login("cons", consErrs)
-	other := login("other", make(connErrs, 16))
+	svc := serviceOn(t, login("natsdelay", svcErrs))
+	pub := login("orders-api", pubErrs)
+	cons := login("orders-worker", consErrs)
+	billing := login("billing-api", make(connErrs, 16))
+	other := login("billing-worker", make(connErrs, 16))
 	ops := login("ops", make(connErrs, 16))
 
-	mine, theirs := subscribe(t, cons, "orders.mine"), subscribe(t, other, "orders.theirs")
+	mine, theirs := subscribe(t, cons, "orders.mine"), subscribe(t, other, "billing.theirs")
 	sMine := schedule(t, pub, newMsg("orders.mine", "m"))
-	sTheirs := schedule(t, pub, newMsg("orders.theirs", "t"))
+	sTheirs := schedule(t, billing, newMsg("billing.theirs", "t"))
 	dMine := next(t, mine, "consumer's delivery")
 	next(t, theirs, "other consumer's delivery")
 
-	// The consumer holds the other tag (tags are not secret from whoever
-	// can see a delivery) but may not publish to its ack subject, in
-	// either ACK form.
+	// The consumer holds the other tag (tags are no secret, see
+	// TestSecurity_Tag_NotASecret) but may not publish to its ack
+	// subject, in either ACK form.
 	cons.Publish("$DELAY.ACK."+sTheirs.Tag, []byte("+ACK"))
 	consErrs.wantViolation(t, "$DELAY.ACK."+sTheirs.Tag)
 	byHeader := nats.NewMsg("$DELAY.ACK")
@@ -416,8 +464,10 @@ func TestSecurity_Permissions_SharedServer(t *testing.T) {
 
 	// The publisher may schedule only under delay.orders.>, and not use
 	// the API.
-	pub.Publish("delay.other.x", []byte("x"))
-	pubErrs.wantViolation(t, "delay.other.x")
+	for _, subj := range []string{"delay.other.x", "delay.billing.theirs"} {
+		pub.Publish(subj, []byte("x"))
+		pubErrs.wantViolation(t, subj)
+	}
 	pub.PublishRequest("$DELAY.API.INFO", nats.NewInbox(), nil)
 	pubErrs.wantViolation(t, "$DELAY.API.INFO")
 
@@ -482,4 +532,69 @@ func TestSecurity_Tag_NotASecret(t *testing.T) {
 	}
 	waitGone(t, svc, second.Key)
 	stored(t, svc, first.Key)
+}
+
+// TestSecurity_Ingest_ServicePublishes checks the NB of docs/security.md:
+// the service delivers with its own permissions, so a publisher allowed
+// delay.> reaches a subject it may not publish to itself, and narrowing the
+// service's publish permission stops that. A delivery the server refuses
+// gets no "no responders" answer, so it is retried after each ack wait
+// until max-deliver dead-letters it.
+func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
+	const target = "$JS.API.STREAM.DELETE.ORDERS"
+	srv := runServerWith(t, func(o *server.Options) {
+		narrowed := servicePermissions()
+		narrowed.Publish = &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.>", "$KV.>", "$O.>", "$SYS.>"}}
+		o.Users = []*server.User{
+			{Username: "wide", Password: "p", Permissions: servicePermissions()},
+			{Username: "narrow", Password: "p", Permissions: narrowed},
+			{Username: "pub", Password: "p", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{"delay.>"}}, Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+			{Username: "watch", Password: "p"},
+		}
+	})
+	pubErrs := make(connErrs, 16)
+	pub := connectWith(t, srv, nats.UserInfo("pub", "p"), pubErrs.option())
+	watch := connectWith(t, srv, nats.UserInfo("watch", "p"))
+	got := subscribe(t, watch, target)
+	dead := subscribe(t, watch, "dead.letters")
+
+	pub.Publish(target, nil)
+	pubErrs.wantViolation(t, target)
+
+	t.Run("wide", func(t *testing.T) {
+		svc := serviceOn(t, connectWith(t, srv, nats.UserInfo("wide", "p")))
+		s := schedule(t, pub, newMsg(target, "x"))
+		if d := next(t, got, "delivery with the service's rights"); tagKey(t, d.Msg) != s.Key {
+			t.Fatalf("delivered %s, scheduled %s", tagKey(t, d.Msg), s.Key)
+		}
+		if err := svc.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("narrow", func(t *testing.T) {
+		svcErrs := make(connErrs, 16)
+		nc := connectWith(t, srv, nats.UserInfo("narrow", "p"), svcErrs.option())
+		svc, err := bridge.New(bridge.Config{
+			Conn: nc, Store: memStore(t), Logger: testLogger(t),
+			AckWait: 100 * time.Millisecond, MaxDeliver: 2, DeadLetterSubject: "dead.letters",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Close() })
+		s := schedule(t, pub, newMsg(target, "x"))
+		svcErrs.wantViolation(t, target)
+		d := next(t, dead, "dead letter")
+		if tagKey(t, d.Msg) != s.Key || d.Header.Get(bridge.HeaderReason) != "max-deliver" {
+			t.Fatalf("dead letter %s with headers %v", tagKey(t, d.Msg), d.Header)
+		}
+		waitGone(t, svc, s.Key)
+		select {
+		case r := <-got:
+			t.Fatalf("the narrowed service delivered to %s: %v", r.Subject, r.Header)
+		default:
+		}
+	})
 }
