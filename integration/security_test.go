@@ -368,7 +368,7 @@ func optionsTemplate(o *server.Options) {
 		user("orders-worker", consumer("orders.>")),
 		user("billing-api", publisher("delay.billing.>")),
 		user("billing-worker", consumer("billing.>")),
-		user("ops", publisher("$DELAY.API.>")),
+		user("ops", &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{"$DELAY.API.>", "$SRV.>"}}, Subscribe: inbox}),
 	}
 }
 
