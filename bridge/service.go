@@ -60,6 +60,9 @@ type Config struct {
 	DeadLetterExpired bool
 	// ExpiryInterval is how often expired messages are removed. Default 1s.
 	ExpiryInterval time.Duration
+	// MaxInFlight bounds the deliveries waiting for an answer; memory grows
+	// with it. 0 means the dispatcher's default (dispatch.DefaultConfig).
+	MaxInFlight int
 
 	// Registerer receives the service's Prometheus metrics; nil keeps them
 	// unregistered.
@@ -162,6 +165,9 @@ func (c Config) ValidateSettings() error {
 	if c.AckWait < 0 {
 		bad("AckWait (%v) must be > 0", c.AckWait)
 	}
+	if c.MaxInFlight < 0 {
+		bad("MaxInFlight (%d) must be > 0", c.MaxInFlight)
+	}
 	if c.ExpiryInterval < 0 {
 		bad("ExpiryInterval (%v) must be > 0", c.ExpiryInterval)
 	}
@@ -235,6 +241,7 @@ func (s *Service) start() error {
 		Backoff:           s.cfg.Backoff,
 		DeadLetterSubject: s.cfg.DeadLetterSubject,
 		DeadLetterExpired: s.cfg.DeadLetterExpired,
+		MaxInFlight:       s.cfg.MaxInFlight,
 		Observer:          s.m,
 		Now:               s.cfg.Now,
 		Logger:            s.cfg.Logger,

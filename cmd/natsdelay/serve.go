@@ -47,6 +47,7 @@ type serveCmd struct {
 	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
 	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
+	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 }
 
@@ -97,6 +98,9 @@ func (c *serveCmd) check() error {
 	}
 	if c.MaxPayload < 0 {
 		p.add("--max-payload %d: want a size in bytes > 0, or 0 for the server's max_payload", c.MaxPayload)
+	}
+	if c.MaxInFlight < 0 {
+		p.add("--max-in-flight %d: want 0 (the default) or a positive number", c.MaxInFlight)
 	}
 	if c.ExpiryInterval <= 0 {
 		p.add("--expiry-interval %v: want a duration > 0, such as 1s", c.ExpiryInterval)
@@ -156,6 +160,7 @@ func (c *serveCmd) apply(b *bridge.Config) {
 	b.DeadLetterSubject = c.DeadLetter
 	b.DeadLetterExpired = c.DeadLetterExp
 	b.ExpiryInterval = c.ExpiryInterval
+	b.MaxInFlight = c.MaxInFlight
 }
 
 // Run starts the service and stops it on SIGINT or SIGTERM: first the
