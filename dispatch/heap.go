@@ -2,82 +2,65 @@ package dispatch
 
 import "container/heap"
 
-// topicHeap orders topics by the time their next message is due.
-type topicHeap []*topic
+// heapElem is what minHeap orders: a time key, and the element's own index
+// in the heap so it can be moved or removed without a search.
+type heapElem interface {
+	heapKey() int64
+	setHeapKey(int64)
+	index() *int // -1 when not in a heap
+}
 
-func (h topicHeap) Len() int           { return len(h) }
-func (h topicHeap) Less(i, j int) bool { return h[i].next < h[j].next }
-func (h topicHeap) Swap(i, j int) {
+// minHeap orders elements by key, earliest first. The zero value is empty.
+type minHeap[T heapElem] []T
+
+func (h minHeap[T]) Len() int           { return len(h) }
+func (h minHeap[T]) Less(i, j int) bool { return h[i].heapKey() < h[j].heapKey() }
+func (h minHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+	*h[i].index(), *h[j].index() = i, j
 }
-func (h *topicHeap) Push(x any) {
-	t := x.(*topic)
-	t.idx = len(*h)
-	*h = append(*h, t)
+func (h *minHeap[T]) Push(x any) {
+	e := x.(T)
+	*e.index() = len(*h)
+	*h = append(*h, e)
 }
-func (h *topicHeap) Pop() any {
+func (h *minHeap[T]) Pop() any {
 	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
+	e := old[len(old)-1]
+	var zero T
+	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
-	t.idx = -1
-	return t
+	*e.index() = -1
+	return e
 }
 
-// schedule puts t in the heap at time next, or moves it there.
-func (h *topicHeap) schedule(t *topic, next int64) {
-	t.next = next
-	if t.idx >= 0 {
-		heap.Fix(h, t.idx)
+// schedule sets e's key and puts it in the heap, or moves it there.
+func (h *minHeap[T]) schedule(e T, key int64) {
+	e.setHeapKey(key)
+	if i := *e.index(); i >= 0 {
+		heap.Fix(h, i)
 		return
 	}
-	heap.Push(h, t)
+	heap.Push(h, e)
 }
 
-// unschedule takes t out of the heap if it is in it.
-func (h *topicHeap) unschedule(t *topic) {
-	if t.idx >= 0 {
-		heap.Remove(h, t.idx)
+// unschedule takes e out of the heap if it is in it.
+func (h *minHeap[T]) unschedule(e T) {
+	if i := *e.index(); i >= 0 {
+		heap.Remove(h, i)
 	}
 }
+
+// topicHeap orders topics by the time their next message is due.
+type topicHeap = minHeap[*topic]
+
+func (t *topic) heapKey() int64     { return t.next }
+func (t *topic) setHeapKey(v int64) { t.next = v }
+func (t *topic) index() *int        { return &t.idx }
 
 // flightHeap orders in-flight messages by deadline.
-type flightHeap []*flight
+type flightHeap = minHeap[*flight]
 
-func (h flightHeap) Len() int           { return len(h) }
-func (h flightHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h flightHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *flightHeap) Push(x any) {
-	f := x.(*flight)
-	f.idx = len(*h)
-	*h = append(*h, f)
-}
-func (h *flightHeap) Pop() any {
-	old := *h
-	f := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	f.idx = -1
-	return f
-}
-
-// schedule sets f's deadline and puts it in the heap, or moves it.
-func (h *flightHeap) schedule(f *flight, deadline int64) {
-	f.deadline = deadline
-	if f.idx >= 0 {
-		heap.Fix(h, f.idx)
-		return
-	}
-	heap.Push(h, f)
-}
-
-// unschedule takes f out of the heap if it is in it.
-func (h *flightHeap) unschedule(f *flight) {
-	if f.idx >= 0 {
-		heap.Remove(h, f.idx)
-	}
-}
+func (f *flight) heapKey() int64     { return f.deadline }
+func (f *flight) setHeapKey(v int64) { f.deadline = v }
+func (f *flight) index() *int        { return &f.idx }
