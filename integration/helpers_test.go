@@ -358,6 +358,20 @@ func notEarly(tb testing.TB, r received, want time.Time) {
 // any is an error.
 func scheduleMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []scheduled {
 	tb.Helper()
+	out := make([]scheduled, len(msgs))
+	for i, rep := range requestMany(tb, nc, msgs) {
+		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
+			tb.Fatalf("schedule %d: error %s: %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
+		}
+		out[i] = parseScheduled(tb, rep.Data)
+	}
+	return out
+}
+
+// requestMany sends msgs as requests without waiting for each reply and
+// returns the replies in the same order, failing tb if any is missing.
+func requestMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []*nats.Msg {
+	tb.Helper()
 	inbox := nats.NewInbox()
 	replies := make(chan *nats.Msg, len(msgs))
 	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { replies <- m })
@@ -374,23 +388,20 @@ func scheduleMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []scheduled {
 			tb.Fatalf("publish %d: %v", i, err)
 		}
 	}
-	out := make([]scheduled, len(msgs))
+	out := make([]*nats.Msg, len(msgs))
 	timeout := time.After(wait)
 	for range msgs {
 		var rep *nats.Msg
 		select {
 		case rep = <-replies:
 		case <-timeout:
-			tb.Fatalf("only %d of %d schedule replies within %v", len(msgs)-len(replies), len(msgs), wait)
+			tb.Fatalf("only %d of %d replies within %v", len(msgs)-len(replies), len(msgs), wait)
 		}
 		i, err := strconv.Atoi(rep.Subject[len(inbox)+1:])
-		if err != nil {
-			tb.Fatalf("reply on %s", rep.Subject)
+		if err != nil || out[i] != nil {
+			tb.Fatalf("unexpected reply on %s", rep.Subject)
 		}
-		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-			tb.Fatalf("schedule %d: error %s: %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
-		}
-		out[i] = parseScheduled(tb, rep.Data)
+		out[i] = rep
 	}
 	return out
 }

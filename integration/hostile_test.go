@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -28,44 +27,6 @@ const (
 	// accepted: legal, if odd; it is stored and delivered unchanged.
 	accepted
 )
-
-// requestMany sends msgs as requests without waiting for each reply and
-// returns the replies in the same order, failing tb if any is missing.
-func requestMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []*nats.Msg {
-	tb.Helper()
-	inbox := nats.NewInbox()
-	replies := make(chan *nats.Msg, len(msgs))
-	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { replies <- m })
-	if err != nil {
-		tb.Fatalf("subscribe replies: %v", err)
-	}
-	defer sub.Unsubscribe()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		tb.Fatal(err)
-	}
-	for i, m := range msgs {
-		m.Reply = inbox + "." + strconv.Itoa(i)
-		if err := nc.PublishMsg(m); err != nil {
-			tb.Fatalf("publish %d: %v", i, err)
-		}
-	}
-	out := make([]*nats.Msg, len(msgs))
-	timeout := time.After(wait)
-	for range msgs {
-		var rep *nats.Msg
-		select {
-		case rep = <-replies:
-		case <-timeout:
-			tb.Fatalf("only %d of %d replies within %v", len(msgs)-len(replies), len(msgs), wait)
-		}
-		i, err := strconv.Atoi(rep.Subject[len(inbox)+1:])
-		if err != nil || out[i] != nil {
-			tb.Fatalf("unexpected reply on %s", rep.Subject)
-		}
-		out[i] = rep
-	}
-	return out
-}
 
 // wantCode fails tb unless rep is an error answer with code.
 func wantCode(tb testing.TB, what string, rep *nats.Msg, code int) {
