@@ -56,9 +56,21 @@ natsdelay_messages_pending 0
 		"natsdelay_ingest_requests_total", "natsdelay_messages_acked_total", "natsdelay_messages_delivered_total", "natsdelay_messages_pending"); err != nil {
 		t.Fatal(err)
 	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	observed := map[string]uint64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				observed[f.GetName()] += h.GetSampleCount()
+			}
+		}
+	}
 	for _, h := range []string{"natsdelay_commit_batch_size", "natsdelay_commit_duration_seconds", "natsdelay_fire_lateness_seconds"} {
-		if n, err := testutil.GatherAndCount(reg, h); err != nil || n != 1 {
-			t.Fatalf("%s: %d series, %v", h, n, err)
+		if observed[h] == 0 {
+			t.Errorf("%s has no observations (histograms seen: %v)", h, observed)
 		}
 	}
 }
