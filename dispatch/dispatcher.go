@@ -34,6 +34,10 @@ type flight struct {
 	topic   *topic
 	state   flightState
 	attempt uint32 // number of the delivery made last (or being made)
+	// counted is the last attempt known to have reached a subscriber: the
+	// one being made counts only once its pass has flushed without a
+	// no-responders answer.
+	counted uint32
 	ackNone bool
 	// maxDeliver is the message's limit, or the default, read at delivery.
 	maxDeliver uint32

@@ -129,6 +129,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			topic:      t,
 			state:      stateRetry,
 			attempt:    f.msg.Attempt + 1,
+			counted:    f.msg.Attempt,
 			ackNone:    f.msg.AckPolicy == delaystore.AckPolicy_ACK_NONE,
 			maxDeliver: d.maxDeliver(f.msg),
 			idx:        -1,
@@ -250,6 +251,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 			continue
 		}
 		o.msg.Attempt = f.attempt
+		f.counted = f.attempt
 		updates = append(updates, o)
 	}
 	d.mu.Unlock()

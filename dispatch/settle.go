@@ -69,7 +69,9 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		var attempt uint32
 		d.mu.Lock()
 		if f := d.markSettlingLocked(k); f != nil {
-			attempt = f.attempt
+			// NB: not f.attempt: a delivery under way may yet bounce,
+			// and then it was no attempt.
+			attempt = f.counted
 		}
 		d.mu.Unlock()
 		msg, err := d.repo.Get(k)
@@ -82,9 +84,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			done(err)
 			return
 		}
-		if attempt == 0 {
-			attempt = msg.Attempt
-		}
+		attempt = max(attempt, msg.Attempt)
 		reason := "term"
 		if a.Reason != "" {
 			reason = "term: " + a.Reason
