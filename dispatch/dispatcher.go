@@ -38,12 +38,23 @@ type flight struct {
 	// one being made counts only once its pass has flushed without a
 	// no-responders answer.
 	counted uint32
+	// term is a +TERM that arrived while the delivery under way was not yet
+	// known to count; its pass settles it once it has flushed, with bounced
+	// telling whether that delivery reached nobody.
+	term    *pendingTerm
+	bounced bool
 	ackNone bool
 	// maxDeliver is the message's limit, or the default, read at delivery.
 	maxDeliver uint32
 	pass       uint64 // the pass that published it
 	deadline   int64  // Unix ns; meaning depends on state
 	idx        int    // in the timer heap; -1 when not in it
+}
+
+// pendingTerm is a +TERM waiting for its flight's pass to flush.
+type pendingTerm struct {
+	reason string
+	done   func(error)
 }
 
 // topic is the dispatcher's view of one topic hash (one subject, barring

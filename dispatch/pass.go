@@ -227,11 +227,21 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 
 	var settle []keys.Key
 	var updates []outgoing
+	var terms []*flight
 	d.mu.Lock()
 	for _, o := range sent {
 		f := o.f
 		if d.mu.flights[f.key] != f || f.pass != pass {
 			continue // bounced: no subscriber
+		}
+		if f.term != nil {
+			// TERMed during the pass: this delivery counts unless it
+			// bounced or the flush failed.
+			if !f.bounced && err == nil {
+				f.counted = f.attempt
+			}
+			terms = append(terms, f)
+			continue
 		}
 		if err != nil {
 			// Unknown whether it went out: deliver again, uncounted.
@@ -255,6 +265,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 		updates = append(updates, o)
 	}
 	d.mu.Unlock()
+	for _, f := range terms {
+		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
+	}
 	if err != nil {
 		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(sent))
 		return

@@ -66,11 +66,23 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		done(nil)
 
 	case AckTerm:
+		reason := "term"
+		if a.Reason != "" {
+			reason = "term: " + a.Reason
+		}
 		var attempt uint32
 		d.mu.Lock()
+		if f := d.mu.flights[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
+			// NB: a delivery of it is under way, and whether that was an
+			// attempt is known only once its pass has flushed: it may yet
+			// bounce. The pass dead-letters it then (see publish).
+			d.markSettlingLocked(k)
+			f.term = &pendingTerm{reason: reason, done: done}
+			d.mu.Unlock()
+			d.stats.termed.Add(1)
+			return
+		}
 		if f := d.markSettlingLocked(k); f != nil {
-			// NB: not f.attempt: a delivery under way may yet bounce,
-			// and then it was no attempt.
 			attempt = f.counted
 		}
 		d.mu.Unlock()
@@ -85,10 +97,6 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			return
 		}
 		attempt = max(attempt, msg.Attempt)
-		reason := "term"
-		if a.Reason != "" {
-			reason = "term: " + a.Reason
-		}
 		d.stats.termed.Add(1)
 		d.deadLetter(k, msg, attempt, reason, done)
 
@@ -119,6 +127,9 @@ func (d *Dispatcher) NoResponders(k keys.Key) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f := d.mu.flights[k]
+	if f != nil && f.term != nil {
+		f.bounced = true
+	}
 	if f == nil || f.state != stateSent {
 		return
 	}
