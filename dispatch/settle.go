@@ -25,11 +25,15 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 	now := d.nowNs()
 	switch a.Kind {
 	case AckDone:
+		// NB: pubMu, as in Cancel, so that no publish of k can follow the
+		// +OK: the pass checks and publishes under it.
+		d.pubMu.Lock()
 		d.mu.Lock()
 		// Mark it as Cancel does, so that a scan which read the message
 		// before the delete commits does not deliver it after the +OK.
 		d.markSettlingLocked(k)
 		d.mu.Unlock()
+		d.pubMu.Unlock()
 		d.del.delete(k, func(applied bool, err error) {
 			switch {
 			case err != nil:
@@ -71,6 +75,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			reason = "term: " + a.Reason
 		}
 		var attempt uint32
+		d.pubMu.Lock() // as for AckDone
 		d.mu.Lock()
 		if f := d.mu.flights[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
 			// NB: a delivery of it is under way, and whether that was an
@@ -79,6 +84,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			d.markSettlingLocked(k)
 			f.term = &pendingTerm{reason: reason, done: done}
 			d.mu.Unlock()
+			d.pubMu.Unlock()
 			d.stats.termed.Add(1)
 			return
 		}
@@ -86,6 +92,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			attempt = f.counted
 		}
 		d.mu.Unlock()
+		d.pubMu.Unlock()
 		msg, err := d.repo.Get(k)
 		if err != nil {
 			// Still queue the delete: it lets the flight be forgotten.
