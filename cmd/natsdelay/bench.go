@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"natsdelay/cmd/natsdelay/internal/bench"
@@ -12,13 +16,15 @@ import (
 // benchCmd runs natsdelay beside JetStream message schedules and reports
 // both. A size flag left at 0 takes the default, or the --quick size.
 type benchCmd struct {
-	NATS         string `name:"nats" help:"URL of a NATS server with JetStream to use (no auth); without it bench embeds one on a temp dir." placeholder:"URL"`
-	Dir          string `help:"Directory for the data dirs and the embedded JetStream store; default a temp dir, removed at the end." placeholder:"DIR"`
-	JSONOut      string `name:"json-out" help:"File to write every figure to, as JSON." default:"bench.json" placeholder:"FILE"`
-	PNGOut       string `name:"png-out" help:"File to draw the lateness chart to." default:"bench.png" placeholder:"FILE"`
-	Quick        bool   `help:"Tiny sizes that run in a few seconds; size flags still override them."`
-	Quiet        bool   `help:"No progress bars."`
-	JSSyncAlways bool   `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
+	NATS         string   `name:"nats" help:"URL of a NATS server with JetStream to use (no auth); without it bench embeds one on a temp dir." placeholder:"URL"`
+	Dir          string   `help:"Directory for the data dirs and the embedded JetStream store; default a temp dir, removed at the end." placeholder:"DIR"`
+	JSONOut      string   `name:"json-out" help:"File to write every figure to, as JSON." default:"bench.json" placeholder:"FILE"`
+	PNGOut       string   `name:"png-out" help:"File to draw the lateness chart to." default:"bench.png" placeholder:"FILE"`
+	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
+	Quiet        bool     `help:"No progress bars."`
+	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e and scale (scale includes expiry); default all." placeholder:"PHASE,..."`
+	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
 	IngestMsgs     int           `help:"Messages per ingest run (default 100000)."`
@@ -67,6 +73,7 @@ func (c *benchCmd) config() bench.Config {
 	if len(c.FireRates) > 0 {
 		cfg.FireRates = c.FireRates
 	}
+	cfg.Phases = c.Phases
 	if c.FireMsgs != 0 && c.FireLead == 0 {
 		// Zero lets bench size the lead to the new FireMsgs.
 		cfg.FireLead = 0
@@ -107,6 +114,11 @@ func (c *benchCmd) check() error {
 			p.add("%s %v: want a duration > 0, or 0 for the default", f.name, f.v)
 		}
 	}
+	for _, ph := range c.Phases {
+		if !slices.Contains(bench.Phases(), ph) {
+			p.add("--phases: %q: want some of %s", ph, strings.Join(bench.Phases(), ","))
+		}
+	}
 	if c.JSONOut == "" || c.PNGOut == "" {
 		p.add("--json-out and --png-out: want file names")
 	}
@@ -115,11 +127,18 @@ func (c *benchCmd) check() error {
 
 // Run runs the benchmark, prints the table to stdout and writes the JSON
 // and the chart. Progress bars go to stderr when it is a terminal.
-func (c *benchCmd) Run(e *env) error {
+func (c *benchCmd) Run(e *env) (err error) {
 	cfg := c.config()
 	cfg.Logger = e.log.With("component", "bench")
 	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
+	}
+	if c.CPUProfile != "" {
+		stop, err := startCPUProfile(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
 	}
 	res, err := bench.Run(context.Background(), cfg)
 	if err != nil {
@@ -131,11 +150,31 @@ func (c *benchCmd) Run(e *env) error {
 	if err := bench.WriteJSON(c.JSONOut, res); err != nil {
 		return err
 	}
+	if len(res.Fire) == 0 {
+		// The chart draws the fire runs' lateness; without them there is none.
+		fmt.Fprintf(e.stdout, "\nwrote %s\n", c.JSONOut)
+		return nil
+	}
 	if err := bench.WritePNG(c.PNGOut, res); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nwrote %s and %s\n", c.JSONOut, c.PNGOut)
 	return nil
+}
+
+// startCPUProfile profiles the process into file until stop is called.
+func startCPUProfile(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: --cpuprofile: %w", err), f.Close())
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // isTerminal reports whether f is a character device, as a terminal is.

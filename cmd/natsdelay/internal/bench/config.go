@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,10 +65,29 @@ type Config struct {
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
 
+	// Phases names the phases to run, among Phases(); empty runs them all.
+	Phases []string
+
 	// Progress receives progress bars; nil shows none.
 	Progress io.Writer
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
+}
+
+// The phases of a run, in the order they run.
+const (
+	PhaseIngest   = "ingest"
+	PhaseFire     = "fire"
+	PhaseEndToEnd = "e2e"
+	PhaseScale    = "scale" // scale and expiry, which share the filled store
+)
+
+// Phases lists every phase in the order a run takes them.
+func Phases() []string { return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale} }
+
+// runs reports whether phase is one the config asks for.
+func (c Config) runs(phase string) bool {
+	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }
 
 // DefaultConfig returns the default sizes.
@@ -138,6 +159,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Phases = slices.Clone(c.Phases)
 	return c
 }
 
@@ -170,6 +192,11 @@ func (c Config) Validate() error {
 	}{{"FireLead", c.FireLead}, {"ExpiryInterval", c.ExpiryInterval}, {"Timeout", c.Timeout}} {
 		if f.v < 0 {
 			bad("%s (%v) must be > 0", f.name, f.v)
+		}
+	}
+	for _, ph := range c.Phases {
+		if !slices.Contains(Phases(), ph) {
+			bad("Phases: %q is not one of %s", ph, strings.Join(Phases(), ", "))
 		}
 	}
 	return errors.Join(errs...)

@@ -50,6 +50,7 @@ type ConfigSummary struct {
 	ExpiredMsgs    int       `json:"expired_msgs"`
 	ExpiryInterval string    `json:"expiry_interval"`
 	JSSyncAlways   bool      `json:"js_sync_always"`
+	Phases         []string  `json:"phases"`
 }
 
 // IngestResult is one acknowledged-scheduling run.

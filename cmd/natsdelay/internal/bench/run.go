@@ -27,6 +27,9 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	cfg = cfg.withDefaults()
 	res = &Results{StartedAt: time.Now().UTC(), Host: host(), Config: summary(cfg)}
+	if len(cfg.Phases) > 0 {
+		res.Config.Phases = cfg.Phases
+	}
 	res.Host.Embedded = cfg.NATSURL == ""
 	e, err := newEnv(cfg)
 	if err != nil {
@@ -41,21 +44,29 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		res.Host.LoadAfter = loadavg()
 	}()
 
-	cfg.Logger.Info("ingest")
-	if res.Ingest, err = e.runIngest(ctx); err != nil {
-		return res, err
+	if cfg.runs(PhaseIngest) {
+		cfg.Logger.Info("ingest")
+		if res.Ingest, err = e.runIngest(ctx); err != nil {
+			return res, err
+		}
 	}
-	cfg.Logger.Info("fire")
-	if res.Fire, err = e.runFire(ctx); err != nil {
-		return res, err
+	if cfg.runs(PhaseFire) {
+		cfg.Logger.Info("fire")
+		if res.Fire, err = e.runFire(ctx); err != nil {
+			return res, err
+		}
 	}
-	cfg.Logger.Info("end to end")
-	if res.EndToEnd, err = e.runEndToEnd(ctx); err != nil {
-		return res, err
+	if cfg.runs(PhaseEndToEnd) {
+		cfg.Logger.Info("end to end")
+		if res.EndToEnd, err = e.runEndToEnd(ctx); err != nil {
+			return res, err
+		}
 	}
-	cfg.Logger.Info("scale and expiry")
-	if res.Scale, res.Expiry, err = e.runScale(); err != nil {
-		return res, err
+	if cfg.runs(PhaseScale) {
+		cfg.Logger.Info("scale and expiry")
+		if res.Scale, res.Expiry, err = e.runScale(); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
@@ -66,6 +77,7 @@ func summary(c Config) ConfigSummary {
 		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond),
 		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleDue: c.ScaleDue,
 		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), JSSyncAlways: c.JSSyncAlways,
+		Phases: Phases(),
 	}
 }
 
