@@ -100,8 +100,9 @@ type Dispatcher struct {
 	del      *deleter
 	stats    counters
 
-	// pubMu is held while a pass publishes; Cancel takes it, so once Cancel
-	// returns the message is never published again.
+	// pubMu is held while a pass checks and publishes one message; Ack,
+	// Cancel and +TERM take it to mark a message settled, so once they
+	// return the message is never published again.
 	pubMu sync.Mutex
 
 	mu struct {

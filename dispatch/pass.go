@@ -186,20 +186,27 @@ func (d *Dispatcher) rescheduleLocked(t *topic, next int64) {
 // needs no ACK and records attempt counts for the rest.
 func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 	sent := out[:0]
-	d.pubMu.Lock()
 	for _, o := range out {
 		f := o.f
+		// NB: pubMu is taken for each message, not for the whole loop: it
+		// only has to make the check and the publish of one key atomic
+		// against Ack and Cancel of that key, and holding it for a whole
+		// pass would stall every ACK behind thousands of publishes.
+		d.pubMu.Lock()
 		d.mu.Lock()
 		if d.mu.flights[f.key] != f || f.state == stateSettling {
 			// Canceled, ACKed by an earlier process's delivery, or replaced.
 			d.mu.Unlock()
+			d.pubMu.Unlock()
 			continue
 		}
 		f.state = stateSent
 		f.pass = pass
 		d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
 		d.mu.Unlock()
-		if err := d.pub.Deliver(f.key, o.msg, f.attempt); err != nil {
+		err := d.pub.Deliver(f.key, o.msg, f.attempt)
+		d.pubMu.Unlock()
+		if err != nil {
 			d.log.Warn("publishing delivery", "tag", f.key, "err", err)
 			d.mu.Lock()
 			if d.mu.flights[f.key] == f && f.state == stateSent {
@@ -219,7 +226,6 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 		}
 		sent = append(sent, o)
 	}
-	d.pubMu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
 	err := d.pub.Flush(ctx)
