@@ -294,6 +294,7 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 	if err != nil {
 		return nil, unavailable("reading %s: %v", k, err)
 	}
+	m.Attempt = max(m.Attempt, s.disp.Attempt(k))
 	return messageInfo(k, m, ref.Payload), nil
 }
 
@@ -349,6 +350,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 			more = true
 			return false
 		}
+		m.Attempt = max(m.Attempt, s.disp.Attempt(k))
 		out.Messages = append(out.Messages, messageInfo(k, m, false))
 		return true
 	})

@@ -53,6 +53,12 @@ type Config struct {
 	// MaxPendingDeletes bounds the deleter's queue; callers block when it is
 	// full. Default 65536.
 	MaxPendingDeletes int
+	// AttemptWriteDelay is how long the attempt count of a delivery waits
+	// before it is written. An ACK within it deletes the message instead,
+	// with no count written at all. A crash loses the counts still
+	// waiting, so a redelivery after one may repeat an attempt number;
+	// Close writes them. Default 1s.
+	AttemptWriteDelay time.Duration
 
 	// Observer, if not nil, is told about every delivery.
 	Observer Observer
@@ -74,6 +80,7 @@ func DefaultConfig() Config {
 		NoRespondersMaxBackoff: 5 * time.Second,
 		FlushTimeout:           5 * time.Second,
 		MaxPendingDeletes:      65536,
+		AttemptWriteDelay:      time.Second,
 	}
 }
 
@@ -103,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPendingDeletes == 0 {
 		c.MaxPendingDeletes = d.MaxPendingDeletes
+	}
+	if c.AttemptWriteDelay == 0 {
+		c.AttemptWriteDelay = d.AttemptWriteDelay
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -150,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.FlushTimeout < 0 {
 		bad("FlushTimeout (%v) must be > 0", c.FlushTimeout)
+	}
+	if c.AttemptWriteDelay < 0 {
+		bad("AttemptWriteDelay (%v) must be > 0", c.AttemptWriteDelay)
 	}
 	return errors.Join(errs...)
 }

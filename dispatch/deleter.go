@@ -13,26 +13,49 @@ import (
 // a pending message was actually removed.
 type deleteDone func(applied bool, err error)
 
+// waitingUpdate is an update waiting for updateDelay to pass.
+type waitingUpdate struct {
+	k  keys.Key
+	op *pendingOp
+}
+
 // pendingOp is the latest write queued for one key. A delete supersedes an
 // update, so a message ACKed soon after delivery costs one write, not two.
 type pendingOp struct {
 	msg     *delaystore.StoredMessage // nil means delete
 	waiters []deleteDone
+	// queued is when the first update still pending was queued; an update
+	// is written once it is older than the deleter's updateDelay.
+	queued time.Time
 }
 
 // deleter batches deletes and attempt-count updates and commits them without
 // fsync: a lost delete or count only causes a redelivery. It is the second
 // of the two places (with ingest) that write to the store.
+//
+// Deletes are committed at once. An attempt-count update waits updateDelay
+// first: most deliveries are ACKed well within it, and the ACK's delete then
+// replaces the update, which saves rewriting the whole message only to
+// delete it a moment later. Close and flush write every update still
+// waiting, so a clean restart keeps every count; a crash loses at most the
+// counts of the last updateDelay, as it may lose any NoSync write.
 type deleter struct {
 	repo        *delaystore.Repository
 	log         *slog.Logger
 	max         int
+	updateDelay time.Duration
 	onCommitted func([]keys.Key) // called after each successful commit, without locks
 
 	mu struct {
 		sync.Mutex
-		ops     map[keys.Key]*pendingOp
-		order   []keys.Key
+		ops map[keys.Key]*pendingOp
+		// due lists, in queue order, the keys to write at the next commit:
+		// deletes, and updates that failed to commit once.
+		due []keys.Key
+		// waiting lists updates in the order they were queued, which is
+		// the order they fall due. An entry whose op has since become a
+		// delete, or been written, is stale and skipped.
+		waiting []waitingUpdate
 		closed  bool
 		flushes []chan struct{} // closed once everything queued before them is committed
 	}
@@ -42,8 +65,8 @@ type deleter struct {
 	wg      sync.WaitGroup
 }
 
-func newDeleter(repo *delaystore.Repository, max int, log *slog.Logger, onCommitted func([]keys.Key)) *deleter {
-	dl := &deleter{repo: repo, max: max, log: log, onCommitted: onCommitted, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration, log *slog.Logger, onCommitted func([]keys.Key)) *deleter {
+	dl := &deleter{repo: repo, max: max, updateDelay: updateDelay, log: log, onCommitted: onCommitted, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	dl.mu.ops = make(map[keys.Key]*pendingOp)
 	dl.notFull = sync.NewCond(&dl.mu.Mutex)
 	dl.wg.Add(1)
@@ -80,11 +103,20 @@ func (dl *deleter) enqueue(k keys.Key, msg *delaystore.StoredMessage, done delet
 	}
 	op := dl.mu.ops[k]
 	switch {
-	case op == nil:
-		op = &pendingOp{msg: msg}
+	case op == nil && msg == nil:
+		op = &pendingOp{}
 		dl.mu.ops[k] = op
-		dl.mu.order = append(dl.mu.order, k)
+		dl.mu.due = append(dl.mu.due, k)
+	case op == nil:
+		op = &pendingOp{msg: msg, queued: time.Now()}
+		dl.mu.ops[k] = op
+		dl.mu.waiting = append(dl.mu.waiting, waitingUpdate{k, op})
 	case msg == nil:
+		if op.msg != nil && !op.queued.IsZero() {
+			// The update was waiting; the delete is due now.
+			dl.mu.due = append(dl.mu.due, k)
+			op.queued = time.Time{}
+		}
 		op.msg = nil
 	case op.msg != nil:
 		op.msg = msg
@@ -135,18 +167,24 @@ func (dl *deleter) close() {
 
 func (dl *deleter) run() {
 	retry := time.Duration(0)
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	for {
 		closing := false
 		select {
 		case <-dl.kick:
+		case <-wake.C:
 		case <-dl.done:
 			closing = true
 		}
 		for {
-			n, err := dl.commitOnce()
+			n, next, err := dl.commitOnce(closing)
 			if err == nil {
 				retry = 0
 				if n == 0 {
+					// NB: the only ops left are updates younger than
+					// updateDelay; come back when the oldest is due.
+					wake.Reset(max(next, time.Millisecond))
 					break
 				}
 				continue
@@ -173,22 +211,61 @@ func (dl *deleter) run() {
 	}
 }
 
-// commitOnce takes the whole queue and commits it in one batch. It returns
-// how many ops it took.
-func (dl *deleter) commitOnce() (int, error) {
+// commitOnce takes the queue and commits it in one batch: what is due, and
+// the updates that waited updateDelay, or every update when all is set, a
+// flush waits, or the queue is half full. It returns how many ops it took
+// and, when it took none, how long until the oldest update left is due.
+func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.Lock()
-	if len(dl.mu.order) == 0 {
+	all = all || len(dl.mu.flushes) > 0 || len(dl.mu.ops) >= dl.max/2
+	cutoff := time.Now().Add(-dl.updateDelay)
+	order := make([]keys.Key, 0, len(dl.mu.due))
+	ops := make(map[keys.Key]*pendingOp, len(dl.mu.due))
+	take := func(k keys.Key, op *pendingOp) {
+		order = append(order, k)
+		ops[k] = op
+		delete(dl.mu.ops, k)
+	}
+	for _, k := range dl.mu.due {
+		if op := dl.mu.ops[k]; op != nil {
+			take(k, op)
+		}
+	}
+	clear(dl.mu.due)
+	dl.mu.due = dl.mu.due[:0]
+	n := 0
+	for _, w := range dl.mu.waiting {
+		if dl.mu.ops[w.k] != w.op || w.op.queued.IsZero() {
+			n++ // stale: written already, or became a delete
+			continue
+		}
+		if !all && w.op.queued.After(cutoff) {
+			break
+		}
+		take(w.k, w.op)
+		n++
+	}
+	clear(dl.mu.waiting[:n])
+	dl.mu.waiting = dl.mu.waiting[n:]
+	if len(dl.mu.waiting) == 0 {
+		dl.mu.waiting = nil // let the backing array go
+	}
+
+	if len(order) == 0 {
+		next := time.Hour
+		if len(dl.mu.waiting) > 0 {
+			next = time.Until(dl.mu.waiting[0].op.queued.Add(dl.updateDelay))
+		}
 		flushes := dl.mu.flushes
 		dl.mu.flushes = nil
 		dl.mu.Unlock()
 		for _, ch := range flushes {
 			close(ch)
 		}
-		return 0, nil
+		return 0, next, nil
 	}
-	order, ops := dl.mu.order, dl.mu.ops
 	flushes := dl.mu.flushes
-	dl.mu.order, dl.mu.ops, dl.mu.flushes = nil, make(map[keys.Key]*pendingOp, len(ops)), nil
+	dl.mu.flushes = nil
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
 
@@ -199,7 +276,7 @@ func (dl *deleter) commitOnce() (int, error) {
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
 	if err != nil {
 		dl.putBack(order, ops, flushes)
-		return len(order), err
+		return len(order), 0, err
 	}
 	for i, k := range order {
 		for _, w := range ops[k].waiters {
@@ -210,38 +287,38 @@ func (dl *deleter) commitOnce() (int, error) {
 	for _, ch := range flushes {
 		close(ch)
 	}
-	return len(order), nil
+	return len(order), 0, nil
 }
 
-// putBack requeues ops that failed to commit, in front of anything queued
-// since; a delete queued meanwhile still wins over an older update.
+// putBack requeues ops that failed to commit, due at once and in front of
+// anything queued since; a delete queued meanwhile still wins over an older
+// update.
 func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp, flushes []chan struct{}) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	for _, k := range dl.mu.order {
-		newer := dl.mu.ops[k]
-		if old, ok := ops[k]; ok {
+	for _, k := range order {
+		old := ops[k]
+		old.queued = time.Time{}
+		if newer := dl.mu.ops[k]; newer != nil {
 			if newer.msg == nil || old.msg != nil {
 				old.msg = newer.msg
 			}
 			old.waiters = append(old.waiters, newer.waiters...)
-			continue
 		}
-		ops[k] = newer
-		order = append(order, k)
+		dl.mu.ops[k] = old
 	}
-	dl.mu.order, dl.mu.ops = order, ops
+	dl.mu.due = append(order, dl.mu.due...)
 	dl.mu.flushes = append(flushes, dl.mu.flushes...)
 }
 
 // failAll tells every waiter that its write was not committed.
 func (dl *deleter) failAll(err error) {
 	dl.mu.Lock()
-	order, ops, flushes := dl.mu.order, dl.mu.ops, dl.mu.flushes
-	dl.mu.order, dl.mu.ops, dl.mu.flushes = nil, map[keys.Key]*pendingOp{}, nil
+	ops, flushes := dl.mu.ops, dl.mu.flushes
+	dl.mu.ops, dl.mu.due, dl.mu.waiting, dl.mu.flushes = map[keys.Key]*pendingOp{}, nil, nil, nil
 	dl.mu.Unlock()
-	for _, k := range order {
-		for _, w := range ops[k].waiters {
+	for _, op := range ops {
+		for _, w := range op.waiters {
 			w(false, err)
 		}
 	}

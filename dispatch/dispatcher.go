@@ -112,6 +112,11 @@ type Dispatcher struct {
 		flights  map[keys.Key]*flight
 		timers   flightHeap
 		canceled map[keys.Key]struct{}
+		// unsent keeps the counted attempts of flights forgotten because
+		// their delivery reached nobody, until a scan makes a flight of
+		// the message again: its count in the store may lag (see
+		// Config.AttemptWriteDelay).
+		unsent map[keys.Key]uint32
 		// committed holds keys whose deletes have committed; the loop
 		// forgets their flights before its next scan, so no scan that
 		// started earlier can see the key without its flight.
@@ -145,6 +150,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.topics = make(map[uint64]*topic)
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
+	d.mu.unsent = make(map[keys.Key]uint32)
 	return d, nil
 }
 
@@ -174,7 +180,7 @@ func (d *Dispatcher) Start() error {
 		}
 		d.mu.Unlock()
 	}
-	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.log, d.committed)
+	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
 	d.goFunc(d.run)
 	return nil
 }
@@ -215,6 +221,18 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), InFlight: uint64(inFlight),
 	}
+}
+
+// Attempt is the number of the last delivery of k known to have reached a
+// subscriber, while k is in flight, and 0 otherwise. The count in the store
+// may lag it by up to Config.AttemptWriteDelay.
+func (d *Dispatcher) Attempt(k keys.Key) uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f := d.mu.flights[k]; f != nil {
+		return f.counted
+	}
+	return d.mu.unsent[k]
 }
 
 func (d *Dispatcher) nowNs() int64 { return d.cfg.Now().UnixNano() }
@@ -326,6 +344,7 @@ func (d *Dispatcher) pass() time.Duration {
 			d.forgetLocked(f)
 		}
 		delete(d.mu.canceled, k)
+		delete(d.mu.unsent, k)
 	}
 	d.mu.committed = d.mu.committed[:0]
 

@@ -357,3 +357,55 @@ func checkFor(t *testing.T, timeout time.Duration, f func() error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestDispatcher_AttemptWrite_WaitsUntilClose checks that a delivery's
+// attempt count is not written while AttemptWriteDelay has not passed (the
+// delay here outlasts the test), that GET's source, Attempt, reports it
+// live meanwhile, and that Close writes it, so a clean restart keeps it.
+func TestDispatcher_AttemptWrite_WaitsUntilClose(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AttemptWriteDelay = time.Hour })
+	k := h.schedule(msgAt("w", time.Now()))[0]
+	if d := h.next(10 * time.Second); d.key != k || d.attempt != 1 {
+		t.Fatalf("delivery = %v attempt %d, want %v attempt 1", d.key, d.attempt, k)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if a := h.d.Attempt(k); a != 1 {
+			return fmt.Errorf("live attempt %d, want 1", a)
+		}
+		return nil
+	})
+	if m, err := h.repo.Get(k); err != nil || m.Attempt != 0 {
+		t.Fatalf("stored before the delay passed: %v, %v; want attempt 0", m, err)
+	}
+	if err := h.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := h.repo.Get(k); err != nil || m.Attempt != 1 {
+		t.Fatalf("stored after Close: %v, %v; want attempt 1", m, err)
+	}
+}
+
+// TestDispatcher_AttemptWrite_AfterDelay checks that an unanswered
+// delivery's attempt count reaches the store once AttemptWriteDelay has
+// passed, without a Close, and that an ACK meanwhile still deletes it.
+func TestDispatcher_AttemptWrite_AfterDelay(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AttemptWriteDelay = 20 * time.Millisecond })
+	k := h.schedule(msgAt("w", time.Now()))[0]
+	h.next(10 * time.Second)
+	checkFor(t, 10*time.Second, func() error {
+		m, err := h.repo.Get(k)
+		if err != nil {
+			return err
+		}
+		if m.Attempt != 1 {
+			return fmt.Errorf("stored attempt %d, want 1", m.Attempt)
+		}
+		return nil
+	})
+	if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.repo.Get(k); err == nil {
+		t.Fatal("still stored after the ACK was applied")
+	}
+}

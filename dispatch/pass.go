@@ -124,12 +124,17 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			continue
 		}
 		taken++
+		counted := f.msg.Attempt
+		if c, ok := d.mu.unsent[f.k]; ok {
+			counted = max(counted, c)
+			delete(d.mu.unsent, f.k)
+		}
 		fl := &flight{
 			key:        f.k,
 			topic:      t,
 			state:      stateRetry,
-			attempt:    f.msg.Attempt + 1,
-			counted:    f.msg.Attempt,
+			attempt:    counted + 1,
+			counted:    counted,
 			ackNone:    f.msg.AckPolicy == delaystore.AckPolicy_ACK_NONE,
 			maxDeliver: d.maxDeliver(f.msg),
 			idx:        -1,
@@ -290,6 +295,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 // scan of its topic delivers it again in order, as the same attempt.
 // mu must be held.
 func (d *Dispatcher) unsendLocked(f *flight) {
+	if f.counted > 0 {
+		d.mu.unsent[f.key] = f.counted
+	}
 	d.forgetLocked(f)
 	f.topic.rewindLocked(f.key)
 }

@@ -218,7 +218,7 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 func (d *Dispatcher) settleExpired(k keys.Key, msg *delaystore.StoredMessage, done func(error)) {
 	d.stats.expired.Add(1)
 	if d.cfg.DeadLetterExpired {
-		d.deadLetter(k, msg, msg.Attempt, "expired", done)
+		d.deadLetter(k, msg, max(msg.Attempt, d.Attempt(k)), "expired", done)
 		return
 	}
 	d.deleteThen(k, done)
