@@ -130,6 +130,11 @@ func (c *benchCmd) check() error {
 func (c *benchCmd) Run(e *env) (err error) {
 	cfg := c.config()
 	cfg.Logger = e.log.With("component", "bench")
+	// The scale phase runs natsdelay as a process of its own, this very
+	// binary, so the memory it reports is natsdelay's alone.
+	if exe, err := os.Executable(); err == nil {
+		cfg.ServiceCommand = []string{exe, "serve"}
+	}
 	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
 	}

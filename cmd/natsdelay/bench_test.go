@@ -1,11 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"natsdelay/cmd/natsdelay/internal/bench"
 )
 
 // TestParse_Bench_Sizes checks that bench's size flags override the preset
@@ -54,5 +59,43 @@ func TestParse_Bench_BadValues(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
+	}
+}
+
+// TestBench_Scale_OwnProcess runs the scale and expiry phases of the real
+// command at tiny sizes and checks that they ran natsdelay as a child
+// process of its own, so the memory they report is the service's alone,
+// and that the run measured it.
+func TestBench_Scale_OwnProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jsonOut := filepath.Join(dir, "bench.json")
+	p := start(t, "bench", "--quick", "--quiet", "--phases", "scale", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	switch s := res.Scale; {
+	case s == nil:
+		t.Fatalf("no scale result in %s", b)
+	case !s.OwnProcess:
+		t.Errorf("scale ran natsdelay in the bench process")
+	case s.RSSBytes <= 0 || s.RSSPeak < s.RSSBytes || s.RSSEmpty <= 0:
+		t.Errorf("RSS %d, peak %d, before the fill %d: want all > 0 and peak >= RSS", s.RSSBytes, s.RSSPeak, s.RSSEmpty)
+	case s.RestartMs <= 0:
+		t.Errorf("restart to first delivery %v ms", s.RestartMs)
+	}
+	if res.Expiry == nil || res.Expiry.Expired == 0 {
+		t.Errorf("no expiry result: %+v", res.Expiry)
+	}
+	if len(res.Fire) != 0 || len(res.Ingest) != 0 || len(res.EndToEnd) != 0 {
+		t.Errorf("--phases scale ran other phases too")
 	}
 }

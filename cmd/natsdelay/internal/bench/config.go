@@ -65,6 +65,13 @@ type Config struct {
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
 
+	// ServiceCommand, if set, is the command line of `natsdelay serve`; the
+	// scale and expiry phases then run natsdelay as a child process with
+	// it, adding the flags that put it on the run's server and data dir,
+	// so the memory they report is natsdelay's alone. Empty runs it in
+	// this process, where RSS also counts the nats-server and the clients.
+	ServiceCommand []string
+
 	// Phases names the phases to run, among Phases(); empty runs them all.
 	Phases []string
 
@@ -160,6 +167,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Phases = slices.Clone(c.Phases)
+	c.ServiceCommand = slices.Clone(c.ServiceCommand)
 	return c
 }
 

@@ -67,7 +67,12 @@ func WriteTable(w io.Writer, res *Results) error {
 	if s := res.Scale; s != nil {
 		p("scale: natsdelay with %s pending\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), num(float64(s.Pending)))
 		p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
-		p("process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+		if s.OwnProcess {
+			p("natsdelay process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+			p("natsdelay process peak RSS MiB\t\t%s\t\t", dec(mib(s.RSSPeak)))
+		} else {
+			p("bench process RSS MiB (natsdelay in it)\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+		}
 		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
 		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
 		p("due set of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))

@@ -94,9 +94,14 @@ type EndToEndResult struct {
 
 // ScaleResult is natsdelay with many pending future messages.
 type ScaleResult struct {
-	Pending    int        `json:"pending"`
-	FillRate   float64    `json:"fill_msgs_per_s"`
+	Pending  int     `json:"pending"`
+	FillRate float64 `json:"fill_msgs_per_s"`
+	// OwnProcess tells whether natsdelay ran in a process of its own, so
+	// the RSS figures are its alone, or in the bench process with the
+	// nats-server and the clients.
+	OwnProcess bool       `json:"own_process"`
 	RSSBytes   int64      `json:"rss_bytes"`
+	RSSPeak    int64      `json:"rss_peak_bytes"`
 	RSSEmpty   int64      `json:"rss_bytes_before_fill"`
 	DiskBytes  int64      `json:"disk_bytes"`
 	RestartMs  float64    `json:"restart_to_first_delivery_ms"`

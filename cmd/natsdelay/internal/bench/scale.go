@@ -1,15 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +20,7 @@ import (
 // how long the janitor takes to remove ExpiredMsgs expired messages.
 func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 	dir := filepath.Join(e.dir, "scale")
-	d, err := e.openDelay(dir)
+	d, err := e.openService(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -33,7 +29,8 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 			err = errors.Join(err, d.close())
 		}
 	}()
-	sr = &ScaleResult{Pending: e.cfg.ScalePending, RSSEmpty: rss()}
+	sr = &ScaleResult{Pending: e.cfg.ScalePending, OwnProcess: len(e.cfg.ServiceCommand) > 0}
+	sr.RSSEmpty, _ = d.rss()
 
 	if sr.DueEmpty, err = e.dueSet(e.plain + ".due0"); err != nil {
 		return nil, nil, err
@@ -55,7 +52,7 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 	if sr.DuePending, err = e.dueSet(e.plain + ".due1"); err != nil {
 		return nil, nil, err
 	}
-	sr.RSSBytes = rss()
+	sr.RSSBytes, sr.RSSPeak = d.rss()
 	if sr.DiskBytes, err = du(dir); err != nil {
 		return nil, nil, err
 	}
@@ -79,7 +76,7 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 		return nil, nil, err
 	}
 	t0 := time.Now()
-	d, err = e.openDelay(dir)
+	d, err = e.openService(dir)
 	if err != nil {
 		return nil, nil, errors.Join(err, stop())
 	}
@@ -117,13 +114,14 @@ func (e *env) dueSet(subj string) (FireResult, error) {
 // would. Their deliveries wait out the ack wait (30s), so it is the
 // janitor that finds them expired; expiry times from the moment they
 // expire until the last is gone.
-func (e *env) expiry(d *delay) (*ExpiryResult, error) {
-	repo := d.svc.Repository()
+func (e *env) expiry(d service) (*ExpiryResult, error) {
 	// The restart message's ACK may still be on its way.
-	if err := poll(e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= uint64(e.cfg.ScalePending), nil }); err != nil {
-		return nil, fmt.Errorf("bench: pending before expiry: %w", err)
+	if err := poll(e.cfg.Timeout, func() (bool, error) {
+		some, err := d.hasPending(e.plain + ".restart")
+		return !some, err
+	}); err != nil {
+		return nil, fmt.Errorf("bench: restart message still pending: %w", err)
 	}
-	base := repo.Pending()
 	subj := e.plain + ".expired"
 	rec := newRecorder(e.cfg.ExpiredMsgs)
 	nc, err := e.connect("bench-no-ack")
@@ -156,36 +154,21 @@ func (e *env) expiry(d *delay) (*ExpiryResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: expiry: %w", err)
 	}
-	if err := poll(ttl+e.cfg.Timeout, func() (bool, error) { return repo.Pending() <= base, nil }); err != nil {
+	if err := poll(ttl+e.cfg.Timeout, func() (bool, error) {
+		some, err := d.hasPending(subj)
+		return !some, err
+	}); err != nil {
 		return nil, fmt.Errorf("bench: expired messages still pending: %w", err)
 	}
 	return &ExpiryResult{
-		Pending: int(base), Expired: e.cfg.ExpiredMsgs, InFlight: int(rec.count.Load()),
+		Pending: e.cfg.ScalePending, Expired: e.cfg.ExpiredMsgs, InFlight: int(rec.count.Load()),
 		TTLMs: ms(ttl), Ms: ms(time.Since(expireAt)),
 	}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// rss is the process's resident set from /proc/self/status, after giving
-// freed memory back, so it is closer to what is live; 0 where there is no
-// /proc. It includes the embedded nats-server and the client side.
-func rss() int64 {
-	debug.FreeOSMemory()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func freeOSMemory() { debug.FreeOSMemory() }
 
 // du is the size of the files under dir.
 func du(dir string) (int64, error) {

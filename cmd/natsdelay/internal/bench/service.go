@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"natsdelay/bridge"
+)
+
+// service is a natsdelay the scale and expiry phases run against: in this
+// process, or in a child process of its own, whose memory is then its alone.
+type service interface {
+	// hasPending reports whether subject has a pending message.
+	hasPending(subject string) (bool, error)
+	// rss is the resident set, in bytes, of the process natsdelay runs in,
+	// and its peak; 0 where there is no /proc.
+	rss() (now, peak int64)
+	close() error
+}
+
+func (d *delay) hasPending(subject string) (bool, error) {
+	return d.svc.Repository().PendingFor(subject) > 0, nil
+}
+
+func (d *delay) rss() (int64, int64) { return procRSS("self") }
+
+// openService starts natsdelay on dir: as a child process when the config
+// names a command for it, else in this process.
+func (e *env) openService(dir string) (service, error) {
+	if len(e.cfg.ServiceCommand) == 0 {
+		return e.openDelay(dir)
+	}
+	return e.startProcess(dir)
+}
+
+// process is `natsdelay serve` as a child process, on the bench's server.
+type process struct {
+	e      *env
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	exited chan struct{} // closed once cmd.Wait returned
+	err    error         // from cmd.Wait, once exited is closed
+}
+
+// startProcess runs ServiceCommand with the flags that put natsdelay on
+// the bench's server and subjects, and waits until its API answers.
+func (e *env) startProcess(dir string) (*process, error) {
+	args := append(e.cfg.ServiceCommand[1:len(e.cfg.ServiceCommand):len(e.cfg.ServiceCommand)],
+		"--nats", e.url, "--data-dir", dir, "--engine", "pebble",
+		"--ingest-prefix", e.ingest, "--ack-prefix", e.ack, "--api-prefix", e.api,
+		"--expiry-interval", e.cfg.ExpiryInterval.String(), "--http", "")
+	p := &process{e: e, cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start %s: %w", e.cfg.ServiceCommand[0], err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	deadline := time.Now().Add(e.cfg.Timeout)
+	for {
+		if _, err := p.hasPending(e.plain); err == nil {
+			return p, nil
+		}
+		select {
+		case <-p.exited:
+			return nil, fmt.Errorf("bench: natsdelay exited before it was ready: %v\n%s", p.err, p.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("bench: natsdelay not ready after %v\n%s", e.cfg.Timeout, p.stderr), p.close())
+		}
+	}
+}
+
+// request asks the API and decodes the answer into out.
+func (p *process) request(verb string, body any, out any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	rep, err := p.e.conns[0].Request(p.e.api+"."+verb, data, time.Second)
+	if err != nil {
+		return err
+	}
+	if msg := rep.Header.Get(bridge.HeaderServiceError); msg != "" {
+		return fmt.Errorf("bench: %s: %s", verb, msg)
+	}
+	if err := json.Unmarshal(rep.Data, out); err != nil {
+		return fmt.Errorf("bench: %s reply: %w", verb, err)
+	}
+	return nil
+}
+
+// NB: LIST with a limit of 1 reads one key; INFO would count every
+// message due within a day, which is all of them in the scale phase.
+func (p *process) hasPending(subject string) (bool, error) {
+	var list bridge.ListReply
+	err := p.request("LIST", map[string]any{"subject": subject, "limit": 1}, &list)
+	return len(list.Messages) > 0, err
+}
+
+func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Process.Pid)) }
+
+// close stops the process as a supervisor would, with SIGTERM, and kills it
+// if it has not stopped within the timeout.
+func (p *process) close() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(p.e.cfg.Timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("bench: natsdelay did not stop within %v\n%s", p.e.cfg.Timeout, p.stderr)
+	}
+	if p.err != nil {
+		return fmt.Errorf("bench: natsdelay: %w\n%s", p.err, p.stderr)
+	}
+	return nil
+}
+
+// procRSS reads VmRSS and VmHWM of /proc/<pid>/status. For this process it
+// first gives freed memory back, so the figure is closer to what is live.
+func procRSS(pid string) (now, peak int64) {
+	if pid == "self" {
+		freeOSMemory()
+	}
+	f, err := os.Open("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	kb := func(v string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		return n << 10
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			now = kb(v)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			peak = kb(v)
+		}
+	}
+	return now, peak
+}
+
+// tailBuffer keeps the last max bytes written to it, for error messages.
+type tailBuffer struct {
+	max int
+	mu  sync.Mutex
+	b   bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b.Write(p)
+	if over := t.b.Len() - t.max; over > 0 {
+		t.b.Next(over)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.String()
+}
