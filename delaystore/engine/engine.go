@@ -64,7 +64,7 @@ type Config struct {
 	// pebblestore.DefaultBlockCacheSize (16 MiB).
 	PebbleBlockCacheSize int64
 	// PebbleMemTableSize is Pebble's memtable size in bytes, below 4 GiB.
-	// Default pebblestore.DefaultMemTableSize (64 MiB).
+	// Default pebblestore.DefaultMemTableSize (32 MiB).
 	PebbleMemTableSize int64
 	// PebbleDisableWAL turns Pebble's WAL off, so that only Flush and Close
 	// make writes durable; see pebblestore.Config.DisableWAL.

@@ -15,8 +15,11 @@ const (
 	// Config.BlockCacheSize is 0.
 	DefaultBlockCacheSize = 16 << 20
 	// DefaultMemTableSize is the memtable size used when Config.MemTableSize
-	// is 0.
-	DefaultMemTableSize = 64 << 20
+	// is 0. NB: Pebble keeps a flushed memtable's arena to reuse it, so two
+	// of them stay resident under steady writes. At 64 MiB the service
+	// measured about 195 MiB resident with a million messages pending, at
+	// 32 MiB about 130 MiB, for some 7% less fill throughput.
+	DefaultMemTableSize = 32 << 20
 
 	// maxMemTableSize is Pebble's own limit on 64-bit platforms: memtable
 	// offsets are 32-bit.
@@ -49,7 +52,7 @@ type Config struct {
 
 	// MemTableSize is the size in bytes of one memtable. Writes are buffered
 	// in memtables until they are flushed to sstables, so it bounds how much
-	// the WAL replays at startup. Default 64 MiB; it must be below 4 GiB.
+	// the WAL replays at startup. Default 32 MiB; it must be below 4 GiB.
 	MemTableSize int64
 
 	// Logger receives Pebble's logs and notable events (background errors,
