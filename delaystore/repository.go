@@ -67,6 +67,14 @@ type Scheduled struct {
 type Op struct {
 	Key keys.Key
 	Msg *StoredMessage
+	// Pending, on a delete, is the message under Key when the caller knows
+	// it is still pending: no op before this one deleted it and nothing
+	// can replace it (it has no client id). Apply then deletes it without
+	// reading it first, which on a large store is most of a delete's cost.
+	// It needs the subject and expiry time, and the client id if any.
+	// A wrong Pending corrupts the counts and indexes; when unsure, leave
+	// it nil.
+	Pending *StoredMessage
 }
 
 // Topic is one subject that has pending messages.
@@ -574,6 +582,9 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	var state map[keys.Key]*StoredMessage
 	for i, op := range ops {
 		cur, seen := state[op.Key]
+		if !seen && op.Msg == nil && op.Pending != nil {
+			cur, seen = op.Pending, true
+		}
 		if !seen {
 			m, err := r.get(op.Key)
 			switch {

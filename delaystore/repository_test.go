@@ -1001,3 +1001,30 @@ func TestRepository_Concurrent(t *testing.T) {
 		t.Fatalf("LastID = %d, want %d", r.LastID(), writers*batches*perBatch)
 	}
 }
+
+// TestRepository_Apply_DeletePending checks that a delete told what is
+// pending under its key removes the message, its expiry entry and its count
+// exactly as a delete that reads it first does, and that the same delete in
+// the same call is still applied once.
+func TestRepository_Apply_DeletePending(t *testing.T) {
+	r, _ := newRepo(t)
+	got := schedule(t, r, withExpiry(msg("a", t0), t0+10), msg("a", t0))
+	k0, k1 := got[0].Key, got[1].Key
+	known := &delaystore.StoredMessage{Subject: "a", ExpireAtNs: t0 + 10}
+	applied := apply(t, r, delaystore.Op{Key: k0, Pending: known}, delaystore.Op{Key: k0, Pending: known})
+	if want := []bool{true, false}; !equalBools(applied, want) {
+		t.Fatalf("two deletes told it is pending, in one call: applied %v, want %v", applied, want)
+	}
+	if _, err := r.Get(k0); !errors.Is(err, delaystore.ErrNotFound) {
+		t.Fatalf("Get after delete = %v, want ErrNotFound", err)
+	}
+	if ks, err := r.Expired(t0+100, 10); err != nil || len(ks) != 0 {
+		t.Fatalf("Expired after delete = %v, %v; want no entry left", ks, err)
+	}
+	if r.Pending() != 1 || r.PendingFor("a") != 1 {
+		t.Fatalf("counts: total %d, a %d; want 1, 1", r.Pending(), r.PendingFor("a"))
+	}
+	if _, err := r.Get(k1); err != nil {
+		t.Fatalf("the other message: %v", err)
+	}
+}

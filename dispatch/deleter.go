@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,7 +23,10 @@ type waitingUpdate struct {
 // pendingOp is the latest write queued for one key. A delete supersedes an
 // update, so a message ACKed soon after delivery costs one write, not two.
 type pendingOp struct {
-	msg     *delaystore.StoredMessage // nil means delete
+	msg *delaystore.StoredMessage // nil means delete
+	// pending, on a delete, is the message as the dispatcher knows it is
+	// pending, so the commit need not read it (see delaystore.Op.Pending).
+	pending *delaystore.StoredMessage
 	waiters []deleteDone
 	// queued is when the first update still pending was queued; an update
 	// is written once it is older than the deleter's updateDelay.
@@ -80,16 +84,22 @@ func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration,
 // delete queues a delete of k; done, if not nil, is called once it is
 // committed. It blocks while the queue is full.
 func (dl *deleter) delete(k keys.Key, done deleteDone) {
-	dl.enqueue(k, nil, done)
+	dl.enqueue(k, nil, nil, done)
+}
+
+// deletePending is delete of a message the caller knows is pending, as
+// pending, which saves the commit reading it; see delaystore.Op.Pending.
+func (dl *deleter) deletePending(k keys.Key, pending *delaystore.StoredMessage, done deleteDone) {
+	dl.enqueue(k, nil, pending, done)
 }
 
 // update queues a rewrite of the pending message k, dropped at commit if k
 // is no longer pending or a delete of k is queued.
 func (dl *deleter) update(k keys.Key, msg *delaystore.StoredMessage) {
-	dl.enqueue(k, msg, nil)
+	dl.enqueue(k, msg, nil, nil)
 }
 
-func (dl *deleter) enqueue(k keys.Key, msg *delaystore.StoredMessage, done deleteDone) {
+func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, done deleteDone) {
 	dl.mu.Lock()
 	for !dl.mu.closed && len(dl.mu.ops) >= dl.max && dl.mu.ops[k] == nil {
 		dl.notFull.Wait()
@@ -104,7 +114,7 @@ func (dl *deleter) enqueue(k keys.Key, msg *delaystore.StoredMessage, done delet
 	op := dl.mu.ops[k]
 	switch {
 	case op == nil && msg == nil:
-		op = &pendingOp{}
+		op = &pendingOp{pending: pending}
 		dl.mu.ops[k] = op
 		dl.mu.due = append(dl.mu.due, k)
 	case op == nil:
@@ -118,6 +128,8 @@ func (dl *deleter) enqueue(k keys.Key, msg *delaystore.StoredMessage, done delet
 			op.queued = time.Time{}
 		}
 		op.msg = nil
+		// NB: both deletes are of the same message, not yet deleted.
+		op.pending = cmp.Or(op.pending, pending)
 	case op.msg != nil:
 		op.msg = msg
 	}
@@ -271,7 +283,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 
 	batch := make([]delaystore.Op, len(order))
 	for i, k := range order {
-		batch[i] = delaystore.Op{Key: k, Msg: ops[k].msg}
+		batch[i] = delaystore.Op{Key: k, Msg: ops[k].msg, Pending: ops[k].pending}
 	}
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
 	if err != nil {

@@ -46,9 +46,13 @@ type flight struct {
 	ackNone bool
 	// maxDeliver is the message's limit, or the default, read at delivery.
 	maxDeliver uint32
-	pass       uint64 // the pass that published it
-	deadline   int64  // Unix ns; meaning depends on state
-	idx        int    // in the timer heap; -1 when not in it
+	// pending is what deleting the message needs to know of it (subject
+	// and expiry), for messages nothing but the dispatcher can delete:
+	// those without a client id, which no new message can replace.
+	pending  *delaystore.StoredMessage
+	pass     uint64 // the pass that published it
+	deadline int64  // Unix ns; meaning depends on state
+	idx      int    // in the timer heap; -1 when not in it
 }
 
 // pendingTerm is a +TERM waiting for its flight's pass to flush.

@@ -139,6 +139,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			maxDeliver: d.maxDeliver(f.msg),
 			idx:        -1,
 		}
+		if f.msg.ClientId == "" {
+			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
+		}
 		d.mu.flights[f.k] = fl
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
 	}

@@ -29,12 +29,18 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		// +OK: the pass checks and publishes under it.
 		d.pubMu.Lock()
 		d.mu.Lock()
+		// NB: only the first answer that settles a flight may delete it
+		// unread: until then nothing else has queued a delete of it.
+		var pending *delaystore.StoredMessage
+		if f := d.mu.flights[k]; f != nil && f.state != stateSettling {
+			pending = f.pending
+		}
 		// Mark it as Cancel does, so that a scan which read the message
 		// before the delete commits does not deliver it after the +OK.
 		d.markSettlingLocked(k)
 		d.mu.Unlock()
 		d.pubMu.Unlock()
-		d.del.delete(k, func(applied bool, err error) {
+		d.del.deletePending(k, pending, func(applied bool, err error) {
 			switch {
 			case err != nil:
 				done(err)
