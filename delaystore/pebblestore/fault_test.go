@@ -1,11 +1,6 @@
 package pebblestore_test
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +10,7 @@ import (
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/storetest"
 )
 
 // walFaults returns an injector, off until turned on, that fails the WAL
@@ -34,107 +30,19 @@ var walFaultKinds = map[string][]errorfs.OpKind{
 	"sync":  {errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
 }
 
-// Set in the subprocess that TestStore_Commit_WALFault_StopsProcess starts.
-const (
-	faultDirEnv  = "PEBBLESTORE_TEST_FAULT_DIR"
-	faultKindEnv = "PEBBLESTORE_TEST_FAULT_KIND"
-)
-
-// A Sync commit whose WAL write or fsync fails never returns: Pebble has
-// already applied the batch to its memtable, so it stops the process
-// through Fatalf rather than serve a batch it could not log. After a
-// restart the data committed before the fault is intact and the failed
-// batch is there whole or not at all; not at all when its write failed.
-//
-// The commit runs in a subprocess, which the fault kills.
-func TestStore_Commit_WALFault_StopsProcess(t *testing.T) {
-	if dir := os.Getenv(faultDirEnv); dir != "" {
-		commitUnderFault(t, dir, os.Getenv(faultKindEnv))
-		return
-	}
-	base := map[string]string{"a": "1", "b": "1", "c": "1"}
-	after := map[string]string{"a": "2", "c": "1", "d": "2"}
+// A commit whose WAL write or fsync fails fails the Store instead of the
+// process: that commit and every later call return ErrFailed, Close lets
+// go of the directory, and a reopen in the same process finds the data
+// committed before the fault intact and the failed batch whole or not at
+// all (see storetest.RunFaults).
+func TestStore_Faults(t *testing.T) {
 	for _, kind := range []string{"write", "sync"} {
 		t.Run(kind, func(t *testing.T) {
-			dir := t.TempDir()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestStore_Commit_WALFault_StopsProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), faultDirEnv+"="+dir, faultKindEnv+"="+kind)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) {
-				t.Fatalf("subprocess: %v, want it to exit with an error\n%s", err, out)
-			}
-			if !bytes.Contains(out, []byte("pebble: fatal commit error")) || bytes.Contains(out, []byte("commit returned")) {
-				t.Fatalf("subprocess did not stop in Pebble's fatal commit error:\n%s", out)
-			}
-
-			s := open(t, pebblestore.Config{Dir: dir})
-			got := contents(t, s)
-			switch {
-			case equalMaps(got, base):
-			case kind == "sync" && equalMaps(got, after):
-				t.Logf("the batch whose fsync failed survived the restart, whole")
-			default:
-				t.Fatalf("after restart the store holds %v, want %v (or, after a failed fsync, %v)", got, base, after)
-			}
+			storetest.RunFaults(t, func(t *testing.T, dir string) (delaystore.Store, func()) {
+				faults := walFaults(walFaultKinds[kind]...)
+				s := open(t, pebblestore.Config{Dir: dir, FS: errorfs.Wrap(vfs.Default, faults)})
+				return s, faults.On
+			})
 		})
-	}
-}
-
-// commitUnderFault is the subprocess: it commits the base state, turns the
-// fault on, and commits a batch that should never return.
-func commitUnderFault(t *testing.T, dir, kind string) {
-	faults := walFaults(walFaultKinds[kind]...)
-	s, err := pebblestore.Open(pebblestore.Config{Dir: dir, FS: errorfs.Wrap(vfs.Default, faults)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	commit(t, s, delaystore.Sync, "a", "1", "b", "1", "c", "1")
-	faults.On()
-	b := s.NewBatch()
-	_ = b.Set([]byte("a"), []byte("2"))
-	_ = b.Delete([]byte("b"))
-	_ = b.Set([]byte("d"), []byte("2"))
-	err = b.Commit(delaystore.Sync)
-	fmt.Printf("commit returned %v\n", err)
-}
-
-func contents(t *testing.T, s delaystore.Store) map[string]string {
-	t.Helper()
-	got := map[string]string{}
-	err := s.Scan(delaystore.IterOptions{}, func(k, v []byte) bool {
-		got[string(k)] = string(v)
-		return true
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-// commit sets each key and value pair of kvs in one batch.
-func commit(t *testing.T, s delaystore.Store, mode delaystore.SyncMode, kvs ...string) {
-	t.Helper()
-	b := s.NewBatch()
-	defer b.Close()
-	for i := 0; i+1 < len(kvs); i += 2 {
-		if err := b.Set([]byte(kvs[i]), []byte(kvs[i+1])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Commit(mode); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -29,7 +29,8 @@ func TestLogger_Infof_LogsAtDebugWithCallerSource(t *testing.T) {
 	}
 }
 
-// Fatalf never returns, as Pebble requires: it logs, then panics.
+// Fatalf never returns, as Pebble requires: it logs, then panics with a
+// *fatalError that the Store can tell apart from any other panic.
 func TestLogger_Fatalf_Panics(t *testing.T) {
 	var buf bytes.Buffer
 	l := testLogger(&buf)
@@ -38,8 +39,15 @@ func TestLogger_Fatalf_Panics(t *testing.T) {
 		if r == nil {
 			t.Fatal("Fatalf returned")
 		}
-		if !strings.Contains(buf.String(), "fatal: WAL gone") || !strings.Contains(r.(string), "WAL gone") {
-			t.Fatalf("panic %q, log %q; want both to carry the message", r, buf.String())
+		fe, ok := r.(*fatalError)
+		if !ok {
+			t.Fatalf("panic %#v, want a *fatalError", r)
+		}
+		if !strings.Contains(buf.String(), "fatal: WAL gone") || fe.Error() != "WAL gone" {
+			t.Fatalf("panic %q, log %q; want both to carry the message", fe, buf.String())
+		}
+		if fe.commitFailed() {
+			t.Fatalf("%q counts as a failed commit", fe)
 		}
 	}()
 	l.Fatalf("WAL %s", "gone")
