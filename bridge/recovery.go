@@ -46,11 +46,13 @@ func (f *fault) err(canReopen bool) error {
 }
 
 // startGeneration opens the repository over st and starts a dispatcher, a
-// janitor and a writer on it. On error it closes what it started and st.
-func (s *Service) startGeneration(st delaystore.Store) (*generation, error) {
+// janitor and a writer on it. With probe, it first checks that st takes a
+// synced write, as a reopened store must before it takes messages again. On
+// error it closes what it started and st.
+func (s *Service) startGeneration(st delaystore.Store, probe bool) (*generation, error) {
 	g := &generation{}
 	g.store = &watchedStore{Store: st, onFail: func(err error) { s.fail(g, err) }}
-	err := s.buildGeneration(g)
+	err := s.buildGeneration(g, probe)
 	if err != nil {
 		g.stopWork()
 		err = errors.Join(err, g.closeStore())
@@ -59,11 +61,19 @@ func (s *Service) startGeneration(st delaystore.Store) (*generation, error) {
 	return g, nil
 }
 
-func (s *Service) buildGeneration(g *generation) error {
+func (s *Service) buildGeneration(g *generation, probe bool) error {
 	var err error
 	g.repo, err = delaystore.OpenRepository(g.store, delaystore.RepositoryConfig{TimeBucket: s.cfg.TimeBucket, Logger: s.cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("bridge: open repository: %w", err)
+	}
+	if probe {
+		// NB: a store often opens fine on a disk that still fails (it only
+		// reads); without this the service would flap between ready and
+		// failing at each ingest.
+		if err := g.repo.CheckWritable(); err != nil {
+			return fmt.Errorf("bridge: reopened store: %w", err)
+		}
 	}
 	g.disp, err = dispatch.New(dispatch.Config{
 		Repo:              g.repo,
@@ -206,7 +216,7 @@ func (s *Service) reopen() {
 		st, err := s.cfg.Reopen()
 		var g *generation
 		if err == nil {
-			g, err = s.startGeneration(st)
+			g, err = s.startGeneration(st, true)
 		}
 		if err == nil {
 			s.stateMu.Lock()

@@ -290,7 +290,7 @@ func (s *Service) start() error {
 		_ = sub.SetPendingLimits(1<<20, 256<<20)
 		s.ackSubs = append(s.ackSubs, sub)
 	}
-	g, err := s.startGeneration(s.cfg.Store)
+	g, err := s.startGeneration(s.cfg.Store, false)
 	if err != nil {
 		return err
 	}
