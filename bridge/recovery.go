@@ -143,12 +143,18 @@ func (g *generation) closeStore() error {
 // It wakes the recovery loop. It does not block: it runs inside whatever
 // call met the fault, a commit included.
 func (s *Service) fail(g *generation, cause error) {
-	if !g.failed.CompareAndSwap(false, true) {
+	s.stateMu.Lock()
+	first := g.failed.CompareAndSwap(false, true)
+	current := s.gen.Load() == g
+	if first && current {
+		s.fault.Store(&fault{cause: cause})
+	}
+	s.stateMu.Unlock()
+	if !first || !current {
+		// A generation still being built, on a reopened store, is
+		// dropped by reopen, which logs why.
 		return
 	}
-	s.stateMu.Lock()
-	s.fault.Store(&fault{cause: cause})
-	s.stateMu.Unlock()
 	s.m.storeFailures.Inc()
 	s.log.Error("storage failing: taking no messages until the store is reopened", "err", cause, "reopen", s.cfg.Reopen != nil)
 	select {
@@ -157,7 +163,20 @@ func (s *Service) fail(g *generation, cause error) {
 	}
 }
 
-// unavailableErr is the 503 for a request the Service cannot take now
+// swap makes g, just started on a reopened store, the current generation
+// and ends the fault, unless g has failed already.
+func (s *Service) swap(g *generation) bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if g.failed.Load() {
+		return false
+	}
+	s.gen.Store(g)
+	s.fault.Store(nil)
+	return true
+}
+
+// storageErr is the 503 for a request the Service cannot take now
 // because the store failed, or nil.
 func (s *Service) storageErr() error {
 	if f := s.fault.Load(); f != nil {
@@ -218,17 +237,14 @@ func (s *Service) reopen() {
 		if err == nil {
 			g, err = s.startGeneration(st, true)
 		}
-		if err == nil {
-			s.stateMu.Lock()
-			s.gen.Store(g)
-			// NB: the new store may have failed already; then the fault
-			// stays and the loop, woken by it, starts over.
-			if !g.failed.Load() {
-				s.fault.Store(nil)
-			}
-			s.stateMu.Unlock()
+		if err == nil && s.swap(g) {
 			s.log.Info("storage recovered: the store is open again", "attempts", attempt)
 			return
+		}
+		if err == nil {
+			// It failed after the probe, before it took over.
+			g.stopWork()
+			err = errors.Join(errors.New("bridge: reopened store failed at once"), g.closeStore())
 		}
 		s.log.Warn("reopening the store failed; retrying", "err", err, "attempt", attempt, "retry_in", wait)
 		timer.Reset(wait)
