@@ -28,6 +28,15 @@
 // such as a MANIFEST write failing in a background flush or compaction,
 // still stop the process: they happen on Pebble's own goroutines.
 //
+// A full disk is worse: a WAL rotation that fails panics inside Pebble in
+// a way no recover can undo. So on disk the Store keeps a reserve file
+// (Config.DiskFullReserve) and deletes it at the first ENOSPC, through
+// Pebble's vfs.OnDiskFull: the write that met the full disk is retried and
+// fits, the commit under way completes, and every later call returns an
+// error wrapping delaystore.ErrFailed and ENOSPC. Open recreates the reserve
+// and refuses, with the same errors, a disk without room for it and as much
+// again, so a service that reopens the store waits for space to return.
+//
 // Commits that were already waiting inside Pebble when another commit
 // failed may never return, and Close waits for them, so give the Store one
 // committer at a time, as the event repository does.

@@ -16,6 +16,7 @@ import (
 type Store struct {
 	db  *pebble.DB
 	fs  *lockFS
+	res *reserve // nil in memory
 	log *slog.Logger
 	// inMemory and noWAL decide what makes a NoSync write durable: nothing,
 	// a memtable flush, or (the usual case) a WAL sync.
@@ -63,6 +64,14 @@ func Open(cfg Config) (*Store, error) {
 	case base == nil:
 		base = vfs.Default
 	}
+	var res *reserve
+	if !cfg.InMemory {
+		res = &reserve{fs: base, dir: cfg.Dir, path: base.PathJoin(cfg.Dir, reserveName), size: cfg.DiskFullReserve, log: log}
+		if err := res.ensure(); err != nil {
+			return nil, fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err)
+		}
+		base = vfs.OnDiskFull(base, res.release)
+	}
 	fs := &lockFS{FS: base}
 	opts := &pebble.Options{
 		FS:           fs,
@@ -82,7 +91,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err), fs.release())
 	}
-	s := &Store{db: db, fs: fs, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
+	s := &Store{db: db, fs: fs, res: res, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
 	s.mu.idle.L = &s.mu.Mutex
 	s.mu.iters = make(map[*iterator]struct{})
 	log.Debug("opened", "dir", cfg.Dir, "in_memory", cfg.InMemory, "wal", !opts.DisableWAL)
@@ -369,6 +378,9 @@ func (s *Store) enter() error {
 	case s.mu.closed:
 		return delaystore.ErrClosed
 	case s.mu.failed != nil:
+		return s.mu.failed
+	case s.res != nil && s.res.released.Load():
+		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, errDiskFull)
 		return s.mu.failed
 	}
 	s.mu.calls++
