@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
+	storeengine "natsdelay/delaystore/engine"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
@@ -397,5 +399,143 @@ func runWriteFault(t *testing.T, fs faultyStore) {
 	l.mu.Lock()
 	t.Logf("faults injected: %d; acknowledged %d, refused %d, all acknowledged delivered; lost 0",
 		injected, len(l.acked), len(l.refused))
+	l.mu.Unlock()
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted
+// when tb ends, after everything registered with tb.Cleanup later. It skips
+// tb where mounting is not allowed.
+func mountTmpfs(tb testing.TB, size int64) string {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "disk")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			tb.Skipf("mounting a tmpfs needs CAP_SYS_ADMIN (root): %v", err)
+		}
+		tb.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	tb.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			tb.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillDisk writes a ballast file into dir that leaves about room bytes
+// free, and returns its path.
+func fillDisk(tb testing.TB, dir string, room int64) string {
+	tb.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		tb.Fatal(err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	path := filepath.Join(dir, "ballast")
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for left := free - room; left > 0; left -= int64(len(chunk)) {
+		if _, err := f.Write(chunk[:min(int64(len(chunk)), left)]); err != nil {
+			tb.Fatalf("writing the ballast: %v", err)
+		}
+	}
+	return path
+}
+
+// TestStorageFault_FullDisk_RecoversWhenSpaceReturns checks, on a real full
+// disk (a small tmpfs) under a real service and embedded nats-server, that
+// a full disk behaves like any failing write: once it fills, ingest
+// answers 503 "storage failing ... no space left on device", and no
+// message gets a success reply unless it was stored; when space returns
+// (the ballast is deleted) the service recovers by itself, maybe after
+// failed reopens, new ingests succeed, and every acknowledged message is
+// delivered and settled, with nothing stranded in the store.
+func TestStorageFault_FullDisk_RecoversWhenSpaceReturns(t *testing.T) {
+	for _, name := range []string{storeengine.Pebble, storeengine.Bolt} {
+		t.Run(name, func(t *testing.T) {
+			dir := mountTmpfs(t, 16<<20)
+			log := testLogger(t)
+			open := func() (delaystore.Store, error) {
+				return storeengine.Open(storeengine.Config{Engine: name, Dir: dir, PebbleDiskFullReserve: 1 << 20, Logger: log})
+			}
+			runFullDisk(t, dir, open)
+		})
+	}
+}
+
+func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)) {
+	const subject = "faults.disk"
+	srv := startServer(t)
+	nc := connect(t, srv)
+	l := newLedger()
+	l.consume(t, nc, subject)
+	st, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, srv, st, func(c *bridge.Config) {
+		c.Reopen = open
+		c.ReopenBackoff = 5 * time.Millisecond
+		c.ReopenMaxBackoff = 50 * time.Millisecond
+	})
+	if n := l.send(t, nc, subject, "before", 20, []byte("b")); n != 0 {
+		t.Fatalf("%d refused before the disk filled", n)
+	}
+
+	ballast := fillDisk(t, dir, 512<<10)
+	payload := make([]byte, 4<<10)
+	rounds := 0
+	for ; ; rounds++ {
+		if rounds == 100 {
+			t.Fatal("the disk never filled: 100 rounds of 50 messages of 4 KiB all stored")
+		}
+		if l.send(t, nc, subject, fmt.Sprintf("fill%d", rounds), 50, payload) > 0 {
+			break
+		}
+	}
+	text := l.lastText()
+	if !strings.Contains(text, "storage failing") || !strings.Contains(text, "no space left on device") {
+		t.Fatalf("ingest on a full disk: %q, want storage failing ... no space left on device", text)
+	}
+	t.Logf("the disk filled after %d rounds: 503 %s", rounds+1, text)
+	// Still full: whatever the state of recovery, nothing is acknowledged
+	// that is not stored (checked at the end, when all is delivered).
+	l.send(t, nc, subject, "full", 20, payload)
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	// The first commit after space returns may still meet an error the
+	// engine kept from the full disk, and fail the store once more.
+	probes := 0
+	checkFor(t, wait, 5*time.Millisecond, func() error {
+		probes++
+		code, text := requestOne(t, nc, newMsg(subject, "p", idHeader, fmt.Sprintf("probe-%d", probes)))
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if code == "" {
+			l.acked[fmt.Sprintf("probe-%d", probes)] = true
+			return nil
+		}
+		l.refused[fmt.Sprintf("probe-%d", probes)] = true
+		return fmt.Errorf("ingest after space returned: %s %s", code, text)
+	})
+	if n := l.send(t, nc, subject, "after", 20, []byte("a")); n != 0 {
+		t.Fatalf("%d refused after recovery: %s", n, l.lastText())
+	}
+	survived := l.waitSettled(t, svc, subject)
+	if len(survived) > 0 {
+		t.Logf("refused messages whose batch reached the disk whole before the failure, and were delivered: %v", survived)
+	}
+	l.mu.Lock()
+	t.Logf("acknowledged %d, refused %d, probes after space returned %d; all acknowledged delivered; lost 0",
+		len(l.acked), len(l.refused), probes)
 	l.mu.Unlock()
 }
