@@ -164,14 +164,21 @@ func (s *Service) fail(g *generation, cause error) {
 }
 
 // swap makes g, just started on a reopened store, the current generation
-// and ends the fault, unless g has failed already.
+// and ends the fault, unless g has failed already. The retired
+// generation's dispatch counters are kept, in the same step, so Stats
+// neither counts them twice nor loses them.
 func (s *Service) swap(g *generation) bool {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	if g.failed.Load() {
 		return false
 	}
+	s.keptMu.Lock()
+	if old := s.gen.Load(); old != nil {
+		s.keepStatsLocked(old.disp)
+	}
 	s.gen.Store(g)
+	s.keptMu.Unlock()
 	s.fault.Store(nil)
 	return true
 }
@@ -218,7 +225,6 @@ func (s *Service) retire(g *generation) {
 	s.ingestMu.Lock()
 	s.ingestMu.Unlock()
 	g.stopWork()
-	s.keepStats(g.disp)
 	if err := g.closeStore(); err != nil {
 		s.log.Warn("closing the failed store", "err", err)
 	}

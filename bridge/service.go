@@ -233,7 +233,9 @@ type Service struct {
 	// new generation that fails at once keeps the Service recovering.
 	stateMu sync.Mutex
 	// kept holds the counters of dispatchers of retired generations, so
-	// the metrics and INFO count from the start of the process.
+	// the metrics and INFO count from the start of the process. keptMu
+	// also orders swapping gen against reading it with kept. Lock order:
+	// stateMu, then keptMu.
 	keptMu sync.Mutex
 	kept   dispatch.Stats
 
@@ -352,10 +354,10 @@ func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
 // Stats returns the dispatch counters since New, across storage faults,
 // and the deliveries in flight now.
 func (s *Service) Stats() dispatch.Stats {
-	st := s.gen.Load().disp.Stats()
 	s.keptMu.Lock()
-	k := s.kept
+	d, k := s.gen.Load().disp, s.kept
 	s.keptMu.Unlock()
+	st := d.Stats()
 	st.Delivered += k.Delivered
 	st.Redelivered += k.Redelivered
 	st.Acked += k.Acked
@@ -369,14 +371,10 @@ func (s *Service) Stats() dispatch.Stats {
 	return st
 }
 
-// keepStats adds the counters of a retired dispatcher to kept.
-func (s *Service) keepStats(d *dispatch.Dispatcher) {
-	if d == nil {
-		return
-	}
+// keepStatsLocked adds the counters of a retired dispatcher to kept.
+// keptMu must be held.
+func (s *Service) keepStatsLocked(d *dispatch.Dispatcher) {
 	st := d.Stats()
-	s.keptMu.Lock()
-	defer s.keptMu.Unlock()
 	k := &s.kept
 	k.Delivered += st.Delivered
 	k.Redelivered += st.Redelivered
