@@ -119,7 +119,10 @@ func (c Config) withDefaults() Config {
 		c.ExpiryInterval = d.ExpiryInterval
 	}
 	if c.ReopenBackoff == 0 {
-		c.ReopenBackoff = min(d.ReopenBackoff, max(c.ReopenMaxBackoff, 1))
+		c.ReopenBackoff = d.ReopenBackoff
+		if c.ReopenMaxBackoff > 0 {
+			c.ReopenBackoff = min(c.ReopenBackoff, c.ReopenMaxBackoff)
+		}
 	}
 	if c.ReopenMaxBackoff == 0 {
 		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
