@@ -105,8 +105,11 @@ type Counts struct {
 
 // InfoReply is the body of $DELAY.API.INFO.
 type InfoReply struct {
-	Version string         `json:"version"`
-	Engine  string         `json:"engine"`
+	Version string `json:"version"`
+	Engine  string `json:"engine"`
+	// Storage is "ok", or "failing: <cause>" while the store has failed
+	// and is being reopened; Counts are then zero.
+	Storage string         `json:"storage"`
 	Counts  Counts         `json:"counts"`
 	Stats   dispatch.Stats `json:"stats"`
 	Config  ConfigSummary  `json:"config"`
@@ -131,9 +134,15 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &empty); err != nil {
 		return nil, err
 	}
-	counts, err := s.Counts()
-	if err != nil {
-		return nil, err
+	storage := "ok"
+	var counts Counts
+	if f := s.fault.Load(); f != nil {
+		storage = fmt.Sprintf("failing: %v", f.cause)
+	} else {
+		var err error
+		if counts, err = s.Counts(); err != nil {
+			return nil, err
+		}
 	}
 	backoff := make([]string, len(s.cfg.Backoff))
 	for i, b := range s.cfg.Backoff {
@@ -142,8 +151,9 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	return InfoReply{
 		Version: Version,
 		Engine:  s.cfg.Engine,
+		Storage: storage,
 		Counts:  counts,
-		Stats:   s.disp.Stats(),
+		Stats:   s.Stats(),
 		Config: ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
@@ -155,10 +165,15 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 
 // Counts counts pending messages: the totals from the subject registry, and
 // those due now and within the next minute, hour and day by reading keys
-// only, one range per subject.
+// only, one range per subject. While the store has failed it returns the
+// 503 that ingest gets.
 func (s *Service) Counts() (Counts, error) {
-	c := Counts{Pending: s.repo.Pending(), InFlight: s.disp.Stats().InFlight}
-	topics := s.repo.Topics()
+	if err := s.storageErr(); err != nil {
+		return Counts{}, err
+	}
+	g := s.gen.Load()
+	c := Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
+	topics := g.repo.Topics()
 	c.Subjects = len(topics)
 	now := s.cfg.Now()
 	bucketMs := s.cfg.TimeBucket.Milliseconds()
@@ -171,7 +186,7 @@ func (s *Service) Counts() (Counts, error) {
 		}
 		seen[t.Hash] = true
 		opts := delaystore.IterOptions{LowerBound: keys.TopicLowerBound(t.Hash), UpperBound: keys.DueUpperBound(t.Hash, limits[3], bucketMs)}
-		err := s.store.Scan(opts, func(k, _ []byte) bool {
+		err := g.store.Scan(opts, func(k, _ []byte) bool {
 			if len(k) != keys.Len {
 				return true
 			}
@@ -222,7 +237,10 @@ func (s *Service) resolve(ref messageRef) (keys.Key, error) {
 	if err := checkTarget(ref.Subject, nil); err != nil {
 		return keys.Key{}, err
 	}
-	k, err := s.repo.Lookup(ref.Subject, ref.ID)
+	if err := s.storageErr(); err != nil {
+		return keys.Key{}, err
+	}
+	k, err := s.gen.Load().repo.Lookup(ref.Subject, ref.ID)
 	if errors.Is(err, delaystore.ErrNotFound) {
 		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", ErrNotFound, clip(ref.Subject), clip(ref.ID))
 	}
@@ -287,14 +305,18 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.repo.Get(k)
+	if err := s.storageErr(); err != nil {
+		return nil, err
+	}
+	g := s.gen.Load()
+	m, err := g.repo.Get(k)
 	if errors.Is(err, delaystore.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no pending message with tag %s", ErrNotFound, k)
 	}
 	if err != nil {
 		return nil, unavailable("reading %s: %v", k, err)
 	}
-	m.Attempt = max(m.Attempt, s.disp.Attempt(k))
+	m.Attempt = max(m.Attempt, g.disp.Attempt(k))
 	return messageInfo(k, m, ref.Payload), nil
 }
 
@@ -342,7 +364,11 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	}
 	out := ListReply{Subject: r.Subject, Messages: []MessageInfo{}}
 	more := false
-	err := s.repo.ScanTopic(hash, from, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
+	if err := s.storageErr(); err != nil {
+		return nil, err
+	}
+	g := s.gen.Load()
+	err := g.repo.ScanTopic(hash, from, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if m.Subject != r.Subject {
 			return true // another subject with the same hash
 		}
@@ -350,7 +376,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 			more = true
 			return false
 		}
-		m.Attempt = max(m.Attempt, s.disp.Attempt(k))
+		m.Attempt = max(m.Attempt, g.disp.Attempt(k))
 		out.Messages = append(out.Messages, messageInfo(k, m, false))
 		return true
 	})
@@ -377,7 +403,10 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	ok, err := s.disp.Cancel(ctx, k)
+	if err := s.storageErr(); err != nil {
+		return nil, err
+	}
+	ok, err := s.gen.Load().disp.Cancel(ctx, k)
 	if err != nil {
 		return nil, unavailable("canceling %s: %v", k, err)
 	}

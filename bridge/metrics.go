@@ -14,6 +14,7 @@ import (
 // is one source of truth.
 type metrics struct {
 	ingest        *prometheus.CounterVec
+	storeFailures prometheus.Counter
 	scheduled     prometheus.Counter
 	commitBatch   prometheus.Histogram
 	commitLatency prometheus.Histogram
@@ -28,6 +29,10 @@ func newMetrics() *metrics {
 			Namespace: namespace, Name: "ingest_requests_total",
 			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
 		}, []string{"result"}),
+		storeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "store_failures_total",
+			Help: "Times a write to disk failed the store (a failed WAL write or fsync, a full disk), each followed by a reopen.",
+		}),
 		scheduled: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "messages_scheduled_total",
 			Help: "Messages durably stored by ingest.",
@@ -71,10 +76,10 @@ func (m *metrics) committed(batch int, took time.Duration, err error) {
 func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 	stat := func(name, help string, f func(dispatch.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help},
-			func() float64 { return float64(f(s.disp.Stats())) })
+			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.storeFailures, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
 		stat("messages_delivered_total", "First deliveries published.", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),
@@ -86,9 +91,16 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("messages_canceled_total", "Messages canceled through the API.", func(st dispatch.Stats) uint64 { return st.Canceled }),
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
-			func() float64 { return float64(s.repo.Pending()) }),
+			func() float64 { return float64(s.Repository().Pending()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},
-			func() float64 { return float64(s.disp.Stats().InFlight) }),
+			func() float64 { return float64(s.Dispatcher().Stats().InFlight) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "store_recovering", Help: "1 while the store has failed and is being reopened: ingest answers 503."},
+			func() float64 {
+				if s.fault.Load() != nil {
+					return 1
+				}
+				return 0
+			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "ingest_invalid_unanswered_total", Help: "Invalid plain publishes (no reply subject to tell)."},
 			func() float64 { return float64(s.invalid.Load()) }),
 	}

@@ -16,7 +16,6 @@ import (
 
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
-	"natsdelay/janitor"
 	"natsdelay/keys"
 )
 
@@ -30,6 +29,16 @@ type Config struct {
 	// Store is where messages are kept. Required. The Service owns it from
 	// New on: Close closes it, also when New fails.
 	Store delaystore.Store
+	// Reopen, if not nil, opens the store again, with the same settings,
+	// after a write to disk failed it (delaystore.ErrFailed). The Service
+	// closes the failed store first, then calls Reopen with backoff until
+	// it succeeds, and owns each store it returns. Nil leaves the Service
+	// unavailable after such a failure until it is closed.
+	Reopen func() (delaystore.Store, error)
+	// ReopenBackoff is the wait after the first failed Reopen; it doubles
+	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
+	ReopenBackoff    time.Duration
+	ReopenMaxBackoff time.Duration
 	// Engine names the store's engine, for INFO.
 	Engine string
 
@@ -77,13 +86,15 @@ type Config struct {
 // DefaultConfig returns every default in one place.
 func DefaultConfig() Config {
 	return Config{
-		IngestPrefix:   DefaultIngestPrefix,
-		AckPrefix:      DefaultAckPrefix,
-		APIPrefix:      DefaultAPIPrefix,
-		QueueGroup:     "natsdelay",
-		MaxBatch:       4096,
-		AckWait:        30 * time.Second,
-		ExpiryInterval: time.Second,
+		IngestPrefix:     DefaultIngestPrefix,
+		AckPrefix:        DefaultAckPrefix,
+		APIPrefix:        DefaultAPIPrefix,
+		QueueGroup:       "natsdelay",
+		MaxBatch:         4096,
+		AckWait:          30 * time.Second,
+		ExpiryInterval:   time.Second,
+		ReopenBackoff:    100 * time.Millisecond,
+		ReopenMaxBackoff: 5 * time.Second,
 	}
 }
 
@@ -106,6 +117,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExpiryInterval == 0 {
 		c.ExpiryInterval = d.ExpiryInterval
+	}
+	if c.ReopenBackoff == 0 {
+		c.ReopenBackoff = d.ReopenBackoff
+		if c.ReopenMaxBackoff > 0 {
+			c.ReopenBackoff = min(c.ReopenBackoff, c.ReopenMaxBackoff)
+		}
+	}
+	if c.ReopenMaxBackoff == 0 {
+		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
 	}
 	if c.MaxPayload == 0 && c.Conn != nil {
 		c.MaxPayload = int(c.Conn.MaxPayload())
@@ -176,35 +196,68 @@ func (c Config) ValidateSettings() error {
 			bad("Backoff[%d] (%v) must be >= 0", i, b)
 		}
 	}
+	if c.ReopenBackoff < 0 || c.ReopenMaxBackoff < 0 {
+		bad("ReopenBackoff (%v) and ReopenMaxBackoff (%v) must be > 0", c.ReopenBackoff, c.ReopenMaxBackoff)
+	}
+	if c.ReopenMaxBackoff > 0 && c.ReopenBackoff > c.ReopenMaxBackoff {
+		bad("ReopenBackoff (%v) must not exceed ReopenMaxBackoff (%v)", c.ReopenBackoff, c.ReopenMaxBackoff)
+	}
 	return errors.Join(errs...)
 }
 
 // Service is a running natsdelay: it takes messages on the ingest prefix,
 // stores them, delivers them when due and applies ACKs. It owns the store,
 // the dispatcher and the janitor. It is safe for concurrent use.
+//
+// # Storage faults
+//
+// When a write to disk fails (delaystore.ErrFailed: a failed WAL write or
+// fsync, a full disk), the Service recovers by itself, without a restart:
+// ingest, ack syncs and the API answer 503 "storage failing: <cause>;
+// recovering" at once, Ready reports unavailable, and delivery stops. A
+// goroutine owned by the Service closes the failed store and opens it again
+// through Config.Reopen, with backoff, until that works, then starts a new
+// repository, dispatcher, janitor and writer on it. Deliveries that were in
+// flight are delivered again (at least once).
 type Service struct {
-	cfg   Config
-	log   *slog.Logger
-	nc    *nats.Conn
-	store delaystore.Store
-	repo  *delaystore.Repository
-	disp  *dispatch.Dispatcher
-	jan   *janitor.Janitor
-	pub   *publisher
-	w     *writer
-	lim   scheduleLimits
-	m     *metrics
+	cfg Config
+	log *slog.Logger
+	nc  *nats.Conn
+	pub *publisher
+	lim scheduleLimits
+	m   *metrics
+
+	// gen is the current generation: the store and what runs on it. It is
+	// replaced whole by recovery; see generation.
+	gen atomic.Pointer[generation]
+	// fault is non-nil while the store has failed and is not yet reopened.
+	fault atomic.Pointer[fault]
+	// stateMu orders setting fault against swapping in a generation, so a
+	// new generation that fails at once keeps the Service recovering.
+	stateMu sync.Mutex
+	// kept holds the counters of dispatchers of retired generations, so
+	// the metrics and INFO count from the start of the process. keptMu
+	// also orders swapping gen against reading it with kept. Lock order:
+	// stateMu, then keptMu.
+	keptMu sync.Mutex
+	kept   dispatch.Stats
 
 	svc     micro.Service
 	ackSubs []*nats.Subscription
 
 	// ingestMu orders handing messages to the writer against closing it:
-	// handlers hold it shared, Close takes it to set closing.
+	// handlers hold it shared, Close takes it to set closing, and recovery
+	// takes it to wait for handlers that got in before the fault.
 	ingestMu  sync.RWMutex
 	closing   bool
 	closeOnce sync.Once
 	closeErr  error
 	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
+
+	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
+	kick chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
 // New opens the repository over cfg.Store, starts the dispatcher and the
@@ -218,7 +271,10 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, store: cfg.Store, m: newMetrics()}
+	s := &Service{
+		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
 	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
 	if err := s.start(); err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -227,61 +283,54 @@ func New(cfg Config) (*Service, error) {
 }
 
 func (s *Service) start() error {
-	var err error
-	s.repo, err = delaystore.OpenRepository(s.store, delaystore.RepositoryConfig{TimeBucket: s.cfg.TimeBucket, Logger: s.cfg.Logger})
-	if err != nil {
-		return fmt.Errorf("bridge: open repository: %w", err)
-	}
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix)
-	s.disp, err = dispatch.New(dispatch.Config{
-		Repo:              s.repo,
-		Publisher:         s.pub,
-		AckWait:           s.cfg.AckWait,
-		MaxDeliver:        s.cfg.MaxDeliver,
-		Backoff:           s.cfg.Backoff,
-		DeadLetterSubject: s.cfg.DeadLetterSubject,
-		DeadLetterExpired: s.cfg.DeadLetterExpired,
-		MaxInFlight:       s.cfg.MaxInFlight,
-		Observer:          s.m,
-		Now:               s.cfg.Now,
-		Logger:            s.cfg.Logger,
-	})
-	if err != nil {
-		return err
-	}
-	s.jan, err = janitor.New(janitor.Config{Source: s.repo, Remover: s.disp, Interval: s.cfg.ExpiryInterval, Now: s.cfg.Now, Logger: s.cfg.Logger})
-	if err != nil {
-		return err
-	}
-
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
 	for _, subj := range []string{s.cfg.AckPrefix + ".>", s.cfg.AckPrefix} {
 		sub, err := s.nc.Subscribe(subj, s.handleAck)
 		if err != nil {
+			s.closeUnstarted()
 			return fmt.Errorf("bridge: subscribe %s: %w", subj, err)
 		}
 		_ = sub.SetPendingLimits(1<<20, 256<<20)
 		s.ackSubs = append(s.ackSubs, sub)
 	}
-	if err := s.disp.Start(); err != nil {
+	g, err := s.startGeneration(s.cfg.Store, false)
+	if err != nil {
 		return err
 	}
-	s.jan.Start()
+	s.gen.Store(g)
+	s.goFunc(s.recoverLoop)
 	if s.cfg.Registerer != nil {
 		if err := s.m.register(s.cfg.Registerer, s); err != nil {
 			return fmt.Errorf("bridge: register metrics: %w", err)
 		}
 	}
-	s.w = newWriter(s.repo, s.disp, s.cfg.MaxBatch, s.log, s.m.committed)
 	if err := s.register(); err != nil {
 		return err
 	}
 	return s.nc.Flush()
 }
 
+// closeUnstarted closes cfg.Store when New fails before a generation owns
+// it.
+func (s *Service) closeUnstarted() {
+	if err := s.cfg.Store.Close(); err != nil {
+		s.log.Warn("closing the store", "err", err)
+	}
+}
+
+// goFunc runs f in a goroutine that Close waits for.
+func (s *Service) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
 // Ready reports whether the service can take and deliver messages: it is
-// not closing and its NATS connection is up.
+// not closing, its store has not failed, and its NATS connection is up.
 func (s *Service) Ready() error {
 	s.ingestMu.RLock()
 	closing := s.closing
@@ -292,19 +341,60 @@ func (s *Service) Ready() error {
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
-	return nil
+	return s.storageErr()
 }
 
-// Repository is the event repository, for reading counts.
-func (s *Service) Repository() *delaystore.Repository { return s.repo }
+// Repository is the event repository of the current store, for reading
+// counts. After a storage fault it is replaced by one on the reopened
+// store.
+func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo }
 
-// Dispatcher is the running dispatcher, for its stats.
-func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.disp }
+// Dispatcher is the running dispatcher, for its stats. After a storage
+// fault it is replaced by one on the reopened store; see Stats for
+// counters that survive that.
+func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
+
+// Stats returns the dispatch counters since New, across storage faults,
+// and the deliveries in flight now.
+func (s *Service) Stats() dispatch.Stats {
+	s.keptMu.Lock()
+	d, k := s.gen.Load().disp, s.kept
+	s.keptMu.Unlock()
+	st := d.Stats()
+	st.Delivered += k.Delivered
+	st.Redelivered += k.Redelivered
+	st.Acked += k.Acked
+	st.Nacked += k.Nacked
+	st.Progress += k.Progress
+	st.Termed += k.Termed
+	st.DeadLettered += k.DeadLettered
+	st.Expired += k.Expired
+	st.Canceled += k.Canceled
+	st.NoResponders += k.NoResponders
+	return st
+}
+
+// keepStatsLocked adds the counters of a retired dispatcher to kept.
+// keptMu must be held.
+func (s *Service) keepStatsLocked(d *dispatch.Dispatcher) {
+	st := d.Stats()
+	k := &s.kept
+	k.Delivered += st.Delivered
+	k.Redelivered += st.Redelivered
+	k.Acked += st.Acked
+	k.Nacked += st.Nacked
+	k.Progress += st.Progress
+	k.Termed += st.Termed
+	k.DeadLettered += st.DeadLettered
+	k.Expired += st.Expired
+	k.Canceled += st.Canceled
+	k.NoResponders += st.NoResponders
+}
 
 // Close stops taking messages, commits and answers those already taken,
-// stops delivery (flushing pending deletes), stops the janitor, and closes
-// the store. It is safe to call twice; the second call returns the result
-// of the first.
+// stops recovery and delivery (flushing pending deletes), stops the
+// janitor, and closes the store. It is safe to call twice; the second call
+// returns the result of the first.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
@@ -314,23 +404,18 @@ func (s *Service) Close() error {
 		s.ingestMu.Lock()
 		s.closing = true
 		s.ingestMu.Unlock()
-		if s.w != nil {
-			s.w.close()
-		}
-		if s.jan != nil {
-			errs = append(errs, s.jan.Close())
-		}
-		if s.disp != nil {
-			errs = append(errs, s.disp.Close())
+		// NB: recovery stops first, so the generation below is the last.
+		close(s.done)
+		s.wg.Wait()
+		g := s.gen.Load()
+		if g != nil {
+			g.stopWork()
 		}
 		for _, sub := range s.ackSubs {
 			errs = append(errs, drain(sub, s.nc))
 		}
-		if s.repo != nil {
-			errs = append(errs, s.repo.Close())
-		}
-		if s.store != nil {
-			errs = append(errs, s.store.Flush(), s.store.Close())
+		if g != nil {
+			errs = append(errs, g.closeStore())
 		}
 		s.closeErr = errors.Join(errs...)
 	})
@@ -386,7 +471,12 @@ func (s *Service) handleIngest(req micro.Request) {
 		respondError(req, unavailable("shutting down"))
 		return
 	}
-	s.w.reqs <- ingestRequest{msg: msg, req: req}
+	if err := s.storageErr(); err != nil {
+		s.m.ingest.WithLabelValues("unavailable").Inc()
+		respondError(req, err)
+		return
+	}
+	s.gen.Load().w.reqs <- ingestRequest{msg: msg, req: req}
 }
 
 func (s *Service) ingestInvalid(req micro.Request, err error) {
@@ -419,8 +509,14 @@ func (s *Service) handleAck(m *nats.Msg) {
 		s.respondErr(m, badRequest("%v", err))
 		return
 	}
+	g := s.gen.Load()
+	if g == nil {
+		// Only before New has started a generation: nothing was delivered.
+		s.respondErr(m, unavailable("starting"))
+		return
+	}
 	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		s.disp.NoResponders(key)
+		g.disp.NoResponders(key)
 		return
 	}
 	ack, err := parseAck(m.Data)
@@ -428,8 +524,16 @@ func (s *Service) handleAck(m *nats.Msg) {
 		s.respondErr(m, err)
 		return
 	}
+	if err := s.storageErr(); err != nil {
+		// The answer cannot be stored: the message is delivered again
+		// once the store is back.
+		if m.Reply != "" {
+			_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
+		}
+		return
+	}
 	reply := m.Reply
-	s.disp.Ack(key, ack, func(err error) {
+	g.disp.Ack(key, ack, func(err error) {
 		if reply == "" {
 			return
 		}
@@ -443,5 +547,8 @@ func (s *Service) handleAck(m *nats.Msg) {
 
 // Cancel deletes a pending message so it is never delivered.
 func (s *Service) Cancel(ctx context.Context, k keys.Key) (bool, error) {
-	return s.disp.Cancel(ctx, k)
+	if err := s.storageErr(); err != nil {
+		return false, err
+	}
+	return s.gen.Load().disp.Cancel(ctx, k)
 }

@@ -7,6 +7,11 @@ var (
 	ErrNotFound = errors.New("delaystore: not found")
 	// ErrClosed is returned by operations on a closed store or repository.
 	ErrClosed = errors.New("delaystore: closed")
+	// ErrFailed is returned by every call of a store once a write to disk
+	// failed (a failed WAL write or fsync, a full disk), and by the commit
+	// that met the fault. The store must be closed and opened again: what
+	// it holds in memory may no longer match what is on disk.
+	ErrFailed = errors.New("delaystore: store failed")
 	// ErrBatchCommitted is returned when a batch is used after Commit.
 	ErrBatchCommitted = errors.New("delaystore: batch already committed")
 	// ErrInvalidConfig is wrapped by every configuration validation error.

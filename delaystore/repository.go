@@ -256,6 +256,29 @@ func (r *Repository) Close() error {
 	return nil
 }
 
+// CheckWritable commits, synced, a rewrite of a value the store already
+// holds (the recorded time bucket): it changes nothing, and tells whether
+// the store takes durable writes now. A service that reopened a store after
+// a write to disk failed calls it before taking messages again, so that it
+// does not accept them on a disk that still fails. It blocks while another
+// write is in progress.
+func (r *Repository) CheckWritable() error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	b := r.s.NewBatch()
+	defer b.Close()
+	if err := b.Set([]byte(timeBucketKey), binary.BigEndian.AppendUint64(nil, uint64(r.bucketMs))); err != nil {
+		return fmt.Errorf("delaystore: check writable: %w", err)
+	}
+	if err := b.Commit(Sync); err != nil {
+		return fmt.Errorf("delaystore: check writable: %w", err)
+	}
+	return nil
+}
+
 // Schedule stores msgs in one batch committed with sync and returns their
 // keys in order. It assigns each message its event ID, setting
 // msgs[i].EventId, and keys it by subject and fire time rounded up to the

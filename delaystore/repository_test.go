@@ -1028,3 +1028,53 @@ func TestRepository_Apply_DeletePending(t *testing.T) {
 		t.Fatalf("the other message: %v", err)
 	}
 }
+
+// refusingStore is a store whose commits fail as a failed disk's do.
+type refusingStore struct {
+	delaystore.Store
+	refuse bool
+}
+
+func (s *refusingStore) NewBatch() delaystore.Batch {
+	return &refusingBatch{Batch: s.Store.NewBatch(), s: s}
+}
+
+type refusingBatch struct {
+	delaystore.Batch
+	s *refusingStore
+}
+
+func (b *refusingBatch) Commit(sync delaystore.SyncMode) error {
+	if b.s.refuse {
+		return fmt.Errorf("test: %w: disk gone", delaystore.ErrFailed)
+	}
+	return b.Batch.Commit(sync)
+}
+
+// TestRepository_CheckWritable checks that the probe a service runs after
+// reopening a failed store changes nothing a reader sees, reports a store
+// that refuses writes, and returns ErrClosed after Close.
+func TestRepository_CheckWritable(t *testing.T) {
+	s := &refusingStore{Store: newStore(t)}
+	r := openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: 5 * time.Millisecond})
+	got := schedule(t, r, msg("a", t0), msg("b", t0))
+	if err := r.CheckWritable(); err != nil {
+		t.Fatalf("CheckWritable on a healthy store: %v", err)
+	}
+	if p, id := r.Pending(), r.LastID(); p != 2 || id != got[1].Key.EventID() {
+		t.Fatalf("after CheckWritable: pending %d, last id %d; want 2, %d", p, id, got[1].Key.EventID())
+	}
+	// The time bucket it rewrote is still the one recorded.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: 5 * time.Millisecond})
+	s.refuse = true
+	if err := r.CheckWritable(); !errors.Is(err, delaystore.ErrFailed) {
+		t.Fatalf("CheckWritable on a store that refuses commits: %v, want ErrFailed", err)
+	}
+	r.Close()
+	if err := r.CheckWritable(); !errors.Is(err, delaystore.ErrClosed) {
+		t.Fatalf("CheckWritable after Close: %v, want ErrClosed", err)
+	}
+}

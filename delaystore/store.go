@@ -13,12 +13,14 @@ package delaystore
 // A Store is safe for concurrent use. Reads see a consistent snapshot and
 // do not block writers (bbolt: while its file fits the initial memory map).
 //
-// A commit that fails on I/O stops the Store rather than risk showing a
-// batch that was not made durable: bbolt then fails every later call with
-// an error wrapping ErrClosed, and Pebble, which treats a failed WAL write
-// as fatal, panics. If only the fsync failed, the batch may be there, whole,
-// after a restart, so a caller that retries may store it twice; at-least-
-// once allows that.
+// A commit that fails on I/O fails the Store rather than risk showing a
+// batch that was not made durable: that commit, and every later call but
+// Close, returns an error wrapping ErrFailed and the cause. Close then
+// releases the engine, without hanging, so that the same files can be
+// opened again in the same process; the reopened store holds everything
+// committed before the fault, and the failed batch whole or not at all. If
+// only the fsync failed, the batch may be there, whole, so a caller that
+// retries may store it twice; at-least-once allows that.
 type Store interface {
 	// Get returns a copy of the value stored under key, or ErrNotFound. The
 	// copy belongs to the caller.
@@ -48,7 +50,8 @@ type Store interface {
 	// Close makes every committed write durable and releases the engine. It
 	// waits for calls in flight; calls made once it has begun return an
 	// error wrapping ErrClosed. Iterators still open are closed and reported
-	// in its error. A second Close returns nil.
+	// in its error. A second Close returns nil. On a failed Store it
+	// releases what it can and may return the fault again.
 	Close() error
 }
 

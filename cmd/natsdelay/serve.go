@@ -225,6 +225,12 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	cfg := bridge.Config{Conn: nc, Store: st, Logger: log, Registerer: reg}
+	if c.Engine != engine.Memory {
+		// After a write to disk fails, the service closes the store and
+		// opens it again with the same settings, until the disk takes
+		// writes again. NB: not in memory, where a reopen starts empty.
+		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log) }
+	}
 	c.apply(&cfg)
 	svc, err := bridge.New(cfg)
 	if err != nil {

@@ -23,8 +23,9 @@
 // open once the file has grown that large. Pages a long-lived reader can
 // still see cannot be reused, so the file grows meanwhile.
 //
-// A commit that fails on I/O leaves the Store failed: every later call
-// returns an error wrapping delaystore.ErrClosed and the cause. NB: bbolt
+// A commit that fails on I/O leaves the Store failed: that commit and
+// every later call but Close return an error wrapping delaystore.ErrFailed
+// and the cause; Close releases the file, which can then be opened again. NB: bbolt
 // rolls a failed transaction back in memory, but if it failed after writing
 // the meta page (in the fsync), that page is already in the file and in
 // the memory map, and the next reader would see the batch. Refusing further

@@ -288,7 +288,7 @@ func (s *Store) fail(cause error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.failed == nil {
-		s.mu.failed = fmt.Errorf("%w: failed by a write error: %w", delaystore.ErrClosed, cause)
+		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, cause)
 		s.log.Error("commit failed; the store refuses further use until reopened", "err", cause)
 	}
 	return s.mu.failed

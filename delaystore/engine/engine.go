@@ -69,6 +69,10 @@ type Config struct {
 	// PebbleDisableWAL turns Pebble's WAL off, so that only Flush and Close
 	// make writes durable; see pebblestore.Config.DisableWAL.
 	PebbleDisableWAL bool
+	// PebbleDiskFullReserve is the file Pebble's store keeps to survive a
+	// full disk, in bytes. Default pebblestore.DefaultDiskFullReserve
+	// (8 MiB); see pebblestore.Config.DiskFullReserve.
+	PebbleDiskFullReserve int64
 
 	// BoltTimeout bounds the wait for bbolt's file lock. Default
 	// boltstore.DefaultTimeout (1s).
@@ -89,11 +93,12 @@ type Config struct {
 func DefaultConfig() Config {
 	p, b := pebblestore.DefaultConfig(), boltstore.DefaultConfig()
 	return Config{
-		Engine:               Pebble,
-		PebbleBlockCacheSize: p.BlockCacheSize,
-		PebbleMemTableSize:   p.MemTableSize,
-		BoltTimeout:          b.Timeout,
-		BoltInitialMmapSize:  b.InitialMmapSize,
+		Engine:                Pebble,
+		PebbleBlockCacheSize:  p.BlockCacheSize,
+		PebbleMemTableSize:    p.MemTableSize,
+		PebbleDiskFullReserve: p.DiskFullReserve,
+		BoltTimeout:           b.Timeout,
+		BoltInitialMmapSize:   b.InitialMmapSize,
 	}
 }
 
@@ -121,6 +126,9 @@ func (c Config) Validate() error {
 		}
 		if c.PebbleMemTableSize < 0 || c.PebbleMemTableSize >= 4<<30 {
 			bad("PebbleMemTableSize (%d) must be >= 0 and < 4 GiB", c.PebbleMemTableSize)
+		}
+		if c.PebbleDiskFullReserve < 0 {
+			bad("PebbleDiskFullReserve (%d) must be >= 0", c.PebbleDiskFullReserve)
 		}
 	}
 	if name == Bolt {
@@ -162,10 +170,11 @@ func Open(cfg Config) (delaystore.Store, error) {
 	switch name {
 	case Pebble, Memory:
 		pc := pebblestore.Config{
-			BlockCacheSize: cfg.PebbleBlockCacheSize,
-			MemTableSize:   cfg.PebbleMemTableSize,
-			DisableWAL:     cfg.PebbleDisableWAL,
-			Logger:         cfg.Logger,
+			BlockCacheSize:  cfg.PebbleBlockCacheSize,
+			MemTableSize:    cfg.PebbleMemTableSize,
+			DisableWAL:      cfg.PebbleDisableWAL,
+			DiskFullReserve: cfg.PebbleDiskFullReserve,
+			Logger:          cfg.Logger,
 		}
 		if name == Memory {
 			pc.InMemory = true

@@ -17,9 +17,12 @@ var errEmptyKey = errors.New("empty key")
 // given. It is not safe for concurrent use.
 type batch struct {
 	s         *Store
-	b         *pebble.Batch // nil if the store was closed when it was made
+	b         *pebble.Batch // nil if the store was unusable when it was made
 	committed bool
 	closed    bool
+	// unusable is why the store could not make the batch: it was closed or
+	// failed.
+	unusable error
 }
 
 // Set stores value under key. Both are copied.
@@ -91,6 +94,8 @@ func (b *batch) writable() error {
 		return delaystore.ErrClosed
 	case b.committed:
 		return delaystore.ErrBatchCommitted
+	case b.unusable != nil:
+		return b.unusable
 	}
 	return nil
 }

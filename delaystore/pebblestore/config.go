@@ -20,6 +20,13 @@ const (
 	// measured about 195 MiB resident with a million messages pending, at
 	// 32 MiB about 130 MiB, for some 7% less fill throughput.
 	DefaultMemTableSize = 32 << 20
+	// DefaultDiskFullReserve is the disk-full reserve used when
+	// Config.DiskFullReserve is 0.
+	DefaultDiskFullReserve = 8 << 20
+
+	// maxDiskFullReserve bounds the reserve: it only has to hold the
+	// writes under way when the disk fills.
+	maxDiskFullReserve = 1 << 30
 
 	// maxMemTableSize is Pebble's own limit on 64-bit platforms: memtable
 	// offsets are 32-bit.
@@ -55,6 +62,13 @@ type Config struct {
 	// the WAL replays at startup. Default 32 MiB; it must be below 4 GiB.
 	MemTableSize int64
 
+	// DiskFullReserve is the size in bytes of a file the store keeps in
+	// Dir and deletes when the disk fills, so that the writes under way
+	// finish and the store fails (delaystore.ErrFailed) instead of the
+	// process; Open recreates it, and refuses to open unless as much space
+	// again is free besides. Default 8 MiB. Unused in memory.
+	DiskFullReserve int64
+
 	// Logger receives Pebble's logs and notable events (background errors,
 	// write stalls, slow disks). Nil discards them.
 	Logger *slog.Logger
@@ -69,8 +83,9 @@ type Config struct {
 // left empty: it has no sensible default.
 func DefaultConfig() Config {
 	return Config{
-		BlockCacheSize: DefaultBlockCacheSize,
-		MemTableSize:   DefaultMemTableSize,
+		BlockCacheSize:  DefaultBlockCacheSize,
+		MemTableSize:    DefaultMemTableSize,
+		DiskFullReserve: DefaultDiskFullReserve,
 	}
 }
 
@@ -93,6 +108,9 @@ func (c Config) Validate() error {
 	if c.BlockCacheSize < 0 {
 		bad("BlockCacheSize (%d) must be >= 0", c.BlockCacheSize)
 	}
+	if c.DiskFullReserve < 0 || c.DiskFullReserve > maxDiskFullReserve {
+		bad("DiskFullReserve (%d) must be >= 0 and at most %d (1 GiB)", c.DiskFullReserve, int64(maxDiskFullReserve))
+	}
 	if c.MemTableSize < 0 || c.MemTableSize >= maxMemTableSize {
 		bad("MemTableSize (%d) must be >= 0 and < %d (4 GiB)", c.MemTableSize, int64(maxMemTableSize))
 	}
@@ -110,6 +128,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = d.MemTableSize
+	}
+	if c.DiskFullReserve == 0 {
+		c.DiskFullReserve = d.DiskFullReserve
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

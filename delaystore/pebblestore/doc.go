@@ -15,13 +15,31 @@
 //
 // # Caveats
 //
-// Pebble treats a failed WAL write or fsync as fatal. By then it has
+// Pebble treats a failed WAL write or fsync as fatal. By then it may have
 // applied the batch to its memtable, where readers could see it, and it
-// cannot take it back, so it calls its logger's Fatalf, which panics here:
-// Commit or Flush never returns, and the process stops instead of serving
-// a batch that was never logged. After a restart the batch is gone if its
-// write failed; if only the fsync failed it may be there, whole. Either way
-// no caller was told it was durable.
+// cannot take it back, so it calls its logger's Fatalf. Here Fatalf panics,
+// and the Store recovers that one panic on the committing goroutine: the
+// commit returns an error wrapping delaystore.ErrFailed, and so does every
+// later call, reads included, so the batch is never served. Close then
+// releases the database and its directory lock, so the directory can be
+// opened again in the same process. After the reopen the batch is gone if
+// its write failed; if only the fsync failed it may be there, whole. Either
+// way no caller was told it was durable. NB: Pebble's other fatal errors,
+// such as a MANIFEST write failing in a background flush or compaction,
+// still stop the process: they happen on Pebble's own goroutines.
+//
+// A full disk is worse: a WAL rotation that fails panics inside Pebble in
+// a way no recover can undo. So on disk the Store keeps a reserve file
+// (Config.DiskFullReserve) and deletes it at the first ENOSPC, through
+// Pebble's vfs.OnDiskFull: the write that met the full disk is retried and
+// fits, the commit under way completes, and every later call returns an
+// error wrapping delaystore.ErrFailed and ENOSPC. Open recreates the reserve
+// and refuses, with the same errors, a disk without room for it and as much
+// again, so a service that reopens the store waits for space to return.
+//
+// Commits that were already waiting inside Pebble when another commit
+// failed may never return, and Close waits for them, so give the Store one
+// committer at a time, as the event repository does.
 //
 // A long-lived iterator pins the memtables and files it reads, so memory and
 // disk use grow while it is open. Close iterators promptly.

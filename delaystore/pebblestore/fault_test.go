@@ -1,13 +1,13 @@
 package pebblestore_test
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -15,6 +15,7 @@ import (
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/storetest"
 )
 
 // walFaults returns an injector, off until turned on, that fails the WAL
@@ -34,69 +35,88 @@ var walFaultKinds = map[string][]errorfs.OpKind{
 	"sync":  {errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
 }
 
-// Set in the subprocess that TestStore_Commit_WALFault_StopsProcess starts.
-const (
-	faultDirEnv  = "PEBBLESTORE_TEST_FAULT_DIR"
-	faultKindEnv = "PEBBLESTORE_TEST_FAULT_KIND"
-)
-
-// A Sync commit whose WAL write or fsync fails never returns: Pebble has
-// already applied the batch to its memtable, so it stops the process
-// through Fatalf rather than serve a batch it could not log. After a
-// restart the data committed before the fault is intact and the failed
-// batch is there whole or not at all; not at all when its write failed.
-//
-// The commit runs in a subprocess, which the fault kills.
-func TestStore_Commit_WALFault_StopsProcess(t *testing.T) {
-	if dir := os.Getenv(faultDirEnv); dir != "" {
-		commitUnderFault(t, dir, os.Getenv(faultKindEnv))
-		return
-	}
-	base := map[string]string{"a": "1", "b": "1", "c": "1"}
-	after := map[string]string{"a": "2", "c": "1", "d": "2"}
+// A commit whose WAL write or fsync fails fails the Store instead of the
+// process: that commit and every later call return ErrFailed, Close lets
+// go of the directory, and a reopen in the same process finds the data
+// committed before the fault intact and the failed batch whole or not at
+// all (see storetest.RunFaults).
+func TestStore_Faults(t *testing.T) {
 	for _, kind := range []string{"write", "sync"} {
 		t.Run(kind, func(t *testing.T) {
-			dir := t.TempDir()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestStore_Commit_WALFault_StopsProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), faultDirEnv+"="+dir, faultKindEnv+"="+kind)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) {
-				t.Fatalf("subprocess: %v, want it to exit with an error\n%s", err, out)
-			}
-			if !bytes.Contains(out, []byte("pebble: fatal commit error")) || bytes.Contains(out, []byte("commit returned")) {
-				t.Fatalf("subprocess did not stop in Pebble's fatal commit error:\n%s", out)
-			}
-
-			s := open(t, pebblestore.Config{Dir: dir})
-			got := contents(t, s)
-			switch {
-			case equalMaps(got, base):
-			case kind == "sync" && equalMaps(got, after):
-				t.Logf("the batch whose fsync failed survived the restart, whole")
-			default:
-				t.Fatalf("after restart the store holds %v, want %v (or, after a failed fsync, %v)", got, base, after)
-			}
+			storetest.RunFaults(t, func(t *testing.T, dir string) (delaystore.Store, func()) {
+				faults := walFaults(walFaultKinds[kind]...)
+				s := open(t, pebblestore.Config{Dir: dir, FS: errorfs.Wrap(vfs.Default, faults)})
+				return s, faults.On
+			})
 		})
 	}
 }
 
-// commitUnderFault is the subprocess: it commits the base state, turns the
-// fault on, and commits a batch that should never return.
-func commitUnderFault(t *testing.T, dir, kind string) {
-	faults := walFaults(walFaultKinds[kind]...)
-	s, err := pebblestore.Open(pebblestore.Config{Dir: dir, FS: errorfs.Wrap(vfs.Default, faults)})
-	if err != nil {
-		t.Fatal(err)
+// A full disk fails the store, not the process: at the first ENOSPC the
+// store deletes its reserve file, Pebble retries the write, which now
+// fits, and so the commit under way succeeds, whole; every later call
+// returns ErrFailed. Open refuses a disk too full to recreate the reserve
+// and keep as much again free, and opens once space returns, with every
+// committed batch intact.
+func TestStore_DiskFull_ReleasesReserveAndFails(t *testing.T) {
+	dir := t.TempDir()
+	var full atomic.Int32 // WAL writes to fail with ENOSPC
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite && full.Add(-1) >= 0 {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(vfs.Default, inj)
+	cfg := pebblestore.Config{Dir: dir, FS: fs, DiskFullReserve: 64 << 10}
+	s := open(t, cfg)
+	reservePath := filepath.Join(dir, "natsdelay-disk-full-reserve")
+	if fi, err := os.Stat(reservePath); err != nil || fi.Size() != 64<<10 {
+		t.Fatalf("reserve after Open: %v, %v; want a file of 64 KiB", fi, err)
 	}
-	commit(t, s, delaystore.Sync, "a", "1", "b", "1", "c", "1")
-	faults.On()
-	b := s.NewBatch()
-	_ = b.Set([]byte("a"), []byte("2"))
-	_ = b.Delete([]byte("b"))
-	_ = b.Set([]byte("d"), []byte("2"))
-	err = b.Commit(delaystore.Sync)
-	fmt.Printf("commit returned %v\n", err)
+	commit(t, s, delaystore.Sync, "a", "1")
+
+	full.Store(1)
+	commit(t, s, delaystore.Sync, "b", "2") // retried after the reserve went
+	if _, err := os.Stat(reservePath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reserve after the disk filled: %v, want it deleted", err)
+	}
+	_, err := s.Get([]byte("a"))
+	if !errors.Is(err, delaystore.ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Get after the disk filled = %v, want ErrFailed and ENOSPC", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Logf("Close after the disk filled: %v", err)
+	}
+
+	// Too full: room for the reserve, but not for as much again besides.
+	tooFull := cfg
+	tooFull.FS = smallDisk{FS: fs, avail: 100 << 10}
+	if s, err := pebblestore.Open(tooFull); !errors.Is(err, delaystore.ErrFailed) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("Open on a disk without room for the reserve = %v, want ErrFailed", err)
+	} else {
+		t.Log(err)
+	}
+	s = open(t, cfg)
+	got := contents(t, s)
+	if len(got) != 2 || got["a"] != "1" || got["b"] != "2" {
+		t.Fatalf("after reopen the store holds %v, want a=1 b=2", got)
+	}
+}
+
+// smallDisk reports avail bytes free, whatever the disk under it has.
+type smallDisk struct {
+	vfs.FS
+	avail uint64
+}
+
+func (d smallDisk) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	du, err := d.FS.GetDiskUsage(path)
+	du.AvailBytes = d.avail
+	return du, err
 }
 
 func contents(t *testing.T, s delaystore.Store) map[string]string {
@@ -110,18 +130,6 @@ func contents(t *testing.T, s delaystore.Store) map[string]string {
 		t.Fatal(err)
 	}
 	return got
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // commit sets each key and value pair of kvs in one batch.

@@ -26,13 +26,29 @@ func (l logger) Infof(format string, args ...any) { l.output(slog.LevelDebug, fo
 // Errorf logs at Error.
 func (l logger) Errorf(format string, args ...any) { l.output(slog.LevelError, format, args) }
 
-// Fatalf logs at Error and panics. NB: Pebble calls it for states it cannot
-// continue from and relies on it never returning, as its default logger
-// calls os.Exit. A panic keeps that promise and also shows where it happened.
+// Fatalf logs at Error and panics with a *fatalError. NB: Pebble calls it
+// for states it cannot continue from and relies on it never returning, as
+// its default logger calls os.Exit. A panic keeps that promise, shows where
+// it happened, and lets the Store recover the one fatal error it can: a
+// failed commit (see Store.guard).
 func (l logger) Fatalf(format string, args ...any) {
 	msg := strings.TrimSuffix(sprintf(format, args), "\n")
 	l.output(slog.LevelError, "fatal: %s", []any{msg})
-	panic("pebblestore: pebble fatal error: " + msg)
+	panic(&fatalError{msg: msg})
+}
+
+// fatalError is the value Fatalf panics with.
+type fatalError struct {
+	msg string
+}
+
+func (e *fatalError) Error() string { return e.msg }
+
+// commitFailed reports whether Pebble gave up on a commit because its WAL
+// write or sync failed: it has applied the batch in memory but could not
+// log it, and nothing else is wrong with the database.
+func (e *fatalError) commitFailed() bool {
+	return strings.HasPrefix(e.msg, "pebble: fatal commit error")
 }
 
 // output logs one record with the caller of Infof, Errorf or Fatalf as its

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"natsdelay/delaystore"
 )
 
 func testLogger(buf *bytes.Buffer) logger {
@@ -29,7 +31,8 @@ func TestLogger_Infof_LogsAtDebugWithCallerSource(t *testing.T) {
 	}
 }
 
-// Fatalf never returns, as Pebble requires: it logs, then panics.
+// Fatalf never returns, as Pebble requires: it logs, then panics with a
+// *fatalError that the Store can tell apart from any other panic.
 func TestLogger_Fatalf_Panics(t *testing.T) {
 	var buf bytes.Buffer
 	l := testLogger(&buf)
@@ -38,9 +41,47 @@ func TestLogger_Fatalf_Panics(t *testing.T) {
 		if r == nil {
 			t.Fatal("Fatalf returned")
 		}
-		if !strings.Contains(buf.String(), "fatal: WAL gone") || !strings.Contains(r.(string), "WAL gone") {
-			t.Fatalf("panic %q, log %q; want both to carry the message", r, buf.String())
+		fe, ok := r.(*fatalError)
+		if !ok {
+			t.Fatalf("panic %#v, want a *fatalError", r)
+		}
+		if !strings.Contains(buf.String(), "fatal: WAL gone") || fe.Error() != "WAL gone" {
+			t.Fatalf("panic %q, log %q; want both to carry the message", fe, buf.String())
+		}
+		if fe.commitFailed() {
+			t.Fatalf("%q counts as a failed commit", fe)
 		}
 	}()
 	l.Fatalf("WAL %s", "gone")
+}
+
+// The store turns only Pebble's fatal commit error into ErrFailed; any
+// other panic, a fatal error of another kind included, goes on.
+func TestStore_Guard_RecoversOnlyFailedCommits(t *testing.T) {
+	var buf bytes.Buffer
+	l := testLogger(&buf)
+	s := &Store{log: l.log}
+	err := s.guard(func() error {
+		l.Fatalf("pebble: fatal commit error: %v", errors.New("write 000002.log: input/output error"))
+		return nil
+	})
+	if !errors.Is(err, delaystore.ErrFailed) || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("guard of a failed commit = %v, want ErrFailed with the cause", err)
+	}
+	if got := s.enter(); !errors.Is(got, delaystore.ErrFailed) {
+		t.Fatalf("a call after the failure = %v, want ErrFailed", got)
+	}
+	for _, p := range []func(){
+		func() { panic("some bug") },
+		func() { l.Fatalf("MANIFEST sync failed: %v", "disk gone") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("guard swallowed a panic that was not a failed commit")
+				}
+			}()
+			_ = s.guard(func() error { p(); return nil })
+		}()
+	}
 }

@@ -15,6 +15,8 @@ import (
 // Store is a delaystore.Store on Pebble. It is safe for concurrent use.
 type Store struct {
 	db  *pebble.DB
+	fs  *lockFS
+	res *reserve // nil in memory
 	log *slog.Logger
 	// inMemory and noWAL decide what makes a NoSync write durable: nothing,
 	// a memtable flush, or (the usual case) a WAL sync.
@@ -26,6 +28,8 @@ type Store struct {
 		// closed is set when Close begins; calls made after that get
 		// ErrClosed rather than Pebble's panic on a closed DB.
 		closed bool
+		// failed is set by a commit that failed on I/O; see fail.
+		failed error
 		// calls counts the calls using db, which Close waits for. NB: it is
 		// a count, not a held lock, so that no lock is held across Pebble
 		// I/O and a Scan's yield may call the Store again.
@@ -43,7 +47,9 @@ var _ delaystore.Store = (*Store)(nil)
 // Open opens or creates the store that cfg describes. It returns an error
 // wrapping delaystore.ErrInvalidConfig if cfg is not valid, and Pebble's
 // error if the database cannot be opened, for instance because another
-// process holds it. The caller must Close the Store.
+// process holds it, or one wrapping delaystore.ErrFailed if Pebble met a
+// fatal error while opening, such as a full disk. The caller must Close the
+// Store.
 func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -51,10 +57,22 @@ func Open(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("component", "pebblestore")
 
-	fs := cfg.FS
-	if cfg.InMemory {
-		fs = vfs.NewMem()
+	base := cfg.FS
+	switch {
+	case cfg.InMemory:
+		base = vfs.NewMem()
+	case base == nil:
+		base = vfs.Default
 	}
+	var res *reserve
+	if !cfg.InMemory {
+		res = &reserve{fs: base, dir: cfg.Dir, path: base.PathJoin(cfg.Dir, reserveName), size: cfg.DiskFullReserve, log: log}
+		if err := res.ensure(); err != nil {
+			return nil, fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err)
+		}
+		base = vfs.OnDiskFull(base, res.release)
+	}
+	fs := &lockFS{FS: base}
 	opts := &pebble.Options{
 		FS:           fs,
 		CacheSize:    cfg.BlockCacheSize,
@@ -69,15 +87,33 @@ func Open(cfg Config) (*Store, error) {
 		Logger:             logger{log: log},
 		EventListener:      eventListener(log),
 	}
-	db, err := pebble.Open(cfg.Dir, opts)
+	db, err := openDB(cfg.Dir, opts)
 	if err != nil {
-		return nil, fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err)
+		return nil, errors.Join(fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err), fs.release())
 	}
-	s := &Store{db: db, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
+	s := &Store{db: db, fs: fs, res: res, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
 	s.mu.idle.L = &s.mu.Mutex
 	s.mu.iters = make(map[*iterator]struct{})
 	log.Debug("opened", "dir", cfg.Dir, "in_memory", cfg.InMemory, "wal", !opts.DisableWAL)
 	return s, nil
+}
+
+// openDB opens Pebble, turning a fatal error met on the way (a MANIFEST
+// that cannot be written to a full disk) into an error wrapping
+// delaystore.ErrFailed, so that a service retrying the open is not
+// stopped by it. NB: the half-opened database is abandoned; the caller
+// releases its directory lock.
+func openDB(dir string, opts *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(*fatalError)
+			if !ok {
+				panic(r)
+			}
+			db, err = nil, fmt.Errorf("%w: %w", delaystore.ErrFailed, fe)
+		}
+	}()
+	return pebble.Open(dir, opts)
 }
 
 // Get returns a copy of the value stored under key, or
@@ -103,11 +139,12 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
-// NewBatch starts an empty batch. On a closed store every method of the
-// batch but Len and Close returns an error wrapping delaystore.ErrClosed.
+// NewBatch starts an empty batch. On a closed or failed store every method
+// of the batch but Len and Close returns an error wrapping
+// delaystore.ErrClosed or delaystore.ErrFailed.
 func (s *Store) NewBatch() delaystore.Batch {
 	if err := s.enter(); err != nil {
-		return &batch{s: s, closed: true}
+		return &batch{s: s, unusable: err}
 	}
 	defer s.exit()
 	return &batch{s: s, b: s.db.NewBatch()}
@@ -162,9 +199,9 @@ func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) 
 
 // Flush makes every write committed with NoSync durable by syncing the WAL,
 // or, when the WAL is disabled, by flushing the memtable. NB: Pebble reports
-// a failed memtable flush only to the logger, as a background error, and
-// stops the process if the WAL sync fails (see the package doc). In memory
-// Flush does nothing. It blocks until done.
+// a failed memtable flush only to the logger, as a background error. A
+// failed WAL sync fails the Store, as a failed commit does (see the package
+// doc). In memory Flush does nothing. It blocks until done.
 func (s *Store) Flush() error {
 	if err := s.enter(); err != nil {
 		return fmt.Errorf("pebblestore: flush: %w", err)
@@ -179,7 +216,7 @@ func (s *Store) Flush() error {
 	default:
 		// An empty LogData record is the cheapest write that waits for a
 		// WAL sync, which covers every earlier NoSync commit.
-		err = s.db.LogData(nil, pebble.Sync)
+		err = s.guard(func() error { return s.db.LogData(nil, pebble.Sync) })
 	}
 	if err != nil {
 		return fmt.Errorf("pebblestore: flush: %w", err)
@@ -191,6 +228,10 @@ func (s *Store) Flush() error {
 // Calls made once it has begun get ErrClosed; it waits for those already in
 // flight, Scans included. Iterators still open are closed and reported in
 // the error. A second Close returns nil.
+//
+// On a failed Store, Close releases what Pebble lets go of and always the
+// directory lock, so that the directory can be opened again in this
+// process; its error then includes the fault.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -203,7 +244,12 @@ func (s *Store) Close() error {
 	}
 	leaked := s.mu.iters
 	s.mu.iters = nil
+	failed := s.mu.failed
 	s.mu.Unlock()
+
+	if failed != nil {
+		return s.closeFailed(leaked, failed)
+	}
 
 	var errs []error
 	for it := range leaked {
@@ -225,6 +271,64 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
+// closeFailed is Close for a Store whose commit failed. NB: Pebble's commit
+// pipeline is broken by then (the failed batch may still sit in its queue),
+// but Close does not commit: it closes the WAL writer, which reports the
+// fault again, and releases the files. Should it panic, the panic is
+// reported as an error and the directory lock is released here instead.
+func (s *Store) closeFailed(leaked map[*iterator]struct{}, failed error) (err error) {
+	errs := []error{fmt.Errorf("pebblestore: close: %w", failed)}
+	defer func() {
+		if r := recover(); r != nil {
+			errs = append(errs, fmt.Errorf("pebblestore: close: pebble panicked: %v", r))
+		}
+		errs = append(errs, s.fs.release())
+		s.log.Debug("closed after a failure")
+		err = errors.Join(errs...)
+	}()
+	for it := range leaked {
+		it.abandon()
+	}
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("pebblestore: close: %w", err))
+	}
+	return nil
+}
+
+// guard runs f, a Pebble write, and turns the panic of a failed commit into
+// an error wrapping delaystore.ErrFailed, failing the Store. Any other panic
+// goes on. The caller must be counted in calls.
+//
+// NB: Pebble gives up on a commit whose WAL write or sync failed by calling
+// Fatalf on the committing goroutine, after the batch may have been applied
+// to the memtable; our logger's Fatalf panics (see logger.Fatalf). The
+// commit pipeline may then be stuck, so from here on no call reaches
+// Pebble but Close.
+func (s *Store) guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(*fatalError)
+			if !ok || !fe.commitFailed() {
+				panic(r)
+			}
+			err = s.fail(fe)
+		}
+	}()
+	return f()
+}
+
+// fail records that a write failed and returns the error every later call
+// gets.
+func (s *Store) fail(cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.failed == nil {
+		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, cause)
+		s.log.Error("write failed; the store refuses further use until reopened", "err", cause)
+	}
+	return s.mu.failed
+}
+
 // commit applies b with the given sync mode.
 func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 	n := b.Count()
@@ -239,9 +343,9 @@ func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 		opts = pebble.Sync
 	}
 	// NB: Pebble does not return a WAL write or sync error here: it calls
-	// Fatalf, which panics (see logger). The errors it does return come
-	// before anything is applied.
-	if err := s.db.Apply(b, opts); err != nil {
+	// Fatalf, which guard turns into ErrFailed. The errors it does return
+	// come before anything is applied.
+	if err := s.guard(func() error { return s.db.Apply(b, opts) }); err != nil {
 		return fmt.Errorf("pebblestore: commit batch of %d: %w", n, err)
 	}
 	return nil
@@ -265,12 +369,19 @@ func (s *Store) newIter(opts delaystore.IterOptions) (*iterator, error) {
 }
 
 // enter counts a call that uses db, or returns ErrClosed once Close has
-// begun. Every successful enter must be matched by exit.
+// begun, or the failure once a write failed. Every successful enter must be
+// matched by exit.
 func (s *Store) enter() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.closed {
+	switch {
+	case s.mu.closed:
 		return delaystore.ErrClosed
+	case s.mu.failed != nil:
+		return s.mu.failed
+	case s.res != nil && s.res.released.Load():
+		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, errDiskFull)
+		return s.mu.failed
 	}
 	s.mu.calls++
 	return nil

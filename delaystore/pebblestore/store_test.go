@@ -97,6 +97,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"memory with dir", pebblestore.Config{InMemory: true, Dir: "d"}, []string{`Dir ("d") must be empty`}},
 		{"memory with FS", pebblestore.Config{InMemory: true, FS: vfs.NewMem()}, []string{"FS"}},
 		{"negative cache", pebblestore.Config{Dir: "d", BlockCacheSize: -1}, []string{"BlockCacheSize (-1)"}},
+		{"reserve too big", pebblestore.Config{Dir: "d", DiskFullReserve: 2 << 30}, []string{"DiskFullReserve (2147483648)"}},
+		{"negative reserve", pebblestore.Config{Dir: "d", DiskFullReserve: -1}, []string{"DiskFullReserve (-1)"}},
 		{"memtable too big", pebblestore.Config{Dir: "d", MemTableSize: 4 << 30}, []string{"MemTableSize (4294967296)"}},
 		{"every bad field at once", pebblestore.Config{BlockCacheSize: -2, MemTableSize: -3},
 			[]string{`Dir ("")`, "BlockCacheSize (-2)", "MemTableSize (-3)"}},

@@ -1,0 +1,182 @@
+package bridge_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"natsdelay/bridge"
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+)
+
+// failingStore is an in-memory store whose commits fail, once broken, as a
+// store does after a write to disk failed: with delaystore.ErrFailed.
+type failingStore struct {
+	delaystore.Store
+	broken atomic.Bool
+}
+
+func newFailingStore(t *testing.T) *failingStore {
+	t.Helper()
+	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &failingStore{Store: st}
+}
+
+func (s *failingStore) NewBatch() delaystore.Batch {
+	return &failingBatch{Batch: s.Store.NewBatch(), s: s}
+}
+
+type failingBatch struct {
+	delaystore.Batch
+	s *failingStore
+}
+
+func (b *failingBatch) Commit(sync delaystore.SyncMode) error {
+	if b.s.broken.Load() {
+		return fmt.Errorf("test: commit: %w: disk on fire", delaystore.ErrFailed)
+	}
+	return b.Batch.Commit(sync)
+}
+
+// replaceStore puts st in place of the store startService opened.
+func replaceStore(t *testing.T, c *bridge.Config, st delaystore.Store) {
+	t.Helper()
+	if err := c.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Store = st
+}
+
+// requestStatus sends one ingest request and returns the error code and
+// text of its reply, both empty on success.
+func requestStatus(t *testing.T, nc *nats.Conn, subject string) (code, text string) {
+	t.Helper()
+	rep, err := nc.Request(subject, []byte("x"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Header.Get(bridge.HeaderServiceErrorCode), rep.Header.Get(bridge.HeaderServiceError)
+}
+
+// TestService_Recover_CloseWhileReopenFails checks that the recovery loop
+// belongs to the Service: while Reopen keeps failing the service answers
+// ingest with 503 "storage failing ...; recovering" and is not ready, and
+// Close stops the loop and returns; TestMain finds any goroutine left.
+func TestService_Recover_CloseWhileReopenFails(t *testing.T) {
+	st := newFailingStore(t)
+	reopens := make(chan struct{}, 100)
+	s, nc := startService(t, func(c *bridge.Config) {
+		replaceStore(t, c, st)
+		c.ReopenBackoff = time.Millisecond
+		c.ReopenMaxBackoff = 2 * time.Millisecond
+		c.Reopen = func() (delaystore.Store, error) {
+			select {
+			case reopens <- struct{}{}:
+			default:
+			}
+			return nil, errors.New("test: still broken")
+		}
+	})
+	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
+		t.Fatalf("before the fault: %s %s", code, text)
+	}
+	st.broken.Store(true)
+	code, text := requestStatus(t, nc, "delay.r.x")
+	if code != "503" || !strings.Contains(text, "storage failing") || !strings.Contains(text, "disk on fire") {
+		t.Fatalf("commit under the fault: %q %q, want 503 storage failing with the cause", code, text)
+	}
+	for range 3 {
+		select {
+		case <-reopens:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Reopen not called again")
+		}
+	}
+	code, text = requestStatus(t, nc, "delay.r.x")
+	if code != "503" || !strings.HasSuffix(text, "; recovering") || !strings.Contains(text, "disk on fire") {
+		t.Fatalf("ingest while recovering: %q %q, want 503 ending in \"; recovering\"", code, text)
+	}
+	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "storage failing") {
+		t.Fatalf("Ready while recovering = %v, want storage failing", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case err := <-done:
+		t.Logf("Close: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while Reopen kept failing")
+	}
+}
+
+// TestService_Recover_SwapsInReopenedStore checks that the service recovers
+// by itself: after a commit fails the store, Reopen's store takes over,
+// Ready is nil again, ingest succeeds, and the metrics and INFO tell what
+// happened.
+func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
+	st := newFailingStore(t)
+	reg := prometheus.NewRegistry()
+	reopened := make(chan struct{})
+	s, nc := startService(t, func(c *bridge.Config) {
+		replaceStore(t, c, st)
+		c.Registerer = reg
+		c.ReopenBackoff = time.Millisecond
+		c.Reopen = func() (delaystore.Store, error) {
+			// The store is memory-only: the reopened one is a new, empty
+			// store, which is enough to show the swap.
+			defer close(reopened)
+			return pebblestore.Open(pebblestore.Config{InMemory: true})
+		}
+	})
+	st.broken.Store(true)
+	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
+		t.Fatalf("commit under the fault: code %q, want 503", code)
+	}
+	select {
+	case <-reopened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reopen not called")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after the reopen: %v", s.Ready())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
+		t.Fatalf("after recovery: %s %s", code, text)
+	}
+	if n := s.Repository().Pending(); n != 1 {
+		t.Fatalf("pending in the reopened store = %d, want 1", n)
+	}
+	want := `
+# HELP natsdelay_store_failures_total Times a write to disk failed the store (a failed WAL write or fsync, a full disk), each followed by a reopen.
+# TYPE natsdelay_store_failures_total counter
+natsdelay_store_failures_total 1
+# HELP natsdelay_store_recovering 1 while the store has failed and is being reopened: ingest answers 503.
+# TYPE natsdelay_store_recovering gauge
+natsdelay_store_recovering 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "natsdelay_store_failures_total", "natsdelay_store_recovering"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := nc.Request("$DELAY.API.INFO", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rep.Data), `"storage":"ok"`) {
+		t.Fatalf("INFO after recovery: %s", rep.Data)
+	}
+}
