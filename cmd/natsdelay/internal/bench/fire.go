@@ -35,8 +35,13 @@ func newRecorder(n int) *recorder {
 	return r
 }
 
-func (r *recorder) record(h nats.Header) {
-	now := time.Now()
+func (r *recorder) record(h nats.Header) { r.recordAt(h, time.Now()) }
+
+// recordAt records a delivery that arrived at now. Consumers that answer
+// take the time, answer, and then record, so that the answer is on its way
+// before a waiter learns that every delivery arrived and closes the
+// connection.
+func (r *recorder) recordAt(h nats.Header, now time.Time) {
 	ns, err := strconv.ParseInt(h.Get(benchFireAt), 10, 64)
 	if err != nil {
 		// Not one of ours; it cannot happen with the run's own subjects.
@@ -142,8 +147,9 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 			return nil, errors.Join(fmt.Errorf("bench: create consumer: %w", err), e.deleteStream(ctx, s))
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			rec.record(m.Headers())
+			now := time.Now()
 			_ = m.Ack()
+			rec.recordAt(m.Headers(), now)
 		}, jetstream.PullMaxMessages(4096))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("bench: consume: %w", err), e.deleteStream(ctx, s))
@@ -177,8 +183,9 @@ func (e *env) delayConsumer(subj string, rec *recorder) (stop func() error, err 
 		return nil, err
 	}
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
-		rec.record(m.Header)
+		now := time.Now()
 		_ = m.Respond(nil)
+		rec.recordAt(m.Header, now)
 	})
 	if err == nil {
 		_ = sub.SetPendingLimits(-1, -1)
