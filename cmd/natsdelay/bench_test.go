@@ -51,27 +51,27 @@ func TestParse_Bench_Sizes(t *testing.T) {
 // TestParse_Bench_BadValues checks that every bad bench flag is reported at
 // once, as a usage error naming the flag.
 func TestParse_Bench_BadValues(t *testing.T) {
-	_, _, err := parse([]string{"bench", "--fire-msgs=-1", "--fire-rates=0", "--timeout=-1s"}, io.Discard, io.Discard)
+	_, _, err := parse([]string{"bench", "--fire-msgs=-1", "--fire-rates=0", "--timeout=-1s", "--phases=fire,nope"}, io.Discard, io.Discard)
 	if !errors.Is(err, errUsage) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
-	for _, want := range []string{"--fire-msgs -1", "--fire-rates", "--timeout -1s"} {
+	for _, want := range []string{"--fire-msgs -1", "--fire-rates", "--timeout -1s", `--phases: "nope"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
 	}
 }
 
-// TestBench_Scale_OwnProcess runs the scale and expiry phases of the real
-// command at tiny sizes and checks that they ran natsdelay as a child
-// process of its own, so the memory they report is the service's alone,
-// and that the run measured it.
-func TestBench_Scale_OwnProcess(t *testing.T) {
+// TestBench_Quick_OwnProcess runs the real command at tiny sizes and checks
+// that every phase ran natsdelay as a child process of its own, as it runs
+// in production, so the memory the scale phase reports is the service's
+// alone, and that each phase measured something.
+func TestBench_Quick_OwnProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	jsonOut := filepath.Join(dir, "bench.json")
-	p := start(t, "bench", "--quick", "--quiet", "--phases", "scale", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
-	if code := p.wait(t, 2*time.Minute); code != 0 {
+	p := start(t, "bench", "--quick", "--quiet", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
+	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
 	}
 	b, err := os.ReadFile(jsonOut)
@@ -95,7 +95,41 @@ func TestBench_Scale_OwnProcess(t *testing.T) {
 	if res.Expiry == nil || res.Expiry.Expired == 0 {
 		t.Errorf("no expiry result: %+v", res.Expiry)
 	}
-	if len(res.Fire) != 0 || len(res.Ingest) != 0 || len(res.EndToEnd) != 0 {
-		t.Errorf("--phases scale ran other phases too")
+	for _, f := range res.Fire {
+		if f.Delivered != f.Scheduled || f.Early != 0 {
+			t.Errorf("fire %s at %v/s: %d of %d delivered, %d early", f.System, f.OfferedRate, f.Delivered, f.Scheduled, f.Early)
+		}
+	}
+	if len(res.Fire) != 4 || len(res.Ingest) != 6 || len(res.EndToEnd) != 2 {
+		t.Errorf("%d fire, %d ingest and %d end-to-end results, want 4, 6 and 2", len(res.Fire), len(res.Ingest), len(res.EndToEnd))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bench.png")); err != nil {
+		t.Errorf("no chart: %v", err)
+	}
+}
+
+// TestBench_Phases_OnlyThose checks that --phases runs only the phases
+// named, and that without a fire phase no chart is drawn.
+func TestBench_Phases_OnlyThose(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jsonOut := filepath.Join(dir, "bench.json")
+	p := start(t, "bench", "--quick", "--quiet", "--phases", "e2e", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.EndToEnd) != 2 || len(res.Fire) != 0 || len(res.Ingest) != 0 || res.Scale != nil || res.Expiry != nil {
+		t.Errorf("--phases e2e ran: %d e2e, %d fire, %d ingest, scale %v, expiry %v", len(res.EndToEnd), len(res.Fire), len(res.Ingest), res.Scale != nil, res.Expiry != nil)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bench.png")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a chart without fire runs: %v", err)
 	}
 }

@@ -117,7 +117,7 @@ type sysRun struct {
 func (e *env) startSystem(ctx context.Context, system, phase string, rec *recorder) (*sysRun, error) {
 	switch system {
 	case SystemDelay:
-		d, err := e.openDelay(filepath.Join(e.dir, phase))
+		d, err := e.openService(filepath.Join(e.dir, phase))
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +129,10 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 			system:  system,
 			msg:     func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
 			ok:      delayOK,
-			settled: func(int) (bool, error) { return d.svc.Repository().Pending() == 0, nil },
+			settled: func(int) (bool, error) {
+				some, err := d.hasPending(e.plain + "." + phase)
+				return !some, err
+			},
 			stop:    func() error { return errors.Join(stopSub(), d.close()) },
 		}, nil
 	case SystemJS:
