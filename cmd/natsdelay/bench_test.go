@@ -63,9 +63,9 @@ func TestParse_Bench_BadValues(t *testing.T) {
 }
 
 // TestBench_Quick_OwnProcess runs the real command at tiny sizes and checks
-// that every phase ran natsdelay as a child process of its own, as it runs
-// in production, so the memory the scale phase reports is the service's
-// alone, and that each phase measured something.
+// that the scale phase ran natsdelay as a child process of its own, so the
+// memory it reports is the service's alone, and that each phase measured
+// something.
 func TestBench_Quick_OwnProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

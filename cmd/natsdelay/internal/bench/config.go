@@ -70,6 +70,13 @@ type Config struct {
 	// it, adding the flags that put it on the run's server and data dir,
 	// so the memory they report is natsdelay's alone. Empty runs it in
 	// this process, where RSS also counts the nats-server and the clients.
+	//
+	// NB: ingest, fire and end to end always run natsdelay in this
+	// process, beside the embedded server that runs JetStream, so that
+	// both systems share one Go scheduler and only the server side
+	// differs. As a child, natsdelay's two Ps and the bench's would
+	// contend for two cores, which measured as lateness up to several
+	// times higher and less stable, for both systems.
 	ServiceCommand []string
 
 	// Phases names the phases to run, among Phases(); empty runs them all.

@@ -117,7 +117,7 @@ type sysRun struct {
 func (e *env) startSystem(ctx context.Context, system, phase string, rec *recorder) (*sysRun, error) {
 	switch system {
 	case SystemDelay:
-		d, err := e.openService(filepath.Join(e.dir, phase))
+		d, err := e.openDelay(filepath.Join(e.dir, phase))
 		if err != nil {
 			return nil, err
 		}

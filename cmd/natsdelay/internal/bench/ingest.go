@@ -27,7 +27,7 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 	targets := []target{
 		{SystemDelay, func(int) *nats.Msg { return e.delayMsg(e.plain+".ingest", time.Time{}) }, delayOK,
 			func() (func() error, error) {
-				d, err := e.openService(filepath.Join(e.dir, "ingest"))
+				d, err := e.openDelay(filepath.Join(e.dir, "ingest"))
 				if err != nil {
 					return nil, err
 				}
