@@ -85,6 +85,9 @@ type topic struct {
 	probing      bool
 	probePass    uint64
 	noRespPass   uint64
+	// probeOpen is set while a probe is out and its flush has not told
+	// whether it got through; the topic is not scanned meanwhile.
+	probeOpen bool
 }
 
 // outgoing is one delivery prepared by a pass.
@@ -130,6 +133,19 @@ type Dispatcher struct {
 		closed    bool
 	}
 
+	// flushing holds the passes whose deliveries wait for their flush,
+	// which the flusher goroutine does while the next passes go on.
+	flushing struct {
+		sync.Mutex
+		cond    *sync.Cond
+		batches []flushBatch
+		// unflushed counts the deliveries queued or being flushed; a pass
+		// waits while it is at PassLimit, so a flush that hangs holds up
+		// delivery as it did when every pass waited for its own.
+		unflushed int
+		stopped   bool // run has returned: flush what is queued, then stop
+	}
+
 	wake      chan struct{} // cap 1: a pending wake-up is enough
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -155,6 +171,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
 	d.mu.unsent = make(map[keys.Key]uint32)
+	d.flushing.cond = sync.NewCond(&d.flushing.Mutex)
 	return d, nil
 }
 
@@ -186,6 +203,7 @@ func (d *Dispatcher) Start() error {
 	}
 	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
 	d.goFunc(d.run)
+	d.goFunc(d.flushLoop)
 	return nil
 }
 
@@ -320,6 +338,7 @@ func (d *Dispatcher) committed(ks []keys.Key) {
 }
 
 func (d *Dispatcher) run() {
+	defer d.stopFlushing()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -406,6 +425,10 @@ func (d *Dispatcher) pass() time.Duration {
 		t := d.mu.due[0]
 		d.mu.due.unschedule(t)
 		t.next = never // lets Notify schedule it again during the scan
+		if t.probeOpen {
+			// NB: one probe at a time: its flush puts the topic back.
+			continue
+		}
 		due = append(due, t)
 	}
 	d.mu.Unlock()
@@ -440,6 +463,7 @@ func (d *Dispatcher) pass() time.Duration {
 	for _, f := range deadLetter {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
 	}
+	var probed []*topic
 	for _, t := range due {
 		if budget <= 0 {
 			d.mu.Lock()
@@ -447,11 +471,14 @@ func (d *Dispatcher) pass() time.Duration {
 			d.mu.Unlock()
 			continue
 		}
-		n := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
+		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
 		budget -= n
+		if probe {
+			probed = append(probed, t)
+		}
 	}
-	if len(out) > 0 {
-		d.publish(out, now, pass)
+	if len(out) > 0 || len(probed) > 0 {
+		d.publish(out, now, pass, probed)
 	}
 	return d.untilNext()
 }

@@ -12,8 +12,9 @@ import (
 
 // scan reads topic t from its cursor to the due bound, registers up to limit
 // due messages as flights and appends them to out. It returns how many it
-// took and puts t back in the due heap at its next due time.
-func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) int {
+// took and whether that one is a probe, and puts t back in the due heap at
+// its next due time, except after a probe: the probe's flush does that.
+func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
 	from := t.cursor
 	t.rewind = nil
@@ -72,7 +73,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		d.mu.Lock()
 		d.rescheduleLocked(t, now+int64(d.cfg.NoRespondersBackoff))
 		d.mu.Unlock()
-		return 0
+		return 0, false
 	}
 	if d.bucketMs > 0 {
 		// Within a coarse bucket keys are in publish order; deliver in
@@ -148,13 +149,18 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	for _, g := range gone {
 		d.mu.canceled[g.k] = struct{}{}
 	}
-	d.rescheduleLocked(t, next)
+	probe := t.probing && taken > 0
+	if probe {
+		t.probeOpen = true
+	} else {
+		d.rescheduleLocked(t, next)
+	}
 	d.mu.Unlock()
 
 	for _, g := range gone {
 		d.settleExpired(g.k, g.msg, nil)
 	}
-	return taken
+	return taken, probe
 }
 
 func ceilMs(ns int64) int64 {
@@ -190,9 +196,19 @@ func (d *Dispatcher) rescheduleLocked(t *topic, next int64) {
 	d.mu.due.schedule(t, max(next, t.blockedUntil))
 }
 
-// publish sends the prepared deliveries, flushes, and then settles what
-// needs no ACK and records attempt counts for the rest.
-func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
+// flushBatch is one pass's deliveries, waiting for the flush that tells
+// which of them reached nobody.
+type flushBatch struct {
+	sent   []outgoing
+	pass   uint64
+	probed []*topic // topics whose probe is among sent, or bounced at once
+}
+
+// publish sends the prepared deliveries and queues them for the flusher,
+// which settles what needs no ACK and records attempt counts for the rest.
+// The next pass need not wait for that: the flush is a round trip, and
+// waiting for it left the dispatcher idle for as long as it took to publish.
+func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*topic) {
 	sent := out[:0]
 	for _, o := range out {
 		f := o.f
@@ -234,28 +250,91 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 		}
 		sent = append(sent, o)
 	}
+	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
-	err := d.pub.Flush(ctx)
-	cancel()
+// queueFlush hands b to the flusher, waiting while PassLimit deliveries
+// already wait for a flush.
+func (d *Dispatcher) queueFlush(b flushBatch) {
+	q := &d.flushing
+	q.Lock()
+	for q.unflushed >= d.cfg.PassLimit {
+		q.cond.Wait()
+	}
+	q.batches = append(q.batches, b)
+	q.unflushed += len(b.sent)
+	q.Unlock()
+	q.cond.Broadcast()
+}
 
+// stopFlushing tells the flusher that no more batches come.
+func (d *Dispatcher) stopFlushing() {
+	q := &d.flushing
+	q.Lock()
+	q.stopped = true
+	q.Unlock()
+	q.cond.Broadcast()
+}
+
+// flushLoop flushes whatever batches wait, in one round trip for all of
+// them, and settles them, until run has stopped and nothing is left.
+func (d *Dispatcher) flushLoop() {
+	q := &d.flushing
+	for {
+		q.Lock()
+		for len(q.batches) == 0 && !q.stopped {
+			q.cond.Wait()
+		}
+		batches := q.batches
+		q.batches = nil
+		q.Unlock()
+		if len(batches) == 0 {
+			return // stopped, and everything is settled
+		}
+		// NB: one marker covers every batch taken: each was queued after
+		// its deliveries were published, and the marker goes out after.
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
+		err := d.pub.Flush(ctx)
+		cancel()
+		n := 0
+		for _, b := range batches {
+			d.settleFlushed(b, err)
+			n += len(b.sent)
+		}
+		q.Lock()
+		q.unflushed -= n
+		q.Unlock()
+		q.cond.Broadcast()
+		d.signal() // probes were put back; flights may have been forgotten
+	}
+}
+
+// settleFlushed finishes a pass once its flush returned err: it settles
+// what needs no ACK, records attempt counts, settles +TERMs that arrived
+// during the pass, and puts probed topics back in the due heap.
+func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	var settle []keys.Key
 	var updates []outgoing
 	var terms []*flight
+	now := d.nowNs()
 	d.mu.Lock()
-	for _, o := range sent {
+	for _, o := range b.sent {
 		f := o.f
-		if d.mu.flights[f.key] != f || f.pass != pass {
-			continue // bounced: no subscriber
+		if f.pass != b.pass {
+			continue // delivered again since
 		}
 		if f.term != nil {
 			// TERMed during the pass: this delivery counts unless it
-			// bounced or the flush failed.
+			// bounced or the flush failed. NB: before the check below,
+			// so the TERM is answered even if its flight is gone.
 			if !f.bounced && err == nil {
 				f.counted = f.attempt
 			}
 			terms = append(terms, f)
 			continue
+		}
+		if d.mu.flights[f.key] != f {
+			continue // bounced (no subscriber), replaced, or settled
 		}
 		if err != nil {
 			// Unknown whether it went out: deliver again, uncounted.
@@ -264,9 +343,6 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 				d.blockLocked(f.topic, now)
 			}
 			continue
-		}
-		if t := f.topic; t.probing && t.probePass == pass && t.noRespPass != pass {
-			t.probing, t.backoff = false, 0
 		}
 		if f.ackNone && f.state == stateSent {
 			f.state = stateSettling
@@ -278,12 +354,21 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64) {
 		f.counted = f.attempt
 		updates = append(updates, o)
 	}
+	for _, t := range b.probed {
+		t.probeOpen = false
+		if err == nil && t.probing && t.probePass == b.pass && t.noRespPass != b.pass {
+			t.probing, t.backoff = false, 0
+		}
+		// NB: after a bounce, blockLocked scheduled it for when its
+		// back-off ends, and this keeps that.
+		d.rescheduleLocked(t, now)
+	}
 	d.mu.Unlock()
 	for _, f := range terms {
 		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
 	}
 	if err != nil {
-		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(sent))
+		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(b.sent))
 		return
 	}
 	for _, k := range settle {

@@ -238,6 +238,9 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 		var err error
 		if msg, err = d.repo.Get(k); err != nil {
 			d.del.delete(k, nil)
+			if errors.Is(err, delaystore.ErrNotFound) {
+				err = ErrUnknownTag // settled meanwhile, by an ACK or a cancel
+			}
 			if done != nil {
 				done(err)
 			}
