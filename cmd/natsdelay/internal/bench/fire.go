@@ -126,14 +126,14 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 			return nil, errors.Join(err, d.close())
 		}
 		return &sysRun{
-			system:  system,
-			msg:     func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
-			ok:      delayOK,
+			system: system,
+			msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
+			ok:     delayOK,
 			settled: func(int) (bool, error) {
 				some, err := d.hasPending(e.plain + "." + phase)
 				return !some, err
 			},
-			stop:    func() error { return errors.Join(stopSub(), d.close()) },
+			stop: func() error { return errors.Join(stopSub(), d.close()) },
 		}, nil
 	case SystemJS:
 		s, err := e.stream(ctx, phase)

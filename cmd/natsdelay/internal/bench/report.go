@@ -16,7 +16,11 @@ func WriteTable(w io.Writer, res *Results) error {
 	c := res.Config
 	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
 		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
-	fmt.Fprintf(w, "load average before %s, after %s; %.0f s in all\n\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), res.Seconds)
+	steal := "-"
+	if res.Host.StealPct >= 0 {
+		steal = fmt.Sprintf("%.1f%%", res.Host.StealPct)
+	}
+	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 

@@ -33,6 +33,10 @@ type Host struct {
 	// from /proc/loadavg: other work on the machine skews every figure.
 	LoadBefore string `json:"load_before"`
 	LoadAfter  string `json:"load_after"`
+	// StealPct is the share of CPU time the hypervisor gave to others
+	// during the run (steal in /proc/stat), in percent; -1 where unknown.
+	// On a shared VM it explains runs that are slow for both systems.
+	StealPct float64 `json:"steal_pct"`
 }
 
 // ConfigSummary is the sizes of the run.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,9 +40,14 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	res.Host.NATS = e.conns[0].ConnectedServerVersion()
 	start := time.Now()
 	res.Host.LoadBefore = loadavg()
+	steal0, total0 := cpuSteal()
 	defer func() {
 		res.Seconds = time.Since(start).Seconds()
 		res.Host.LoadAfter = loadavg()
+		res.Host.StealPct = -1
+		if steal1, total1 := cpuSteal(); total1 > total0 {
+			res.Host.StealPct = 100 * float64(steal1-steal0) / float64(total1-total0)
+		}
 	}()
 
 	if cfg.runs(PhaseIngest) {
@@ -110,4 +116,31 @@ func loadavg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// cpuSteal reads the steal and total CPU time from the first line of
+// /proc/stat, in clock ticks; zeros where there is none.
+func cpuSteal() (steal, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	// user nice system idle iowait irq softirq steal [guest guest_nice],
+	// where guest time is already counted in user and nice.
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		total += n
+		if i == 7 {
+			steal = n
+		}
+	}
+	return steal, total
 }
