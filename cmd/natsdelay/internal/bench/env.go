@@ -48,7 +48,9 @@ type env struct {
 	payload []byte
 }
 
-func newEnv(cfg Config) (e *env, err error) {
+// newEnv sets up the server, connections and subjects of one phase. With
+// Config.Dir its files go in the phase's own subdirectory.
+func newEnv(cfg Config, phase string) (e *env, err error) {
 	e = &env{cfg: cfg, id: nuid.Next(), payload: make([]byte, cfg.PayloadSize)}
 	e.ingest = "bench_" + e.id
 	e.ack = "$BENCH." + e.id + ".ACK"
@@ -61,8 +63,12 @@ func newEnv(cfg Config) (e *env, err error) {
 			err = errors.Join(err, e.close())
 		}
 	}()
-	e.dir = cfg.Dir
-	if e.dir == "" {
+	if cfg.Dir != "" {
+		e.dir = filepath.Join(cfg.Dir, phase)
+		if err = os.MkdirAll(e.dir, 0o755); err != nil {
+			return e, fmt.Errorf("bench: make %s: %w", e.dir, err)
+		}
+	} else {
 		if e.dir, err = os.MkdirTemp("", "natsdelay-bench-"); err != nil {
 			return e, fmt.Errorf("bench: make a temp dir: %w", err)
 		}

@@ -32,12 +32,6 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		res.Config.Phases = cfg.Phases
 	}
 	res.Host.Embedded = cfg.NATSURL == ""
-	e, err := newEnv(cfg)
-	if err != nil {
-		return res, err
-	}
-	defer func() { err = errors.Join(err, e.close()) }()
-	res.Host.NATS = e.conns[0].ConnectedServerVersion()
 	start := time.Now()
 	res.Host.LoadBefore = loadavg()
 	steal0, total0 := cpuSteal()
@@ -50,29 +44,51 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		}
 	}()
 
-	if cfg.runs(PhaseIngest) {
+	// NB: every phase gets a fresh env, so a fresh embedded nats-server.
+	// JetStream keeps the schedule state of a deleted stream in the Go heap
+	// for a while (about 60 MB after the ingest phase), and in one process
+	// every later phase, natsdelay's included, would pay for marking it.
+	phase := func(name string, run func(e *env) error) (err error) {
+		if !cfg.runs(name) {
+			return nil
+		}
+		e, err := newEnv(cfg, name)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, e.close()) }()
+		if res.Host.NATS == "" {
+			res.Host.NATS = e.conns[0].ConnectedServerVersion()
+		}
+		return run(e)
+	}
+	if err := phase(PhaseIngest, func(e *env) (err error) {
 		cfg.Logger.Info("ingest")
-		if res.Ingest, err = e.runIngest(ctx); err != nil {
-			return res, err
-		}
+		res.Ingest, err = e.runIngest(ctx)
+		return err
+	}); err != nil {
+		return res, err
 	}
-	if cfg.runs(PhaseFire) {
+	if err := phase(PhaseFire, func(e *env) (err error) {
 		cfg.Logger.Info("fire")
-		if res.Fire, err = e.runFire(ctx); err != nil {
-			return res, err
-		}
+		res.Fire, err = e.runFire(ctx)
+		return err
+	}); err != nil {
+		return res, err
 	}
-	if cfg.runs(PhaseEndToEnd) {
+	if err := phase(PhaseEndToEnd, func(e *env) (err error) {
 		cfg.Logger.Info("end to end")
-		if res.EndToEnd, err = e.runEndToEnd(ctx); err != nil {
-			return res, err
-		}
+		res.EndToEnd, err = e.runEndToEnd(ctx)
+		return err
+	}); err != nil {
+		return res, err
 	}
-	if cfg.runs(PhaseScale) {
+	if err := phase(PhaseScale, func(e *env) (err error) {
 		cfg.Logger.Info("scale and expiry")
-		if res.Scale, res.Expiry, err = e.runScale(); err != nil {
-			return res, err
-		}
+		res.Scale, res.Expiry, err = e.runScale()
+		return err
+	}); err != nil {
+		return res, err
 	}
 	return res, nil
 }
