@@ -287,6 +287,13 @@ func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
 // delivered on time even if it is due before everything else. Call it
 // after the commit, for every message of the batch.
 func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
+	if s.HasReplaced {
+		// NB: pubMu, as in Cancel, so that no publish of the replaced
+		// message can follow the reply that tells its publisher it was
+		// replaced: a pass checks and publishes under it.
+		d.pubMu.Lock()
+		defer d.pubMu.Unlock()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.HasReplaced {
