@@ -256,7 +256,9 @@ type Service struct {
 
 	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
 	kick chan struct{}
-	done chan struct{}
+	// started is closed once New has stored the first generation.
+	started chan struct{}
+	done    chan struct{}
 	wg   sync.WaitGroup
 }
 
@@ -273,7 +275,7 @@ func New(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
+		kick: make(chan struct{}, 1), started: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
 	if err := s.start(); err != nil {
@@ -300,6 +302,7 @@ func (s *Service) start() error {
 		return err
 	}
 	s.gen.Store(g)
+	close(s.started)
 	s.goFunc(s.recoverLoop)
 	if s.cfg.Registerer != nil {
 		if err := s.m.register(s.cfg.Registerer, s); err != nil {
@@ -511,9 +514,18 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	g := s.gen.Load()
 	if g == nil {
-		// Only before New has started a generation: nothing was delivered.
-		s.respondErr(m, unavailable("starting"))
-		return
+		// NB: the first generation delivers before New stores it, so an
+		// answer to a message due at startup can arrive first. Wait for
+		// it rather than drop the answer: a dropped ACK would mean a
+		// redelivery after the ack wait.
+		select {
+		case <-s.started:
+		case <-s.done:
+		}
+		if g = s.gen.Load(); g == nil {
+			s.respondErr(m, unavailable("starting"))
+			return
+		}
 	}
 	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
 		g.disp.NoResponders(key)
