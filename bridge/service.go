@@ -259,7 +259,7 @@ type Service struct {
 	// started is closed once New has stored the first generation.
 	started chan struct{}
 	done    chan struct{}
-	wg   sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 // New opens the repository over cfg.Store, starts the dispatcher and the
