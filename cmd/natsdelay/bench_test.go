@@ -69,22 +69,10 @@ func TestParse_Bench_BadValues(t *testing.T) {
 func TestBench_Quick_OwnProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	jsonOut := filepath.Join(dir, "bench.json")
-	p := start(t, "bench", "--quick", "--quiet", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
-	if code := p.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
-	}
-	b, err := os.ReadFile(jsonOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res bench.Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := runBench(t, dir)
 	switch s := res.Scale; {
 	case s == nil:
-		t.Fatalf("no scale result in %s", b)
+		t.Fatalf("no scale result in %+v", res)
 	case !s.OwnProcess:
 		t.Errorf("scale ran natsdelay in the bench process")
 	case s.RSSBytes <= 0 || s.RSSPeak < s.RSSBytes || s.RSSEmpty <= 0:
@@ -113,9 +101,23 @@ func TestBench_Quick_OwnProcess(t *testing.T) {
 func TestBench_Phases_OnlyThose(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	res := runBench(t, dir, "--phases", "e2e")
+	if len(res.EndToEnd) != 2 || len(res.Fire) != 0 || len(res.Ingest) != 0 || res.Scale != nil || res.Expiry != nil {
+		t.Errorf("--phases e2e ran: %d e2e, %d fire, %d ingest, scale %v, expiry %v", len(res.EndToEnd), len(res.Fire), len(res.Ingest), res.Scale != nil, res.Expiry != nil)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bench.png")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a chart without fire runs: %v", err)
+	}
+}
+
+// runBench runs the real bench command at quick sizes with extra flags,
+// writing bench.json and bench.png to dir, and returns what it measured.
+func runBench(t *testing.T, dir string, extra ...string) bench.Results {
+	t.Helper()
 	jsonOut := filepath.Join(dir, "bench.json")
-	p := start(t, "bench", "--quick", "--quiet", "--phases", "e2e", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"))
-	if code := p.wait(t, 2*time.Minute); code != 0 {
+	args := append([]string{"bench", "--quick", "--quiet", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png")}, extra...)
+	p := start(t, args...)
+	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
 	}
 	b, err := os.ReadFile(jsonOut)
@@ -126,10 +128,5 @@ func TestBench_Phases_OnlyThose(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.EndToEnd) != 2 || len(res.Fire) != 0 || len(res.Ingest) != 0 || res.Scale != nil || res.Expiry != nil {
-		t.Errorf("--phases e2e ran: %d e2e, %d fire, %d ingest, scale %v, expiry %v", len(res.EndToEnd), len(res.Fire), len(res.Ingest), res.Scale != nil, res.Expiry != nil)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "bench.png")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a chart without fire runs: %v", err)
-	}
+	return res
 }
