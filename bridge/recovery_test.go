@@ -2,9 +2,7 @@ package bridge_test
 
 import (
 	"errors"
-	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,38 +13,17 @@ import (
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/storetest"
 )
 
-// failingStore is an in-memory store whose commits fail, once broken, as a
-// store does after a write to disk failed: with delaystore.ErrFailed.
-type failingStore struct {
-	delaystore.Store
-	broken atomic.Bool
-}
-
-func newFailingStore(t *testing.T) *failingStore {
+// newFailingStore is an in-memory store whose commits fail once broken.
+func newFailingStore(t *testing.T) *storetest.FailingStore {
 	t.Helper()
 	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &failingStore{Store: st}
-}
-
-func (s *failingStore) NewBatch() delaystore.Batch {
-	return &failingBatch{Batch: s.Store.NewBatch(), s: s}
-}
-
-type failingBatch struct {
-	delaystore.Batch
-	s *failingStore
-}
-
-func (b *failingBatch) Commit(sync delaystore.SyncMode) error {
-	if b.s.broken.Load() {
-		return fmt.Errorf("test: commit: %w: disk on fire", delaystore.ErrFailed)
-	}
-	return b.Batch.Commit(sync)
+	return storetest.NewFailingStore(st)
 }
 
 // replaceStore puts st in place of the store startService opened.
@@ -91,9 +68,9 @@ func TestService_Recover_CloseWhileReopenFails(t *testing.T) {
 	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
 		t.Fatalf("before the fault: %s %s", code, text)
 	}
-	st.broken.Store(true)
+	st.Break()
 	code, text := requestStatus(t, nc, "delay.r.x")
-	if code != "503" || !strings.Contains(text, "storage failing") || !strings.Contains(text, "disk on fire") {
+	if code != "503" || !strings.Contains(text, "storage failing") || !strings.Contains(text, "injected") {
 		t.Fatalf("commit under the fault: %q %q, want 503 storage failing with the cause", code, text)
 	}
 	for range 3 {
@@ -104,7 +81,7 @@ func TestService_Recover_CloseWhileReopenFails(t *testing.T) {
 		}
 	}
 	code, text = requestStatus(t, nc, "delay.r.x")
-	if code != "503" || !strings.HasSuffix(text, "; recovering") || !strings.Contains(text, "disk on fire") {
+	if code != "503" || !strings.HasSuffix(text, "; recovering") || !strings.Contains(text, "injected") {
 		t.Fatalf("ingest while recovering: %q %q, want 503 ending in \"; recovering\"", code, text)
 	}
 	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "storage failing") {
@@ -139,7 +116,7 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 			return pebblestore.Open(pebblestore.Config{InMemory: true})
 		}
 	})
-	st.broken.Store(true)
+	st.Break()
 	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
 		t.Fatalf("commit under the fault: code %q, want 503", code)
 	}

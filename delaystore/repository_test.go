@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/storetest"
 	"natsdelay/keys"
 )
 
@@ -1029,33 +1030,11 @@ func TestRepository_Apply_DeletePending(t *testing.T) {
 	}
 }
 
-// refusingStore is a store whose commits fail as a failed disk's do.
-type refusingStore struct {
-	delaystore.Store
-	refuse bool
-}
-
-func (s *refusingStore) NewBatch() delaystore.Batch {
-	return &refusingBatch{Batch: s.Store.NewBatch(), s: s}
-}
-
-type refusingBatch struct {
-	delaystore.Batch
-	s *refusingStore
-}
-
-func (b *refusingBatch) Commit(sync delaystore.SyncMode) error {
-	if b.s.refuse {
-		return fmt.Errorf("test: %w: disk gone", delaystore.ErrFailed)
-	}
-	return b.Batch.Commit(sync)
-}
-
 // TestRepository_CheckWritable checks that the probe a service runs after
 // reopening a failed store changes nothing a reader sees, reports a store
 // that refuses writes, and returns ErrClosed after Close.
 func TestRepository_CheckWritable(t *testing.T) {
-	s := &refusingStore{Store: newStore(t)}
+	s := storetest.NewFailingStore(newStore(t))
 	r := openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: 5 * time.Millisecond})
 	got := schedule(t, r, msg("a", t0), msg("b", t0))
 	if err := r.CheckWritable(); err != nil {
@@ -1069,7 +1048,7 @@ func TestRepository_CheckWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: 5 * time.Millisecond})
-	s.refuse = true
+	s.Break()
 	if err := r.CheckWritable(); !errors.Is(err, delaystore.ErrFailed) {
 		t.Fatalf("CheckWritable on a store that refuses commits: %v, want ErrFailed", err)
 	}
