@@ -484,7 +484,7 @@ func (d *Dispatcher) pass() time.Duration {
 			probed = append(probed, t)
 		}
 	}
-	if len(out) > 0 || len(probed) > 0 {
+	if len(out) > 0 { // a probe is always among out
 		d.publish(out, now, pass, probed)
 	}
 	return d.untilNext()
