@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	ingest        *prometheus.CounterVec
 	storeFailures prometheus.Counter
+	reopenFails   prometheus.Counter
 	scheduled     prometheus.Counter
 	commitBatch   prometheus.Histogram
 	commitLatency prometheus.Histogram
@@ -32,6 +33,10 @@ func newMetrics() *metrics {
 		storeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "store_failures_total",
 			Help: "Times a write to disk failed the store (a failed WAL write or fsync, a full disk), each followed by a reopen.",
+		}),
+		reopenFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "store_reopen_failures_total",
+			Help: "Reopens of a failed store that failed (the disk still full or failing), each followed by a wait.",
 		}),
 		scheduled: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "messages_scheduled_total",
@@ -79,7 +84,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.storeFailures, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
 		stat("messages_delivered_total", "First deliveries published.", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

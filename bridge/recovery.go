@@ -196,7 +196,20 @@ func (s *Service) storageErr() error {
 // generation has failed it retires it and, if Config.Reopen is set, opens
 // the store again with backoff until it succeeds, then starts a new
 // generation on it.
+//
+// A store that fails again soon after it was reopened (a disk still
+// nearly full takes a few commits, then fails) does not start the backoff
+// over: the loop waits as long as the last wait, doubled up to
+// ReopenMaxBackoff, before it reopens, so a fault that outlives its
+// reopens costs one cycle per ReopenMaxBackoff, not a busy loop of
+// reopens and log lines. A generation that ran for stableAfter without
+// failing resets the backoff.
 func (s *Service) recoverLoop() {
+	var (
+		recoveredAt time.Time     // when the last reopen succeeded
+		wait        time.Duration // the last wait before a reopen
+	)
+	stableAfter := 10 * s.cfg.ReopenMaxBackoff
 	for {
 		select {
 		case <-s.done:
@@ -212,7 +225,20 @@ func (s *Service) recoverLoop() {
 			s.log.Error("storage failing and Config.Reopen is not set: the service stays unavailable until it is restarted")
 			continue
 		}
-		s.reopen()
+		first := time.Duration(0)
+		if !recoveredAt.IsZero() && time.Since(recoveredAt) < stableAfter {
+			wait = min(max(2*wait, s.cfg.ReopenBackoff), s.cfg.ReopenMaxBackoff)
+			first = wait
+			s.log.Warn("storage failed again soon after it recovered; waiting before reopening",
+				"up_for", time.Since(recoveredAt).Round(time.Millisecond), "wait", first)
+		} else {
+			wait = 0
+		}
+		last, ok := s.reopen(first)
+		if !ok {
+			return
+		}
+		recoveredAt, wait = time.Now(), max(wait, last)
 	}
 }
 
@@ -230,13 +256,19 @@ func (s *Service) retire(g *generation) {
 	}
 }
 
-// reopen opens the store again until it works or the Service closes, and
-// swaps in a new generation.
-func (s *Service) reopen() {
-	wait := s.cfg.ReopenBackoff
-	timer := time.NewTimer(0)
+// reopen waits first, then opens the store again until it works or the
+// Service closes, and swaps in a new generation. It returns the last wait
+// between attempts (0 if the first worked) and false if the Service
+// closed first.
+func (s *Service) reopen(first time.Duration) (time.Duration, bool) {
+	wait, last := s.cfg.ReopenBackoff, first
+	timer := time.NewTimer(first)
 	defer timer.Stop()
-	<-timer.C
+	select {
+	case <-s.done:
+		return 0, false
+	case <-timer.C:
+	}
 	for attempt := 1; ; attempt++ {
 		st, err := s.cfg.Reopen()
 		var g *generation
@@ -245,20 +277,22 @@ func (s *Service) reopen() {
 		}
 		if err == nil && s.swap(g) {
 			s.log.Info("storage recovered: the store is open again", "attempts", attempt)
-			return
+			return last, true
 		}
 		if err == nil {
 			// It failed after the probe, before it took over.
 			g.stopWork()
 			err = errors.Join(errors.New("bridge: reopened store failed at once"), g.closeStore())
 		}
+		s.m.reopenFails.Inc()
 		s.log.Warn("reopening the store failed; retrying", "err", err, "attempt", attempt, "retry_in", wait)
 		timer.Reset(wait)
 		select {
 		case <-s.done:
-			return
+			return 0, false
 		case <-timer.C:
 		}
+		last = wait
 		wait = min(2*wait, s.cfg.ReopenMaxBackoff)
 	}
 }

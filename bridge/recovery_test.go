@@ -1,8 +1,11 @@
 package bridge_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +158,82 @@ natsdelay_store_recovering 0
 	}
 	if !strings.Contains(string(rep.Data), `"storage":"ok"`) {
 		t.Fatalf("INFO after recovery: %s", rep.Data)
+	}
+}
+
+// logSignal is a slog handler that sends each record's message whose text
+// contains want on ch, without blocking, and drops the rest.
+type logSignal struct {
+	want string
+	ch   chan string
+}
+
+func (h logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h logSignal) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.want) {
+		select {
+		case h.ch <- r.Message:
+		default:
+		}
+	}
+	return nil
+}
+func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logSignal) WithGroup(string) slog.Handler      { return h }
+
+// TestService_Recover_RefailingStoreBacksOff checks that a store that
+// fails again soon after it was reopened does not make the service flap: the
+// recovery loop waits (here ReopenMaxBackoff, an hour) before the next
+// reopen instead of reopening at once, the service stays unavailable
+// meanwhile, and Close still returns at once.
+func TestService_Recover_RefailingStoreBacksOff(t *testing.T) {
+	first, second := newFailingStore(t), newFailingStore(t)
+	var reopens atomic.Int32
+	refailed := make(chan string, 1)
+	s, nc := startService(t, func(c *bridge.Config) {
+		replaceStore(t, c, first)
+		c.ReopenBackoff = time.Hour
+		c.ReopenMaxBackoff = time.Hour
+		c.Logger = slog.New(logSignal{want: "failed again soon after it recovered", ch: refailed})
+		c.Reopen = func() (delaystore.Store, error) {
+			if reopens.Add(1) > 1 {
+				return nil, errors.New("test: reopened twice")
+			}
+			return second, nil
+		}
+	})
+	first.Break()
+	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
+		t.Fatalf("commit on the broken store: %q, want 503", code)
+	}
+	// The first reopen is at once.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered onto the second store: %v", s.Ready())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second.Break()
+	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
+		t.Fatalf("commit on the reopened, broken store: %q, want 503", code)
+	}
+	select {
+	case <-refailed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service did not say it waits before reopening a store that failed again")
+	}
+	if n := reopens.Load(); n != 1 {
+		t.Fatalf("Reopen called %d times, want 1: a store that failed again was reopened without a wait", n)
+	}
+	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "storage failing") {
+		t.Fatalf("Ready while waiting to reopen = %v, want storage failing", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while the recovery loop waited")
 	}
 }

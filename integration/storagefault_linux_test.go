@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
 	"natsdelay/delaystore"
@@ -457,13 +458,19 @@ func fillDisk(tb testing.TB, dir string, room int64) string {
 // (the ballast is deleted) the service recovers by itself, maybe after
 // failed reopens, new ingests succeed, and every acknowledged message is
 // delivered and settled, with nothing stranded in the store.
+//
+// While the disk stays full the service must stay recovering, not flap:
+// the store failed once, every reopen is refused (the engine wants free
+// space at Open), /readyz and natsdelay_store_recovering say so, and no
+// ingest is acknowledged. bbolt used to reopen on the full disk, commit a
+// few small batches into its free pages and fail again, in a loop.
 func TestStorageFault_FullDisk_RecoversWhenSpaceReturns(t *testing.T) {
 	for _, name := range []string{storeengine.Pebble, storeengine.Bolt} {
 		t.Run(name, func(t *testing.T) {
 			dir := mountTmpfs(t, 16<<20)
 			log := testLogger(t)
 			open := func() (delaystore.Store, error) {
-				return storeengine.Open(storeengine.Config{Engine: name, Dir: dir, PebbleDiskFullReserve: 1 << 20, Logger: log})
+				return storeengine.Open(storeengine.Config{Engine: name, Dir: dir, PebbleDiskFullReserve: 1 << 20, BoltMinFree: 1 << 20, Logger: log})
 			}
 			runFullDisk(t, dir, open)
 		})
@@ -480,10 +487,12 @@ func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
 	svc := startService(t, srv, st, func(c *bridge.Config) {
 		c.Reopen = open
 		c.ReopenBackoff = 5 * time.Millisecond
 		c.ReopenMaxBackoff = 50 * time.Millisecond
+		c.Registerer = reg
 	})
 	if n := l.send(t, nc, subject, "before", 20, []byte("b")); n != 0 {
 		t.Fatalf("%d refused before the disk filled", n)
@@ -505,9 +514,26 @@ func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)
 		t.Fatalf("ingest on a full disk: %q, want storage failing ... no space left on device", text)
 	}
 	t.Logf("the disk filled after %d rounds: 503 %s", rounds+1, text)
-	// Still full: whatever the state of recovery, nothing is acknowledged
-	// that is not stored (checked at the end, when all is delivered).
-	l.send(t, nc, subject, "full", 20, payload)
+	// Still full: the service keeps trying to reopen the store, is refused
+	// each time, and stays recovering.
+	checkFor(t, wait, 5*time.Millisecond, func() error {
+		if n := gauge(t, reg, "natsdelay_store_reopen_failures_total"); n < 3 {
+			return fmt.Errorf("%v reopens refused, want 3", n)
+		}
+		return nil
+	})
+	if n := l.send(t, nc, subject, "full", 20, payload); n != 20 {
+		t.Fatalf("%d of 20 ingests acknowledged on a full disk, want none: the store was reopened while full", 20-n)
+	}
+	if n := gauge(t, reg, "natsdelay_store_failures_total"); n != 1 {
+		t.Fatalf("natsdelay_store_failures_total = %v while the disk stayed full, want 1: the store flapped", n)
+	}
+	if v := gauge(t, reg, "natsdelay_store_recovering"); v != 1 {
+		t.Fatalf("natsdelay_store_recovering = %v while the disk is full, want 1", v)
+	}
+	if err := svc.Ready(); err == nil || !strings.Contains(err.Error(), "storage failing") {
+		t.Fatalf("Ready() = %v while the disk is full, want storage failing", err)
+	}
 
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
@@ -538,4 +564,28 @@ func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)
 	t.Logf("acknowledged %d, refused %d, probes after space returned %d; all acknowledged delivered; lost 0",
 		len(l.acked), len(l.refused), probes)
 	l.mu.Unlock()
+}
+
+// gauge returns the value of the unlabelled counter or gauge name in reg,
+// failing tb if reg does not have it.
+func gauge(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		}
+	}
+	tb.Fatalf("no metric %s", name)
+	return 0
 }

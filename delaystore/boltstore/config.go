@@ -17,6 +17,11 @@ const (
 	// DefaultInitialMmapSize is the memory map size used when
 	// Config.InitialMmapSize is 0.
 	DefaultInitialMmapSize = 1 << 30
+	// DefaultMinFree is the free space Open wants on the file's disk when
+	// Config.MinFree is 0: as much as Pebble's store wants for its
+	// disk-full reserve and as much again, so both engines refuse the same
+	// disks.
+	DefaultMinFree = 16 << 20
 )
 
 // Config configures Open. A zero field means the default shown by
@@ -43,6 +48,16 @@ type Config struct {
 	// the file after a crash scans it to rebuild the list. Default off.
 	NoFreelistSync bool
 
+	// MinFree is the free space, in bytes, that Open wants on the disk that
+	// holds Path; with less it fails with an error wrapping
+	// delaystore.ErrFailed and ENOSPC. NB: bbolt often writes into pages
+	// its file already has, so a store opened on a full disk commits a
+	// few batches and then fails again when the file must grow: without
+	// this check a service that reopens a failed store would flap between
+	// recovered and failing for as long as the disk stays full. Default
+	// 16 MiB; -1 turns the check off.
+	MinFree int64
+
 	// Logger receives bbolt's logs. Nil discards them.
 	Logger *slog.Logger
 
@@ -57,6 +72,7 @@ func DefaultConfig() Config {
 	return Config{
 		Timeout:         DefaultTimeout,
 		InitialMmapSize: DefaultInitialMmapSize,
+		MinFree:         DefaultMinFree,
 	}
 }
 
@@ -76,6 +92,9 @@ func (c Config) Validate() error {
 	if c.InitialMmapSize < 0 {
 		bad("InitialMmapSize (%d) must be >= 0", c.InitialMmapSize)
 	}
+	if c.MinFree < -1 {
+		bad("MinFree (%d) must be >= 0, or -1 to skip the check", c.MinFree)
+	}
 	if len(problems) == 0 {
 		return nil
 	}
@@ -90,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InitialMmapSize == 0 {
 		c.InitialMmapSize = d.InitialMmapSize
+	}
+	if c.MinFree == 0 {
+		c.MinFree = d.MinFree
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
+	"syscall"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -54,6 +56,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("component", "boltstore")
+	if err := checkFree(cfg.Path, cfg.MinFree); err != nil {
+		return nil, err
+	}
 	opts := &bolt.Options{
 		Timeout:         cfg.Timeout,
 		InitialMmapSize: int(cfg.InitialMmapSize),
@@ -88,6 +93,22 @@ func Open(cfg Config) (*Store, error) {
 	s.mu.iters = make(map[*iterator]struct{})
 	log.Debug("opened", "path", cfg.Path)
 	return s, nil
+}
+
+// checkFree fails, wrapping delaystore.ErrFailed and ENOSPC, when the disk
+// that holds path has less than minFree bytes free. A negative minFree, or
+// a system that cannot tell, skips the check.
+func checkFree(path string, minFree int64) error {
+	if minFree < 0 {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	free, ok := availBytes(dir)
+	if !ok || free >= uint64(minFree) {
+		return nil
+	}
+	return fmt.Errorf("boltstore: open %q: %w: disk full: %d bytes free in %s, want %d: %w",
+		path, delaystore.ErrFailed, free, dir, minFree, syscall.ENOSPC)
 }
 
 // Get returns a copy of the value stored under key, or

@@ -3,8 +3,11 @@ package boltstore_test
 import (
 	"errors"
 	"log/slog"
+	"math"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +91,22 @@ func TestOpen_InvalidConfig(t *testing.T) {
 	}
 }
 
+// TestOpen_DiskTooFull checks that Open refuses a disk with less than
+// MinFree bytes free, with an error that a service reopening a failed
+// store takes for the same fault (ErrFailed, ENOSPC), and creates no file;
+// and that -1 skips the check.
+func TestOpen_DiskTooFull(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "full.bolt")
+	_, err := boltstore.Open(boltstore.Config{Path: path, MinFree: math.MaxInt64})
+	if !errors.Is(err, delaystore.ErrFailed) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Open on a disk with less than MinFree free = %v, want disk full wrapping ErrFailed and ENOSPC", err)
+	}
+	if _, statErr := os.Stat(path); !errors.Is(statErr, os.ErrNotExist) {
+		t.Fatalf("Open refused the disk but left %s behind: %v", path, statErr)
+	}
+	open(t, boltstore.Config{Path: path, MinFree: -1})
+}
+
 func TestConfig_Validate(t *testing.T) {
 	cases := []struct {
 		name string
@@ -98,8 +117,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"defaults", func() boltstore.Config { c := boltstore.DefaultConfig(); c.Path = "x"; return c }(), nil},
 		{"no path", boltstore.Config{}, []string{`Path ("")`}},
 		{"negative timeout", boltstore.Config{Path: "x", Timeout: -time.Second}, []string{"Timeout (-1s)"}},
-		{"every bad field at once", boltstore.Config{Timeout: -1, InitialMmapSize: -1},
-			[]string{`Path ("")`, "Timeout (-1ns)", "InitialMmapSize (-1)"}},
+		{"min free off", boltstore.Config{Path: "x", MinFree: -1}, nil},
+		{"every bad field at once", boltstore.Config{Timeout: -1, InitialMmapSize: -1, MinFree: -2},
+			[]string{`Path ("")`, "Timeout (-1ns)", "InitialMmapSize (-1)", "MinFree (-2)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -83,6 +83,10 @@ type Config struct {
 	// BoltNoFreelistSync skips syncing bbolt's free list on commit; see
 	// boltstore.Config.NoFreelistSync.
 	BoltNoFreelistSync bool
+	// BoltMinFree is the free space bbolt's store wants on its disk at
+	// Open. Default boltstore.DefaultMinFree (16 MiB); see
+	// boltstore.Config.MinFree.
+	BoltMinFree int64
 
 	// Logger receives the engine's logs. Nil discards them.
 	Logger *slog.Logger
@@ -99,6 +103,7 @@ func DefaultConfig() Config {
 		PebbleDiskFullReserve: p.DiskFullReserve,
 		BoltTimeout:           b.Timeout,
 		BoltInitialMmapSize:   b.InitialMmapSize,
+		BoltMinFree:           b.MinFree,
 	}
 }
 
@@ -137,6 +142,9 @@ func (c Config) Validate() error {
 		}
 		if c.BoltInitialMmapSize < 0 {
 			bad("BoltInitialMmapSize (%d) must be >= 0", c.BoltInitialMmapSize)
+		}
+		if c.BoltMinFree < -1 {
+			bad("BoltMinFree (%d) must be >= 0, or -1 to skip the check", c.BoltMinFree)
 		}
 	}
 	if len(problems) == 0 {
@@ -196,6 +204,7 @@ func Open(cfg Config) (delaystore.Store, error) {
 			Timeout:         cfg.BoltTimeout,
 			InitialMmapSize: cfg.BoltInitialMmapSize,
 			NoFreelistSync:  cfg.BoltNoFreelistSync,
+			MinFree:         cfg.BoltMinFree,
 			Logger:          cfg.Logger,
 		})
 		if err != nil {
