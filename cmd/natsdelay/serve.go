@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -205,7 +206,28 @@ func (c *serveCmd) Run(e *env) error {
 			log.Warn("stopping the http listener", "err", err)
 		}
 	}
-	srv, nc, url, err := c.connectOrEmbed(log)
+	// lost hears when the connection closes for good while the service
+	// runs: nats.go gives up on some errors (the server's "maximum control
+	// line exceeded", an authorization error twice in a row) however many
+	// reconnects it is allowed. A service without a connection can neither
+	// take nor deliver messages, so it exits non-zero for its supervisor
+	// to restart it rather than stay up, unready, forever.
+	lost := make(chan error, 1)
+	var stopping atomic.Bool
+	onClosed := nats.ClosedHandler(func(nc *nats.Conn) {
+		if stopping.Load() {
+			return
+		}
+		err := nc.LastError()
+		if err == nil {
+			err = errors.New("closed")
+		}
+		select {
+		case lost <- err:
+		default:
+		}
+	})
+	srv, nc, url, err := c.connectOrEmbed(log, onClosed)
 	if err != nil {
 		stopHTTP()
 		return err
@@ -213,6 +235,7 @@ func (c *serveCmd) Run(e *env) error {
 	// stopNATS closes what connectOrEmbed started, after the service, and
 	// then the HTTP listener, so /readyz says 503 to the end.
 	stopNATS := func() {
+		stopping.Store(true)
 		closeConn(nc, log)
 		if srv != nil {
 			shutdownEmbedded(srv, log)
@@ -243,7 +266,12 @@ func (c *serveCmd) Run(e *env) error {
 	log.Info("natsdelay ready", "nats_url", url, "data_dir", dataDir, "engine", c.Engine,
 		"ingest", c.IngestPrefix+".>", "max_payload", nc.MaxPayload(), "http", httpAddr)
 
-	<-ctx.Done()
+	var lostErr error
+	select {
+	case <-ctx.Done():
+	case lostErr = <-lost:
+		log.Error("the NATS connection closed for good: stopping, so that a supervisor restarts natsdelay", "err", lostErr)
+	}
 	// NB: listen for the second signal before the first handler goes, so
 	// that no signal falls to the default action in between.
 	done := make(chan struct{})
@@ -253,6 +281,9 @@ func (c *serveCmd) Run(e *env) error {
 	log.Info("natsdelay stopping")
 	err = svc.Close()
 	stopNATS()
+	if lostErr != nil {
+		return errors.Join(fmt.Errorf("the NATS connection closed for good: %w", lostErr), err)
+	}
 	if err != nil {
 		return fmt.Errorf("stop the service: %w", err)
 	}
@@ -262,9 +293,10 @@ func (c *serveCmd) Run(e *env) error {
 
 // connectOrEmbed connects to --nats, or starts the embedded server and
 // connects to it in process. srv is nil when there is no embedded server.
-func (c *serveCmd) connectOrEmbed(log *slog.Logger) (srv *server.Server, nc *nats.Conn, url string, err error) {
+func (c *serveCmd) connectOrEmbed(log *slog.Logger, extra ...nats.Option) (srv *server.Server, nc *nats.Conn, url string, err error) {
+	extra = append(reconnectForever(), extra...)
 	if !c.embedded() {
-		if nc, err = c.connect("natsdelay", log, reconnectForever()...); err != nil {
+		if nc, err = c.connect("natsdelay", log, extra...); err != nil {
 			return nil, nil, "", err
 		}
 		return nil, nc, nc.ConnectedUrlRedacted(), nil
@@ -278,7 +310,7 @@ func (c *serveCmd) connectOrEmbed(log *slog.Logger) (srv *server.Server, nc *nat
 	if err == nil {
 		// In process: the service's own traffic skips TCP.
 		opts = append(opts, nats.InProcessServer(srv))
-		nc, err = nats.Connect(url, append(opts, reconnectForever()...)...)
+		nc, err = nats.Connect(url, append(opts, extra...)...)
 	}
 	if err != nil {
 		shutdownEmbedded(srv, log)
