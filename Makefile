@@ -4,7 +4,7 @@
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay bench against JetStream
-#   make soak            the crash loop and outage tests, larger
+#   make soak            the crash loop, outage and adversarial tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
 
@@ -29,9 +29,10 @@ vet:
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
 
-# The crash-loop and NATS-outage tests at soak size (200 kills per engine).
+# The crash-loop, NATS-outage and adversarial tests at soak size (200 kills
+# per engine; 30,000 good messages beside 60 s of hostile traffic).
 soak:
-	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage' ./integration
+	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|Adversarial' ./integration
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)
