@@ -99,7 +99,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 		return err
 	}
 	g.jan.Start()
-	g.w = newWriter(g.repo, g.disp, s.cfg.MaxBatch, s.log, s.m.committed)
+	g.w = newWriter(g.repo, g.disp, s.cfg.MaxBatch, s.cfg.MaxBatchBytes, s.log, s.m.committed)
 	return nil
 }
 

@@ -59,6 +59,10 @@ type Config struct {
 	TimeBucket time.Duration
 	// MaxBatch bounds the messages of one group commit. Default 4096.
 	MaxBatch int
+	// MaxBatchBytes bounds the bytes of one group commit (payloads,
+	// subjects, headers), and twice it the bytes waiting to be committed.
+	// Default 64 MiB.
+	MaxBatchBytes int
 
 	// AckWait, MaxDeliver, Backoff, DeadLetterSubject and DeadLetterExpired
 	// are the dispatch settings (see dispatch.Config). AckWait default 30s.
@@ -91,6 +95,7 @@ func DefaultConfig() Config {
 		APIPrefix:        DefaultAPIPrefix,
 		QueueGroup:       "natsdelay",
 		MaxBatch:         4096,
+		MaxBatchBytes:    64 << 20,
 		AckWait:          30 * time.Second,
 		ExpiryInterval:   time.Second,
 		ReopenBackoff:    100 * time.Millisecond,
@@ -111,6 +116,9 @@ func (c Config) withDefaults() Config {
 	def(&c.QueueGroup, d.QueueGroup)
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = d.MaxBatchBytes
 	}
 	if c.AckWait == 0 {
 		c.AckWait = d.AckWait
@@ -178,6 +186,9 @@ func (c Config) ValidateSettings() error {
 	}
 	if c.MaxBatch < 0 {
 		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
+	}
+	if c.MaxBatchBytes < 0 {
+		bad("MaxBatchBytes (%d) must be > 0", c.MaxBatchBytes)
 	}
 	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
 		bad("TimeBucket (%v) must be a whole number of milliseconds >= 0", c.TimeBucket)
@@ -479,7 +490,7 @@ func (s *Service) handleIngest(req micro.Request) {
 		respondError(req, err)
 		return
 	}
-	s.gen.Load().w.reqs <- ingestRequest{msg: msg, req: req}
+	s.gen.Load().w.submit(ingestRequest{msg: msg, req: req})
 }
 
 func (s *Service) ingestInvalid(req micro.Request, err error) {
