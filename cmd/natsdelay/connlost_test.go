@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,22 +82,21 @@ func (p *errProxy) pipe(dst, src net.Conn) {
 	}
 }
 
-// sendErr sends every client the line -ERR '<text>'.
+// sendErr sends every client the line -ERR '<text>' and then closes its
+// connection, as the server does after such an error.
 func (p *errProxy) sendErr(text string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.clients {
 		_, _ = io.WriteString(c, "-ERR '"+text+"'\r\n")
+		_ = c.Close()
 	}
+	p.clients = nil
 }
 
 func (p *errProxy) close() {
 	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.clients {
-		c.Close()
-	}
-	p.mu.Unlock()
+	p.sendErr("test over")
 	p.wg.Wait()
 }
 
@@ -122,5 +122,33 @@ func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
 	srv.waitLine(t, `msg="the NATS connection closed for good: stopping, so that a supervisor restarts natsdelay" err="nats: Maximum Control Line Exceeded"`, time.Second)
 	if e := srv.stderr.String(); !strings.Contains(e, "closed for good") {
 		t.Fatalf("serve printed %q, want why it exits", e)
+	}
+}
+
+// TestServe_AuthExpiredOnce_Reconnects checks the other side of the line:
+// an authorization error that the server sends once ("User Authentication
+// Expired", as when a user JWT expires) only disconnects; nats.go
+// reconnects (here through the proxy, where the credentials are still
+// good) and serve stays up and keeps scheduling. Only the same error again
+// on the reconnect closes the connection for good, which the test above
+// shows the consequence of.
+func TestServe_AuthExpiredOnce_Reconnects(t *testing.T) {
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	proxy := startErrProxy(t, ns.Addr().String())
+
+	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
+	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
+	proxy.sendErr("User Authentication Expired")
+	srv.waitLine(t, `msg="nats reconnected"`, 15*time.Second)
+	pub := start(t, "pub", "auth.later", "x", "--delay", "1h", "--nats", ns.ClientURL())
+	if code := pub.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("pub after the reconnect: exit code %d", code)
+	}
+	srv.signal(t, syscall.SIGTERM)
+	if code := srv.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("serve exit code after SIGTERM %d, want 0", code)
 	}
 }
