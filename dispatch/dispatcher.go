@@ -330,10 +330,18 @@ func (t *topic) rewindLocked(k keys.Key) {
 	}
 }
 
-// forgetLocked drops f. mu must be held.
+// forgetLocked drops f. If that makes room in a full in-flight window, it
+// wakes the loop, which does not wait for due topics while the window is
+// full (see untilNext). mu must be held.
 func (d *Dispatcher) forgetLocked(f *flight) {
 	d.mu.timers.unschedule(f)
+	if d.mu.flights[f.key] != f {
+		return
+	}
 	delete(d.mu.flights, f.key)
+	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && len(d.mu.due) > 0 {
+		d.signal()
+	}
 }
 
 // committed is the deleter's callback: these keys are gone from the store.
@@ -378,8 +386,13 @@ func (d *Dispatcher) pass() time.Duration {
 	}
 	d.mu.committed = d.mu.committed[:0]
 
-	budget := min(d.cfg.PassLimit, d.cfg.MaxInFlight-len(d.mu.flights))
+	// NB: a redelivery needs no room in the in-flight window: its flight
+	// holds a slot already. Only first deliveries wait for room, so a
+	// window full of NAKed or unanswered deliveries still redelivers them.
+	passBudget := d.cfg.PassLimit
+	room := d.cfg.MaxInFlight - len(d.mu.flights)
 	var redeliver, deadLetter []*flight
+timers:
 	for len(d.mu.timers) > 0 && d.mu.timers[0].deadline <= now {
 		f := d.mu.timers[0]
 		switch f.state {
@@ -413,13 +426,13 @@ func (d *Dispatcher) pass() time.Duration {
 				d.mu.timers.schedule(f, t.blockedUntil)
 				continue
 			}
-			if budget <= 0 {
-				// Over the in-flight bound: try again when answers free room.
+			if passBudget <= 0 {
+				// This pass is full; it stays due, so the next pass starts
+				// at once and takes it.
 				f.state = stateRetry
-				d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
-				continue
+				break timers
 			}
-			budget--
+			passBudget--
 			d.mu.timers.unschedule(f)
 			f.state = stateRetry
 			redeliver = append(redeliver, f)
@@ -470,9 +483,12 @@ func (d *Dispatcher) pass() time.Duration {
 	for _, f := range deadLetter {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
 	}
+	budget := min(passBudget, room)
 	var probed []*topic
 	for _, t := range due {
 		if budget <= 0 {
+			// NB: due still; with the window full, untilNext does not count
+			// it, and the flight that frees room wakes the loop.
 			d.mu.Lock()
 			d.mu.due.schedule(t, now)
 			d.mu.Unlock()
@@ -502,17 +518,20 @@ func (d *Dispatcher) backoffAfter(attempt uint32) time.Duration {
 	return d.cfg.Backoff[i]
 }
 
-// untilNext is the sleep until the earliest topic or timer.
+// untilNext is the sleep until the earliest topic or timer. While the
+// in-flight window is full no topic can be scanned, so only timers count:
+// the flight whose end makes room wakes the loop (see forgetLocked).
 func (d *Dispatcher) untilNext() time.Duration {
 	d.mu.Lock()
 	next := int64(never)
-	if len(d.mu.due) > 0 {
+	scannable := len(d.mu.due) > 0 && len(d.mu.flights) < d.cfg.MaxInFlight
+	if scannable {
 		next = d.mu.due[0].next
 	}
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
 	}
-	pending := len(d.mu.committed) > 0 || (len(d.mu.due) > 0 && d.mu.due[0].next <= d.nowNs())
+	pending := len(d.mu.committed) > 0 || (scannable && d.mu.due[0].next <= d.nowNs())
 	d.mu.Unlock()
 	if pending {
 		return 0
