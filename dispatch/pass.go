@@ -391,18 +391,16 @@ func (d *Dispatcher) unsendLocked(f *flight) {
 }
 
 // blockLocked backs topic t off after a delivery bounced, unless it is
-// backing off already. mu must be held.
+// backing off already, and schedules it for when the back-off ends: the
+// bounced message is due, so that is when t is due again, however much
+// later its next message is. mu must be held.
 func (d *Dispatcher) blockLocked(t *topic, now int64) {
-	if t.blockedUntil > now {
-		d.rescheduleLocked(t, t.blockedUntil)
-		return
+	if t.blockedUntil <= now {
+		t.backoff = min(max(2*t.backoff, d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
+		t.blockedUntil = now + int64(t.backoff)
+		t.probing = true
 	}
-	t.backoff = min(max(2*t.backoff, d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
-	t.blockedUntil = now + int64(t.backoff)
-	t.probing = true
-	if t.idx >= 0 {
-		d.mu.due.schedule(t, max(t.next, t.blockedUntil))
-	} else {
-		d.mu.due.schedule(t, t.blockedUntil)
-	}
+	// NB: not max(t.next, ...): the scan that delivered the bounced
+	// message may have put t back at the time of the message after it.
+	d.mu.due.schedule(t, t.blockedUntil)
 }
