@@ -197,7 +197,7 @@ func (d *Dispatcher) Start() error {
 		d.mu.Lock()
 		tp := d.topicLocked(t.Hash)
 		if tp.idx < 0 {
-			d.mu.due.schedule(tp, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+			d.mu.due.schedule(tp, msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)))
 		}
 		d.mu.Unlock()
 	}
@@ -259,6 +259,28 @@ func (d *Dispatcher) Attempt(k keys.Key) uint32 {
 
 func (d *Dispatcher) nowNs() int64 { return d.cfg.Now().UnixNano() }
 
+// after is the time d after now, in Unix ns, saturated at never: a wait
+// that reaches past the latest time an int64 holds (in 2262) means "not
+// before then", never a sum that wraps around into the past. A negative d
+// counts as 0.
+func after(now int64, d time.Duration) int64 {
+	if d <= 0 {
+		return now
+	}
+	if now > 0 && int64(d) > never-now {
+		return never
+	}
+	return now + int64(d)
+}
+
+// msToNs converts Unix ms to Unix ns, saturated at never.
+func msToNs(ms int64) int64 {
+	if ms > never/int64(time.Millisecond) {
+		return never
+	}
+	return ms * int64(time.Millisecond)
+}
+
 func (d *Dispatcher) signal() {
 	select {
 	case d.wake <- struct{}{}:
@@ -280,7 +302,7 @@ func (d *Dispatcher) topicLocked(hash uint64) *topic {
 // of a scan: with raw-millisecond buckets the key holds the fire time
 // rounded up, and the range ends at the current millisecond.
 func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
-	return max(fireAtNs, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+	return max(fireAtNs, msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)))
 }
 
 // Notify tells the dispatcher about a message just committed, so it is
@@ -406,7 +428,7 @@ timers:
 			}
 			if b := d.backoffAfter(f.attempt); b > 0 {
 				f.state = stateRetry
-				d.mu.timers.schedule(f, now+int64(b))
+				d.mu.timers.schedule(f, after(now, b))
 				continue
 			}
 			fallthrough
@@ -465,7 +487,7 @@ timers:
 		case err != nil:
 			d.log.Warn("reading message to redeliver", "tag", f.key, "err", err)
 			d.mu.Lock()
-			d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
+			d.mu.timers.schedule(f, after(now, d.cfg.NoRespondersBackoff))
 			d.mu.Unlock()
 			continue
 		case expired(msg, now):

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -71,7 +72,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	if err != nil {
 		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
 		d.mu.Lock()
-		d.rescheduleLocked(t, now+int64(d.cfg.NoRespondersBackoff))
+		d.rescheduleLocked(t, after(now, d.cfg.NoRespondersBackoff))
 		d.mu.Unlock()
 		return 0, false
 	}
@@ -226,7 +227,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		}
 		f.state = stateSent
 		f.pass = pass
-		d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.mu.Unlock()
 		err := d.pub.Deliver(f.key, o.msg, f.attempt)
 		d.pubMu.Unlock()
@@ -396,8 +397,8 @@ func (d *Dispatcher) unsendLocked(f *flight) {
 // later its next message is. mu must be held.
 func (d *Dispatcher) blockLocked(t *topic, now int64) {
 	if t.blockedUntil <= now {
-		t.backoff = min(max(2*t.backoff, d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
-		t.blockedUntil = now + int64(t.backoff)
+		t.backoff = min(max(t.backoff+min(t.backoff, math.MaxInt64-t.backoff), d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
+		t.blockedUntil = after(now, t.backoff)
 		t.probing = true
 	}
 	// NB: not max(t.next, ...): the scan that delivered the bounced

@@ -62,10 +62,10 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		}
 		if a.Kind == AckNak {
 			f.state = stateRetry
-			d.mu.timers.schedule(f, now+int64(max(a.Delay, 0)))
+			d.mu.timers.schedule(f, after(now, a.Delay))
 			d.stats.nacked.Add(1)
 		} else {
-			d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+			d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 			d.stats.progress.Add(1)
 		}
 		first := f.idx == 0
@@ -253,7 +253,7 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 			d.mu.Lock()
 			if f := d.mu.flights[k]; f != nil {
 				f.state = stateRetry
-				d.mu.timers.schedule(f, d.nowNs()+int64(d.cfg.NoRespondersMaxBackoff))
+				d.mu.timers.schedule(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
 			}
 			delete(d.mu.canceled, k)
 			d.mu.Unlock()
