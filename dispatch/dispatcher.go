@@ -53,6 +53,10 @@ type flight struct {
 	pass     uint64 // the pass that published it
 	deadline int64  // Unix ns; meaning depends on state
 	idx      int    // in the timer heap; -1 when not in it
+	// lostPass is the pass whose delivery of it reached nobody (bounced,
+	// or failed to publish or flush), so that pass's flush does not count
+	// it as delivered.
+	lostPass uint64
 }
 
 // pendingTerm is a +TERM waiting for its flight's pass to flush.
@@ -94,6 +98,10 @@ type topic struct {
 type outgoing struct {
 	f   *flight
 	msg *delaystore.StoredMessage
+	// attempt and lateness are the delivery's, set once it is published,
+	// for counting it once its flush tells that it reached someone.
+	attempt  uint32
+	lateness time.Duration
 }
 
 // Dispatcher publishes due messages and tracks them until they are settled.

@@ -241,14 +241,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Unlock()
 			continue
 		}
-		if f.attempt > 1 {
-			d.stats.redelivered.Add(1)
-		} else {
-			d.stats.delivered.Add(1)
-		}
-		if obs := d.cfg.Observer; obs != nil {
-			obs.Delivered(o.msg, f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs))
-		}
+		o.attempt, o.lateness = f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs)
 		sent = append(sent, o)
 	}
 	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
@@ -315,12 +308,17 @@ func (d *Dispatcher) flushLoop() {
 // during the pass, and puts probed topics back in the due heap.
 func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	var settle []keys.Key
-	var updates []outgoing
+	var updates, reached []outgoing
 	var terms []*flight
 	now := d.nowNs()
 	d.mu.Lock()
 	for _, o := range b.sent {
 		f := o.f
+		// NB: counted whatever became of its flight since: an ACK may
+		// have settled it before this flush came back.
+		if err == nil && f.lostPass != b.pass && !(f.pass == b.pass && f.term != nil && f.bounced) {
+			reached = append(reached, o)
+		}
 		if f.pass != b.pass {
 			continue // delivered again since
 		}
@@ -365,6 +363,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 		d.rescheduleLocked(t, now)
 	}
 	d.mu.Unlock()
+	d.countReached(reached)
 	for _, f := range terms {
 		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
 	}
@@ -380,10 +379,27 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	}
 }
 
+// countReached counts deliveries that reached a subscriber, and tells the
+// observer.
+func (d *Dispatcher) countReached(reached []outgoing) {
+	obs := d.cfg.Observer
+	for _, o := range reached {
+		if o.attempt > 1 {
+			d.stats.redelivered.Add(1)
+		} else {
+			d.stats.delivered.Add(1)
+		}
+		if obs != nil {
+			obs.Delivered(o.msg, o.attempt, o.lateness)
+		}
+	}
+}
+
 // unsendLocked forgets a delivery that did not reach anyone, so the next
 // scan of its topic delivers it again in order, as the same attempt.
 // mu must be held.
 func (d *Dispatcher) unsendLocked(f *flight) {
+	f.lostPass = f.pass
 	if f.counted > 0 {
 		d.mu.unsent[f.key] = f.counted
 	}
