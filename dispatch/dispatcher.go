@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"natsdelay/delaystore"
@@ -139,6 +140,11 @@ type Dispatcher struct {
 		pass      uint64
 		started   bool
 		closed    bool
+		// passStart is when the pass under way began, 0 between passes;
+		// wakeBy is when the loop, between passes, is due to run again.
+		// Health reads them.
+		passStart int64
+		wakeBy    int64
 	}
 
 	// flushing holds the passes whose deliveries wait for their flush,
@@ -152,7 +158,17 @@ type Dispatcher struct {
 		// delivery as it did when every pass waited for its own.
 		unflushed int
 		stopped   bool // run has returned: flush what is queued, then stop
+		// For Health: when the flush under way began (0 if none), when
+		// the last one succeeded (or Start), and the last one's error and
+		// when it failed.
+		busySince int64
+		lastOK    int64
+		lastErr   error
+		lastFail  int64
 	}
+	// signaledAt is when a wake-up was first signalled since the last pass
+	// began, 0 if none; Health reads it.
+	signaledAt atomic.Int64
 
 	wake      chan struct{} // cap 1: a pending wake-up is enough
 	done      chan struct{}
@@ -210,6 +226,13 @@ func (d *Dispatcher) Start() error {
 		d.mu.Unlock()
 	}
 	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
+	now := d.nowNs()
+	d.mu.Lock()
+	d.mu.wakeBy = now
+	d.mu.Unlock()
+	d.flushing.Lock()
+	d.flushing.lastOK = now
+	d.flushing.Unlock()
 	d.goFunc(d.run)
 	d.goFunc(d.flushLoop)
 	return nil
@@ -290,6 +313,9 @@ func msToNs(ms int64) int64 {
 }
 
 func (d *Dispatcher) signal() {
+	if d.signaledAt.Load() == 0 {
+		d.signaledAt.CompareAndSwap(0, d.nowNs())
+	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -387,11 +413,7 @@ func (d *Dispatcher) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wait := d.pass()
-		if wait < 0 {
-			wait = time.Hour
-		}
-		timer.Reset(wait)
+		timer.Reset(d.pass())
 		select {
 		case <-d.done:
 			return
@@ -403,8 +425,10 @@ func (d *Dispatcher) run() {
 
 // pass does what is due now and returns how long to sleep.
 func (d *Dispatcher) pass() time.Duration {
+	d.signaledAt.Store(0)
 	now := d.nowNs()
 	d.mu.Lock()
+	d.mu.passStart = now
 	d.mu.pass++
 	pass := d.mu.pass
 	for _, k := range d.mu.committed {
@@ -552,7 +576,9 @@ func (d *Dispatcher) backoffAfter(attempt uint32) time.Duration {
 // in-flight window is full no topic can be scanned, so only timers count:
 // the flight whose end makes room wakes the loop (see forgetLocked).
 func (d *Dispatcher) untilNext() time.Duration {
+	now := d.nowNs()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	next := int64(never)
 	scannable := len(d.mu.due) > 0 && len(d.mu.flights) < d.cfg.MaxInFlight
 	if scannable {
@@ -561,13 +587,14 @@ func (d *Dispatcher) untilNext() time.Duration {
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
 	}
-	pending := len(d.mu.committed) > 0 || (scannable && d.mu.due[0].next <= d.nowNs())
-	d.mu.Unlock()
-	if pending {
-		return 0
+	wait := time.Hour // nothing known to be due: look again in an hour
+	switch {
+	case len(d.mu.committed) > 0 || (scannable && next <= now):
+		wait = 0
+	case next != never:
+		wait = max(time.Duration(next-now), 0)
 	}
-	if next == never {
-		return -1
-	}
-	return max(time.Duration(next-d.nowNs()), 0)
+	d.mu.passStart = 0
+	d.mu.wakeBy = after(now, wait)
+	return wait
 }

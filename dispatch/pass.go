@@ -281,6 +281,9 @@ func (d *Dispatcher) flushLoop() {
 		}
 		batches := q.batches
 		q.batches = nil
+		if len(batches) > 0 {
+			q.busySince = d.nowNs()
+		}
 		q.Unlock()
 		if len(batches) == 0 {
 			return // stopped, and everything is settled
@@ -297,6 +300,12 @@ func (d *Dispatcher) flushLoop() {
 		}
 		q.Lock()
 		q.unflushed -= n
+		q.busySince = 0
+		if now := d.nowNs(); err == nil {
+			q.lastOK, q.lastErr = now, nil
+		} else {
+			q.lastErr, q.lastFail = err, now
+		}
 		q.Unlock()
 		q.cond.Broadcast()
 		d.signal() // probes were put back; flights may have been forgotten
