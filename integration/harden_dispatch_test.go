@@ -179,6 +179,20 @@ func TestHarden_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 			waitPending(t, h.svc, 0)
 		})
 	}
+	// A delay that is not even a duration is refused, saying what is the
+	// largest one.
+	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	got := subscribe(t, h.nc, "nak.toolong")
+	schedule(t, h.nc, newMsg("nak.toolong", "x"))
+	r := next(t, got, "delivery")
+	for _, p := range []string{"-NAK 2562048h", `-NAK {"delay": 9223372036854775808}`} {
+		rep, err := h.nc.Request(r.Reply, []byte(p), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, p, rep, 400, "at most")
+	}
+	ackSync(t, h.nc, r.Msg, "+ACK")
 }
 
 // TestHarden_HugeDurations_NoImmediateRedelivery checks the other sums of
