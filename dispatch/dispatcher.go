@@ -542,9 +542,10 @@ timers:
 	for _, t := range due {
 		if budget <= 0 {
 			// NB: due still; with the window full, untilNext does not count
-			// it, and the flight that frees room wakes the loop.
+			// it, and the flight that frees room wakes the loop. Not before
+			// a back-off that a bounce began meanwhile ends.
 			d.mu.Lock()
-			d.mu.due.schedule(t, now)
+			d.rescheduleLocked(t, now)
 			d.mu.Unlock()
 			continue
 		}
