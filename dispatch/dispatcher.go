@@ -93,6 +93,9 @@ type topic struct {
 	// probeOpen is set while a probe is out and its flush has not told
 	// whether it got through; the topic is not scanned meanwhile.
 	probeOpen bool
+	// scanPass is the last pass that scanned it: a pass scans each topic
+	// once, for fairness.
+	scanPass uint64
 }
 
 // outgoing is one delivery prepared by a pass.
@@ -494,17 +497,6 @@ timers:
 			d.mu.timers.unschedule(f)
 		}
 	}
-	var due []*topic
-	for len(d.mu.due) > 0 && d.mu.due[0].next <= now {
-		t := d.mu.due[0]
-		d.mu.due.unschedule(t)
-		t.next = never // lets Notify schedule it again during the scan
-		if t.probeOpen {
-			// NB: one probe at a time: its flush puts the topic back.
-			continue
-		}
-		due = append(due, t)
-	}
 	d.mu.Unlock()
 
 	var out []outgoing
@@ -537,18 +529,31 @@ timers:
 	for _, f := range deadLetter {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
 	}
+	// NB: due topics are taken one at a time, and only while there is
+	// budget: the rest stay in the heap as they are, so a pass costs what
+	// it delivers, not what is due. With the window full it takes none, and
+	// untilNext does not count them; the flight that frees room wakes the
+	// loop.
 	budget := min(passBudget, room)
 	var probed []*topic
-	for _, t := range due {
-		if budget <= 0 {
-			// NB: due still; with the window full, untilNext does not count
-			// it, and the flight that frees room wakes the loop. Not before
-			// a back-off that a bounce began meanwhile ends.
-			d.mu.Lock()
-			d.rescheduleLocked(t, now)
+	for budget > 0 {
+		d.mu.Lock()
+		if len(d.mu.due) == 0 || d.mu.due[0].next > now || d.mu.due[0].scanPass == pass {
+			// Nothing more due, or only topics scanned in this pass and put
+			// back as due still: the next pass, at once, takes them.
+			d.mu.Unlock()
+			break
+		}
+		t := d.mu.due[0]
+		d.mu.due.unschedule(t)
+		t.next = never // lets Notify schedule it again during the scan
+		if t.probeOpen {
+			// NB: one probe at a time: its flush puts the topic back.
 			d.mu.Unlock()
 			continue
 		}
+		t.scanPass = pass
+		d.mu.Unlock()
 		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
 		budget -= n
 		if probe {
