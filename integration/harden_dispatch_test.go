@@ -64,13 +64,13 @@ func scheduleSpread(tb testing.TB, nc *nats.Conn, prefix string, k, n int) {
 	scheduleMany(tb, nc, msgs)
 }
 
-// TestHarden_FullWindow_NakThenAck checks that a full in-flight window
+// TestWindow_Full_NakThenAck checks that a full in-flight window
 // keeps redeliveries and ACKs flowing: with MaxInFlight 100 and 150 due
 // messages over three subjects, a consumer that NAKs the first 300
 // deliveries (so the window is full of NAKed flights for a while) and then
 // ACKs gets every message, and every one is settled. Redeliveries need no
 // new room: the flights they redeliver hold their slots.
-func TestHarden_FullWindow_NakThenAck(t *testing.T) {
+func TestWindow_Full_NakThenAck(t *testing.T) {
 	t.Parallel()
 	const window, n, naks = 100, 150, 300
 	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = time.Minute })
@@ -90,11 +90,11 @@ func TestHarden_FullWindow_NakThenAck(t *testing.T) {
 	waitPending(t, h.svc, 0)
 }
 
-// TestHarden_FullWindow_SilentConsumerRecovers checks the same for a
+// TestWindow_Full_SilentConsumerRecovers checks the same for a
 // consumer that stops answering (as if it had crashed) until the window is
 // full: the ack waits run out, the messages are redelivered while the
 // window is still full, and once it answers again everything is ACKed.
-func TestHarden_FullWindow_SilentConsumerRecovers(t *testing.T) {
+func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 	t.Parallel()
 	const window, n = 100, 150
 	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = 200 * time.Millisecond })
@@ -114,12 +114,12 @@ func TestHarden_FullWindow_SilentConsumerRecovers(t *testing.T) {
 	waitPending(t, h.svc, 0)
 }
 
-// TestHarden_NoResponders_LaterMessageDoesNotHoldBack checks that a due
+// TestNoResponders_LaterMessageDoesNotHoldBack checks that a due
 // message whose delivery reached nobody is probed again with the
 // no-responders back-off (50 ms doubling to 5 s), also when a later message
 // of its subject is pending: it must not wait until that one is due (an
 // hour here).
-func TestHarden_NoResponders_LaterMessageDoesNotHoldBack(t *testing.T) {
+func TestNoResponders_LaterMessageDoesNotHoldBack(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	later := schedule(t, h.nc, newMsg("bounce.later", "later", "Delay", "1h"))
@@ -155,13 +155,13 @@ func expectNext(tb testing.TB, got <-chan received, tag, what string) received {
 	return r
 }
 
-// TestHarden_NakHugeDelay_NotRedeliveredAtOnce checks that a -NAK whose
+// TestAck_NakHugeDelay_NotRedeliveredAtOnce checks that a -NAK whose
 // delay reaches past the latest time the service can represent is taken as
 // "not before then", never as "now": the message is not redelivered, and
 // an ACK still settles it. The check is by order: a second message is
 // scheduled after the NAK is applied, and a redelivery would have been
 // published before it.
-func TestHarden_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
+func TestAck_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, payload := range []string{`-NAK {"delay": 9223372036854775807}`, "-NAK 2562047h", "-NAK 2562047h47m16.854775807s", "-NAK 2100000h"} {
 		t.Run(payload, func(t *testing.T) {
@@ -195,11 +195,11 @@ func TestHarden_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 	ackSync(t, h.nc, r.Msg, "+ACK")
 }
 
-// TestHarden_HugeDurations_NoImmediateRedelivery checks the other sums of
+// TestAck_HugeDurations_NoImmediateRedelivery checks the other sums of
 // a time and a configured duration: an ack wait, a +WPI and a backoff that
 // reach past the latest representable time mean "not before then", so an
 // unanswered delivery is not redelivered at once.
-func TestHarden_HugeDurations_NoImmediateRedelivery(t *testing.T) {
+func TestAck_HugeDurations_NoImmediateRedelivery(t *testing.T) {
 	t.Parallel()
 	const huge = time.Duration(1<<63 - 1)
 	for _, tc := range []struct {
@@ -234,12 +234,12 @@ func TestHarden_HugeDurations_NoImmediateRedelivery(t *testing.T) {
 	}
 }
 
-// TestHarden_ConsumerStatus503_IsAnAnswer checks that a consumer's answer
+// TestAck_ConsumerStatus503_IsAnAnswer checks that a consumer's answer
 // carrying a Status: 503 header and no body, once the delivery is known to
 // have reached a subscriber, is not taken for the server's no-responders
 // notice: it is not counted as one, the message is not delivered again
 // beyond Delay-Max-Deliver, and, sent as a request, it gets a 400.
-func TestHarden_ConsumerStatus503_IsAnAnswer(t *testing.T) {
+func TestAck_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
 	got := subscribe(t, h.nc, "status.503")
@@ -283,11 +283,11 @@ func TestHarden_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 	}
 }
 
-// TestHarden_Delivered_CountsOnlyReached checks that the delivered and
+// TestStats_Delivered_CountsOnlyReached checks that the delivered and
 // redelivered counters, in the metrics and in INFO alike, count only
 // deliveries that reached a subscriber: deliveries that bounced (no
 // responders) are counted as no-responders only.
-func TestHarden_Delivered_CountsOnlyReached(t *testing.T) {
+func TestStats_Delivered_CountsOnlyReached(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.AckWait = 200 * time.Millisecond })
