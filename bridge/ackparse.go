@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func parseNakDelay(v []byte) (time.Duration, error) {
 		dec := json.NewDecoder(bytes.NewReader(v))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil || body.Delay == nil || dec.More() {
-			return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a Go duration such as 5s`, clip(string(v)))
+			return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>}, at most %d, or a Go duration such as 5s`, clip(string(v)), int64(math.MaxInt64))
 		}
 		if *body.Delay < 0 {
 			return 0, badRequest(`-NAK %q: the delay must not be negative`, clip(string(v)))
@@ -59,7 +60,7 @@ func parseNakDelay(v []byte) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(string(v)))
 	if err != nil || d < 0 {
-		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s`, clip(string(v)))
+		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s, at most %v`, clip(string(v)), time.Duration(math.MaxInt64))
 	}
 	return d, nil
 }

@@ -54,7 +54,7 @@ func newMetrics() *metrics {
 		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "fire_lateness_seconds",
-			Help:    "Delivery time minus fire time, for every delivery.",
+			Help:    "Delivery time minus fire time, for every delivery that reached a subscriber.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
 		}),
 	}
@@ -85,8 +85,8 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 	}
 	cs := []prometheus.Collector{
 		m.ingest, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
-		stat("messages_delivered_total", "First deliveries published.", func(st dispatch.Stats) uint64 { return st.Delivered }),
-		stat("messages_redelivered_total", "Deliveries with attempt > 1.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
+		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
+		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),
 		stat("messages_nacked_total", "-NAK answers applied.", func(st dispatch.Stats) uint64 { return st.Nacked }),
 		stat("messages_progress_total", "+WPI answers applied.", func(st dispatch.Stats) uint64 { return st.Progress }),

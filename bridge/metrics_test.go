@@ -17,7 +17,7 @@ import (
 // commit and lateness histograms, and an invalid request counts as invalid.
 func TestService_Metrics_MoveWithMessages(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	_, nc := startService(t, func(c *bridge.Config) { c.Registerer = reg })
+	svc, nc := startService(t, func(c *bridge.Config) { c.Registerer = reg })
 	got := make(chan *nats.Msg, 1)
 	sub, _ := nc.ChanSubscribe("m.x", got)
 	defer sub.Unsubscribe()
@@ -37,6 +37,13 @@ func TestService_Metrics_MoveWithMessages(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not delivered")
 	}
+	// A delivery counts once the flush after it comes back, which may be
+	// after its ACK.
+	for deadline := time.Now().Add(10 * time.Second); svc.Stats().Delivered == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not counted")
+		}
+	}
 	want := `
 # HELP natsdelay_ingest_requests_total Ingest messages by result: ok, invalid (400) or unavailable (503).
 # TYPE natsdelay_ingest_requests_total counter
@@ -45,7 +52,7 @@ natsdelay_ingest_requests_total{result="ok"} 1
 # HELP natsdelay_messages_acked_total ACKs that settled a pending message.
 # TYPE natsdelay_messages_acked_total counter
 natsdelay_messages_acked_total 1
-# HELP natsdelay_messages_delivered_total First deliveries published.
+# HELP natsdelay_messages_delivered_total First deliveries that reached a subscriber (bounces are in no_responders_total).
 # TYPE natsdelay_messages_delivered_total counter
 natsdelay_messages_delivered_total 1
 # HELP natsdelay_messages_pending Messages stored and not yet settled.

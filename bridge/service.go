@@ -539,7 +539,13 @@ func (s *Service) handleAck(m *nats.Msg) {
 		}
 	}
 	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		g.disp.NoResponders(key)
+		// NB: the server's no-responders notice has no reply subject, and
+		// comes before the delivery is known to have reached anyone; any
+		// other is a consumer's answer that only looks like it.
+		if m.Reply == "" && g.disp.NoResponders(key) {
+			return
+		}
+		s.respondErr(m, badRequest("ack with a Status: 503 header and no payload: only the server's no-responders notice looks like that; want empty, +ACK, -NAK, -NAK <delay>, +WPI or +TERM [reason]"))
 		return
 	}
 	ack, err := parseAck(m.Data)

@@ -36,8 +36,9 @@ type Config struct {
 	DeadLetterExpired bool
 
 	// MaxInFlight bounds the messages delivered and not yet settled; memory
-	// grows with it. When reached, no new message goes out until answers
-	// arrive. Default 65536.
+	// grows with it. When reached, no first delivery goes out until an
+	// answer (or a bounce) settles one; redeliveries go on, since each
+	// holds its slot already. Default 65536.
 	MaxInFlight int
 	// PassLimit bounds the deliveries of one pass between flushes. Default 4096.
 	PassLimit int

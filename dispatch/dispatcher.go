@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"natsdelay/delaystore"
@@ -53,6 +54,10 @@ type flight struct {
 	pass     uint64 // the pass that published it
 	deadline int64  // Unix ns; meaning depends on state
 	idx      int    // in the timer heap; -1 when not in it
+	// lostPass is the pass whose delivery of it reached nobody (bounced,
+	// or failed to publish or flush), so that pass's flush does not count
+	// it as delivered.
+	lostPass uint64
 }
 
 // pendingTerm is a +TERM waiting for its flight's pass to flush.
@@ -88,12 +93,19 @@ type topic struct {
 	// probeOpen is set while a probe is out and its flush has not told
 	// whether it got through; the topic is not scanned meanwhile.
 	probeOpen bool
+	// scanPass is the last pass that scanned it: a pass scans each topic
+	// once, for fairness.
+	scanPass uint64
 }
 
 // outgoing is one delivery prepared by a pass.
 type outgoing struct {
 	f   *flight
 	msg *delaystore.StoredMessage
+	// attempt and lateness are the delivery's, set once it is published,
+	// for counting it once its flush tells that it reached someone.
+	attempt  uint32
+	lateness time.Duration
 }
 
 // Dispatcher publishes due messages and tracks them until they are settled.
@@ -131,6 +143,11 @@ type Dispatcher struct {
 		pass      uint64
 		started   bool
 		closed    bool
+		// passStart is when the pass under way began, 0 between passes;
+		// wakeBy is when the loop, between passes, is due to run again.
+		// Health reads them.
+		passStart int64
+		wakeBy    int64
 	}
 
 	// flushing holds the passes whose deliveries wait for their flush,
@@ -144,7 +161,17 @@ type Dispatcher struct {
 		// delivery as it did when every pass waited for its own.
 		unflushed int
 		stopped   bool // run has returned: flush what is queued, then stop
+		// For Health: when the flush under way began (0 if none), when
+		// the last one succeeded (or Start), and the last one's error and
+		// when it failed.
+		busySince int64
+		lastOK    int64
+		lastErr   error
+		lastFail  int64
 	}
+	// signaledAt is when a wake-up was first signalled since the last pass
+	// began, 0 if none; Health reads it.
+	signaledAt atomic.Int64
 
 	wake      chan struct{} // cap 1: a pending wake-up is enough
 	done      chan struct{}
@@ -197,11 +224,18 @@ func (d *Dispatcher) Start() error {
 		d.mu.Lock()
 		tp := d.topicLocked(t.Hash)
 		if tp.idx < 0 {
-			d.mu.due.schedule(tp, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+			d.mu.due.schedule(tp, msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)))
 		}
 		d.mu.Unlock()
 	}
 	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
+	now := d.nowNs()
+	d.mu.Lock()
+	d.mu.wakeBy = now
+	d.mu.Unlock()
+	d.flushing.Lock()
+	d.flushing.lastOK = now
+	d.flushing.Unlock()
 	d.goFunc(d.run)
 	d.goFunc(d.flushLoop)
 	return nil
@@ -259,7 +293,32 @@ func (d *Dispatcher) Attempt(k keys.Key) uint32 {
 
 func (d *Dispatcher) nowNs() int64 { return d.cfg.Now().UnixNano() }
 
+// after is the time d after now, in Unix ns, saturated at never: a wait
+// that reaches past the latest time an int64 holds (in 2262) means "not
+// before then", never a sum that wraps around into the past. A negative d
+// counts as 0.
+func after(now int64, d time.Duration) int64 {
+	if d <= 0 {
+		return now
+	}
+	if now > 0 && int64(d) > never-now {
+		return never
+	}
+	return now + int64(d)
+}
+
+// msToNs converts Unix ms to Unix ns, saturated at never.
+func msToNs(ms int64) int64 {
+	if ms > never/int64(time.Millisecond) {
+		return never
+	}
+	return ms * int64(time.Millisecond)
+}
+
 func (d *Dispatcher) signal() {
+	if d.signaledAt.Load() == 0 {
+		d.signaledAt.CompareAndSwap(0, d.nowNs())
+	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -280,7 +339,7 @@ func (d *Dispatcher) topicLocked(hash uint64) *topic {
 // of a scan: with raw-millisecond buckets the key holds the fire time
 // rounded up, and the range ends at the current millisecond.
 func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
-	return max(fireAtNs, keys.BucketStartMs(k.Bucket(), d.bucketMs)*int64(time.Millisecond))
+	return max(fireAtNs, msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)))
 }
 
 // Notify tells the dispatcher about a message just committed, so it is
@@ -330,10 +389,18 @@ func (t *topic) rewindLocked(k keys.Key) {
 	}
 }
 
-// forgetLocked drops f. mu must be held.
+// forgetLocked drops f. If that makes room in a full in-flight window, it
+// wakes the loop, which does not wait for due topics while the window is
+// full (see untilNext). mu must be held.
 func (d *Dispatcher) forgetLocked(f *flight) {
 	d.mu.timers.unschedule(f)
+	if d.mu.flights[f.key] != f {
+		return
+	}
 	delete(d.mu.flights, f.key)
+	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && len(d.mu.due) > 0 {
+		d.signal()
+	}
 }
 
 // committed is the deleter's callback: these keys are gone from the store.
@@ -349,11 +416,7 @@ func (d *Dispatcher) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wait := d.pass()
-		if wait < 0 {
-			wait = time.Hour
-		}
-		timer.Reset(wait)
+		timer.Reset(d.pass())
 		select {
 		case <-d.done:
 			return
@@ -365,8 +428,10 @@ func (d *Dispatcher) run() {
 
 // pass does what is due now and returns how long to sleep.
 func (d *Dispatcher) pass() time.Duration {
+	d.signaledAt.Store(0)
 	now := d.nowNs()
 	d.mu.Lock()
+	d.mu.passStart = now
 	d.mu.pass++
 	pass := d.mu.pass
 	for _, k := range d.mu.committed {
@@ -378,8 +443,13 @@ func (d *Dispatcher) pass() time.Duration {
 	}
 	d.mu.committed = d.mu.committed[:0]
 
-	budget := min(d.cfg.PassLimit, d.cfg.MaxInFlight-len(d.mu.flights))
+	// NB: a redelivery needs no room in the in-flight window: its flight
+	// holds a slot already. Only first deliveries wait for room, so a
+	// window full of NAKed or unanswered deliveries still redelivers them.
+	passBudget := d.cfg.PassLimit
+	room := d.cfg.MaxInFlight - len(d.mu.flights)
 	var redeliver, deadLetter []*flight
+timers:
 	for len(d.mu.timers) > 0 && d.mu.timers[0].deadline <= now {
 		f := d.mu.timers[0]
 		switch f.state {
@@ -393,7 +463,7 @@ func (d *Dispatcher) pass() time.Duration {
 			}
 			if b := d.backoffAfter(f.attempt); b > 0 {
 				f.state = stateRetry
-				d.mu.timers.schedule(f, now+int64(b))
+				d.mu.timers.schedule(f, after(now, b))
 				continue
 			}
 			fallthrough
@@ -413,30 +483,19 @@ func (d *Dispatcher) pass() time.Duration {
 				d.mu.timers.schedule(f, t.blockedUntil)
 				continue
 			}
-			if budget <= 0 {
-				// Over the in-flight bound: try again when answers free room.
+			if passBudget <= 0 {
+				// This pass is full; it stays due, so the next pass starts
+				// at once and takes it.
 				f.state = stateRetry
-				d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
-				continue
+				break timers
 			}
-			budget--
+			passBudget--
 			d.mu.timers.unschedule(f)
 			f.state = stateRetry
 			redeliver = append(redeliver, f)
 		default:
 			d.mu.timers.unschedule(f)
 		}
-	}
-	var due []*topic
-	for len(d.mu.due) > 0 && d.mu.due[0].next <= now {
-		t := d.mu.due[0]
-		d.mu.due.unschedule(t)
-		t.next = never // lets Notify schedule it again during the scan
-		if t.probeOpen {
-			// NB: one probe at a time: its flush puts the topic back.
-			continue
-		}
-		due = append(due, t)
 	}
 	d.mu.Unlock()
 
@@ -452,7 +511,7 @@ func (d *Dispatcher) pass() time.Duration {
 		case err != nil:
 			d.log.Warn("reading message to redeliver", "tag", f.key, "err", err)
 			d.mu.Lock()
-			d.mu.timers.schedule(f, now+int64(d.cfg.NoRespondersBackoff))
+			d.mu.timers.schedule(f, after(now, d.cfg.NoRespondersBackoff))
 			d.mu.Unlock()
 			continue
 		case expired(msg, now):
@@ -470,14 +529,31 @@ func (d *Dispatcher) pass() time.Duration {
 	for _, f := range deadLetter {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
 	}
+	// NB: due topics are taken one at a time, and only while there is
+	// budget: the rest stay in the heap as they are, so a pass costs what
+	// it delivers, not what is due. With the window full it takes none, and
+	// untilNext does not count them; the flight that frees room wakes the
+	// loop.
+	budget := min(passBudget, room)
 	var probed []*topic
-	for _, t := range due {
-		if budget <= 0 {
-			d.mu.Lock()
-			d.mu.due.schedule(t, now)
+	for budget > 0 {
+		d.mu.Lock()
+		if len(d.mu.due) == 0 || d.mu.due[0].next > now || d.mu.due[0].scanPass == pass {
+			// Nothing more due, or only topics scanned in this pass and put
+			// back as due still: the next pass, at once, takes them.
+			d.mu.Unlock()
+			break
+		}
+		t := d.mu.due[0]
+		d.mu.due.unschedule(t)
+		t.next = never // lets Notify schedule it again during the scan
+		if t.probeOpen {
+			// NB: one probe at a time: its flush puts the topic back.
 			d.mu.Unlock()
 			continue
 		}
+		t.scanPass = pass
+		d.mu.Unlock()
 		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
 		budget -= n
 		if probe {
@@ -502,23 +578,29 @@ func (d *Dispatcher) backoffAfter(attempt uint32) time.Duration {
 	return d.cfg.Backoff[i]
 }
 
-// untilNext is the sleep until the earliest topic or timer.
+// untilNext is the sleep until the earliest topic or timer. While the
+// in-flight window is full no topic can be scanned, so only timers count:
+// the flight whose end makes room wakes the loop (see forgetLocked).
 func (d *Dispatcher) untilNext() time.Duration {
+	now := d.nowNs()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	next := int64(never)
-	if len(d.mu.due) > 0 {
+	scannable := len(d.mu.due) > 0 && len(d.mu.flights) < d.cfg.MaxInFlight
+	if scannable {
 		next = d.mu.due[0].next
 	}
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
 	}
-	pending := len(d.mu.committed) > 0 || (len(d.mu.due) > 0 && d.mu.due[0].next <= d.nowNs())
-	d.mu.Unlock()
-	if pending {
-		return 0
+	wait := time.Hour // nothing known to be due: look again in an hour
+	switch {
+	case len(d.mu.committed) > 0 || (scannable && next <= now):
+		wait = 0
+	case next != never:
+		wait = max(time.Duration(next-now), 0)
 	}
-	if next == never {
-		return -1
-	}
-	return max(time.Duration(next-d.nowNs()), 0)
+	d.mu.passStart = 0
+	d.mu.wakeBy = after(now, wait)
+	return wait
 }

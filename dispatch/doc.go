@@ -25,6 +25,11 @@
 //   - A delivery that reached no subscriber (NoResponders) is not an attempt:
 //     the message stays pending, its topic backs off and is then probed with
 //     one message before delivery resumes, so nobody listening costs nothing.
+//   - A full in-flight window (Config.MaxInFlight) holds back first
+//     deliveries only: redeliveries go on, since each flight holds its
+//     slot, and the loop sleeps until a settled flight makes room.
+//   - A wait (ack wait, NAK delay, backoff) that reaches past the latest
+//     time an int64 of nanoseconds holds means "not before then".
 //   - A message is deleted only after an ACK, a TERM, expiry, dead-lettering
 //     or cancellation, or, with AckPolicy none, once it was published to a
 //     subscriber.

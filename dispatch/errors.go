@@ -15,4 +15,7 @@ var (
 	// is not waiting for an answer (already settled, or not delivered by this
 	// process). It is a no-op.
 	ErrNotInFlight = errors.New("dispatch: message is not in flight")
+	// ErrNotDelivering is wrapped by the errors of Health: the dispatcher
+	// is not started, or has stopped making progress (see Health).
+	ErrNotDelivering = errors.New("dispatch: not delivering")
 )

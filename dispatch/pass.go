@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -71,7 +72,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	if err != nil {
 		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
 		d.mu.Lock()
-		d.rescheduleLocked(t, now+int64(d.cfg.NoRespondersBackoff))
+		d.rescheduleLocked(t, after(now, d.cfg.NoRespondersBackoff))
 		d.mu.Unlock()
 		return 0, false
 	}
@@ -226,7 +227,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		}
 		f.state = stateSent
 		f.pass = pass
-		d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.mu.Unlock()
 		err := d.pub.Deliver(f.key, o.msg, f.attempt)
 		d.pubMu.Unlock()
@@ -240,14 +241,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Unlock()
 			continue
 		}
-		if f.attempt > 1 {
-			d.stats.redelivered.Add(1)
-		} else {
-			d.stats.delivered.Add(1)
-		}
-		if obs := d.cfg.Observer; obs != nil {
-			obs.Delivered(o.msg, f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs))
-		}
+		o.attempt, o.lateness = f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs)
 		sent = append(sent, o)
 	}
 	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
@@ -287,6 +281,9 @@ func (d *Dispatcher) flushLoop() {
 		}
 		batches := q.batches
 		q.batches = nil
+		if len(batches) > 0 {
+			q.busySince = d.nowNs()
+		}
 		q.Unlock()
 		if len(batches) == 0 {
 			return // stopped, and everything is settled
@@ -303,6 +300,12 @@ func (d *Dispatcher) flushLoop() {
 		}
 		q.Lock()
 		q.unflushed -= n
+		q.busySince = 0
+		if now := d.nowNs(); err == nil {
+			q.lastOK, q.lastErr = now, nil
+		} else {
+			q.lastErr, q.lastFail = err, now
+		}
 		q.Unlock()
 		q.cond.Broadcast()
 		d.signal() // probes were put back; flights may have been forgotten
@@ -314,12 +317,17 @@ func (d *Dispatcher) flushLoop() {
 // during the pass, and puts probed topics back in the due heap.
 func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	var settle []keys.Key
-	var updates []outgoing
+	var updates, reached []outgoing
 	var terms []*flight
 	now := d.nowNs()
 	d.mu.Lock()
 	for _, o := range b.sent {
 		f := o.f
+		// NB: counted whatever became of its flight since: an ACK may
+		// have settled it before this flush came back.
+		if err == nil && f.lostPass != b.pass && !(f.pass == b.pass && f.term != nil && f.bounced) {
+			reached = append(reached, o)
+		}
 		if f.pass != b.pass {
 			continue // delivered again since
 		}
@@ -364,6 +372,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 		d.rescheduleLocked(t, now)
 	}
 	d.mu.Unlock()
+	d.countReached(reached)
 	for _, f := range terms {
 		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
 	}
@@ -379,10 +388,27 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	}
 }
 
+// countReached counts deliveries that reached a subscriber, and tells the
+// observer.
+func (d *Dispatcher) countReached(reached []outgoing) {
+	obs := d.cfg.Observer
+	for _, o := range reached {
+		if o.attempt > 1 {
+			d.stats.redelivered.Add(1)
+		} else {
+			d.stats.delivered.Add(1)
+		}
+		if obs != nil {
+			obs.Delivered(o.msg, o.attempt, o.lateness)
+		}
+	}
+}
+
 // unsendLocked forgets a delivery that did not reach anyone, so the next
 // scan of its topic delivers it again in order, as the same attempt.
 // mu must be held.
 func (d *Dispatcher) unsendLocked(f *flight) {
+	f.lostPass = f.pass
 	if f.counted > 0 {
 		d.mu.unsent[f.key] = f.counted
 	}
@@ -391,18 +417,16 @@ func (d *Dispatcher) unsendLocked(f *flight) {
 }
 
 // blockLocked backs topic t off after a delivery bounced, unless it is
-// backing off already. mu must be held.
+// backing off already, and schedules it for when the back-off ends: the
+// bounced message is due, so that is when t is due again, however much
+// later its next message is. mu must be held.
 func (d *Dispatcher) blockLocked(t *topic, now int64) {
-	if t.blockedUntil > now {
-		d.rescheduleLocked(t, t.blockedUntil)
-		return
+	if t.blockedUntil <= now {
+		t.backoff = min(max(t.backoff+min(t.backoff, math.MaxInt64-t.backoff), d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
+		t.blockedUntil = after(now, t.backoff)
+		t.probing = true
 	}
-	t.backoff = min(max(2*t.backoff, d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
-	t.blockedUntil = now + int64(t.backoff)
-	t.probing = true
-	if t.idx >= 0 {
-		d.mu.due.schedule(t, max(t.next, t.blockedUntil))
-	} else {
-		d.mu.due.schedule(t, t.blockedUntil)
-	}
+	// NB: not max(t.next, ...): the scan that delivered the bounced
+	// message may have put t back at the time of the message after it.
+	d.mu.due.schedule(t, t.blockedUntil)
 }

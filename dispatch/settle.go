@@ -62,10 +62,10 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		}
 		if a.Kind == AckNak {
 			f.state = stateRetry
-			d.mu.timers.schedule(f, now+int64(max(a.Delay, 0)))
+			d.mu.timers.schedule(f, after(now, a.Delay))
 			d.stats.nacked.Add(1)
 		} else {
-			d.mu.timers.schedule(f, now+int64(d.cfg.AckWait))
+			d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 			d.stats.progress.Add(1)
 		}
 		first := f.idx == 0
@@ -132,24 +132,41 @@ func (d *Dispatcher) markSettlingLocked(k keys.Key) *flight {
 	return f
 }
 
-// NoResponders reports that the delivery under k reached no subscriber. The
-// attempt does not count: the message stays pending, and its topic backs off.
-// Unknown keys and settled messages are ignored.
-func (d *Dispatcher) NoResponders(k keys.Key) {
+// NoResponders reports that the delivery under k reached no subscriber, and
+// returns whether it took the report as that. The attempt does not count:
+// the message stays pending, and its topic backs off. Unknown keys and
+// settled messages are ignored (true).
+//
+// The server sends its notice as it processes the delivery, before the
+// flush that follows the delivery's pass comes back. Once that flush has
+// told that the delivery reached someone, or when no delivery of k is
+// under way, a report cannot be the server's notice: NoResponders then
+// changes nothing and returns false, and the caller should treat the
+// message as a consumer's answer (a consumer can send a Status: 503
+// header too, and a client library cannot tell the two apart).
+func (d *Dispatcher) NoResponders(k keys.Key) bool {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f := d.mu.flights[k]
-	if f != nil && f.term != nil {
+	switch {
+	case f == nil:
+		return true
+	case f.term != nil && f.counted < f.attempt:
 		f.bounced = true
-	}
-	if f == nil || f.state != stateSent {
-		return
+		return true
+	case f.state == stateSettling:
+		return true
+	case f.state != stateSent || f.counted >= f.attempt:
+		// NB: its last delivery reached a subscriber, or the next one is
+		// not out yet.
+		return false
 	}
 	d.stats.noResponders.Add(1)
 	f.topic.noRespPass = f.pass
 	d.unsendLocked(f)
 	d.blockLocked(f.topic, now)
+	return true
 }
 
 // Cancel deletes the pending message under k. Once it returns, the message
@@ -253,7 +270,7 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 			d.mu.Lock()
 			if f := d.mu.flights[k]; f != nil {
 				f.state = stateRetry
-				d.mu.timers.schedule(f, d.nowNs()+int64(d.cfg.NoRespondersMaxBackoff))
+				d.mu.timers.schedule(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
 			}
 			delete(d.mu.canceled, k)
 			d.mu.Unlock()

@@ -8,19 +8,26 @@ import (
 )
 
 // Observer is told about deliveries, for metrics. Its methods are called by
-// the dispatch loop and must not block.
+// the dispatcher's goroutines and must not block.
 type Observer interface {
-	// Delivered is called for every delivery published; lateness is the time
-	// since the message's fire time.
+	// Delivered is called for every delivery that reached a subscriber,
+	// once the flush after it has told so (see Stats.Delivered); lateness
+	// is the time from the message's fire time to the publish. msg must
+	// not be modified or kept.
 	Delivered(msg *delaystore.StoredMessage, attempt uint32, lateness time.Duration)
 }
 
 // Stats are counters since the dispatcher started. Each field is read
 // atomically; together they are not a consistent snapshot.
 type Stats struct {
-	Delivered    uint64 `json:"delivered"`   // first deliveries published
-	Redelivered  uint64 `json:"redelivered"` // deliveries with attempt > 1
-	Acked        uint64 `json:"acked"`       // +ACK that settled a pending message
+	// Delivered counts first deliveries that reached a subscriber: they
+	// were published, and the flush after them came back without a
+	// no-responders notice. A delivery that bounced is counted in
+	// NoResponders instead, and one whose flush failed in neither.
+	Delivered uint64 `json:"delivered"`
+	// Redelivered counts the same for deliveries with attempt > 1.
+	Redelivered  uint64 `json:"redelivered"`
+	Acked        uint64 `json:"acked"` // +ACK that settled a pending message
 	Nacked       uint64 `json:"nacked"`
 	Progress     uint64 `json:"progress"`
 	Termed       uint64 `json:"termed"`
