@@ -344,7 +344,10 @@ func (s *Service) goFunc(f func()) {
 }
 
 // Ready reports whether the service can take and deliver messages: it is
-// not closing, its store has not failed, and its NATS connection is up.
+// not closing, its NATS connection is up, its store has not failed, and
+// its dispatcher is delivering (see dispatch.Dispatcher.Health: not stuck
+// in a pass, a flush or a wait it should have woken from). The error says
+// which.
 func (s *Service) Ready() error {
 	s.ingestMu.RLock()
 	closing := s.closing
@@ -355,7 +358,13 @@ func (s *Service) Ready() error {
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
-	return s.storageErr()
+	if err := s.storageErr(); err != nil {
+		return err
+	}
+	if err := s.gen.Load().disp.Health(); err != nil {
+		return unavailable("%v", err)
+	}
+	return nil
 }
 
 // Repository is the event repository of the current store, for reading
