@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,10 +45,15 @@ func newPublisher(nc *nats.Conn, ackPrefix string) *publisher {
 
 func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(timeLayout) }
 
-// header rebuilds the stored headers and adds the delivery headers.
+// deliveryHeader rebuilds the stored headers and adds the delivery
+// headers. The service's own headers replace stored ones of the same name
+// in any case, which ingest refuses now but older versions stored.
 func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32, extra int) nats.Header {
 	h := make(nats.Header, len(msg.Headers)+5+extra)
 	for _, kv := range msg.Headers {
+		if isOwnHeader(kv.Name) {
+			continue
+		}
 		h[kv.Name] = kv.Values
 	}
 	h[HeaderTag] = []string{key.Tag()}
@@ -58,6 +64,20 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 		h[HeaderID] = []string{msg.ClientId}
 	}
 	return h
+}
+
+// isOwnHeader reports whether name is, in any case, a header the service
+// sets on deliveries or dead letters.
+func isOwnHeader(name string) bool {
+	if len(name) < len(HeaderTag) || !strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix) {
+		return false
+	}
+	for _, o := range ownHeaders {
+		if strings.EqualFold(name, o) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt uint32) error {

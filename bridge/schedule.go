@@ -193,18 +193,54 @@ func parseDuration(name, v string) (time.Duration, error) {
 	if isDigits(v) {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-			return 0, badRequest("%s %q: too large", name, clip(v))
+			return 0, badRequest("%s %q: too large: the maximum is %d milliseconds", name, clip(v), math.MaxInt64/int64(time.Millisecond))
 		}
 		return time.Duration(ms) * time.Millisecond, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
+		if durationSyntax(v) {
+			return 0, badRequest("%s %q: too large: the maximum is %v", name, clip(v), time.Duration(math.MaxInt64))
+		}
 		return 0, badRequest("%s %q: want a Go duration such as 90s, or integer milliseconds", name, clip(v))
 	}
 	if d < 0 {
 		return 0, badRequest("%s %q: must not be negative", name, clip(v))
 	}
 	return d, nil
+}
+
+// durationSyntax reports whether v is written as time.ParseDuration
+// expects, [-+]?([0-9]*(\.[0-9]*)?unit)+ or 0, so that a value it still
+// refuses is one too large for a time.Duration.
+func durationSyntax(v string) bool {
+	if v != "" && (v[0] == '-' || v[0] == '+') {
+		v = v[1:]
+	}
+	if v == "" {
+		return false
+	}
+	for v != "" {
+		i := 0
+		for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+			i++
+		}
+		if i == 0 || strings.Count(v[:i], ".") > 1 || v[:i] == "." {
+			return false
+		}
+		v = v[i:]
+		j := 0
+		for j < len(v) && !(v[j] >= '0' && v[j] <= '9' || v[j] == '.') {
+			j++
+		}
+		switch v[:j] {
+		case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		v = v[j:]
+	}
+	return true
 }
 
 // parseAt reads RFC 3339 (fractions allowed) or Unix seconds (decimals
@@ -227,9 +263,18 @@ func parseAt(v string) (time.Time, error) {
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
 		}
+		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
+		// the offset; RFC 3339 allows 23 and 59.
+		if off := v[len(v)-1:]; off != "Z" && off != "z" {
+			off = v[len(v)-6:]
+			if off[1:3] > "23" || off[4:6] > "59" {
+				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", HeaderAt, clip(v), off)
+			}
+		}
 	}
-	if t.Year() < 1970 {
-		return t, badRequest("%s %q: before 1970: %s", HeaderAt, clip(v), want)
+	// NB: compare instants: the year of t is the year in its own offset.
+	if t.Before(time.Unix(0, 0)) {
+		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", HeaderAt, clip(v), want)
 	}
 	if !t.Before(maxFireAt) {
 		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))

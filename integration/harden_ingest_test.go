@@ -1,0 +1,280 @@
+package integration_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"natsdelay/bridge"
+	"natsdelay/delaystore"
+)
+
+// startServerWith runs an embedded nats-server like startServer, with mod
+// applied to its options.
+func startServerWith(tb testing.TB, mod func(*server.Options)) *server.Server {
+	tb.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	mod(&opts)
+	s := natsserver.RunServer(&opts)
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// requestVia sends m as a request whose reply subject is the short
+// subject reply, so that the request's own protocol line leaves as much
+// room as possible for its target subject.
+func requestVia(tb testing.TB, nc *nats.Conn, reply string, m *nats.Msg) *nats.Msg {
+	tb.Helper()
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		tb.Fatalf("subscribe %s: %v", reply, err)
+	}
+	defer sub.Unsubscribe()
+	m.Reply = reply
+	if err := nc.PublishMsg(m); err != nil {
+		tb.Fatalf("publish %s: %v", clip([]byte(m.Subject)), err)
+	}
+	rep, err := sub.NextMsg(wait)
+	if err != nil {
+		tb.Fatalf("reply to %s: %v", clip([]byte(m.Subject)), err)
+	}
+	return rep
+}
+
+// longSubject is a concrete subject of exactly n bytes.
+func longSubject(n int) string {
+	return "long." + strings.Repeat("s", n-len("long."))
+}
+
+// wantServing fails tb unless the service is still connected and still
+// schedules and delivers: an ordinary message goes all the way through.
+func wantServing(tb testing.TB, h *harness) {
+	tb.Helper()
+	if err := h.svc.Ready(); err != nil {
+		tb.Fatalf("service not ready: %v", err)
+	}
+	ch := subscribe(tb, h.nc, "alive.t")
+	schedule(tb, h.nc, newMsg("alive.t", "still here"))
+	r := next(tb, ch, "an ordinary delivery after the hostile one")
+	ackSync(tb, h.nc, r.Msg, "+ACK")
+}
+
+// preStore writes msgs into st directly, as an older version of the
+// service that did not check them would have stored them.
+func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMessage) {
+	tb.Helper()
+	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+	if err != nil {
+		tb.Fatalf("OpenRepository: %v", err)
+	}
+	if _, err := repo.Schedule(msgs, delaystore.Sync); err != nil {
+		tb.Fatalf("Schedule: %v", err)
+	}
+	if err := repo.Close(); err != nil {
+		tb.Fatalf("Repository.Close: %v", err)
+	}
+}
+
+// overage reads the "<n> over" figure of a size error.
+func overage(tb testing.TB, rep *nats.Msg) int {
+	tb.Helper()
+	desc := rep.Header.Get(bridge.HeaderServiceError)
+	before, _, ok := strings.Cut(desc, " over the server's")
+	if !ok {
+		tb.Fatalf("description %q does not say by how much", desc)
+	}
+	n, err := strconv.Atoi(before[strings.LastIndexByte(before, ' ')+1:])
+	if err != nil || n <= 0 {
+		tb.Fatalf("description %q: overage: %v", desc, err)
+	}
+	return n
+}
+
+// warnings is a slog handler that passes records to the test log and
+// hands WARN records whose message starts with prefix to a channel.
+type warnings struct {
+	slog.Handler
+	prefix string
+	ch     chan slog.Record
+}
+
+func newWarnings(tb testing.TB, prefix string) *warnings {
+	return &warnings{Handler: slog.NewTextHandler(tb.Output(), nil), prefix: prefix, ch: make(chan slog.Record, 1024)}
+}
+
+func (w *warnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, w.prefix) {
+		select {
+		case w.ch <- r.Clone():
+		default:
+		}
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w *warnings) WithAttrs(as []slog.Attr) slog.Handler {
+	return &warnings{Handler: w.Handler.WithAttrs(as), prefix: w.prefix, ch: w.ch}
+}
+
+func (w *warnings) WithGroup(name string) slog.Handler {
+	return &warnings{Handler: w.Handler.WithGroup(name), prefix: w.prefix, ch: w.ch}
+}
+
+// attr is the value of key in r, as a string.
+func attr(r slog.Record, key string) string {
+	var v string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// counterValue is the value of the counter name with the given labels in
+// reg, 0 when it has not been counted.
+func counterValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// rawRequest sends one HPUB with the raw header block hdr over its own
+// TCP connection, and returns the raw reply (headers and body).
+func rawRequest(tb testing.TB, srv *server.Server, subject, hdr, data string) string {
+	tb.Helper()
+	addr := srv.Addr().String()
+	c, err := net.DialTimeout("tcp", addr, wait)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	rd := bufio.NewReader(c)
+	if _, err := rd.ReadString('\n'); err != nil { // INFO
+		tb.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"no_responders\":true,\"protocol\":1}\r\nSUB raw.reply 1\r\n")
+	fmt.Fprintf(c, "HPUB %s raw.reply %d %d\r\n%s%s\r\nPING\r\n", subject, len(hdr), len(hdr)+len(data), hdr, data)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			tb.Fatalf("raw reply: %v", err)
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0, f[0] == "PONG", f[0] == "PING":
+			continue
+		case f[0] == "HMSG" || f[0] == "MSG":
+			n, _ := strconv.Atoi(f[len(f)-1])
+			b := make([]byte, n+2)
+			if _, err := io.ReadFull(rd, b); err != nil {
+				tb.Fatal(err)
+			}
+			return string(b[:n])
+		default:
+			tb.Fatalf("raw reply: unexpected %q", line)
+		}
+	}
+}
+
+// TestHarden_DelayAt_Edges checks the time rules of ingest against the
+// instant, not the local calendar: 1970 means the Unix epoch in UTC, a
+// zone offset must be within RFC 3339's ±23:59, and a duration too large
+// for the service says so and what the maximum is.
+func TestHarden_DelayAt_Edges(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, c := range []struct{ name, value, want string }{
+		{"Delay-At", "1970-01-01T00:30:00+01:00", "before 1970-01-01T00:00:00Z"},
+		{"Delay-At", "2030-01-01T00:00:00+24:00", "zone offset +24:00: want -23:59 to +23:59"},
+		{"Delay-At", "2030-01-01T00:00:00-24:00", "zone offset -24:00"},
+		{"Delay-At", "2030-01-01T00:00:00+12:60", "zone offset +12:60"},
+		{"Delay", "2562048h", `Delay "2562048h": too large: the maximum is 2562047h47m16.854775807s`},
+		{"Delay-TTL", "9999999999h", `Delay-TTL "9999999999h": too large`},
+		{"Delay", "99999999999999999999", "too large: the maximum is"},
+	} {
+		rep, err := h.nc.RequestMsg(newMsg("at.t", "x", c.name, c.value), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, c.name+" "+c.value, rep, 400, c.want)
+	}
+	// 23:30 on the last day of 1969 at -01:00 is half past midnight on the
+	// first day of 1970 in UTC: in the past, so due now.
+	ch := subscribe(t, h.nc, "at.t")
+	schedule(t, h.nc, newMsg("at.t", "x", "Delay-At", "1969-12-31T23:30:00-01:00"))
+	schedule(t, h.nc, newMsg("at.t", "y", "Delay-At", "2030-01-01T00:00:00+23:59", "Delay-Id", "far"))
+	r := next(t, ch, "a Delay-At in the first hour of 1970 UTC")
+	ackSync(t, h.nc, r.Msg, "+ACK")
+}
+
+// TestHarden_OwnHeaders_Replace checks that a delivery carries exactly one
+// of each of the service's own headers, its own values, whatever the case
+// of a publisher header of the same name stored by an older version.
+func TestHarden_OwnHeaders_Replace(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	st := memStore(t)
+	now := time.Now()
+	preStore(t, st, &delaystore.StoredMessage{
+		Subject: "own.t", Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano(),
+		Headers: []*delaystore.Header{
+			{Name: "delay-tag", Values: []string{"forged"}},
+			{Name: "DELAY-ATTEMPT", Values: []string{"99"}},
+			{Name: "Delay-Fire-At", Values: []string{"never"}},
+			{Name: "X-Kept", Values: []string{"yes"}},
+		},
+	})
+	nc := connect(t, srv)
+	ch := subscribe(t, nc, "own.t")
+	startService(t, srv, st, nil)
+	r := next(t, ch, "the delivery")
+	for _, name := range []string{bridge.HeaderTag, bridge.HeaderAttempt, bridge.HeaderFireAt} {
+		var vals []string
+		for k, vs := range r.Header {
+			if strings.EqualFold(k, name) {
+				vals = append(vals, vs...)
+			}
+		}
+		if len(vals) != 1 || vals[0] == "forged" || vals[0] == "99" || vals[0] == "never" {
+			t.Fatalf("%s in any case: %q, want only the service's value (headers %v)", name, vals, r.Header)
+		}
+	}
+	if r.Header.Get("X-Kept") != "yes" {
+		t.Fatalf("X-Kept = %q, want yes: other headers are passed on", r.Header.Get("X-Kept"))
+	}
+	ackSync(t, nc, r.Msg, "+ACK")
+}
