@@ -156,7 +156,10 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 }
 
 // passedHeaders are the publisher's headers without the control headers, in
-// name order so that what is stored does not depend on map order.
+// name order so that what is stored does not depend on map order. Names in
+// the reserved Delay- prefix that are not control headers are refused, so a
+// typo (Delay-Ttl-Ms) is not passed on silently, and so are names nats.go
+// cannot publish, which would make the message undeliverable.
 //
 // NB: headers are stored as protobuf strings, which must be valid UTF-8.
 // One message that does not encode fails its whole group commit, so every
@@ -175,6 +178,13 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 		if !utf8.ValidString(k) {
 			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", clip(k))
 		}
+		if !publishableName(k) {
+			return nil, badRequest("header name %q: want printable ASCII without ':', or it cannot be delivered", clip(k))
+		}
+		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
+			return nil, badRequest("header %s: unknown in the reserved %s prefix: want one of %s (names match in any case)",
+				clip(k), reservedPrefix, strings.Join(controlHeaders, ", "))
+		}
 		for _, v := range h[k] {
 			if !utf8.ValidString(v) {
 				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", clip(k), clip(v))
@@ -183,6 +193,18 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 		out = append(out, &delaystore.Header{Name: k, Values: slices.Clone(h[k])})
 	}
 	return out, nil
+}
+
+// publishableName reports whether nats.go publishes a header of this name:
+// it reads any name but publishes only printable ASCII without a colon,
+// and fails the whole publish otherwise.
+func publishableName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if k[i] < '!' || k[i] > '~' || k[i] == ':' {
+			return false
+		}
+	}
+	return k != ""
 }
 
 // parseDuration reads a Go duration (90s, 1h30m) or integer milliseconds.

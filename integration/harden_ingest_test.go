@@ -171,6 +171,46 @@ func counterValue(tb testing.TB, reg *prometheus.Registry, name string, labels m
 	return 0
 }
 
+// TestHarden_Ingest_HeaderRules checks the header rules of ingest: an
+// unknown header in the reserved Delay- prefix, under any spelling, is a
+// 400 that lists the known ones instead of being passed on silently, and
+// so is a header name nats.go cannot publish, which would make the
+// message undeliverable; the known ones still work in any case.
+func TestHarden_Ingest_HeaderRules(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	const known = "Delay, Delay-At, Delay-TTL, Delay-Id, Delay-Ack, Delay-Max-Deliver"
+	for _, hdr := range [][]string{
+		{"Delay-Ttl-Ms", "5000"},
+		{"Delay-Cancel", "true"},
+		{"delay-tag", "forged"},
+		{"DELAY-ATTEMPT", "7"},
+		{"Delay-", "x"},
+	} {
+		rep, err := h.nc.RequestMsg(newMsg("hdr.t", "x", hdr...), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, hdr[0], rep, 400, fmt.Sprintf("header %s: unknown in the reserved Delay- prefix: want one of %s", hdr[0], known))
+	}
+	schedule(t, h.nc, newMsg("hdr.t", "x", "delay", "1h", "DELAY-TTL", "1s", "delay-id", "a", "Delay-ack", "none", "delay-max-deliver", "3", "Delayed", "passed on"))
+
+	// nats.go reads any header name but publishes only printable ASCII
+	// without a colon; such a message could never be delivered.
+	rep := rawRequest(t, h.srv, "delay.hdr.t", "NATS/1.0\r\nX Space: 1\r\n\r\n", "x")
+	if !strings.Contains(rep, "400") || !strings.Contains(rep, "printable ASCII") {
+		t.Fatalf("header name with a space: reply %q, want a 400 about printable ASCII", rep)
+	}
+	rep = rawRequest(t, h.srv, "delay.hdr.t", "NATS/1.0\r\nX-Grüße: 1\r\n\r\n", "x")
+	if !strings.Contains(rep, "400") || !strings.Contains(rep, "printable ASCII") {
+		t.Fatalf("header name not ASCII: reply %q, want a 400 about printable ASCII", rep)
+	}
+	if p := h.svc.Repository().Pending(); p != 1 {
+		t.Fatalf("pending = %d, want only the valid message", p)
+	}
+	wantServing(t, h)
+}
+
 // rawRequest sends one HPUB with the raw header block hdr over its own
 // TCP connection, and returns the raw reply (headers and body).
 func rawRequest(tb testing.TB, srv *server.Server, subject, hdr, data string) string {
@@ -195,7 +235,7 @@ func rawRequest(tb testing.TB, srv *server.Server, subject, hdr, data string) st
 		}
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 0, f[0] == "PONG", f[0] == "PING":
+		case len(f) == 0, f[0] == "PONG", f[0] == "PING", f[0] == "INFO", f[0] == "+OK":
 			continue
 		case f[0] == "HMSG" || f[0] == "MSG":
 			n, _ := strconv.Atoi(f[len(f)-1])
