@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/delaystore"
+	"natsdelay/keys"
 )
 
 // maxFireAt is the latest fire or expiry time that can be stored: times are
@@ -22,6 +23,16 @@ const maxClientIDLen = 256
 // scheduleLimits are the parts of the configuration that ingest checks.
 type scheduleLimits struct {
 	maxPayload int
+	// serverMaxPayload is the server's max_payload, which a delivery or
+	// dead letter with every header must fit; 0 does not check.
+	serverMaxPayload int
+	// maxControlLine is the server's max_control_line, which the protocol
+	// line of a delivery must fit; 0 does not check.
+	maxControlLine int
+	// ackPrefix is the prefix of the reply subject of deliveries.
+	ackPrefix string
+	// deadLetter is the dead-letter subject, if any.
+	deadLetter string
 	// reserved are subject prefixes the service answers on itself; a target
 	// inside them would loop back into the service.
 	reserved []string
@@ -152,7 +163,50 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	if msg.Headers, err = passedHeaders(h); err != nil {
 		return nil, err
 	}
+	if err := checkDeliverable(msg, lim); err != nil {
+		return nil, err
+	}
 	return msg, nil
+}
+
+// checkDeliverable refuses a message that could be stored but never
+// published: a delivery whose protocol line would exceed the server's
+// max_control_line makes the server close the service's connection, and
+// one over max_payload is refused by nats.go on every attempt. It measures
+// the delivery and the dead letter as the publisher builds them, with
+// every header the service adds at its largest.
+func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
+	var k keys.Key
+	d := deliveryMsg(lim.ackPrefix, k, msg, maxAttempt)
+	hl := headerLen(d.Header)
+	total := hl + len(d.Data)
+	if lim.maxControlLine > 0 {
+		if n := controlLineLen(d.Subject, d.Reply, hl, total); n > lim.maxControlLine {
+			return badRequest("target subject is %d bytes, too long to deliver: the delivery's protocol line (subject, reply subject %s.<tag>, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
+				len(msg.Subject), lim.ackPrefix, n, n-lim.maxControlLine, lim.maxControlLine)
+		}
+	}
+	if lim.serverMaxPayload > 0 && total > lim.serverMaxPayload {
+		return badRequest("payload of %d bytes: the delivery with its headers (%d bytes, the service's own included) would be %d bytes, %d over the server's max_payload of %d",
+			len(msg.Payload), hl, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
+	}
+	if lim.deadLetter == "" {
+		return nil
+	}
+	dl := deadLetterMsg(lim.deadLetter, k, msg, maxAttempt, strings.Repeat("x", maxReasonLen))
+	hl = headerLen(dl.Header)
+	total = hl + len(dl.Data)
+	if lim.maxControlLine > 0 {
+		if n := controlLineLen(dl.Subject, dl.Reply, hl, total); n > lim.maxControlLine {
+			return badRequest("the dead letter's protocol line (subject %s, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
+				lim.deadLetter, n, n-lim.maxControlLine, lim.maxControlLine)
+		}
+	}
+	if lim.serverMaxPayload > 0 && total > lim.serverMaxPayload {
+		return badRequest("payload of %d bytes: the dead letter with its headers (%d bytes, the service's own and %s, %s included) would be %d bytes, %d over the server's max_payload of %d",
+			len(msg.Payload), hl, HeaderSubject, HeaderReason, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
+	}
+	return nil
 }
 
 // passedHeaders are the publisher's headers without the control headers, in

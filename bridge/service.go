@@ -52,8 +52,17 @@ type Config struct {
 	// "natsdelay".
 	QueueGroup string
 	// MaxPayload bounds the payload of a scheduled message. Default: the
-	// server's max_payload.
+	// server's max_payload. Whatever it is, ingest also refuses a message
+	// whose delivery or dead letter, with the headers the service adds,
+	// would exceed the server's max_payload.
 	MaxPayload int
+	// MaxControlLine is the server's max_control_line: the longest protocol
+	// line (subject, reply subject, sizes) the server takes from a client
+	// before it closes the connection. The server does not announce it, so
+	// set it when the server's max_control_line is not the default. Ingest
+	// refuses messages whose delivery would exceed it. Default 4096, the
+	// server's default.
+	MaxControlLine int
 	// TimeBucket is the width of the time bucket in keys; 0 (default) is raw
 	// milliseconds. It must not change for an existing data dir.
 	TimeBucket time.Duration
@@ -91,6 +100,7 @@ func DefaultConfig() Config {
 		APIPrefix:        DefaultAPIPrefix,
 		QueueGroup:       "natsdelay",
 		MaxBatch:         4096,
+		MaxControlLine:   DefaultMaxControlLine,
 		AckWait:          30 * time.Second,
 		ExpiryInterval:   time.Second,
 		ReopenBackoff:    100 * time.Millisecond,
@@ -111,6 +121,9 @@ func (c Config) withDefaults() Config {
 	def(&c.QueueGroup, d.QueueGroup)
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch
+	}
+	if c.MaxControlLine == 0 {
+		c.MaxControlLine = d.MaxControlLine
 	}
 	if c.AckWait == 0 {
 		c.AckWait = d.AckWait
@@ -175,6 +188,9 @@ func (c Config) ValidateSettings() error {
 	}
 	if c.MaxPayload < 0 {
 		bad("MaxPayload (%d) must be > 0", c.MaxPayload)
+	}
+	if c.MaxControlLine < 0 {
+		bad("MaxControlLine (%d) must be > 0", c.MaxControlLine)
 	}
 	if c.MaxBatch < 0 {
 		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
@@ -277,7 +293,10 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
 		kick: make(chan struct{}, 1), started: make(chan struct{}), done: make(chan struct{}),
 	}
-	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
+	s.lim = scheduleLimits{
+		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
+		ackPrefix: cfg.AckPrefix, deadLetter: cfg.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
+	}
 	if err := s.start(); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -285,7 +304,7 @@ func New(cfg Config) (*Service, error) {
 }
 
 func (s *Service) start() error {
-	s.pub = newPublisher(s.nc, s.cfg.AckPrefix)
+	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
 	for _, subj := range []string{s.cfg.AckPrefix + ".>", s.cfg.AckPrefix} {
@@ -462,7 +481,10 @@ func (s *Service) respondErr(m *nats.Msg, err error) {
 
 func (s *Service) handleIngest(req micro.Request) {
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
-	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), s.lim)
+	lim := s.lim
+	// NB: read per message: a reconnect may reach a server with another.
+	lim.serverMaxPayload = int(s.nc.MaxPayload())
+	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), lim)
 	if err != nil {
 		s.ingestInvalid(req, err)
 		return

@@ -72,6 +72,49 @@ func wantServing(tb testing.TB, h *harness) {
 	ackSync(tb, h.nc, r.Msg, "+ACK")
 }
 
+// TestHarden_LongSubject_RefusedAtIngest checks that one publish cannot
+// take the service off NATS: a target subject whose delivery's protocol
+// line (subject, the $DELAY.ACK.<tag> reply, header and total sizes) would
+// exceed the server's max_control_line is refused with a 400 that states
+// the limit and the overage, and the longest subject that is accepted is
+// delivered without the server closing the service's connection.
+func TestHarden_LongSubject_RefusedAtIngest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	const maxControlLine = 4096 // nats-server's default
+
+	// The ingest line is "delay.<subject> r <hdr> <total>": a subject
+	// this long still reaches the service, but its delivery would not fit.
+	rep := requestVia(t, h.nc, "r", newMsg(longSubject(4040), "x"))
+	wantError(t, "a 4040-byte subject", rep, 400, "over the server's max_control_line of 4096")
+	if p := h.svc.Repository().Pending(); p != 0 {
+		t.Fatalf("pending = %d after a refused message, want 0", p)
+	}
+
+	// Find the longest subject that is accepted, far in the future so
+	// nothing is delivered yet.
+	longest := 0
+	for n := 3900; n < maxControlLine; n++ {
+		rep := requestVia(t, h.nc, "r", newMsg(longSubject(n), "x", "Delay", "1h"))
+		if rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+			wantError(t, fmt.Sprintf("a %d-byte subject", n), rep, 400, "max_control_line")
+			break
+		}
+		longest = n
+	}
+	if longest == 0 || longest > maxControlLine-len(bridge.DefaultAckPrefix+".")-48-len("  0 0") {
+		t.Fatalf("longest accepted subject is %d bytes: want a limit below %d that leaves room for the reply and sizes", longest, maxControlLine)
+	}
+	subj := longSubject(longest)
+	ch := subscribe(t, h.nc, subj)
+	if rep := requestVia(t, h.nc, "r", newMsg(subj, "x")); rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+		t.Fatalf("the longest subject, due now: %s", rep.Header.Get(bridge.HeaderServiceError))
+	}
+	r := next(t, ch, "the longest accepted subject")
+	ackSync(t, h.nc, r.Msg, "+ACK")
+	wantServing(t, h)
+}
+
 // preStore writes msgs into st directly, as an older version of the
 // service that did not check them would have stored them.
 func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMessage) {
@@ -86,6 +129,96 @@ func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMess
 	if err := repo.Close(); err != nil {
 		tb.Fatalf("Repository.Close: %v", err)
 	}
+}
+
+// TestHarden_LongSubject_StoredBefore checks that a message stored by an
+// older version, whose delivery would exceed the server's
+// max_control_line, does not take the service off NATS when it is due:
+// it is not published (it stays pending, and can be canceled), and
+// every other subject is still delivered.
+func TestHarden_LongSubject_StoredBefore(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	st := memStore(t)
+	now := time.Now()
+	subj := longSubject(4060)
+	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
+	nc := connect(t, srv)
+	ch := subscribe(t, nc, subj)
+	svc := startService(t, srv, st, nil)
+	h := &harness{srv: srv, svc: svc, nc: nc}
+	wantServing(t, h)
+	quiet(t, ch, 100*time.Millisecond, "the over-long delivery")
+	if err := svc.Ready(); err != nil {
+		t.Fatalf("service not ready after the over-long message was due: %v", err)
+	}
+	if p := svc.Repository().PendingFor(subj); p != 1 {
+		t.Fatalf("pending for the long subject = %d, want 1 (kept, not lost)", p)
+	}
+}
+
+// TestHarden_PayloadNearMax_RefusedAtIngest checks that every message the
+// service accepts can be delivered: a payload that fits max_payload alone
+// but not with the headers the delivery adds is refused with a 400 that
+// states the limit and the overage, and a payload that is smaller by that
+// overage is accepted and delivered.
+func TestHarden_PayloadNearMax_RefusedAtIngest(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 8192
+	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
+	svc := startService(t, srv, memStore(t), nil)
+	h := &harness{srv: srv, svc: svc, nc: connect(t, srv)}
+	ch := subscribe(t, h.nc, "big.t")
+
+	hdr := []string{"X-Trace", "abc", "Delay-Id", "id-1"}
+	// The ingest message itself fits: payload plus its own small headers.
+	size := maxPayload - 100
+	rep, err := h.nc.RequestMsg(newMsg("big.t", strings.Repeat("p", size), hdr...), wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "a payload near max_payload", rep, 400, "over the server's max_payload of 8192")
+	over := overage(t, rep)
+
+	m := schedule(t, h.nc, newMsg("big.t", strings.Repeat("p", size-over), hdr...))
+	r := next(t, ch, "the largest payload accepted")
+	if len(r.Data) != size-over || r.Header.Get(bridge.HeaderTag) != m.Tag {
+		t.Fatalf("delivered %d bytes with tag %q, want %d bytes with tag %s", len(r.Data), r.Header.Get(bridge.HeaderTag), size-over, m.Tag)
+	}
+	ackSync(t, h.nc, r.Msg, "+ACK")
+	wantServing(t, h)
+}
+
+// TestHarden_PayloadNearMax_DeadLetter checks that with a dead-letter
+// subject every accepted message can also be dead-lettered: the dead
+// letter adds Delay-Subject and Delay-Reason, so the largest accepted
+// payload is smaller, and that one is dead-lettered when TERMed.
+func TestHarden_PayloadNearMax_DeadLetter(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 8192
+	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
+	svc := startService(t, srv, memStore(t), func(c *bridge.Config) { c.DeadLetterSubject = "dead.t" })
+	h := &harness{srv: srv, svc: svc, nc: connect(t, srv)}
+	ch := subscribe(t, h.nc, "big.dl.t")
+	dead := subscribe(t, h.nc, "dead.t")
+
+	// It fits as a delivery, but not with the dead letter's headers.
+	size := maxPayload - 250
+	rep, err := h.nc.RequestMsg(newMsg("big.dl.t", strings.Repeat("p", size)), wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "a payload near max_payload with dead letters", rep, 400, "the dead letter")
+	over := overage(t, rep)
+
+	schedule(t, h.nc, newMsg("big.dl.t", strings.Repeat("p", size-over)))
+	r := next(t, ch, "the largest payload accepted")
+	ackSync(t, h.nc, r.Msg, "+TERM "+strings.Repeat("why ", 100))
+	d := next(t, dead, "the dead letter of the largest payload")
+	if len(d.Data) != size-over || d.Header.Get(bridge.HeaderSubject) != "big.dl.t" {
+		t.Fatalf("dead letter of %d bytes for %q, want %d bytes for big.dl.t", len(d.Data), d.Header.Get(bridge.HeaderSubject), size-over)
+	}
+	wantServing(t, h)
 }
 
 // overage reads the "<n> over" figure of a size error.
