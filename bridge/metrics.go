@@ -14,6 +14,7 @@ import (
 // is one source of truth.
 type metrics struct {
 	ingest        *prometheus.CounterVec
+	badAnswers    *prometheus.CounterVec
 	storeFailures prometheus.Counter
 	scheduled     prometheus.Counter
 	commitBatch   prometheus.Histogram
@@ -24,7 +25,11 @@ type metrics struct {
 const namespace = "natsdelay"
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
+		badAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "bad_answers_total",
+			Help: "Answers to deliveries the service did not understand, which settle nothing, by reason: payload (not an ack word), tag (not a delivery tag) or no_tag (on the ack prefix without Delay-Tag).",
+		}, []string{"reason"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
 			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
@@ -53,6 +58,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
 		}),
 	}
+	for _, r := range []string{badAnswerPayload, badAnswerTag, badAnswerNoTag} {
+		m.badAnswers.WithLabelValues(r)
+	}
+	return m
 }
 
 // Delivered implements dispatch.Observer.
@@ -79,7 +88,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.storeFailures, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.badAnswers, m.storeFailures, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
 		stat("messages_delivered_total", "First deliveries published.", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

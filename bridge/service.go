@@ -269,6 +269,10 @@ type Service struct {
 	closeOnce sync.Once
 	closeErr  error
 	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
+	// invalidWarn and answerWarn limit the warnings about invalid plain
+	// publishes and bad answers to deliveries.
+	invalidWarn rateLimit
+	answerWarn  rateLimit
 
 	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
 	kick chan struct{}
@@ -472,11 +476,31 @@ func drain(sub *nats.Subscription, nc *nats.Conn) error {
 
 func (s *Service) respondErr(m *nats.Msg, err error) {
 	if m.Reply == "" {
-		s.invalid.Add(1)
-		s.log.Debug("invalid message without reply", "subject", m.Subject, "err", err)
 		return
 	}
 	_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
+}
+
+// Reasons of natsdelay_bad_answers_total: a fixed set, so the label has
+// bounded cardinality.
+const (
+	badAnswerPayload = "payload" // not an ack word the service knows
+	badAnswerTag     = "tag"     // not a delivery tag, or Delay-Tag given twice
+	badAnswerNoTag   = "no_tag"  // on the ack prefix itself without Delay-Tag
+)
+
+// badAnswer reports an answer to a delivery that the service does not
+// understand: it settles nothing, so the message is delivered again, and
+// the consumer may not know. It is counted by reason, logged at WARN at
+// most once per warnInterval with the count of those held back, and
+// answered with a 400 when it was a request.
+func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
+	if ok, n := s.answerWarn.allow(s.cfg.Now()); ok {
+		s.log.Warn("bad answer to a delivery: ignored, the message will be delivered again",
+			"reason", reason, "subject", clip(m.Subject), "err", err, "suppressed", n)
+	}
+	s.m.badAnswers.WithLabelValues(reason).Inc()
+	s.respondErr(m, err)
 }
 
 func (s *Service) handleIngest(req micro.Request) {
@@ -507,8 +531,11 @@ func (s *Service) handleIngest(req micro.Request) {
 func (s *Service) ingestInvalid(req micro.Request, err error) {
 	s.m.ingest.WithLabelValues("invalid").Inc()
 	if req.Reply() == "" {
+		if ok, n := s.invalidWarn.allow(s.cfg.Now()); ok {
+			s.log.Warn("invalid message without a reply subject: dropped",
+				"subject", clip(req.Subject()), "err", err, "suppressed", n)
+		}
 		s.invalid.Add(1)
-		s.log.Debug("invalid message without reply", "subject", req.Subject(), "err", err)
 		return
 	}
 	respondError(req, err)
@@ -522,7 +549,11 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if m.Subject == s.cfg.AckPrefix {
 		v, ok, err := controlValue(m.Header, HeaderTag)
 		if err != nil || !ok {
-			s.respondErr(m, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
+			reason := badAnswerNoTag
+			if ok {
+				reason = badAnswerTag
+			}
+			s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
 			return
 		}
 		tag = v
@@ -531,7 +562,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	key, err := keys.ParseTag(tag)
 	if err != nil {
-		s.respondErr(m, badRequest("%v", err))
+		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
 		return
 	}
 	g := s.gen.Load()
@@ -555,7 +586,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	ack, err := parseAck(m.Data)
 	if err != nil {
-		s.respondErr(m, err)
+		s.badAnswer(m, badAnswerPayload, err)
 		return
 	}
 	if err := s.storageErr(); err != nil {

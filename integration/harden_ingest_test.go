@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,6 +305,103 @@ func counterValue(tb testing.TB, reg *prometheus.Registry, name string, labels m
 	return 0
 }
 
+// TestHarden_BadAnswer_Visible checks that a consumer that answers a
+// delivery with something the service does not understand (ACK without
+// the plus, sent as a plain publish as `nats reply` does) is told about:
+// a WARN log at most once per interval with the count of those
+// suppressed, a bad-answers metric with the reason, no longer counted as
+// an invalid ingest, and a 400 when the answer was a request. The
+// message is not settled by it: it is delivered again.
+func TestHarden_BadAnswer_Visible(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64
+	reg := prometheus.NewRegistry()
+	logs := newWarnings(t, "bad answer")
+	srv := startServer(t)
+	cfg := bridge.Config{
+		Conn: connect(t, srv), Store: memStore(t), Registerer: reg, AckWait: 200 * time.Millisecond,
+		Logger: slog.New(logs),
+		Now:    func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+	}
+	svc, err := bridge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close() })
+	nc := connect(t, srv)
+	ch := subscribe(t, nc, "answer.t")
+	schedule(t, nc, newMsg("answer.t", "x"))
+	r := next(t, ch, "the delivery")
+
+	bad := map[string]string{"reason": "payload"}
+	if err := nc.Publish(r.Reply, []byte("ACK")); err != nil {
+		t.Fatal(err)
+	}
+	var w slog.Record
+	select {
+	case w = <-logs.ch:
+	case <-time.After(wait):
+		t.Fatal("no WARN for a bad answer")
+	}
+	if attr(w, "reason") != "payload" || !strings.Contains(attr(w, "err"), `"ACK"`) || attr(w, "suppressed") != "0" {
+		t.Fatalf("warning %q %v: want reason payload, the answer quoted, suppressed 0", w.Message, w)
+	}
+	// More bad answers within the interval are counted, not logged.
+	for range 5 {
+		if err := nc.Publish(r.Reply, []byte("ACK")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, wait, 5*time.Millisecond, func() error {
+		if v := counterValue(t, reg, "natsdelay_bad_answers_total", bad); v != 6 {
+			return fmt.Errorf("natsdelay_bad_answers_total{reason=payload} = %v, want 6", v)
+		}
+		return nil
+	})
+	select {
+	case w := <-logs.ch:
+		t.Fatalf("second warning within the interval: %v", w)
+	default:
+	}
+	if v := counterValue(t, reg, "natsdelay_ingest_invalid_unanswered_total", nil); v != 0 {
+		t.Fatalf("natsdelay_ingest_invalid_unanswered_total = %v: a bad answer is not an ingest", v)
+	}
+	// After the interval the next one is logged, with the count of the
+	// ones suppressed.
+	offset.Store(int64(time.Minute))
+	if err := nc.Publish(r.Reply, []byte("ACK")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w = <-logs.ch:
+	case <-time.After(wait):
+		t.Fatal("no WARN for a bad answer after the interval")
+	}
+	if attr(w, "suppressed") != "5" {
+		t.Fatalf("warning %v: want suppressed 5", w)
+	}
+	// A bad tag has its own reason.
+	if err := nc.Publish(bridge.DefaultAckPrefix+".nothex", []byte("+ACK")); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, wait, 5*time.Millisecond, func() error {
+		if v := counterValue(t, reg, "natsdelay_bad_answers_total", map[string]string{"reason": "tag"}); v != 1 {
+			return fmt.Errorf("natsdelay_bad_answers_total{reason=tag} = %v, want 1", v)
+		}
+		return nil
+	})
+	// As a request the same answer gets a 400.
+	rep, err := nc.Request(r.Reply, []byte("ACK"), wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "ACK without the plus", rep, 400, `ack "ACK"`)
+	// The bad answers settled nothing: the message comes again.
+	r2 := next(t, ch, "the redelivery after bad answers")
+	wantAttempt(t, r2.Msg, 2)
+	ackSync(t, nc, r2.Msg, "+ACK")
+}
+
 // TestHarden_Ingest_HeaderRules checks the header rules of ingest: an
 // unknown header in the reserved Delay- prefix, under any spelling, is a
 // 400 that lists the known ones instead of being passed on silently, and
@@ -450,4 +548,30 @@ func TestHarden_OwnHeaders_Replace(t *testing.T) {
 		t.Fatalf("X-Kept = %q, want yes: other headers are passed on", r.Header.Get("X-Kept"))
 	}
 	ackSync(t, nc, r.Msg, "+ACK")
+}
+
+// TestHarden_InvalidPlainIngest_Warns checks that an invalid message
+// published without a reply subject, which nobody can be told about, is
+// not dropped silently: it is logged at WARN (rate-limited, with the count
+// of those held back) and counted, and nothing is stored.
+func TestHarden_InvalidPlainIngest_Warns(t *testing.T) {
+	t.Parallel()
+	logs := newWarnings(t, "invalid message")
+	srv := startServer(t)
+	svc := startService(t, srv, memStore(t), func(c *bridge.Config) { c.Logger = slog.New(logs) })
+	nc := connect(t, srv)
+	if err := nc.PublishMsg(newMsg("plain.t", "x", "Delay", "90x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-logs.ch:
+		if !strings.Contains(attr(w, "err"), `Delay "90x"`) || attr(w, "subject") != "delay.plain.t" || attr(w, "suppressed") != "0" {
+			t.Fatalf("warning %v: want the subject, the error and suppressed 0", w)
+		}
+	case <-time.After(wait):
+		t.Fatal("no WARN for an invalid plain publish")
+	}
+	if p := svc.Repository().Pending(); p != 0 {
+		t.Fatalf("pending = %d, want 0", p)
+	}
 }
