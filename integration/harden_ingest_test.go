@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -573,5 +574,72 @@ func TestHarden_InvalidPlainIngest_Warns(t *testing.T) {
 	}
 	if p := svc.Repository().Pending(); p != 0 {
 		t.Fatalf("pending = %d, want 0", p)
+	}
+}
+
+// TestHarden_API_LargeReplies checks that an API request whose reply
+// would exceed the server's max_payload is answered rather than left to
+// time out: GET of a large payload gets a 400 that says so and how to ask
+// instead, and LIST returns fewer messages per page, so that every page
+// fits, and pages through all of them.
+func TestHarden_API_LargeReplies(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 8192
+	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
+	startService(t, srv, memStore(t), nil)
+	nc := connect(t, srv)
+	api := bridge.DefaultAPIPrefix + "."
+
+	big := schedule(t, nc, newMsg("api.big.t", strings.Repeat("p", 7000), "Delay", "1h"))
+	rep, err := nc.Request(api+"GET", []byte(`{"tag":"`+big.Tag+`","payload":true}`), wait)
+	if err != nil {
+		t.Fatalf("GET with a large payload: %v", err)
+	}
+	wantError(t, "GET with a large payload", rep, 400, `over the server's max_payload of 8192; ask without "payload"`)
+	rep, err = nc.Request(api+"GET", []byte(`{"tag":"`+big.Tag+`"}`), wait)
+	if err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+		t.Fatalf("GET without the payload: %v %v", err, rep.Header)
+	}
+
+	const n = 5
+	var tags []string
+	for i := range n {
+		m := schedule(t, nc, newMsg("api.list.t", "x", "Delay", "1h", "X-Big", strings.Repeat(strconv.Itoa(i), 3000)))
+		tags = append(tags, m.Tag)
+	}
+	var got []string
+	after := ""
+	for pages := 0; len(got) < n; pages++ {
+		if pages > n {
+			t.Fatalf("more than %d pages for %d messages: %v", n, n, got)
+		}
+		req := `{"subject":"api.list.t"`
+		if after != "" {
+			req += `,"after":"` + after + `"`
+		}
+		rep, err := nc.Request(api+"LIST", []byte(req+"}"), wait)
+		if err != nil {
+			t.Fatalf("LIST page %d: %v", pages, err)
+		}
+		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
+			t.Fatalf("LIST page %d: %s %s", pages, code, rep.Header.Get(bridge.HeaderServiceError))
+		}
+		var page bridge.ListReply
+		if err := json.Unmarshal(rep.Data, &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Messages) == 0 {
+			t.Fatalf("LIST page %d is empty with %d of %d listed", pages, len(got), n)
+		}
+		for _, m := range page.Messages {
+			got = append(got, m.Tag)
+		}
+		if page.Next == "" && len(got) < n {
+			t.Fatalf("LIST ended after %d of %d messages", len(got), n)
+		}
+		after = page.Next
+	}
+	if strings.Join(got, ",") != strings.Join(tags, ",") {
+		t.Fatalf("LIST gave %v, want %v", got, tags)
 	}
 }
