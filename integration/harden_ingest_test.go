@@ -157,6 +157,21 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	if p := svc.Repository().PendingFor(subj); p != 1 {
 		t.Fatalf("pending for the long subject = %d, want 1 (kept, not lost)", p)
 	}
+	// The way out is the API: LIST finds it, CANCEL removes it.
+	body, _ := json.Marshal(map[string]string{"subject": subj})
+	rep, err := nc.Request(bridge.DefaultAPIPrefix+".LIST", body, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bridge.ListReply
+	if err := json.Unmarshal(rep.Data, &page); err != nil || len(page.Messages) != 1 {
+		t.Fatalf("LIST of the long subject: %q (%v), want one message", rep.Data, err)
+	}
+	rep, err = nc.Request(bridge.DefaultAPIPrefix+".CANCEL", []byte(`{"tag":"`+page.Messages[0].Tag+`"}`), wait)
+	if err != nil || string(rep.Data) != `{"canceled":true}` {
+		t.Fatalf("CANCEL: %q, %v", rep.Data, err)
+	}
+	waitPending(t, svc, 0)
 }
 
 // TestHarden_PayloadNearMax_RefusedAtIngest checks that every message the
