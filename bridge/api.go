@@ -141,6 +141,7 @@ type ConfigSummary struct {
 	DeadLetterExpired bool     `json:"dead_letter_expired"`
 	TimeBucket        string   `json:"time_bucket"`
 	MaxPayload        int      `json:"max_payload"`
+	MaxControlLine    int      `json:"max_control_line"`
 }
 
 func (s *Service) apiInfo(req micro.Request) (any, error) {
@@ -172,7 +173,7 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
 			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
-			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload,
+			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
 		},
 	}, nil
 }
