@@ -334,16 +334,10 @@ func TestHarden_BadAnswer_Visible(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	logs := newWarnings(t, "bad answer")
 	srv := startServer(t)
-	cfg := bridge.Config{
-		Conn: connect(t, srv), Store: memStore(t), Registerer: reg, AckWait: 200 * time.Millisecond,
-		Logger: slog.New(logs),
-		Now:    func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
-	}
-	svc, err := bridge.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close() })
+	startService(t, srv, memStore(t), func(c *bridge.Config) {
+		c.Registerer, c.AckWait, c.Logger = reg, 200*time.Millisecond, slog.New(logs)
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	})
 	nc := connect(t, srv)
 	ch := subscribe(t, nc, "answer.t")
 	schedule(t, nc, newMsg("answer.t", "x"))
