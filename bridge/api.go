@@ -51,20 +51,34 @@ func (s *Service) register() error {
 	for _, ep := range []struct {
 		verb string
 		h    func(micro.Request) (any, error)
+		// tooLarge says how to ask for a smaller reply.
+		tooLarge string
 	}{
-		{"INFO", s.apiInfo},
-		{"GET", s.apiGet},
-		{"LIST", s.apiList},
-		{"CANCEL", s.apiCancel},
+		{"INFO", s.apiInfo, ""},
+		{"GET", s.apiGet, `; ask without "payload"`},
+		{"LIST", s.apiList, ""},
+		{"CANCEL", s.apiCancel, ""},
 	} {
-		h := ep.h
+		h, tooLarge := ep.h, ep.tooLarge
 		err := svc.AddEndpoint(ep.verb, micro.HandlerFunc(func(req micro.Request) {
 			v, err := h(req)
 			if err != nil {
 				respondError(req, err)
 				return
 			}
-			_ = req.RespondJSON(v)
+			body, err := json.Marshal(v)
+			if err != nil {
+				respondError(req, fmt.Errorf("encoding the reply: %w", err))
+				return
+			}
+			// NB: nats.go refuses a reply over max_payload, and the
+			// requester would wait for nothing until its timeout.
+			if limit := int(s.nc.MaxPayload()); len(body) > limit {
+				respondError(req, badRequest("the reply would be %d bytes, %d over the server's max_payload of %d%s",
+					len(body), len(body)-limit, limit, tooLarge))
+				return
+			}
+			_ = req.Respond(body)
 		}), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+ep.verb))
 		if err != nil {
 			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
@@ -127,6 +141,7 @@ type ConfigSummary struct {
 	DeadLetterExpired bool     `json:"dead_letter_expired"`
 	TimeBucket        string   `json:"time_bucket"`
 	MaxPayload        int      `json:"max_payload"`
+	MaxControlLine    int      `json:"max_control_line"`
 }
 
 func (s *Service) apiInfo(req micro.Request) (any, error) {
@@ -158,7 +173,7 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
 			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
-			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload,
+			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
 		},
 	}, nil
 }
@@ -364,6 +379,12 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	}
 	out := ListReply{Subject: r.Subject, Messages: []MessageInfo{}}
 	more := false
+	// NB: a page holds fewer than limit messages when more would not fit
+	// the server's max_payload: the reply could not be sent, and the
+	// headers of a thousand messages could take a gigabyte to build.
+	envelope, _ := json.Marshal(ListReply{Subject: r.Subject, Messages: []MessageInfo{}, Next: keys.Key{}.Tag()})
+	budget := int(s.nc.MaxPayload()) - len(envelope)
+	size := 0
 	if err := s.storageErr(); err != nil {
 		return nil, err
 	}
@@ -377,7 +398,13 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 			return false
 		}
 		m.Attempt = max(m.Attempt, g.disp.Attempt(k))
-		out.Messages = append(out.Messages, messageInfo(k, m, false))
+		mi := messageInfo(k, m, false)
+		b, _ := json.Marshal(mi)
+		if size += len(b) + 1; size > budget && len(out.Messages) > 0 {
+			more = true
+			return false
+		}
+		out.Messages = append(out.Messages, mi)
 		return true
 	})
 	if err != nil {

@@ -19,6 +19,12 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrNotFound is wrapped when the API finds nothing (404).
 	ErrNotFound = errors.New("not found")
+	// ErrTooLarge is wrapped when a delivery or dead letter is not published
+	// because the server would not take it: its protocol line would exceed
+	// the server's max_control_line (which would close the connection) or
+	// its headers and payload the server's max_payload. Ingest refuses such
+	// messages; only ones stored by older versions meet it.
+	ErrTooLarge = errors.New("bridge: too large to publish")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("bridge: closed")
 )

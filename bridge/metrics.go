@@ -14,6 +14,7 @@ import (
 // is one source of truth.
 type metrics struct {
 	ingest        *prometheus.CounterVec
+	badAnswers    *prometheus.CounterVec
 	storeFailures prometheus.Counter
 	reopenFails   prometheus.Counter
 	scheduled     prometheus.Counter
@@ -25,7 +26,11 @@ type metrics struct {
 const namespace = "natsdelay"
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
+		badAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "bad_answers_total",
+			Help: "Answers to deliveries the service did not understand, which settle nothing, by reason: payload (not an ack word), tag (not a delivery tag) or no_tag (on the ack prefix without Delay-Tag).",
+		}, []string{"reason"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
 			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
@@ -58,6 +63,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
 		}),
 	}
+	for _, r := range []string{badAnswerPayload, badAnswerTag, badAnswerNoTag} {
+		m.badAnswers.WithLabelValues(r)
+	}
+	return m
 }
 
 // Delivered implements dispatch.Observer.
@@ -84,7 +93,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.badAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

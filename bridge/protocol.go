@@ -48,5 +48,13 @@ const (
 	timeLayout = "2006-01-02T15:04:05.000Z07:00"
 )
 
+// reservedPrefix starts every header name of the protocol but Delay, in any
+// case: ingest refuses names in it that it does not know.
+const reservedPrefix = "Delay-"
+
 // controlHeaders are matched case-insensitively and never passed on.
 var controlHeaders = []string{HeaderDelay, HeaderAt, HeaderTTL, HeaderID, HeaderAck, HeaderMaxDeliver}
+
+// ownHeaders are the headers the service sets on deliveries and dead
+// letters; they replace publisher headers of the same name in any case.
+var ownHeaders = []string{HeaderTag, HeaderAttempt, HeaderFireAt, HeaderEnqueuedAt, HeaderID, HeaderSubject, HeaderReason}

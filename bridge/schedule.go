@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/delaystore"
+	"natsdelay/keys"
 )
 
 // maxFireAt is the latest fire or expiry time that can be stored: times are
@@ -22,6 +23,16 @@ const maxClientIDLen = 256
 // scheduleLimits are the parts of the configuration that ingest checks.
 type scheduleLimits struct {
 	maxPayload int
+	// serverMaxPayload is the server's max_payload, which a delivery or
+	// dead letter with every header must fit; 0 does not check.
+	serverMaxPayload int
+	// maxControlLine is the server's max_control_line, which the protocol
+	// line of a delivery must fit; 0 does not check.
+	maxControlLine int
+	// ackPrefix is the prefix of the reply subject of deliveries.
+	ackPrefix string
+	// deadLetter is the dead-letter subject, if any.
+	deadLetter string
 	// reserved are subject prefixes the service answers on itself; a target
 	// inside them would loop back into the service.
 	reserved []string
@@ -152,11 +163,57 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	if msg.Headers, err = passedHeaders(h); err != nil {
 		return nil, err
 	}
+	if err := checkDeliverable(msg, lim); err != nil {
+		return nil, err
+	}
 	return msg, nil
 }
 
+// checkDeliverable refuses a message that could be stored but never
+// published: a delivery whose protocol line would exceed the server's
+// max_control_line makes the server close the service's connection, and
+// one over max_payload is refused by nats.go on every attempt. It measures
+// the delivery and the dead letter as the publisher builds them, with
+// every header the service adds at its largest.
+func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
+	var k keys.Key
+	d := deliveryMsg(lim.ackPrefix, k, msg, maxAttempt)
+	hl := headerLen(d.Header)
+	total := hl + len(d.Data)
+	if lim.maxControlLine > 0 {
+		if n := controlLineLen(d.Subject, d.Reply, hl, total); n > lim.maxControlLine {
+			return badRequest("target subject is %d bytes, too long to deliver: the delivery's protocol line (subject, reply subject %s.<tag>, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
+				len(msg.Subject), lim.ackPrefix, n, n-lim.maxControlLine, lim.maxControlLine)
+		}
+	}
+	if lim.serverMaxPayload > 0 && total > lim.serverMaxPayload {
+		return badRequest("payload of %d bytes: the delivery with its headers (%d bytes, the service's own included) would be %d bytes, %d over the server's max_payload of %d",
+			len(msg.Payload), hl, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
+	}
+	if lim.deadLetter == "" {
+		return nil
+	}
+	dl := deadLetterMsg(lim.deadLetter, k, msg, maxAttempt, strings.Repeat("x", maxReasonLen))
+	hl = headerLen(dl.Header)
+	total = hl + len(dl.Data)
+	if lim.maxControlLine > 0 {
+		if n := controlLineLen(dl.Subject, dl.Reply, hl, total); n > lim.maxControlLine {
+			return badRequest("the dead letter's protocol line (subject %s, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
+				lim.deadLetter, n, n-lim.maxControlLine, lim.maxControlLine)
+		}
+	}
+	if lim.serverMaxPayload > 0 && total > lim.serverMaxPayload {
+		return badRequest("payload of %d bytes: the dead letter with its headers (%d bytes, the service's own and %s, %s included) would be %d bytes, %d over the server's max_payload of %d",
+			len(msg.Payload), hl, HeaderSubject, HeaderReason, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
+	}
+	return nil
+}
+
 // passedHeaders are the publisher's headers without the control headers, in
-// name order so that what is stored does not depend on map order.
+// name order so that what is stored does not depend on map order. Names in
+// the reserved Delay- prefix that are not control headers are refused, so a
+// typo (Delay-Ttl-Ms) is not passed on silently, and so are names nats.go
+// cannot publish, which would make the message undeliverable.
 //
 // NB: headers are stored as protobuf strings, which must be valid UTF-8.
 // One message that does not encode fails its whole group commit, so every
@@ -175,6 +232,13 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 		if !utf8.ValidString(k) {
 			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", clip(k))
 		}
+		if !publishableName(k) {
+			return nil, badRequest("header name %q: want printable ASCII without ':', or it cannot be delivered", clip(k))
+		}
+		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
+			return nil, badRequest("header %s: unknown in the reserved %s prefix: want one of %s (names match in any case)",
+				clip(k), reservedPrefix, strings.Join(controlHeaders, ", "))
+		}
 		for _, v := range h[k] {
 			if !utf8.ValidString(v) {
 				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", clip(k), clip(v))
@@ -185,6 +249,18 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 	return out, nil
 }
 
+// publishableName reports whether nats.go publishes a header of this name:
+// it reads any name but publishes only printable ASCII without a colon,
+// and fails the whole publish otherwise.
+func publishableName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if k[i] < '!' || k[i] > '~' || k[i] == ':' {
+			return false
+		}
+	}
+	return k != ""
+}
+
 // parseDuration reads a Go duration (90s, 1h30m) or integer milliseconds.
 func parseDuration(name, v string) (time.Duration, error) {
 	if v == "" {
@@ -193,18 +269,54 @@ func parseDuration(name, v string) (time.Duration, error) {
 	if isDigits(v) {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-			return 0, badRequest("%s %q: too large", name, clip(v))
+			return 0, badRequest("%s %q: too large: the maximum is %d milliseconds", name, clip(v), math.MaxInt64/int64(time.Millisecond))
 		}
 		return time.Duration(ms) * time.Millisecond, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
+		if durationSyntax(v) {
+			return 0, badRequest("%s %q: too large: the maximum is %v", name, clip(v), time.Duration(math.MaxInt64))
+		}
 		return 0, badRequest("%s %q: want a Go duration such as 90s, or integer milliseconds", name, clip(v))
 	}
 	if d < 0 {
 		return 0, badRequest("%s %q: must not be negative", name, clip(v))
 	}
 	return d, nil
+}
+
+// durationSyntax reports whether v is written as time.ParseDuration
+// expects, [-+]?([0-9]*(\.[0-9]*)?unit)+ or 0, so that a value it still
+// refuses is one too large for a time.Duration.
+func durationSyntax(v string) bool {
+	if v != "" && (v[0] == '-' || v[0] == '+') {
+		v = v[1:]
+	}
+	if v == "" {
+		return false
+	}
+	for v != "" {
+		i := 0
+		for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+			i++
+		}
+		if i == 0 || strings.Count(v[:i], ".") > 1 || v[:i] == "." {
+			return false
+		}
+		v = v[i:]
+		j := 0
+		for j < len(v) && !(v[j] >= '0' && v[j] <= '9' || v[j] == '.') {
+			j++
+		}
+		switch v[:j] {
+		case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		v = v[j:]
+	}
+	return true
 }
 
 // parseAt reads RFC 3339 (fractions allowed) or Unix seconds (decimals
@@ -227,9 +339,18 @@ func parseAt(v string) (time.Time, error) {
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
 		}
+		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
+		// the offset; RFC 3339 allows 23 and 59.
+		if off := v[len(v)-1:]; off != "Z" && off != "z" {
+			off = v[len(v)-6:]
+			if off[1:3] > "23" || off[4:6] > "59" {
+				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", HeaderAt, clip(v), off)
+			}
+		}
 	}
-	if t.Year() < 1970 {
-		return t, badRequest("%s %q: before 1970: %s", HeaderAt, clip(v), want)
+	// NB: compare instants: the year of t is the year in its own offset.
+	if t.Before(time.Unix(0, 0)) {
+		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", HeaderAt, clip(v), want)
 	}
 	if !t.Before(maxFireAt) {
 		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))

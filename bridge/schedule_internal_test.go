@@ -2,10 +2,14 @@ package bridge
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"natsdelay/keys"
 )
 
 // TestParseSchedule_NonUTF8Header checks that a header that cannot be
@@ -24,7 +28,8 @@ func TestParseSchedule_NonUTF8Header(t *testing.T) {
 }
 
 // FuzzParseSchedule checks that ingest parsing never panics, and that what
-// it accepts is never due before it was accepted and keeps no control header.
+// it accepts is never due before it was accepted, keeps no control header,
+// and can be delivered: its delivery's protocol line fits max_control_line.
 func FuzzParseSchedule(f *testing.F) {
 	f.Add("a.b", "Delay", "90s", []byte("x"))
 	f.Add("a.b", "Delay-At", "2026-12-24T18:00:00Z", []byte{})
@@ -32,10 +37,12 @@ func FuzzParseSchedule(f *testing.F) {
 	f.Add("a.*", "delay", "1e400", []byte{})
 	f.Add("a.b", "Delay-At", "1798135200.5", []byte{})
 	f.Add("a.b", "Delay-Max-Deliver", "0", []byte{})
+	f.Add("a.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "Delay-Id", "x", []byte{})
 	f.Fuzz(func(t *testing.T, subject, name, value string, data []byte) {
 		now := time.Unix(1_800_000_000, 0)
 		h := nats.Header{name: {value}}
-		m, err := parseSchedule(subject, h, data, now, scheduleLimits{maxPayload: 1 << 20, reserved: []string{"delay", "$DELAY.ACK"}})
+		lim := scheduleLimits{maxPayload: 1 << 20, reserved: []string{"delay", "$DELAY.ACK"}, ackPrefix: "$DELAY.ACK", maxControlLine: 512, serverMaxPayload: 1 << 20, deadLetter: "dead"}
+		m, err := parseSchedule(subject, h, data, now, lim)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v does not wrap ErrBadRequest", err)
@@ -49,6 +56,10 @@ func FuzzParseSchedule(f *testing.F) {
 			if isControl(hd.Name) {
 				t.Fatalf("control header %q stored", hd.Name)
 			}
+		}
+		d := deliveryMsg(lim.ackPrefix, keys.Key{}, m, math.MaxUint32)
+		if err := checkLine(d, lim.maxControlLine); err != nil {
+			t.Fatalf("accepted, but: %v", err)
 		}
 	})
 }
@@ -68,4 +79,38 @@ func FuzzParseAck(f *testing.F) {
 			t.Fatalf("negative delay %v", a.Delay)
 		}
 	})
+}
+
+// TestParseDuration_TooLarge checks that a duration written correctly but
+// too large for a time.Duration is told apart from one written wrongly, so
+// the 400 says what to change.
+func TestParseDuration_TooLarge(t *testing.T) {
+	for _, c := range []struct {
+		v     string
+		large bool
+	}{
+		{"2562048h", true},
+		{"2562047h47m17s", true},
+		{"9999999999999999999ns", true},
+		{"1.5h99999999999m", true},
+		{"99999999999999999999", true}, // integer milliseconds
+		{"2562047h", false},
+		{"90x", false},
+		{"1e400", false},
+		{"h", false},
+		{".h", false},
+		{"1..5h", false},
+		{"--5s", false},
+	} {
+		_, err := parseDuration("Delay", c.v)
+		if err == nil {
+			if c.large {
+				t.Errorf("%q: accepted, want too large", c.v)
+			}
+			continue
+		}
+		if got := strings.Contains(err.Error(), "too large: the maximum is"); got != c.large {
+			t.Errorf("%q: %v; want too large = %v", c.v, err, c.large)
+		}
+	}
 }

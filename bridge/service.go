@@ -52,8 +52,17 @@ type Config struct {
 	// "natsdelay".
 	QueueGroup string
 	// MaxPayload bounds the payload of a scheduled message. Default: the
-	// server's max_payload.
+	// server's max_payload. Whatever it is, ingest also refuses a message
+	// whose delivery or dead letter, with the headers the service adds,
+	// would exceed the server's max_payload.
 	MaxPayload int
+	// MaxControlLine is the server's max_control_line: the longest protocol
+	// line (subject, reply subject, sizes) the server takes from a client
+	// before it closes the connection. The server does not announce it, so
+	// set it when the server's max_control_line is not the default. Ingest
+	// refuses messages whose delivery would exceed it. Default 4096, the
+	// server's default.
+	MaxControlLine int
 	// TimeBucket is the width of the time bucket in keys; 0 (default) is raw
 	// milliseconds. It must not change for an existing data dir.
 	TimeBucket time.Duration
@@ -96,6 +105,7 @@ func DefaultConfig() Config {
 		QueueGroup:       "natsdelay",
 		MaxBatch:         4096,
 		MaxBatchBytes:    64 << 20,
+		MaxControlLine:   DefaultMaxControlLine,
 		AckWait:          30 * time.Second,
 		ExpiryInterval:   time.Second,
 		ReopenBackoff:    100 * time.Millisecond,
@@ -119,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = d.MaxBatchBytes
+	}
+	if c.MaxControlLine == 0 {
+		c.MaxControlLine = d.MaxControlLine
 	}
 	if c.AckWait == 0 {
 		c.AckWait = d.AckWait
@@ -183,6 +196,9 @@ func (c Config) ValidateSettings() error {
 	}
 	if c.MaxPayload < 0 {
 		bad("MaxPayload (%d) must be > 0", c.MaxPayload)
+	}
+	if c.MaxControlLine < 0 {
+		bad("MaxControlLine (%d) must be > 0", c.MaxControlLine)
 	}
 	if c.MaxBatch < 0 {
 		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
@@ -264,6 +280,10 @@ type Service struct {
 	closeOnce sync.Once
 	closeErr  error
 	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
+	// invalidWarn and answerWarn limit the warnings about invalid plain
+	// publishes and bad answers to deliveries.
+	invalidWarn rateLimit
+	answerWarn  rateLimit
 
 	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
 	kick chan struct{}
@@ -288,7 +308,10 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
 		kick: make(chan struct{}, 1), started: make(chan struct{}), done: make(chan struct{}),
 	}
-	s.lim = scheduleLimits{maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"}}
+	s.lim = scheduleLimits{
+		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
+		ackPrefix: cfg.AckPrefix, deadLetter: cfg.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
+	}
 	if err := s.start(); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -296,7 +319,7 @@ func New(cfg Config) (*Service, error) {
 }
 
 func (s *Service) start() error {
-	s.pub = newPublisher(s.nc, s.cfg.AckPrefix)
+	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
 	for _, subj := range []string{s.cfg.AckPrefix + ".>", s.cfg.AckPrefix} {
@@ -473,16 +496,39 @@ func drain(sub *nats.Subscription, nc *nats.Conn) error {
 
 func (s *Service) respondErr(m *nats.Msg, err error) {
 	if m.Reply == "" {
-		s.invalid.Add(1)
-		s.log.Debug("invalid message without reply", "subject", m.Subject, "err", err)
 		return
 	}
 	_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
 }
 
+// Reasons of natsdelay_bad_answers_total: a fixed set, so the label has
+// bounded cardinality.
+const (
+	badAnswerPayload = "payload" // not an ack word the service knows
+	badAnswerTag     = "tag"     // not a delivery tag, or Delay-Tag given twice
+	badAnswerNoTag   = "no_tag"  // on the ack prefix itself without Delay-Tag
+)
+
+// badAnswer reports an answer to a delivery that the service does not
+// understand: it settles nothing, so the message is delivered again, and
+// the consumer may not know. It is counted by reason, logged at WARN at
+// most once per warnInterval with the count of those held back, and
+// answered with a 400 when it was a request.
+func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
+	if ok, n := s.answerWarn.allow(s.cfg.Now()); ok {
+		s.log.Warn("bad answer to a delivery: ignored, the message will be delivered again",
+			"reason", reason, "subject", clip(m.Subject), "err", err, "suppressed", n)
+	}
+	s.m.badAnswers.WithLabelValues(reason).Inc()
+	s.respondErr(m, err)
+}
+
 func (s *Service) handleIngest(req micro.Request) {
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
-	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), s.lim)
+	lim := s.lim
+	// NB: read per message: a reconnect may reach a server with another.
+	lim.serverMaxPayload = int(s.nc.MaxPayload())
+	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), lim)
 	if err != nil {
 		s.ingestInvalid(req, err)
 		return
@@ -505,8 +551,11 @@ func (s *Service) handleIngest(req micro.Request) {
 func (s *Service) ingestInvalid(req micro.Request, err error) {
 	s.m.ingest.WithLabelValues("invalid").Inc()
 	if req.Reply() == "" {
+		if ok, n := s.invalidWarn.allow(s.cfg.Now()); ok {
+			s.log.Warn("invalid message without a reply subject: dropped",
+				"subject", clip(req.Subject()), "err", err, "suppressed", n)
+		}
 		s.invalid.Add(1)
-		s.log.Debug("invalid message without reply", "subject", req.Subject(), "err", err)
 		return
 	}
 	respondError(req, err)
@@ -520,7 +569,11 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if m.Subject == s.cfg.AckPrefix {
 		v, ok, err := controlValue(m.Header, HeaderTag)
 		if err != nil || !ok {
-			s.respondErr(m, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
+			reason := badAnswerNoTag
+			if ok {
+				reason = badAnswerTag
+			}
+			s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
 			return
 		}
 		tag = v
@@ -529,7 +582,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	key, err := keys.ParseTag(tag)
 	if err != nil {
-		s.respondErr(m, badRequest("%v", err))
+		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
 		return
 	}
 	g := s.gen.Load()
@@ -559,7 +612,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	ack, err := parseAck(m.Data)
 	if err != nil {
-		s.respondErr(m, err)
+		s.badAnswer(m, badAnswerPayload, err)
 		return
 	}
 	if err := s.storageErr(); err != nil {

@@ -183,7 +183,7 @@ func TestAPI_Info(t *testing.T) {
 	wantCfg := bridge.ConfigSummary{
 		IngestPrefix: bridge.DefaultIngestPrefix, AckPrefix: bridge.DefaultAckPrefix, APIPrefix: bridge.DefaultAPIPrefix,
 		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq",
-		TimeBucket: "0s", MaxPayload: 4096,
+		TimeBucket: "0s", MaxPayload: 4096, MaxControlLine: bridge.DefaultMaxControlLine,
 	}
 	if fmt.Sprint(r.Config) != fmt.Sprint(wantCfg) {
 		t.Fatalf("config %+v, want %+v", r.Config, wantCfg)

@@ -47,6 +47,7 @@ type serveCmd struct {
 	AckPrefix      string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}"`
 	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
 	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
+	MaxControlLine int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096"`
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
 	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
@@ -99,6 +100,9 @@ func (c *serveCmd) check() error {
 	}
 	if c.MaxPayload < 0 {
 		p.add("--max-payload %d: want a size in bytes > 0, or 0 for the server's max_payload", c.MaxPayload)
+	}
+	if c.MaxControlLine < 0 {
+		p.add("--max-control-line %d: want the server's max_control_line in bytes, default 4096", c.MaxControlLine)
 	}
 	if c.MaxInFlight < 0 {
 		p.add("--max-in-flight %d: want 0 (the default) or a positive number", c.MaxInFlight)
@@ -154,6 +158,7 @@ func (c *serveCmd) apply(b *bridge.Config) {
 	b.AckPrefix = c.AckPrefix
 	b.APIPrefix = c.APIPrefix
 	b.MaxPayload = c.MaxPayload
+	b.MaxControlLine = c.MaxControlLine
 	b.TimeBucket = c.TimeBucket
 	b.AckWait = c.AckWait
 	b.MaxDeliver = uint32(c.MaxDeliver)
