@@ -53,9 +53,10 @@ func usagef(format string, args ...any) error {
 
 // cli is the whole command line.
 type cli struct {
-	Config    configFile `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
-	LogLevel  string     `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
-	LogFormat string     `help:"Log format: ${enum}." enum:"text,json" default:"text"`
+	Config    configFile       `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
+	LogLevel  string           `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
+	LogFormat string           `help:"Log format: ${enum}." enum:"text,json" default:"text"`
+	Version   kong.VersionFlag `help:"Print the version and exit."`
 
 	// The vars fill in connFlags' tags: serve embeds a server unless told
 	// otherwise, the clients talk to the one serve embeds by default.
@@ -69,6 +70,9 @@ type cli struct {
 	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
 	Bench  benchCmd  `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
+
+	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
+	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`
 }
 
 // env is what every command's Run gets: its input and output, and the
@@ -113,6 +117,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 			"listen":        defaultListen,
 			"data_dir":      defaultDataDir,
 			"http":          defaultHTTP,
+			"version":       version(),
 		},
 	)
 	if err != nil {
