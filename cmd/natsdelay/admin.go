@@ -23,7 +23,7 @@ import (
 // apiFlags are the flags of the admin commands, which use only the
 // request/reply API on <api-prefix>.<VERB>, as any client would.
 type apiFlags struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	APIPrefix string        `name:"api-prefix" help:"API prefix of the service." default:"${api_prefix}"`
 	Timeout   time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
@@ -31,7 +31,7 @@ type apiFlags struct {
 }
 
 func (c *apiFlags) checkAPI(p *problems) {
-	c.connFlags.check(p)
+	c.checkClient(p)
 	if c.Timeout <= 0 {
 		p.add("--timeout %v: want a duration > 0, such as 5s", c.Timeout)
 	}

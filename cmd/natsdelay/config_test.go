@@ -116,8 +116,8 @@ func TestParse_Client_SharesConnectionSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pub.NATS != defaultClientURL || c.Pub.Delay != "1s" || c.Pub.IngestPrefix != "delay" {
-		t.Fatalf("pub defaults: nats %q, delay %q, ingest prefix %q", c.Pub.NATS, c.Pub.Delay, c.Pub.IngestPrefix)
+	if c.Pub.NATS != "" || c.Pub.nctx.ServerURL() != defaultClientURL || c.Pub.Delay != "1s" || c.Pub.IngestPrefix != "delay" {
+		t.Fatalf("pub defaults: nats %q (URL %q), delay %q, ingest prefix %q", c.Pub.NATS, c.Pub.nctx.ServerURL(), c.Pub.Delay, c.Pub.IngestPrefix)
 	}
 	file := writeConfig(t, `{"nats": "nats://from-file:4222", "ingest_prefix": "later", "data_dir": "ignored-by-sub"}`)
 	c, _, err = parse([]string{"sub", "a.b", "--config", file}, io.Discard, io.Discard)

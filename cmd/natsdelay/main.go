@@ -56,19 +56,19 @@ type cli struct {
 	Config    configFile       `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
 	LogLevel  string           `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
 	LogFormat string           `help:"Log format: ${enum}." enum:"text,json" default:"text"`
-	Version   kong.VersionFlag `help:"Print the version and exit."`
+	Version   kong.VersionFlag `help:"Print the version and exit." env:"-"`
 
 	// The vars fill in connFlags' tags: serve embeds a server unless told
 	// otherwise, the clients talk to the one serve embeds by default.
 	Serve serveCmd `cmd:"" default:"withargs" help:"Run the service; the default when no command is given." set:"nats_url=" set:"nats_help=URL of the NATS server to use; without it serve embeds one (see --nats-listen)."`
-	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	// The admin commands use only the API, as any NATS client could.
-	Info   infoCmd   `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Ls     lsCmd     `cmd:"" help:"List the pending messages of a subject in fire order." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Info   infoCmd   `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Ls     lsCmd     `cmd:"" help:"List the pending messages of a subject in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Bench  benchCmd  `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
@@ -111,13 +111,14 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		kong.DefaultEnvars("NATSDELAY"),
 		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(decodeDuration)),
 		kong.Vars{
-			"ingest_prefix": bridge.DefaultIngestPrefix,
-			"ack_prefix":    bridge.DefaultAckPrefix,
-			"api_prefix":    bridge.DefaultAPIPrefix,
-			"listen":        defaultListen,
-			"data_dir":      defaultDataDir,
-			"http":          defaultHTTP,
-			"version":       version(),
+			"ingest_prefix":    bridge.DefaultIngestPrefix,
+			"ack_prefix":       bridge.DefaultAckPrefix,
+			"api_prefix":       bridge.DefaultAPIPrefix,
+			"listen":           defaultListen,
+			"data_dir":         defaultDataDir,
+			"http":             defaultHTTP,
+			"version":          version(),
+			"client_nats_help": "URL of the NATS server where natsdelay runs; default $NATS_URL, else the nats context's URL, else " + defaultClientURL + ".",
 		},
 	)
 	if err != nil {

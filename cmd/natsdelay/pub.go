@@ -17,7 +17,7 @@ import (
 // pubCmd schedules one message with a request to the ingest prefix, as any
 // NATS client would.
 type pubCmd struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	Subject string `arg:"" help:"Target subject: where the message is published when due."`
 	Data    string `arg:"" optional:"" help:"Payload; - reads it from stdin. Empty when left out."`
@@ -36,7 +36,7 @@ type pubCmd struct {
 
 func (c *pubCmd) check() error {
 	var p problems
-	c.connFlags.check(&p)
+	c.checkClient(&p)
 	if c.MaxDeliver < 0 {
 		p.add("--max-deliver %d: want a count > 0, or 0 for the service's default", c.MaxDeliver)
 	}

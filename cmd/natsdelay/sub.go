@@ -22,7 +22,7 @@ import (
 // subCmd prints deliveries and ACKs them with an ack sync, as a consumer
 // written against the protocol would.
 type subCmd struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	Subject string        `arg:"" help:"Subject to subscribe to; wildcards allowed."`
 	Queue   string        `help:"Queue group to join." placeholder:"GROUP" env:"-"`
@@ -34,7 +34,7 @@ type subCmd struct {
 
 func (c *subCmd) check() error {
 	var p problems
-	c.connFlags.check(&p)
+	c.checkClient(&p)
 	if c.Count < 0 {
 		p.add("--count %d: want a count > 0, or 0 to run until interrupted", c.Count)
 	}
