@@ -231,6 +231,7 @@ type lsCmd struct {
 func (c *lsCmd) check() error {
 	var p problems
 	c.checkAPI(&p)
+	checkSubject(&p, "subject", c.Subject, false)
 	if c.Limit < 0 {
 		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
 	}
@@ -307,14 +308,24 @@ type messageRef struct {
 	ID      string `name:"id" help:"Client id (Delay-Id) of the message, with --subject." env:"-"`
 }
 
+// missingRef is the usage error of get or cancel given no message at all:
+// it says how to name one, and nothing else.
+func (r *messageRef) missingRef(cmd string) error {
+	if r.Tag != "" || r.Subject != "" || r.ID != "" {
+		return nil
+	}
+	return usagef("%[1]s: which message? natsdelay %[1]s TAG, or natsdelay %[1]s --subject SUBJECT --id ID; natsdelay help %[1]s tells more", cmd)
+}
+
 func (r *messageRef) checkRef(p *problems) {
 	switch {
 	case r.Tag != "" && (r.Subject != "" || r.ID != ""):
 		p.add("give a TAG or --subject with --id, not both")
-	case r.Tag == "" && r.Subject == "" && r.ID == "":
-		p.add("give the message: a TAG, or --subject with --id")
 	case r.Tag == "" && (r.Subject == "" || r.ID == ""):
 		p.add("--subject and --id go together: give both, or a TAG")
+	}
+	if r.Subject != "" {
+		checkSubject(p, "--subject", r.Subject, false)
 	}
 }
 
@@ -327,6 +338,9 @@ type getCmd struct {
 }
 
 func (c *getCmd) check() error {
+	if err := c.missingRef("get"); err != nil {
+		return err
+	}
 	var p problems
 	c.checkAPI(&p)
 	c.checkRef(&p)
@@ -399,6 +413,9 @@ type cancelCmd struct {
 }
 
 func (c *cancelCmd) check() error {
+	if err := c.missingRef("cancel"); err != nil {
+		return err
+	}
 	var p problems
 	c.checkAPI(&p)
 	c.checkRef(&p)

@@ -168,8 +168,8 @@ func TestAdmin_BadUsage_ExitsTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get"}, "a TAG, or --subject with --id"},
-		{[]string{"cancel"}, "a TAG, or --subject with --id"},
+		{[]string{"get"}, "get: which message? natsdelay get TAG, or natsdelay get --subject SUBJECT --id ID"},
+		{[]string{"cancel"}, "cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"},
 		{[]string{"get", "abc", "--subject", "s"}, "not both"},
 		{[]string{"cancel", "abc", "--id", "x"}, "not both"},
 		{[]string{"get", "--subject", "s"}, "--subject and --id go together"},

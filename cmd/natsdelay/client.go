@@ -99,3 +99,39 @@ func (c *clientFlags) connect(name string, log *slog.Logger) (*nats.Conn, error)
 	}
 	return nc, nil
 }
+
+// checkSubject adds a problem to p if subj, given as what, is not a NATS
+// subject: empty, an empty token, white space or a control character. A
+// wildcard (* for one token, > for the rest) is allowed only as a filter;
+// a subject to deliver to or look up must be concrete. The service checks
+// too; checking here says what is wrong instead of "nothing answers".
+func checkSubject(p *problems, what, subj string, filter bool) {
+	want := "want a subject such as orders.reminder"
+	if filter {
+		want = "want a subject such as orders.reminder, or a filter such as orders.* or orders.>"
+	}
+	if subj == "" {
+		p.add("%s is empty: %s", what, want)
+		return
+	}
+	if strings.ContainsFunc(subj, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		p.add("%s %q contains white space or a control character: %s", what, subj, want)
+		return
+	}
+	toks := strings.Split(subj, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "":
+			p.add("%s %q has an empty token: %s", what, subj, want)
+			return
+		case !strings.ContainsAny(tok, "*>"):
+		case !filter:
+			p.add("%s %q has a wildcard: %s", what, subj, want)
+			return
+		case tok == "*", tok == ">" && i == len(toks)-1:
+		default:
+			p.add("%s %q: a wildcard is a whole token, * for one and > for the rest at the end: %s", what, subj, want)
+			return
+		}
+	}
+}

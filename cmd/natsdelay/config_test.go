@@ -194,6 +194,16 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "pub bad header", args: []string{"pub", "a.b", "-H", "novalue"}, want: []string{"--header", `"novalue"`, "K:V"}},
 		{name: "pub bad ack", args: []string{"pub", "a.b", "--ack", "sometimes"}, want: []string{"--ack", `"sometimes"`}},
 		{name: "sub negative count", args: []string{"sub", "a.b", "--count=-1"}, want: []string{"--count -1"}},
+		{name: "negative duration", args: []string{"--ack-wait", "-1s"}, want: []string{"--ack-wait -1s", "want a duration > 0"}},
+		{name: "negative duration list", args: []string{"--backoff", "-1s"}, want: []string{"--backoff -1s", ">= 0"}},
+		{name: "pub empty subject", args: []string{"pub", "", "x"}, want: []string{"subject is empty", "orders.reminder"}},
+		{name: "pub wildcard subject", args: []string{"pub", "a.*", "x"}, want: []string{`subject "a.*" has a wildcard`}},
+		{name: "pub empty token", args: []string{"pub", "a..b", "x"}, want: []string{`subject "a..b" has an empty token`}},
+		{name: "sub bad filter", args: []string{"sub", "a.>.b"}, want: []string{`subject "a.>.b"`, "whole token"}},
+		{name: "ls wildcard", args: []string{"ls", "a.*"}, want: []string{`subject "a.*" has a wildcard`}},
+		{name: "cancel space subject", args: []string{"cancel", "--subject", "a b", "--id", "x"}, want: []string{`--subject "a b"`, "white space"}},
+		{name: "cancel nothing", args: []string{"cancel"}, want: []string{"cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"}},
+		{name: "get nothing", args: []string{"get"}, want: []string{"get: which message? natsdelay get TAG"}},
 		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
 	}
 	for _, tt := range tests {
@@ -202,7 +212,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			args := tt.args
-			if len(args) == 0 || args[0] != "pub" && args[0] != "sub" {
+			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel"}, args[0]) {
 				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
 					args = append(slices.Clone(free), args...)
 				}

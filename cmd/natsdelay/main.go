@@ -130,7 +130,13 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		return nil, nil, usageError{err}
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
-		if err := ch.check(); err != nil {
+		err := ch.check()
+		var ue usageError
+		switch {
+		case errors.As(err, &ue):
+			// Already a whole sentence about the command line.
+			return nil, nil, err
+		case err != nil:
 			return nil, nil, usagef("invalid settings:\n%w", err)
 		}
 	}

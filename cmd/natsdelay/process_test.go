@@ -173,3 +173,52 @@ func TestServe_PortInUse_ExitsWithHint(t *testing.T) {
 		t.Fatalf("stderr %q: want the address, that it is in use, and --nats-listen", e)
 	}
 }
+
+// TestServe_DataDirInUse_ExitsFirst checks that a second serve on a data
+// dir in use says so and exits with a usage error before it starts a NATS
+// server or takes a port, and leaves the first serving.
+func TestServe_DataDirInUse_ExitsFirst(t *testing.T) {
+	for _, engine := range []string{"pebble", "bolt"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			first, url := serve(t, dir, "--engine", engine)
+			second := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
+			if code := second.wait(t, 15*time.Second); code != exitUsage {
+				t.Fatalf("second serve: exit code %d, want %d", code, exitUsage)
+			}
+			e := second.stderr.String()
+			if !strings.Contains(e, "the data dir "+dir+" is in use by another natsdelay") {
+				t.Errorf("second serve printed %q, want that the data dir %s is in use", e, dir)
+			}
+			if strings.Contains(e, "nats-server listening") || strings.Contains(e, "resource temporarily unavailable") {
+				t.Errorf("second serve printed %q: it started a server or reached the engine", e)
+			}
+			schedule(t, url, "still.serving", "x", "--delay", "1h")
+			first.signal(t, syscall.SIGTERM)
+			if code := first.wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("first serve exit code %d", code)
+			}
+		})
+	}
+}
+
+// TestClient_BadArguments_SayWhatIsWrong runs the commands as a user would
+// with the arguments that used to give puzzling errors: each is a usage
+// error, exit code 2, that says what is wrong, and nothing is sent.
+func TestClient_BadArguments_SayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pub", "", "x"}, "natsdelay: error: invalid settings:\n  subject is empty: want a subject such as orders.reminder\n"},
+		{[]string{"serve", "--ack-wait", "-1s"}, "--ack-wait -1s: want a duration > 0, such as 30s\n"},
+		{[]string{"cancel"}, "natsdelay: error: cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID; natsdelay help cancel tells more\n"},
+	} {
+		code, out, errOut := runCmd(t, tt.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tt.want) {
+			t.Errorf("natsdelay %q: exit code %d, stdout %q, stderr %q; want %d and %q", tt.args, code, out, errOut, exitUsage, tt.want)
+		}
+	}
+}

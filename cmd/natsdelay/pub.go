@@ -37,6 +37,7 @@ type pubCmd struct {
 func (c *pubCmd) check() error {
 	var p problems
 	c.checkClient(&p)
+	checkSubject(&p, "subject", c.Subject, false)
 	if c.MaxDeliver < 0 {
 		p.add("--max-deliver %d: want a count > 0, or 0 for the service's default", c.MaxDeliver)
 	}

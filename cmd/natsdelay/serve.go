@@ -184,7 +184,17 @@ func (c *serveCmd) Run(e *env) error {
 		log.Info("natsdelay starting", "nats_url", redact(c.NATS), "data_dir", dataDir, "engine", c.Engine)
 	}
 
-	// The HTTP listener comes first: a port in use fails before anything
+	// The data dir comes first: a second serve on it stops here, before
+	// it starts a NATS server or takes a port.
+	if c.Engine != engine.Memory {
+		unlock, err := lockDataDir(dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+
+	// The HTTP listener comes next: a port in use fails before anything
 	// else starts, and /healthz answers while the rest starts.
 	var hs *httpServer
 	var reg prometheus.Registerer

@@ -35,6 +35,7 @@ type subCmd struct {
 func (c *subCmd) check() error {
 	var p problems
 	c.checkClient(&p)
+	checkSubject(&p, "subject", c.Subject, true)
 	if c.Count < 0 {
 		p.add("--count %d: want a count > 0, or 0 to run until interrupted", c.Count)
 	}
