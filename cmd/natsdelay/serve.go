@@ -39,7 +39,7 @@ type serveCmd struct {
 	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s"`
 	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s"`
 	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0"`
-	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ...; the last repeats. Empty redelivers right after the ack wait." placeholder:"1s,5s,30s"`
+	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION"`
 	DeadLetter     string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT"`
 	DeadLetterExp  bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)."`
 	IngestPrefix   string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}"`

@@ -75,3 +75,23 @@ func TestHelp_Command(t *testing.T) {
 		t.Errorf("natsdelay help nope: exit code %d, stderr %q; want %d and the word it did not know", code, errOut, exitUsage)
 	}
 }
+
+// TestHelp_Backoff_ShowsNoDefault checks that serve's help does not show an
+// example list where a default would go: --backoff has none.
+func TestHelp_Backoff_ShowsNoDefault(t *testing.T) {
+	t.Parallel()
+	out := mustRun(t, "serve", "--help")
+	if !strings.Contains(out, "--backoff=DURATION,...") || !strings.Contains(out, "Default none") {
+		t.Errorf("serve --help shows --backoff as %q, want --backoff=DURATION,... and Default none", helpLine(out, "--backoff"))
+	}
+}
+
+// helpLine returns the line of help that mentions flag.
+func helpLine(help, flag string) string {
+	for line := range strings.Lines(help) {
+		if strings.Contains(line, flag) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
