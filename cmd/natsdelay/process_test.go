@@ -222,3 +222,45 @@ func TestClient_BadArguments_SayWhatIsWrong(t *testing.T) {
 		}
 	}
 }
+
+// TestSub_Count_TakesExactlyThat checks that sub --count 1 takes one
+// delivery and leaves the others pending, not delivered and unACKed: a
+// second sub gets them as attempt 1, not as redeliveries after the ack
+// wait.
+func TestSub_Count_TakesExactlyThat(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, t.TempDir())
+	first := start(t, "sub", "count.one", "--nats", url, "--count", "1", "--json")
+	first.waitLine(t, `msg=subscribed subject=count.one`, 10*time.Second)
+	// All three fire at once, so the first sub could take all three.
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second).UTC().Format(time.RFC3339)
+	for _, d := range []string{"a", "b", "c"} {
+		schedule(t, url, "count.one", d, "--at", at)
+	}
+	if code := first.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("first sub exit code %d", code)
+	}
+	if n := strings.Count(first.stdout.String(), "\n"); n != 1 {
+		t.Fatalf("sub --count 1 printed %d deliveries: %q", n, first.stdout.String())
+	}
+	// The ack wait is 30s: attempt 1 within 15s means nothing was taken
+	// and left unACKed.
+	second := start(t, "sub", "count.one", "--nats", url, "--count", "2", "--json")
+	if code := second.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("second sub exit code %d", code)
+	}
+	got := map[string]bool{}
+	for line := range strings.Lines(first.stdout.String() + second.stdout.String()) {
+		var d delivery
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatalf("sub printed %q: %v", line, err)
+		}
+		if d.Attempt != 1 {
+			t.Errorf("delivery %q is attempt %d, want 1", d.Data, d.Attempt)
+		}
+		got[d.Data] = true
+	}
+	if len(got) != 3 {
+		t.Errorf("the two subs got %v, want a, b and c once each", got)
+	}
+}

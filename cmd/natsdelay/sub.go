@@ -83,6 +83,14 @@ func (c *subCmd) Run(e *env) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.Subject, err)
 	}
+	if c.Count > 0 {
+		// The server sends --count messages and no more, so none is
+		// taken and left unACKed: the rest bounce as "no responders" and
+		// stay pending for the next subscriber, their attempt not counted.
+		if err := sub.AutoUnsubscribe(c.Count); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", c.Subject, err)
+		}
+	}
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.Subject, err)
 	}
