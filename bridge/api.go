@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -48,6 +49,9 @@ func (s *Service) register() error {
 		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
 		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
 	}
+	// NB: endpoint names are not subjects. They are the verbs in lower
+	// case, as the ingest endpoint's name is; the subjects keep the verbs
+	// in capitals, as the protocol has them.
 	for _, ep := range []struct {
 		verb string
 		h    func(micro.Request) (any, error)
@@ -58,7 +62,7 @@ func (s *Service) register() error {
 		{"CANCEL", s.apiCancel},
 	} {
 		h := ep.h
-		err := svc.AddEndpoint(ep.verb, micro.HandlerFunc(func(req micro.Request) {
+		err := svc.AddEndpoint(strings.ToLower(ep.verb), micro.HandlerFunc(func(req micro.Request) {
 			v, err := h(req)
 			if err != nil {
 				respondError(req, err)

@@ -711,10 +711,10 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 	}
 	wantSubjects := map[string]string{
 		"ingest": bridge.DefaultIngestPrefix + ".>",
-		"INFO":   bridge.DefaultAPIPrefix + ".INFO",
-		"GET":    bridge.DefaultAPIPrefix + ".GET",
-		"LIST":   bridge.DefaultAPIPrefix + ".LIST",
-		"CANCEL": bridge.DefaultAPIPrefix + ".CANCEL",
+		"info":   bridge.DefaultAPIPrefix + ".INFO",
+		"get":    bridge.DefaultAPIPrefix + ".GET",
+		"list":   bridge.DefaultAPIPrefix + ".LIST",
+		"cancel": bridge.DefaultAPIPrefix + ".CANCEL",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {

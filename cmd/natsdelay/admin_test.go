@@ -225,10 +225,10 @@ func TestServe_MicroDiscovery(t *testing.T) {
 
 	want := map[string]string{
 		"ingest": "delay.>",
-		"INFO":   "$DELAY.API.INFO",
-		"GET":    "$DELAY.API.GET",
-		"LIST":   "$DELAY.API.LIST",
-		"CANCEL": "$DELAY.API.CANCEL",
+		"info":   "$DELAY.API.INFO",
+		"get":    "$DELAY.API.GET",
+		"list":   "$DELAY.API.LIST",
+		"cancel": "$DELAY.API.CANCEL",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+bridge.ServiceName, &info)
@@ -250,7 +250,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		got[ep.Name] = ep.Subject
 		counted[ep.Name] = ep.NumRequests
 	}
-	if stats.Name != "natsdelay" || !maps.Equal(got, want) || counted["INFO"] != 1 || counted["GET"] != 0 {
+	if stats.Name != "natsdelay" || !maps.Equal(got, want) || counted["info"] != 1 || counted["get"] != 0 {
 		t.Fatalf("STATS = %+v, endpoints %v, requests %v; want the endpoints and 1 INFO request", stats.ServiceIdentity, got, counted)
 	}
 }
