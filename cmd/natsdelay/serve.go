@@ -49,6 +49,7 @@ type serveCmd struct {
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
 	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
+	PProf          bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
 }
 
 // listen is where the embedded server listens.
@@ -82,6 +83,9 @@ func (c *serveCmd) check() error {
 		}
 	}
 	checkHTTP(&p, c.HTTP)
+	if c.PProf && c.HTTP == "" {
+		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
+	}
 	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
 		p.add("--time-bucket %v: want a whole number of milliseconds >= 0, such as 0, 10ms or 1s", c.TimeBucket)
 	}
@@ -202,7 +206,7 @@ func (c *serveCmd) Run(e *env) error {
 	if c.HTTP != "" {
 		r := newRegistry()
 		var err error
-		if hs, err = startHTTP(c.HTTP, r, log); err != nil {
+		if hs, err = startHTTP(c.HTTP, r, c.PProf, log); err != nil {
 			return err
 		}
 		reg, httpAddr = r, hs.addr
