@@ -252,3 +252,34 @@ func TestRedact_HidesSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestExpandDays checks the days that pub's --delay and --ttl take on top
+// of what the service takes: whole days first, then a Go duration.
+func TestExpandDays(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, err string
+	}{
+		{in: "7d", want: "168h0m0s"},
+		{in: "1d12h", want: "36h0m0s"},
+		{in: "0d90s", want: "1m30s"},
+		{in: "90s", want: "90s"},   // no days: as it is
+		{in: "1500", want: "1500"}, // milliseconds: as it is
+		{in: "100y", want: "100y"}, // no days: the service says what it takes
+		{in: "1.5d", err: "whole days"},
+		{in: "d", err: "whole days"},
+		{in: "-1d", err: "whole days"},
+		{in: "1d-1h", err: "whole days"},
+		{in: "1d2d", err: "whole days"},
+		{in: "200000d", err: "too large"},
+		{in: "106751d23h47m16.854775807s", want: "2562047h47m16.854775807s"},
+		{in: "106751d23h47m17s", err: "too large"},
+	} {
+		got, err := expandDays(tt.in)
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("expandDays(%q) = %q, %v; want an error saying %q", tt.in, got, err, tt.err)
+		case tt.err == "" && (err != nil || got != tt.want):
+			t.Errorf("expandDays(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}

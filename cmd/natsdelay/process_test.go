@@ -264,3 +264,26 @@ func TestSub_Count_TakesExactlyThat(t *testing.T) {
 		t.Errorf("the two subs got %v, want a, b and c once each", got)
 	}
 }
+
+// TestPub_DelayInDays_Scheduled checks that pub --delay takes days, which
+// the service's Delay header does not: 7d is scheduled seven days out, and
+// a --ttl in days is taken too; a fraction of a day is a usage error.
+func TestPub_DelayInDays_Scheduled(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, t.TempDir())
+	before := time.Now()
+	out := mustRun(t, "pub", "days.later", "x", "--delay", "7d", "--ttl", "1d", "--nats", url, "--json")
+	var rep struct {
+		FireAt time.Time `json:"fire_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("pub --json printed %q: %v", out, err)
+	}
+	if lo, hi := before.Add(7*24*time.Hour), time.Now().Add(7*24*time.Hour); rep.FireAt.Before(lo.Truncate(time.Millisecond)) || rep.FireAt.After(hi) {
+		t.Errorf("--delay 7d: fire_at %v, want between %v and %v", rep.FireAt, lo, hi)
+	}
+	code, _, errOut := runCmd(t, "pub", "days.later", "x", "--delay", "1.5d", "--nats", url)
+	if code != exitUsage || !strings.Contains(errOut, `--delay "1.5d": want whole days first, such as 7d or 1d12h`) {
+		t.Errorf("--delay 1.5d: exit code %d, stderr %q; want %d and what is accepted", code, errOut, exitUsage)
+	}
+}
