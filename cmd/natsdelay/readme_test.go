@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -47,5 +48,34 @@ func TestReadme_BuildCommands(t *testing.T) {
 	}
 	if _, err := os.Stat("main.go"); err != nil {
 		t.Errorf("./cmd/natsdelay has no main.go: %v", err)
+	}
+}
+
+// TestDocs_NatsReply_DashAnswers checks that every nats reply in the docs
+// whose answer starts with - has -- before it: the nats CLI takes '-NAK 5s'
+// for a flag and fails with unknown short flag '-N'.
+func TestDocs_NatsReply_DashAnswers(t *testing.T) {
+	files := []string{"../../README.md"}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, docs...)
+	reply := regexp.MustCompile(`nats reply \S+ (--\s+)?'(-[^']*)'`)
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range reply.FindAllStringSubmatch(string(b), -1) {
+			seen++
+			if m[1] == "" {
+				t.Errorf("%s: %q: the nats CLI takes %q for a flag; put -- before it", f, m[0], m[2])
+			}
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no nats reply with a - answer in the docs: the example of -- is gone")
 	}
 }
