@@ -224,11 +224,12 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"ingest": "delay.>",
-		"info":   "$DELAY.API.INFO",
-		"get":    "$DELAY.API.GET",
-		"list":   "$DELAY.API.LIST",
-		"cancel": "$DELAY.API.CANCEL",
+		"ingest":   "delay.>",
+		"info":     "$DELAY.API.INFO",
+		"get":      "$DELAY.API.GET",
+		"list":     "$DELAY.API.LIST",
+		"cancel":   "$DELAY.API.CANCEL",
+		"subjects": "$DELAY.API.SUBJECTS",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+bridge.ServiceName, &info)
