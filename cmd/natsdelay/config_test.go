@@ -200,7 +200,9 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "pub wildcard subject", args: []string{"pub", "a.*", "x"}, want: []string{`subject "a.*" has a wildcard`}},
 		{name: "pub empty token", args: []string{"pub", "a..b", "x"}, want: []string{`subject "a..b" has an empty token`}},
 		{name: "sub bad filter", args: []string{"sub", "a.>.b"}, want: []string{`subject "a.>.b"`, "whole token"}},
-		{name: "ls wildcard", args: []string{"ls", "a.*"}, want: []string{`subject "a.*" has a wildcard`}},
+		{name: "ls filter after", args: []string{"ls", "a.*", "--after", "abc"}, want: []string{"--after abc", `"a.*" is a filter`}},
+		{name: "ls bad filter", args: []string{"ls", "a.>.b"}, want: []string{`subject "a.>.b"`, "whole token"}},
+		{name: "subjects bad filter", args: []string{"subjects", "a..b"}, want: []string{`filter "a..b" has an empty token`}},
 		{name: "cancel space subject", args: []string{"cancel", "--subject", "a b", "--id", "x"}, want: []string{`--subject "a b"`, "white space"}},
 		{name: "cancel nothing", args: []string{"cancel"}, want: []string{"cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"}},
 		{name: "get nothing", args: []string{"get"}, want: []string{"get: which message? natsdelay get TAG"}},
@@ -212,7 +214,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			args := tt.args
-			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel"}, args[0]) {
+			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects"}, args[0]) {
 				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
 					args = append(slices.Clone(free), args...)
 				}
