@@ -71,13 +71,31 @@ func (s *Service) register() error {
 				respondError(req, err)
 				return
 			}
-			_ = req.RespondJSON(v)
+			b, err := marshalReply(v)
+			if err != nil {
+				respondError(req, err)
+				return
+			}
+			_ = req.Respond(b)
 		}), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+ep.verb))
 		if err != nil {
 			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
 		}
 	}
 	return nil
+}
+
+// marshalReply encodes an API reply as JSON. NB: unlike json.Marshal it
+// leaves <, > and & as they are, so a filter such as orders.> reads as
+// written rather than as orders.\u003e.
+func marshalReply(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("bridge: encode the reply: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // decodeRequest reads a JSON request body strictly: unknown fields and

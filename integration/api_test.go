@@ -846,6 +846,11 @@ func TestAPI_Subjects(t *testing.T) {
 		}
 	}
 
+	// The filter is echoed as written, not as subj.\u003e.
+	if rep := apiRequest(t, h.nc, "SUBJECTS", map[string]string{"filter": "subj.>"}); !strings.HasPrefix(string(rep.Data), `{"filter":"subj.>",`) {
+		t.Errorf("SUBJECTS subj.> replied %s, want the filter as written", rep.Data)
+	}
+
 	// No filter is every subject, and "after" need not be pending.
 	var r bridge.SubjectsReply
 	apiCall(t, h.nc, "SUBJECTS", map[string]string{"after": "subj.b.a"}, &r)
