@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -48,6 +51,9 @@ func (s *Service) register() error {
 		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
 		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
 	}
+	// NB: endpoint names are not subjects. They are the verbs in lower
+	// case, as the ingest endpoint's name is; the subjects keep the verbs
+	// in capitals, as the protocol has them.
 	for _, ep := range []struct {
 		verb string
 		h    func(micro.Request) (any, error)
@@ -58,17 +64,18 @@ func (s *Service) register() error {
 		{"GET", s.apiGet, `; ask without "payload"`},
 		{"LIST", s.apiList, ""},
 		{"CANCEL", s.apiCancel, ""},
+		{"SUBJECTS", s.apiSubjects, ""},
 	} {
 		h, tooLarge := ep.h, ep.tooLarge
-		err := svc.AddEndpoint(ep.verb, micro.HandlerFunc(func(req micro.Request) {
+		err := svc.AddEndpoint(strings.ToLower(ep.verb), micro.HandlerFunc(func(req micro.Request) {
 			v, err := h(req)
 			if err != nil {
 				respondError(req, err)
 				return
 			}
-			body, err := json.Marshal(v)
+			body, err := marshalReply(v)
 			if err != nil {
-				respondError(req, fmt.Errorf("encoding the reply: %w", err))
+				respondError(req, err)
 				return
 			}
 			// NB: nats.go refuses a reply over max_payload, and the
@@ -85,6 +92,19 @@ func (s *Service) register() error {
 		}
 	}
 	return nil
+}
+
+// marshalReply encodes an API reply as JSON. NB: unlike json.Marshal it
+// leaves <, > and & as they are, so a filter such as orders.> reads as
+// written rather than as orders.\u003e.
+func marshalReply(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("bridge: encode the reply: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // decodeRequest reads a JSON request body strictly: unknown fields and
@@ -443,4 +463,134 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 	return struct {
 		Canceled bool `json:"canceled"`
 	}{true}, nil
+}
+
+// SubjectInfo is one subject in a SUBJECTS reply.
+type SubjectInfo struct {
+	Subject string `json:"subject"`
+	// Pending is the subject's pending messages, from the registry.
+	Pending uint64 `json:"pending"`
+	// DueNow is how many of them are due, exact to the time bucket as
+	// INFO's due_now is. NB: subjects whose topic hashes collide share a
+	// key range, and each is given the due count of both.
+	DueNow uint64 `json:"due_now"`
+}
+
+// SubjectsReply is the body of $DELAY.API.SUBJECTS.
+type SubjectsReply struct {
+	Filter   string        `json:"filter"`
+	Subjects []SubjectInfo `json:"subjects"`
+	// Next is the subject to pass as "after" for the next page; empty on
+	// the last.
+	Next string `json:"next,omitempty"`
+}
+
+// apiSubjects lists the subjects with pending messages that match a
+// filter, in subject order, paged. It reads the subject registry from
+// memory and, for due_now, the keys of due messages only: no message is
+// read or decoded.
+func (s *Service) apiSubjects(req micro.Request) (any, error) {
+	var r struct {
+		Filter string `json:"filter"`
+		Limit  *int   `json:"limit"`
+		After  string `json:"after"`
+	}
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	if r.Filter == "" {
+		r.Filter = ">"
+	}
+	if err := checkFilter(r.Filter); err != nil {
+		return nil, err
+	}
+	limit := defaultListLimit
+	if r.Limit != nil {
+		if *r.Limit < 1 || *r.Limit > maxListLimit {
+			return nil, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxListLimit)
+		}
+		limit = *r.Limit
+	}
+	if err := s.storageErr(); err != nil {
+		return nil, err
+	}
+	g := s.gen.Load()
+	topics := g.repo.Topics()
+	// Topics is sorted by subject: the page starts after "after", which
+	// need not be pending any more.
+	start := 0
+	if r.After != "" {
+		start, _ = slices.BinarySearchFunc(topics, r.After, func(t delaystore.Topic, after string) int {
+			if t.Subject <= after {
+				return -1
+			}
+			return 1
+		})
+	}
+	nowMs := s.cfg.Now().UnixMilli()
+	bucketMs := s.cfg.TimeBucket.Milliseconds()
+	out := SubjectsReply{Filter: r.Filter, Subjects: []SubjectInfo{}}
+	for _, t := range topics[start:] {
+		if !subjectMatches(r.Filter, t.Subject) {
+			continue
+		}
+		if len(out.Subjects) == limit {
+			out.Next = out.Subjects[len(out.Subjects)-1].Subject
+			break
+		}
+		var due uint64
+		opts := delaystore.IterOptions{LowerBound: keys.TopicLowerBound(t.Hash), UpperBound: keys.DueUpperBound(t.Hash, nowMs, bucketMs)}
+		err := g.store.Scan(opts, func(k, _ []byte) bool {
+			if len(k) == keys.Len {
+				due++
+			}
+			return true
+		})
+		if err != nil {
+			return nil, unavailable("counting due messages of %q: %v", clip(t.Subject), err)
+		}
+		out.Subjects = append(out.Subjects, SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+	}
+	return out, nil
+}
+
+// checkFilter accepts a NATS subject filter: non-empty tokens, each a
+// literal, * for any one token, or > for one or more at the end.
+func checkFilter(f string) error {
+	if !utf8.ValidString(f) {
+		return badRequest(`"filter" %q is not valid UTF-8`, clip(f))
+	}
+	if strings.ContainsFunc(f, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return badRequest(`"filter" %q contains white space or a control character`, clip(f))
+	}
+	toks := strings.Split(f, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "":
+			return badRequest(`"filter" %q has an empty token: want a subject filter such as orders.* or orders.>`, clip(f))
+		case tok == ">" && i != len(toks)-1:
+			return badRequest(`"filter" %q: > must be the last token`, clip(f))
+		case tok != "*" && tok != ">" && strings.ContainsAny(tok, "*>"):
+			return badRequest(`"filter" %q: a wildcard must be a whole token, * or >`, clip(f))
+		}
+	}
+	return nil
+}
+
+// subjectMatches reports whether the concrete subject subj matches the
+// filter f, which checkFilter accepted.
+func subjectMatches(f, subj string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(f, ".")
+		st, srest, smore := strings.Cut(subj, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		f, subj = frest, srest
+	}
 }

@@ -75,7 +75,7 @@ func fuzzService(tb testing.TB) (*Service, string) {
 // 404, never a store error. A successful reply must encode as JSON.
 func FuzzAPIRequest(f *testing.F) {
 	s, tag := fuzzService(f)
-	verbs := []func(micro.Request) (any, error){s.apiInfo, s.apiGet, s.apiList, s.apiCancel}
+	verbs := []func(micro.Request) (any, error){s.apiInfo, s.apiGet, s.apiList, s.apiCancel, s.apiSubjects}
 	for _, body := range []string{
 		"", "{}", " ", "null", "[]", `"x"`, "{} {}", "{}x",
 		`{"tag":"` + tag + `"}`,
@@ -90,6 +90,10 @@ func FuzzAPIRequest(f *testing.F) {
 		`{"subject":"fuzz.a","after":"` + tag + `"}`,
 		`{"subject":"fuzz.b","after":"` + tag + `"}`,
 		`{"subject":"fuzz.*"}`,
+		`{"filter":"fuzz.*"}`,
+		`{"filter":"fuzz.>","limit":1,"after":"fuzz.a"}`,
+		`{"filter":">.a"}`,
+		`{"filter":"a*"}`,
 		`{"subject":"a..b","id":"x"}`,
 		`{"subject":"\xff","id":"x"}`,
 		`{"tag":"ABCDEF000000000000000000000000000000000000000000"}`,

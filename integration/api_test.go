@@ -716,11 +716,12 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, bridge.ServiceName, bridge.Version, ping.ID)
 	}
 	wantSubjects := map[string]string{
-		"ingest": bridge.DefaultIngestPrefix + ".>",
-		"INFO":   bridge.DefaultAPIPrefix + ".INFO",
-		"GET":    bridge.DefaultAPIPrefix + ".GET",
-		"LIST":   bridge.DefaultAPIPrefix + ".LIST",
-		"CANCEL": bridge.DefaultAPIPrefix + ".CANCEL",
+		"ingest":   bridge.DefaultIngestPrefix + ".>",
+		"info":     bridge.DefaultAPIPrefix + ".INFO",
+		"get":      bridge.DefaultAPIPrefix + ".GET",
+		"list":     bridge.DefaultAPIPrefix + ".LIST",
+		"cancel":   bridge.DefaultAPIPrefix + ".CANCEL",
+		"subjects": bridge.DefaultAPIPrefix + ".SUBJECTS",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {
@@ -757,4 +758,133 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// subjectsAll pages through SUBJECTS for filter with limit and returns
+// every entry, checking that each page but the last is full and that next
+// is its last subject.
+func subjectsAll(tb testing.TB, nc *nats.Conn, filter string, limit int) []bridge.SubjectInfo {
+	tb.Helper()
+	var all []bridge.SubjectInfo
+	req := map[string]any{"filter": filter, "limit": limit}
+	for range 100 {
+		var r bridge.SubjectsReply
+		apiCall(tb, nc, "SUBJECTS", req, &r)
+		if r.Filter != filter || r.Subjects == nil {
+			tb.Fatalf("SUBJECTS %v: filter %q, subjects %v", req, r.Filter, r.Subjects)
+		}
+		all = append(all, r.Subjects...)
+		if r.Next == "" {
+			return all
+		}
+		if len(r.Subjects) != limit || r.Next != r.Subjects[len(r.Subjects)-1].Subject {
+			tb.Fatalf("SUBJECTS %v: next %q after %d subjects, want the last subject of a full page", req, r.Next, len(r.Subjects))
+		}
+		req["after"] = r.Next
+	}
+	tb.Fatalf("SUBJECTS %s: paging does not end", filter)
+	return nil
+}
+
+// TestAPI_Subjects checks that SUBJECTS lists the subjects with pending
+// messages that match a NATS filter, in subject order, each once across
+// pages, with its pending and due-now counts.
+func TestAPI_Subjects(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	// Nobody subscribes, so what is due stays pending.
+	var msgs []*nats.Msg
+	for subj, n := range map[string][2]int{ // due, later
+		"subj.a":     {2, 1},
+		"subj.b":     {0, 3},
+		"subj.b.x":   {1, 0},
+		"subj.c":     {1, 1},
+		"other.a":    {0, 1},
+		"subj.gone":  {0, 1},
+		"subj.d.e.f": {0, 2},
+	} {
+		for range n[0] {
+			msgs = append(msgs, newMsg(subj, "", "Delay", "1ms"))
+		}
+		for range n[1] {
+			msgs = append(msgs, newMsg(subj, "", "Delay", "1h"))
+		}
+	}
+	reps := scheduleMany(t, h.nc, msgs)
+	for _, r := range reps {
+		if r.Subject == "subj.gone" {
+			cancelTag(t, h.nc, r.Tag)
+		}
+	}
+	all := map[string]bridge.SubjectInfo{
+		"other.a":    {Subject: "other.a", Pending: 1},
+		"subj.a":     {Subject: "subj.a", Pending: 3, DueNow: 2},
+		"subj.b":     {Subject: "subj.b", Pending: 3},
+		"subj.b.x":   {Subject: "subj.b.x", Pending: 1, DueNow: 1},
+		"subj.c":     {Subject: "subj.c", Pending: 2, DueNow: 1},
+		"subj.d.e.f": {Subject: "subj.d.e.f", Pending: 2},
+	}
+	want := func(subjects ...string) []bridge.SubjectInfo {
+		var out []bridge.SubjectInfo
+		for _, s := range subjects {
+			out = append(out, all[s])
+		}
+		return out
+	}
+	for _, c := range []struct {
+		filter string
+		want   []bridge.SubjectInfo
+	}{
+		{">", want("other.a", "subj.a", "subj.b", "subj.b.x", "subj.c", "subj.d.e.f")},
+		{"subj.*", want("subj.a", "subj.b", "subj.c")},
+		{"subj.>", want("subj.a", "subj.b", "subj.b.x", "subj.c", "subj.d.e.f")},
+		{"*.a", want("other.a", "subj.a")},
+		{"subj.*.*.f", want("subj.d.e.f")},
+		{"subj.b", want("subj.b")},
+		{"subj", nil},
+		{"nothing.>", nil},
+	} {
+		for _, limit := range []int{1, 2, 1000} {
+			got := subjectsAll(t, h.nc, c.filter, limit)
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("SUBJECTS %s with limit %d: %+v, want %+v", c.filter, limit, got, c.want)
+			}
+		}
+	}
+
+	// The filter is echoed as written, not as subj.\u003e.
+	if rep := apiRequest(t, h.nc, "SUBJECTS", map[string]string{"filter": "subj.>"}); !strings.HasPrefix(string(rep.Data), `{"filter":"subj.>",`) {
+		t.Errorf("SUBJECTS subj.> replied %s, want the filter as written", rep.Data)
+	}
+
+	// No filter is every subject, and "after" need not be pending.
+	var r bridge.SubjectsReply
+	apiCall(t, h.nc, "SUBJECTS", map[string]string{"after": "subj.b.a"}, &r)
+	if r.Filter != ">" || !reflect.DeepEqual(r.Subjects, want("subj.b.x", "subj.c", "subj.d.e.f")) || r.Next != "" {
+		t.Errorf("SUBJECTS after subj.b.a: %+v", r)
+	}
+}
+
+// TestAPI_Subjects_Errors checks that SUBJECTS rejects a filter or paging
+// it cannot use with a 400 that says why.
+func TestAPI_Subjects_Errors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, c := range []struct {
+		name string
+		body any
+		want string
+	}{
+		{"empty token", map[string]string{"filter": "a..b"}, "empty token"},
+		{"> not last", map[string]string{"filter": "a.>.b"}, "> must be the last token"},
+		{"partial wildcard", map[string]string{"filter": "a.b*"}, "whole token"},
+		{"white space", map[string]string{"filter": "a b"}, "white space"},
+		{"limit 0", `{"limit":0}`, `"limit" 0`},
+		{"limit 1001", `{"limit":1001}`, `"limit" 1001`},
+		{"unknown field", `{"subject":"a"}`, "request body"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			apiError(t, h.nc, "SUBJECTS", c.body, 400, c.want)
+		})
+	}
 }

@@ -23,7 +23,7 @@ import (
 // apiFlags are the flags of the admin commands, which use only the
 // request/reply API on <api-prefix>.<VERB>, as any client would.
 type apiFlags struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	APIPrefix string        `name:"api-prefix" help:"API prefix of the service." default:"${api_prefix}"`
 	Timeout   time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
@@ -31,7 +31,7 @@ type apiFlags struct {
 }
 
 func (c *apiFlags) checkAPI(p *problems) {
-	c.connFlags.check(p)
+	c.checkClient(p)
 	if c.Timeout <= 0 {
 		p.add("--timeout %v: want a duration > 0, such as 5s", c.Timeout)
 	}
@@ -218,87 +218,6 @@ func orNone(none bool, alt, v string) string {
 	return v
 }
 
-// lsCmd lists the pending messages of one subject in fire order.
-type lsCmd struct {
-	apiFlags `embed:""`
-
-	Subject string `arg:"" help:"Target subject whose pending messages to list."`
-	Limit   int    `help:"Messages per page; 0 is the service's default (100)." default:"0" env:"-"`
-	After   string `help:"Start after this tag: the next field of the previous page." placeholder:"TAG" env:"-"`
-	All     bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
-}
-
-func (c *lsCmd) check() error {
-	var p problems
-	c.checkAPI(&p)
-	if c.Limit < 0 {
-		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
-	}
-	return p.err()
-}
-
-func (c *lsCmd) Run(e *env) error {
-	cl, err := c.dial("ls", e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	type listReq struct {
-		Subject string `json:"subject"`
-		Limit   int    `json:"limit,omitempty"`
-		After   string `json:"after,omitempty"`
-	}
-	req := listReq{Subject: c.Subject, Limit: c.Limit, After: c.After}
-	var all bridge.ListReply
-	for {
-		data, err := cl.call("LIST", req)
-		if err != nil {
-			return err
-		}
-		if c.JSON && !c.All {
-			return printJSON(e.stdout, data)
-		}
-		var page bridge.ListReply
-		if err := decodeReply("LIST", data, &page); err != nil {
-			return err
-		}
-		all.Subject = page.Subject
-		all.Messages = append(all.Messages, page.Messages...)
-		all.Next = page.Next
-		// NB: a next that does not move on would loop forever; stop instead.
-		if !c.All || page.Next == "" || page.Next == req.After {
-			break
-		}
-		req.After = page.Next
-	}
-	if c.JSON {
-		all.Next = ""
-		if all.Messages == nil {
-			all.Messages = []bridge.MessageInfo{}
-		}
-		b, err := json.Marshal(all)
-		if err != nil {
-			return err
-		}
-		return printJSON(e.stdout, b)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tID\tFIRE AT\tATTEMPT\tSIZE\tACK\tEXPIRE AT")
-	for _, m := range all.Messages {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Tag, orNone(m.ID == "", "-", m.ID), m.FireAt,
-			m.Attempt, m.Size, m.Ack, orNone(m.ExpireAt == "", "-", m.ExpireAt))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if all.Next != "" {
-		_, err = fmt.Fprintf(e.stdout, "more: natsdelay ls %s --after %s, or --all\n", c.Subject, all.Next)
-	} else {
-		_, err = fmt.Fprintf(e.stdout, "%d pending on %s\n", len(all.Messages), c.Subject)
-	}
-	return err
-}
-
 // messageRef is a TAG argument or --subject with --id, as GET and CANCEL
 // take them.
 type messageRef struct {
@@ -307,14 +226,24 @@ type messageRef struct {
 	ID      string `name:"id" help:"Client id (Delay-Id) of the message, with --subject." env:"-"`
 }
 
+// missingRef is the usage error of get or cancel given no message at all:
+// it says how to name one, and nothing else.
+func (r *messageRef) missingRef(cmd string) error {
+	if r.Tag != "" || r.Subject != "" || r.ID != "" {
+		return nil
+	}
+	return usagef("%[1]s: which message? natsdelay %[1]s TAG, or natsdelay %[1]s --subject SUBJECT --id ID; natsdelay help %[1]s tells more", cmd)
+}
+
 func (r *messageRef) checkRef(p *problems) {
 	switch {
 	case r.Tag != "" && (r.Subject != "" || r.ID != ""):
 		p.add("give a TAG or --subject with --id, not both")
-	case r.Tag == "" && r.Subject == "" && r.ID == "":
-		p.add("give the message: a TAG, or --subject with --id")
 	case r.Tag == "" && (r.Subject == "" || r.ID == ""):
 		p.add("--subject and --id go together: give both, or a TAG")
+	}
+	if r.Subject != "" {
+		checkSubject(p, "--subject", r.Subject, false)
 	}
 }
 
@@ -327,6 +256,9 @@ type getCmd struct {
 }
 
 func (c *getCmd) check() error {
+	if err := c.missingRef("get"); err != nil {
+		return err
+	}
 	var p problems
 	c.checkAPI(&p)
 	c.checkRef(&p)
@@ -399,6 +331,9 @@ type cancelCmd struct {
 }
 
 func (c *cancelCmd) check() error {
+	if err := c.missingRef("cancel"); err != nil {
+		return err
+	}
 	var p problems
 	c.checkAPI(&p)
 	c.checkRef(&p)

@@ -168,8 +168,8 @@ func TestAdmin_BadUsage_ExitsTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get"}, "a TAG, or --subject with --id"},
-		{[]string{"cancel"}, "a TAG, or --subject with --id"},
+		{[]string{"get"}, "get: which message? natsdelay get TAG, or natsdelay get --subject SUBJECT --id ID"},
+		{[]string{"cancel"}, "cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"},
 		{[]string{"get", "abc", "--subject", "s"}, "not both"},
 		{[]string{"cancel", "abc", "--id", "x"}, "not both"},
 		{[]string{"get", "--subject", "s"}, "--subject and --id go together"},
@@ -224,11 +224,12 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"ingest": "delay.>",
-		"INFO":   "$DELAY.API.INFO",
-		"GET":    "$DELAY.API.GET",
-		"LIST":   "$DELAY.API.LIST",
-		"CANCEL": "$DELAY.API.CANCEL",
+		"ingest":   "delay.>",
+		"info":     "$DELAY.API.INFO",
+		"get":      "$DELAY.API.GET",
+		"list":     "$DELAY.API.LIST",
+		"cancel":   "$DELAY.API.CANCEL",
+		"subjects": "$DELAY.API.SUBJECTS",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+bridge.ServiceName, &info)
@@ -250,7 +251,64 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		got[ep.Name] = ep.Subject
 		counted[ep.Name] = ep.NumRequests
 	}
-	if stats.Name != "natsdelay" || !maps.Equal(got, want) || counted["INFO"] != 1 || counted["GET"] != 0 {
+	if stats.Name != "natsdelay" || !maps.Equal(got, want) || counted["info"] != 1 || counted["get"] != 0 {
 		t.Fatalf("STATS = %+v, endpoints %v, requests %v; want the endpoints and 1 INFO request", stats.ServiceIdentity, got, counted)
+	}
+}
+
+// TestAdmin_SubjectsAndLsFilter drives subjects and ls with a filter
+// against a running serve: subjects lists the subjects that match, in
+// order, with their pending and due counts, pages with a hint, and ls
+// with a filter lists the messages of every matching subject.
+func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, t.TempDir())
+	at := []string{"--nats", url}
+	// Nobody subscribes: what is due stays pending, and due.
+	schedule(t, url, "shop.orders", "o1", "--delay", "1h")
+	schedule(t, url, "shop.orders", "o2", "--delay", "1ms")
+	schedule(t, url, "shop.refunds", "r1", "--delay", "2h")
+	schedule(t, url, "shop.eu.orders", "e1", "--delay", "3h")
+	schedule(t, url, "mail.out", "m1", "--delay", "1h")
+
+	out := mustRun(t, append([]string{"subjects"}, at...)...)
+	want := "SUBJECT         PENDING  DUE NOW\n" +
+		"mail.out        1        0\n" +
+		"shop.eu.orders  1        0\n" +
+		"shop.orders     2        1\n" +
+		"shop.refunds    1        0\n" +
+		"4 subjects matching >: 5 pending, 1 due now\n"
+	if out != want {
+		t.Errorf("subjects printed\n%s\nwant\n%s", out, want)
+	}
+	out = mustRun(t, append([]string{"subjects", "shop.*"}, at...)...)
+	if !strings.Contains(out, "shop.orders ") || !strings.Contains(out, "shop.refunds ") || strings.Contains(out, "shop.eu.orders") ||
+		!strings.HasSuffix(out, "2 subjects matching shop.*: 3 pending, 1 due now\n") {
+		t.Errorf("subjects shop.* printed\n%s\nwant shop.orders and shop.refunds only", out)
+	}
+	out = mustRun(t, append([]string{"subjects", "shop.>", "--limit", "1"}, at...)...)
+	if !strings.Contains(out, "shop.eu.orders") || strings.Contains(out, "shop.orders") || !strings.HasSuffix(out, "more: natsdelay subjects shop.> --after shop.eu.orders, or --all\n") {
+		t.Errorf("subjects shop.> --limit 1 printed\n%s\nwant the first subject and how to get the next page", out)
+	}
+	var r bridge.SubjectsReply
+	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"subjects", "shop.>", "--limit", "1", "--all", "--json"}, at...)...)), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Filter != "shop.>" || len(r.Subjects) != 3 || r.Subjects[1] != (bridge.SubjectInfo{Subject: "shop.orders", Pending: 2, DueNow: 1}) || r.Next != "" {
+		t.Errorf("subjects shop.> --limit 1 --all --json: %+v, want the three shop subjects, shop.orders with 2 pending and 1 due", r)
+	}
+
+	out = mustRun(t, append([]string{"ls", "shop.*"}, at...)...)
+	rows := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(rows) != 5 || !strings.HasPrefix(rows[0], "SUBJECT ") || !strings.HasPrefix(rows[1], "shop.orders ") ||
+		!strings.HasPrefix(rows[2], "shop.orders ") || !strings.HasPrefix(rows[3], "shop.refunds ") || rows[4] != "3 listed on 2 subjects matching shop.*" {
+		t.Errorf("ls shop.* printed\n%s\nwant a header, the messages of shop.orders then shop.refunds, and a count", out)
+	}
+	var lr lsFilterReply
+	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"ls", "shop.>", "--json"}, at...)...)), &lr); err != nil {
+		t.Fatal(err)
+	}
+	if lr.Filter != "shop.>" || len(lr.Subjects) != 3 || lr.Subjects[0].Subject != "shop.eu.orders" || len(lr.Subjects[1].Messages) != 2 {
+		t.Errorf("ls shop.> --json: %+v, want three subjects in order, shop.orders with 2 messages", lr)
 	}
 }

@@ -190,9 +190,15 @@ func fromFile(flag *kong.Flag) bool {
 // decodeDuration parses a Go duration. It replaces kong's own, which also
 // takes bare numbers as nanoseconds: "30" meaning 30ns is never what anyone
 // writing --ack-wait 30 meant.
+//
+// A negative duration such as -1s is taken as the value too, where kong
+// would take it for a short flag -1 and say so: it is then refused by the
+// command's check, which says what is accepted.
 func decodeDuration(ctx *kong.DecodeContext, target reflect.Value) error {
 	var s string
-	if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
+	if t := ctx.Scan.Peek(); t.InferredType() == kong.ShortFlagToken && negativeNumber(t.String()) {
+		s = ctx.Scan.Pop().String()
+	} else if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
 		return err
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -201,6 +207,12 @@ func decodeDuration(ctx *kong.DecodeContext, target reflect.Value) error {
 	}
 	target.SetInt(int64(d))
 	return nil
+}
+
+// negativeNumber reports whether s starts with a minus and a digit: it is
+// never a flag, since no flag is named by a digit.
+func negativeNumber(s string) bool {
+	return len(s) > 1 && s[0] == '-' && s[1] >= '0' && s[1] <= '9'
 }
 
 // problems collects every bad setting, so that one run reports them all.

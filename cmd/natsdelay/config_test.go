@@ -116,8 +116,8 @@ func TestParse_Client_SharesConnectionSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pub.NATS != defaultClientURL || c.Pub.Delay != "1s" || c.Pub.IngestPrefix != "delay" {
-		t.Fatalf("pub defaults: nats %q, delay %q, ingest prefix %q", c.Pub.NATS, c.Pub.Delay, c.Pub.IngestPrefix)
+	if c.Pub.NATS != "" || c.Pub.nctx.ServerURL() != defaultClientURL || c.Pub.Delay != "1s" || c.Pub.IngestPrefix != "delay" {
+		t.Fatalf("pub defaults: nats %q (URL %q), delay %q, ingest prefix %q", c.Pub.NATS, c.Pub.nctx.ServerURL(), c.Pub.Delay, c.Pub.IngestPrefix)
 	}
 	file := writeConfig(t, `{"nats": "nats://from-file:4222", "ingest_prefix": "later", "data_dir": "ignored-by-sub"}`)
 	c, _, err = parse([]string{"sub", "a.b", "--config", file}, io.Discard, io.Discard)
@@ -194,6 +194,18 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "pub bad header", args: []string{"pub", "a.b", "-H", "novalue"}, want: []string{"--header", `"novalue"`, "K:V"}},
 		{name: "pub bad ack", args: []string{"pub", "a.b", "--ack", "sometimes"}, want: []string{"--ack", `"sometimes"`}},
 		{name: "sub negative count", args: []string{"sub", "a.b", "--count=-1"}, want: []string{"--count -1"}},
+		{name: "negative duration", args: []string{"--ack-wait", "-1s"}, want: []string{"--ack-wait -1s", "want a duration > 0"}},
+		{name: "negative duration list", args: []string{"--backoff", "-1s"}, want: []string{"--backoff -1s", ">= 0"}},
+		{name: "pub empty subject", args: []string{"pub", "", "x"}, want: []string{"subject is empty", "orders.reminder"}},
+		{name: "pub wildcard subject", args: []string{"pub", "a.*", "x"}, want: []string{`subject "a.*" has a wildcard`}},
+		{name: "pub empty token", args: []string{"pub", "a..b", "x"}, want: []string{`subject "a..b" has an empty token`}},
+		{name: "sub bad filter", args: []string{"sub", "a.>.b"}, want: []string{`subject "a.>.b"`, "whole token"}},
+		{name: "ls filter after", args: []string{"ls", "a.*", "--after", "abc"}, want: []string{"--after abc", `"a.*" is a filter`}},
+		{name: "ls bad filter", args: []string{"ls", "a.>.b"}, want: []string{`subject "a.>.b"`, "whole token"}},
+		{name: "subjects bad filter", args: []string{"subjects", "a..b"}, want: []string{`filter "a..b" has an empty token`}},
+		{name: "cancel space subject", args: []string{"cancel", "--subject", "a b", "--id", "x"}, want: []string{`--subject "a b"`, "white space"}},
+		{name: "cancel nothing", args: []string{"cancel"}, want: []string{"cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"}},
+		{name: "get nothing", args: []string{"get"}, want: []string{"get: which message? natsdelay get TAG"}},
 		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
 	}
 	for _, tt := range tests {
@@ -202,7 +214,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			args := tt.args
-			if len(args) == 0 || args[0] != "pub" && args[0] != "sub" {
+			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects"}, args[0]) {
 				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
 					args = append(slices.Clone(free), args...)
 				}
@@ -239,6 +251,37 @@ func TestRedact_HidesSecrets(t *testing.T) {
 	} {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestExpandDays checks the days that pub's --delay and --ttl take on top
+// of what the service takes: whole days first, then a Go duration.
+func TestExpandDays(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, err string
+	}{
+		{in: "7d", want: "168h0m0s"},
+		{in: "1d12h", want: "36h0m0s"},
+		{in: "0d90s", want: "1m30s"},
+		{in: "90s", want: "90s"},   // no days: as it is
+		{in: "1500", want: "1500"}, // milliseconds: as it is
+		{in: "100y", want: "100y"}, // no days: the service says what it takes
+		{in: "1.5d", err: "whole days"},
+		{in: "d", err: "whole days"},
+		{in: "-1d", err: "whole days"},
+		{in: "1d-1h", err: "whole days"},
+		{in: "1d2d", err: "whole days"},
+		{in: "200000d", err: "too large"},
+		{in: "106751d23h47m16.854775807s", want: "2562047h47m16.854775807s"},
+		{in: "106751d23h47m17s", err: "too large"},
+	} {
+		got, err := expandDays(tt.in)
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("expandDays(%q) = %q, %v; want an error saying %q", tt.in, got, err, tt.err)
+		case tt.err == "" && (err != nil || got != tt.want):
+			t.Errorf("expandDays(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
 }

@@ -107,7 +107,17 @@ func checkURL(s string) error {
 // options returns the nats.go options for these flags, with the
 // connection's events logged to log.
 func (c *connFlags) options(name string, log *slog.Logger) ([]nats.Option, error) {
-	opts := []nats.Option{
+	opts := events(name, log)
+	auth, err := c.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, auth...), nil
+}
+
+// events returns the options that name a connection and log its events.
+func events(name string, log *slog.Logger) []nats.Option {
+	return []nats.Option{
 		nats.Name(name),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			// NB: Close also calls this; a closing connection is no news.
@@ -127,6 +137,11 @@ func (c *connFlags) options(name string, log *slog.Logger) ([]nats.Option, error
 			log.Error("nats error", "err", err)
 		}),
 	}
+}
+
+// authOptions returns the nats.go options of the auth and TLS flags.
+func (c *connFlags) authOptions() ([]nats.Option, error) {
+	var opts []nats.Option
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	}

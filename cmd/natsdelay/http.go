@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -56,7 +57,11 @@ func checkHTTP(p *problems, addr string) {
 
 // startHTTP listens on addr and serves reg's metrics and the health checks.
 // /readyz answers 503 until setReady is called. The caller calls close.
-func startHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*httpServer, error) {
+//
+// With pprof, it also serves Go's profiles on /debug/pprof/. They are off
+// by default: the listener has no auth, and a profile shows the
+// process's internals and costs CPU while it runs.
+func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -76,6 +81,15 @@ func startHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*httpSe
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
+	if pprofOn {
+		// NB: the pprof package registers on http.DefaultServeMux when
+		// imported; this mux only has what is added here.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	h.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -203,3 +203,27 @@ func TestParse_HTTP_DefaultEnvFile(t *testing.T) {
 		t.Fatalf("--http 7070: err %v, want a usage error naming --http", err)
 	}
 }
+
+// TestServe_HTTP_PProfOnlyWhenAsked checks that /debug/pprof/ is not on the
+// HTTP listener by default, is with --pprof, and that --pprof with the
+// listener off is a usage error.
+func TestServe_HTTP_PProfOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{false, true} {
+		var extra []string
+		want := http.StatusNotFound
+		if on {
+			extra, want = []string{"--pprof"}, http.StatusOK
+		}
+		_, _, base := serveHTTP(t, t.TempDir(), extra...)
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+			if code, body := httpGet(t, base+path); code != want {
+				t.Errorf("pprof %v: GET %s: %d %.80q, want %d", on, path, code, body, want)
+			}
+		}
+	}
+	code, _, errOut := runCmd(t, "serve", "--pprof", "--http", "")
+	if code != exitUsage || !strings.Contains(errOut, "--pprof") || !strings.Contains(errOut, `--http ""`) {
+		t.Errorf("serve --pprof --http \"\": exit code %d, stderr %q; want %d and why", code, errOut, exitUsage)
+	}
+}

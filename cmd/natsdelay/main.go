@@ -4,7 +4,8 @@
 // 127.0.0.1:4222 and the service over it, keeping messages in
 // ./natsdelay-data. "pub" schedules a message and "sub" prints and ACKs
 // deliveries; both use plain NATS requests, as any client would. "info",
-// "ls", "get" and "cancel" use only the request/reply API on $DELAY.API.
+// "subjects", "ls", "get" and "cancel" use only the request/reply API on
+// $DELAY.API.
 //
 // Every setting comes, in order of precedence, from a flag, an environment
 // variable NATSDELAY_<FLAG> (NATSDELAY_DATA_DIR for --data-dir), a JSON
@@ -53,22 +54,27 @@ func usagef(format string, args ...any) error {
 
 // cli is the whole command line.
 type cli struct {
-	Config    configFile `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
-	LogLevel  string     `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
-	LogFormat string     `help:"Log format: ${enum}." enum:"text,json" default:"text"`
+	Config    configFile       `help:"JSON file of settings: keys are flag names such as data_dir; flags and env vars override it." placeholder:"FILE"`
+	LogLevel  string           `help:"Log level: ${enum}." enum:"debug,info,warn,error" default:"info"`
+	LogFormat string           `help:"Log format: ${enum}." enum:"text,json" default:"text"`
+	Version   kong.VersionFlag `help:"Print the version and exit." env:"-"`
 
 	// The vars fill in connFlags' tags: serve embeds a server unless told
 	// otherwise, the clients talk to the one serve embeds by default.
 	Serve serveCmd `cmd:"" default:"withargs" help:"Run the service; the default when no command is given." set:"nats_url=" set:"nats_help=URL of the NATS server to use; without it serve embeds one (see --nats-listen)."`
-	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
+	Pub   pubCmd   `cmd:"" help:"Schedule one message and print its tag and fire time." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	// The admin commands use only the API, as any NATS client could.
-	Info   infoCmd   `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Ls     lsCmd     `cmd:"" help:"List the pending messages of a subject in fire order." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Get    getCmd    `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Cancel cancelCmd `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=nats://127.0.0.1:4222" set:"nats_help=URL of the NATS server where natsdelay runs."`
-	Bench  benchCmd  `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
+	Info     infoCmd     `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Subjects subjectsCmd `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Ls       lsCmd       `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Get      getCmd      `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cancel   cancelCmd   `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Bench    benchCmd    `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
+
+	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
+	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`
 }
 
 // env is what every command's Run gets: its input and output, and the
@@ -107,12 +113,14 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		kong.DefaultEnvars("NATSDELAY"),
 		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(decodeDuration)),
 		kong.Vars{
-			"ingest_prefix": bridge.DefaultIngestPrefix,
-			"ack_prefix":    bridge.DefaultAckPrefix,
-			"api_prefix":    bridge.DefaultAPIPrefix,
-			"listen":        defaultListen,
-			"data_dir":      defaultDataDir,
-			"http":          defaultHTTP,
+			"ingest_prefix":    bridge.DefaultIngestPrefix,
+			"ack_prefix":       bridge.DefaultAckPrefix,
+			"api_prefix":       bridge.DefaultAPIPrefix,
+			"listen":           defaultListen,
+			"data_dir":         defaultDataDir,
+			"http":             defaultHTTP,
+			"version":          version(),
+			"client_nats_help": "URL of the NATS server where natsdelay runs; default $NATS_URL, else the nats context's URL, else " + defaultClientURL + ".",
 		},
 	)
 	if err != nil {
@@ -124,7 +132,13 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		return nil, nil, usageError{err}
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
-		if err := ch.check(); err != nil {
+		err := ch.check()
+		var ue usageError
+		switch {
+		case errors.As(err, &ue):
+			// Already a whole sentence about the command line.
+			return nil, nil, err
+		case err != nil:
 			return nil, nil, usagef("invalid settings:\n%w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -23,12 +24,22 @@ func TestMain(m *testing.M) {
 	}
 	// The tests choose their own settings; settings of the shell that runs
 	// them must not leak in, neither here nor into the commands started.
+	// The same goes for the nats CLI's settings: NATS_URL, NATS_CONTEXT and
+	// the contexts under XDG_CONFIG_HOME (or HOME/.config).
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "NATSDELAY_") {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "NATSDELAY_") || strings.HasPrefix(name, "NATS_") {
 			os.Unsetenv(name)
 		}
 	}
-	os.Exit(m.Run())
+	cfg, err := os.MkdirTemp("", "natsdelay-test-config")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CONFIG_HOME", cfg)
+	code := m.Run()
+	os.RemoveAll(cfg)
+	os.Exit(code)
 }
 
 // proc is a natsdelay command running as a child process.
@@ -50,6 +61,12 @@ func start(t testing.TB, args ...string) *proc {
 // startIn is start with stdin.
 func startIn(t testing.TB, stdin string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, stdin, args...)
+}
+
+// startEnv is startIn with env, KEY=VALUE pairs, added to the environment.
+func startEnv(t testing.TB, env []string, stdin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: strings.Join(args, " "), done: make(chan struct{})}
 	p.stdout.init()
 	p.stderr.init()
@@ -59,6 +76,7 @@ func startIn(t testing.TB, stdin string, args ...string) *proc {
 	// otherwise, so that tests running in parallel do not fight over 7070.
 	p.cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"),
 		"NATSDELAY_HTTP=127.0.0.1:0")
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr

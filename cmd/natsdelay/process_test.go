@@ -173,3 +173,117 @@ func TestServe_PortInUse_ExitsWithHint(t *testing.T) {
 		t.Fatalf("stderr %q: want the address, that it is in use, and --nats-listen", e)
 	}
 }
+
+// TestServe_DataDirInUse_ExitsFirst checks that a second serve on a data
+// dir in use says so and exits with a usage error before it starts a NATS
+// server or takes a port, and leaves the first serving.
+func TestServe_DataDirInUse_ExitsFirst(t *testing.T) {
+	for _, engine := range []string{"pebble", "bolt"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			first, url := serve(t, dir, "--engine", engine)
+			second := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
+			if code := second.wait(t, 15*time.Second); code != exitUsage {
+				t.Fatalf("second serve: exit code %d, want %d", code, exitUsage)
+			}
+			e := second.stderr.String()
+			if !strings.Contains(e, "the data dir "+dir+" is in use by another natsdelay") {
+				t.Errorf("second serve printed %q, want that the data dir %s is in use", e, dir)
+			}
+			if strings.Contains(e, "nats-server listening") || strings.Contains(e, "resource temporarily unavailable") {
+				t.Errorf("second serve printed %q: it started a server or reached the engine", e)
+			}
+			schedule(t, url, "still.serving", "x", "--delay", "1h")
+			first.signal(t, syscall.SIGTERM)
+			if code := first.wait(t, 15*time.Second); code != 0 {
+				t.Fatalf("first serve exit code %d", code)
+			}
+		})
+	}
+}
+
+// TestClient_BadArguments_SayWhatIsWrong runs the commands as a user would
+// with the arguments that used to give puzzling errors: each is a usage
+// error, exit code 2, that says what is wrong, and nothing is sent.
+func TestClient_BadArguments_SayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pub", "", "x"}, "natsdelay: error: invalid settings:\n  subject is empty: want a subject such as orders.reminder\n"},
+		{[]string{"serve", "--ack-wait", "-1s"}, "--ack-wait -1s: want a duration > 0, such as 30s\n"},
+		{[]string{"cancel"}, "natsdelay: error: cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID; natsdelay help cancel tells more\n"},
+	} {
+		code, out, errOut := runCmd(t, tt.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tt.want) {
+			t.Errorf("natsdelay %q: exit code %d, stdout %q, stderr %q; want %d and %q", tt.args, code, out, errOut, exitUsage, tt.want)
+		}
+	}
+}
+
+// TestSub_Count_TakesExactlyThat checks that sub --count 1 takes one
+// delivery and leaves the others pending, not delivered and unACKed: a
+// second sub gets them as attempt 1, not as redeliveries after the ack
+// wait.
+func TestSub_Count_TakesExactlyThat(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, t.TempDir())
+	first := start(t, "sub", "count.one", "--nats", url, "--count", "1", "--json")
+	first.waitLine(t, `msg=subscribed subject=count.one`, 10*time.Second)
+	// All three fire at once, so the first sub could take all three.
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second).UTC().Format(time.RFC3339)
+	for _, d := range []string{"a", "b", "c"} {
+		schedule(t, url, "count.one", d, "--at", at)
+	}
+	if code := first.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("first sub exit code %d", code)
+	}
+	if n := strings.Count(first.stdout.String(), "\n"); n != 1 {
+		t.Fatalf("sub --count 1 printed %d deliveries: %q", n, first.stdout.String())
+	}
+	// The ack wait is 30s: attempt 1 within 15s means nothing was taken
+	// and left unACKed.
+	second := start(t, "sub", "count.one", "--nats", url, "--count", "2", "--json")
+	if code := second.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("second sub exit code %d", code)
+	}
+	got := map[string]bool{}
+	for line := range strings.Lines(first.stdout.String() + second.stdout.String()) {
+		var d delivery
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatalf("sub printed %q: %v", line, err)
+		}
+		if d.Attempt != 1 {
+			t.Errorf("delivery %q is attempt %d, want 1", d.Data, d.Attempt)
+		}
+		got[d.Data] = true
+	}
+	if len(got) != 3 {
+		t.Errorf("the two subs got %v, want a, b and c once each", got)
+	}
+}
+
+// TestPub_DelayInDays_Scheduled checks that pub --delay takes days, which
+// the service's Delay header does not: 7d is scheduled seven days out, and
+// a --ttl in days is taken too; a fraction of a day is a usage error.
+func TestPub_DelayInDays_Scheduled(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, t.TempDir())
+	before := time.Now()
+	out := mustRun(t, "pub", "days.later", "x", "--delay", "7d", "--ttl", "1d", "--nats", url, "--json")
+	var rep struct {
+		FireAt time.Time `json:"fire_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("pub --json printed %q: %v", out, err)
+	}
+	if lo, hi := before.Add(7*24*time.Hour), time.Now().Add(7*24*time.Hour); rep.FireAt.Before(lo.Truncate(time.Millisecond)) || rep.FireAt.After(hi) {
+		t.Errorf("--delay 7d: fire_at %v, want between %v and %v", rep.FireAt, lo, hi)
+	}
+	code, _, errOut := runCmd(t, "pub", "days.later", "x", "--delay", "1.5d", "--nats", url)
+	if code != exitUsage || !strings.Contains(errOut, `--delay "1.5d": want whole days first, such as 7d or 1d12h`) {
+		t.Errorf("--delay 1.5d: exit code %d, stderr %q; want %d and what is accepted", code, errOut, exitUsage)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,14 +18,14 @@ import (
 // pubCmd schedules one message with a request to the ingest prefix, as any
 // NATS client would.
 type pubCmd struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	Subject string `arg:"" help:"Target subject: where the message is published when due."`
 	Data    string `arg:"" optional:"" help:"Payload; - reads it from stdin. Empty when left out."`
 
-	Delay        string        `help:"Delay before delivery: a Go duration (90s, 1h30m) or integer milliseconds." xor:"when" env:"-"`
+	Delay        string        `help:"Delay before delivery: a Go duration (90s, 1h30m), whole days first (7d, 1d12h), or integer milliseconds." xor:"when" env:"-"`
 	At           string        `help:"Fire time: RFC 3339 (2026-12-24T18:00:00Z) or Unix seconds." placeholder:"TIME" xor:"when" env:"-"`
-	TTL          string        `name:"ttl" help:"Expire the message if it is not ACKed by fire time + TTL." placeholder:"DURATION" env:"-"`
+	TTL          string        `name:"ttl" help:"Expire the message if it is not ACKed by fire time + TTL; days as in --delay." placeholder:"DURATION" env:"-"`
 	ID           string        `name:"id" help:"Client id, unique per subject: scheduling the same id again replaces the pending message." env:"-"`
 	Ack          string        `help:"Ack policy: explicit deletes on ACK, none once published." enum:"explicit,none" default:"explicit" env:"-"`
 	MaxDeliver   int           `help:"Deliveries after which the unACKed message is dead-lettered; 0 leaves it to the service." default:"0" env:"-"`
@@ -36,7 +37,8 @@ type pubCmd struct {
 
 func (c *pubCmd) check() error {
 	var p problems
-	c.connFlags.check(&p)
+	c.checkClient(&p)
+	checkSubject(&p, "subject", c.Subject, false)
 	if c.MaxDeliver < 0 {
 		p.add("--max-deliver %d: want a count > 0, or 0 for the service's default", c.MaxDeliver)
 	}
@@ -51,7 +53,61 @@ func (c *pubCmd) check() error {
 	if c.IngestPrefix == "" {
 		p.add(`--ingest-prefix "": want the service's prefix, such as %s`, bridge.DefaultIngestPrefix)
 	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"--delay", &c.Delay}, {"--ttl", &c.TTL}} {
+		v, err := expandDays(*f.v)
+		if err != nil {
+			p.add("%s %q: %v", f.name, *f.v, err)
+			continue
+		}
+		*f.v = v
+	}
 	return p.err()
+}
+
+// expandDays turns a duration that starts with whole days, 7d or 1d12h,
+// into the Go duration the service takes, 168h0m0s or 36h0m0s. Anything
+// without a d is returned as it is, for the service to judge.
+func expandDays(s string) (string, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return s, nil
+	}
+	const want = "want whole days first, such as 7d or 1d12h, a Go duration such as 90s, or integer milliseconds"
+	n, err := strconv.ParseInt(days, 10, 64)
+	if err != nil || n < 0 || !isDigits(days) {
+		return "", errors.New(want)
+	}
+	if n > math.MaxInt64/int64(24*time.Hour) {
+		return "", errors.New("too large: the latest fire time that can be stored is in 2262")
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil || r < 0 {
+			return "", errors.New(want)
+		}
+		if d > math.MaxInt64-r {
+			return "", errors.New("too large: the latest fire time that can be stored is in 2262")
+		}
+		d += r
+	}
+	return d.String(), nil
+}
+
+// isDigits reports whether s is one or more ASCII digits.
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // scheduled is the service's reply to an accepted message.

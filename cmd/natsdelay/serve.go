@@ -40,7 +40,7 @@ type serveCmd struct {
 	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s"`
 	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s"`
 	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0"`
-	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ...; the last repeats. Empty redelivers right after the ack wait." placeholder:"1s,5s,30s"`
+	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION"`
 	DeadLetter     string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT"`
 	DeadLetterExp  bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)."`
 	IngestPrefix   string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}"`
@@ -51,6 +51,7 @@ type serveCmd struct {
 	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
 	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
+	PProf          bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
 }
 
 // listen is where the embedded server listens.
@@ -84,6 +85,9 @@ func (c *serveCmd) check() error {
 		}
 	}
 	checkHTTP(&p, c.HTTP)
+	if c.PProf && c.HTTP == "" {
+		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
+	}
 	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
 		p.add("--time-bucket %v: want a whole number of milliseconds >= 0, such as 0, 10ms or 1s", c.TimeBucket)
 	}
@@ -190,7 +194,17 @@ func (c *serveCmd) Run(e *env) error {
 		log.Info("natsdelay starting", "nats_url", redact(c.NATS), "data_dir", dataDir, "engine", c.Engine)
 	}
 
-	// The HTTP listener comes first: a port in use fails before anything
+	// The data dir comes first: a second serve on it stops here, before
+	// it starts a NATS server or takes a port.
+	if c.Engine != engine.Memory {
+		unlock, err := lockDataDir(dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+
+	// The HTTP listener comes next: a port in use fails before anything
 	// else starts, and /healthz answers while the rest starts.
 	var hs *httpServer
 	var reg prometheus.Registerer
@@ -198,7 +212,7 @@ func (c *serveCmd) Run(e *env) error {
 	if c.HTTP != "" {
 		r := newRegistry()
 		var err error
-		if hs, err = startHTTP(c.HTTP, r, log); err != nil {
+		if hs, err = startHTTP(c.HTTP, r, c.PProf, log); err != nil {
 			return err
 		}
 		reg, httpAddr = r, hs.addr

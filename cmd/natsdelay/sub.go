@@ -22,7 +22,7 @@ import (
 // subCmd prints deliveries and ACKs them with an ack sync, as a consumer
 // written against the protocol would.
 type subCmd struct {
-	connFlags `embed:""`
+	clientFlags `embed:""`
 
 	Subject string        `arg:"" help:"Subject to subscribe to; wildcards allowed."`
 	Queue   string        `help:"Queue group to join." placeholder:"GROUP" env:"-"`
@@ -34,7 +34,8 @@ type subCmd struct {
 
 func (c *subCmd) check() error {
 	var p problems
-	c.connFlags.check(&p)
+	c.checkClient(&p)
+	checkSubject(&p, "subject", c.Subject, true)
 	if c.Count < 0 {
 		p.add("--count %d: want a count > 0, or 0 to run until interrupted", c.Count)
 	}
@@ -81,6 +82,14 @@ func (c *subCmd) Run(e *env) error {
 	}
 	if err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.Subject, err)
+	}
+	if c.Count > 0 {
+		// The server sends --count messages and no more, so none is
+		// taken and left unACKed: the rest bounce as "no responders" and
+		// stay pending for the next subscriber, their attempt not counted.
+		if err := sub.AutoUnsubscribe(c.Count); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", c.Subject, err)
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", c.Subject, err)

@@ -13,16 +13,23 @@ import (
 
 // logger adapts a *slog.Logger to bbolt's Logger, which otherwise discards
 // everything.
+//
+// bbolt logs at Info only when it opens a file: the path, the mode and a
+// dump of its Options. That is detail for whoever debugs the engine, and
+// the service says where its data is itself, so Info goes to Debug.
+//
+// NB: use it as a pointer. bbolt prints its Options with %p for Logger,
+// which a struct value turns into %!p(boltstore.logger=...).
 type logger struct {
 	log *slog.Logger
 }
 
-var _ bolt.Logger = logger{}
+var _ bolt.Logger = (*logger)(nil)
 
 func (l logger) Debug(v ...any)                 { l.output(slog.LevelDebug, fmt.Sprint, v) }
 func (l logger) Debugf(format string, v ...any) { l.outputf(slog.LevelDebug, format, v) }
-func (l logger) Info(v ...any)                  { l.output(slog.LevelInfo, fmt.Sprint, v) }
-func (l logger) Infof(format string, v ...any)  { l.outputf(slog.LevelInfo, format, v) }
+func (l logger) Info(v ...any)                  { l.output(slog.LevelDebug, fmt.Sprint, v) }
+func (l logger) Infof(format string, v ...any)  { l.outputf(slog.LevelDebug, format, v) }
 func (l logger) Warning(v ...any)               { l.output(slog.LevelWarn, fmt.Sprint, v) }
 func (l logger) Warningf(format string, v ...any) {
 	l.outputf(slog.LevelWarn, format, v)

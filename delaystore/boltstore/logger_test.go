@@ -12,8 +12,9 @@ func testLogger(buf *bytes.Buffer, level slog.Level) logger {
 	return logger{log: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{AddSource: true, Level: level}))}
 }
 
-// bbolt's logs reach slog at their level, %w included, with the caller of
-// the adapter as their source; disabled levels are not formatted at all.
+// bbolt's logs reach slog at their level, Info as Debug, %w included, with
+// the caller of the adapter as their source; disabled levels are not
+// formatted at all.
 func TestLogger_Levels(t *testing.T) {
 	var buf bytes.Buffer
 	l := testLogger(&buf, slog.LevelInfo)
@@ -25,8 +26,11 @@ func TestLogger_Levels(t *testing.T) {
 	if strings.Contains(out, "Putting") {
 		t.Errorf("Debug logged at Info level:\n%s", out)
 	}
+	if strings.Contains(out, "opened") {
+		t.Errorf("bbolt's Info logged at Info level, want Debug:\n%s", out)
+	}
 	for msg, level := range map[string]string{
-		`msg="opened db"`: "level=INFO", `msg="slow disk"`: "level=WARN", `msg="write failed: EIO"`: "level=ERROR",
+		`msg="slow disk"`: "level=WARN", `msg="write failed: EIO"`: "level=ERROR",
 	} {
 		if !hasLine(out, msg, level, "logger_test.go") {
 			t.Errorf("log output lacks a line with %s at %s and this file as source:\n%s", msg, level, out)

@@ -72,7 +72,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger.Enabled(context.Background(), slog.LevelError) {
 		// NB: bbolt does extra work per Put for any logger but its own
 		// discard logger, so pass one only when something will be logged.
-		opts.Logger = logger{log: log}
+		opts.Logger = &logger{log: log}
 	}
 	db, err := bolt.Open(cfg.Path, 0o600, opts)
 	if errors.Is(err, berrors.ErrTimeout) {

@@ -1,6 +1,7 @@
 package boltstore_test
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"math"
@@ -152,4 +153,27 @@ func BenchmarkRawCommit(b *testing.B) {
 			})
 		}, delaystore.Sync)
 	})
+}
+
+// TestStore_Open_LogsQuietly checks what opening a store logs: nothing at
+// Info, and at Debug bbolt's options with every field printable, the
+// logger included.
+func TestStore_Open_LogsQuietly(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		t.Run(level.String(), func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
+			open(t, boltstore.Config{Path: filepath.Join(t.TempDir(), "test.bolt"), Logger: log})
+			out := buf.String()
+			if level == slog.LevelInfo && out != "" {
+				t.Errorf("open logged at Info:\n%s", out)
+			}
+			if level == slog.LevelDebug && (!strings.Contains(out, "with options") || !strings.Contains(out, "Logger: 0x")) {
+				t.Errorf("open at Debug did not log the options with the logger as a pointer:\n%s", out)
+			}
+			if strings.Contains(out, "%!") {
+				t.Errorf("open logged a bad format verb:\n%s", out)
+			}
+		})
+	}
 }

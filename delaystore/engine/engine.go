@@ -57,7 +57,9 @@ type Config struct {
 	Engine string
 
 	// Dir is the data directory, created if needed. Required for the disk
-	// engines; ignored by Memory. See the package doc for the layout.
+	// engines; ignored by Memory. See the package doc for the layout. Both
+	// disk engines create their directories mode 0700 and files mode 0600,
+	// private to the user the service runs as.
 	Dir string
 
 	// PebbleBlockCacheSize is Pebble's block cache in bytes. Default
@@ -196,7 +198,7 @@ func Open(cfg Config) (delaystore.Store, error) {
 		return s, nil
 	default:
 		// bbolt creates its file, not the directory it is in.
-		if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("engine: bolt: %w", err)
 		}
 		s, err := boltstore.Open(boltstore.Config{

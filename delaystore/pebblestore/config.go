@@ -37,8 +37,8 @@ const (
 // DefaultConfig.
 type Config struct {
 	// Dir is the directory that holds the database. It is created if it does
-	// not exist. It is required unless InMemory is set, and must then be
-	// empty.
+	// not exist, mode 0700; the files in it are mode 0600. It is required
+	// unless InMemory is set, and must then be empty.
 	Dir string
 
 	// InMemory keeps the whole store in memory, on Pebble's memory file
@@ -74,8 +74,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// FS is the file system Pebble uses on disk; nil means the operating
-	// system's. Tests set it to inject faults with Pebble's vfs/errorfs. It
-	// must be nil when InMemory is set.
+	// system's, with the modes Dir describes. Tests set it to inject faults
+	// with Pebble's vfs/errorfs; the modes are then up to it. It must be
+	// nil when InMemory is set.
 	FS vfs.FS
 }
 

@@ -48,7 +48,7 @@ type reserve struct {
 // the free space before it writes, so that a disk that cannot hold the
 // reserve is never filled by it.
 func (r *reserve) ensure() error {
-	if err := r.fs.MkdirAll(r.dir, 0o755); err != nil {
+	if err := r.fs.MkdirAll(r.dir, dirMode); err != nil {
 		return err
 	}
 	var have int64

@@ -62,7 +62,7 @@ func Open(cfg Config) (*Store, error) {
 	case cfg.InMemory:
 		base = vfs.NewMem()
 	case base == nil:
-		base = vfs.Default
+		base = privateFS{vfs.Default}
 	}
 	var res *reserve
 	if !cfg.InMemory {

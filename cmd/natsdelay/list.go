@@ -1,0 +1,280 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"natsdelay/bridge"
+)
+
+// lsCmd lists the pending messages of one subject in fire order, or of
+// every subject that matches a filter, subject by subject.
+type lsCmd struct {
+	apiFlags `embed:""`
+
+	Subject string `arg:"" help:"Target subject whose pending messages to list, or a filter such as orders.* or orders.> for every matching subject."`
+	Limit   int    `help:"Messages per page, per subject; 0 is the service's default (100)." default:"0" env:"-"`
+	After   string `help:"Start after this tag: the next field of the previous page. Not with a filter." placeholder:"TAG" env:"-"`
+	All     bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
+}
+
+func (c *lsCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	checkSubject(&p, "subject", c.Subject, true)
+	if c.Limit < 0 {
+		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
+	}
+	if c.After != "" && isFilter(c.Subject) {
+		p.add("--after %s: a tag is of one subject, and %q is a filter: give the subject", c.After, c.Subject)
+	}
+	return p.err()
+}
+
+// isFilter reports whether subj has a wildcard token.
+func isFilter(subj string) bool {
+	for _, tok := range strings.Split(subj, ".") {
+		if tok == "*" || tok == ">" {
+			return true
+		}
+	}
+	return false
+}
+
+// listReq is the body of LIST.
+type listReq struct {
+	Subject string `json:"subject"`
+	Limit   int    `json:"limit,omitempty"`
+	After   string `json:"after,omitempty"`
+}
+
+// list returns the first page of subject after after, or with all every
+// page to the end, with Next the after of the page that follows, if any.
+func (c *lsCmd) list(cl *client, subject, after string) (bridge.ListReply, error) {
+	req := listReq{Subject: subject, Limit: c.Limit, After: after}
+	var all bridge.ListReply
+	for {
+		data, err := cl.call("LIST", req)
+		if err != nil {
+			return all, err
+		}
+		var page bridge.ListReply
+		if err := decodeReply("LIST", data, &page); err != nil {
+			return all, err
+		}
+		all.Subject = page.Subject
+		all.Messages = append(all.Messages, page.Messages...)
+		all.Next = page.Next
+		// NB: a next that does not move on would loop forever; stop instead.
+		if !c.All || page.Next == "" || page.Next == req.After {
+			if all.Messages == nil {
+				all.Messages = []bridge.MessageInfo{}
+			}
+			return all, nil
+		}
+		req.After = page.Next
+	}
+}
+
+// lsFilterReply is what ls --json prints for a filter: the LIST reply of
+// each matching subject.
+type lsFilterReply struct {
+	Filter   string             `json:"filter"`
+	Subjects []bridge.ListReply `json:"subjects"`
+}
+
+func (c *lsCmd) Run(e *env) error {
+	cl, err := c.dial("ls", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	if !isFilter(c.Subject) {
+		if c.JSON && !c.All {
+			// The reply as it came, as for the other commands.
+			data, err := cl.call("LIST", listReq{Subject: c.Subject, Limit: c.Limit, After: c.After})
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, data)
+		}
+		r, err := c.list(cl, c.Subject, c.After)
+		if err != nil {
+			return err
+		}
+		if c.JSON {
+			r.Next = ""
+			return printValue(e, r)
+		}
+		return c.print(e, []bridge.ListReply{r}, false)
+	}
+	subjects, err := allSubjects(cl, c.Subject)
+	if err != nil {
+		return err
+	}
+	out := lsFilterReply{Filter: c.Subject, Subjects: []bridge.ListReply{}}
+	for _, s := range subjects {
+		r, err := c.list(cl, s.Subject, "")
+		if err != nil {
+			return err
+		}
+		out.Subjects = append(out.Subjects, r)
+	}
+	if c.JSON {
+		return printValue(e, out)
+	}
+	return c.print(e, out.Subjects, true)
+}
+
+// print writes the messages of rs as one table, with a SUBJECT column for
+// a filter, then says how many there are or how to get more.
+func (c *lsCmd) print(e *env, rs []bridge.ListReply, filter bool) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	head := "TAG\tID\tFIRE AT\tATTEMPT\tSIZE\tACK\tEXPIRE AT"
+	if filter {
+		head = "SUBJECT\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	n := 0
+	for _, r := range rs {
+		for _, m := range r.Messages {
+			if filter {
+				fmt.Fprintf(tw, "%s\t", m.Subject)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Tag, orNone(m.ID == "", "-", m.ID), m.FireAt,
+				m.Attempt, m.Size, m.Ack, orNone(m.ExpireAt == "", "-", m.ExpireAt))
+			n++
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.Next != "" {
+			if _, err := fmt.Fprintf(e.stdout, "more: natsdelay ls %s --after %s, or --all\n", r.Subject, r.Next); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	switch {
+	case !filter && rs[0].Next == "":
+		_, err = fmt.Fprintf(e.stdout, "%d pending on %s\n", n, c.Subject)
+	case filter:
+		_, err = fmt.Fprintf(e.stdout, "%d listed on %d subjects matching %s\n", n, len(rs), c.Subject)
+	}
+	return err
+}
+
+// printValue prints v as JSON on one line.
+func printValue(e *env, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, b)
+}
+
+// subjectsCmd lists the subjects with pending messages.
+type subjectsCmd struct {
+	apiFlags `embed:""`
+
+	Filter string `arg:"" optional:"" help:"Subject filter: orders.* for one more token, orders.> for any more; default every subject." default:">"`
+	Limit  int    `help:"Subjects per page; 0 is the service's default (100)." default:"0" env:"-"`
+	After  string `help:"Start after this subject: the next field of the previous page." placeholder:"SUBJECT" env:"-"`
+	All    bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
+}
+
+func (c *subjectsCmd) check() error {
+	var p problems
+	c.checkAPI(&p)
+	checkSubject(&p, "filter", c.Filter, true)
+	if c.Limit < 0 {
+		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
+	}
+	return p.err()
+}
+
+// subjectsReq is the body of SUBJECTS.
+type subjectsReq struct {
+	Filter string `json:"filter,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	After  string `json:"after,omitempty"`
+}
+
+// allSubjects returns every subject with pending messages that matches
+// filter, following the pages.
+func allSubjects(cl *client, filter string) ([]bridge.SubjectInfo, error) {
+	r, err := subjectPages(cl, subjectsReq{Filter: filter, Limit: 1000}, true)
+	return r.Subjects, err
+}
+
+// subjectPages returns the page req asks for, or with all that page and
+// every one after it, with Next the after of the page that follows, if any.
+func subjectPages(cl *client, req subjectsReq, all bool) (bridge.SubjectsReply, error) {
+	var out bridge.SubjectsReply
+	for {
+		data, err := cl.call("SUBJECTS", req)
+		if err != nil {
+			return out, err
+		}
+		var page bridge.SubjectsReply
+		if err := decodeReply("SUBJECTS", data, &page); err != nil {
+			return out, err
+		}
+		out.Filter = page.Filter
+		out.Subjects = append(out.Subjects, page.Subjects...)
+		out.Next = page.Next
+		// NB: a next that does not move on would loop forever; stop instead.
+		if !all || page.Next == "" || page.Next == req.After {
+			if out.Subjects == nil {
+				out.Subjects = []bridge.SubjectInfo{}
+			}
+			return out, nil
+		}
+		req.After = page.Next
+	}
+}
+
+func (c *subjectsCmd) Run(e *env) error {
+	cl, err := c.dial("subjects", e)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	req := subjectsReq{Filter: c.Filter, Limit: c.Limit, After: c.After}
+	if c.JSON && !c.All {
+		data, err := cl.call("SUBJECTS", req)
+		if err != nil {
+			return err
+		}
+		return printJSON(e.stdout, data)
+	}
+	r, err := subjectPages(cl, req, c.All)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		r.Next = ""
+		return printValue(e, r)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBJECT\tPENDING\tDUE NOW")
+	var pending, due uint64
+	for _, s := range r.Subjects {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", s.Subject, s.Pending, s.DueNow)
+		pending += s.Pending
+		due += s.DueNow
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Next != "" {
+		_, err = fmt.Fprintf(e.stdout, "more: natsdelay subjects %s --after %s, or --all\n", r.Filter, r.Next)
+	} else {
+		_, err = fmt.Fprintf(e.stdout, "%d subjects matching %s: %d pending, %d due now\n", len(r.Subjects), r.Filter, pending, due)
+	}
+	return err
+}

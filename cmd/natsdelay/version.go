@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/alecthomas/kong"
+
+	"natsdelay/bridge"
+)
+
+// versionCmd prints what --version prints.
+type versionCmd struct{}
+
+func (versionCmd) Run(e *env) error {
+	_, err := fmt.Fprintln(e.stdout, version())
+	return err
+}
+
+// version describes this binary: its module version, the VCS revision it
+// was built from when the build recorded one, the service version that
+// INFO reports, and the Go version.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return versionOf(nil)
+	}
+	return versionOf(bi)
+}
+
+// versionOf is version for the build info bi, which may be nil.
+func versionOf(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return fmt.Sprintf("natsdelay (unknown build) service %s", bridge.Version)
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "natsdelay %s", v)
+	setting := func(k string) string {
+		i := slices.IndexFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == k })
+		if i < 0 {
+			return ""
+		}
+		return bi.Settings[i].Value
+	}
+	if rev := setting("vcs.revision"); rev != "" {
+		fmt.Fprintf(&b, " revision %s", rev)
+		if t := setting("vcs.time"); t != "" {
+			fmt.Fprintf(&b, " %s", t)
+		}
+		if setting("vcs.modified") == "true" {
+			b.WriteString(" (modified)")
+		}
+	}
+	fmt.Fprintf(&b, " service %s %s", bridge.Version, bi.GoVersion)
+	return b.String()
+}
+
+// helpCmd prints the help of the command it names, or of natsdelay: help
+// pub is pub --help.
+type helpCmd struct {
+	Command []string `arg:"" optional:"" help:"Command to show the help of."`
+}
+
+func (c *helpCmd) Run(kctx *kong.Context) error {
+	// NB: --help prints the help and exits; Parse returns only when the
+	// words name no command.
+	if _, err := kctx.Kong.Parse(append(slices.Clone(c.Command), "--help")); err != nil {
+		return usagef("help %s: %w", strings.Join(c.Command, " "), err)
+	}
+	return nil
+}
