@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"natsdelay/dispatch"
 )
 
 var (
@@ -24,7 +26,7 @@ var (
 	// the server's max_control_line (which would close the connection) or
 	// its headers and payload the server's max_payload. Ingest refuses such
 	// messages; only ones stored by older versions meet it.
-	ErrTooLarge = errors.New("bridge: too large to publish")
+	ErrTooLarge error = undeliverableError("too large to publish")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("bridge: closed")
 )
@@ -87,3 +89,11 @@ func errorMsg(subject string, err error) *nats.Msg {
 func unavailable(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnavailable, fmt.Sprintf(format, args...))
 }
+
+// undeliverableError is an error the dispatcher takes for
+// dispatch.ErrUndeliverable: the message can never be published.
+type undeliverableError string
+
+func (e undeliverableError) Error() string { return string(e) }
+
+func (e undeliverableError) Is(target error) bool { return target == dispatch.ErrUndeliverable }

@@ -103,6 +103,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("messages_expired_total", "Messages removed because their TTL passed.", func(st dispatch.Stats) uint64 { return st.Expired }),
 		stat("messages_dead_lettered_total", "Messages dead-lettered (max deliver, term, expiry).", func(st dispatch.Stats) uint64 { return st.DeadLettered }),
 		stat("messages_canceled_total", "Messages canceled through the API.", func(st dispatch.Stats) uint64 { return st.Canceled }),
+		stat("messages_undeliverable_total", "Messages the server would never take (too large for it), dead-lettered or parked.", func(st dispatch.Stats) uint64 { return st.Undeliverable }),
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
 			func() float64 { return float64(s.Repository().Pending()) }),

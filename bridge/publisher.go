@@ -155,7 +155,7 @@ func controlLineLen(subject, reply string, hdrLen, total int) int {
 func checkLine(m *nats.Msg, maxControlLine int) error {
 	hl := headerLen(m.Header)
 	if n := controlLineLen(m.Subject, m.Reply, hl, hl+len(m.Data)); n > maxControlLine {
-		return fmt.Errorf("%w: publishing to a %d-byte subject: the protocol line would be %d bytes, %d over the server's max_control_line of %d",
+		return fmt.Errorf("%w: a %d-byte subject makes the protocol line %d bytes, %d over the server's max_control_line of %d",
 			ErrTooLarge, len(m.Subject), n, n-maxControlLine, maxControlLine)
 	}
 	return nil
@@ -171,9 +171,14 @@ func (p *publisher) publish(m *nats.Msg) error {
 		return err
 	}
 	err := p.nc.PublishMsg(m)
-	if errors.Is(err, nats.ErrMaxPayload) {
-		return fmt.Errorf("%w: %d bytes of headers and payload, over the server's max_payload of %d: %w",
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%w: %d bytes of headers and payload, over the server's max_payload of %d (%w)",
 			ErrTooLarge, headerLen(m.Header)+len(m.Data), p.nc.MaxPayload(), err)
+	case errors.Is(err, nats.ErrBadHeaderMsg):
+		// A header name nats.go will not send (stored by an older
+		// version, before ingest refused it): it never will.
+		return fmt.Errorf("a header name cannot be published (%w): %w", err, dispatch.ErrUndeliverable)
 	}
 	return err
 }

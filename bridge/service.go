@@ -417,6 +417,7 @@ func (s *Service) Stats() dispatch.Stats {
 	st.Expired += k.Expired
 	st.Canceled += k.Canceled
 	st.NoResponders += k.NoResponders
+	st.Undeliverable += k.Undeliverable
 	return st
 }
 
@@ -435,6 +436,7 @@ func (s *Service) keepStatsLocked(d *dispatch.Dispatcher) {
 	k.Expired += st.Expired
 	k.Canceled += st.Canceled
 	k.NoResponders += st.NoResponders
+	k.Undeliverable += st.Undeliverable
 }
 
 // Close stops taking messages, commits and answers those already taken,

@@ -18,4 +18,11 @@ var (
 	// ErrNotDelivering is wrapped by the errors of Health: the dispatcher
 	// is not started, or has stopped making progress (see Health).
 	ErrNotDelivering = errors.New("dispatch: not delivering")
+	// ErrUndeliverable is wrapped by a Publisher's error when a message can
+	// never be published as it is (the server would refuse it, or close the
+	// connection over it), so trying again is pointless. The dispatcher
+	// dead-letters such a message if it can, and otherwise parks it: it
+	// stays pending, out of the way of its subject, until it is canceled,
+	// expires, or the service restarts.
+	ErrUndeliverable = errors.New("dispatch: undeliverable")
 )

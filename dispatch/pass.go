@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"time"
@@ -231,6 +232,10 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		d.mu.Unlock()
 		err := d.pub.Deliver(f.key, o.msg, f.attempt)
 		d.pubMu.Unlock()
+		if errors.Is(err, ErrUndeliverable) {
+			d.undeliverable(f, o.msg, err)
+			continue
+		}
 		if err != nil {
 			d.log.Warn("publishing delivery", "tag", f.key, "err", err)
 			d.mu.Lock()
@@ -245,6 +250,44 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		sent = append(sent, o)
 	}
 	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
+}
+
+// undeliverable deals with a message the publisher refused for good:
+// trying it again would only fail again (and, backing off its subject,
+// hold back the subject's later messages). It is dead-lettered if a
+// dead-letter subject is set and takes it; otherwise it is parked: its
+// flight waits with no deadline, holding its window slot, until the
+// message is canceled or expires, and a restart tries it once more. It is
+// never deleted unasked: it was acknowledged to its publisher.
+func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cause error) {
+	d.stats.undeliverable.Add(1)
+	if subj := d.cfg.DeadLetterSubject; subj != "" {
+		reason := "undeliverable: " + cause.Error()
+		err := d.pub.DeadLetter(subj, f.key, msg, f.attempt, reason)
+		if err == nil {
+			d.mu.Lock()
+			mine := d.mu.flights[f.key] == f && f.state == stateSent
+			if mine {
+				d.markSettlingLocked(f.key)
+			}
+			d.mu.Unlock()
+			if mine {
+				d.log.Error("message can never be delivered: dead-lettered", "tag", f.key, "dead_letter", subj, "err", cause)
+				d.stats.deadLettered.Add(1)
+				d.deleteThen(f.key, nil)
+			}
+			return
+		}
+		d.log.Warn("publishing dead letter of an undeliverable message", "tag", f.key, "err", err)
+	}
+	d.mu.Lock()
+	if d.mu.flights[f.key] == f && f.state == stateSent {
+		f.state = stateRetry
+		d.mu.timers.schedule(f, never)
+	}
+	d.mu.Unlock()
+	d.log.Error("message can never be delivered: parked, pending until canceled or expired (LIST shows it, CANCEL removes it)",
+		"tag", f.key, "err", cause)
 }
 
 // queueFlush hands b to the flusher, waiting while PassLimit deliveries

@@ -13,7 +13,8 @@ import (
 type Publisher interface {
 	// Deliver publishes attempt number attempt of the message under key to
 	// its subject. It may buffer; it must not block for long. msg must not be
-	// modified or kept.
+	// modified or kept. An error wrapping ErrUndeliverable says the message
+	// can never be published; any other error is taken for a passing one.
 	Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt uint32) error
 
 	// DeadLetter publishes the message once to subject with reason

@@ -35,10 +35,14 @@ type Stats struct {
 	Expired      uint64 `json:"expired"`
 	Canceled     uint64 `json:"canceled"`
 	NoResponders uint64 `json:"no_responders"` // deliveries that reached no subscriber (not attempts)
+	// Undeliverable counts messages the publisher refused for good (see
+	// ErrUndeliverable), each dead-lettered or parked.
+	Undeliverable uint64 `json:"undeliverable"`
 	InFlight     uint64 `json:"in_flight"`     // gauge: delivered and not yet settled
 }
 
 type counters struct {
 	delivered, redelivered, acked, nacked, progress, termed atomic.Uint64
 	deadLettered, expired, canceled, noResponders           atomic.Uint64
+	undeliverable                                           atomic.Uint64
 }

@@ -136,8 +136,10 @@ func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMess
 // TestHarden_LongSubject_StoredBefore checks that a message stored by an
 // older version, whose delivery would exceed the server's
 // max_control_line, does not take the service off NATS when it is due:
-// it is not published (it stays pending, and can be canceled), and
-// every other subject is still delivered.
+// it is not published, it is parked once (counted in
+// natsdelay_messages_undeliverable_total, not retried in a loop) and stays
+// pending, so it can be found and canceled, and every other subject is
+// still delivered.
 func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -147,10 +149,20 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
 	nc := connect(t, srv)
 	ch := subscribe(t, nc, subj)
-	svc := startService(t, srv, st, nil)
+	reg := prometheus.NewRegistry()
+	svc := startService(t, srv, st, func(c *bridge.Config) { c.Registerer = reg })
 	h := &harness{srv: srv, svc: svc, nc: nc}
+	checkFor(t, wait, 5*time.Millisecond, func() error {
+		if n := gauge(t, reg, "natsdelay_messages_undeliverable_total"); n != 1 {
+			return fmt.Errorf("%v messages undeliverable, want 1", n)
+		}
+		return nil
+	})
 	wantServing(t, h)
 	quiet(t, ch, 100*time.Millisecond, "the over-long delivery")
+	if n := gauge(t, reg, "natsdelay_messages_undeliverable_total"); n != 1 {
+		t.Fatalf("natsdelay_messages_undeliverable_total = %v, want 1: the parked message was tried again", n)
+	}
 	if err := svc.Ready(); err != nil {
 		t.Fatalf("service not ready after the over-long message was due: %v", err)
 	}
@@ -172,6 +184,32 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 		t.Fatalf("CANCEL: %q, %v", rep.Data, err)
 	}
 	waitPending(t, svc, 0)
+}
+
+// TestHarden_LongSubject_StoredBefore_DeadLettered checks the same message
+// with a dead-letter subject set: the dead letter fits (the long subject
+// travels in a header there), so the message is dead-lettered once, with
+// the reason "undeliverable: ...", and deleted.
+func TestHarden_LongSubject_StoredBefore_DeadLettered(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	st := memStore(t)
+	now := time.Now()
+	subj := longSubject(4060)
+	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
+	nc := connect(t, srv)
+	dead := subscribe(t, nc, "dead.letters")
+	svc := startService(t, srv, st, func(c *bridge.Config) { c.DeadLetterSubject = "dead.letters" })
+	r := next(t, dead, "the dead letter of the undeliverable message")
+	if got := r.Header.Get(bridge.HeaderSubject); got != subj {
+		t.Fatalf("dead letter's %s is %d bytes, want the %d-byte subject", bridge.HeaderSubject, len(got), len(subj))
+	}
+	if reason := r.Header.Get(bridge.HeaderReason); !strings.HasPrefix(reason, "undeliverable: too large to publish: a 4060-byte subject") {
+		t.Fatalf("dead letter's reason %q, want undeliverable: too large to publish: a 4060-byte subject ...", reason)
+	}
+	waitPending(t, svc, 0)
+	wantServing(t, &harness{srv: srv, svc: svc, nc: nc})
+	quiet(t, dead, 100*time.Millisecond, "a second dead letter")
 }
 
 // TestHarden_PayloadNearMax_RefusedAtIngest checks that every message the
