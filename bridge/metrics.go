@@ -104,6 +104,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("messages_dead_lettered_total", "Messages dead-lettered (max deliver, term, expiry).", func(st dispatch.Stats) uint64 { return st.DeadLettered }),
 		stat("messages_canceled_total", "Messages canceled through the API.", func(st dispatch.Stats) uint64 { return st.Canceled }),
 		stat("messages_undeliverable_total", "Messages the server would never take (too large for it), dead-lettered or parked.", func(st dispatch.Stats) uint64 { return st.Undeliverable }),
+		stat("window_evictions_total", "Deliveries waiting longer than the ack wait, evicted from a full in-flight window so that other subjects get delivered; their subjects wait until their deadlines.", func(st dispatch.Stats) uint64 { return st.Evicted }),
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
 			func() float64 { return float64(s.Repository().Pending()) }),

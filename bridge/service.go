@@ -418,6 +418,7 @@ func (s *Service) Stats() dispatch.Stats {
 	st.Canceled += k.Canceled
 	st.NoResponders += k.NoResponders
 	st.Undeliverable += k.Undeliverable
+	st.Evicted += k.Evicted
 	return st
 }
 
@@ -437,6 +438,7 @@ func (s *Service) keepStatsLocked(d *dispatch.Dispatcher) {
 	k.Canceled += st.Canceled
 	k.NoResponders += st.NoResponders
 	k.Undeliverable += st.Undeliverable
+	k.Evicted += st.Evicted
 }
 
 // Close stops taking messages, commits and answers those already taken,

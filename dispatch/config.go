@@ -38,7 +38,11 @@ type Config struct {
 	// MaxInFlight bounds the messages delivered and not yet settled; memory
 	// grows with it. When reached, no first delivery goes out until an
 	// answer (or a bounce) settles one; redeliveries go on, since each
-	// holds its slot already. Default 65536.
+	// holds its slot already. Flights that wait longer than AckWait (a
+	// -NAK with a long delay, a long back-off) do not keep the window
+	// full while first deliveries are due: a quarter of the window is then
+	// freed of them, furthest deadline first, and their subjects wait
+	// until those deadlines (see Stats.Evicted). Default 65536.
 	MaxInFlight int
 	// PassLimit bounds the deliveries of one pass between flushes. Default 4096.
 	PassLimit int

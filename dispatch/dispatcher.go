@@ -2,10 +2,12 @@ package dispatch
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,9 @@ type flight struct {
 	term    *pendingTerm
 	bounced bool
 	ackNone bool
+	// parked is set for a message the publisher can never publish (see
+	// ErrUndeliverable); it waits with no deadline.
+	parked bool
 	// maxDeliver is the message's limit, or the default, read at delivery.
 	maxDeliver uint32
 	// pending is what deleting the message needs to know of it (subject
@@ -141,8 +146,11 @@ type Dispatcher struct {
 		// started earlier can see the key without its flight.
 		committed []keys.Key
 		pass      uint64
-		started   bool
-		closed    bool
+		// evictCheckAt is when evictLongWaitsLocked may look again after
+		// it found nothing to evict.
+		evictCheckAt int64
+		started      bool
+		closed       bool
 		// passStart is when the pass under way began, 0 between passes;
 		// wakeBy is when the loop, between passes, is due to run again.
 		// Health reads them.
@@ -275,7 +283,7 @@ func (d *Dispatcher) Stats() Stats {
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
-		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), InFlight: uint64(inFlight),
+		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), InFlight: uint64(inFlight),
 	}
 }
 
@@ -403,6 +411,64 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 	}
 }
 
+// waitingLongLocked is told that f now waits until its deadline. If that
+// is longer than the ack wait, f may be evicted from a full window, so the
+// next pass looks again; it reports whether the loop should be woken for
+// that (the window is full and topics wait for room). mu must be held.
+func (d *Dispatcher) waitingLongLocked(f *flight, now int64) bool {
+	if f.state != stateRetry || f.deadline <= after(now, d.cfg.AckWait) {
+		return false
+	}
+	d.mu.evictCheckAt = 0
+	return len(d.mu.flights) >= d.cfg.MaxInFlight && len(d.mu.due) > 0
+}
+
+// evictLongWaitsLocked makes room in a full in-flight window for the
+// first deliveries of due topics, so that flights waiting a long time (a
+// -NAK with a long delay, a long back-off, a parked message) cannot hold
+// every slot and freeze every other subject. It evicts up to a quarter of
+// the window, furthest deadline first, from the flights waiting longer
+// than the ack wait, and returns how many. An evicted flight's message
+// stays in the store, and its topic is held back until the flight's
+// deadline and rewound to it: the message goes out again at its deadline,
+// never before, ahead of its topic's later messages, which wait with it.
+// Finding candidates reads every flight, so with none to evict it is not
+// tried again for a tenth of the ack wait. mu must be held.
+func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
+	if now < d.mu.evictCheckAt {
+		return 0
+	}
+	horizon := after(now, d.cfg.AckWait)
+	var long []*flight
+	for _, f := range d.mu.timers {
+		if f.state == stateRetry && f.deadline > horizon {
+			long = append(long, f)
+		}
+	}
+	if len(long) == 0 {
+		d.mu.evictCheckAt = after(now, d.cfg.AckWait/10)
+		return 0
+	}
+	slices.SortFunc(long, func(a, b *flight) int { return cmp.Compare(b.deadline, a.deadline) })
+	long = long[:min(len(long), max(1, d.cfg.MaxInFlight/4))]
+	for _, f := range long {
+		if f.parked {
+			// Behind its topic's cursor, out of memory, it stays parked
+			// until a restart scans the topic from the start.
+			d.forgetLocked(f)
+			continue
+		}
+		t := f.topic
+		t.blockedUntil = max(t.blockedUntil, f.deadline)
+		d.unsendLocked(f)
+		d.rescheduleLocked(t, t.blockedUntil)
+	}
+	d.stats.evicted.Add(uint64(len(long)))
+	d.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",
+		"evicted", len(long), "max_in_flight", d.cfg.MaxInFlight)
+	return len(long)
+}
+
 // committed is the deleter's callback: these keys are gone from the store.
 func (d *Dispatcher) committed(ks []keys.Key) {
 	d.mu.Lock()
@@ -448,6 +514,9 @@ func (d *Dispatcher) pass() time.Duration {
 	// window full of NAKed or unanswered deliveries still redelivers them.
 	passBudget := d.cfg.PassLimit
 	room := d.cfg.MaxInFlight - len(d.mu.flights)
+	if room <= 0 && len(d.mu.due) > 0 && d.mu.due[0].next <= now {
+		room += d.evictLongWaitsLocked(now)
+	}
 	var redeliver, deadLetter []*flight
 timers:
 	for len(d.mu.timers) > 0 && d.mu.timers[0].deadline <= now {
@@ -464,6 +533,7 @@ timers:
 			if b := d.backoffAfter(f.attempt); b > 0 {
 				f.state = stateRetry
 				d.mu.timers.schedule(f, after(now, b))
+				d.waitingLongLocked(f, now)
 				continue
 			}
 			fallthrough
@@ -593,9 +663,17 @@ func (d *Dispatcher) untilNext() time.Duration {
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
 	}
+	if !scannable && len(d.mu.due) > 0 && d.mu.due[0].next <= now {
+		// Full, with topics due: look for flights to evict when that is
+		// allowed again (at once, if a flight began a long wait).
+		next = min(next, max(d.mu.evictCheckAt, now))
+		if next <= now {
+			next = now
+		}
+	}
 	wait := time.Hour // nothing known to be due: look again in an hour
 	switch {
-	case len(d.mu.committed) > 0 || (scannable && next <= now):
+	case len(d.mu.committed) > 0 || next <= now:
 		wait = 0
 	case next != never:
 		wait = max(time.Duration(next-now), 0)

@@ -27,7 +27,11 @@
 //     one message before delivery resumes, so nobody listening costs nothing.
 //   - A full in-flight window (Config.MaxInFlight) holds back first
 //     deliveries only: redeliveries go on, since each flight holds its
-//     slot, and the loop sleeps until a settled flight makes room.
+//     slot, and the loop sleeps until a settled flight makes room. Flights
+//     waiting longer than the ack wait cannot keep it full while other
+//     subjects have messages due: they are evicted, a quarter of the
+//     window at a time, and their subjects wait until their deadlines, so
+//     one consumer that NAKs with long delays slows only its own subjects.
 //   - A wait (ack wait, NAK delay, backoff) that reaches past the latest
 //     time an int64 of nanoseconds holds means "not before then".
 //   - A message is deleted only after an ACK, a TERM, expiry, dead-lettering

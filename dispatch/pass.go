@@ -282,7 +282,7 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 	}
 	d.mu.Lock()
 	if d.mu.flights[f.key] == f && f.state == stateSent {
-		f.state = stateRetry
+		f.state, f.parked = stateRetry, true
 		d.mu.timers.schedule(f, never)
 	}
 	d.mu.Unlock()

@@ -68,7 +68,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 			d.stats.progress.Add(1)
 		}
-		first := f.idx == 0
+		first := f.idx == 0 || d.waitingLongLocked(f, now)
 		d.mu.Unlock()
 		if first {
 			d.signal()

@@ -38,11 +38,14 @@ type Stats struct {
 	// Undeliverable counts messages the publisher refused for good (see
 	// ErrUndeliverable), each dead-lettered or parked.
 	Undeliverable uint64 `json:"undeliverable"`
-	InFlight     uint64 `json:"in_flight"`     // gauge: delivered and not yet settled
+	// Evicted counts long-waiting flights evicted from a full in-flight
+	// window to make room for first deliveries (see Config.MaxInFlight).
+	Evicted  uint64 `json:"evicted"`
+	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 }
 
 type counters struct {
 	delivered, redelivered, acked, nacked, progress, termed atomic.Uint64
 	deadLettered, expired, canceled, noResponders           atomic.Uint64
-	undeliverable                                           atomic.Uint64
+	undeliverable, evicted                                  atomic.Uint64
 }

@@ -214,6 +214,7 @@ func TestAdversarial_Mix_GoodStreamUnharmed(t *testing.T) {
 		}
 	}
 	t.Logf("good messages delivered %d, of which redelivered %d (ack wait %v under load); none early, in order", len(l.acked), redelivered, 300*time.Millisecond)
+	t.Logf("service stats after the mix: %+v", svc.Stats())
 }
 
 // hostilePublisher sends hostile ingest until stop: each request must get

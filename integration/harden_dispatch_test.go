@@ -114,6 +114,47 @@ func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 	waitPending(t, h.svc, 0)
 }
 
+// TestWindow_Full_LongNaksDoNotStarveOthers checks that one consumer that
+// NAKs with long delays cannot freeze every other subject by filling the
+// in-flight window with flights that wait: with MaxInFlight 10, twenty
+// messages on one subject NAKed with "-NAK 1h" leave that window full of
+// waiting flights, yet the messages of another subject are all delivered,
+// the long-waiting flights having been evicted to make room; and the NAKed
+// messages are not delivered again before their hour is up (not early,
+// evicted or not), while they stay pending.
+func TestWindow_Full_LongNaksDoNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	const window, stuck, others = 10, 20, 15
+	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = time.Minute })
+	naked := startAckAll(t, h.nc, "win.longnak.*", func(int) string { return "-NAK 1h" })
+	scheduleSpread(t, h.nc, "win.longnak", 1, stuck)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if d, _ := naked.counts(); d < window {
+			return fmt.Errorf("%d deliveries NAKed, want the window's %d", d, window)
+		}
+		return nil
+	})
+	ok := startAckAll(t, h.nc, "win.other.*", func(int) string { return "+ACK" })
+	scheduleSpread(t, h.nc, "win.other", 1, others)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if _, acked := ok.counts(); acked < others {
+			return fmt.Errorf("%d of %d messages of the other subject ACKed (stats %+v)", acked, others, h.svc.Stats())
+		}
+		return nil
+	})
+	if st := h.svc.Stats(); st.Evicted == 0 {
+		t.Fatalf("stats %+v: nothing evicted, yet the other subject got through", st)
+	}
+	// Every message of the NAKing subject was delivered once at most: none
+	// came back before its hour.
+	if d, _ := naked.counts(); d > stuck {
+		t.Fatalf("%d deliveries of %d messages NAKed for an hour: some came back early", d, stuck)
+	}
+	if p := h.svc.Repository().PendingFor("win.longnak.0"); p != stuck {
+		t.Fatalf("pending on the NAKing subject = %d, want %d", p, stuck)
+	}
+}
+
 // TestNoResponders_LaterMessageDoesNotHoldBack checks that a due
 // message whose delivery reached nobody is probed again with the
 // no-responders back-off (50 ms doubling to 5 s), also when a later message
