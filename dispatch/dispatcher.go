@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -98,6 +99,12 @@ type topic struct {
 	// probeOpen is set while a probe is out and its flush has not told
 	// whether it got through; the topic is not scanned meanwhile.
 	probeOpen bool
+
+	// flights counts the flights of the topic. A topic with none, not
+	// due, and not backing off is dropped at the next pass (see
+	// dropIdleLocked), so memory follows the subjects with work, not every
+	// subject seen since the start.
+	flights int
 	// scanPass is the last pass that scanned it: a pass scans each topic
 	// once, for fairness.
 	scanPass uint64
@@ -146,6 +153,12 @@ type Dispatcher struct {
 		// started earlier can see the key without its flight.
 		committed []keys.Key
 		pass      uint64
+		// idle are topics that may have nothing left to do; see
+		// dropIdleLocked.
+		idle []*topic
+		// topicsPeak is the most topics held since the map was last
+		// copied.
+		topicsPeak int
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
@@ -276,14 +289,14 @@ func (d *Dispatcher) Close() error {
 // Stats returns the counters.
 func (d *Dispatcher) Stats() Stats {
 	d.mu.Lock()
-	inFlight := len(d.mu.flights)
+	inFlight, topics := len(d.mu.flights), len(d.mu.topics)
 	d.mu.Unlock()
 	c := &d.stats
 	return Stats{
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
-		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), InFlight: uint64(inFlight),
+		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
 	}
 }
 
@@ -406,6 +419,9 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 		return
 	}
 	delete(d.mu.flights, f.key)
+	if f.topic.flights--; f.topic.flights == 0 {
+		d.mu.idle = append(d.mu.idle, f.topic)
+	}
 	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && len(d.mu.due) > 0 {
 		d.signal()
 	}
@@ -469,6 +485,34 @@ func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
 	return len(long)
 }
 
+// dropIdleLocked forgets the topics that lost their last flight since the
+// last pass, and those that scans found empty, if they still have nothing
+// to do: no flight, not in the due heap, no probe, no back-off. A message
+// committed later makes a new topic, whose first scan starts at the
+// subject's first key; that is safe, since a topic without flights has
+// nothing below its cursor but settled messages. It runs at the start of
+// a pass, when no scan is under way. mu must be held.
+func (d *Dispatcher) dropIdleLocked(now int64) {
+	for _, t := range d.mu.idle {
+		if t.flights == 0 && t.idx < 0 && !t.probing && !t.probeOpen && t.blockedUntil <= now && d.mu.topics[t.hash] == t {
+			delete(d.mu.topics, t.hash)
+		}
+	}
+	clear(d.mu.idle)
+	d.mu.idle = d.mu.idle[:0]
+	// NB: a Go map keeps its buckets after deletes; copy it once it holds
+	// a quarter of what it held at most, so that a wave of subjects that
+	// came and went gives its memory back.
+	if n := len(d.mu.topics); n > d.mu.topicsPeak {
+		d.mu.topicsPeak = n
+	} else if d.mu.topicsPeak > 1024 && n < d.mu.topicsPeak/4 {
+		topics := make(map[uint64]*topic, n)
+		maps.Copy(topics, d.mu.topics)
+		d.mu.topics = topics
+		d.mu.topicsPeak = n
+	}
+}
+
 // committed is the deleter's callback: these keys are gone from the store.
 func (d *Dispatcher) committed(ks []keys.Key) {
 	d.mu.Lock()
@@ -508,6 +552,7 @@ func (d *Dispatcher) pass() time.Duration {
 		delete(d.mu.unsent, k)
 	}
 	d.mu.committed = d.mu.committed[:0]
+	d.dropIdleLocked(now)
 
 	// NB: a redelivery needs no room in the in-flight window: its flight
 	// holds a slot already. Only first deliveries wait for room, so a

@@ -411,3 +411,41 @@ func TestDispatcher_AttemptWrite_AfterDelay(t *testing.T) {
 		t.Fatal("still stored after the ACK was applied")
 	}
 }
+
+// TestDispatcher_Topics_ForgottenWhenDrained checks that the dispatcher's
+// memory follows the subjects with work, not every subject seen: after
+// waves of messages on fresh subjects are delivered and ACKed, it keeps
+// state for no subject (Stats.Topics is 0); and a subject whose state was
+// dropped is delivered again, in order, when new messages arrive for it.
+func TestDispatcher_Topics_ForgottenWhenDrained(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	const perWave = 500
+	for wave := range 3 {
+		now := time.Now()
+		msgs := make([]*delaystore.StoredMessage, perWave)
+		for i := range msgs {
+			msgs[i] = msgAt(fmt.Sprintf("wave%d.s%d", wave, i), now)
+		}
+		h.schedule(msgs...)
+		for range perWave {
+			if err := h.ack(h.next(10*time.Second).key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkFor(t, 10*time.Second, func() error {
+			if st := h.d.Stats(); st.Topics != 0 || st.InFlight != 0 {
+				return fmt.Errorf("after wave %d: state kept for %d subjects, %d in flight; want none", wave, st.Topics, st.InFlight)
+			}
+			return nil
+		})
+	}
+	// A subject seen before gets a fresh state: its new messages go out,
+	// in order, and only those.
+	now := time.Now()
+	ks := h.schedule(msgAt("wave0.s7", now), msgAt("wave0.s7", now.Add(time.Millisecond)))
+	for i, k := range ks {
+		if d := h.next(10 * time.Second); d.key != k {
+			t.Fatalf("delivery %d of the revisited subject: %v, want %v", i, d.key, k)
+		}
+	}
+}

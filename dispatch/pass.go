@@ -146,6 +146,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
 		d.mu.flights[f.k] = fl
+		t.flights++
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
 	}
 	for _, g := range gone {
@@ -156,6 +157,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		t.probeOpen = true
 	} else {
 		d.rescheduleLocked(t, next)
+	}
+	if t.idx < 0 && t.flights == 0 {
+		d.mu.idle = append(d.mu.idle, t)
 	}
 	d.mu.Unlock()
 

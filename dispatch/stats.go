@@ -42,6 +42,9 @@ type Stats struct {
 	// window to make room for first deliveries (see Config.MaxInFlight).
 	Evicted  uint64 `json:"evicted"`
 	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
+	// Topics is a gauge: the subjects the dispatcher keeps state for,
+	// those with messages due or in flight, or backing off.
+	Topics uint64 `json:"topics"`
 }
 
 type counters struct {
