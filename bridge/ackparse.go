@@ -58,9 +58,9 @@ func parseNakDelay(v []byte) (time.Duration, error) {
 		}
 		return time.Duration(*body.Delay), nil
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(string(v)))
+	d, err := parseDays(strings.TrimSpace(string(v)))
 	if err != nil || d < 0 {
-		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s, at most %v`, clip(string(v)), time.Duration(math.MaxInt64))
+		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s or 7d, at most %v`, clip(string(v)), time.Duration(math.MaxInt64))
 	}
 	return d, nil
 }

@@ -13,7 +13,8 @@ const (
 	// DefaultAPIPrefix is the prefix of the request/reply API.
 	DefaultAPIPrefix = "$DELAY.API"
 
-	// HeaderDelay is the relative delay: a Go duration or integer milliseconds.
+	// HeaderDelay is the relative delay: a Go duration, whole days first
+	// (7d, 1d12h), or integer milliseconds.
 	HeaderDelay = "Delay"
 	// HeaderAt is the absolute fire time: RFC 3339 or Unix seconds.
 	HeaderAt = "Delay-At"

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -264,7 +266,7 @@ func publishableName(k string) bool {
 // parseDuration reads a Go duration (90s, 1h30m) or integer milliseconds.
 func parseDuration(name, v string) (time.Duration, error) {
 	if v == "" {
-		return 0, badRequest("%s is empty: want a Go duration such as 90s, or integer milliseconds", name)
+		return 0, badRequest("%s is empty: want a Go duration such as 90s, whole days such as 7d or 1d12h, or integer milliseconds", name)
 	}
 	if isDigits(v) {
 		ms, err := strconv.ParseInt(v, 10, 64)
@@ -273,17 +275,57 @@ func parseDuration(name, v string) (time.Duration, error) {
 		}
 		return time.Duration(ms) * time.Millisecond, nil
 	}
-	d, err := time.ParseDuration(v)
+	if strings.HasSuffix(v, "y") && isDigits(strings.TrimSuffix(v, "y")) {
+		return 0, badRequest("%s %q: years vary in length: give days, such as 365d", name, clip(v))
+	}
+	d, err := parseDays(v)
 	if err != nil {
-		if durationSyntax(v) {
+		if durationSyntax(v) || errors.Is(err, errTooLong) {
 			return 0, badRequest("%s %q: too large: the maximum is %v", name, clip(v), time.Duration(math.MaxInt64))
 		}
-		return 0, badRequest("%s %q: want a Go duration such as 90s, or integer milliseconds", name, clip(v))
+		return 0, badRequest("%s %q: want a Go duration such as 90s, whole days such as 7d or 1d12h, or integer milliseconds", name, clip(v))
 	}
 	if d < 0 {
 		return 0, badRequest("%s %q: must not be negative", name, clip(v))
 	}
 	return d, nil
+}
+
+// errTooLong is parseDays's error for days too many for a duration.
+var errTooLong = errors.New("too large")
+
+// parseDays is time.ParseDuration that also takes whole days first, as
+// people write them: 7d, 1d12h, 30d. A day is 24 hours, whatever the
+// calendar does.
+func parseDays(v string) (time.Duration, error) {
+	i := strings.IndexByte(v, 'd')
+	if i <= 0 || !isDigits(v[:i]) {
+		return time.ParseDuration(v)
+	}
+	const day = 24 * time.Hour
+	n, err := strconv.ParseInt(v[:i], 10, 64)
+	if err != nil || n > math.MaxInt64/int64(day) {
+		return 0, errTooLong
+	}
+	d := time.Duration(n) * day
+	rest := v[i+1:]
+	if rest == "" {
+		return d, nil
+	}
+	if rest[0] == '-' || rest[0] == '+' {
+		return 0, fmt.Errorf("time: invalid duration %q", v)
+	}
+	r, err := time.ParseDuration(rest)
+	if err != nil {
+		if durationSyntax(rest) {
+			return 0, errTooLong
+		}
+		return 0, err
+	}
+	if r > math.MaxInt64-d {
+		return 0, errTooLong
+	}
+	return d + r, nil
 }
 
 // durationSyntax reports whether v is written as time.ParseDuration

@@ -690,3 +690,39 @@ func TestHarden_API_LargeReplies(t *testing.T) {
 		t.Fatalf("LIST gave %v, want %v", got, tags)
 	}
 }
+
+// TestIngest_DelayInDays checks that Delay and Delay-TTL take whole days
+// first, as people write them (a day is 24 hours): the reply's fire_at is
+// that far out; that years get a 400 that says to give days; and that a
+// -NAK delay in days holds the redelivery back.
+func TestIngest_DelayInDays(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, c := range []struct {
+		delay string
+		want  time.Duration
+	}{{"7d", 7 * 24 * time.Hour}, {"1d12h", 36 * time.Hour}, {"0d", 0}} {
+		before := time.Now()
+		s := schedule(t, h.nc, newMsg("days.t", "x", "Delay", c.delay, "Delay-TTL", "1d"))
+		if lo, hi := before.Add(c.want).Add(-time.Millisecond), time.Now().Add(c.want).Add(time.Millisecond); s.FireAt.Before(lo) || s.FireAt.After(hi) {
+			t.Fatalf("Delay %s: fire_at %v, want between %v and %v", c.delay, s.FireAt, lo, hi)
+		}
+	}
+	for _, c := range []struct{ delay, want string }{
+		{"100y", "years vary in length: give days, such as 365d"},
+		{"1.5d", "whole days such as 7d or 1d12h"},
+		{"7d-1h", "whole days such as 7d or 1d12h"},
+		{"106752d", "too large"},
+	} {
+		rep, err := h.nc.RequestMsg(newMsg("days.t", "x", "Delay", c.delay), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, "Delay "+c.delay, rep, 400, c.want)
+	}
+	ch := subscribe(t, h.nc, "days.nak")
+	schedule(t, h.nc, newMsg("days.nak", "x"))
+	r := next(t, ch, "the delivery to NAK")
+	ackSync(t, h.nc, r.Msg, "-NAK 1d")
+	quiet(t, ch, 200*time.Millisecond, "a redelivery a day early")
+}
