@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"natsdelay/dispatch"
+	"natsdelay/keys"
 )
 
 // parseAck reads the JetStream ack vocabulary: empty or +ACK, -NAK with an
@@ -29,7 +30,7 @@ func parseAck(p []byte) (dispatch.Ack, error) {
 		}
 		return dispatch.Ack{Kind: dispatch.AckProgress}, nil
 	case "+TERM":
-		return dispatch.Ack{Kind: dispatch.AckTerm, Reason: clip(string(rest))}, nil
+		return dispatch.Ack{Kind: dispatch.AckTerm, Reason: keys.Clip(string(rest))}, nil
 	case "-NAK":
 		if len(rest) == 0 {
 			return dispatch.Ack{Kind: dispatch.AckNak}, nil
@@ -40,7 +41,7 @@ func parseAck(p []byte) (dispatch.Ack, error) {
 		}
 		return dispatch.Ack{Kind: dispatch.AckNak, Delay: d}, nil
 	}
-	return dispatch.Ack{}, badRequest("ack %q: want empty, +ACK, -NAK, -NAK <delay>, +WPI or +TERM [reason]", clip(string(p)))
+	return dispatch.Ack{}, badRequest("ack %q: want empty, +ACK, -NAK, -NAK <delay>, +WPI or +TERM [reason]", keys.Clip(string(p)))
 }
 
 func parseNakDelay(v []byte) (time.Duration, error) {
@@ -51,16 +52,16 @@ func parseNakDelay(v []byte) (time.Duration, error) {
 		dec := json.NewDecoder(bytes.NewReader(v))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil || body.Delay == nil || dec.More() {
-			return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>}, at most %d, or a Go duration such as 5s`, clip(string(v)), int64(math.MaxInt64))
+			return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>}, at most %d, or a Go duration such as 5s`, keys.Clip(string(v)), int64(math.MaxInt64))
 		}
 		if *body.Delay < 0 {
-			return 0, badRequest(`-NAK %q: the delay must not be negative`, clip(string(v)))
+			return 0, badRequest(`-NAK %q: the delay must not be negative`, keys.Clip(string(v)))
 		}
 		return time.Duration(*body.Delay), nil
 	}
 	d, err := parseDays(strings.TrimSpace(string(v)))
 	if err != nil || d < 0 {
-		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s or 7d, at most %v`, clip(string(v)), time.Duration(math.MaxInt64))
+		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s or 7d, at most %v`, keys.Clip(string(v)), time.Duration(math.MaxInt64))
 	}
 	return d, nil
 }

@@ -277,10 +277,10 @@ func (s *Service) resolve(ref messageRef) (keys.Key, error) {
 	}
 	k, err := s.gen.Load().repo.Lookup(ref.Subject, ref.ID)
 	if errors.Is(err, delaystore.ErrNotFound) {
-		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", ErrNotFound, clip(ref.Subject), clip(ref.ID))
+		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", ErrNotFound, keys.Clip(ref.Subject), keys.Clip(ref.ID))
 	}
 	if err != nil {
-		return k, unavailable("looking up %q: %v", clip(ref.ID), err)
+		return k, unavailable("looking up %q: %v", keys.Clip(ref.ID), err)
 	}
 	return k, nil
 }
@@ -393,9 +393,9 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 			return nil, badRequest(`"after": %v`, err)
 		}
 		if k.TopicHash() != hash {
-			return nil, badRequest(`"after" %s is not a tag of subject %q`, k, clip(r.Subject))
+			return nil, badRequest(`"after" %s is not a tag of subject %q`, k, keys.Clip(r.Subject))
 		}
-		from = append(k.Bytes(), 0)
+		from = k.Successor()
 	}
 	out := ListReply{Subject: r.Subject, Messages: []MessageInfo{}}
 	more := false
@@ -428,7 +428,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 		return true
 	})
 	if err != nil {
-		return nil, unavailable("listing %q: %v", clip(r.Subject), err)
+		return nil, unavailable("listing %q: %v", keys.Clip(r.Subject), err)
 	}
 	if more {
 		out.Next = out.Messages[len(out.Messages)-1].Tag
@@ -547,7 +547,7 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 			return true
 		})
 		if err != nil {
-			return nil, unavailable("counting due messages of %q: %v", clip(t.Subject), err)
+			return nil, unavailable("counting due messages of %q: %v", keys.Clip(t.Subject), err)
 		}
 		out.Subjects = append(out.Subjects, SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
 	}
@@ -558,20 +558,20 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 // literal, * for any one token, or > for one or more at the end.
 func checkFilter(f string) error {
 	if !utf8.ValidString(f) {
-		return badRequest(`"filter" %q is not valid UTF-8`, clip(f))
+		return badRequest(`"filter" %q is not valid UTF-8`, keys.Clip(f))
 	}
 	if strings.ContainsFunc(f, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return badRequest(`"filter" %q contains white space or a control character`, clip(f))
+		return badRequest(`"filter" %q contains white space or a control character`, keys.Clip(f))
 	}
 	toks := strings.Split(f, ".")
 	for i, tok := range toks {
 		switch {
 		case tok == "":
-			return badRequest(`"filter" %q has an empty token: want a subject filter such as orders.* or orders.>`, clip(f))
+			return badRequest(`"filter" %q has an empty token: want a subject filter such as orders.* or orders.>`, keys.Clip(f))
 		case tok == ">" && i != len(toks)-1:
-			return badRequest(`"filter" %q: > must be the last token`, clip(f))
+			return badRequest(`"filter" %q: > must be the last token`, keys.Clip(f))
 		case tok != "*" && tok != ">" && strings.ContainsAny(tok, "*>"):
-			return badRequest(`"filter" %q: a wildcard must be a whole token, * or >`, clip(f))
+			return badRequest(`"filter" %q: a wildcard must be a whole token, * or >`, keys.Clip(f))
 		}
 	}
 	return nil

@@ -27,8 +27,6 @@ var (
 	// its headers and payload the server's max_payload. Ingest refuses such
 	// messages; only ones stored by older versions meet it.
 	ErrTooLarge error = undeliverableError("too large to publish")
-	// ErrClosed is returned by calls made after Close.
-	ErrClosed = errors.New("bridge: closed")
 )
 
 // badRequest returns an error wrapping ErrBadRequest.

@@ -98,7 +98,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 			return nil, err
 		}
 		if d > maxFireAt.Sub(now) {
-			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", HeaderDelay, clip(delay), maxFireAt.Format(time.DateOnly))
+			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", HeaderDelay, keys.Clip(delay), maxFireAt.Format(time.DateOnly))
 		}
 		fireAt = now.Add(d)
 	case hasAt:
@@ -125,10 +125,10 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 			return nil, err
 		}
 		if ttl == 0 {
-			return nil, badRequest("%s %q: want a positive duration", HeaderTTL, clip(v))
+			return nil, badRequest("%s %q: want a positive duration", HeaderTTL, keys.Clip(v))
 		}
 		if ttl > maxFireAt.Sub(fireAt) {
-			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", HeaderTTL, clip(v), maxFireAt.Format(time.DateOnly))
+			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", HeaderTTL, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 		}
 		msg.TtlNs = int64(ttl)
 		msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
@@ -150,7 +150,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		case "none":
 			msg.AckPolicy = delaystore.AckPolicy_ACK_NONE
 		default:
-			return nil, badRequest("%s %q: want explicit or none", HeaderAck, clip(v))
+			return nil, badRequest("%s %q: want explicit or none", HeaderAck, keys.Clip(v))
 		}
 	}
 	if v, ok, err := controlValue(h, HeaderMaxDeliver); err != nil {
@@ -158,7 +158,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	} else if ok {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
-			return nil, badRequest("%s %q: want a positive integer up to %d", HeaderMaxDeliver, clip(v), uint32(math.MaxUint32))
+			return nil, badRequest("%s %q: want a positive integer up to %d", HeaderMaxDeliver, keys.Clip(v), uint32(math.MaxUint32))
 		}
 		msg.MaxDeliver = uint32(n)
 	}
@@ -232,18 +232,18 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 	out := make([]*delaystore.Header, 0, len(names))
 	for _, k := range names {
 		if !utf8.ValidString(k) {
-			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", clip(k))
+			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", keys.Clip(k))
 		}
 		if !publishableName(k) {
-			return nil, badRequest("header name %q: want printable ASCII without ':', or it cannot be delivered", clip(k))
+			return nil, badRequest("header name %q: want printable ASCII without ':', or it cannot be delivered", keys.Clip(k))
 		}
 		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
 			return nil, badRequest("header %s: unknown in the reserved %s prefix: want one of %s (names match in any case)",
-				clip(k), reservedPrefix, strings.Join(controlHeaders, ", "))
+				keys.Clip(k), reservedPrefix, strings.Join(controlHeaders, ", "))
 		}
 		for _, v := range h[k] {
 			if !utf8.ValidString(v) {
-				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", clip(k), clip(v))
+				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", keys.Clip(k), keys.Clip(v))
 			}
 		}
 		out = append(out, &delaystore.Header{Name: k, Values: slices.Clone(h[k])})
@@ -271,22 +271,22 @@ func parseDuration(name, v string) (time.Duration, error) {
 	if isDigits(v) {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-			return 0, badRequest("%s %q: too large: the maximum is %d milliseconds", name, clip(v), math.MaxInt64/int64(time.Millisecond))
+			return 0, badRequest("%s %q: too large: the maximum is %d milliseconds", name, keys.Clip(v), math.MaxInt64/int64(time.Millisecond))
 		}
 		return time.Duration(ms) * time.Millisecond, nil
 	}
 	if strings.HasSuffix(v, "y") && isDigits(strings.TrimSuffix(v, "y")) {
-		return 0, badRequest("%s %q: years vary in length: give days, such as 365d", name, clip(v))
+		return 0, badRequest("%s %q: years vary in length: give days, such as 365d", name, keys.Clip(v))
 	}
 	d, err := parseDays(v)
 	if err != nil {
 		if durationSyntax(v) || errors.Is(err, errTooLong) {
-			return 0, badRequest("%s %q: too large: the maximum is %v", name, clip(v), time.Duration(math.MaxInt64))
+			return 0, badRequest("%s %q: too large: the maximum is %v", name, keys.Clip(v), time.Duration(math.MaxInt64))
 		}
-		return 0, badRequest("%s %q: want a Go duration such as 90s, whole days such as 7d or 1d12h, or integer milliseconds", name, clip(v))
+		return 0, badRequest("%s %q: want a Go duration such as 90s, whole days such as 7d or 1d12h, or integer milliseconds", name, keys.Clip(v))
 	}
 	if d < 0 {
-		return 0, badRequest("%s %q: must not be negative", name, clip(v))
+		return 0, badRequest("%s %q: must not be negative", name, keys.Clip(v))
 	}
 	return d, nil
 }
@@ -369,33 +369,33 @@ func parseAt(v string) (time.Time, error) {
 	if sec, frac, ok := strings.Cut(v, "."); isDigits(sec) && (!ok || isDigits(frac)) {
 		s, err := strconv.ParseInt(sec, 10, 64)
 		if err != nil || len(frac) > 9 {
-			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
+			return t, badRequest("%s %q: %s", HeaderAt, keys.Clip(v), want)
 		}
 		ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
 		if s > maxFireAt.Unix() {
-			return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))
+			return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 		}
 		t = time.Unix(s, ns)
 	} else {
 		var err error
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return t, badRequest("%s %q: %s", HeaderAt, clip(v), want)
+			return t, badRequest("%s %q: %s", HeaderAt, keys.Clip(v), want)
 		}
 		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
 		// the offset; RFC 3339 allows 23 and 59.
 		if off := v[len(v)-1:]; off != "Z" && off != "z" {
 			off = v[len(v)-6:]
 			if off[1:3] > "23" || off[4:6] > "59" {
-				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", HeaderAt, clip(v), off)
+				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", HeaderAt, keys.Clip(v), off)
 			}
 		}
 	}
 	// NB: compare instants: the year of t is the year in its own offset.
 	if t.Before(time.Unix(0, 0)) {
-		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", HeaderAt, clip(v), want)
+		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", HeaderAt, keys.Clip(v), want)
 	}
 	if !t.Before(maxFireAt) {
-		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, clip(v), maxFireAt.Format(time.DateOnly))
+		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 	}
 	return t, nil
 }
@@ -420,24 +420,24 @@ func checkTarget(subj string, reserved []string) error {
 		return badRequest("empty target subject: publish to <prefix>.<subject>")
 	}
 	if !utf8.ValidString(subj) {
-		return badRequest("target subject %q is not valid UTF-8", clip(subj))
+		return badRequest("target subject %q is not valid UTF-8", keys.Clip(subj))
 	}
 	for _, tok := range strings.Split(subj, ".") {
 		if tok == "" {
-			return badRequest("target subject %q has an empty token", clip(subj))
+			return badRequest("target subject %q has an empty token", keys.Clip(subj))
 		}
 		if strings.ContainsAny(tok, "*>") {
-			return badRequest("target subject %q has a wildcard: want a concrete subject", clip(subj))
+			return badRequest("target subject %q has a wildcard: want a concrete subject", keys.Clip(subj))
 		}
 	}
 	for _, r := range subj {
 		if r <= ' ' || r == 0x7f {
-			return badRequest("target subject %q contains white space or a control character", clip(subj))
+			return badRequest("target subject %q contains white space or a control character", keys.Clip(subj))
 		}
 	}
 	for _, p := range reserved {
 		if subj == p || strings.HasPrefix(subj, p+".") {
-			return badRequest("target subject %q is inside the service's own prefix %q", clip(subj), p)
+			return badRequest("target subject %q is inside the service's own prefix %q", keys.Clip(subj), p)
 		}
 	}
 	return nil
@@ -451,25 +451,12 @@ func checkClientID(id string) error {
 		return badRequest("%s is %d bytes: the limit is %d", HeaderID, len(id), maxClientIDLen)
 	}
 	if !utf8.ValidString(id) {
-		return badRequest("%s %q is not valid UTF-8", HeaderID, clip(id))
+		return badRequest("%s %q is not valid UTF-8", HeaderID, keys.Clip(id))
 	}
 	for _, r := range id {
 		if r < ' ' || r == 0x7f {
-			return badRequest("%s %q contains a control character", HeaderID, clip(id))
+			return badRequest("%s %q contains a control character", HeaderID, keys.Clip(id))
 		}
 	}
 	return nil
-}
-
-// clip shortens hostile input before it is quoted back.
-func clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

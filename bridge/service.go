@@ -521,7 +521,7 @@ const (
 func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
 	if ok, n := s.answerWarn.allow(s.cfg.Now()); ok {
 		s.log.Warn("bad answer to a delivery: ignored, the message will be delivered again",
-			"reason", reason, "subject", clip(m.Subject), "err", err, "suppressed", n)
+			"reason", reason, "subject", keys.Clip(m.Subject), "err", err, "suppressed", n)
 	}
 	s.m.badAnswers.WithLabelValues(reason).Inc()
 	s.respondErr(m, err)
@@ -557,7 +557,7 @@ func (s *Service) ingestInvalid(req micro.Request, err error) {
 	if req.Reply() == "" {
 		if ok, n := s.invalidWarn.allow(s.cfg.Now()); ok {
 			s.log.Warn("invalid message without a reply subject: dropped",
-				"subject", clip(req.Subject()), "err", err, "suppressed", n)
+				"subject", keys.Clip(req.Subject()), "err", err, "suppressed", n)
 		}
 		s.invalid.Add(1)
 		return

@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"fmt"
+	"natsdelay/keys"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -58,7 +59,7 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64) ([]byte, error)
 		}
 		for _, v := range h.GetValues() {
 			if !utf8.ValidString(v) {
-				return dst, fmt.Errorf("%w: header %q value %q is not valid UTF-8", ErrInvalidMessage, clip(h.GetName()), clip(v))
+				return dst, fmt.Errorf("%w: header %q value %q is not valid UTF-8", ErrInvalidMessage, keys.Clip(h.GetName()), keys.Clip(v))
 			}
 			dst = protowire.AppendTag(dst, fieldHeaderValues, protowire.BytesType)
 			dst = protowire.AppendString(dst, v)
@@ -97,7 +98,7 @@ func appendString(dst []byte, num protowire.Number, what, s string) ([]byte, err
 		return dst, nil
 	}
 	if !utf8.ValidString(s) {
-		return dst, fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidMessage, what, clip(s))
+		return dst, fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidMessage, what, keys.Clip(s))
 	}
 	dst = protowire.AppendTag(dst, num, protowire.BytesType)
 	return protowire.AppendString(dst, s), nil

@@ -101,10 +101,10 @@ func prefixEnd(prefix string) []byte {
 // must be UTF-8.
 func validateName(what, s string) error {
 	if i := strings.IndexByte(s, 0); i >= 0 {
-		return fmt.Errorf("%w: %s %q has a NUL byte at offset %d; want UTF-8 without 0x00 bytes", ErrInvalidMessage, what, clip(s), i)
+		return fmt.Errorf("%w: %s %q has a NUL byte at offset %d; want UTF-8 without 0x00 bytes", ErrInvalidMessage, what, keys.Clip(s), i)
 	}
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s %q is not valid UTF-8; want UTF-8 without 0x00 bytes", ErrInvalidMessage, what, clip(s))
+		return fmt.Errorf("%w: %s %q is not valid UTF-8; want UTF-8 without 0x00 bytes", ErrInvalidMessage, what, keys.Clip(s))
 	}
 	return nil
 }
@@ -115,23 +115,4 @@ func validateSubject(subject string) error {
 		return fmt.Errorf("%w: empty subject; want a target subject such as orders.reminder", ErrInvalidMessage)
 	}
 	return validateName("subject", subject)
-}
-
-// clip shortens hostile input before it is quoted in an error.
-func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
-}
-
-// fireAtMs is the key time of a message firing at fireAtNs: rounded up to the
-// millisecond, so a key never sorts a message before its real fire time.
-func fireAtMs(fireAtNs int64) int64 {
-	ms := fireAtNs / 1e6
-	if fireAtNs%1e6 > 0 {
-		ms++
-	}
-	return ms
 }

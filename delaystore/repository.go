@@ -196,7 +196,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 	err = s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
 		subject := string(k[len(topicPrefix):])
 		if len(v) != 8 {
-			scanErr = fmt.Errorf("delaystore: open repository: pending count of %q is %d bytes, want 8: %w", clip(subject), len(v), ErrCorrupt)
+			scanErr = fmt.Errorf("delaystore: open repository: pending count of %q is %d bytes, want 8: %w", keys.Clip(subject), len(v), ErrCorrupt)
 			return false
 		}
 		n := binary.BigEndian.Uint64(v)
@@ -336,7 +336,7 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		if i == 0 || m.Subject != msgs[i-1].Subject {
 			hash = keys.TopicHash(m.Subject)
 		}
-		out[i].Key = keys.New(hash, keys.Bucket(fireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
+		out[i].Key = keys.New(hash, keys.Bucket(keys.FireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
 	}
 
 	b := r.s.NewBatch()
@@ -364,7 +364,7 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		} else {
 			old, ok, err := r.replacePending(b, deltas, []byte(ck))
 			if err != nil {
-				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), clip(m.ClientId), clip(m.Subject), err)
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
 			}
 			out[i].Replaced, out[i].HasReplaced = old, ok
 		}
@@ -529,7 +529,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uin
 			err = b.Set(r.w.key, binary.BigEndian.AppendUint64(r.w.val[:0], uint64(n)))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("write pending count of %q: %w", clip(subject), err)
+			return nil, fmt.Errorf("write pending count of %q: %w", keys.Clip(subject), err)
 		}
 		counts[subject] = uint64(n)
 	}
@@ -667,9 +667,9 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	var bad string
 	switch {
 	case m.Subject != cur.Subject:
-		bad = fmt.Sprintf("changes subject %q to %q", clip(cur.Subject), clip(m.Subject))
+		bad = fmt.Sprintf("changes subject %q to %q", keys.Clip(cur.Subject), keys.Clip(m.Subject))
 	case m.ClientId != cur.ClientId:
-		bad = fmt.Sprintf("changes client id %q to %q", clip(cur.ClientId), clip(m.ClientId))
+		bad = fmt.Sprintf("changes client id %q to %q", keys.Clip(cur.ClientId), keys.Clip(m.ClientId))
 	case m.EventId != 0 && m.EventId != id:
 		bad = fmt.Sprintf("has event id %d, want %d (the key's) or 0", m.EventId, id)
 	}
@@ -751,11 +751,11 @@ func (r *Repository) Lookup(subject, clientID string) (keys.Key, error) {
 	}
 	v, err := r.s.Get(appendClientIDKey(nil, subject, clientID))
 	if err != nil {
-		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w", clip(clientID), clip(subject), err)
+		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w", keys.Clip(clientID), keys.Clip(subject), err)
 	}
 	k, err := keys.Decode(v)
 	if err != nil {
-		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w: %w", clip(clientID), clip(subject), ErrCorrupt, err)
+		return keys.Key{}, fmt.Errorf("delaystore: lookup client id %q of %q: %w: %w", keys.Clip(clientID), keys.Clip(subject), ErrCorrupt, err)
 	}
 	return k, nil
 }

@@ -40,7 +40,7 @@ type pendingOp struct {
 // Deletes are committed at once. An attempt-count update waits updateDelay
 // first: most deliveries are ACKed well within it, and the ACK's delete then
 // replaces the update, which saves rewriting the whole message only to
-// delete it a moment later. Close and flush write every update still
+// delete it a moment later. Close writes every update still
 // waiting, so a clean restart keeps every count; a crash loses at most the
 // counts of the last updateDelay, as it may lose any NoSync write.
 type deleter struct {
@@ -61,7 +61,6 @@ type deleter struct {
 		// delete, or been written, is stale and skipped.
 		waiting []waitingUpdate
 		closed  bool
-		flushes []chan struct{} // closed once everything queued before them is committed
 	}
 	notFull *sync.Cond // signalled when the queue is taken
 	kick    chan struct{}
@@ -143,25 +142,6 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 	}
 }
 
-// flush returns a channel closed once everything queued so far is committed
-// (or given up at close).
-func (dl *deleter) flush() <-chan struct{} {
-	ch := make(chan struct{})
-	dl.mu.Lock()
-	if dl.mu.closed && len(dl.mu.ops) == 0 {
-		dl.mu.Unlock()
-		close(ch)
-		return ch
-	}
-	dl.mu.flushes = append(dl.mu.flushes, ch)
-	dl.mu.Unlock()
-	select {
-	case dl.kick <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
 // close commits what is queued and stops. Later writes fail with ErrClosed.
 func (dl *deleter) close() {
 	dl.mu.Lock()
@@ -217,19 +197,18 @@ func (dl *deleter) run() {
 			}
 		}
 		if closing {
-			dl.releaseFlushes()
 			return
 		}
 	}
 }
 
 // commitOnce takes the queue and commits it in one batch: what is due, and
-// the updates that waited updateDelay, or every update when all is set, a
-// flush waits, or the queue is half full. It returns how many ops it took
+// the updates that waited updateDelay, or every update when all is set or
+// the queue is half full. It returns how many ops it took
 // and, when it took none, how long until the oldest update left is due.
 func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.Lock()
-	all = all || len(dl.mu.flushes) > 0 || len(dl.mu.ops) >= dl.max/2
+	all = all || len(dl.mu.ops) >= dl.max/2
 	cutoff := time.Now().Add(-dl.updateDelay)
 	order := make([]keys.Key, 0, len(dl.mu.due))
 	ops := make(map[keys.Key]*pendingOp, len(dl.mu.due))
@@ -268,16 +247,9 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		if len(dl.mu.waiting) > 0 {
 			next = time.Until(dl.mu.waiting[0].op.queued.Add(dl.updateDelay))
 		}
-		flushes := dl.mu.flushes
-		dl.mu.flushes = nil
 		dl.mu.Unlock()
-		for _, ch := range flushes {
-			close(ch)
-		}
 		return 0, next, nil
 	}
-	flushes := dl.mu.flushes
-	dl.mu.flushes = nil
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
 
@@ -287,7 +259,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	}
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
 	if err != nil {
-		dl.putBack(order, ops, flushes)
+		dl.putBack(order, ops)
 		return len(order), 0, err
 	}
 	for i, k := range order {
@@ -296,16 +268,13 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		}
 	}
 	dl.onCommitted(order)
-	for _, ch := range flushes {
-		close(ch)
-	}
 	return len(order), 0, nil
 }
 
 // putBack requeues ops that failed to commit, due at once and in front of
 // anything queued since; a delete queued meanwhile still wins over an older
 // update.
-func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp, flushes []chan struct{}) {
+func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	for _, k := range order {
@@ -320,31 +289,17 @@ func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp, flushe
 		dl.mu.ops[k] = old
 	}
 	dl.mu.due = append(order, dl.mu.due...)
-	dl.mu.flushes = append(flushes, dl.mu.flushes...)
 }
 
 // failAll tells every waiter that its write was not committed.
 func (dl *deleter) failAll(err error) {
 	dl.mu.Lock()
-	ops, flushes := dl.mu.ops, dl.mu.flushes
-	dl.mu.ops, dl.mu.due, dl.mu.waiting, dl.mu.flushes = map[keys.Key]*pendingOp{}, nil, nil, nil
+	ops := dl.mu.ops
+	dl.mu.ops, dl.mu.due, dl.mu.waiting = map[keys.Key]*pendingOp{}, nil, nil
 	dl.mu.Unlock()
 	for _, op := range ops {
 		for _, w := range op.waiters {
 			w(false, err)
 		}
-	}
-	for _, ch := range flushes {
-		close(ch)
-	}
-}
-
-func (dl *deleter) releaseFlushes() {
-	dl.mu.Lock()
-	flushes := dl.mu.flushes
-	dl.mu.flushes = nil
-	dl.mu.Unlock()
-	for _, ch := range flushes {
-		close(ch)
 	}
 }

@@ -81,7 +81,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		// Within a coarse bucket keys are in publish order; deliver in
 		// (fire time, publish order) like raw-millisecond keys would.
 		slices.SortStableFunc(due, func(a, b found) int {
-			if c := ceilMs(a.msg.FireAtNs) - ceilMs(b.msg.FireAtNs); c != 0 {
+			if c := keys.FireAtMs(a.msg.FireAtNs) - keys.FireAtMs(b.msg.FireAtNs); c != 0 {
 				return int(min(max(c, -1), 1))
 			}
 			return int(min(max(int64(a.k.EventID())-int64(b.k.EventID()), -1), 1))
@@ -105,7 +105,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	case held != nil:
 		cursor = held
 	case passed:
-		cursor = successor(lastPassed)
+		cursor = lastPassed.Successor()
 	}
 	if !bytes.Equal(t.cursor, from) && (t.cursor == nil || bytes.Compare(t.cursor, cursor) < 0) {
 		// A sooner message arrived, or a delivery bounced, during the scan.
@@ -167,19 +167,6 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		d.settleExpired(g.k, g.msg, nil)
 	}
 	return taken, probe
-}
-
-func ceilMs(ns int64) int64 {
-	const ms = int64(time.Millisecond)
-	if ns <= 0 {
-		return ns / ms
-	}
-	return (ns + ms - 1) / ms
-}
-
-// successor is the smallest key greater than k.
-func successor(k keys.Key) []byte {
-	return append(k.Bytes(), 0)
 }
 
 func (d *Dispatcher) maxDeliver(m *delaystore.StoredMessage) uint32 {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -103,12 +104,12 @@ func (k Key) String() string { return k.Tag() }
 func ParseTag(tag string) (Key, error) {
 	var k Key
 	if len(tag) != TagLen {
-		return k, fmt.Errorf("%w: %q is %d characters, want %d lowercase hex characters", ErrTag, clip(tag), len(tag), TagLen)
+		return k, fmt.Errorf("%w: %q is %d characters, want %d lowercase hex characters", ErrTag, Clip(tag), len(tag), TagLen)
 	}
 	for i := 0; i < len(tag); i++ {
 		c := tag[i]
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return k, fmt.Errorf("%w: %q has %q at offset %d, want only 0-9 and a-f", ErrTag, clip(tag), c, i)
+			return k, fmt.Errorf("%w: %q has %q at offset %d, want only 0-9 and a-f", ErrTag, Clip(tag), c, i)
 		}
 	}
 	if _, err := hex.Decode(k[:], []byte(tag)); err != nil {
@@ -117,13 +118,37 @@ func ParseTag(tag string) (Key, error) {
 	return k, nil
 }
 
-// clip shortens hostile input before it is quoted in an error.
-func clip(s string) string {
+// Clip shortens hostile input before it is quoted in an error: to at most
+// 64 bytes and "...", cut at a UTF-8 rune boundary so the result stays
+// valid where s was.
+func Clip(s string) string {
 	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+	if len(s) <= max {
+		return s
 	}
-	return s
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// FireAtMs is the key time, in Unix milliseconds, of a message firing at
+// fireAtNs (Unix nanoseconds): rounded up to the millisecond, so a key never
+// sorts a message before its real fire time.
+func FireAtMs(fireAtNs int64) int64 {
+	// NB: not (ns + 999999) / 1e6, which overflows near the end of time.
+	ms := fireAtNs / 1e6
+	if fireAtNs%1e6 > 0 {
+		ms++
+	}
+	return ms
+}
+
+// Successor is the smallest key greater than k, as an inclusive lower bound:
+// the encoded key followed by a zero byte. It returns a new slice.
+func (k Key) Successor() []byte {
+	return append(k.Bytes(), 0)
 }
 
 // TopicLowerBound is the inclusive lower bound of every key of topicHash: the

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"natsdelay/keys"
 )
@@ -177,5 +178,58 @@ func TestDueUpperBound(t *testing.T) {
 	hi := keys.DueUpperBound(h, math.MaxInt64, 0)
 	if end := keys.New(h, math.MaxInt64, math.MaxUint64); bytes.Compare(end[:], hi) >= 0 || bytes.Compare(hi, keys.TopicUpperBound(h)) >= 0 {
 		t.Errorf("due bound at the end of time = %x, want within the topic and above its last bucket", hi)
+	}
+}
+
+// TestFireAtMs checks that the key time rounds up, so a key never sorts a
+// message before its real fire time (never early).
+func TestFireAtMs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ns   int64
+		want int64
+	}{
+		{"zero", 0, 0},
+		{"whole", 5_000_000, 5},
+		{"just over", 5_000_001, 6},
+		{"just under", 4_999_999, 5},
+		{"negative", -1_500_000, -1},
+		{"max", math.MaxInt64, math.MaxInt64/1_000_000 + 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := keys.FireAtMs(c.ns); got != c.want {
+				t.Errorf("FireAtMs(%d) = %d, want %d", c.ns, got, c.want)
+			}
+		})
+	}
+}
+
+// TestKey_Successor checks that the successor sorts after k and before
+// every key greater than k.
+func TestKey_Successor(t *testing.T) {
+	k := keys.New(1, 2, 3)
+	next := keys.New(1, 2, 4)
+	s := k.Successor()
+	if bytes.Compare(k[:], s) >= 0 || bytes.Compare(s, next[:]) >= 0 {
+		t.Errorf("Successor(%s) = %x, want between it and %s", k, s, next)
+	}
+}
+
+// TestClip checks that Clip bounds hostile input and keeps it valid UTF-8.
+func TestClip(t *testing.T) {
+	for _, c := range []struct {
+		name, in, want string
+	}{
+		{"short", "abc", "abc"},
+		{"exactly 64", strings.Repeat("a", 64), strings.Repeat("a", 64)},
+		{"long", strings.Repeat("a", 70), strings.Repeat("a", 64) + "..."},
+		{"rune across the cut", strings.Repeat("a", 63) + "é" + "bbb", strings.Repeat("a", 63) + "..."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := keys.Clip(c.in)
+			if got != c.want || !utf8.ValidString(got) {
+				t.Errorf("Clip(%q) = %q, want %q", c.in, got, c.want)
+			}
+		})
 	}
 }
