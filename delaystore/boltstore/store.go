@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"syscall"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
 )
 
 // bucket is the one bucket that holds every key.
@@ -24,23 +24,10 @@ type Store struct {
 	db  *bolt.DB
 	log *slog.Logger
 
-	mu struct {
-		sync.Mutex
-		// closed is set when Close begins; calls made after that get
-		// ErrClosed.
-		closed bool
-		// failed is set by a commit that failed on I/O; see fail.
-		failed error
-		// calls counts the calls using db, which Close waits for. NB: it is
-		// a count, not a held lock, so that no lock is held across bbolt
-		// I/O and a Scan's yield may call the Store again.
-		calls int
-		// idle is signalled when calls drops to zero.
-		idle sync.Cond
-		// iters are the open iterators, which Close closes if their owners
-		// did not: bbolt's Close would otherwise wait for them forever.
-		iters map[*iterator]struct{}
-	}
+	// gate counts the calls that use db and holds the closed and failed
+	// states. Close closes the iterators it still tracks: bbolt's Close
+	// would otherwise wait for their transactions forever.
+	gate *gate.Gate[*iterator]
 }
 
 var _ delaystore.Store = (*Store)(nil)
@@ -88,9 +75,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("boltstore: open %q: create bucket: %w", cfg.Path, err), db.Close())
 	}
-	s := &Store{db: db, log: log}
-	s.mu.idle.L = &s.mu.Mutex
-	s.mu.iters = make(map[*iterator]struct{})
+	s := &Store{db: db, log: log, gate: gate.New[*iterator](nil)}
 	log.Debug("opened", "path", cfg.Path)
 	return s, nil
 }
@@ -158,9 +143,7 @@ func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error
 		return nil, fmt.Errorf("boltstore: new iterator: %w", err)
 	}
 	if it.tx != nil {
-		s.mu.Lock()
-		s.mu.iters[it] = struct{}{}
-		s.mu.Unlock()
+		s.gate.Track(it)
 	}
 	return it, nil
 }
@@ -200,18 +183,10 @@ func (s *Store) Flush() error {
 // waits for those already in flight, Scans included. Iterators still open
 // are closed and reported in the error. A second Close returns nil.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.mu.closed {
-		s.mu.Unlock()
+	leaked, _, ok := s.gate.Close()
+	if !ok {
 		return nil
 	}
-	s.mu.closed = true
-	for s.mu.calls > 0 {
-		s.mu.idle.Wait()
-	}
-	leaked := s.mu.iters
-	s.mu.iters = nil
-	s.mu.Unlock()
 
 	var errs []error
 	for it := range leaked {
@@ -281,46 +256,22 @@ func (s *Store) newIter(opts delaystore.IterOptions) (*iterator, error) {
 
 // enter counts a call that uses db, or returns why the Store cannot be
 // used. Every successful enter must be matched by exit.
-func (s *Store) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.mu.closed:
-		return delaystore.ErrClosed
-	case s.mu.failed != nil:
-		return s.mu.failed
-	}
-	s.mu.calls++
-	return nil
-}
+func (s *Store) enter() error { return s.gate.Enter() }
 
-func (s *Store) exit() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mu.calls--
-	if s.mu.calls == 0 {
-		s.mu.idle.Broadcast()
-	}
-}
+func (s *Store) exit() { s.gate.Exit() }
 
 // fail records that a commit failed on I/O and returns the error every
 // later call gets; see the package doc for why the Store stops.
 func (s *Store) fail(cause error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.failed == nil {
-		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, cause)
+	err, first := s.gate.Fail(cause)
+	if first {
 		s.log.Error("commit failed; the store refuses further use until reopened", "err", cause)
 	}
-	return s.mu.failed
+	return err
 }
 
 // forget removes a closed iterator from the set Close would close.
-func (s *Store) forget(it *iterator) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.mu.iters, it)
-}
+func (s *Store) forget(it *iterator) { s.gate.Forget(it) }
 
 // cloneBound copies a bound, keeping nil (unbounded) distinct from empty.
 func cloneBound(b []byte) []byte {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
 )
 
 func testLogger(buf *bytes.Buffer) logger {
@@ -60,7 +61,7 @@ func TestLogger_Fatalf_Panics(t *testing.T) {
 func TestStore_Guard_RecoversOnlyFailedCommits(t *testing.T) {
 	var buf bytes.Buffer
 	l := testLogger(&buf)
-	s := &Store{log: l.log}
+	s := &Store{log: l.log, gate: gate.New[*iterator](nil)}
 	err := s.guard(func() error {
 		l.Fatalf("pebble: fatal commit error: %v", errors.New("write 000002.log: input/output error"))
 		return nil

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
 )
 
 // Store is a delaystore.Store on Pebble. It is safe for concurrent use.
@@ -23,23 +23,11 @@ type Store struct {
 	inMemory bool
 	noWAL    bool
 
-	mu struct {
-		sync.Mutex
-		// closed is set when Close begins; calls made after that get
-		// ErrClosed rather than Pebble's panic on a closed DB.
-		closed bool
-		// failed is set by a commit that failed on I/O; see fail.
-		failed error
-		// calls counts the calls using db, which Close waits for. NB: it is
-		// a count, not a held lock, so that no lock is held across Pebble
-		// I/O and a Scan's yield may call the Store again.
-		calls int
-		// idle is signalled when calls drops to zero.
-		idle sync.Cond
-		// iters are the open iterators, which Close closes if their
-		// owners did not.
-		iters map[*iterator]struct{}
-	}
+	// gate counts the calls that use db and holds the closed and failed
+	// states: calls made after Close begins get ErrClosed rather than
+	// Pebble's panic on a closed DB, and calls after a failed commit get
+	// the fault.
+	gate *gate.Gate[*iterator]
 }
 
 var _ delaystore.Store = (*Store)(nil)
@@ -92,8 +80,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err), fs.release())
 	}
 	s := &Store{db: db, fs: fs, res: res, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
-	s.mu.idle.L = &s.mu.Mutex
-	s.mu.iters = make(map[*iterator]struct{})
+	s.gate = gate.New[*iterator](s.checkReserve)
 	log.Debug("opened", "dir", cfg.Dir, "in_memory", cfg.InMemory, "wal", !opts.DisableWAL)
 	return s, nil
 }
@@ -164,9 +151,7 @@ func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error
 		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
 	}
 	if it.it != nil {
-		s.mu.Lock()
-		s.mu.iters[it] = struct{}{}
-		s.mu.Unlock()
+		s.gate.Track(it)
 	}
 	return it, nil
 }
@@ -233,19 +218,10 @@ func (s *Store) Flush() error {
 // directory lock, so that the directory can be opened again in this
 // process; its error then includes the fault.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.mu.closed {
-		s.mu.Unlock()
+	leaked, failed, ok := s.gate.Close()
+	if !ok {
 		return nil
 	}
-	s.mu.closed = true
-	for s.mu.calls > 0 {
-		s.mu.idle.Wait()
-	}
-	leaked := s.mu.iters
-	s.mu.iters = nil
-	failed := s.mu.failed
-	s.mu.Unlock()
 
 	if failed != nil {
 		return s.closeFailed(leaked, failed)
@@ -320,13 +296,11 @@ func (s *Store) guard(f func() error) (err error) {
 // fail records that a write failed and returns the error every later call
 // gets.
 func (s *Store) fail(cause error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.failed == nil {
-		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, cause)
+	err, first := s.gate.Fail(cause)
+	if first {
 		s.log.Error("write failed; the store refuses further use until reopened", "err", cause)
 	}
-	return s.mu.failed
+	return err
 }
 
 // commit applies b with the given sync mode.
@@ -371,34 +345,18 @@ func (s *Store) newIter(opts delaystore.IterOptions) (*iterator, error) {
 // enter counts a call that uses db, or returns ErrClosed once Close has
 // begun, or the failure once a write failed. Every successful enter must be
 // matched by exit.
-func (s *Store) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.mu.closed:
-		return delaystore.ErrClosed
-	case s.mu.failed != nil:
-		return s.mu.failed
-	case s.res != nil && s.res.released.Load():
-		s.mu.failed = fmt.Errorf("%w: %w", delaystore.ErrFailed, errDiskFull)
-		return s.mu.failed
+func (s *Store) enter() error { return s.gate.Enter() }
+
+func (s *Store) exit() { s.gate.Exit() }
+
+// checkReserve fails the Store once the disk reserve was given up: the disk
+// filled, and a write may have been lost on the way.
+func (s *Store) checkReserve() error {
+	if s.res != nil && s.res.released.Load() {
+		return errDiskFull
 	}
-	s.mu.calls++
 	return nil
 }
 
-func (s *Store) exit() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mu.calls--
-	if s.mu.calls == 0 {
-		s.mu.idle.Broadcast()
-	}
-}
-
 // forget removes a closed iterator from the set Close would close.
-func (s *Store) forget(it *iterator) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.mu.iters, it)
-}
+func (s *Store) forget(it *iterator) { s.gate.Forget(it) }
