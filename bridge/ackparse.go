@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/dispatch"
 	"natsdelay/keys"
 )
@@ -19,19 +20,19 @@ func parseAck(p []byte) (dispatch.Ack, error) {
 	word, rest, _ := bytes.Cut(p, []byte(" "))
 	rest = bytes.TrimSpace(rest)
 	switch string(word) {
-	case "", "+ACK":
+	case "", wire.AnswerAck:
 		if len(rest) > 0 {
 			break
 		}
 		return dispatch.Ack{Kind: dispatch.AckDone}, nil
-	case "+WPI":
+	case wire.AnswerProgress:
 		if len(rest) > 0 {
 			break
 		}
 		return dispatch.Ack{Kind: dispatch.AckProgress}, nil
-	case "+TERM":
+	case wire.AnswerTerm:
 		return dispatch.Ack{Kind: dispatch.AckTerm, Reason: keys.Clip(string(rest))}, nil
-	case "-NAK":
+	case wire.AnswerNak:
 		if len(rest) == 0 {
 			return dispatch.Ack{Kind: dispatch.AckNak}, nil
 		}
@@ -59,7 +60,7 @@ func parseNakDelay(v []byte) (time.Duration, error) {
 		}
 		return time.Duration(*body.Delay), nil
 	}
-	d, err := parseDays(strings.TrimSpace(string(v)))
+	d, err := wire.ParseDays(strings.TrimSpace(string(v)))
 	if err != nil || d < 0 {
 		return 0, badRequest(`-NAK %q: want {"delay": <nanoseconds>} or a non-negative Go duration such as 5s or 7d, at most %v`, keys.Clip(string(v)), time.Duration(math.MaxInt64))
 	}

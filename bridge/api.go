@@ -14,18 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
-	"natsdelay/dispatch"
 	"natsdelay/keys"
 )
 
 // Version is the service version reported by INFO and the micro service
 // discovery. It is a semantic version, as micro requires.
 var Version = "0.1.0"
-
-// ServiceName is the name under which natsdelay registers as a NATS micro
-// service: nats micro info natsdelay.
-const ServiceName = "natsdelay"
 
 const (
 	defaultListLimit = 100
@@ -36,7 +32,7 @@ const (
 // register adds the micro service with the ingest endpoint and the API.
 func (s *Service) register() error {
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name:        ServiceName,
+		Name:        wire.ServiceName,
 		Version:     Version,
 		Description: "Durable delayed delivery for core NATS",
 		QueueGroup:  s.cfg.QueueGroup,
@@ -60,11 +56,11 @@ func (s *Service) register() error {
 		// tooLarge says how to ask for a smaller reply.
 		tooLarge string
 	}{
-		{"INFO", s.apiInfo, ""},
-		{"GET", s.apiGet, `; ask without "payload"`},
-		{"LIST", s.apiList, ""},
-		{"CANCEL", s.apiCancel, ""},
-		{"SUBJECTS", s.apiSubjects, ""},
+		{wire.VerbInfo, s.apiInfo, ""},
+		{wire.VerbGet, s.apiGet, `; ask without "payload"`},
+		{wire.VerbList, s.apiList, ""},
+		{wire.VerbCancel, s.apiCancel, ""},
+		{wire.VerbSubjects, s.apiSubjects, ""},
 	} {
 		h, tooLarge := ep.h, ep.tooLarge
 		err := svc.AddEndpoint(strings.ToLower(ep.verb), micro.HandlerFunc(func(req micro.Request) {
@@ -124,53 +120,13 @@ func decodeRequest(data []byte, v any) error {
 	return nil
 }
 
-// Counts are the numbers INFO reports. Pending comes from the subject
-// registry and is exact across restarts; the time windows are counted from
-// the keys, so they are exact to the time bucket.
-type Counts struct {
-	Pending    uint64 `json:"pending"`
-	Subjects   int    `json:"subjects"`
-	InFlight   uint64 `json:"in_flight"`
-	DueNow     uint64 `json:"due_now"`
-	NextMinute uint64 `json:"next_minute"`
-	NextHour   uint64 `json:"next_hour"`
-	NextDay    uint64 `json:"next_day"`
-}
-
-// InfoReply is the body of $DELAY.API.INFO.
-type InfoReply struct {
-	Version string `json:"version"`
-	Engine  string `json:"engine"`
-	// Storage is "ok", or "failing: <cause>" while the store has failed
-	// and is being reopened; Counts are then zero.
-	Storage string         `json:"storage"`
-	Counts  Counts         `json:"counts"`
-	Stats   dispatch.Stats `json:"stats"`
-	Config  ConfigSummary  `json:"config"`
-}
-
-// ConfigSummary is the configuration INFO reports.
-type ConfigSummary struct {
-	IngestPrefix      string   `json:"ingest_prefix"`
-	AckPrefix         string   `json:"ack_prefix"`
-	APIPrefix         string   `json:"api_prefix"`
-	AckWait           string   `json:"ack_wait"`
-	MaxDeliver        uint32   `json:"max_deliver"`
-	Backoff           []string `json:"backoff"`
-	DeadLetterSubject string   `json:"dead_letter_subject"`
-	DeadLetterExpired bool     `json:"dead_letter_expired"`
-	TimeBucket        string   `json:"time_bucket"`
-	MaxPayload        int      `json:"max_payload"`
-	MaxControlLine    int      `json:"max_control_line"`
-}
-
 func (s *Service) apiInfo(req micro.Request) (any, error) {
 	var empty struct{}
 	if err := decodeRequest(req.Data(), &empty); err != nil {
 		return nil, err
 	}
 	storage := "ok"
-	var counts Counts
+	var counts wire.Counts
 	if f := s.fault.Load(); f != nil {
 		storage = fmt.Sprintf("failing: %v", f.cause)
 	} else {
@@ -183,13 +139,13 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	for i, b := range s.cfg.Backoff {
 		backoff[i] = b.String()
 	}
-	return InfoReply{
+	return wire.InfoReply{
 		Version: Version,
 		Engine:  s.cfg.Engine,
 		Storage: storage,
 		Counts:  counts,
 		Stats:   s.Stats(),
-		Config: ConfigSummary{
+		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
 			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
@@ -202,12 +158,12 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 // those due now and within the next minute, hour and day by reading keys
 // only, one range per subject. While the store has failed it returns the
 // 503 that ingest gets.
-func (s *Service) Counts() (Counts, error) {
+func (s *Service) Counts() (wire.Counts, error) {
 	if err := s.storageErr(); err != nil {
-		return Counts{}, err
+		return wire.Counts{}, err
 	}
 	g := s.gen.Load()
-	c := Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
+	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
 	topics := g.repo.Topics()
 	c.Subjects = len(topics)
 	now := s.cfg.Now()
@@ -248,15 +204,7 @@ func (s *Service) Counts() (Counts, error) {
 	return c, nil
 }
 
-// messageRef names one pending message: by tag, or by subject and client id.
-type messageRef struct {
-	Tag     string `json:"tag"`
-	Subject string `json:"subject"`
-	ID      string `json:"id"`
-	Payload bool   `json:"payload"`
-}
-
-func (s *Service) resolve(ref messageRef) (keys.Key, error) {
+func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 	switch {
 	case ref.Tag != "" && (ref.Subject != "" || ref.ID != ""):
 		return keys.Key{}, badRequest(`give either "tag" or "subject" and "id", not both`)
@@ -277,7 +225,7 @@ func (s *Service) resolve(ref messageRef) (keys.Key, error) {
 	}
 	k, err := s.gen.Load().repo.Lookup(ref.Subject, ref.ID)
 	if errors.Is(err, delaystore.ErrNotFound) {
-		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", ErrNotFound, keys.Clip(ref.Subject), keys.Clip(ref.ID))
+		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", wire.ErrNotFound, keys.Clip(ref.Subject), keys.Clip(ref.ID))
 	}
 	if err != nil {
 		return k, unavailable("looking up %q: %v", keys.Clip(ref.ID), err)
@@ -285,27 +233,8 @@ func (s *Service) resolve(ref messageRef) (keys.Key, error) {
 	return k, nil
 }
 
-// MessageInfo describes one pending message in GET and LIST replies.
-type MessageInfo struct {
-	Tag        string              `json:"tag"`
-	Subject    string              `json:"subject"`
-	ID         string              `json:"id,omitempty"`
-	FireAt     string              `json:"fire_at"`
-	EnqueuedAt string              `json:"enqueued_at"`
-	ExpireAt   string              `json:"expire_at,omitempty"`
-	Attempt    uint32              `json:"attempt"`
-	Ack        string              `json:"ack"`
-	MaxDeliver uint32              `json:"max_deliver,omitempty"`
-	Size       int                 `json:"size"`
-	Headers    map[string][]string `json:"headers,omitempty"`
-	// Payload is set only when asked for. NB: omitzero, not omitempty:
-	// omitempty would drop an empty payload that was asked for, and the
-	// client could not tell it from one that was not.
-	Payload []byte `json:"payload,omitzero"`
-}
-
-func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) MessageInfo {
-	mi := MessageInfo{
+func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire.MessageInfo {
+	mi := wire.MessageInfo{
 		Tag: k.Tag(), Subject: m.Subject, ID: m.ClientId,
 		FireAt: formatTime(m.FireAtNs), EnqueuedAt: formatTime(m.EnqueuedAtNs),
 		Attempt: m.Attempt, Ack: "explicit", MaxDeliver: m.MaxDeliver, Size: len(m.Payload),
@@ -332,7 +261,7 @@ func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) Mess
 }
 
 func (s *Service) apiGet(req micro.Request) (any, error) {
-	var ref messageRef
+	var ref wire.MessageRef
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
@@ -346,21 +275,13 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 	g := s.gen.Load()
 	m, err := g.repo.Get(k)
 	if errors.Is(err, delaystore.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no pending message with tag %s", ErrNotFound, k)
+		return nil, fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
 	}
 	if err != nil {
 		return nil, unavailable("reading %s: %v", k, err)
 	}
 	m.Attempt = max(m.Attempt, g.disp.Attempt(k))
 	return messageInfo(k, m, ref.Payload), nil
-}
-
-// ListReply is the body of $DELAY.API.LIST.
-type ListReply struct {
-	Subject  string        `json:"subject"`
-	Messages []MessageInfo `json:"messages"`
-	// Next is the tag to pass as "after" for the next page; empty on the last.
-	Next string `json:"next,omitempty"`
 }
 
 func (s *Service) apiList(req micro.Request) (any, error) {
@@ -397,12 +318,12 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 		}
 		from = k.Successor()
 	}
-	out := ListReply{Subject: r.Subject, Messages: []MessageInfo{}}
+	out := wire.ListReply{Subject: r.Subject, Messages: []wire.MessageInfo{}}
 	more := false
 	// NB: a page holds fewer than limit messages when more would not fit
 	// the server's max_payload: the reply could not be sent, and the
 	// headers of a thousand messages could take a gigabyte to build.
-	envelope, _ := json.Marshal(ListReply{Subject: r.Subject, Messages: []MessageInfo{}, Next: keys.Key{}.Tag()})
+	envelope, _ := json.Marshal(wire.ListReply{Subject: r.Subject, Messages: []wire.MessageInfo{}, Next: keys.Key{}.Tag()})
 	budget := int(s.nc.MaxPayload()) - len(envelope)
 	size := 0
 	if err := s.storageErr(); err != nil {
@@ -437,7 +358,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 }
 
 func (s *Service) apiCancel(req micro.Request) (any, error) {
-	var ref messageRef
+	var ref wire.MessageRef
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
@@ -458,31 +379,11 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 		return nil, unavailable("canceling %s: %v", k, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: no pending message with tag %s", ErrNotFound, k)
+		return nil, fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
 	}
 	return struct {
 		Canceled bool `json:"canceled"`
 	}{true}, nil
-}
-
-// SubjectInfo is one subject in a SUBJECTS reply.
-type SubjectInfo struct {
-	Subject string `json:"subject"`
-	// Pending is the subject's pending messages, from the registry.
-	Pending uint64 `json:"pending"`
-	// DueNow is how many of them are due, exact to the time bucket as
-	// INFO's due_now is. NB: subjects whose topic hashes collide share a
-	// key range, and each is given the due count of both.
-	DueNow uint64 `json:"due_now"`
-}
-
-// SubjectsReply is the body of $DELAY.API.SUBJECTS.
-type SubjectsReply struct {
-	Filter   string        `json:"filter"`
-	Subjects []SubjectInfo `json:"subjects"`
-	// Next is the subject to pass as "after" for the next page; empty on
-	// the last.
-	Next string `json:"next,omitempty"`
 }
 
 // apiSubjects lists the subjects with pending messages that match a
@@ -529,7 +430,7 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 	}
 	nowMs := s.cfg.Now().UnixMilli()
 	bucketMs := s.cfg.TimeBucket.Milliseconds()
-	out := SubjectsReply{Filter: r.Filter, Subjects: []SubjectInfo{}}
+	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
 	for _, t := range topics[start:] {
 		if !subjectMatches(r.Filter, t.Subject) {
 			continue
@@ -549,7 +450,7 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		if err != nil {
 			return nil, unavailable("counting due messages of %q: %v", keys.Clip(t.Subject), err)
 		}
-		out.Subjects = append(out.Subjects, SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
 	}
 	return out, nil
 }

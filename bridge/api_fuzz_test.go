@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
@@ -53,9 +54,9 @@ func fuzzService(tb testing.TB) (*Service, string) {
 			tb.Error(err)
 		}
 	})
-	m := nats.NewMsg(DefaultIngestPrefix + ".fuzz.a")
-	m.Header.Set(HeaderDelay, "1000h")
-	m.Header.Set(HeaderID, "x")
+	m := nats.NewMsg(wire.DefaultIngestPrefix + ".fuzz.a")
+	m.Header.Set(wire.HeaderDelay, "1000h")
+	m.Header.Set(wire.HeaderID, "x")
 	rep, err := nc.RequestMsg(m, apiTimeout)
 	if err != nil {
 		tb.Fatal(err)
@@ -109,10 +110,10 @@ func FuzzAPIRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, verb uint8, body []byte) {
 		v, err := verbs[int(verb)%len(verbs)](fuzzRequest{data: body})
 		if err != nil {
-			if !errors.Is(err, ErrBadRequest) && !errors.Is(err, ErrNotFound) {
+			if !errors.Is(err, wire.ErrBadRequest) && !errors.Is(err, wire.ErrNotFound) {
 				t.Fatalf("request %q: error %v is neither a 400 nor a 404", body, err)
 			}
-			if code := serviceError(err).Code; code != 400 && code != 404 {
+			if code := wire.Code(err); code != 400 && code != 404 {
 				t.Fatalf("request %q: error %v answers %d", body, err, code)
 			}
 			return

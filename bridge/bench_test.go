@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore/pebblestore"
 )
 
@@ -70,7 +71,7 @@ func requestLoop(b *testing.B, url, subject string, hdr nats.Header, n int) floa
 			for next.Add(1) <= int64(n) {
 				m := &nats.Msg{Subject: subject, Header: hdr, Data: payload}
 				rep, err := nc.RequestMsg(m, 10*time.Second)
-				if err != nil || rep.Header.Get(bridge.HeaderServiceError) != "" {
+				if err != nil || rep.Header.Get(wire.HeaderServiceError) != "" {
 					failed.Add(1)
 				}
 			}
@@ -99,7 +100,7 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	defer sub.Unsubscribe()
 	_ = responder.Flush()
-	hdr := nats.Header{bridge.HeaderDelay: []string{"1h"}}
+	hdr := nats.Header{wire.HeaderDelay: []string{"1h"}}
 	const n = 20000
 	var base, ingest float64
 	for b.Loop() {
@@ -143,7 +144,7 @@ func fireLateness(b *testing.B, url string, n int, window time.Duration) (p50, p
 	done := make(chan struct{})
 	sub, err := subc.Subscribe("bench.fire", func(m *nats.Msg) {
 		now := time.Now()
-		fire, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFireAt))
+		fire, err := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderFireAt))
 		if err != nil {
 			b.Error(err)
 		}
@@ -172,7 +173,7 @@ func fireLateness(b *testing.B, url string, n int, window time.Duration) (p50, p
 	defer rs.Unsubscribe()
 	for i := range n {
 		at := start.Add(window * time.Duration(i) / time.Duration(n))
-		m := &nats.Msg{Subject: "delay.bench.fire", Reply: inbox, Header: nats.Header{bridge.HeaderAt: []string{at.UTC().Format(time.RFC3339Nano)}}, Data: make([]byte, 256)}
+		m := &nats.Msg{Subject: "delay.bench.fire", Reply: inbox, Header: nats.Header{wire.HeaderAt: []string{at.UTC().Format(time.RFC3339Nano)}}, Data: make([]byte, 256)}
 		if err := pubc.PublishMsg(m); err != nil {
 			b.Fatal(err)
 		}
@@ -207,6 +208,6 @@ func fireLateness(b *testing.B, url string, n int, window time.Duration) (p50, p
 }
 
 func ExampleService() {
-	fmt.Println(bridge.DefaultIngestPrefix, bridge.DefaultAckPrefix)
+	fmt.Println(wire.DefaultIngestPrefix, wire.DefaultAckPrefix)
 	// Output: delay $DELAY.ACK
 }

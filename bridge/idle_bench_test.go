@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // cpuTime is the CPU time, user plus system, the whole process has used so
@@ -55,9 +56,9 @@ func scheduleDue(b *testing.B, url, subject string, n int) {
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		b.Fatal(err)
 	}
-	hdr := nats.Header{bridge.HeaderDelay: []string{"0"}}
+	hdr := nats.Header{wire.HeaderDelay: []string{"0"}}
 	for i := range n {
-		m := &nats.Msg{Subject: bridge.DefaultIngestPrefix + "." + subject, Reply: inbox, Header: hdr, Data: []byte(strconv.Itoa(i))}
+		m := &nats.Msg{Subject: wire.DefaultIngestPrefix + "." + subject, Reply: inbox, Header: hdr, Data: []byte(strconv.Itoa(i))}
 		if err := nc.PublishMsg(m); err != nil {
 			b.Fatal(err)
 		}
@@ -66,8 +67,8 @@ func scheduleDue(b *testing.B, url, subject string, n int) {
 	for i := range n {
 		select {
 		case rep := <-replies:
-			if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-				b.Fatalf("schedule: error %s: %s", code, rep.Header.Get(bridge.HeaderServiceError))
+			if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+				b.Fatalf("schedule: error %s: %s", code, rep.Header.Get(wire.HeaderServiceError))
 			}
 		case <-timeout:
 			b.Fatalf("only %d of %d schedule replies within a minute", i, n)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
 	"natsdelay/keys"
@@ -50,7 +51,7 @@ func newPublisher(nc *nats.Conn, ackPrefix string, maxControlLine int) *publishe
 	}
 }
 
-func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(timeLayout) }
+func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(wire.TimeLayout) }
 
 // deliveryHeader rebuilds the stored headers and adds the delivery
 // headers. The service's own headers replace stored ones of the same name
@@ -63,12 +64,12 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 		}
 		h[kv.Name] = kv.Values
 	}
-	h[HeaderTag] = []string{key.Tag()}
-	h[HeaderAttempt] = []string{strconv.FormatUint(uint64(attempt), 10)}
-	h[HeaderFireAt] = []string{formatTime(msg.FireAtNs)}
-	h[HeaderEnqueuedAt] = []string{formatTime(msg.EnqueuedAtNs)}
+	h[wire.HeaderTag] = []string{key.Tag()}
+	h[wire.HeaderAttempt] = []string{strconv.FormatUint(uint64(attempt), 10)}
+	h[wire.HeaderFireAt] = []string{formatTime(msg.FireAtNs)}
+	h[wire.HeaderEnqueuedAt] = []string{formatTime(msg.EnqueuedAtNs)}
 	if msg.ClientId != "" {
-		h[HeaderID] = []string{msg.ClientId}
+		h[wire.HeaderID] = []string{msg.ClientId}
 	}
 	return h
 }
@@ -76,7 +77,7 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 // isOwnHeader reports whether name is, in any case, a header the service
 // sets on deliveries or dead letters.
 func isOwnHeader(name string) bool {
-	if len(name) < len(HeaderTag) || !strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix) {
+	if len(name) < len(wire.HeaderTag) || !strings.EqualFold(name[:len(wire.ReservedPrefix)], wire.ReservedPrefix) {
 		return false
 	}
 	for _, o := range ownHeaders {
@@ -108,8 +109,8 @@ func deadLetterMsg(subject string, key keys.Key, msg *delaystore.StoredMessage, 
 		reason = reason[:cut]
 	}
 	h := deliveryHeader(key, msg, attempt, 2)
-	h[HeaderSubject] = []string{msg.Subject}
-	h[HeaderReason] = []string{reason}
+	h[wire.HeaderSubject] = []string{msg.Subject}
+	h[wire.HeaderReason] = []string{reason}
 	return &nats.Msg{Subject: subject, Header: h, Data: msg.Payload}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/delaystore/storetest"
@@ -46,7 +47,7 @@ func requestStatus(t *testing.T, nc *nats.Conn, subject string) (code, text stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep.Header.Get(bridge.HeaderServiceErrorCode), rep.Header.Get(bridge.HeaderServiceError)
+	return rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError)
 }
 
 // TestService_Recover_CloseWhileReopenFails checks that the recovery loop

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/keys"
 )
@@ -70,7 +70,7 @@ func isControl(name string) bool {
 }
 
 // parseSchedule turns an ingest message into the message to store, or an
-// error wrapping ErrBadRequest that says what arrived and what is accepted.
+// error wrapping wire.ErrBadRequest that says what arrived and what is accepted.
 // It does not keep h; data becomes the stored payload.
 func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim scheduleLimits) (*delaystore.StoredMessage, error) {
 	if err := checkTarget(target, lim.reserved); err != nil {
@@ -79,26 +79,26 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	if lim.maxPayload > 0 && len(data) > lim.maxPayload {
 		return nil, badRequest("payload is %d bytes: the limit is %d", len(data), lim.maxPayload)
 	}
-	delay, hasDelay, err := controlValue(h, HeaderDelay)
+	delay, hasDelay, err := controlValue(h, wire.HeaderDelay)
 	if err != nil {
 		return nil, err
 	}
-	at, hasAt, err := controlValue(h, HeaderAt)
+	at, hasAt, err := controlValue(h, wire.HeaderAt)
 	if err != nil {
 		return nil, err
 	}
 	if hasDelay && hasAt {
-		return nil, badRequest("both %s and %s given: want one of them", HeaderDelay, HeaderAt)
+		return nil, badRequest("both %s and %s given: want one of them", wire.HeaderDelay, wire.HeaderAt)
 	}
 	fireAt := now
 	switch {
 	case hasDelay:
-		d, err := parseDuration(HeaderDelay, delay)
+		d, err := parseDuration(wire.HeaderDelay, delay)
 		if err != nil {
 			return nil, err
 		}
 		if d > maxFireAt.Sub(now) {
-			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", HeaderDelay, keys.Clip(delay), maxFireAt.Format(time.DateOnly))
+			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", wire.HeaderDelay, keys.Clip(delay), maxFireAt.Format(time.DateOnly))
 		}
 		fireAt = now.Add(d)
 	case hasAt:
@@ -117,23 +117,23 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		EnqueuedAtNs: now.UnixNano(),
 		FireAtNs:     fireAt.UnixNano(),
 	}
-	if v, ok, err := controlValue(h, HeaderTTL); err != nil {
+	if v, ok, err := controlValue(h, wire.HeaderTTL); err != nil {
 		return nil, err
 	} else if ok {
-		ttl, err := parseDuration(HeaderTTL, v)
+		ttl, err := parseDuration(wire.HeaderTTL, v)
 		if err != nil {
 			return nil, err
 		}
 		if ttl == 0 {
-			return nil, badRequest("%s %q: want a positive duration", HeaderTTL, keys.Clip(v))
+			return nil, badRequest("%s %q: want a positive duration", wire.HeaderTTL, keys.Clip(v))
 		}
 		if ttl > maxFireAt.Sub(fireAt) {
-			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", HeaderTTL, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", wire.HeaderTTL, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 		}
 		msg.TtlNs = int64(ttl)
 		msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
 	}
-	if v, ok, err := controlValue(h, HeaderID); err != nil {
+	if v, ok, err := controlValue(h, wire.HeaderID); err != nil {
 		return nil, err
 	} else if ok {
 		if err := checkClientID(v); err != nil {
@@ -141,7 +141,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		}
 		msg.ClientId = v
 	}
-	if v, ok, err := controlValue(h, HeaderAck); err != nil {
+	if v, ok, err := controlValue(h, wire.HeaderAck); err != nil {
 		return nil, err
 	} else if ok {
 		switch strings.ToLower(v) {
@@ -150,15 +150,15 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		case "none":
 			msg.AckPolicy = delaystore.AckPolicy_ACK_NONE
 		default:
-			return nil, badRequest("%s %q: want explicit or none", HeaderAck, keys.Clip(v))
+			return nil, badRequest("%s %q: want explicit or none", wire.HeaderAck, keys.Clip(v))
 		}
 	}
-	if v, ok, err := controlValue(h, HeaderMaxDeliver); err != nil {
+	if v, ok, err := controlValue(h, wire.HeaderMaxDeliver); err != nil {
 		return nil, err
 	} else if ok {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
-			return nil, badRequest("%s %q: want a positive integer up to %d", HeaderMaxDeliver, keys.Clip(v), uint32(math.MaxUint32))
+			return nil, badRequest("%s %q: want a positive integer up to %d", wire.HeaderMaxDeliver, keys.Clip(v), uint32(math.MaxUint32))
 		}
 		msg.MaxDeliver = uint32(n)
 	}
@@ -206,7 +206,7 @@ func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
 	}
 	if lim.serverMaxPayload > 0 && total > lim.serverMaxPayload {
 		return badRequest("payload of %d bytes: the dead letter with its headers (%d bytes, the service's own and %s, %s included) would be %d bytes, %d over the server's max_payload of %d",
-			len(msg.Payload), hl, HeaderSubject, HeaderReason, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
+			len(msg.Payload), hl, wire.HeaderSubject, wire.HeaderReason, total, total-lim.serverMaxPayload, lim.serverMaxPayload)
 	}
 	return nil
 }
@@ -237,9 +237,9 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 		if !publishableName(k) {
 			return nil, badRequest("header name %q: want printable ASCII without ':', or it cannot be delivered", keys.Clip(k))
 		}
-		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
+		if len(k) >= len(wire.ReservedPrefix) && strings.EqualFold(k[:len(wire.ReservedPrefix)], wire.ReservedPrefix) {
 			return nil, badRequest("header %s: unknown in the reserved %s prefix: want one of %s (names match in any case)",
-				keys.Clip(k), reservedPrefix, strings.Join(controlHeaders, ", "))
+				keys.Clip(k), wire.ReservedPrefix, strings.Join(controlHeaders, ", "))
 		}
 		for _, v := range h[k] {
 			if !utf8.ValidString(v) {
@@ -278,9 +278,9 @@ func parseDuration(name, v string) (time.Duration, error) {
 	if strings.HasSuffix(v, "y") && isDigits(strings.TrimSuffix(v, "y")) {
 		return 0, badRequest("%s %q: years vary in length: give days, such as 365d", name, keys.Clip(v))
 	}
-	d, err := parseDays(v)
+	d, err := wire.ParseDays(v)
 	if err != nil {
-		if durationSyntax(v) || errors.Is(err, errTooLong) {
+		if errors.Is(err, wire.ErrDurationTooLong) {
 			return 0, badRequest("%s %q: too large: the maximum is %v", name, keys.Clip(v), time.Duration(math.MaxInt64))
 		}
 		return 0, badRequest("%s %q: want a Go duration such as 90s, whole days such as 7d or 1d12h, or integer milliseconds", name, keys.Clip(v))
@@ -291,76 +291,6 @@ func parseDuration(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// errTooLong is parseDays's error for days too many for a duration.
-var errTooLong = errors.New("too large")
-
-// parseDays is time.ParseDuration that also takes whole days first, as
-// people write them: 7d, 1d12h, 30d. A day is 24 hours, whatever the
-// calendar does.
-func parseDays(v string) (time.Duration, error) {
-	i := strings.IndexByte(v, 'd')
-	if i <= 0 || !isDigits(v[:i]) {
-		return time.ParseDuration(v)
-	}
-	const day = 24 * time.Hour
-	n, err := strconv.ParseInt(v[:i], 10, 64)
-	if err != nil || n > math.MaxInt64/int64(day) {
-		return 0, errTooLong
-	}
-	d := time.Duration(n) * day
-	rest := v[i+1:]
-	if rest == "" {
-		return d, nil
-	}
-	if rest[0] == '-' || rest[0] == '+' {
-		return 0, fmt.Errorf("time: invalid duration %q", v)
-	}
-	r, err := time.ParseDuration(rest)
-	if err != nil {
-		if durationSyntax(rest) {
-			return 0, errTooLong
-		}
-		return 0, err
-	}
-	if r > math.MaxInt64-d {
-		return 0, errTooLong
-	}
-	return d + r, nil
-}
-
-// durationSyntax reports whether v is written as time.ParseDuration
-// expects, [-+]?([0-9]*(\.[0-9]*)?unit)+ or 0, so that a value it still
-// refuses is one too large for a time.Duration.
-func durationSyntax(v string) bool {
-	if v != "" && (v[0] == '-' || v[0] == '+') {
-		v = v[1:]
-	}
-	if v == "" {
-		return false
-	}
-	for v != "" {
-		i := 0
-		for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
-			i++
-		}
-		if i == 0 || strings.Count(v[:i], ".") > 1 || v[:i] == "." {
-			return false
-		}
-		v = v[i:]
-		j := 0
-		for j < len(v) && !(v[j] >= '0' && v[j] <= '9' || v[j] == '.') {
-			j++
-		}
-		switch v[:j] {
-		case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h":
-		default:
-			return false
-		}
-		v = v[j:]
-	}
-	return true
-}
-
 // parseAt reads RFC 3339 (fractions allowed) or Unix seconds (decimals
 // allowed).
 func parseAt(v string) (time.Time, error) {
@@ -369,48 +299,39 @@ func parseAt(v string) (time.Time, error) {
 	if sec, frac, ok := strings.Cut(v, "."); isDigits(sec) && (!ok || isDigits(frac)) {
 		s, err := strconv.ParseInt(sec, 10, 64)
 		if err != nil || len(frac) > 9 {
-			return t, badRequest("%s %q: %s", HeaderAt, keys.Clip(v), want)
+			return t, badRequest("%s %q: %s", wire.HeaderAt, keys.Clip(v), want)
 		}
 		ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
 		if s > maxFireAt.Unix() {
-			return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+			return t, badRequest("%s %q: after %s, the latest time that can be stored", wire.HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 		}
 		t = time.Unix(s, ns)
 	} else {
 		var err error
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return t, badRequest("%s %q: %s", HeaderAt, keys.Clip(v), want)
+			return t, badRequest("%s %q: %s", wire.HeaderAt, keys.Clip(v), want)
 		}
 		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
 		// the offset; RFC 3339 allows 23 and 59.
 		if off := v[len(v)-1:]; off != "Z" && off != "z" {
 			off = v[len(v)-6:]
 			if off[1:3] > "23" || off[4:6] > "59" {
-				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", HeaderAt, keys.Clip(v), off)
+				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", wire.HeaderAt, keys.Clip(v), off)
 			}
 		}
 	}
 	// NB: compare instants: the year of t is the year in its own offset.
 	if t.Before(time.Unix(0, 0)) {
-		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", HeaderAt, keys.Clip(v), want)
+		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", wire.HeaderAt, keys.Clip(v), want)
 	}
 	if !t.Before(maxFireAt) {
-		return t, badRequest("%s %q: after %s, the latest time that can be stored", HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+		return t, badRequest("%s %q: after %s, the latest time that can be stored", wire.HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 	}
 	return t, nil
 }
 
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+// isDigits reports whether s is one or more ASCII digits.
+func isDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
 // checkTarget rejects subjects that cannot be delivered to: empty tokens,
 // wildcards, white space and control characters, and the service's own
@@ -445,18 +366,25 @@ func checkTarget(subj string, reserved []string) error {
 
 func checkClientID(id string) error {
 	if id == "" {
-		return badRequest("%s is empty: want a non-empty id", HeaderID)
+		return badRequest("%s is empty: want a non-empty id", wire.HeaderID)
 	}
 	if len(id) > maxClientIDLen {
-		return badRequest("%s is %d bytes: the limit is %d", HeaderID, len(id), maxClientIDLen)
+		return badRequest("%s is %d bytes: the limit is %d", wire.HeaderID, len(id), maxClientIDLen)
 	}
 	if !utf8.ValidString(id) {
-		return badRequest("%s %q is not valid UTF-8", HeaderID, keys.Clip(id))
+		return badRequest("%s %q is not valid UTF-8", wire.HeaderID, keys.Clip(id))
 	}
 	for _, r := range id {
 		if r < ' ' || r == 0x7f {
-			return badRequest("%s %q contains a control character", HeaderID, keys.Clip(id))
+			return badRequest("%s %q contains a control character", wire.HeaderID, keys.Clip(id))
 		}
 	}
 	return nil
 }
+
+// controlHeaders are matched case-insensitively and never passed on.
+var controlHeaders = []string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver}
+
+// ownHeaders are the headers the service sets on deliveries and dead
+// letters; they replace publisher headers of the same name in any case.
+var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt, wire.HeaderEnqueuedAt, wire.HeaderID, wire.HeaderSubject, wire.HeaderReason}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -21,8 +22,8 @@ func TestParseSchedule_NonUTF8Header(t *testing.T) {
 		"value": {"X-Bin": {"\xff\xfe"}},
 		"name":  {"X-\xff": {"ok"}},
 	} {
-		if _, err := parseSchedule("a.b", h, nil, time.Now(), lim); !errors.Is(err, ErrBadRequest) {
-			t.Errorf("%s: error = %v, want ErrBadRequest", name, err)
+		if _, err := parseSchedule("a.b", h, nil, time.Now(), lim); !errors.Is(err, wire.ErrBadRequest) {
+			t.Errorf("%s: error = %v, want wire.ErrBadRequest", name, err)
 		}
 	}
 }
@@ -44,8 +45,8 @@ func FuzzParseSchedule(f *testing.F) {
 		lim := scheduleLimits{maxPayload: 1 << 20, reserved: []string{"delay", "$DELAY.ACK"}, ackPrefix: "$DELAY.ACK", maxControlLine: 512, serverMaxPayload: 1 << 20, deadLetter: "dead"}
 		m, err := parseSchedule(subject, h, data, now, lim)
 		if err != nil {
-			if !errors.Is(err, ErrBadRequest) {
-				t.Fatalf("error %v does not wrap ErrBadRequest", err)
+			if !errors.Is(err, wire.ErrBadRequest) {
+				t.Fatalf("error %v does not wrap wire.ErrBadRequest", err)
 			}
 			return
 		}
@@ -72,8 +73,8 @@ func FuzzParseAck(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		a, err := parseAck(p)
-		if err != nil && !errors.Is(err, ErrBadRequest) {
-			t.Fatalf("error %v does not wrap ErrBadRequest", err)
+		if err != nil && !errors.Is(err, wire.ErrBadRequest) {
+			t.Fatalf("error %v does not wrap wire.ErrBadRequest", err)
 		}
 		if err == nil && a.Delay < 0 {
 			t.Fatalf("negative delay %v", a.Delay)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
 	"natsdelay/keys"
@@ -99,9 +100,9 @@ type Config struct {
 // DefaultConfig returns every default in one place.
 func DefaultConfig() Config {
 	return Config{
-		IngestPrefix:     DefaultIngestPrefix,
-		AckPrefix:        DefaultAckPrefix,
-		APIPrefix:        DefaultAPIPrefix,
+		IngestPrefix:     wire.DefaultIngestPrefix,
+		AckPrefix:        wire.DefaultAckPrefix,
+		APIPrefix:        wire.DefaultAPIPrefix,
 		QueueGroup:       "natsdelay",
 		MaxBatch:         4096,
 		MaxBatchBytes:    64 << 20,
@@ -571,13 +572,13 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	var tag string
 	if m.Subject == s.cfg.AckPrefix {
-		v, ok, err := controlValue(m.Header, HeaderTag)
+		v, ok, err := controlValue(m.Header, wire.HeaderTag)
 		if err != nil || !ok {
 			reason := badAnswerNoTag
 			if ok {
 				reason = badAnswerTag
 			}
-			s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, HeaderTag))
+			s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, wire.HeaderTag))
 			return
 		}
 		tag = v
@@ -636,7 +637,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 			_ = s.nc.PublishMsg(errorMsg(reply, unavailable("ack not applied: %v", err)))
 			return
 		}
-		_ = s.nc.Publish(reply, []byte("+OK"))
+		_ = s.nc.Publish(reply, []byte(wire.ReplyOK))
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
 )
@@ -17,13 +18,6 @@ type ingestRequest struct {
 	msg  *delaystore.StoredMessage
 	req  micro.Request
 	size int // messageSize, set by submit
-}
-
-// scheduleReply is the body of a successful ingest reply.
-type scheduleReply struct {
-	Tag     string `json:"tag"`
-	Subject string `json:"subject"`
-	FireAt  string `json:"fire_at"`
 }
 
 // writer is the group commit: ingest handlers hand it messages, and it
@@ -170,7 +164,7 @@ func (w *writer) commit(batch []ingestRequest) {
 		if r.req.Reply() == "" {
 			continue
 		}
-		body, _ := json.Marshal(scheduleReply{Tag: res[i].Key.Tag(), Subject: msgs[i].Subject, FireAt: formatTime(msgs[i].FireAtNs)})
+		body, _ := json.Marshal(wire.ScheduleReply{Tag: res[i].Key.Tag(), Subject: msgs[i].Subject, FireAt: formatTime(msgs[i].FireAtNs)})
 		_ = r.req.Respond(body)
 	}
 }

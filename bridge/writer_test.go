@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // TestWriter_BatchBytesBounded checks the bound on a group commit's bytes:
@@ -42,8 +43,8 @@ func TestWriter_BatchBytesBounded(t *testing.T) {
 	for range calls {
 		select {
 		case rep := <-replies:
-			if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-				t.Fatalf("ingest: %s %s", code, rep.Header.Get(bridge.HeaderServiceError))
+			if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+				t.Fatalf("ingest: %s %s", code, rep.Header.Get(wire.HeaderServiceError))
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("not every message acknowledged")

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -50,7 +51,7 @@ func TestAck_Nak_RedeliversNow(t *testing.T) {
 	// this delivery comes from the NAK.
 	r2 := next(t, got, "redelivery after -NAK")
 	wantAttempt(t, r2.Msg, 2)
-	if r2.Header.Get(bridge.HeaderTag) != rep.Tag || string(r2.Data) != "x" {
+	if r2.Header.Get(wire.HeaderTag) != rep.Tag || string(r2.Data) != "x" {
 		t.Fatalf("redelivery %q with headers %v, want tag %s", r2.Data, r2.Header, rep.Tag)
 	}
 	ackSync(t, h.nc, r2.Msg, "+ACK")
@@ -100,8 +101,8 @@ func TestAck_NoAnswer_RedeliversAfterAckWait(t *testing.T) {
 	if earliest := rep.FireAt.Add(ackWait); r2.at.Before(earliest) {
 		t.Fatalf("redelivered at %s, before fire time + ack wait %s", r2.at.Format(time.RFC3339Nano), earliest.Format(time.RFC3339Nano))
 	}
-	if r2.Header.Get(bridge.HeaderTag) != rep.Tag {
-		t.Fatalf("redelivery tag %q, want %s", r2.Header.Get(bridge.HeaderTag), rep.Tag)
+	if r2.Header.Get(wire.HeaderTag) != rep.Tag {
+		t.Fatalf("redelivery tag %q, want %s", r2.Header.Get(wire.HeaderTag), rep.Tag)
 	}
 	ackSync(t, h.nc, r2.Msg, "+ACK")
 	waitPending(t, h.svc, 0)
@@ -154,7 +155,7 @@ func TestAck_Sync(t *testing.T) {
 	t.Run("unknown tag", func(t *testing.T) {
 		unknown := keys.New(keys.TopicHash("ack.sync"), 1, 1<<40).Tag()
 		for _, p := range []string{"", "+ACK", "-NAK", "-NAK 1s", "+WPI", "+TERM why"} {
-			rep, err := h.nc.Request(bridge.DefaultAckPrefix+"."+unknown, []byte(p), wait)
+			rep, err := h.nc.Request(wire.DefaultAckPrefix+"."+unknown, []byte(p), wait)
 			if err != nil || string(rep.Data) != "+OK" {
 				t.Fatalf("%q for an unknown tag: %v, %v; want +OK", p, rep, err)
 			}
@@ -181,10 +182,10 @@ func TestAck_Sync(t *testing.T) {
 	})
 
 	t.Run("by header", func(t *testing.T) {
-		for _, name := range []string{bridge.HeaderTag, "delay-tag"} {
+		for _, name := range []string{wire.HeaderTag, "delay-tag"} {
 			rep := schedule(t, h.nc, newMsg("ack.sync", "two"))
 			r := next(t, got, "delivery")
-			m := nats.NewMsg(bridge.DefaultAckPrefix)
+			m := nats.NewMsg(wire.DefaultAckPrefix)
 			m.Header.Set(name, rep.Tag)
 			m.Data = []byte("+ACK")
 			ok, err := h.nc.RequestMsg(m, wait)
@@ -198,8 +199,8 @@ func TestAck_Sync(t *testing.T) {
 		// A plain publish works too, without confirmation.
 		rep := schedule(t, h.nc, newMsg("ack.sync", "three"))
 		next(t, got, "delivery")
-		m := nats.NewMsg(bridge.DefaultAckPrefix)
-		m.Header.Set(bridge.HeaderTag, rep.Tag)
+		m := nats.NewMsg(wire.DefaultAckPrefix)
+		m.Header.Set(wire.HeaderTag, rep.Tag)
 		if err := h.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
@@ -209,11 +210,11 @@ func TestAck_Sync(t *testing.T) {
 	t.Run("bad acks", func(t *testing.T) {
 		rep := schedule(t, h.nc, newMsg("ack.sync", "four"))
 		r := next(t, got, "delivery")
-		noTag := nats.NewMsg(bridge.DefaultAckPrefix)
+		noTag := nats.NewMsg(wire.DefaultAckPrefix)
 		noTag.Data = []byte("+ACK")
-		twoTags := nats.NewMsg(bridge.DefaultAckPrefix)
-		twoTags.Header.Add(bridge.HeaderTag, rep.Tag)
-		twoTags.Header.Add(bridge.HeaderTag, rep.Tag)
+		twoTags := nats.NewMsg(wire.DefaultAckPrefix)
+		twoTags.Header.Add(wire.HeaderTag, rep.Tag)
+		twoTags.Header.Add(wire.HeaderTag, rep.Tag)
 		bad := []struct {
 			name string
 			m    *nats.Msg
@@ -224,11 +225,11 @@ func TestAck_Sync(t *testing.T) {
 			{"bad NAK delay", &nats.Msg{Subject: r.Reply, Data: []byte("-NAK soon")}, "soon"},
 			{"negative NAK delay", &nats.Msg{Subject: r.Reply, Data: []byte("-NAK -5s")}, "-5s"},
 			{"bad NAK JSON", &nats.Msg{Subject: r.Reply, Data: []byte(`-NAK {"delay": "5s"}`)}, "delay"},
-			{"tag not hex", &nats.Msg{Subject: bridge.DefaultAckPrefix + "." + strings.Repeat("z", 48)}, "zzzz"},
-			{"tag too short", &nats.Msg{Subject: bridge.DefaultAckPrefix + ".abc"}, "abc"},
+			{"tag not hex", &nats.Msg{Subject: wire.DefaultAckPrefix + "." + strings.Repeat("z", 48)}, "zzzz"},
+			{"tag too short", &nats.Msg{Subject: wire.DefaultAckPrefix + ".abc"}, "abc"},
 			{"extra token", &nats.Msg{Subject: r.Reply + ".x"}, "x"},
-			{"no Delay-Tag header", noTag, bridge.HeaderTag},
-			{"two Delay-Tag headers", twoTags, bridge.HeaderTag},
+			{"no Delay-Tag header", noTag, wire.HeaderTag},
+			{"two Delay-Tag headers", twoTags, wire.HeaderTag},
 		}
 		for _, b := range bad {
 			rep, err := h.nc.RequestMsg(b.m, wait)
@@ -254,8 +255,8 @@ func TestAck_Sync(t *testing.T) {
 // with code, whose description mentions want.
 func wantError(tb testing.TB, what string, rep *nats.Msg, code int, want string) {
 	tb.Helper()
-	desc := rep.Header.Get(bridge.HeaderServiceError)
-	if got := rep.Header.Get(bridge.HeaderServiceErrorCode); got != fmt.Sprint(code) || desc == "" {
+	desc := rep.Header.Get(wire.HeaderServiceError)
+	if got := rep.Header.Get(wire.HeaderServiceErrorCode); got != fmt.Sprint(code) || desc == "" {
 		tb.Fatalf("%s: reply %q with headers %v, want a %d error", what, rep.Data, rep.Header, code)
 	}
 	var body struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -105,7 +106,7 @@ func TestAdversarial_Mix_GoodStreamUnharmed(t *testing.T) {
 	goodNC := connect(t, srv)
 	goodSub, err := goodNC.Subscribe("good.>", func(m *nats.Msg) {
 		at := time.Now()
-		k, err := keys.ParseTag(m.Header.Get(bridge.HeaderTag))
+		k, err := keys.ParseTag(m.Header.Get(wire.HeaderTag))
 		if err != nil {
 			l.problem("good delivery without a valid tag: %v", m.Header)
 			return
@@ -280,8 +281,8 @@ func hostilePublisher(t *testing.T, url string, r *rand.Rand, stop <-chan struct
 			l.problem("hostile request on %.60s: %v (the service stopped answering)", m.Subject, err)
 			return
 		}
-		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" && code != "400" {
-			l.problem("hostile request on %.60s: %s %s, want a success or a 400", m.Subject, code, rep.Header.Get(bridge.HeaderServiceError))
+		if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" && code != "400" {
+			l.problem("hostile request on %.60s: %s %s, want a success or a 400", m.Subject, code, rep.Header.Get(wire.HeaderServiceError))
 		}
 	}
 }
@@ -355,9 +356,9 @@ func ackFlooder(nc *nats.Conn, r *rand.Rand, stop <-chan struct{}) {
 		for j := range k {
 			k[j] = byte(r.UintN(256))
 		}
-		subject := bridge.DefaultAckPrefix + "." + k.Tag()
+		subject := wire.DefaultAckPrefix + "." + k.Tag()
 		if i%3 == 0 {
-			subject = bridge.DefaultAckPrefix + ".not-a-tag"
+			subject = wire.DefaultAckPrefix + ".not-a-tag"
 		}
 		_ = nc.Publish(subject, []byte([]string{"+ACK", "-NAK 1ms", "+TERM", "junk"}[i%4]))
 		if i%20 == 19 {

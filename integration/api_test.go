@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -36,7 +37,7 @@ func apiRequest(tb testing.TB, nc *nats.Conn, verb string, body any) *nats.Msg {
 			tb.Fatalf("%s request: %v", verb, err)
 		}
 	}
-	rep, err := nc.Request(bridge.DefaultAPIPrefix+"."+verb, data, wait)
+	rep, err := nc.Request(wire.DefaultAPIPrefix+"."+verb, data, wait)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", verb, data, err)
 	}
@@ -48,8 +49,8 @@ func apiRequest(tb testing.TB, nc *nats.Conn, verb string, body any) *nats.Msg {
 func apiCall(tb testing.TB, nc *nats.Conn, verb string, body, out any) {
 	tb.Helper()
 	rep := apiRequest(tb, nc, verb, body)
-	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-		tb.Fatalf("%s %v: error %s: %s", verb, body, code, rep.Header.Get(bridge.HeaderServiceError))
+	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+		tb.Fatalf("%s %v: error %s: %s", verb, body, code, rep.Header.Get(wire.HeaderServiceError))
 	}
 	if err := json.Unmarshal(rep.Data, out); err != nil {
 		tb.Fatalf("%s reply %q: %v", verb, rep.Data, err)
@@ -61,12 +62,12 @@ func apiCall(tb testing.TB, nc *nats.Conn, verb string, body, out any) {
 // same code and description. It returns the description.
 func wantServiceError(tb testing.TB, rep *nats.Msg, code int) string {
 	tb.Helper()
-	desc := rep.Header.Get(bridge.HeaderServiceError)
-	if got := rep.Header.Get(bridge.HeaderServiceErrorCode); got != strconv.Itoa(code) || desc == "" {
+	desc := rep.Header.Get(wire.HeaderServiceError)
+	if got := rep.Header.Get(wire.HeaderServiceErrorCode); got != strconv.Itoa(code) || desc == "" {
 		tb.Fatalf("reply %q with headers %v, want error code %d with a description", rep.Data, rep.Header, code)
 	}
 	var body struct {
-		Error *bridge.ServiceError `json:"error"`
+		Error *wire.ServiceError `json:"error"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(rep.Data)))
 	dec.DisallowUnknownFields()
@@ -89,9 +90,9 @@ func apiError(tb testing.TB, nc *nats.Conn, verb string, body any, code int, wan
 	}
 }
 
-func info(tb testing.TB, nc *nats.Conn) bridge.InfoReply {
+func info(tb testing.TB, nc *nats.Conn) wire.InfoReply {
 	tb.Helper()
-	var r bridge.InfoReply
+	var r wire.InfoReply
 	apiCall(tb, nc, "INFO", nil, &r)
 	return r
 }
@@ -124,7 +125,7 @@ var windowMessages = []struct{ subject, delay string }{
 
 // windowCounts are the counts of windowMessages. The windows nest: a
 // message within the minute is also within the hour and the day.
-var windowCounts = bridge.Counts{Pending: 5, Subjects: 5, DueNow: 1, NextMinute: 1, NextHour: 2, NextDay: 3}
+var windowCounts = wire.Counts{Pending: 5, Subjects: 5, DueNow: 1, NextMinute: 1, NextHour: 2, NextDay: 3}
 
 func scheduleWindows(tb testing.TB, nc *nats.Conn) {
 	tb.Helper()
@@ -136,9 +137,9 @@ func scheduleWindows(tb testing.TB, nc *nats.Conn) {
 // waitCounts polls INFO until its counts are want. The due-now message
 // bounces off "no responders" and is in flight for a moment each time, so
 // a single read could catch in_flight 1.
-func waitCounts(tb testing.TB, nc *nats.Conn, want bridge.Counts) bridge.InfoReply {
+func waitCounts(tb testing.TB, nc *nats.Conn, want wire.Counts) wire.InfoReply {
 	tb.Helper()
-	var r bridge.InfoReply
+	var r wire.InfoReply
 	checkFor(tb, wait, 20*time.Millisecond, func() error {
 		if r = info(tb, nc); r.Counts != want {
 			return fmt.Errorf("counts %+v, want %+v", r.Counts, want)
@@ -162,7 +163,7 @@ func TestAPI_Info(t *testing.T) {
 		c.MaxPayload = 4096
 	})
 	empty := info(t, h.nc)
-	if empty.Counts != (bridge.Counts{}) {
+	if empty.Counts != (wire.Counts{}) {
 		t.Fatalf("counts of an empty service %+v, want all zero", empty.Counts)
 	}
 
@@ -180,8 +181,8 @@ func TestAPI_Info(t *testing.T) {
 	if r.Version != bridge.Version || r.Engine != "pebble-memory" {
 		t.Fatalf("version %q engine %q, want %q and pebble-memory", r.Version, r.Engine, bridge.Version)
 	}
-	wantCfg := bridge.ConfigSummary{
-		IngestPrefix: bridge.DefaultIngestPrefix, AckPrefix: bridge.DefaultAckPrefix, APIPrefix: bridge.DefaultAPIPrefix,
+	wantCfg := wire.ConfigSummary{
+		IngestPrefix: wire.DefaultIngestPrefix, AckPrefix: wire.DefaultAckPrefix, APIPrefix: wire.DefaultAPIPrefix,
 		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq",
 		TimeBucket: "0s", MaxPayload: 4096, MaxControlLine: bridge.DefaultMaxControlLine,
 	}
@@ -232,7 +233,7 @@ func TestAPI_Get(t *testing.T) {
 	rep := schedule(t, h.nc, m)
 	emptyRep := schedule(t, h.nc, newMsg("get.a", "", "Delay", "2h"))
 
-	var byTag, byID bridge.MessageInfo
+	var byTag, byID wire.MessageInfo
 	apiCall(t, h.nc, "GET", map[string]string{"tag": rep.Tag}, &byTag)
 	apiCall(t, h.nc, "GET", map[string]string{"subject": "get.a", "id": "g1"}, &byID)
 	if !reflect.DeepEqual(byTag, byID) {
@@ -264,7 +265,7 @@ func TestAPI_Get(t *testing.T) {
 		if fields["payload"] != base64.StdEncoding.EncodeToString([]byte(c.payload)) {
 			t.Fatalf("GET with payload: %q, want payload %q in base64", raw.Data, c.payload)
 		}
-		var mi bridge.MessageInfo
+		var mi wire.MessageInfo
 		if err := json.Unmarshal(raw.Data, &mi); err != nil || string(mi.Payload) != c.payload {
 			t.Fatalf("GET with payload: %q decodes to %q (%v), want %q", raw.Data, mi.Payload, err, c.payload)
 		}
@@ -284,7 +285,7 @@ func TestAPI_Get_AttemptAfterRedelivery(t *testing.T) {
 	// The attempt is written after the delivery is flushed, so it may lag
 	// the delivery by a moment.
 	checkFor(t, wait, 10*time.Millisecond, func() error {
-		var mi bridge.MessageInfo
+		var mi wire.MessageInfo
 		apiCall(t, h.nc, "GET", map[string]string{"tag": rep.Tag}, &mi)
 		if mi.Attempt != 2 {
 			return fmt.Errorf("attempt %d, want 2", mi.Attempt)
@@ -343,7 +344,7 @@ func listAll(tb testing.TB, nc *nats.Conn, subject string, limit int) []string {
 		if after != "" {
 			req["after"] = after
 		}
-		var r bridge.ListReply
+		var r wire.ListReply
 		apiCall(tb, nc, "LIST", req, &r)
 		if r.Subject != subject || len(r.Messages) > limit {
 			tb.Fatalf("LIST %v: subject %q with %d messages", req, r.Subject, len(r.Messages))
@@ -396,7 +397,7 @@ func TestAPI_List(t *testing.T) {
 		wantTags = append(wantTags, e.tag)
 	}
 
-	var r bridge.ListReply
+	var r wire.ListReply
 	apiCall(t, h.nc, "LIST", map[string]string{"subject": "list.a"}, &r)
 	if r.Next != "" || len(r.Messages) != len(minutes) {
 		t.Fatalf("LIST with the default limit: %d messages, next %q; want all %d", len(r.Messages), r.Next, len(minutes))
@@ -493,8 +494,8 @@ func TestAPI_Cancel_NeverDelivered(t *testing.T) {
 	// Deliveries per subject go out in fire order, so had the canceled
 	// message been delivered it would have come first.
 	r := next(t, got, "marker delivery")
-	if r.Header.Get(bridge.HeaderTag) != marker.Tag {
-		t.Fatalf("delivered %q with tag %s, want the marker %s", r.Data, r.Header.Get(bridge.HeaderTag), marker.Tag)
+	if r.Header.Get(wire.HeaderTag) != marker.Tag {
+		t.Fatalf("delivered %q with tag %s, want the marker %s", r.Data, r.Header.Get(wire.HeaderTag), marker.Tag)
 	}
 	ackSync(t, h.nc, r.Msg, "+ACK")
 	waitPending(t, h.svc, 0)
@@ -537,7 +538,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 		defer mu.Unlock()
 		mu.seq++
 		if m.Subject == target {
-			tag := m.Header.Get(bridge.HeaderTag)
+			tag := m.Header.Get(wire.HeaderTag)
 			mu.delivered[tag] = append(mu.delivered[tag], mu.seq)
 			if mu.answered == n {
 				select {
@@ -553,7 +554,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 			mu.errs = append(mu.errs, "reply on "+m.Subject)
 			return
 		}
-		switch code := m.Header.Get(bridge.HeaderServiceErrorCode); code {
+		switch code := m.Header.Get(wire.HeaderServiceErrorCode); code {
 		case "":
 			var r cancelReply
 			if err := json.Unmarshal(m.Data, &r); err != nil || !r.Canceled {
@@ -562,7 +563,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 			mu.canceled[tags[i]] = mu.seq
 		case "404":
 		default:
-			mu.errs = append(mu.errs, fmt.Sprintf("CANCEL %d: error %s %s", i, code, m.Header.Get(bridge.HeaderServiceError)))
+			mu.errs = append(mu.errs, fmt.Sprintf("CANCEL %d: error %s %s", i, code, m.Header.Get(wire.HeaderServiceError)))
 		}
 		if mu.answered++; mu.answered == n {
 			close(allAnswered)
@@ -593,7 +594,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 		wg.Go(func() {
 			for i := w; i < n; i += 4 {
 				body, _ := json.Marshal(map[string]string{"tag": tags[i]})
-				if err := h.nc.PublishRequest(bridge.DefaultAPIPrefix+".CANCEL", replyPrefix+strconv.Itoa(i), body); err != nil {
+				if err := h.nc.PublishRequest(wire.DefaultAPIPrefix+".CANCEL", replyPrefix+strconv.Itoa(i), body); err != nil {
 					t.Errorf("CANCEL %d: %v", i, err)
 				}
 			}
@@ -679,7 +680,7 @@ func TestAPI_BadRequest_ChangesNothing(t *testing.T) {
 	if p := h.svc.Repository().Pending(); p != 1 {
 		t.Fatalf("pending = %d after bad requests, want 1", p)
 	}
-	var mi bridge.MessageInfo
+	var mi wire.MessageInfo
 	apiCall(t, h.nc, "GET", map[string]string{"subject": "bad.keep", "id": "k"}, &mi)
 	if mi.Tag != rep.Tag {
 		t.Fatalf("GET by id: tag %s, want %s", mi.Tag, rep.Tag)
@@ -695,7 +696,7 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 	h := newHarness(t, nil)
 	discover := func(verb string, out any) {
 		t.Helper()
-		rep, err := h.nc.Request("$SRV."+verb+"."+bridge.ServiceName, nil, wait)
+		rep, err := h.nc.Request("$SRV."+verb+"."+wire.ServiceName, nil, wait)
 		if err != nil {
 			t.Fatalf("$SRV.%s: %v", verb, err)
 		}
@@ -706,22 +707,22 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 
 	var ping micro.Ping
 	discover("PING", &ping)
-	if ping.Name != bridge.ServiceName || ping.Version != bridge.Version || ping.ID == "" {
-		t.Fatalf("PING %+v, want name %s version %s", ping, bridge.ServiceName, bridge.Version)
+	if ping.Name != wire.ServiceName || ping.Version != bridge.Version || ping.ID == "" {
+		t.Fatalf("PING %+v, want name %s version %s", ping, wire.ServiceName, bridge.Version)
 	}
 
 	var inf micro.Info
 	discover("INFO", &inf)
-	if inf.Name != bridge.ServiceName || inf.Version != bridge.Version || inf.ID != ping.ID {
-		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, bridge.ServiceName, bridge.Version, ping.ID)
+	if inf.Name != wire.ServiceName || inf.Version != bridge.Version || inf.ID != ping.ID {
+		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, wire.ServiceName, bridge.Version, ping.ID)
 	}
 	wantSubjects := map[string]string{
-		"ingest":   bridge.DefaultIngestPrefix + ".>",
-		"info":     bridge.DefaultAPIPrefix + ".INFO",
-		"get":      bridge.DefaultAPIPrefix + ".GET",
-		"list":     bridge.DefaultAPIPrefix + ".LIST",
-		"cancel":   bridge.DefaultAPIPrefix + ".CANCEL",
-		"subjects": bridge.DefaultAPIPrefix + ".SUBJECTS",
+		"ingest":   wire.DefaultIngestPrefix + ".>",
+		"info":     wire.DefaultAPIPrefix + ".INFO",
+		"get":      wire.DefaultAPIPrefix + ".GET",
+		"list":     wire.DefaultAPIPrefix + ".LIST",
+		"cancel":   wire.DefaultAPIPrefix + ".CANCEL",
+		"subjects": wire.DefaultAPIPrefix + ".SUBJECTS",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {
@@ -734,8 +735,8 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 	ingestRequests := func() int {
 		var st micro.Stats
 		discover("STATS", &st)
-		if st.Name != bridge.ServiceName || st.Version != bridge.Version {
-			t.Fatalf("STATS %+v, want name %s version %s", st.ServiceIdentity, bridge.ServiceName, bridge.Version)
+		if st.Name != wire.ServiceName || st.Version != bridge.Version {
+			t.Fatalf("STATS %+v, want name %s version %s", st.ServiceIdentity, wire.ServiceName, bridge.Version)
 		}
 		for _, ep := range st.Endpoints {
 			if ep.Name == "ingest" {
@@ -763,12 +764,12 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 // subjectsAll pages through SUBJECTS for filter with limit and returns
 // every entry, checking that each page but the last is full and that next
 // is its last subject.
-func subjectsAll(tb testing.TB, nc *nats.Conn, filter string, limit int) []bridge.SubjectInfo {
+func subjectsAll(tb testing.TB, nc *nats.Conn, filter string, limit int) []wire.SubjectInfo {
 	tb.Helper()
-	var all []bridge.SubjectInfo
+	var all []wire.SubjectInfo
 	req := map[string]any{"filter": filter, "limit": limit}
 	for range 100 {
-		var r bridge.SubjectsReply
+		var r wire.SubjectsReply
 		apiCall(tb, nc, "SUBJECTS", req, &r)
 		if r.Filter != filter || r.Subjects == nil {
 			tb.Fatalf("SUBJECTS %v: filter %q, subjects %v", req, r.Filter, r.Subjects)
@@ -816,7 +817,7 @@ func TestAPI_Subjects(t *testing.T) {
 			cancelTag(t, h.nc, r.Tag)
 		}
 	}
-	all := map[string]bridge.SubjectInfo{
+	all := map[string]wire.SubjectInfo{
 		"other.a":    {Subject: "other.a", Pending: 1},
 		"subj.a":     {Subject: "subj.a", Pending: 3, DueNow: 2},
 		"subj.b":     {Subject: "subj.b", Pending: 3},
@@ -824,8 +825,8 @@ func TestAPI_Subjects(t *testing.T) {
 		"subj.c":     {Subject: "subj.c", Pending: 2, DueNow: 1},
 		"subj.d.e.f": {Subject: "subj.d.e.f", Pending: 2},
 	}
-	want := func(subjects ...string) []bridge.SubjectInfo {
-		var out []bridge.SubjectInfo
+	want := func(subjects ...string) []wire.SubjectInfo {
+		var out []wire.SubjectInfo
 		for _, s := range subjects {
 			out = append(out, all[s])
 		}
@@ -833,7 +834,7 @@ func TestAPI_Subjects(t *testing.T) {
 	}
 	for _, c := range []struct {
 		filter string
-		want   []bridge.SubjectInfo
+		want   []wire.SubjectInfo
 	}{
 		{">", want("other.a", "subj.a", "subj.b", "subj.b.x", "subj.c", "subj.d.e.f")},
 		{"subj.*", want("subj.a", "subj.b", "subj.c")},
@@ -858,7 +859,7 @@ func TestAPI_Subjects(t *testing.T) {
 	}
 
 	// No filter is every subject, and "after" need not be pending.
-	var r bridge.SubjectsReply
+	var r wire.SubjectsReply
 	apiCall(t, h.nc, "SUBJECTS", map[string]string{"after": "subj.b.a"}, &r)
 	if r.Filter != ">" || !reflect.DeepEqual(r.Subjects, want("subj.b.x", "subj.c", "subj.d.e.f")) || r.Next != "" {
 		t.Errorf("SUBJECTS after subj.b.a: %+v", r)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // TestBurst_ExactlyOnce checks delivery under load: 5,000 messages over 10
@@ -57,7 +58,7 @@ func TestBurst_ExactlyOnce(t *testing.T) {
 			if at.Before(fireAt[i]) {
 				early = append(early, fmt.Sprintf("message %d at %s, due %s", i, at.Format("15:04:05.000000"), fireAt[i].Format("15:04:05.000")))
 			}
-			if a := m.Header.Get(bridge.HeaderAttempt); a != "1" {
+			if a := m.Header.Get(wire.HeaderAttempt); a != "1" {
 				attempts = append(attempts, fmt.Sprintf("message %d attempt %s", i, a))
 			}
 			mu.Unlock()

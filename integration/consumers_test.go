@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/dispatch"
 )
 
@@ -119,7 +120,7 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 	batch := func(subject string, from, n int) []*nats.Msg {
 		msgs := make([]*nats.Msg, n)
 		for i := range msgs {
-			msgs[i] = newMsg(subject, strconv.Itoa(from+i), bridge.HeaderDelay, "0")
+			msgs[i] = newMsg(subject, strconv.Itoa(from+i), wire.HeaderDelay, "0")
 		}
 		return msgs
 	}
@@ -206,9 +207,9 @@ watch:
 			t.Errorf("delivery on C with payload %q", m.Data)
 			return
 		}
-		a, err := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
+		a, err := strconv.Atoi(m.Header.Get(wire.HeaderAttempt))
 		if err != nil {
-			t.Errorf("delivery on C with %s %q", bridge.HeaderAttempt, m.Header.Get(bridge.HeaderAttempt))
+			t.Errorf("delivery on C with %s %q", wire.HeaderAttempt, m.Header.Get(wire.HeaderAttempt))
 			return
 		}
 		muC.Lock()

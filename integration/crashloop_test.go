@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -140,20 +140,20 @@ func (l *crashLoop) setDown() {
 // the subscription's goroutine and never blocks on anything but mu.
 func (l *crashLoop) onDelivery(m *nats.Msg) {
 	now := time.Now()
-	tag := m.Header.Get(bridge.HeaderTag)
-	n, aerr := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
-	fire, ferr := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFireAt))
+	tag := m.Header.Get(wire.HeaderTag)
+	n, aerr := strconv.Atoi(m.Header.Get(wire.HeaderAttempt))
+	fire, ferr := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderFireAt))
 	v := decide(tag, n)
 	l.mu.Lock()
 	switch {
 	case aerr != nil || n < 1:
-		l.problem("%s %q on %s", bridge.HeaderAttempt, m.Header.Get(bridge.HeaderAttempt), tag)
+		l.problem("%s %q on %s", wire.HeaderAttempt, m.Header.Get(wire.HeaderAttempt), tag)
 	case ferr != nil:
-		l.problem("%s %q on %s", bridge.HeaderFireAt, m.Header.Get(bridge.HeaderFireAt), tag)
+		l.problem("%s %q on %s", wire.HeaderFireAt, m.Header.Get(wire.HeaderFireAt), tag)
 	case now.Before(fire):
 		// The header is rounded down, so it is never later than the real
 		// fire time: a receive time before it is early for sure.
-		l.problem("%s delivered at %s, before its %s %s", tag, now.Format(time.RFC3339Nano), bridge.HeaderFireAt, fire.Format(time.RFC3339Nano))
+		l.problem("%s delivered at %s, before its %s %s", tag, now.Format(time.RFC3339Nano), wire.HeaderFireAt, fire.Format(time.RFC3339Nano))
 	}
 	l.sawTag(tag)
 	l.deliveries[tag]++
@@ -200,7 +200,7 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 		case tok = <-tokens:
 		}
 		up := l.upChan()
-		m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", bridge.DefaultIngestPrefix, subject, r.IntN(4)))
+		m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", wire.DefaultIngestPrefix, subject, r.IntN(4)))
 		if tok.at.IsZero() {
 			m.Header.Set("Delay", fmt.Sprintf("%dms", r.IntN(501)))
 		} else {
@@ -208,7 +208,7 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 		}
 		m.Data = []byte("payload")
 		rep, err := nc.RequestMsg(m, 2*time.Second)
-		if err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+		if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
 			if errors.Is(err, nats.ErrNoResponders) {
 				select {
 				case <-up:
@@ -238,14 +238,14 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 
 // pendingCount asks INFO how many messages are stored.
 func pendingCount(nc *nats.Conn) (uint64, error) {
-	rep, err := nc.Request(bridge.DefaultAPIPrefix+".INFO", nil, wait)
+	rep, err := nc.Request(wire.DefaultAPIPrefix+".INFO", nil, wait)
 	if err != nil {
 		return 0, err
 	}
-	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-		return 0, fmt.Errorf("INFO: error %s: %s", code, rep.Header.Get(bridge.HeaderServiceError))
+	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+		return 0, fmt.Errorf("INFO: error %s: %s", code, rep.Header.Get(wire.HeaderServiceError))
 	}
-	var r bridge.InfoReply
+	var r wire.InfoReply
 	if err := json.Unmarshal(rep.Data, &r); err != nil {
 		return 0, fmt.Errorf("INFO reply %q: %v", rep.Data, err)
 	}
@@ -429,7 +429,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 			}
 		}
 		if hf, ok := l.headerFire[tag]; ok && !hf.Equal(fire) {
-			t.Errorf("%s: %s %s, but the ingest reply said fire_at %s", tag, bridge.HeaderFireAt, hf.Format(time.RFC3339Nano), fire.Format(time.RFC3339Nano))
+			t.Errorf("%s: %s %s, but the ingest reply said fire_at %s", tag, wire.HeaderFireAt, hf.Format(time.RFC3339Nano), fire.Format(time.RFC3339Nano))
 		}
 	}
 	deliveries := 0

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 const deadLetters = "natsdelay.dead"
@@ -21,10 +22,10 @@ func wantDeadLetter(tb testing.TB, dl *nats.Msg, rep scheduled, payload string, 
 	h := dl.Header
 	switch {
 	case string(dl.Data) != payload,
-		h.Get(bridge.HeaderTag) != rep.Tag,
-		h.Get(bridge.HeaderAttempt) != fmt.Sprint(attempt),
-		h.Get(bridge.HeaderSubject) != rep.Subject,
-		h.Get(bridge.HeaderReason) != reason,
+		h.Get(wire.HeaderTag) != rep.Tag,
+		h.Get(wire.HeaderAttempt) != fmt.Sprint(attempt),
+		h.Get(wire.HeaderSubject) != rep.Subject,
+		h.Get(wire.HeaderReason) != reason,
 		!slices.Equal(h.Values("X-Trace"), []string{"t1"}):
 		tb.Fatalf("dead letter %q with headers %v; want %q, tag %s, attempt %d, subject %s, reason %q, X-Trace t1",
 			dl.Data, h, payload, rep.Tag, attempt, rep.Subject, reason)
@@ -236,8 +237,8 @@ func TestDeadLetter_TermByTag(t *testing.T) {
 	got := subscribe(t, h.nc, "dl.bytag")
 	dead := subscribe(t, h.nc, deadLetters)
 	rep := schedule(t, h.nc, newMsg("dl.bytag", "x", "Delay", "300ms", "X-Trace", "t1"))
-	m := nats.NewMsg(bridge.DefaultAckPrefix)
-	m.Header.Set(bridge.HeaderTag, rep.Tag)
+	m := nats.NewMsg(wire.DefaultAckPrefix)
+	m.Header.Set(wire.HeaderTag, rep.Tag)
 	m.Data = []byte("+TERM not needed")
 	ok, err := h.nc.RequestMsg(m, wait)
 	if err != nil || string(ok.Data) != "+OK" {

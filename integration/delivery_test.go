@@ -2,12 +2,11 @@ package integration_test
 
 import (
 	"fmt"
+	"natsdelay/bridge/wire"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"natsdelay/bridge"
 )
 
 // controlHeaders are the ingest headers that must never reach a consumer
@@ -58,19 +57,19 @@ func TestDelivery_Delay_NeverEarly(t *testing.T) {
 				t.Fatalf("payload %q", r.Data)
 			}
 			h := r.Header
-			if h.Get(bridge.HeaderTag) != rep.Tag || r.Reply != bridge.DefaultAckPrefix+"."+rep.Tag {
-				t.Fatalf("tag %q, reply %q; want the reply's tag %s", h.Get(bridge.HeaderTag), r.Reply, rep.Tag)
+			if h.Get(wire.HeaderTag) != rep.Tag || r.Reply != wire.DefaultAckPrefix+"."+rep.Tag {
+				t.Fatalf("tag %q, reply %q; want the reply's tag %s", h.Get(wire.HeaderTag), r.Reply, rep.Tag)
 			}
 			wantAttempt(t, r.Msg, 1)
-			if h.Get(bridge.HeaderFireAt) != rep.FireAtRaw {
-				t.Fatalf("%s = %q, want the reply's fire_at %q", bridge.HeaderFireAt, h.Get(bridge.HeaderFireAt), rep.FireAtRaw)
+			if h.Get(wire.HeaderFireAt) != rep.FireAtRaw {
+				t.Fatalf("%s = %q, want the reply's fire_at %q", wire.HeaderFireAt, h.Get(wire.HeaderFireAt), rep.FireAtRaw)
 			}
-			enq := parseTime(t, h.Get(bridge.HeaderEnqueuedAt))
+			enq := parseTime(t, h.Get(wire.HeaderEnqueuedAt))
 			if enq.Before(sent.Truncate(time.Millisecond)) || enq.After(accepted) {
-				t.Fatalf("%s = %s, want between %s and %s", bridge.HeaderEnqueuedAt, enq, sent, accepted)
+				t.Fatalf("%s = %s, want between %s and %s", wire.HeaderEnqueuedAt, enq, sent, accepted)
 			}
-			if h.Get(bridge.HeaderID) != "order-42" {
-				t.Fatalf("%s = %q, want order-42", bridge.HeaderID, h.Get(bridge.HeaderID))
+			if h.Get(wire.HeaderID) != "order-42" {
+				t.Fatalf("%s = %q, want order-42", wire.HeaderID, h.Get(wire.HeaderID))
 			}
 			if !slices.Equal(h.Values("X-Trace"), []string{"abc", "def"}) || h.Get("content-type") != "application/json" {
 				t.Fatalf("passthrough headers changed: %v", h)
@@ -158,7 +157,7 @@ func TestDelivery_FireTimeForms(t *testing.T) {
 			}
 			r := next(t, got, "delivery")
 			notEarly(t, r, want)
-			if string(r.Data) != c.name || r.Header.Get(bridge.HeaderFireAt) != rep.FireAtRaw {
+			if string(r.Data) != c.name || r.Header.Get(wire.HeaderFireAt) != rep.FireAtRaw {
 				t.Fatalf("delivery %q with headers %v, want %q fired at %s", r.Data, r.Header, c.name, rep.FireAtRaw)
 			}
 			ackSync(t, h.nc, r.Msg, "+ACK")

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // ackAll answers every delivery on subjects with answer(n), n counting the
@@ -30,7 +31,7 @@ func startAckAll(tb testing.TB, nc *nats.Conn, subjects string, answer func(n in
 		a.n++
 		p := answer(a.n)
 		if p == "+ACK" {
-			a.acked[m.Header.Get(bridge.HeaderTag)] = true
+			a.acked[m.Header.Get(wire.HeaderTag)] = true
 		}
 		a.mu.Unlock()
 		if p != "" {
@@ -175,7 +176,7 @@ func TestNoResponders_LaterMessageDoesNotHoldBack(t *testing.T) {
 	// next gives up after 10 s: more than the back-off's 5 s cap, far less
 	// than the hour until the later message is due.
 	r := next(t, got, "the due message once a subscriber appears")
-	if string(r.Data) != "now" || r.Header.Get(bridge.HeaderTag) != now.Tag {
+	if string(r.Data) != "now" || r.Header.Get(wire.HeaderTag) != now.Tag {
 		t.Fatalf("delivered %q with headers %v, want the due message %s", r.Data, r.Header, now.Tag)
 	}
 	wantAttempt(t, r.Msg, 1)
@@ -190,8 +191,8 @@ func TestNoResponders_LaterMessageDoesNotHoldBack(t *testing.T) {
 func expectNext(tb testing.TB, got <-chan received, tag, what string) received {
 	tb.Helper()
 	r := next(tb, got, what)
-	if r.Header.Get(bridge.HeaderTag) != tag {
-		tb.Fatalf("%s: got %q attempt %s (tag %s), want tag %s", what, r.Data, r.Header.Get(bridge.HeaderAttempt), r.Header.Get(bridge.HeaderTag), tag)
+	if r.Header.Get(wire.HeaderTag) != tag {
+		tb.Fatalf("%s: got %q attempt %s (tag %s), want tag %s", what, r.Data, r.Header.Get(wire.HeaderAttempt), r.Header.Get(wire.HeaderTag), tag)
 	}
 	return r
 }

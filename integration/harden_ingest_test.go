@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 )
 
@@ -98,19 +99,19 @@ func TestHarden_LongSubject_RefusedAtIngest(t *testing.T) {
 	longest := 0
 	for n := 3900; n < maxControlLine; n++ {
 		rep := requestVia(t, h.nc, "r", newMsg(longSubject(n), "x", "Delay", "1h"))
-		if rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+		if rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
 			wantError(t, fmt.Sprintf("a %d-byte subject", n), rep, 400, "max_control_line")
 			break
 		}
 		longest = n
 	}
-	if longest == 0 || longest > maxControlLine-len(bridge.DefaultAckPrefix+".")-48-len("  0 0") {
+	if longest == 0 || longest > maxControlLine-len(wire.DefaultAckPrefix+".")-48-len("  0 0") {
 		t.Fatalf("longest accepted subject is %d bytes: want a limit below %d that leaves room for the reply and sizes", longest, maxControlLine)
 	}
 	subj := longSubject(longest)
 	ch := subscribe(t, h.nc, subj)
-	if rep := requestVia(t, h.nc, "r", newMsg(subj, "x")); rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
-		t.Fatalf("the longest subject, due now: %s", rep.Header.Get(bridge.HeaderServiceError))
+	if rep := requestVia(t, h.nc, "r", newMsg(subj, "x")); rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
+		t.Fatalf("the longest subject, due now: %s", rep.Header.Get(wire.HeaderServiceError))
 	}
 	r := next(t, ch, "the longest accepted subject")
 	ackSync(t, h.nc, r.Msg, "+ACK")
@@ -171,15 +172,15 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	}
 	// The way out is the API: LIST finds it, CANCEL removes it.
 	body, _ := json.Marshal(map[string]string{"subject": subj})
-	rep, err := nc.Request(bridge.DefaultAPIPrefix+".LIST", body, wait)
+	rep, err := nc.Request(wire.DefaultAPIPrefix+".LIST", body, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var page bridge.ListReply
+	var page wire.ListReply
 	if err := json.Unmarshal(rep.Data, &page); err != nil || len(page.Messages) != 1 {
 		t.Fatalf("LIST of the long subject: %q (%v), want one message", rep.Data, err)
 	}
-	rep, err = nc.Request(bridge.DefaultAPIPrefix+".CANCEL", []byte(`{"tag":"`+page.Messages[0].Tag+`"}`), wait)
+	rep, err = nc.Request(wire.DefaultAPIPrefix+".CANCEL", []byte(`{"tag":"`+page.Messages[0].Tag+`"}`), wait)
 	if err != nil || string(rep.Data) != `{"canceled":true}` {
 		t.Fatalf("CANCEL: %q, %v", rep.Data, err)
 	}
@@ -201,10 +202,10 @@ func TestHarden_LongSubject_StoredBefore_DeadLettered(t *testing.T) {
 	dead := subscribe(t, nc, "dead.letters")
 	svc := startService(t, srv, st, func(c *bridge.Config) { c.DeadLetterSubject = "dead.letters" })
 	r := next(t, dead, "the dead letter of the undeliverable message")
-	if got := r.Header.Get(bridge.HeaderSubject); got != subj {
-		t.Fatalf("dead letter's %s is %d bytes, want the %d-byte subject", bridge.HeaderSubject, len(got), len(subj))
+	if got := r.Header.Get(wire.HeaderSubject); got != subj {
+		t.Fatalf("dead letter's %s is %d bytes, want the %d-byte subject", wire.HeaderSubject, len(got), len(subj))
 	}
-	if reason := r.Header.Get(bridge.HeaderReason); !strings.HasPrefix(reason, "undeliverable: too large to publish: a 4060-byte subject") {
+	if reason := r.Header.Get(wire.HeaderReason); !strings.HasPrefix(reason, "undeliverable: too large to publish: a 4060-byte subject") {
 		t.Fatalf("dead letter's reason %q, want undeliverable: too large to publish: a 4060-byte subject ...", reason)
 	}
 	waitPending(t, svc, 0)
@@ -237,8 +238,8 @@ func TestHarden_PayloadNearMax_RefusedAtIngest(t *testing.T) {
 
 	m := schedule(t, h.nc, newMsg("big.t", strings.Repeat("p", size-over), hdr...))
 	r := next(t, ch, "the largest payload accepted")
-	if len(r.Data) != size-over || r.Header.Get(bridge.HeaderTag) != m.Tag {
-		t.Fatalf("delivered %d bytes with tag %q, want %d bytes with tag %s", len(r.Data), r.Header.Get(bridge.HeaderTag), size-over, m.Tag)
+	if len(r.Data) != size-over || r.Header.Get(wire.HeaderTag) != m.Tag {
+		t.Fatalf("delivered %d bytes with tag %q, want %d bytes with tag %s", len(r.Data), r.Header.Get(wire.HeaderTag), size-over, m.Tag)
 	}
 	ackSync(t, h.nc, r.Msg, "+ACK")
 	wantServing(t, h)
@@ -270,8 +271,8 @@ func TestHarden_PayloadNearMax_DeadLetter(t *testing.T) {
 	r := next(t, ch, "the largest payload accepted")
 	ackSync(t, h.nc, r.Msg, "+TERM "+strings.Repeat("why ", 100))
 	d := next(t, dead, "the dead letter of the largest payload")
-	if len(d.Data) != size-over || d.Header.Get(bridge.HeaderSubject) != "big.dl.t" {
-		t.Fatalf("dead letter of %d bytes for %q, want %d bytes for big.dl.t", len(d.Data), d.Header.Get(bridge.HeaderSubject), size-over)
+	if len(d.Data) != size-over || d.Header.Get(wire.HeaderSubject) != "big.dl.t" {
+		t.Fatalf("dead letter of %d bytes for %q, want %d bytes for big.dl.t", len(d.Data), d.Header.Get(wire.HeaderSubject), size-over)
 	}
 	wantServing(t, h)
 }
@@ -279,7 +280,7 @@ func TestHarden_PayloadNearMax_DeadLetter(t *testing.T) {
 // overage reads the "<n> over" figure of a size error.
 func overage(tb testing.TB, rep *nats.Msg) int {
 	tb.Helper()
-	desc := rep.Header.Get(bridge.HeaderServiceError)
+	desc := rep.Header.Get(wire.HeaderServiceError)
 	before, _, ok := strings.Cut(desc, " over the server's")
 	if !ok {
 		tb.Fatalf("description %q does not say by how much", desc)
@@ -429,7 +430,7 @@ func TestHarden_BadAnswer_Visible(t *testing.T) {
 		t.Fatalf("warning %v: want suppressed 5", w)
 	}
 	// A bad tag has its own reason.
-	if err := nc.Publish(bridge.DefaultAckPrefix+".nothex", []byte("+ACK")); err != nil {
+	if err := nc.Publish(wire.DefaultAckPrefix+".nothex", []byte("+ACK")); err != nil {
 		t.Fatal(err)
 	}
 	checkFor(t, wait, 5*time.Millisecond, func() error {
@@ -581,7 +582,7 @@ func TestHarden_OwnHeaders_Replace(t *testing.T) {
 	ch := subscribe(t, nc, "own.t")
 	startService(t, srv, st, nil)
 	r := next(t, ch, "the delivery")
-	for _, name := range []string{bridge.HeaderTag, bridge.HeaderAttempt, bridge.HeaderFireAt} {
+	for _, name := range []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt} {
 		var vals []string
 		for k, vs := range r.Header {
 			if strings.EqualFold(k, name) {
@@ -635,7 +636,7 @@ func TestHarden_API_LargeReplies(t *testing.T) {
 	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
 	startService(t, srv, memStore(t), nil)
 	nc := connect(t, srv)
-	api := bridge.DefaultAPIPrefix + "."
+	api := wire.DefaultAPIPrefix + "."
 
 	big := schedule(t, nc, newMsg("api.big.t", strings.Repeat("p", 7000), "Delay", "1h"))
 	rep, err := nc.Request(api+"GET", []byte(`{"tag":"`+big.Tag+`","payload":true}`), wait)
@@ -644,7 +645,7 @@ func TestHarden_API_LargeReplies(t *testing.T) {
 	}
 	wantError(t, "GET with a large payload", rep, 400, `over the server's max_payload of 8192; ask without "payload"`)
 	rep, err = nc.Request(api+"GET", []byte(`{"tag":"`+big.Tag+`"}`), wait)
-	if err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+	if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
 		t.Fatalf("GET without the payload: %v %v", err, rep.Header)
 	}
 
@@ -668,10 +669,10 @@ func TestHarden_API_LargeReplies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("LIST page %d: %v", pages, err)
 		}
-		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-			t.Fatalf("LIST page %d: %s %s", pages, code, rep.Header.Get(bridge.HeaderServiceError))
+		if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+			t.Fatalf("LIST page %d: %s %s", pages, code, rep.Header.Get(wire.HeaderServiceError))
 		}
-		var page bridge.ListReply
+		var page wire.ListReply
 		if err := json.Unmarshal(rep.Data, &page); err != nil {
 			t.Fatal(err)
 		}

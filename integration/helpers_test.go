@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
 	"natsdelay/delaystore/pebblestore"
@@ -136,7 +137,7 @@ func newMsg(target, data string, hdr ...string) *nats.Msg {
 	if len(hdr)%2 != 0 {
 		panic("newMsg: odd number of header arguments")
 	}
-	m := nats.NewMsg(bridge.DefaultIngestPrefix + "." + target)
+	m := nats.NewMsg(wire.DefaultIngestPrefix + "." + target)
 	for i := 0; i < len(hdr); i += 2 {
 		m.Header.Add(hdr[i], hdr[i+1])
 	}
@@ -160,8 +161,8 @@ func schedule(tb testing.TB, nc *nats.Conn, m *nats.Msg) scheduled {
 	if err != nil {
 		tb.Fatalf("schedule %s: %v", m.Subject, err)
 	}
-	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-		tb.Fatalf("schedule %s: error %s: %s", m.Subject, code, rep.Header.Get(bridge.HeaderServiceError))
+	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+		tb.Fatalf("schedule %s: error %s: %s", m.Subject, code, rep.Header.Get(wire.HeaderServiceError))
 	}
 	return parseScheduled(tb, rep.Data)
 }
@@ -264,9 +265,9 @@ func checkFor(tb testing.TB, timeout, interval time.Duration, f func() error) {
 // attempt is a delivery's Delay-Attempt.
 func attempt(tb testing.TB, m *nats.Msg) int {
 	tb.Helper()
-	n, err := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
+	n, err := strconv.Atoi(m.Header.Get(wire.HeaderAttempt))
 	if err != nil {
-		tb.Fatalf("%s %q: %v", bridge.HeaderAttempt, m.Header.Get(bridge.HeaderAttempt), err)
+		tb.Fatalf("%s %q: %v", wire.HeaderAttempt, m.Header.Get(wire.HeaderAttempt), err)
 	}
 	return n
 }
@@ -275,7 +276,7 @@ func attempt(tb testing.TB, m *nats.Msg) int {
 func wantAttempt(tb testing.TB, m *nats.Msg, n int) {
 	tb.Helper()
 	if got := attempt(tb, m); got != n {
-		tb.Fatalf("%s = %d, want %d (headers %v)", bridge.HeaderAttempt, got, n, m.Header)
+		tb.Fatalf("%s = %d, want %d (headers %v)", wire.HeaderAttempt, got, n, m.Header)
 	}
 }
 
@@ -295,9 +296,9 @@ func ackSync(tb testing.TB, nc *nats.Conn, m *nats.Msg, payload string) {
 // tagKey is the storage key in a delivery's Delay-Tag.
 func tagKey(tb testing.TB, m *nats.Msg) keys.Key {
 	tb.Helper()
-	k, err := keys.ParseTag(m.Header.Get(bridge.HeaderTag))
+	k, err := keys.ParseTag(m.Header.Get(wire.HeaderTag))
 	if err != nil {
-		tb.Fatalf("%s: %v (headers %v)", bridge.HeaderTag, err, m.Header)
+		tb.Fatalf("%s: %v (headers %v)", wire.HeaderTag, err, m.Header)
 	}
 	return k
 }
@@ -345,10 +346,10 @@ func stored(tb testing.TB, svc *bridge.Service, k keys.Key) *delaystore.StoredMe
 // and is truncated, so it is never later than the real fire time.
 func notEarly(tb testing.TB, r received, want time.Time) {
 	tb.Helper()
-	fireAt := parseTime(tb, r.Header.Get(bridge.HeaderFireAt))
+	fireAt := parseTime(tb, r.Header.Get(wire.HeaderFireAt))
 	if r.at.Before(fireAt) || r.at.Before(want) {
 		tb.Fatalf("delivered early: received at %s, %s %s, scheduled for %s",
-			r.at.Format(time.RFC3339Nano), bridge.HeaderFireAt, fireAt.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
+			r.at.Format(time.RFC3339Nano), wire.HeaderFireAt, fireAt.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
 	}
 }
 
@@ -360,8 +361,8 @@ func scheduleMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []scheduled {
 	tb.Helper()
 	out := make([]scheduled, len(msgs))
 	for i, rep := range requestMany(tb, nc, msgs) {
-		if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-			tb.Fatalf("schedule %d: error %s: %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
+		if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+			tb.Fatalf("schedule %d: error %s: %s", i, code, rep.Header.Get(wire.HeaderServiceError))
 		}
 		out[i] = parseScheduled(tb, rep.Data)
 	}

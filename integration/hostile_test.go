@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // outcome is what a hostile input must lead to.
@@ -31,11 +32,11 @@ const (
 // wantCode fails tb unless rep is an error answer with code.
 func wantCode(tb testing.TB, what string, rep *nats.Msg, code int) {
 	tb.Helper()
-	if got := rep.Header.Get(bridge.HeaderServiceErrorCode); got != strconv.Itoa(code) {
+	if got := rep.Header.Get(wire.HeaderServiceErrorCode); got != strconv.Itoa(code) {
 		tb.Fatalf("%s: reply %q with headers %v, want a %d", what, clip(rep.Data), rep.Header, code)
 	}
 	var body struct {
-		Error bridge.ServiceError `json:"error"`
+		Error wire.ServiceError `json:"error"`
 	}
 	if err := json.Unmarshal(rep.Data, &body); err != nil || body.Error.Code != code || body.Error.Description == "" {
 		tb.Fatalf("%s: body %q, want {\"error\":{\"code\":%d,...}}", what, clip(rep.Data), code)
@@ -189,24 +190,24 @@ func TestHostile_Input_ServiceKeepsServing(t *testing.T) {
 		acks = append(acks, &nats.Msg{Subject: d.Reply, Data: p})
 	}
 	for _, p := range garbage(r, 1000, false) {
-		m := nats.NewMsg(bridge.DefaultAckPrefix)
-		m.Header.Set(bridge.HeaderTag, s.Tag)
+		m := nats.NewMsg(wire.DefaultAckPrefix)
+		m.Header.Set(wire.HeaderTag, s.Tag)
 		m.Data = p
 		acks = append(acks, m)
 	}
 	for _, p := range garbage(r, 1000, true) {
-		m := nats.NewMsg(bridge.DefaultAckPrefix)
-		m.Header.Set(bridge.HeaderTag, string(p))
+		m := nats.NewMsg(wire.DefaultAckPrefix)
+		m.Header.Set(wire.HeaderTag, string(p))
 		acks = append(acks, m)
 	}
-	for _, subj := range []string{bridge.DefaultAckPrefix + "." + strings.ToUpper(s.Tag), bridge.DefaultAckPrefix + "." + s.Tag + ".x",
-		bridge.DefaultAckPrefix + ".x." + s.Tag, bridge.DefaultAckPrefix + ".flush.x", bridge.DefaultAckPrefix + "." + s.Tag[:46]} {
+	for _, subj := range []string{wire.DefaultAckPrefix + "." + strings.ToUpper(s.Tag), wire.DefaultAckPrefix + "." + s.Tag + ".x",
+		wire.DefaultAckPrefix + ".x." + s.Tag, wire.DefaultAckPrefix + ".flush.x", wire.DefaultAckPrefix + "." + s.Tag[:46]} {
 		acks = append(acks, &nats.Msg{Subject: subj, Data: []byte("+ACK")})
 	}
 	for _, p := range []string{`-NAK {"delay": -1}`, `-NAK {"delay": 1e400}`, `-NAK {"delay": "5s"}`, `-NAK {"delay": 1, "x": 2}`, "-NAK -5s", "-NAK 1e400", `-NAK {"delay": 1} {}`} {
 		acks = append(acks, &nats.Msg{Subject: d.Reply, Data: []byte(p)})
 	}
-	acks = append(acks, nats.NewMsg(bridge.DefaultAckPrefix)) // no Delay-Tag at all
+	acks = append(acks, nats.NewMsg(wire.DefaultAckPrefix)) // no Delay-Tag at all
 	for i, rep := range requestMany(t, h.nc, acks) {
 		wantCode(t, fmt.Sprintf("ack %d %q on %s", i, clip(acks[i].Data), acks[i].Subject), rep, 400)
 	}
@@ -220,7 +221,7 @@ func TestHostile_Input_ServiceKeepsServing(t *testing.T) {
 		for i := range k {
 			k[i] = byte(r.UintN(256))
 		}
-		subj := bridge.DefaultAckPrefix + "." + hex.EncodeToString(k)
+		subj := wire.DefaultAckPrefix + "." + hex.EncodeToString(k)
 		forged := nats.NewMsg(subj)
 		forged.Header.Set("Status", "503")
 		if err := h.nc.PublishMsg(forged); err != nil {

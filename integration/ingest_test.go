@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // badInputs are ingest messages the service must refuse with a 400. want
@@ -199,10 +200,10 @@ func TestIngest_BadInput_SparesOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		i, _ := strconv.Atoi(rep.Subject[len(inbox)+1:])
-		code := rep.Header.Get(bridge.HeaderServiceErrorCode)
+		code := rep.Header.Get(wire.HeaderServiceErrorCode)
 		switch {
 		case i%2 == 0 && code != "":
-			t.Fatalf("good message %d refused: %s %s", i, code, rep.Header.Get(bridge.HeaderServiceError))
+			t.Fatalf("good message %d refused: %s %s", i, code, rep.Header.Get(wire.HeaderServiceError))
 		case i%2 == 1 && code != "400":
 			t.Fatalf("bad message %d (%s): reply %q with headers %v, want a 400", i, badInputs[i/2%len(badInputs)].name, rep.Data, rep.Header)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // maxNoResponders bounds the no-responders answers over about a second of
@@ -63,8 +64,8 @@ func TestNoResponders_NotCounted(t *testing.T) {
 	got := subscribe(t, h.nc, "nobody.home")
 	r := next(t, got, "delivery once a subscriber appears")
 	wantAttempt(t, r.Msg, 1)
-	if r.Header.Get(bridge.HeaderTag) != rep.Tag {
-		t.Fatalf("tag %q, want %s", r.Header.Get(bridge.HeaderTag), rep.Tag)
+	if r.Header.Get(wire.HeaderTag) != rep.Tag {
+		t.Fatalf("tag %q, want %s", r.Header.Get(wire.HeaderTag), rep.Tag)
 	}
 	ackSync(t, h.nc, r.Msg, "")
 	waitPending(t, h.svc, 0)

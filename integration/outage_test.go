@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // request outcomes, as the publisher saw them.
@@ -63,7 +64,7 @@ func (l *outageLog) problem(format string, args ...any) {
 func (l *outageLog) publish(nc *nats.Conn, name, subject string, r *rand.Rand, stop <-chan struct{}) {
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("%s-%d", name, i)
-		m := nats.NewMsg(bridge.DefaultIngestPrefix + "." + subject)
+		m := nats.NewMsg(wire.DefaultIngestPrefix + "." + subject)
 		// Mostly short delays; some long enough to fall due during an outage.
 		d := r.IntN(300)
 		if r.IntN(10) == 0 {
@@ -78,7 +79,7 @@ func (l *outageLog) publish(nc *nats.Conn, name, subject string, r *rand.Rand, s
 		var body struct {
 			Tag string `json:"tag"`
 		}
-		ok := err == nil && rep.Header.Get(bridge.HeaderServiceErrorCode) == "" && json.Unmarshal(rep.Data, &body) == nil && body.Tag != ""
+		ok := err == nil && rep.Header.Get(wire.HeaderServiceErrorCode) == "" && json.Unmarshal(rep.Data, &body) == nil && body.Tag != ""
 		l.mu.Lock()
 		if ok {
 			l.outcome[id] = outcomeAcked
@@ -106,7 +107,7 @@ func (l *outageLog) publish(nc *nats.Conn, name, subject string, r *rand.Rand, s
 // onDelivery records a delivery and ACKs it. An ACK sent while the
 // connection is down is buffered or lost; a lost one means a redelivery.
 func (l *outageLog) onDelivery(m *nats.Msg) {
-	tag := m.Header.Get(bridge.HeaderTag)
+	tag := m.Header.Get(wire.HeaderTag)
 	l.mu.Lock()
 	if prev, ok := l.delivered[tag]; ok && prev != string(m.Data) {
 		l.problem("tag %s delivered with payload %q and %q", tag, prev, m.Data)
@@ -190,15 +191,15 @@ func (l *outageLog) checkStored(tb testing.TB, nc *nats.Conn, subject string) in
 	checked := 0
 	after := ""
 	for {
-		var page bridge.ListReply
+		var page wire.ListReply
 		apiCall(tb, nc, "LIST", map[string]any{"subject": subject, "limit": 1000, "after": after}, &page)
 		for _, mi := range page.Messages {
 			rep := apiRequest(tb, nc, "GET", map[string]any{"tag": mi.Tag, "payload": true})
-			if rep.Header.Get(bridge.HeaderServiceErrorCode) == "404" {
+			if rep.Header.Get(wire.HeaderServiceErrorCode) == "404" {
 				continue // delivered and ACKed since the LIST
 			}
-			var got bridge.MessageInfo
-			if err := json.Unmarshal(rep.Data, &got); err != nil || rep.Header.Get(bridge.HeaderServiceErrorCode) != "" {
+			var got wire.MessageInfo
+			if err := json.Unmarshal(rep.Data, &got); err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
 				tb.Fatalf("GET %s: reply %q with headers %v: %v", mi.Tag, rep.Data, rep.Header, err)
 			}
 			id := string(got.Payload)

@@ -2,12 +2,11 @@ package integration_test
 
 import (
 	"fmt"
+	"natsdelay/bridge/wire"
 	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // TestQueueGroup_ExactlyOnce checks that a queue group of three consumers,
@@ -28,10 +27,10 @@ func TestQueueGroup_ExactlyOnce(t *testing.T) {
 		nc := connect(t, h.srv)
 		sub, err := nc.QueueSubscribe("work.q", "workers", func(m *nats.Msg) {
 			mu.Lock()
-			byTag[m.Header.Get(bridge.HeaderTag)]++
+			byTag[m.Header.Get(wire.HeaderTag)]++
 			byCons[i]++
-			if a := m.Header.Get(bridge.HeaderAttempt); a != "1" {
-				bad = append(bad, fmt.Sprintf("attempt %s of %s", a, m.Header.Get(bridge.HeaderTag)))
+			if a := m.Header.Get(wire.HeaderAttempt); a != "1" {
+				bad = append(bad, fmt.Sprintf("attempt %s of %s", a, m.Header.Get(wire.HeaderTag)))
 			}
 			mu.Unlock()
 			if err := m.Respond(nil); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // TestAck_BeforeDelivery_NeverAfterOK checks that a message acknowledged
@@ -53,8 +54,8 @@ func TestAck_BeforeDelivery_NeverAfterOK(t *testing.T) {
 	// so the ACKs overlap the scan that delivers the first ones.
 	time.Sleep(time.Until(at.Add(-5 * time.Millisecond))) // scenario timing, not synchronisation
 	for i := n - 1; i >= 0; i-- {
-		m := nats.NewMsg(bridge.DefaultAckPrefix)
-		m.Header.Set(bridge.HeaderTag, reps[i].Tag)
+		m := nats.NewMsg(wire.DefaultAckPrefix)
+		m.Header.Set(wire.HeaderTag, reps[i].Tag)
 		m.Reply = inbox + "." + strconv.Itoa(i)
 		if err := h.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
@@ -77,9 +78,9 @@ func TestAck_BeforeDelivery_NeverAfterOK(t *testing.T) {
 		}
 		if m.Subject == "race.s" {
 			delivered++
-			i := tags[m.Header.Get(bridge.HeaderTag)]
+			i := tags[m.Header.Get(wire.HeaderTag)]
 			if okd[i] {
-				after = append(after, fmt.Sprintf("message %d attempt %s", i, m.Header.Get(bridge.HeaderAttempt)))
+				after = append(after, fmt.Sprintf("message %d attempt %s", i, m.Header.Get(wire.HeaderAttempt)))
 			}
 			continue
 		}
@@ -161,7 +162,7 @@ func TestDelayID_Replace_NeverAfterReply(t *testing.T) {
 			t.Fatalf("%d of %d replacements answered", len(replaced), n)
 		}
 		if m.Subject == "race.r" {
-			i, ok := old[m.Header.Get(bridge.HeaderTag)]
+			i, ok := old[m.Header.Get(wire.HeaderTag)]
 			if !ok {
 				t.Fatalf("delivered a replacement, due in an hour: %v", m.Header)
 			}
@@ -171,8 +172,8 @@ func TestDelayID_Replace_NeverAfterReply(t *testing.T) {
 			}
 			continue
 		}
-		if code := m.Header.Get(bridge.HeaderServiceErrorCode); code != "" {
-			t.Fatalf("replacement refused: %s %s", code, m.Header.Get(bridge.HeaderServiceError))
+		if code := m.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+			t.Fatalf("replacement refused: %s %s", code, m.Header.Get(wire.HeaderServiceError))
 		}
 		i, _ := strconv.Atoi(m.Subject[len(inbox)+1:])
 		replaced[i] = true

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // TestDelayID_Replace checks that scheduling again with the same
@@ -34,7 +35,7 @@ func TestDelayID_Replace(t *testing.T) {
 		}
 		r := next(t, got, "delivery")
 		notEarly(t, r, second.FireAt)
-		if string(r.Data) != "second" || r.Header.Get(bridge.HeaderTag) != second.Tag || r.Header.Get(bridge.HeaderID) != "X" {
+		if string(r.Data) != "second" || r.Header.Get(wire.HeaderTag) != second.Tag || r.Header.Get(wire.HeaderID) != "X" {
 			t.Fatalf("delivered %q with headers %v, want the second message", r.Data, r.Header)
 		}
 		ackSync(t, h.nc, r.Msg, "")
@@ -71,7 +72,7 @@ func TestDelayID_Replace(t *testing.T) {
 			t.Fatal(err)
 		}
 		r2 := next(t, got, "delivery of the replacement")
-		if string(r2.Data) != "second" || r2.Header.Get(bridge.HeaderTag) != second.Tag {
+		if string(r2.Data) != "second" || r2.Header.Get(wire.HeaderTag) != second.Tag {
 			t.Fatalf("delivered %q with headers %v, want the second message", r2.Data, r2.Header)
 		}
 		wantAttempt(t, r2.Msg, 1)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // TestRestart_PendingSurvive checks durability across a restart on every
@@ -62,7 +63,7 @@ func TestRestart_PendingSurvive(t *testing.T) {
 			}
 			r := next(t, gotA, "delivery after restart")
 			wantAttempt(t, r.Msg, 3)
-			if r.Header.Get(bridge.HeaderTag) != a.Tag || string(r.Data) != "a" || r.Header.Get("X-Trace") != "t1" {
+			if r.Header.Get(wire.HeaderTag) != a.Tag || string(r.Data) != "a" || r.Header.Get("X-Trace") != "t1" {
 				t.Fatalf("delivered %q with headers %v, want message a", r.Data, r.Header)
 			}
 			ackSync(t, nc, r.Msg, "")
@@ -136,14 +137,14 @@ func TestRestart_RepliedMeansStored(t *testing.T) {
 			var ok []scheduled
 			refused := 0
 			handle := func(rep *nats.Msg) {
-				switch code := rep.Header.Get(bridge.HeaderServiceErrorCode); {
+				switch code := rep.Header.Get(wire.HeaderServiceErrorCode); {
 				case code == "503":
 					refused++
 				case rep.Header.Get("Status") == "503":
 					// No responders: the service had stopped listening.
 					refused++
 				case code != "":
-					t.Fatalf("error %s: %s", code, rep.Header.Get(bridge.HeaderServiceError))
+					t.Fatalf("error %s: %s", code, rep.Header.Get(wire.HeaderServiceError))
 				default:
 					ok = append(ok, parseScheduled(t, rep.Data))
 				}

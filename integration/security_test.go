@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
 
@@ -446,7 +447,7 @@ func checkPermissions(t *testing.T, srv *server.Server) {
 	cons.Publish("$DELAY.ACK."+sTheirs.Tag, []byte("+ACK"))
 	consErrs.wantViolation(t, "$DELAY.ACK."+sTheirs.Tag)
 	byHeader := nats.NewMsg("$DELAY.ACK")
-	byHeader.Header.Set(bridge.HeaderTag, sTheirs.Tag)
+	byHeader.Header.Set(wire.HeaderTag, sTheirs.Tag)
 	cons.PublishMsg(byHeader)
 	consErrs.wantViolation(t, "$DELAY.ACK")
 
@@ -476,7 +477,7 @@ func checkPermissions(t *testing.T, srv *server.Server) {
 	if err != nil {
 		t.Fatalf("INFO as operator: %v", err)
 	}
-	var info bridge.InfoReply
+	var info wire.InfoReply
 	if err := json.Unmarshal(rep.Data, &info); err != nil {
 		t.Fatalf("INFO reply %q: %v", rep.Data, err)
 	}
@@ -587,7 +588,7 @@ func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
 		s := schedule(t, pub, newMsg(target, "x"))
 		svcErrs.wantViolation(t, target)
 		d := next(t, dead, "dead letter")
-		if tagKey(t, d.Msg) != s.Key || d.Header.Get(bridge.HeaderReason) != "max-deliver" {
+		if tagKey(t, d.Msg) != s.Key || d.Header.Get(wire.HeaderReason) != "max-deliver" {
 			t.Fatalf("dead letter %s with headers %v", tagKey(t, d.Msg), d.Header)
 		}
 		waitGone(t, svc, s.Key)

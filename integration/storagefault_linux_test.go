@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
 	storeengine "natsdelay/delaystore/engine"
@@ -78,15 +79,15 @@ func (l *ledger) send(tb testing.TB, nc *nats.Conn, subject, phase string, n int
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, rep := range reps {
-		switch code := rep.Header.Get(bridge.HeaderServiceErrorCode); code {
+		switch code := rep.Header.Get(wire.HeaderServiceErrorCode); code {
 		case "":
 			l.acked[ids[i]] = true
 		case "503":
 			l.refused[ids[i]] = true
-			l.texts = append(l.texts, rep.Header.Get(bridge.HeaderServiceError))
+			l.texts = append(l.texts, rep.Header.Get(wire.HeaderServiceError))
 			refused++
 		default:
-			tb.Fatalf("%s: error %s: %s", ids[i], code, rep.Header.Get(bridge.HeaderServiceError))
+			tb.Fatalf("%s: error %s: %s", ids[i], code, rep.Header.Get(wire.HeaderServiceError))
 		}
 	}
 	return refused
@@ -160,7 +161,7 @@ func requestOne(tb testing.TB, nc *nats.Conn, m *nats.Msg) (code, text string) {
 	if err != nil {
 		tb.Fatalf("request %s: %v", m.Subject, err)
 	}
-	return rep.Header.Get(bridge.HeaderServiceErrorCode), rep.Header.Get(bridge.HeaderServiceError)
+	return rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError)
 }
 
 // faultyStore is an engine on disk whose writes the test can make fail.
@@ -349,14 +350,14 @@ func runWriteFault(t *testing.T, fs faultyStore) {
 		t.Fatalf("Ready under the fault = %v, want storage failing", err)
 	}
 	// An ack sync cannot be applied: 503, not +OK.
-	rep, err := nc.Request(bridge.DefaultAckPrefix+"."+aTag, []byte("+ACK"), wait)
+	rep, err := nc.Request(wire.DefaultAckPrefix+"."+aTag, []byte("+ACK"), wait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := rep.Header.Get(bridge.HeaderServiceErrorCode); code != "503" || !strings.Contains(rep.Header.Get(bridge.HeaderServiceError), "storage failing") {
+	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "503" || !strings.Contains(rep.Header.Get(wire.HeaderServiceError), "storage failing") {
 		t.Fatalf("ack sync under the fault: %q %q, want 503 storage failing", rep.Data, rep.Header)
 	}
-	info, err := nc.Request(bridge.DefaultAPIPrefix+".INFO", nil, wait)
+	info, err := nc.Request(wire.DefaultAPIPrefix+".INFO", nil, wait)
 	if err != nil || !strings.Contains(string(info.Data), `"storage":"failing: `) {
 		t.Fatalf("INFO under the fault: %s, %v; want storage failing", info.Data, err)
 	}

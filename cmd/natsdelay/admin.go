@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"natsdelay/bridge/wire"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,8 +17,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // apiFlags are the flags of the admin commands, which use only the
@@ -36,18 +35,9 @@ func (c *apiFlags) checkAPI(p *problems) {
 		p.add("--timeout %v: want a duration > 0, such as 5s", c.Timeout)
 	}
 	if c.APIPrefix == "" {
-		p.add(`--api-prefix "": want the service's prefix, such as %s`, bridge.DefaultAPIPrefix)
+		p.add(`--api-prefix "": want the service's prefix, such as %s`, wire.DefaultAPIPrefix)
 	}
 }
-
-// apiError is an error answer of the API. It prints as the code and the
-// description, and is a runtime error: exit code 1.
-type apiError struct {
-	Code        string
-	Description string
-}
-
-func (e *apiError) Error() string { return e.Code + " " + e.Description }
 
 // client is one connection to the API.
 type client struct {
@@ -99,18 +89,7 @@ func (cl *client) call(verb string, req any) ([]byte, error) {
 // the code as a number and is preferred; the headers are the micro
 // convention that every error reply has.
 func replyError(m *nats.Msg) error {
-	desc := header(m.Header, bridge.HeaderServiceError)
-	code := header(m.Header, bridge.HeaderServiceErrorCode)
-	if desc == "" && code == "" {
-		return nil
-	}
-	var body struct {
-		Error *bridge.ServiceError `json:"error"`
-	}
-	if json.Unmarshal(m.Data, &body) == nil && body.Error != nil && body.Error.Code != 0 {
-		return &apiError{Code: strconv.Itoa(body.Error.Code), Description: body.Error.Description}
-	}
-	return &apiError{Code: code, Description: desc}
+	return wire.ParseError(m.Header, m.Data)
 }
 
 // decodeReply decodes a reply body into v, blaming the verb if it does not fit.
@@ -144,15 +123,15 @@ func (c *infoCmd) Run(e *env) error {
 		return err
 	}
 	defer cl.close()
-	data, err := cl.call("INFO", nil)
+	data, err := cl.call(wire.VerbInfo, nil)
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(e.stdout, data)
 	}
-	var r bridge.InfoReply
-	if err := decodeReply("INFO", data, &r); err != nil {
+	var r wire.InfoReply
+	if err := decodeReply(wire.VerbInfo, data, &r); err != nil {
 		return err
 	}
 	// NB: the blank lines between the groups keep one tab, so that all the
@@ -271,20 +250,15 @@ func (c *getCmd) Run(e *env) error {
 		return err
 	}
 	defer cl.close()
-	data, err := cl.call("GET", struct {
-		Tag     string `json:"tag,omitempty"`
-		Subject string `json:"subject,omitempty"`
-		ID      string `json:"id,omitempty"`
-		Payload bool   `json:"payload,omitempty"`
-	}{c.Tag, c.Subject, c.ID, c.Payload})
+	data, err := cl.call(wire.VerbGet, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Payload: c.Payload})
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(e.stdout, data)
 	}
-	var m bridge.MessageInfo
-	if err := decodeReply("GET", data, &m); err != nil {
+	var m wire.MessageInfo
+	if err := decodeReply(wire.VerbGet, data, &m); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -346,11 +320,7 @@ func (c *cancelCmd) Run(e *env) error {
 		return err
 	}
 	defer cl.close()
-	data, err := cl.call("CANCEL", struct {
-		Tag     string `json:"tag,omitempty"`
-		Subject string `json:"subject,omitempty"`
-		ID      string `json:"id,omitempty"`
-	}{c.Tag, c.Subject, c.ID})
+	data, err := cl.call(wire.VerbCancel, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 // runCmd runs natsdelay with args to the end and returns its exit code and
@@ -71,7 +72,7 @@ func TestAdmin_InfoLsGetCancel(t *testing.T) {
 	if strings.Contains(out, " \n") {
 		t.Fatalf("info printed trailing spaces:\n%q", out)
 	}
-	var info bridge.InfoReply
+	var info wire.InfoReply
 	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"info", "--json"}, at...)...)), &info); err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +103,14 @@ func TestAdmin_InfoLsGetCancel(t *testing.T) {
 	if !strings.Contains(out, tags[0]) || strings.Contains(out, tags[1]) || !strings.Contains(out, "--after "+tags[0]) {
 		t.Fatalf("ls --limit 1 printed\n%s\nwant the first message and how to get the next page", out)
 	}
-	var page bridge.ListReply
+	var page wire.ListReply
 	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"ls", subj, "--limit", "2", "--json"}, at...)...)), &page); err != nil {
 		t.Fatal(err)
 	}
 	if len(page.Messages) != 2 || page.Next != tags[1] {
 		t.Fatalf("ls --limit 2 --json: %d messages, next %q; want 2 and next %s", len(page.Messages), page.Next, tags[1])
 	}
-	var all bridge.ListReply
+	var all wire.ListReply
 	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"ls", subj, "--limit", "1", "--all", "--json"}, at...)...)), &all); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestAdmin_InfoLsGetCancel(t *testing.T) {
 			t.Fatalf("get printed\n%s\nwant a line matching %s", out, re)
 		}
 	}
-	var mi bridge.MessageInfo
+	var mi wire.MessageInfo
 	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"get", "--subject", subj, "--id", "job-2", "--json"}, at...)...)), &mi); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	var ping micro.Ping
-	request("$SRV.PING."+bridge.ServiceName, &ping)
+	request("$SRV.PING."+wire.ServiceName, &ping)
 	if ping.Name != "natsdelay" || ping.Version != bridge.Version || ping.Type != micro.PingResponseType || ping.ID == "" {
 		t.Fatalf("PING = %+v, want natsdelay %s", ping, bridge.Version)
 	}
@@ -232,7 +233,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		"subjects": "$DELAY.API.SUBJECTS",
 	}
 	var info micro.Info
-	request("$SRV.INFO."+bridge.ServiceName, &info)
+	request("$SRV.INFO."+wire.ServiceName, &info)
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
 		got[ep.Name] = ep.Subject
@@ -244,7 +245,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	// One API call, then STATS counts it on its endpoint.
 	mustRun(t, "info", "--nats", url)
 	var stats micro.Stats
-	request("$SRV.STATS."+bridge.ServiceName, &stats)
+	request("$SRV.STATS."+wire.ServiceName, &stats)
 	counted := map[string]int{}
 	clear(got)
 	for _, ep := range stats.Endpoints {
@@ -290,11 +291,11 @@ func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
 	if !strings.Contains(out, "shop.eu.orders") || strings.Contains(out, "shop.orders") || !strings.HasSuffix(out, "more: natsdelay subjects shop.> --after shop.eu.orders, or --all\n") {
 		t.Errorf("subjects shop.> --limit 1 printed\n%s\nwant the first subject and how to get the next page", out)
 	}
-	var r bridge.SubjectsReply
+	var r wire.SubjectsReply
 	if err := json.Unmarshal([]byte(mustRun(t, append([]string{"subjects", "shop.>", "--limit", "1", "--all", "--json"}, at...)...)), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Filter != "shop.>" || len(r.Subjects) != 3 || r.Subjects[1] != (bridge.SubjectInfo{Subject: "shop.orders", Pending: 2, DueNow: 1}) || r.Next != "" {
+	if r.Filter != "shop.>" || len(r.Subjects) != 3 || r.Subjects[1] != (wire.SubjectInfo{Subject: "shop.orders", Pending: 2, DueNow: 1}) || r.Next != "" {
 		t.Errorf("subjects shop.> --limit 1 --all --json: %+v, want the three shop subjects, shop.orders with 2 pending and 1 due", r)
 	}
 

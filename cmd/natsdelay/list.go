@@ -3,10 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"natsdelay/bridge/wire"
 	"strings"
 	"text/tabwriter"
-
-	"natsdelay/bridge"
 )
 
 // lsCmd lists the pending messages of one subject in fire order, or of
@@ -43,25 +42,18 @@ func isFilter(subj string) bool {
 	return false
 }
 
-// listReq is the body of LIST.
-type listReq struct {
-	Subject string `json:"subject"`
-	Limit   int    `json:"limit,omitempty"`
-	After   string `json:"after,omitempty"`
-}
-
 // list returns the first page of subject after after, or with all every
 // page to the end, with Next the after of the page that follows, if any.
-func (c *lsCmd) list(cl *client, subject, after string) (bridge.ListReply, error) {
-	req := listReq{Subject: subject, Limit: c.Limit, After: after}
-	var all bridge.ListReply
+func (c *lsCmd) list(cl *client, subject, after string) (wire.ListReply, error) {
+	req := wire.ListRequest{Subject: subject, Limit: limit(c.Limit), After: after}
+	var all wire.ListReply
 	for {
-		data, err := cl.call("LIST", req)
+		data, err := cl.call(wire.VerbList, req)
 		if err != nil {
 			return all, err
 		}
-		var page bridge.ListReply
-		if err := decodeReply("LIST", data, &page); err != nil {
+		var page wire.ListReply
+		if err := decodeReply(wire.VerbList, data, &page); err != nil {
 			return all, err
 		}
 		all.Subject = page.Subject
@@ -70,7 +62,7 @@ func (c *lsCmd) list(cl *client, subject, after string) (bridge.ListReply, error
 		// NB: a next that does not move on would loop forever; stop instead.
 		if !c.All || page.Next == "" || page.Next == req.After {
 			if all.Messages == nil {
-				all.Messages = []bridge.MessageInfo{}
+				all.Messages = []wire.MessageInfo{}
 			}
 			return all, nil
 		}
@@ -81,8 +73,8 @@ func (c *lsCmd) list(cl *client, subject, after string) (bridge.ListReply, error
 // lsFilterReply is what ls --json prints for a filter: the LIST reply of
 // each matching subject.
 type lsFilterReply struct {
-	Filter   string             `json:"filter"`
-	Subjects []bridge.ListReply `json:"subjects"`
+	Filter   string           `json:"filter"`
+	Subjects []wire.ListReply `json:"subjects"`
 }
 
 func (c *lsCmd) Run(e *env) error {
@@ -94,7 +86,7 @@ func (c *lsCmd) Run(e *env) error {
 	if !isFilter(c.Subject) {
 		if c.JSON && !c.All {
 			// The reply as it came, as for the other commands.
-			data, err := cl.call("LIST", listReq{Subject: c.Subject, Limit: c.Limit, After: c.After})
+			data, err := cl.call(wire.VerbList, wire.ListRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After})
 			if err != nil {
 				return err
 			}
@@ -108,13 +100,13 @@ func (c *lsCmd) Run(e *env) error {
 			r.Next = ""
 			return printValue(e, r)
 		}
-		return c.print(e, []bridge.ListReply{r}, false)
+		return c.print(e, []wire.ListReply{r}, false)
 	}
 	subjects, err := allSubjects(cl, c.Subject)
 	if err != nil {
 		return err
 	}
-	out := lsFilterReply{Filter: c.Subject, Subjects: []bridge.ListReply{}}
+	out := lsFilterReply{Filter: c.Subject, Subjects: []wire.ListReply{}}
 	for _, s := range subjects {
 		r, err := c.list(cl, s.Subject, "")
 		if err != nil {
@@ -130,7 +122,7 @@ func (c *lsCmd) Run(e *env) error {
 
 // print writes the messages of rs as one table, with a SUBJECT column for
 // a filter, then says how many there are or how to get more.
-func (c *lsCmd) print(e *env, rs []bridge.ListReply, filter bool) error {
+func (c *lsCmd) print(e *env, rs []wire.ListReply, filter bool) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	head := "TAG\tID\tFIRE AT\tATTEMPT\tSIZE\tACK\tEXPIRE AT"
 	if filter {
@@ -197,31 +189,24 @@ func (c *subjectsCmd) check() error {
 	return p.err()
 }
 
-// subjectsReq is the body of SUBJECTS.
-type subjectsReq struct {
-	Filter string `json:"filter,omitempty"`
-	Limit  int    `json:"limit,omitempty"`
-	After  string `json:"after,omitempty"`
-}
-
 // allSubjects returns every subject with pending messages that matches
 // filter, following the pages.
-func allSubjects(cl *client, filter string) ([]bridge.SubjectInfo, error) {
-	r, err := subjectPages(cl, subjectsReq{Filter: filter, Limit: 1000}, true)
+func allSubjects(cl *client, filter string) ([]wire.SubjectInfo, error) {
+	r, err := subjectPages(cl, wire.SubjectsRequest{Filter: filter, Limit: limit(1000)}, true)
 	return r.Subjects, err
 }
 
 // subjectPages returns the page req asks for, or with all that page and
 // every one after it, with Next the after of the page that follows, if any.
-func subjectPages(cl *client, req subjectsReq, all bool) (bridge.SubjectsReply, error) {
-	var out bridge.SubjectsReply
+func subjectPages(cl *client, req wire.SubjectsRequest, all bool) (wire.SubjectsReply, error) {
+	var out wire.SubjectsReply
 	for {
-		data, err := cl.call("SUBJECTS", req)
+		data, err := cl.call(wire.VerbSubjects, req)
 		if err != nil {
 			return out, err
 		}
-		var page bridge.SubjectsReply
-		if err := decodeReply("SUBJECTS", data, &page); err != nil {
+		var page wire.SubjectsReply
+		if err := decodeReply(wire.VerbSubjects, data, &page); err != nil {
 			return out, err
 		}
 		out.Filter = page.Filter
@@ -230,7 +215,7 @@ func subjectPages(cl *client, req subjectsReq, all bool) (bridge.SubjectsReply, 
 		// NB: a next that does not move on would loop forever; stop instead.
 		if !all || page.Next == "" || page.Next == req.After {
 			if out.Subjects == nil {
-				out.Subjects = []bridge.SubjectInfo{}
+				out.Subjects = []wire.SubjectInfo{}
 			}
 			return out, nil
 		}
@@ -244,9 +229,9 @@ func (c *subjectsCmd) Run(e *env) error {
 		return err
 	}
 	defer cl.close()
-	req := subjectsReq{Filter: c.Filter, Limit: c.Limit, After: c.After}
+	req := wire.SubjectsRequest{Filter: c.Filter, Limit: limit(c.Limit), After: c.After}
 	if c.JSON && !c.All {
-		data, err := cl.call("SUBJECTS", req)
+		data, err := cl.call(wire.VerbSubjects, req)
 		if err != nil {
 			return err
 		}
@@ -277,4 +262,13 @@ func (c *subjectsCmd) Run(e *env) error {
 		_, err = fmt.Fprintf(e.stdout, "%d subjects matching %s: %d pending, %d due now\n", len(r.Subjects), r.Filter, pending, due)
 	}
 	return err
+}
+
+// limit is a --limit as a request's limit: 0, the service's default, is
+// left out.
+func limit(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
 }

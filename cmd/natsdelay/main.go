@@ -28,6 +28,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 )
 
 const (
@@ -113,9 +114,9 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		kong.DefaultEnvars("NATSDELAY"),
 		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(decodeDuration)),
 		kong.Vars{
-			"ingest_prefix":    bridge.DefaultIngestPrefix,
-			"ack_prefix":       bridge.DefaultAckPrefix,
-			"api_prefix":       bridge.DefaultAPIPrefix,
+			"ingest_prefix":    wire.DefaultIngestPrefix,
+			"ack_prefix":       wire.DefaultAckPrefix,
+			"api_prefix":       wire.DefaultAPIPrefix,
 			"listen":           defaultListen,
 			"data_dir":         defaultDataDir,
 			"http":             defaultHTTP,

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"natsdelay/bridge/wire"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // pubCmd schedules one message with a request to the ingest prefix, as any
@@ -51,7 +49,7 @@ func (c *pubCmd) check() error {
 		}
 	}
 	if c.IngestPrefix == "" {
-		p.add(`--ingest-prefix "": want the service's prefix, such as %s`, bridge.DefaultIngestPrefix)
+		p.add(`--ingest-prefix "": want the service's prefix, such as %s`, wire.DefaultIngestPrefix)
 	}
 	for _, f := range []struct {
 		name string
@@ -71,50 +69,17 @@ func (c *pubCmd) check() error {
 // into the Go duration the service takes, 168h0m0s or 36h0m0s. Anything
 // without a d is returned as it is, for the service to judge.
 func expandDays(s string) (string, error) {
-	days, rest, ok := strings.Cut(s, "d")
-	if !ok {
+	if !strings.Contains(s, "d") {
 		return s, nil
 	}
-	const want = "want whole days first, such as 7d or 1d12h, a Go duration such as 90s, or integer milliseconds"
-	n, err := strconv.ParseInt(days, 10, 64)
-	if err != nil || n < 0 || !isDigits(days) {
-		return "", errors.New(want)
-	}
-	if n > math.MaxInt64/int64(24*time.Hour) {
+	d, err := wire.ParseDays(s)
+	switch {
+	case errors.Is(err, wire.ErrDurationTooLong):
 		return "", errors.New("too large: the latest fire time that can be stored is in 2262")
-	}
-	d := time.Duration(n) * 24 * time.Hour
-	if rest != "" {
-		r, err := time.ParseDuration(rest)
-		if err != nil || r < 0 {
-			return "", errors.New(want)
-		}
-		if d > math.MaxInt64-r {
-			return "", errors.New("too large: the latest fire time that can be stored is in 2262")
-		}
-		d += r
+	case err != nil || d < 0:
+		return "", errors.New("want whole days first, such as 7d or 1d12h, a Go duration such as 90s, or integer milliseconds")
 	}
 	return d.String(), nil
-}
-
-// isDigits reports whether s is one or more ASCII digits.
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// scheduled is the service's reply to an accepted message.
-type scheduled struct {
-	Tag     string `json:"tag"`
-	Subject string `json:"subject"`
-	FireAt  string `json:"fire_at"`
 }
 
 // Run sends the request and prints the answer. An error answer is printed
@@ -130,15 +95,15 @@ func (c *pubCmd) Run(e *env) error {
 			m.Header.Set(name, v)
 		}
 	}
-	set(bridge.HeaderDelay, c.Delay)
-	set(bridge.HeaderAt, c.At)
-	set(bridge.HeaderTTL, c.TTL)
-	set(bridge.HeaderID, c.ID)
+	set(wire.HeaderDelay, c.Delay)
+	set(wire.HeaderAt, c.At)
+	set(wire.HeaderTTL, c.TTL)
+	set(wire.HeaderID, c.ID)
 	if c.Ack != "explicit" {
-		set(bridge.HeaderAck, c.Ack)
+		set(wire.HeaderAck, c.Ack)
 	}
 	if c.MaxDeliver > 0 {
-		set(bridge.HeaderMaxDeliver, strconv.Itoa(c.MaxDeliver))
+		set(wire.HeaderMaxDeliver, strconv.Itoa(c.MaxDeliver))
 	}
 	m.Data = []byte(c.Data)
 	if c.Data == "-" {
@@ -170,7 +135,7 @@ func (c *pubCmd) Run(e *env) error {
 		_, err := fmt.Fprintf(e.stdout, "%s\n", rep.Data)
 		return err
 	}
-	var s scheduled
+	var s wire.ScheduleReply
 	if err := json.Unmarshal(rep.Data, &s); err != nil || s.Tag == "" {
 		return fmt.Errorf("unexpected reply on %s: %q", m.Subject, rep.Data)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/engine"
 )
@@ -120,9 +121,9 @@ func (c *serveCmd) check() error {
 		name, v, example string
 		set              func(*bridge.Config, string)
 	}{
-		{"--ingest-prefix", c.IngestPrefix, bridge.DefaultIngestPrefix, func(b *bridge.Config, v string) { b.IngestPrefix = v }},
-		{"--ack-prefix", c.AckPrefix, bridge.DefaultAckPrefix, func(b *bridge.Config, v string) { b.AckPrefix = v }},
-		{"--api-prefix", c.APIPrefix, bridge.DefaultAPIPrefix, func(b *bridge.Config, v string) { b.APIPrefix = v }},
+		{"--ingest-prefix", c.IngestPrefix, wire.DefaultIngestPrefix, func(b *bridge.Config, v string) { b.IngestPrefix = v }},
+		{"--ack-prefix", c.AckPrefix, wire.DefaultAckPrefix, func(b *bridge.Config, v string) { b.AckPrefix = v }},
+		{"--api-prefix", c.APIPrefix, wire.DefaultAPIPrefix, func(b *bridge.Config, v string) { b.APIPrefix = v }},
 		{"--dead-letter", c.DeadLetter, "", func(b *bridge.Config, v string) { b.DeadLetterSubject = v }},
 	} {
 		if f.v == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"natsdelay/bridge/wire"
 	"os"
 	"os/signal"
 	"slices"
@@ -15,8 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // subCmd prints deliveries and ACKs them with an ack sync, as a consumer
@@ -113,7 +112,7 @@ loop:
 		}
 		if err := c.ack(nc, r.msg); err != nil {
 			failed++
-			e.log.Error("ACK failed", "subject", r.msg.Subject, "tag", header(r.msg.Header, bridge.HeaderTag), "err", err)
+			e.log.Error("ACK failed", "subject", r.msg.Subject, "tag", header(r.msg.Header, wire.HeaderTag), "err", err)
 		}
 	}
 	_ = sub.Unsubscribe()
@@ -125,14 +124,14 @@ loop:
 
 // ack sends +ACK as a request and waits for the service's +OK.
 func (c *subCmd) ack(nc *nats.Conn, m *nats.Msg) error {
-	rep, err := nc.Request(m.Reply, []byte("+ACK"), c.Timeout)
+	rep, err := nc.Request(m.Reply, []byte(wire.AnswerAck), c.Timeout)
 	if err != nil {
 		return err
 	}
 	if err := replyError(rep); err != nil {
 		return err
 	}
-	if string(rep.Data) != "+OK" {
+	if string(rep.Data) != wire.ReplyOK {
 		return fmt.Errorf("unexpected answer %q", rep.Data)
 	}
 	return nil
@@ -154,18 +153,18 @@ type delivery struct {
 
 // deliveryHeaders are the headers the service adds; they are printed in
 // the summary line, not among the message's own headers.
-var deliveryHeaders = []string{bridge.HeaderTag, bridge.HeaderAttempt, bridge.HeaderFireAt, bridge.HeaderEnqueuedAt, bridge.HeaderID}
+var deliveryHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt, wire.HeaderEnqueuedAt, wire.HeaderID}
 
 func (c *subCmd) print(w io.Writer, n int, r received) error {
 	m := r.msg
 	d := delivery{
 		Subject:    m.Subject,
-		Tag:        header(m.Header, bridge.HeaderTag),
-		FireAt:     header(m.Header, bridge.HeaderFireAt),
-		EnqueuedAt: header(m.Header, bridge.HeaderEnqueuedAt),
-		ID:         header(m.Header, bridge.HeaderID),
+		Tag:        header(m.Header, wire.HeaderTag),
+		FireAt:     header(m.Header, wire.HeaderFireAt),
+		EnqueuedAt: header(m.Header, wire.HeaderEnqueuedAt),
+		ID:         header(m.Header, wire.HeaderID),
 	}
-	d.Attempt, _ = strconv.Atoi(header(m.Header, bridge.HeaderAttempt))
+	d.Attempt, _ = strconv.Atoi(header(m.Header, wire.HeaderAttempt))
 	lateness := "unknown"
 	if t, err := time.Parse(time.RFC3339Nano, d.FireAt); err == nil {
 		late := r.at.Sub(t)

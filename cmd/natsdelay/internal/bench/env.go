@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore/pebblestore"
 )
 
@@ -201,9 +202,9 @@ func (e *env) deleteStream(ctx context.Context, s jetstream.Stream) error {
 func (e *env) delayMsg(subj string, at time.Time) *nats.Msg {
 	h := nats.Header{}
 	if at.IsZero() {
-		h.Set(bridge.HeaderDelay, "1h")
+		h.Set(wire.HeaderDelay, "1h")
 	} else {
-		h.Set(bridge.HeaderAt, at.UTC().Format(time.RFC3339Nano))
+		h.Set(wire.HeaderAt, at.UTC().Format(time.RFC3339Nano))
 		h.Set(benchFireAt, strconv.FormatInt(at.UnixNano(), 10))
 	}
 	return &nats.Msg{Subject: e.ingest + "." + subj, Header: h, Data: e.payload}

@@ -3,13 +3,12 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"natsdelay/bridge/wire"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // replyOK tells whether a reply acknowledges the message it answers.
@@ -18,7 +17,7 @@ type replyOK func(*nats.Msg) bool
 // delayOK accepts natsdelay's ingest reply: an error carries the micro
 // error header.
 func delayOK(m *nats.Msg) bool {
-	return m.Header.Get(bridge.HeaderServiceError) == "" && len(m.Data) > 0
+	return wire.ParseError(m.Header, m.Data) == nil && len(m.Data) > 0
 }
 
 // jsOK accepts a JetStream PubAck; an error is a JSON body with "error".

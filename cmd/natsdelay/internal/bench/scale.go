@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"natsdelay/bridge/wire"
 	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"natsdelay/bridge"
 )
 
 // runScale measures natsdelay with ScalePending future messages pending:
@@ -144,7 +143,7 @@ func (e *env) expiry(d service) (*ExpiryResult, error) {
 	expireAt := fireAt.Add(ttl)
 	msg := func(int) *nats.Msg {
 		m := e.delayMsg(subj, fireAt)
-		m.Header.Set(bridge.HeaderTTL, ttl.String())
+		m.Header.Set(wire.HeaderTTL, ttl.String())
 		return m
 	}
 	_, failed, err := pipelined(e.conns[0], e.cfg.ExpiredMsgs, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))

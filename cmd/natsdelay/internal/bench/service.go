@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"natsdelay/bridge/wire"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"natsdelay/bridge"
 )
 
 // service is a natsdelay the scale and expiry phases run against: in this
@@ -94,8 +93,8 @@ func (p *process) request(verb string, body any, out any) error {
 	if err != nil {
 		return err
 	}
-	if msg := rep.Header.Get(bridge.HeaderServiceError); msg != "" {
-		return fmt.Errorf("bench: %s: %s", verb, msg)
+	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
+		return fmt.Errorf("bench: %s: %w", verb, err)
 	}
 	if err := json.Unmarshal(rep.Data, out); err != nil {
 		return fmt.Errorf("bench: %s reply: %w", verb, err)
@@ -106,8 +105,9 @@ func (p *process) request(verb string, body any, out any) error {
 // NB: LIST with a limit of 1 reads one key; INFO would count every
 // message due within a day, which is all of them in the scale phase.
 func (p *process) hasPending(subject string) (bool, error) {
-	var list bridge.ListReply
-	err := p.request("LIST", map[string]any{"subject": subject, "limit": 1}, &list)
+	var list wire.ListReply
+	one := 1
+	err := p.request(wire.VerbList, wire.ListRequest{Subject: subject, Limit: &one}, &list)
 	return len(list.Messages) > 0, err
 }
 

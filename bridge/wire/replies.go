@@ -1,0 +1,129 @@
+package wire
+
+import "natsdelay/dispatch"
+
+// ScheduleReply is the body of the reply to an accepted message.
+type ScheduleReply struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}
+
+// MessageRef names one pending message, in GET and CANCEL requests: by
+// tag, or by subject and client id. Payload asks GET for the payload;
+// CANCEL refuses it.
+type MessageRef struct {
+	Tag     string `json:"tag,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Payload bool   `json:"payload,omitempty"`
+}
+
+// ListRequest is the body of LIST: one page of a subject's pending
+// messages, after the tag After. Limit nil means the service's default.
+type ListRequest struct {
+	Subject string `json:"subject"`
+	Limit   *int   `json:"limit,omitempty"`
+	After   string `json:"after,omitempty"`
+}
+
+// SubjectsRequest is the body of SUBJECTS: one page of the subjects with
+// pending messages that match Filter (default ">"), after the subject
+// After. Limit nil means the service's default.
+type SubjectsRequest struct {
+	Filter string `json:"filter,omitempty"`
+	Limit  *int   `json:"limit,omitempty"`
+	After  string `json:"after,omitempty"`
+}
+
+// CancelReply is the body of the reply to a CANCEL that deleted a message.
+type CancelReply struct {
+	Canceled bool `json:"canceled"`
+}
+
+// Counts are the numbers INFO reports. Pending comes from the subject
+// registry and is exact across restarts; the time windows are counted from
+// the keys, so they are exact to the time bucket.
+type Counts struct {
+	Pending    uint64 `json:"pending"`
+	Subjects   int    `json:"subjects"`
+	InFlight   uint64 `json:"in_flight"`
+	DueNow     uint64 `json:"due_now"`
+	NextMinute uint64 `json:"next_minute"`
+	NextHour   uint64 `json:"next_hour"`
+	NextDay    uint64 `json:"next_day"`
+}
+
+// InfoReply is the body of INFO.
+type InfoReply struct {
+	Version string `json:"version"`
+	Engine  string `json:"engine"`
+	// Storage is "ok", or "failing: <cause>" while the store has failed
+	// and is being reopened; Counts are then zero.
+	Storage string         `json:"storage"`
+	Counts  Counts         `json:"counts"`
+	Stats   dispatch.Stats `json:"stats"`
+	Config  ConfigSummary  `json:"config"`
+}
+
+// ConfigSummary is the configuration INFO reports.
+type ConfigSummary struct {
+	IngestPrefix      string   `json:"ingest_prefix"`
+	AckPrefix         string   `json:"ack_prefix"`
+	APIPrefix         string   `json:"api_prefix"`
+	AckWait           string   `json:"ack_wait"`
+	MaxDeliver        uint32   `json:"max_deliver"`
+	Backoff           []string `json:"backoff"`
+	DeadLetterSubject string   `json:"dead_letter_subject"`
+	DeadLetterExpired bool     `json:"dead_letter_expired"`
+	TimeBucket        string   `json:"time_bucket"`
+	MaxPayload        int      `json:"max_payload"`
+	MaxControlLine    int      `json:"max_control_line"`
+}
+
+// MessageInfo describes one pending message in GET and LIST replies.
+type MessageInfo struct {
+	Tag        string              `json:"tag"`
+	Subject    string              `json:"subject"`
+	ID         string              `json:"id,omitempty"`
+	FireAt     string              `json:"fire_at"`
+	EnqueuedAt string              `json:"enqueued_at"`
+	ExpireAt   string              `json:"expire_at,omitempty"`
+	Attempt    uint32              `json:"attempt"`
+	Ack        string              `json:"ack"`
+	MaxDeliver uint32              `json:"max_deliver,omitempty"`
+	Size       int                 `json:"size"`
+	Headers    map[string][]string `json:"headers,omitempty"`
+	// Payload is set only when asked for. NB: omitzero, not omitempty:
+	// omitempty would drop an empty payload that was asked for, and the
+	// client could not tell it from one that was not.
+	Payload []byte `json:"payload,omitzero"`
+}
+
+// ListReply is the body of LIST.
+type ListReply struct {
+	Subject  string        `json:"subject"`
+	Messages []MessageInfo `json:"messages"`
+	// Next is the tag to pass as "after" for the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// SubjectInfo is one subject in a SUBJECTS reply.
+type SubjectInfo struct {
+	Subject string `json:"subject"`
+	// Pending is the subject's pending messages, from the registry.
+	Pending uint64 `json:"pending"`
+	// DueNow is how many of them are due, exact to the time bucket as
+	// INFO's due_now is. NB: subjects whose topic hashes collide share a
+	// key range, and each is given the due count of both.
+	DueNow uint64 `json:"due_now"`
+}
+
+// SubjectsReply is the body of SUBJECTS.
+type SubjectsReply struct {
+	Filter   string        `json:"filter"`
+	Subjects []SubjectInfo `json:"subjects"`
+	// Next is the subject to pass as "after" for the next page; empty on
+	// the last.
+	Next string `json:"next,omitempty"`
+}

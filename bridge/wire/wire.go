@@ -1,0 +1,97 @@
+// Package wire is the vocabulary of natsdelay's wire protocol (see
+// docs/protocol.md): the subjects, the header names, the answers a
+// consumer sends to a delivery, the bodies of the API's requests and
+// replies, and the error replies with their codes. The service (package
+// bridge), the client commands and the bench all speak it from here.
+//
+// It lives under bridge because bridge is the one package that serves the
+// protocol; clients import only this small, NATS-free package, not the
+// service. It imports nothing of the project but dispatch's Stats, which
+// INFO reports as they are. It starts no goroutines.
+package wire
+
+// ServiceName is the name under which natsdelay registers as a NATS micro
+// service: nats micro info natsdelay.
+const ServiceName = "natsdelay"
+
+// Subjects and header names. The subject prefixes are defaults; the
+// service's configuration can move them.
+const (
+	// DefaultIngestPrefix is prepended to a target subject to schedule a
+	// message for it: delay.orders.reminder schedules for orders.reminder.
+	DefaultIngestPrefix = "delay"
+	// DefaultAckPrefix is the prefix of delivery reply subjects: a delivery
+	// with tag T has the reply subject $DELAY.ACK.T. A message sent to the
+	// prefix itself acknowledges the tag in its Delay-Tag header.
+	DefaultAckPrefix = "$DELAY.ACK"
+	// DefaultAPIPrefix is the prefix of the request/reply API. The verbs
+	// below are the last token of its subjects: $DELAY.API.INFO.
+	DefaultAPIPrefix = "$DELAY.API"
+
+	// HeaderDelay is the relative delay: a Go duration, whole days first
+	// (7d, 1d12h), or integer milliseconds.
+	HeaderDelay = "Delay"
+	// HeaderAt is the absolute fire time: RFC 3339 or Unix seconds.
+	HeaderAt = "Delay-At"
+	// HeaderTTL is how long after the fire time an unACKed message expires.
+	HeaderTTL = "Delay-TTL"
+	// HeaderID is the publisher's id, unique per subject while pending.
+	HeaderID = "Delay-Id"
+	// HeaderAck is the ack policy: explicit (default) or none.
+	HeaderAck = "Delay-Ack"
+	// HeaderMaxDeliver is the number of deliveries before dead-lettering.
+	HeaderMaxDeliver = "Delay-Max-Deliver"
+
+	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
+	HeaderTag = "Delay-Tag"
+	// HeaderAttempt is the delivery attempt, 1 for the first.
+	HeaderAttempt = "Delay-Attempt"
+	// HeaderFireAt is the scheduled fire time, RFC 3339 with milliseconds.
+	HeaderFireAt = "Delay-Fire-At"
+	// HeaderEnqueuedAt is when the service accepted the message.
+	HeaderEnqueuedAt = "Delay-Enqueued-At"
+	// HeaderSubject is a dead letter's original target subject.
+	HeaderSubject = "Delay-Subject"
+	// HeaderReason is why a message was dead-lettered.
+	HeaderReason = "Delay-Reason"
+
+	// HeaderServiceError and HeaderServiceErrorCode carry errors in the NATS
+	// micro convention.
+	HeaderServiceError     = "Nats-Service-Error"
+	HeaderServiceErrorCode = "Nats-Service-Error-Code"
+
+	// ReservedPrefix starts every header name of the protocol but Delay, in
+	// any case: ingest refuses names in it that it does not know.
+	ReservedPrefix = "Delay-"
+
+	// TimeLayout is how times are written in headers and replies: RFC 3339
+	// with milliseconds, in UTC.
+	TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+)
+
+// API verbs: the last token of the API's subjects.
+const (
+	VerbInfo     = "INFO"
+	VerbGet      = "GET"
+	VerbList     = "LIST"
+	VerbCancel   = "CANCEL"
+	VerbSubjects = "SUBJECTS"
+)
+
+// Answers to a delivery, as a consumer sends them (the JetStream ack
+// vocabulary), and the service's reply to an answer sent as a request.
+const (
+	// AnswerAck settles the message: it is deleted. An empty answer is
+	// the same.
+	AnswerAck = "+ACK"
+	// AnswerNak asks for a redelivery, optionally after a delay:
+	// "-NAK 5s" or `-NAK {"delay": 5000000000}`.
+	AnswerNak = "-NAK"
+	// AnswerProgress (work in progress) restarts the ack wait.
+	AnswerProgress = "+WPI"
+	// AnswerTerm ends the message without a redelivery: "+TERM [reason]".
+	AnswerTerm = "+TERM"
+	// ReplyOK is the service's reply to an answer it applied, or that
+	// came too late to matter.
+	ReplyOK = "+OK"
+)
