@@ -3,9 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -125,13 +123,14 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &empty); err != nil {
 		return nil, err
 	}
+	c := s.core.Load()
 	storage := "ok"
 	var counts wire.Counts
-	if f := s.fault.Load(); f != nil {
-		storage = fmt.Sprintf("failing: %v", f.cause)
+	if cause := c.Down(); cause != nil {
+		storage = fmt.Sprintf("failing: %v", cause)
 	} else {
 		var err error
-		if counts, err = s.Counts(); err != nil {
+		if counts, err = c.Counts(); err != nil {
 			return nil, err
 		}
 	}
@@ -144,64 +143,14 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 		Engine:  s.cfg.Engine,
 		Storage: storage,
 		Counts:  counts,
-		Stats:   s.Stats(),
+		Stats:   c.Stats(),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
-			AckWait: s.cfg.AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
+			AckWait: c.Config().AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
 			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
 			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
 		},
 	}, nil
-}
-
-// Counts counts pending messages: the totals from the subject registry, and
-// those due now and within the next minute, hour and day by reading keys
-// only, one range per subject. While the store has failed it returns the
-// 503 that ingest gets.
-func (s *Service) Counts() (wire.Counts, error) {
-	if err := s.storageErr(); err != nil {
-		return wire.Counts{}, err
-	}
-	g := s.gen.Load()
-	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
-	topics := g.repo.Topics()
-	c.Subjects = len(topics)
-	now := s.cfg.Now()
-	bucketMs := s.cfg.TimeBucket.Milliseconds()
-	nowMs := now.UnixMilli()
-	limits := [...]int64{nowMs, now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24 * time.Hour).UnixMilli()}
-	seen := make(map[uint64]bool, len(topics))
-	for _, t := range topics {
-		if seen[t.Hash] {
-			continue // subjects sharing a hash share a range
-		}
-		seen[t.Hash] = true
-		opts := delaystore.IterOptions{LowerBound: keys.TopicLowerBound(t.Hash), UpperBound: keys.DueUpperBound(t.Hash, limits[3], bucketMs)}
-		err := g.store.Scan(opts, func(k, _ []byte) bool {
-			if len(k) != keys.Len {
-				return true
-			}
-			at := keys.BucketStartMs(binary.BigEndian.Uint64(k[8:16]), bucketMs)
-			switch {
-			case at <= limits[0]:
-				c.DueNow++
-			case at <= limits[1]:
-				c.NextMinute++
-				c.NextHour++
-				c.NextDay++
-			case at <= limits[2]:
-				c.NextHour++
-				c.NextDay++
-			case at <= limits[3]:
-				c.NextDay++
-			}
-			return true
-		})
-		if err != nil {
-			return c, unavailable("counting messages: %v", err)
-		}
-	}
-	return c, nil
 }
 
 func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
@@ -220,17 +169,7 @@ func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 	if err := checkTarget(ref.Subject, nil); err != nil {
 		return keys.Key{}, err
 	}
-	if err := s.storageErr(); err != nil {
-		return keys.Key{}, err
-	}
-	k, err := s.gen.Load().repo.Lookup(ref.Subject, ref.ID)
-	if errors.Is(err, delaystore.ErrNotFound) {
-		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", wire.ErrNotFound, keys.Clip(ref.Subject), keys.Clip(ref.ID))
-	}
-	if err != nil {
-		return k, unavailable("looking up %q: %v", keys.Clip(ref.ID), err)
-	}
-	return k, nil
+	return s.core.Load().Lookup(ref.Subject, ref.ID)
 }
 
 func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire.MessageInfo {
@@ -269,18 +208,10 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.storageErr(); err != nil {
+	m, err := s.core.Load().Get(k)
+	if err != nil {
 		return nil, err
 	}
-	g := s.gen.Load()
-	m, err := g.repo.Get(k)
-	if errors.Is(err, delaystore.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
-	}
-	if err != nil {
-		return nil, unavailable("reading %s: %v", k, err)
-	}
-	m.Attempt = max(m.Attempt, g.disp.Attempt(k))
 	return messageInfo(k, m, ref.Payload), nil
 }
 
@@ -326,19 +257,11 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	envelope, _ := json.Marshal(wire.ListReply{Subject: r.Subject, Messages: []wire.MessageInfo{}, Next: keys.Key{}.Tag()})
 	budget := int(s.nc.MaxPayload()) - len(envelope)
 	size := 0
-	if err := s.storageErr(); err != nil {
-		return nil, err
-	}
-	g := s.gen.Load()
-	err := g.repo.ScanTopic(hash, from, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
-		if m.Subject != r.Subject {
-			return true // another subject with the same hash
-		}
+	err := s.core.Load().List(r.Subject, from, func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if len(out.Messages) == limit {
 			more = true
 			return false
 		}
-		m.Attempt = max(m.Attempt, g.disp.Attempt(k))
 		mi := messageInfo(k, m, false)
 		b, _ := json.Marshal(mi)
 		if size += len(b) + 1; size > budget && len(out.Messages) > 0 {
@@ -349,7 +272,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 		return true
 	})
 	if err != nil {
-		return nil, unavailable("listing %q: %v", keys.Clip(r.Subject), err)
+		return nil, err
 	}
 	if more {
 		out.Next = out.Messages[len(out.Messages)-1].Tag
@@ -371,19 +294,10 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if err := s.storageErr(); err != nil {
+	if err := s.core.Load().Cancel(ctx, k); err != nil {
 		return nil, err
 	}
-	ok, err := s.gen.Load().disp.Cancel(ctx, k)
-	if err != nil {
-		return nil, unavailable("canceling %s: %v", k, err)
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
-	}
-	return struct {
-		Canceled bool `json:"canceled"`
-	}{true}, nil
+	return wire.CancelReply{Canceled: true}, nil
 }
 
 // apiSubjects lists the subjects with pending messages that match a
@@ -412,11 +326,11 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		}
 		limit = *r.Limit
 	}
-	if err := s.storageErr(); err != nil {
+	c := s.core.Load()
+	topics, err := c.Topics()
+	if err != nil {
 		return nil, err
 	}
-	g := s.gen.Load()
-	topics := g.repo.Topics()
 	// Topics is sorted by subject: the page starts after "after", which
 	// need not be pending any more.
 	start := 0
@@ -428,8 +342,6 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 			return 1
 		})
 	}
-	nowMs := s.cfg.Now().UnixMilli()
-	bucketMs := s.cfg.TimeBucket.Milliseconds()
 	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
 	for _, t := range topics[start:] {
 		if !subjectMatches(r.Filter, t.Subject) {
@@ -439,16 +351,9 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 			out.Next = out.Subjects[len(out.Subjects)-1].Subject
 			break
 		}
-		var due uint64
-		opts := delaystore.IterOptions{LowerBound: keys.TopicLowerBound(t.Hash), UpperBound: keys.DueUpperBound(t.Hash, nowMs, bucketMs)}
-		err := g.store.Scan(opts, func(k, _ []byte) bool {
-			if len(k) == keys.Len {
-				due++
-			}
-			return true
-		})
+		due, err := c.DueNow(t.Subject)
 		if err != nil {
-			return nil, unavailable("counting due messages of %q: %v", keys.Clip(t.Subject), err)
+			return nil, err
 		}
 		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
 	}

@@ -1,16 +1,17 @@
-package bridge
+package bridge_test
 
 import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge"
+	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
 
@@ -30,34 +31,14 @@ func (r fuzzRequest) Reply() string                                            {
 // fuzzService runs a real Service on an embedded server and an in-memory
 // store, with one pending message (subject fuzz.a, id x), so that GET and
 // LIST can find something. It returns that message's tag.
-func fuzzService(tb testing.TB) (*Service, string) {
+func fuzzService(tb testing.TB) (*bridge.Service, string) {
 	tb.Helper()
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	srv := natsserver.RunServer(&opts)
-	tb.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s, err := New(Config{Conn: nc, Store: st})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Error(err)
-		}
-	})
+	h := bridgetest.New(tb, nil)
+	s, nc := h.Service, h.Conn
 	m := nats.NewMsg(wire.DefaultIngestPrefix + ".fuzz.a")
 	m.Header.Set(wire.HeaderDelay, "1000h")
 	m.Header.Set(wire.HeaderID, "x")
-	rep, err := nc.RequestMsg(m, apiTimeout)
+	rep, err := nc.RequestMsg(m, 10*time.Second)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -76,7 +57,7 @@ func fuzzService(tb testing.TB) (*Service, string) {
 // 404, never a store error. A successful reply must encode as JSON.
 func FuzzAPIRequest(f *testing.F) {
 	s, tag := fuzzService(f)
-	verbs := []func(micro.Request) (any, error){s.apiInfo, s.apiGet, s.apiList, s.apiCancel, s.apiSubjects}
+	verbs := bridge.APIHandlers(s)
 	for _, body := range []string{
 		"", "{}", " ", "null", "[]", `"x"`, "{} {}", "{}x",
 		`{"tag":"` + tag + `"}`,

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore/pebblestore"
 )
@@ -20,29 +20,12 @@ import (
 // ingest pays for a real fsync.
 func benchService(b *testing.B, mod func(*bridge.Config)) (*bridge.Service, string) {
 	b.Helper()
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	srv := natsserver.RunServer(&opts)
-	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
+	srv := bridgetest.RunServer(b)
 	st, err := pebblestore.Open(pebblestore.Config{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := bridge.Config{Conn: nc, Store: st}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := bridge.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	return s, srv.ClientURL()
+	return bridgetest.Start(b, srv, st, mod), srv.ClientURL()
 }
 
 // requestLoop sends n requests of payload to subject from 64 concurrent

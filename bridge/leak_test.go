@@ -3,12 +3,11 @@ package bridge_test
 import (
 	"testing"
 
-	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"natsdelay/bridge"
-	"natsdelay/delaystore/pebblestore"
+	"natsdelay/bridge/bridgetest"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: every
@@ -23,20 +22,11 @@ func TestMain(m *testing.M) {
 // subscribe fails after the repository, the dispatcher and the janitor were
 // made. TestMain finds any goroutine left behind.
 func TestService_New_FailureStopsEverything(t *testing.T) {
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	srv := natsserver.RunServer(&opts)
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := bridgetest.Connect(t, bridgetest.RunServer(t))
 	nc.Close()
-	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s, err := bridge.New(bridge.Config{Conn: nc, Store: st}); err == nil {
+	cfg := bridge.Config{Conn: nc}
+	cfg.Store = bridgetest.MemStore(t)
+	if s, err := bridge.New(cfg); err == nil {
 		s.Close()
 		t.Fatal("New on a closed connection succeeded")
 	}
@@ -45,20 +35,12 @@ func TestService_New_FailureStopsEverything(t *testing.T) {
 // TestService_Close_AfterServerGone checks that Close still stops
 // everything when NATS went away first.
 func TestService_Close_AfterServerGone(t *testing.T) {
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	srv := natsserver.RunServer(&opts)
+	srv := bridgetest.RunServer(t)
 	// The error handler keeps the expected write errors off the output.
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(0), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := bridge.New(bridge.Config{Conn: nc, Store: st})
+	nc := bridgetest.Connect(t, srv, nats.MaxReconnects(0), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	cfg := bridge.Config{Conn: nc}
+	cfg.Store = bridgetest.MemStore(t)
+	s, err := bridge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,8 +74,8 @@ func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time
 	m.lateness.Observe(lateness.Seconds())
 }
 
-// committed is the writer's hook.
-func (m *metrics) committed(batch int, took time.Duration, err error) {
+// Committed implements core.Metrics.
+func (m *metrics) Committed(batch int, took time.Duration, err error) {
 	if err != nil {
 		m.ingest.WithLabelValues("unavailable").Add(float64(batch))
 		return
@@ -85,6 +85,12 @@ func (m *metrics) committed(batch int, took time.Duration, err error) {
 	m.commitBatch.Observe(float64(batch))
 	m.commitLatency.Observe(took.Seconds())
 }
+
+// StoreFailed implements core.Metrics.
+func (m *metrics) StoreFailed() { m.storeFailures.Inc() }
+
+// ReopenFailed implements core.Metrics.
+func (m *metrics) ReopenFailed() { m.reopenFails.Inc() }
 
 // register adds every metric of s to r.
 func (m *metrics) register(r prometheus.Registerer, s *Service) error {
@@ -114,7 +120,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(s.Dispatcher().Stats().InFlight) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "store_recovering", Help: "1 while the store has failed and is being reopened: ingest answers 503."},
 			func() float64 {
-				if s.fault.Load() != nil {
+				if s.core.Load().Down() != nil {
 					return 1
 				}
 				return 0

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"natsdelay/bridge/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -23,23 +25,17 @@ import (
 // Config configures a Service. A zero field means the default shown by
 // DefaultConfig.
 type Config struct {
+	// Config is the life of the service: the store (required; the Service
+	// owns it from New on, and closes it also when New fails), Reopen, and
+	// the settings of delivery, keys, expiry and group commit, each
+	// declared by the package it configures. Its Publisher and Metrics are
+	// set by the Service; leave them nil.
+	core.Config
+
 	// Conn is the NATS connection. Required. The Service does not close it.
 	// It must not be created with nats.NoEcho: the service hears its own
 	// flush markers and the server's no-responders answers on it.
 	Conn *nats.Conn
-	// Store is where messages are kept. Required. The Service owns it from
-	// New on: Close closes it, also when New fails.
-	Store delaystore.Store
-	// Reopen, if not nil, opens the store again, with the same settings,
-	// after a write to disk failed it (delaystore.ErrFailed). The Service
-	// closes the failed store first, then calls Reopen with backoff until
-	// it succeeds, and owns each store it returns. Nil leaves the Service
-	// unavailable after such a failure until it is closed.
-	Reopen func() (delaystore.Store, error)
-	// ReopenBackoff is the wait after the first failed Reopen; it doubles
-	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
-	ReopenBackoff    time.Duration
-	ReopenMaxBackoff time.Duration
 	// Engine names the store's engine, for INFO.
 	Engine string
 
@@ -64,53 +60,21 @@ type Config struct {
 	// refuses messages whose delivery would exceed it. Default 4096, the
 	// server's default.
 	MaxControlLine int
-	// TimeBucket is the width of the time bucket in keys; 0 (default) is raw
-	// milliseconds. It must not change for an existing data dir.
-	TimeBucket time.Duration
-	// MaxBatch bounds the messages of one group commit. Default 4096.
-	MaxBatch int
-	// MaxBatchBytes bounds the bytes of one group commit (payloads,
-	// subjects, headers), and twice it the bytes waiting to be committed.
-	// Default 64 MiB.
-	MaxBatchBytes int
-
-	// AckWait, MaxDeliver, Backoff, DeadLetterSubject and DeadLetterExpired
-	// are the dispatch settings (see dispatch.Config). AckWait default 30s.
-	AckWait           time.Duration
-	MaxDeliver        uint32
-	Backoff           []time.Duration
-	DeadLetterSubject string
-	DeadLetterExpired bool
-	// ExpiryInterval is how often expired messages are removed. Default 1s.
-	ExpiryInterval time.Duration
-	// MaxInFlight bounds the deliveries waiting for an answer; memory grows
-	// with it. 0 means the dispatcher's default (dispatch.DefaultConfig).
-	MaxInFlight int
 
 	// Registerer receives the service's Prometheus metrics; nil keeps them
 	// unregistered.
 	Registerer prometheus.Registerer
-
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Logger receives logs; nil discards them.
-	Logger *slog.Logger
 }
 
-// DefaultConfig returns every default in one place.
+// DefaultConfig returns every default in one place, core's included.
 func DefaultConfig() Config {
 	return Config{
-		IngestPrefix:     wire.DefaultIngestPrefix,
-		AckPrefix:        wire.DefaultAckPrefix,
-		APIPrefix:        wire.DefaultAPIPrefix,
-		QueueGroup:       "natsdelay",
-		MaxBatch:         4096,
-		MaxBatchBytes:    64 << 20,
-		MaxControlLine:   DefaultMaxControlLine,
-		AckWait:          30 * time.Second,
-		ExpiryInterval:   time.Second,
-		ReopenBackoff:    100 * time.Millisecond,
-		ReopenMaxBackoff: 5 * time.Second,
+		Config:         core.DefaultConfig(),
+		IngestPrefix:   wire.DefaultIngestPrefix,
+		AckPrefix:      wire.DefaultAckPrefix,
+		APIPrefix:      wire.DefaultAPIPrefix,
+		QueueGroup:     "natsdelay",
+		MaxControlLine: DefaultMaxControlLine,
 	}
 }
 
@@ -125,29 +89,8 @@ func (c Config) withDefaults() Config {
 	def(&c.AckPrefix, d.AckPrefix)
 	def(&c.APIPrefix, d.APIPrefix)
 	def(&c.QueueGroup, d.QueueGroup)
-	if c.MaxBatch == 0 {
-		c.MaxBatch = d.MaxBatch
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = d.MaxBatchBytes
-	}
 	if c.MaxControlLine == 0 {
 		c.MaxControlLine = d.MaxControlLine
-	}
-	if c.AckWait == 0 {
-		c.AckWait = d.AckWait
-	}
-	if c.ExpiryInterval == 0 {
-		c.ExpiryInterval = d.ExpiryInterval
-	}
-	if c.ReopenBackoff == 0 {
-		c.ReopenBackoff = d.ReopenBackoff
-		if c.ReopenMaxBackoff > 0 {
-			c.ReopenBackoff = min(c.ReopenBackoff, c.ReopenMaxBackoff)
-		}
-	}
-	if c.ReopenMaxBackoff == 0 {
-		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
 	}
 	if c.MaxPayload == 0 && c.Conn != nil {
 		c.MaxPayload = int(c.Conn.MaxPayload())
@@ -158,26 +101,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Backoff = append([]time.Duration(nil), c.Backoff...)
 	return c
 }
 
-// Validate reports every bad field at once.
+// Validate reports every bad setting at once, core's included, each
+// wrapping ErrInvalidConfig. It does not ask for Conn and Store, so a
+// program can check its settings before it connects or opens anything;
+// New does.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Conn == nil {
-		errs = append(errs, fmt.Errorf("%w: Conn is required", ErrInvalidConfig))
-	}
-	if c.Store == nil {
-		errs = append(errs, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
-	}
-	return errors.Join(append(errs, c.ValidateSettings())...)
-}
-
-// ValidateSettings reports every bad setting at once, without requiring
-// Conn and Store, so a program can check its configuration before it
-// connects or opens anything.
-func (c Config) ValidateSettings() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
@@ -201,52 +132,24 @@ func (c Config) ValidateSettings() error {
 	if c.MaxControlLine < 0 {
 		bad("MaxControlLine (%d) must be > 0", c.MaxControlLine)
 	}
-	if c.MaxBatch < 0 {
-		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
-	}
-	if c.MaxBatchBytes < 0 {
-		bad("MaxBatchBytes (%d) must be > 0", c.MaxBatchBytes)
-	}
-	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
-		bad("TimeBucket (%v) must be a whole number of milliseconds >= 0", c.TimeBucket)
-	}
-	if c.AckWait < 0 {
-		bad("AckWait (%v) must be > 0", c.AckWait)
-	}
-	if c.MaxInFlight < 0 {
-		bad("MaxInFlight (%d) must be > 0", c.MaxInFlight)
-	}
-	if c.ExpiryInterval < 0 {
-		bad("ExpiryInterval (%v) must be > 0", c.ExpiryInterval)
-	}
-	for i, b := range c.Backoff {
-		if b < 0 {
-			bad("Backoff[%d] (%v) must be >= 0", i, b)
-		}
-	}
-	if c.ReopenBackoff < 0 || c.ReopenMaxBackoff < 0 {
-		bad("ReopenBackoff (%v) and ReopenMaxBackoff (%v) must be > 0", c.ReopenBackoff, c.ReopenMaxBackoff)
-	}
-	if c.ReopenMaxBackoff > 0 && c.ReopenBackoff > c.ReopenMaxBackoff {
-		bad("ReopenBackoff (%v) must not exceed ReopenMaxBackoff (%v)", c.ReopenBackoff, c.ReopenMaxBackoff)
+	if err := c.Config.Validate(); err != nil {
+		errs = append(errs, invalidConfig{err})
 	}
 	return errors.Join(errs...)
 }
 
-// Service is a running natsdelay: it takes messages on the ingest prefix,
-// stores them, delivers them when due and applies ACKs. It owns the store,
-// the dispatcher and the janitor. It is safe for concurrent use.
-//
-// # Storage faults
-//
-// When a write to disk fails (delaystore.ErrFailed: a failed WAL write or
-// fsync, a full disk), the Service recovers by itself, without a restart:
-// ingest, ack syncs and the API answer 503 "storage failing: <cause>;
-// recovering" at once, Ready reports unavailable, and delivery stops. A
-// goroutine owned by the Service closes the failed store and opens it again
-// through Config.Reopen, with backoff, until that works, then starts a new
-// repository, dispatcher, janitor and writer on it. Deliveries that were in
-// flight are delivered again (at least once).
+// invalidConfig marks an error of core's validation as ErrInvalidConfig
+// too, without adding to its text.
+type invalidConfig struct{ error }
+
+func (e invalidConfig) Unwrap() error        { return e.error }
+func (e invalidConfig) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Service is a running natsdelay on NATS: it takes messages on the ingest
+// prefix and hands them to its core, publishes deliveries, takes the
+// answers to them, and serves the API. Its core (package core) runs the
+// store and what works on it, and recovers from storage faults (see
+// core.Service). It is safe for concurrent use.
 type Service struct {
 	cfg Config
 	log *slog.Logger
@@ -255,29 +158,13 @@ type Service struct {
 	lim scheduleLimits
 	m   *metrics
 
-	// gen is the current generation: the store and what runs on it. It is
-	// replaced whole by recovery; see generation.
-	gen atomic.Pointer[generation]
-	// fault is non-nil while the store has failed and is not yet reopened.
-	fault atomic.Pointer[fault]
-	// stateMu orders setting fault against swapping in a generation, so a
-	// new generation that fails at once keeps the Service recovering.
-	stateMu sync.Mutex
-	// kept holds the counters of dispatchers of retired generations, so
-	// the metrics and INFO count from the start of the process. keptMu
-	// also orders swapping gen against reading it with kept. Lock order:
-	// stateMu, then keptMu.
-	keptMu sync.Mutex
-	kept   dispatch.Stats
+	// core is set once New has opened it; see started.
+	core atomic.Pointer[core.Service]
 
 	svc     micro.Service
 	ackSubs []*nats.Subscription
 
-	// ingestMu orders handing messages to the writer against closing it:
-	// handlers hold it shared, Close takes it to set closing, and recovery
-	// takes it to wait for handlers that got in before the fault.
-	ingestMu  sync.RWMutex
-	closing   bool
+	closing   atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 	invalid   atomic.Uint64 // invalid plain publishes (no reply to tell)
@@ -286,19 +173,25 @@ type Service struct {
 	invalidWarn rateLimit
 	answerWarn  rateLimit
 
-	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
-	kick chan struct{}
-	// started is closed once New has stored the first generation.
+	// started is closed once New has opened the core; done when Close
+	// begins.
 	started chan struct{}
 	done    chan struct{}
-	wg      sync.WaitGroup
 }
 
-// New opens the repository over cfg.Store, starts the dispatcher and the
-// janitor, and subscribes. On error everything started is stopped and the
-// store is closed.
+// New subscribes to the ack prefix, opens the core over cfg.Store (which
+// starts delivering), registers the micro service with the ingest endpoint
+// and the API, and registers the metrics. On error everything started is
+// stopped and the store is closed.
 func New(cfg Config) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
+	err := cfg.Validate()
+	if cfg.Conn == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Conn is required", ErrInvalidConfig))
+	}
+	if cfg.Store == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
+	}
+	if err != nil {
 		if cfg.Store != nil {
 			err = errors.Join(err, cfg.Store.Close())
 		}
@@ -307,7 +200,7 @@ func New(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
-		kick: make(chan struct{}, 1), started: make(chan struct{}), done: make(chan struct{}),
+		started: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
@@ -323,22 +216,26 @@ func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
-	for _, subj := range []string{s.cfg.AckPrefix + ".>", s.cfg.AckPrefix} {
-		sub, err := s.nc.Subscribe(subj, s.handleAck)
+	for _, sub := range []struct {
+		subject string
+		h       nats.MsgHandler
+	}{{s.cfg.AckPrefix + ".>", s.handleAckSubject}, {s.cfg.AckPrefix, s.handleAckHeader}} {
+		ns, err := s.nc.Subscribe(sub.subject, sub.h)
 		if err != nil {
 			s.closeUnstarted()
-			return fmt.Errorf("bridge: subscribe %s: %w", subj, err)
+			return fmt.Errorf("bridge: subscribe %s: %w", sub.subject, err)
 		}
-		_ = sub.SetPendingLimits(1<<20, 256<<20)
-		s.ackSubs = append(s.ackSubs, sub)
+		_ = ns.SetPendingLimits(1<<20, 256<<20)
+		s.ackSubs = append(s.ackSubs, ns)
 	}
-	g, err := s.startGeneration(s.cfg.Store, false)
+	cc := s.cfg.Config
+	cc.Publisher, cc.Observer, cc.Metrics = s.pub, s.m, s.m
+	c, err := core.Open(cc)
 	if err != nil {
 		return err
 	}
-	s.gen.Store(g)
+	s.core.Store(c)
 	close(s.started)
-	s.goFunc(s.recoverLoop)
 	if s.cfg.Registerer != nil {
 		if err := s.m.register(s.cfg.Registerer, s); err != nil {
 			return fmt.Errorf("bridge: register metrics: %w", err)
@@ -350,21 +247,11 @@ func (s *Service) start() error {
 	return s.nc.Flush()
 }
 
-// closeUnstarted closes cfg.Store when New fails before a generation owns
-// it.
+// closeUnstarted closes cfg.Store when New fails before the core owns it.
 func (s *Service) closeUnstarted() {
 	if err := s.cfg.Store.Close(); err != nil {
 		s.log.Warn("closing the store", "err", err)
 	}
-}
-
-// goFunc runs f in a goroutine that Close waits for.
-func (s *Service) goFunc(f func()) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
 }
 
 // Ready reports whether the service can take and deliver messages: it is
@@ -373,100 +260,56 @@ func (s *Service) goFunc(f func()) {
 // in a pass, a flush or a wait it should have woken from). The error says
 // which.
 func (s *Service) Ready() error {
-	s.ingestMu.RLock()
-	closing := s.closing
-	s.ingestMu.RUnlock()
 	switch {
-	case closing:
+	case s.closing.Load():
 		return unavailable("shutting down")
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
-	if err := s.storageErr(); err != nil {
-		return err
-	}
-	if err := s.gen.Load().disp.Health(); err != nil {
-		return unavailable("%v", err)
-	}
-	return nil
+	return s.core.Load().Ready()
 }
+
+// Core is the service's core, which runs the store and what works on it.
+func (s *Service) Core() *core.Service { return s.core.Load() }
 
 // Repository is the event repository of the current store, for reading
 // counts. After a storage fault it is replaced by one on the reopened
 // store.
-func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo }
+func (s *Service) Repository() *delaystore.Repository { return s.core.Load().Repository() }
 
 // Dispatcher is the running dispatcher, for its stats. After a storage
 // fault it is replaced by one on the reopened store; see Stats for
 // counters that survive that.
-func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
+func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.core.Load().Dispatcher() }
 
 // Stats returns the dispatch counters since New, across storage faults,
 // and the deliveries in flight now.
-func (s *Service) Stats() dispatch.Stats {
-	s.keptMu.Lock()
-	d, k := s.gen.Load().disp, s.kept
-	s.keptMu.Unlock()
-	st := d.Stats()
-	st.Delivered += k.Delivered
-	st.Redelivered += k.Redelivered
-	st.Acked += k.Acked
-	st.Nacked += k.Nacked
-	st.Progress += k.Progress
-	st.Termed += k.Termed
-	st.DeadLettered += k.DeadLettered
-	st.Expired += k.Expired
-	st.Canceled += k.Canceled
-	st.NoResponders += k.NoResponders
-	st.Undeliverable += k.Undeliverable
-	st.Evicted += k.Evicted
-	return st
-}
+func (s *Service) Stats() dispatch.Stats { return s.core.Load().Stats() }
 
-// keepStatsLocked adds the counters of a retired dispatcher to kept.
-// keptMu must be held.
-func (s *Service) keepStatsLocked(d *dispatch.Dispatcher) {
-	st := d.Stats()
-	k := &s.kept
-	k.Delivered += st.Delivered
-	k.Redelivered += st.Redelivered
-	k.Acked += st.Acked
-	k.Nacked += st.Nacked
-	k.Progress += st.Progress
-	k.Termed += st.Termed
-	k.DeadLettered += st.DeadLettered
-	k.Expired += st.Expired
-	k.Canceled += st.Canceled
-	k.NoResponders += st.NoResponders
-	k.Undeliverable += st.Undeliverable
-	k.Evicted += st.Evicted
-}
-
-// Close stops taking messages, commits and answers those already taken,
-// stops recovery and delivery (flushing pending deletes), stops the
-// janitor, and closes the store. It is safe to call twice; the second call
-// returns the result of the first.
+// Close shuts down in this order: the micro service's endpoints drain
+// (ingest and API requests already taken are answered), the core stops
+// (the writer commits and answers what it took, the janitor stops, the
+// dispatcher finishes its publishes and flushes pending deletes), the ack
+// subscriptions drain (the dispatcher needed them until then for flush
+// markers and no-responders notices), and last the store closes. It is
+// safe to call twice; the second call returns the result of the first.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
 		if s.svc != nil {
 			errs = append(errs, s.svc.Stop())
 		}
-		s.ingestMu.Lock()
-		s.closing = true
-		s.ingestMu.Unlock()
-		// NB: recovery stops first, so the generation below is the last.
+		s.closing.Store(true)
 		close(s.done)
-		s.wg.Wait()
-		g := s.gen.Load()
-		if g != nil {
-			g.stopWork()
+		c := s.core.Load()
+		if c != nil {
+			c.Stop()
 		}
 		for _, sub := range s.ackSubs {
 			errs = append(errs, drain(sub, s.nc))
 		}
-		if g != nil {
-			errs = append(errs, g.closeStore())
+		if c != nil {
+			errs = append(errs, c.Close())
 		}
 		s.closeErr = errors.Join(errs...)
 	})
@@ -538,19 +381,21 @@ func (s *Service) handleIngest(req micro.Request) {
 		s.ingestInvalid(req, err)
 		return
 	}
-	s.ingestMu.RLock()
-	defer s.ingestMu.RUnlock()
-	if s.closing {
-		s.m.ingest.WithLabelValues("unavailable").Inc()
-		respondError(req, unavailable("shutting down"))
-		return
-	}
-	if err := s.storageErr(); err != nil {
+	err = s.core.Load().Schedule(msg, func(k keys.Key, err error) {
+		if err != nil {
+			respondError(req, err)
+			return
+		}
+		if req.Reply() == "" {
+			return
+		}
+		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
+		_ = req.Respond(body)
+	})
+	if err != nil {
 		s.m.ingest.WithLabelValues("unavailable").Inc()
 		respondError(req, err)
-		return
 	}
-	s.gen.Load().w.submit(ingestRequest{msg: msg, req: req})
 }
 
 func (s *Service) ingestInvalid(req micro.Request, err error) {
@@ -566,53 +411,75 @@ func (s *Service) ingestInvalid(req micro.Request, err error) {
 	respondError(req, err)
 }
 
-func (s *Service) handleAck(m *nats.Msg) {
+// handleAckSubject takes the traffic on <ack prefix>.>, which is of three
+// kinds: the publisher's flush markers, the server's no-responders notices
+// for deliveries, and consumers' answers to deliveries, with the tag in
+// the subject. See doc.go.
+func (s *Service) handleAckSubject(m *nats.Msg) {
 	if s.pub.marker(m.Subject) {
-		return
+		return // a flush marker: the publisher has seen it
 	}
-	var tag string
-	if m.Subject == s.cfg.AckPrefix {
-		v, ok, err := controlValue(m.Header, wire.HeaderTag)
-		if err != nil || !ok {
-			reason := badAnswerNoTag
-			if ok {
-				reason = badAnswerTag
-			}
-			s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, wire.HeaderTag))
-			return
-		}
-		tag = v
-	} else {
-		tag = m.Subject[len(s.cfg.AckPrefix)+1:]
-	}
-	key, err := keys.ParseTag(tag)
+	key, err := keys.ParseTag(m.Subject[len(s.cfg.AckPrefix)+1:])
 	if err != nil {
 		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
 		return
 	}
-	g := s.gen.Load()
-	if g == nil {
-		// NB: the first generation delivers before New stores it, so an
-		// answer to a message due at startup can arrive first. Wait for
-		// it rather than drop the answer: a dropped ACK would mean a
-		// redelivery after the ack wait.
-		select {
-		case <-s.started:
-		case <-s.done:
-		}
-		if g = s.gen.Load(); g == nil {
-			s.respondErr(m, unavailable("starting"))
-			return
-		}
+	if isNoResponders(m) {
+		s.handleNoResponders(m, key)
+		return
 	}
-	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		// NB: the server's no-responders notice has no reply subject, and
-		// comes before the delivery is known to have reached anyone; any
-		// other is a consumer's answer that only looks like it.
-		if m.Reply == "" && g.disp.NoResponders(key) {
-			return
+	s.handleAnswer(m, key)
+}
+
+// handleAckHeader takes the traffic on <ack prefix> itself: consumers'
+// answers with the tag in the Delay-Tag header.
+func (s *Service) handleAckHeader(m *nats.Msg) {
+	v, ok, err := controlValue(m.Header, wire.HeaderTag)
+	if err != nil || !ok {
+		reason := badAnswerNoTag
+		if ok {
+			reason = badAnswerTag
 		}
-		s.respondErr(m, badRequest("ack with a Status: 503 header and no payload: only the server's no-responders notice looks like that; want empty, +ACK, -NAK, -NAK <delay>, +WPI or +TERM [reason]"))
+		s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, wire.HeaderTag))
+		return
+	}
+	key, err := keys.ParseTag(v)
+	if err != nil {
+		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
+		return
+	}
+	if isNoResponders(m) {
+		s.handleNoResponders(m, key)
+		return
+	}
+	s.handleAnswer(m, key)
+}
+
+// isNoResponders reports whether m looks like the server's no-responders
+// notice: a Status: 503 header and no payload.
+func isNoResponders(m *nats.Msg) bool {
+	return m.Header.Get("Status") == "503" && len(m.Data) == 0
+}
+
+// handleNoResponders tells the core that the delivery key reached nobody.
+func (s *Service) handleNoResponders(m *nats.Msg, key keys.Key) {
+	c := s.waitCore(m)
+	if c == nil {
+		return
+	}
+	// NB: the server's notice has no reply subject, and comes before the
+	// delivery is known to have reached anyone; any other is a consumer's
+	// answer that only looks like it.
+	if m.Reply == "" && c.NoResponders(key) {
+		return
+	}
+	s.respondErr(m, badRequest("ack with a Status: 503 header and no payload: only the server's no-responders notice looks like that; want empty, +ACK, -NAK, -NAK <delay>, +WPI or +TERM [reason]"))
+}
+
+// handleAnswer applies a consumer's answer to the delivery key.
+func (s *Service) handleAnswer(m *nats.Msg, key keys.Key) {
+	c := s.waitCore(m)
+	if c == nil {
 		return
 	}
 	ack, err := parseAck(m.Data)
@@ -620,31 +487,50 @@ func (s *Service) handleAck(m *nats.Msg) {
 		s.badAnswer(m, badAnswerPayload, err)
 		return
 	}
-	if err := s.storageErr(); err != nil {
-		// The answer cannot be stored: the message is delivered again
-		// once the store is back.
-		if m.Reply != "" {
-			_ = s.nc.PublishMsg(errorMsg(m.Reply, err))
-		}
-		return
-	}
 	reply := m.Reply
-	g.disp.Ack(key, ack, func(err error) {
-		if reply == "" {
-			return
+	var done func(error)
+	if reply != "" {
+		done = func(err error) {
+			if err != nil {
+				_ = s.nc.PublishMsg(errorMsg(reply, err))
+				return
+			}
+			_ = s.nc.Publish(reply, []byte(wire.ReplyOK))
 		}
-		if err != nil && !errors.Is(err, dispatch.ErrUnknownTag) && !errors.Is(err, dispatch.ErrNotInFlight) {
-			_ = s.nc.PublishMsg(errorMsg(reply, unavailable("ack not applied: %v", err)))
-			return
-		}
-		_ = s.nc.Publish(reply, []byte(wire.ReplyOK))
-	})
+	}
+	// NB: when the answer cannot be stored the message is delivered again
+	// once the store is back.
+	if err := c.Ack(key, ack, done); err != nil {
+		s.respondErr(m, err)
+	}
 }
 
-// Cancel deletes a pending message so it is never delivered.
-func (s *Service) Cancel(ctx context.Context, k keys.Key) (bool, error) {
-	if err := s.storageErr(); err != nil {
-		return false, err
+// waitCore returns the core, waiting for New to open it: the first
+// generation delivers before New stores it, so an answer to a message due
+// at startup can arrive first. Waiting rather than dropping the answer
+// spares a redelivery after the ack wait. It answers m and returns nil if
+// the Service closed first.
+func (s *Service) waitCore(m *nats.Msg) *core.Service {
+	if c := s.core.Load(); c != nil {
+		return c
 	}
-	return s.gen.Load().disp.Cancel(ctx, k)
+	select {
+	case <-s.started:
+	case <-s.done:
+	}
+	c := s.core.Load()
+	if c == nil {
+		s.respondErr(m, unavailable("starting"))
+	}
+	return c
+}
+
+// Cancel deletes a pending message so it is never delivered. It returns
+// false if there is none under k.
+func (s *Service) Cancel(ctx context.Context, k keys.Key) (bool, error) {
+	err := s.core.Load().Cancel(ctx, k)
+	if errors.Is(err, wire.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -2,51 +2,21 @@ package bridge_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
-	"natsdelay/delaystore/pebblestore"
+	"natsdelay/bridge/bridgetest"
 )
 
+// startService runs a Service through bridgetest and returns it with a
+// client connection of its own.
 func startService(t testing.TB, mod func(*bridge.Config)) (*bridge.Service, *nats.Conn) {
 	t.Helper()
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	srv := natsserver.RunServer(&opts)
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := bridge.Config{Conn: nc, Store: st, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := bridge.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	cl, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return s, cl
+	h := bridgetest.New(t, mod)
+	return h.Service, h.Conn
 }
 
 // TestService_Schedule_DeliversAfterDelay checks the basic promise: an

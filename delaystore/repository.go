@@ -828,6 +828,36 @@ func (r *Repository) FirstKey(topicHash uint64) (k keys.Key, ok bool, err error)
 	return k, ok, nil
 }
 
+// CountDue counts the pending messages of topicHash by key alone, without
+// reading or decoding them: n[i] is how many are due at dueMs[i] (Unix
+// milliseconds), that is, whose time bucket starts at or before it, so the
+// counts are exact to the time bucket. dueMs must be ascending; the scan
+// reads the keys up to the bucket of the last one.
+func (r *Repository) CountDue(topicHash uint64, dueMs ...int64) ([]uint64, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	n := make([]uint64, len(dueMs))
+	if len(dueMs) == 0 {
+		return n, nil
+	}
+	opts := IterOptions{LowerBound: keys.TopicLowerBound(topicHash), UpperBound: keys.DueUpperBound(topicHash, dueMs[len(dueMs)-1], r.bucketMs)}
+	err := r.s.Scan(opts, func(kb, _ []byte) bool {
+		if len(kb) != keys.Len {
+			return true
+		}
+		at := keys.BucketStartMs(keys.Key(kb).Bucket(), r.bucketMs)
+		for i := len(dueMs) - 1; i >= 0 && at <= dueMs[i]; i-- {
+			n[i]++
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: count due of topic %016x: %w", topicHash, err)
+	}
+	return n, nil
+}
+
 // Topics lists the subjects with pending messages, sorted by subject, from
 // the in-memory copy of the registry. The slice is the caller's.
 func (r *Repository) Topics() []Topic {

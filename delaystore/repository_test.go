@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1055,5 +1056,26 @@ func TestRepository_CheckWritable(t *testing.T) {
 	r.Close()
 	if err := r.CheckWritable(); !errors.Is(err, delaystore.ErrClosed) {
 		t.Fatalf("CheckWritable after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRepository_CountDue checks that counting by key gives, for each
+// limit, the messages whose bucket starts at or before it: exact to the
+// time bucket, and never counting another topic's keys.
+func TestRepository_CountDue(t *testing.T) {
+	s := newStore(t)
+	r := openRepo(t, s, delaystore.RepositoryConfig{TimeBucket: time.Second})
+	ms := t0 / 1e6
+	schedule(t, r, msg("a", t0), msg("a", t0+500e6), msg("a", t0+1500e6), msg("a", t0+90e9), msg("b", t0))
+	got, err := r.CountDue(keys.TopicHash("a"), ms, ms+1000, ms+60_000, ms+120_000)
+	if err != nil {
+		t.Fatalf("CountDue: %v", err)
+	}
+	// t0+500ms shares t0's one-second bucket, so it counts as due at t0.
+	if want := []uint64{2, 3, 3, 4}; !slices.Equal(got, want) {
+		t.Errorf("CountDue(a) = %v, want %v", got, want)
+	}
+	if got, err := r.CountDue(keys.TopicHash("c"), ms); err != nil || got[0] != 0 {
+		t.Errorf("CountDue(empty topic) = %v, %v; want 0", got, err)
 	}
 }

@@ -129,17 +129,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every bad field at once.
+// Validate reports every bad setting at once. It does not ask for Repo
+// and Publisher, so settings can be checked before they exist; New does.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	if c.Repo == nil {
-		bad("Repo is required")
-	}
-	if c.Publisher == nil {
-		bad("Publisher is required")
 	}
 	if c.AckWait < 0 {
 		bad("AckWait (%v) must be > 0", c.AckWait)

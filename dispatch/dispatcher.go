@@ -202,7 +202,14 @@ type Dispatcher struct {
 
 // New validates cfg and returns a Dispatcher that is not running yet.
 func New(cfg Config) (*Dispatcher, error) {
-	if err := cfg.Validate(); err != nil {
+	err := cfg.Validate()
+	if cfg.Repo == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Repo is required", ErrInvalidConfig))
+	}
+	if cfg.Publisher == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Publisher is required", ErrInvalidConfig))
+	}
+	if err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

@@ -150,7 +150,7 @@ func TestExpiry_TTL(t *testing.T) {
 	opts := func(dlq bool) func(*bridge.Config) {
 		return func(c *bridge.Config) {
 			c.AckWait = ackWait
-			c.ExpiryInterval = 50 * time.Millisecond
+			c.Expiry.Interval = 50 * time.Millisecond
 			c.DeadLetterSubject = deadLetters
 			c.DeadLetterExpired = dlq
 		}

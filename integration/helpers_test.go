@@ -8,17 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
@@ -66,54 +65,19 @@ func openPebble(tb testing.TB, cfg pebblestore.Config) delaystore.Store {
 	return st
 }
 
-// memStore is the store of tests that are not about storage.
-func memStore(tb testing.TB) delaystore.Store { return engines[0].open(tb, "") }
+// The running service comes from bridgetest, the one harness for it.
+var (
+	memStore     = bridgetest.MemStore
+	startServer  = bridgetest.RunServer
+	testLogger   = bridgetest.Logger
+	startService = bridgetest.Start
+)
 
-// startServer runs an embedded nats-server on a random port, shut down
-// when tb ends.
-func startServer(tb testing.TB) *server.Server {
-	tb.Helper()
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	s := natsserver.RunServer(&opts)
-	tb.Cleanup(s.Shutdown)
-	return s
-}
-
-// connect opens a client connection, closed when tb ends.
+// connect opens a client connection that does not reconnect, closed when
+// tb ends.
 func connect(tb testing.TB, srv *server.Server) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(0))
-	if err != nil {
-		tb.Fatalf("connect: %v", err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
-}
-
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tb.Output(), nil))
-}
-
-// startService runs a Service over st on its own connection to srv. mod,
-// if not nil, adjusts the config. Close is registered with tb.Cleanup; it
-// is harmless when the test closed the Service itself.
-func startService(tb testing.TB, srv *server.Server, st delaystore.Store, mod func(*bridge.Config)) *bridge.Service {
-	tb.Helper()
-	cfg := bridge.Config{Conn: connect(tb, srv), Store: st, Logger: testLogger(tb)}
-	if mod != nil {
-		mod(&cfg)
-	}
-	svc, err := bridge.New(cfg)
-	if err != nil {
-		tb.Fatalf("bridge.New: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := svc.Close(); err != nil {
-			tb.Errorf("Service.Close: %v", err)
-		}
-	})
-	return svc
+	return bridgetest.Connect(tb, srv, nats.MaxReconnects(0))
 }
 
 // harness is one server, one service on an in-memory store, and one client
@@ -126,9 +90,8 @@ type harness struct {
 
 func newHarness(tb testing.TB, mod func(*bridge.Config)) *harness {
 	tb.Helper()
-	srv := startServer(tb)
-	svc := startService(tb, srv, memStore(tb), mod)
-	return &harness{srv: srv, svc: svc, nc: connect(tb, srv)}
+	h := bridgetest.New(tb, mod)
+	return &harness{srv: h.Server, svc: h.Service, nc: h.Conn}
 }
 
 // newMsg builds an ingest message for target with headers given as name,

@@ -269,7 +269,7 @@ func TestRestart_ExpiredWhileDown(t *testing.T) {
 			mod := func(c *bridge.Config) {
 				c.DeadLetterSubject = deadLetters
 				c.DeadLetterExpired = true
-				c.ExpiryInterval = 50 * time.Millisecond
+				c.Expiry.Interval = 50 * time.Millisecond
 			}
 			svc := startService(t, srv, e.open(t, dir), mod)
 			rep := schedule(t, nc, newMsg("restart.ttl", "x", "Delay", "100ms", "Delay-TTL", "100ms", "X-Trace", "t1"))

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
@@ -109,16 +110,7 @@ func connectWith(tb testing.TB, srv *server.Server, opts ...nats.Option) *nats.C
 // serviceOn runs a Service on nc, which it does not own.
 func serviceOn(tb testing.TB, nc *nats.Conn) *bridge.Service {
 	tb.Helper()
-	svc, err := bridge.New(bridge.Config{Conn: nc, Store: memStore(tb), Logger: testLogger(tb)})
-	if err != nil {
-		tb.Fatalf("bridge.New: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := svc.Close(); err != nil {
-			tb.Errorf("Service.Close: %v", err)
-		}
-	})
-	return svc
+	return bridgetest.StartOn(tb, nc, memStore(tb), nil)
 }
 
 // roundTrip schedules a message due now on nc, receives it on nc, ACKs it
@@ -577,10 +569,10 @@ func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
 	t.Run("narrow", func(t *testing.T) {
 		svcErrs := make(connErrs, 16)
 		nc := connectWith(t, srv, nats.UserInfo("narrow", "p"), svcErrs.option())
-		svc, err := bridge.New(bridge.Config{
-			Conn: nc, Store: memStore(t), Logger: testLogger(t),
-			AckWait: 100 * time.Millisecond, MaxDeliver: 2, DeadLetterSubject: "dead.letters",
-		})
+		cfg := bridge.Config{Conn: nc}
+		cfg.Store, cfg.Logger = memStore(t), testLogger(t)
+		cfg.AckWait, cfg.MaxDeliver, cfg.DeadLetterSubject = 100*time.Millisecond, 2, "dead.letters"
+		svc, err := bridge.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,15 +52,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate reports every bad field at once.
+// DefaultConfig returns every default in one place.
+func DefaultConfig() Config {
+	return Config{Interval: time.Second, BatchSize: 1024, Timeout: 30 * time.Second}
+}
+
+// Validate reports every bad setting at once. It does not ask for Source
+// and Remover, so settings can be checked before they exist; New does.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Source == nil {
-		errs = append(errs, fmt.Errorf("%w: Source is required", ErrInvalidConfig))
-	}
-	if c.Remover == nil {
-		errs = append(errs, fmt.Errorf("%w: Remover is required", ErrInvalidConfig))
-	}
 	if c.Interval < 0 {
 		errs = append(errs, fmt.Errorf("%w: Interval (%v) must be > 0", ErrInvalidConfig, c.Interval))
 	}
@@ -88,17 +88,25 @@ type Janitor struct {
 
 // New validates cfg and returns a Janitor that is not running yet.
 func New(cfg Config) (*Janitor, error) {
-	if err := cfg.Validate(); err != nil {
+	err := cfg.Validate()
+	if cfg.Source == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Source is required", ErrInvalidConfig))
+	}
+	if cfg.Remover == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Remover is required", ErrInvalidConfig))
+	}
+	if err != nil {
 		return nil, err
 	}
+	d := DefaultConfig()
 	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = d.Interval
 	}
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 1024
+		cfg.BatchSize = d.BatchSize
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
+		cfg.Timeout = d.Timeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

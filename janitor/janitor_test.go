@@ -119,10 +119,12 @@ func TestJanitor_Start_RunsOnInterval(t *testing.T) {
 	_ = j.Close()
 }
 
+// TestConfig_Validate checks that every bad setting is reported at once,
+// and that New also asks for Source and Remover.
 func TestConfig_Validate(t *testing.T) {
-	err := janitor.Config{Interval: -1, BatchSize: -2}.Validate()
+	_, err := janitor.New(janitor.Config{Interval: -1, BatchSize: -2})
 	if !errors.Is(err, janitor.ErrInvalidConfig) {
-		t.Fatalf("Validate = %v", err)
+		t.Fatalf("New = %v", err)
 	}
 	for _, want := range []string{"Source", "Remover", "Interval (-1ns)", "BatchSize (-2)"} {
 		if !strings.Contains(err.Error(), want) {

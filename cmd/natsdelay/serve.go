@@ -134,7 +134,7 @@ func (c *serveCmd) check() error {
 		}
 		var b bridge.Config
 		f.set(&b, f.v)
-		if err := b.ValidateSettings(); err != nil {
+		if err := b.Validate(); err != nil {
 			p.add("%s %q: %w", f.name, f.v, err)
 		}
 	}
@@ -144,7 +144,7 @@ func (c *serveCmd) check() error {
 	// Whatever else bridge checks, with every setting in place.
 	var b bridge.Config
 	c.apply(&b)
-	return b.ValidateSettings()
+	return b.Validate()
 }
 
 // joinDurations writes ds as the flag takes them: 1s,5s,30s.
@@ -170,7 +170,7 @@ func (c *serveCmd) apply(b *bridge.Config) {
 	b.Backoff = c.Backoff
 	b.DeadLetterSubject = c.DeadLetter
 	b.DeadLetterExpired = c.DeadLetterExp
-	b.ExpiryInterval = c.ExpiryInterval
+	b.Expiry.Interval = c.ExpiryInterval
 	b.MaxInFlight = c.MaxInFlight
 }
 
@@ -267,7 +267,8 @@ func (c *serveCmd) Run(e *env) error {
 		stopNATS()
 		return err
 	}
-	cfg := bridge.Config{Conn: nc, Store: st, Logger: log, Registerer: reg}
+	cfg := bridge.Config{Conn: nc, Registerer: reg}
+	cfg.Store, cfg.Logger = st, log
 	if c.Engine != engine.Memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes

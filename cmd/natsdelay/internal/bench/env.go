@@ -152,12 +152,9 @@ func (e *env) openDelay(dir string) (*delay, error) {
 		nc.Close()
 		return nil, fmt.Errorf("bench: open the pebble store in %s: %w", dir, err)
 	}
-	svc, err := bridge.New(bridge.Config{
-		Conn: nc, Store: st, Engine: "pebble",
-		IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api,
-		ExpiryInterval: e.cfg.ExpiryInterval,
-		Logger:         e.cfg.Logger,
-	})
+	cfg := bridge.Config{Conn: nc, Engine: "pebble", IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api}
+	cfg.Store, cfg.Expiry.Interval, cfg.Logger = st, e.cfg.ExpiryInterval, e.cfg.Logger
+	svc, err := bridge.New(cfg)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bench: start natsdelay: %w", err)

@@ -1,4 +1,4 @@
-package bridge
+package core
 
 import (
 	"errors"
@@ -27,15 +27,15 @@ func TestConfig_ReopenBackoff_DefaultsAndValidation(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Config{ReopenBackoff: c.backoff, ReopenMaxBackoff: c.maxWait}
-			err := cfg.ValidateSettings()
+			err := cfg.Validate()
 			if c.wantErr != "" {
 				if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("ValidateSettings = %v, want ErrInvalidConfig mentioning %q", err, c.wantErr)
+					t.Fatalf("Validate = %v, want ErrInvalidConfig mentioning %q", err, c.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ValidateSettings = %v", err)
+				t.Fatalf("Validate = %v", err)
 			}
 			d := cfg.withDefaults()
 			if d.ReopenBackoff != c.wantBackoff || d.ReopenMaxBackoff != c.wantMax {

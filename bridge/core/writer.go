@@ -1,38 +1,40 @@
-package bridge
+package core
 
 import (
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
-
-	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
+	"natsdelay/keys"
 )
 
-// ingestRequest is one accepted message waiting for the group commit.
-type ingestRequest struct {
+// ScheduleFunc is told the outcome of one Schedule: the new message's key,
+// or why it was not stored (an error wrapping wire.ErrUnavailable). It is
+// called on the writer's goroutine, after the commit, and should not block:
+// the next batch waits for it.
+type ScheduleFunc func(k keys.Key, err error)
+
+// scheduleRequest is one accepted message waiting for the group commit.
+type scheduleRequest struct {
 	msg  *delaystore.StoredMessage
-	req  micro.Request
+	done ScheduleFunc
 	size int // messageSize, set by submit
 }
 
-// writer is the group commit: ingest handlers hand it messages, and it
-// drains whatever is waiting, commits it in one synced batch, tells the
-// dispatcher, then answers every publisher. Throughput grows with the number
-// of concurrent publishers while latency stays about one fsync.
+// writer is the group commit: Schedule hands it messages, and it drains
+// whatever is waiting, commits it in one synced batch, tells the
+// dispatcher, then tells every caller. Throughput grows with the number of
+// concurrent callers while latency stays about one fsync.
 //
 // Both the messages and the bytes it holds are bounded, so that large
 // payloads from many publishers at once cannot grow a batch (and the
 // service's memory) without limit: a batch ends at maxBatch messages or
 // before the message that would take it past maxBatchBytes, and submit
 // blocks while twice maxBatchBytes wait (one batch committing, one
-// filling). NATS then holds further requests in the subscription's pending
-// queue, and past its limit drops them: those publishers time out, and
-// nothing of theirs was stored or acknowledged.
+// filling). The caller's transport then holds further requests (NATS, in
+// the subscription's pending queue, and past its limit drops them).
 type writer struct {
 	repo          *delaystore.Repository
 	disp          *dispatch.Dispatcher
@@ -41,7 +43,8 @@ type writer struct {
 	maxBatchBytes int
 	observe       func(batch int, took time.Duration, err error)
 
-	reqs chan ingestRequest
+	// reqs is bounded by maxBatch; submit blocks when it is full.
+	reqs chan scheduleRequest
 	// queued is the bytes handed over and not yet answered; submit waits
 	// on room while it is at the limit.
 	mu     sync.Mutex
@@ -51,7 +54,7 @@ type writer struct {
 }
 
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
-	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan ingestRequest, maxBatch)}
+	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan scheduleRequest, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
 	w.wg.Add(1)
 	go func() {
@@ -64,7 +67,7 @@ func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch,
 // submit hands r to the writer, first waiting while the bytes queued are
 // at the limit. A message larger than the limit alone waits for an empty
 // queue.
-func (w *writer) submit(r ingestRequest) {
+func (w *writer) submit(r scheduleRequest) {
 	r.size = messageSize(r.msg)
 	w.mu.Lock()
 	for w.queued > 0 && w.queued+r.size > 2*w.maxBatchBytes {
@@ -103,11 +106,11 @@ func (w *writer) close() {
 }
 
 func (w *writer) run() {
-	batch := make([]ingestRequest, 0, w.maxBatch)
+	batch := make([]scheduleRequest, 0, w.maxBatch)
 	// carry is a request taken from reqs that did not fit the last batch.
-	var carry *ingestRequest
+	var carry *scheduleRequest
 	for {
-		var r ingestRequest
+		var r scheduleRequest
 		if carry != nil {
 			r, carry = *carry, nil
 		} else {
@@ -140,7 +143,7 @@ func (w *writer) run() {
 	}
 }
 
-func (w *writer) commit(batch []ingestRequest) {
+func (w *writer) commit(batch []scheduleRequest) {
 	msgs := make([]*delaystore.StoredMessage, len(batch))
 	for i, r := range batch {
 		msgs[i] = r.msg
@@ -152,8 +155,9 @@ func (w *writer) commit(batch []ingestRequest) {
 	}
 	if err != nil {
 		w.log.Error("committing scheduled messages", "err", err, "messages", len(batch))
+		err = unavailable("storage failing: %v", err)
 		for _, r := range batch {
-			respondError(r.req, unavailable("storage failing: %v", err))
+			r.done(keys.Key{}, err)
 		}
 		return
 	}
@@ -161,10 +165,6 @@ func (w *writer) commit(batch []ingestRequest) {
 		w.disp.Notify(s, msgs[i].FireAtNs)
 	}
 	for i, r := range batch {
-		if r.req.Reply() == "" {
-			continue
-		}
-		body, _ := json.Marshal(wire.ScheduleReply{Tag: res[i].Key.Tag(), Subject: msgs[i].Subject, FireAt: formatTime(msgs[i].FireAtNs)})
-		_ = r.req.Respond(body)
+		r.done(res[i].Key, nil)
 	}
 }

@@ -1,0 +1,154 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/janitor"
+)
+
+// ErrInvalidConfig is wrapped by every Config validation error.
+var ErrInvalidConfig = errors.New("core: invalid config")
+
+// Config configures a Service. A zero field means the default shown by
+// DefaultConfig. Each setting is declared once, by the package it
+// configures: the delivery settings are dispatch.Config's, the key layout
+// delaystore.RepositoryConfig's, and expiry janitor.Config's.
+type Config struct {
+	// Config holds the delivery settings (AckWait, MaxDeliver, Backoff,
+	// DeadLetterSubject, MaxInFlight, ...). Publisher is required. Repo is
+	// set by the Service for each generation; leave it nil.
+	dispatch.Config
+	// RepositoryConfig holds TimeBucket, the width of the time bucket in
+	// keys. It must not change for an existing store.
+	delaystore.RepositoryConfig
+	// Expiry configures the removal of expired messages: Interval is how
+	// often (default 1s). Source and Remover are set by the Service.
+	Expiry janitor.Config
+
+	// Store is where messages are kept. Required. The Service owns it from
+	// Open on: Close closes it, also when Open fails.
+	Store delaystore.Store
+	// Reopen, if not nil, opens the store again, with the same settings,
+	// after a write to disk failed it (delaystore.ErrFailed), or for
+	// Resume. The Service closes the old store first, then calls Reopen
+	// with backoff until it succeeds, and owns each store it returns. Nil
+	// leaves the Service unavailable after such a failure until it is
+	// closed.
+	Reopen func() (delaystore.Store, error)
+	// ReopenBackoff is the wait after the first failed Reopen; it doubles
+	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
+	ReopenBackoff    time.Duration
+	ReopenMaxBackoff time.Duration
+
+	// MaxBatch bounds the messages of one group commit. Default 4096.
+	MaxBatch int
+	// MaxBatchBytes bounds the bytes of one group commit (payloads,
+	// subjects, headers), and twice it the bytes waiting to be committed.
+	// Default 64 MiB.
+	MaxBatchBytes int
+
+	// Metrics, if not nil, is told about commits and storage faults.
+	Metrics Metrics
+
+	// Now is the clock; nil means time.Now. It is also the dispatcher's
+	// and the janitor's.
+	Now func() time.Time
+	// Logger receives logs; nil discards them. It is also the logger of
+	// the repository, the dispatcher and the janitor.
+	Logger *slog.Logger
+}
+
+// Metrics is told about the Service's commits and storage faults. Its
+// methods are called on the Service's goroutines and must not block.
+type Metrics interface {
+	// Committed is called after each group commit of batch messages.
+	Committed(batch int, took time.Duration, err error)
+	// StoreFailed is called when a write fails the store.
+	StoreFailed()
+	// ReopenFailed is called for each failed attempt to reopen it.
+	ReopenFailed()
+}
+
+// DefaultConfig returns every default in one place, the nested ones
+// included.
+func DefaultConfig() Config {
+	return Config{
+		Config:           dispatch.DefaultConfig(),
+		RepositoryConfig: delaystore.DefaultRepositoryConfig(),
+		Expiry:           janitor.DefaultConfig(),
+		MaxBatch:         4096,
+		MaxBatchBytes:    64 << 20,
+		ReopenBackoff:    100 * time.Millisecond,
+		ReopenMaxBackoff: 5 * time.Second,
+	}
+}
+
+// Validate reports every bad setting at once, the nested configs'
+// included, each wrapping ErrInvalidConfig. It does not ask for Store or
+// Publisher, so a program can check its settings before it opens or
+// connects anything; Open does.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	for _, err := range []error{c.Config.Validate(), c.RepositoryConfig.Validate(), c.Expiry.Validate()} {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+		}
+	}
+	if c.MaxBatch < 0 {
+		bad("MaxBatch (%d) must be > 0", c.MaxBatch)
+	}
+	if c.MaxBatchBytes < 0 {
+		bad("MaxBatchBytes (%d) must be > 0", c.MaxBatchBytes)
+	}
+	if c.ReopenBackoff < 0 || c.ReopenMaxBackoff < 0 {
+		bad("ReopenBackoff (%v) and ReopenMaxBackoff (%v) must be > 0", c.ReopenBackoff, c.ReopenMaxBackoff)
+	}
+	if c.ReopenMaxBackoff > 0 && c.ReopenBackoff > c.ReopenMaxBackoff {
+		bad("ReopenBackoff (%v) must not exceed ReopenMaxBackoff (%v)", c.ReopenBackoff, c.ReopenMaxBackoff)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills the zero fields the Service reads itself; the nested
+// configs fill their own.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = d.MaxBatchBytes
+	}
+	if c.ReopenBackoff == 0 {
+		c.ReopenBackoff = d.ReopenBackoff
+		if c.ReopenMaxBackoff > 0 {
+			c.ReopenBackoff = min(c.ReopenBackoff, c.ReopenMaxBackoff)
+		}
+	}
+	if c.ReopenMaxBackoff == 0 {
+		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait // INFO reports it
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	// NB: one clock and one logger for every component.
+	c.Config.Now, c.Config.Logger = c.Now, c.Logger
+	c.RepositoryConfig.Logger = c.Logger
+	c.Expiry.Now, c.Expiry.Logger = c.Now, c.Logger
+	return c
+}

@@ -1,0 +1,30 @@
+// Package core runs the life of a natsdelay service without NATS: it opens
+// a generation (the repository, the dispatcher, the janitor and the
+// group-commit writer on one store), serves Schedule, Ack, Cancel, Get,
+// List, Topics, Counts and Stats as Go calls, recovers from a failed store
+// by replacing the generation, and stops and starts a generation when told
+// to for any other reason (Suspend and Resume).
+//
+// It lives under bridge because it is the half of the running service that
+// bridge used to hold: it sits above dispatch and janitor, which it wires
+// together, and below the NATS adapter (package bridge), which is its only
+// user. Keeping it here leaves the top-level layout (keys, delaystore,
+// dispatch, janitor, bridge, cmd, integration) and its import order as
+// they are. It speaks the error vocabulary of package wire: its errors wrap
+// wire.ErrBadRequest, wire.ErrNotFound or wire.ErrUnavailable.
+//
+// # Goroutines
+//
+// A Service owns one goroutine of its own, the recovery loop, started by
+// Open and stopped by Stop. Each generation owns the goroutines of its
+// writer, dispatcher and janitor; they stop when the generation is
+// retired (a storage fault, Suspend) or by Stop.
+//
+// # Shutdown
+//
+// Stop turns new work away, then stops the recovery loop and the current
+// generation's work: the writer commits and answers what it took, the
+// janitor stops, and the dispatcher finishes its publishes and flushes
+// pending deletes. The caller may still need its publisher's transport
+// during Stop. Close then closes the store; it calls Stop first if needed.
+package core

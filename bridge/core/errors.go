@@ -1,0 +1,12 @@
+package core
+
+import (
+	"fmt"
+
+	"natsdelay/bridge/wire"
+)
+
+// unavailable returns an error wrapping wire.ErrUnavailable: a 503.
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", wire.ErrUnavailable, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,169 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/janitor"
+)
+
+// generation is one open store and everything that runs on it: the
+// repository, the dispatcher, the janitor and the group-commit writer. A
+// write to disk that fails ends a generation; recovery replaces it whole
+// with one on a reopened store, because what the old one keeps in memory
+// (pending counts, the last event id, flights, cursors) may no longer match
+// what is on disk. Suspend ends one the same way, for another reason.
+type generation struct {
+	store delaystore.Store // watched: see watchedStore
+	repo  *delaystore.Repository
+	disp  *dispatch.Dispatcher
+	jan   *janitor.Janitor
+	w     *writer
+
+	// failed is set by the first call that met delaystore.ErrFailed.
+	failed atomic.Bool
+	// retired is set once the generation stopped working: failed and
+	// retired by recovery, or suspended.
+	retired atomic.Bool
+
+	stopWorkOnce   sync.Once
+	closeStoreOnce sync.Once
+}
+
+// startGeneration opens the repository over st and starts a dispatcher, a
+// janitor and a writer on it. With probe, it first checks that st takes a
+// synced write, as a reopened store must before it takes messages again. On
+// error it closes what it started and st.
+func (s *Service) startGeneration(st delaystore.Store, probe bool) (*generation, error) {
+	g := &generation{}
+	g.store = &watchedStore{Store: st, onFail: func(err error) { s.fail(g, err) }}
+	if err := s.buildGeneration(g, probe); err != nil {
+		g.stopWork()
+		return nil, errors.Join(err, g.closeStore())
+	}
+	return g, nil
+}
+
+func (s *Service) buildGeneration(g *generation, probe bool) error {
+	var err error
+	g.repo, err = delaystore.OpenRepository(g.store, s.cfg.RepositoryConfig)
+	if err != nil {
+		return fmt.Errorf("core: open repository: %w", err)
+	}
+	if probe {
+		// NB: a store often opens fine on a disk that still fails (it only
+		// reads); without this the service would flap between ready and
+		// failing at each ingest.
+		if err := g.repo.CheckWritable(); err != nil {
+			return fmt.Errorf("core: reopened store: %w", err)
+		}
+	}
+	dc := s.cfg.Config
+	dc.Repo = g.repo
+	if g.disp, err = dispatch.New(dc); err != nil {
+		return err
+	}
+	jc := s.cfg.Expiry
+	jc.Source, jc.Remover = g.repo, g.disp
+	if g.jan, err = janitor.New(jc); err != nil {
+		return err
+	}
+	if err := g.disp.Start(); err != nil {
+		return err
+	}
+	g.jan.Start()
+	g.w = newWriter(g.repo, g.disp, s.cfg.MaxBatch, s.cfg.MaxBatchBytes, s.log, s.committed)
+	return nil
+}
+
+// stopWork stops the writer, the janitor and the dispatcher, in that
+// order. Nothing may hand the writer messages any more: see Service.retire
+// and Service.Stop. Safe to call twice.
+func (g *generation) stopWork() {
+	g.stopWorkOnce.Do(func() {
+		if g.w != nil {
+			g.w.close()
+		}
+		if g.jan != nil {
+			_ = g.jan.Close()
+		}
+		if g.disp != nil {
+			_ = g.disp.Close()
+		}
+	})
+}
+
+// closeStore closes the repository and the store, after stopWork. A
+// failed store is not flushed: it would only report its fault again.
+// The second call returns nil.
+func (g *generation) closeStore() error {
+	var errs []error
+	g.closeStoreOnce.Do(func() {
+		if g.repo != nil {
+			errs = append(errs, g.repo.Close())
+		}
+		if !g.failed.Load() {
+			errs = append(errs, g.store.Flush())
+		}
+		errs = append(errs, g.store.Close())
+	})
+	return errors.Join(errs...)
+}
+
+// watchedStore is the Service's view of one store: it passes every call
+// on, and reports the first error that says the store failed
+// (delaystore.ErrFailed) to onFail, whichever component met it: the
+// writer's commit, the deleter's, a scan of the dispatcher or the janitor,
+// or the API. The Service then recovers (see Service.fail).
+type watchedStore struct {
+	delaystore.Store
+	// onFail is called on the caller's goroutine, possibly inside a commit:
+	// it must not block.
+	onFail func(error)
+}
+
+var _ delaystore.Store = (*watchedStore)(nil)
+
+func (w *watchedStore) check(err error) error {
+	if err != nil && errors.Is(err, delaystore.ErrFailed) {
+		w.onFail(err)
+	}
+	return err
+}
+
+func (w *watchedStore) Get(key []byte) ([]byte, error) {
+	v, err := w.Store.Get(key)
+	return v, w.check(err)
+}
+
+func (w *watchedStore) NewBatch() delaystore.Batch {
+	return &watchedBatch{Batch: w.Store.NewBatch(), w: w}
+}
+
+func (w *watchedStore) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
+	it, err := w.Store.NewIter(opts)
+	return it, w.check(err)
+}
+
+func (w *watchedStore) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
+	return w.check(w.Store.Scan(opts, yield))
+}
+
+func (w *watchedStore) Flush() error { return w.check(w.Store.Flush()) }
+
+// watchedBatch reports the failure of its Commit, and of Set and Delete on
+// a batch the failed store made.
+type watchedBatch struct {
+	delaystore.Batch
+	w *watchedStore
+}
+
+func (b *watchedBatch) Set(key, value []byte) error { return b.w.check(b.Batch.Set(key, value)) }
+func (b *watchedBatch) Delete(key []byte) error     { return b.w.check(b.Batch.Delete(key)) }
+func (b *watchedBatch) Commit(sync delaystore.SyncMode) error {
+	return b.w.check(b.Batch.Commit(sync))
+}

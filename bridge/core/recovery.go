@@ -1,0 +1,206 @@
+package core
+
+import (
+	"errors"
+	"time"
+)
+
+// fail puts the Service in the recovering state when a call on g's store
+// met delaystore.ErrFailed: from now on Schedule, Ack and the reads return
+// 503 without touching the store, and Ready reports unavailable. It wakes
+// the recovery loop. It does not block: it runs inside whatever call met
+// the fault, a commit included.
+func (s *Service) fail(g *generation, cause error) {
+	s.stateMu.Lock()
+	first := g.failed.CompareAndSwap(false, true)
+	current := s.gen.Load() == g
+	if first && current && s.down.Load() == nil {
+		s.down.Store(&downState{cause: cause})
+	}
+	s.stateMu.Unlock()
+	if !first || !current {
+		// A generation still being built, on a reopened store, is
+		// dropped by reopen, which logs why.
+		return
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.StoreFailed()
+	}
+	s.log.Error("storage failing: taking no messages until the store is reopened", "err", cause, "reopen", s.cfg.Reopen != nil)
+	s.wake()
+}
+
+func (s *Service) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// swap makes g, just started on a reopened store, the current generation
+// and ends the fault, unless g has failed already or the Service was
+// suspended meanwhile. The retired generation's dispatch counters are
+// kept, in the same step, so Stats neither counts them twice nor loses
+// them.
+func (s *Service) swap(g *generation) bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if d := s.down.Load(); g.failed.Load() || (d != nil && d.suspended) {
+		return false
+	}
+	s.keptMu.Lock()
+	addStats(&s.kept, s.gen.Load().disp.Stats())
+	s.gen.Store(g)
+	s.keptMu.Unlock()
+	s.down.Store(nil)
+	return true
+}
+
+// Suspend stops the current generation for reason (leadership lost, say)
+// as a storage fault would: the writer commits and answers what it took,
+// the dispatcher and the janitor stop, and the store is closed; from then
+// on calls get a 503 "suspended: <reason>" until Resume. It blocks until
+// the generation has stopped. Suspending a suspended Service only changes
+// the reason.
+func (s *Service) Suspend(reason error) {
+	s.stateMu.Lock()
+	s.down.Store(&downState{cause: reason, suspended: true})
+	g := s.gen.Load()
+	s.stateMu.Unlock()
+	s.retire(g)
+}
+
+// Resume ends a Suspend: the recovery loop opens the store again through
+// Config.Reopen, with backoff, and starts a new generation on it. It
+// returns at once; Ready says when the Service is back. Without
+// Config.Reopen the Service stays down. Resume on a Service that is not
+// suspended does nothing.
+func (s *Service) Resume() {
+	s.stateMu.Lock()
+	if d := s.down.Load(); d != nil && d.suspended {
+		// NB: the store is closed; until the loop reopens it, calls get
+		// the 503 of a fault being recovered.
+		s.down.Store(&downState{cause: errors.New("resuming")})
+	}
+	s.stateMu.Unlock()
+	s.wake()
+}
+
+// recoverLoop runs for the life of the Service: when the current
+// generation has failed or was suspended and resumed, it retires it and,
+// if Config.Reopen is set, opens the store again with backoff until it
+// succeeds, then starts a new generation on it.
+//
+// A store that fails again soon after it was reopened (a disk still
+// nearly full takes a few commits, then fails) does not start the backoff
+// over: the loop waits as long as the last wait, doubled up to
+// ReopenMaxBackoff, before it reopens, so a fault that outlives its
+// reopens costs one cycle per ReopenMaxBackoff, not a busy loop of
+// reopens and log lines. A generation that ran for stableAfter without
+// failing resets the backoff.
+func (s *Service) recoverLoop() {
+	var (
+		recoveredAt time.Time     // when the last reopen succeeded
+		wait        time.Duration // the last wait before a reopen
+	)
+	stableAfter := 10 * s.cfg.ReopenMaxBackoff
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.kick:
+		}
+		g := s.gen.Load()
+		d := s.down.Load()
+		if d == nil || d.suspended || (!g.failed.Load() && !g.retired.Load()) {
+			continue
+		}
+		s.retire(g)
+		if s.cfg.Reopen == nil {
+			s.log.Error("store closed and Config.Reopen is not set: the service stays unavailable until it is restarted")
+			continue
+		}
+		first := time.Duration(0)
+		if g.failed.Load() && !recoveredAt.IsZero() && time.Since(recoveredAt) < stableAfter {
+			wait = min(max(2*wait, s.cfg.ReopenBackoff), s.cfg.ReopenMaxBackoff)
+			first = wait
+			s.log.Warn("storage failed again soon after it recovered; waiting before reopening",
+				"up_for", time.Since(recoveredAt).Round(time.Millisecond), "wait", first)
+		} else {
+			wait = 0
+		}
+		last, ok := s.reopen(first)
+		if !ok {
+			return
+		}
+		recoveredAt, wait = time.Now(), max(wait, last)
+	}
+}
+
+// retire stops a generation and closes its store. Deliveries in flight
+// are not lost: they are delivered again from the reopened store.
+func (s *Service) retire(g *generation) {
+	// NB: down was set before, so Schedule calls that take workMu from now
+	// on do not hand the writer anything; taking it once waits for those
+	// that got in before.
+	s.workMu.Lock()
+	s.workMu.Unlock()
+	g.retired.Store(true)
+	g.stopWork()
+	if err := g.closeStore(); err != nil {
+		s.log.Warn("closing the store", "err", err)
+	}
+}
+
+// reopen waits first, then opens the store again until it works, the
+// Service is suspended or it stops, and swaps in a new generation. It
+// returns the last wait between attempts (0 if the first worked) and false
+// if the Service stopped first.
+func (s *Service) reopen(first time.Duration) (time.Duration, bool) {
+	wait, last := s.cfg.ReopenBackoff, first
+	timer := time.NewTimer(first)
+	defer timer.Stop()
+	select {
+	case <-s.done:
+		return 0, false
+	case <-timer.C:
+	}
+	for attempt := 1; ; attempt++ {
+		if d := s.down.Load(); d != nil && d.suspended {
+			return last, true
+		}
+		st, err := s.cfg.Reopen()
+		var g *generation
+		if err == nil {
+			g, err = s.startGeneration(st, true)
+		}
+		if err == nil && s.swap(g) {
+			s.log.Info("storage recovered: the store is open again", "attempts", attempt)
+			return last, true
+		}
+		if d := s.down.Load(); err == nil && d != nil && d.suspended {
+			g.stopWork()
+			if err := g.closeStore(); err != nil {
+				s.log.Warn("closing the store", "err", err)
+			}
+			return last, true
+		}
+		if err == nil {
+			// It failed after the probe, before it took over.
+			g.stopWork()
+			err = errors.Join(errors.New("core: reopened store failed at once"), g.closeStore())
+		}
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.ReopenFailed()
+		}
+		s.log.Warn("reopening the store failed; retrying", "err", err, "attempt", attempt, "retry_in", wait)
+		timer.Reset(wait)
+		select {
+		case <-s.done:
+			return 0, false
+		case <-timer.C:
+		}
+		last = wait
+		wait = min(2*wait, s.cfg.ReopenMaxBackoff)
+	}
+}

@@ -1,0 +1,401 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/keys"
+)
+
+// Service runs the life of the service on one store at a time: see the
+// package doc. It is safe for concurrent use.
+//
+// # Storage faults
+//
+// When a write to disk fails (delaystore.ErrFailed: a failed WAL write or
+// fsync, a full disk), the Service recovers by itself: Schedule, Ack and
+// the reads return a 503 "storage failing: <cause>; recovering" at once,
+// Ready reports unavailable, and delivery stops. The recovery loop closes
+// the failed store and opens it again through Config.Reopen, with backoff,
+// until that works, then starts a new generation on it. Deliveries that
+// were in flight are delivered again (at least once).
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	// gen is the current generation: the store and what runs on it. It is
+	// replaced whole by recovery and Resume; see generation. Never nil
+	// after Open.
+	gen atomic.Pointer[generation]
+	// down is non-nil while the Service takes no work: the store failed,
+	// or Suspend was called.
+	down atomic.Pointer[downState]
+	// stateMu orders setting down against swapping in a generation, so a
+	// new generation that fails at once keeps the Service recovering, and
+	// one that comes up after Suspend is dropped.
+	stateMu sync.Mutex
+	// kept holds the counters of dispatchers of retired generations, so
+	// Stats counts from the start of the process. keptMu also orders
+	// swapping gen against reading it with kept. Lock order: stateMu, then
+	// keptMu.
+	keptMu sync.Mutex
+	kept   dispatch.Stats
+
+	// workMu orders handing work to a generation against retiring it:
+	// Schedule holds it shared, Stop takes it to set stopping, and retire
+	// takes it to wait for calls that got in before the fault.
+	workMu   sync.RWMutex
+	stopping bool
+
+	stopOnce  sync.Once
+	closeOnce sync.Once
+	closeErr  error
+
+	// kick wakes the recovery loop; cap 1: one pending wake-up is enough.
+	kick chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// downState is why the Service takes no work.
+type downState struct {
+	cause error
+	// suspended is set by Suspend, and cleared only by Resume; otherwise
+	// the store failed.
+	suspended bool
+}
+
+// Open validates cfg, opens the repository over cfg.Store and starts the
+// first generation and the recovery loop. On error everything started is
+// stopped and the store is closed.
+func Open(cfg Config) (*Service, error) {
+	err := cfg.Validate()
+	if cfg.Store == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
+	}
+	if cfg.Publisher == nil {
+		err = errors.Join(err, fmt.Errorf("%w: Publisher is required", ErrInvalidConfig))
+	}
+	if err != nil {
+		if cfg.Store != nil {
+			err = errors.Join(err, cfg.Store.Close())
+		}
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	g, err := s.startGeneration(cfg.Store, false)
+	if err != nil {
+		return nil, err
+	}
+	s.gen.Store(g)
+	s.goFunc(s.recoverLoop)
+	return s, nil
+}
+
+// goFunc runs f in a goroutine that Stop waits for.
+func (s *Service) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Config returns the configuration in use, with the defaults filled in.
+// Its slices must not be modified.
+func (s *Service) Config() Config { return s.cfg }
+
+// Ready reports whether the Service can take and deliver messages: it is
+// not stopping, its store has not failed, it is not suspended, and its
+// dispatcher is delivering (see dispatch.Dispatcher.Health). The error,
+// wrapping wire.ErrUnavailable, says which.
+func (s *Service) Ready() error {
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	if err := s.gen.Load().disp.Health(); err != nil {
+		return unavailable("%v", err)
+	}
+	return nil
+}
+
+// Down returns why the Service takes no work (the store's fault, or the
+// reason given to Suspend), or nil while it does.
+func (s *Service) Down() error {
+	if d := s.down.Load(); d != nil {
+		return d.cause
+	}
+	return nil
+}
+
+// unavailable is the 503 for a call the Service cannot take now, or nil.
+func (s *Service) unavailable() error {
+	s.workMu.RLock()
+	stopping := s.stopping
+	s.workMu.RUnlock()
+	if stopping {
+		return unavailable("shutting down")
+	}
+	return s.downErr()
+}
+
+// downErr is the 503 while the Service is down, or nil.
+func (s *Service) downErr() error {
+	d := s.down.Load()
+	switch {
+	case d == nil:
+		return nil
+	case d.suspended:
+		return unavailable("suspended: %v", d.cause)
+	case s.cfg.Reopen != nil:
+		return unavailable("storage failing: %v; recovering", d.cause)
+	default:
+		return unavailable("storage failing: %v; no way to reopen the store: restart the service", d.cause)
+	}
+}
+
+// Repository is the event repository of the current generation. After a
+// storage fault it is replaced by one on the reopened store.
+func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo }
+
+// Dispatcher is the dispatcher of the current generation; see Stats for
+// counters that survive a new generation.
+func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
+
+// Stats returns the dispatch counters since Open, across generations, and
+// the deliveries in flight now.
+func (s *Service) Stats() dispatch.Stats {
+	s.keptMu.Lock()
+	d, k := s.gen.Load().disp, s.kept
+	s.keptMu.Unlock()
+	st := d.Stats()
+	addStats(&st, k)
+	return st
+}
+
+// addStats adds the counters of b to a; the gauges (InFlight, Topics) are
+// a's.
+func addStats(a *dispatch.Stats, b dispatch.Stats) {
+	a.Delivered += b.Delivered
+	a.Redelivered += b.Redelivered
+	a.Acked += b.Acked
+	a.Nacked += b.Nacked
+	a.Progress += b.Progress
+	a.Termed += b.Termed
+	a.DeadLettered += b.DeadLettered
+	a.Expired += b.Expired
+	a.Canceled += b.Canceled
+	a.NoResponders += b.NoResponders
+	a.Undeliverable += b.Undeliverable
+	a.Evicted += b.Evicted
+}
+
+// Schedule hands msg to the group commit and returns at once; done is told
+// the outcome once the batch is committed. It blocks only while the bytes
+// waiting to be committed are at their bound. When the Service cannot take
+// it (stopping, down) it returns a 503 error and done is not called. The
+// Service owns msg from then on.
+func (s *Service) Schedule(msg *delaystore.StoredMessage, done ScheduleFunc) error {
+	s.workMu.RLock()
+	defer s.workMu.RUnlock()
+	if s.stopping {
+		return unavailable("shutting down")
+	}
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	s.gen.Load().w.submit(scheduleRequest{msg: msg, done: done})
+	return nil
+}
+
+// Ack applies a consumer's answer to the delivery k. It returns a 503 at
+// once if the answer cannot be stored now (the message is delivered again
+// once the store is back), else done, if not nil, is told the outcome: nil
+// also for an answer that came too late to matter (a duplicate, or for a
+// message no longer in flight), else an error wrapping wire.ErrUnavailable.
+func (s *Service) Ack(k keys.Key, a dispatch.Ack, done func(error)) error {
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	s.gen.Load().disp.Ack(k, a, func(err error) {
+		if done == nil {
+			return
+		}
+		if err != nil && !errors.Is(err, dispatch.ErrUnknownTag) && !errors.Is(err, dispatch.ErrNotInFlight) {
+			done(unavailable("ack not applied: %v", err))
+			return
+		}
+		done(nil)
+	})
+	return nil
+}
+
+// NoResponders tells the dispatcher that the delivery k reached no
+// subscriber; see dispatch.Dispatcher.NoResponders.
+func (s *Service) NoResponders(k keys.Key) bool { return s.gen.Load().disp.NoResponders(k) }
+
+// Cancel deletes a pending message so it is never delivered. It returns a
+// 404 error if there is none under k.
+func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	ok, err := s.gen.Load().disp.Cancel(ctx, k)
+	if err != nil {
+		return unavailable("canceling %s: %v", k, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
+	}
+	return nil
+}
+
+// Lookup finds the key of the pending message of subject with the client
+// id, or returns a 404 error.
+func (s *Service) Lookup(subject, id string) (keys.Key, error) {
+	if err := s.downErr(); err != nil {
+		return keys.Key{}, err
+	}
+	k, err := s.gen.Load().repo.Lookup(subject, id)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", wire.ErrNotFound, keys.Clip(subject), keys.Clip(id))
+	}
+	if err != nil {
+		return k, unavailable("looking up %q: %v", keys.Clip(id), err)
+	}
+	return k, nil
+}
+
+// Get returns the pending message k, with the attempt of a delivery in
+// flight, or a 404 error. The message is the caller's.
+func (s *Service) Get(k keys.Key) (*delaystore.StoredMessage, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	g := s.gen.Load()
+	m, err := g.repo.Get(k)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
+	}
+	if err != nil {
+		return nil, unavailable("reading %s: %v", k, err)
+	}
+	m.Attempt = max(m.Attempt, g.disp.Attempt(k))
+	return m, nil
+}
+
+// List calls yield for the pending messages of subject in key order, from
+// the key from on (nil: the first), until yield returns false. Each
+// message has the attempt of a delivery in flight and is the caller's.
+func (s *Service) List(subject string, from []byte, yield func(keys.Key, *delaystore.StoredMessage) bool) error {
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	g := s.gen.Load()
+	err := g.repo.ScanTopic(keys.TopicHash(subject), from, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
+		if m.Subject != subject {
+			return true // another subject with the same hash
+		}
+		m.Attempt = max(m.Attempt, g.disp.Attempt(k))
+		return yield(k, m)
+	})
+	if err != nil {
+		return unavailable("listing %q: %v", keys.Clip(subject), err)
+	}
+	return nil
+}
+
+// Topics lists the subjects with pending messages, sorted by subject.
+func (s *Service) Topics() ([]delaystore.Topic, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	return s.gen.Load().repo.Topics(), nil
+}
+
+// DueNow counts the pending messages of subject that are due now, exact to
+// the time bucket, by key alone. NB: subjects whose topic hashes collide
+// share a key range, and each is given the due count of both.
+func (s *Service) DueNow(subject string) (uint64, error) {
+	if err := s.downErr(); err != nil {
+		return 0, err
+	}
+	n, err := s.gen.Load().repo.CountDue(keys.TopicHash(subject), s.cfg.Now().UnixMilli())
+	if err != nil {
+		return 0, unavailable("counting due messages of %q: %v", keys.Clip(subject), err)
+	}
+	return n[0], nil
+}
+
+// Counts counts pending messages: the totals from the subject registry, and
+// those due now and within the next minute, hour and day by reading keys
+// only, one range per subject.
+func (s *Service) Counts() (wire.Counts, error) {
+	if err := s.downErr(); err != nil {
+		return wire.Counts{}, err
+	}
+	g := s.gen.Load()
+	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
+	topics := g.repo.Topics()
+	c.Subjects = len(topics)
+	now := s.cfg.Now()
+	seen := make(map[uint64]bool, len(topics))
+	for _, t := range topics {
+		if seen[t.Hash] {
+			continue // subjects sharing a hash share a range
+		}
+		seen[t.Hash] = true
+		n, err := g.repo.CountDue(t.Hash, now.UnixMilli(), now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24*time.Hour).UnixMilli())
+		if err != nil {
+			return c, unavailable("counting messages: %v", err)
+		}
+		c.DueNow += n[0]
+		c.NextMinute += n[1] - n[0]
+		c.NextHour += n[2] - n[0]
+		c.NextDay += n[3] - n[0]
+	}
+	return c, nil
+}
+
+// Stop turns new work away, stops the recovery loop, and stops the
+// current generation's work: the writer commits and answers what it took,
+// then the janitor stops, then the dispatcher (its publishes finish and
+// pending deletes are flushed). The store stays open until Close. Safe to
+// call twice.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() {
+		s.workMu.Lock()
+		s.stopping = true
+		s.workMu.Unlock()
+		// NB: recovery stops first, so the generation below is the last.
+		close(s.done)
+		s.wg.Wait()
+		s.gen.Load().stopWork()
+	})
+}
+
+// Close stops the Service (see Stop) and closes the store. It is safe to
+// call twice; the second call returns the result of the first.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.Stop()
+		s.closeErr = s.gen.Load().closeStore()
+	})
+	return s.closeErr
+}
+
+// committed is the writer's hook.
+func (s *Service) committed(batch int, took time.Duration, err error) {
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Committed(batch, took, err)
+	}
+}
