@@ -42,14 +42,11 @@ func DefaultRepositoryConfig() RepositoryConfig {
 func (c RepositoryConfig) Validate() error {
 	var errs []error
 	if c.TimeBucket < 0 {
-		errs = append(errs, fmt.Errorf("TimeBucket (%v) must be >= 0", c.TimeBucket))
+		errs = append(errs, fmt.Errorf("%w: TimeBucket (%v) must be >= 0", ErrInvalidConfig, c.TimeBucket))
 	} else if c.TimeBucket%time.Millisecond != 0 {
-		errs = append(errs, fmt.Errorf("TimeBucket (%v) must be a whole number of milliseconds", c.TimeBucket))
+		errs = append(errs, fmt.Errorf("%w: TimeBucket (%v) must be a whole number of milliseconds", ErrInvalidConfig, c.TimeBucket))
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return errors.Join(errs...)
 }
 
 // Scheduled is what Schedule did with one message.

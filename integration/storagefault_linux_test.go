@@ -471,7 +471,7 @@ func TestStorageFault_FullDisk_RecoversWhenSpaceReturns(t *testing.T) {
 			dir := mountTmpfs(t, 16<<20)
 			log := testLogger(t)
 			open := func() (delaystore.Store, error) {
-				return storeengine.Open(storeengine.Config{Engine: name, Dir: dir, PebbleDiskFullReserve: 1 << 20, BoltMinFree: 1 << 20, Logger: log})
+				return storeengine.Open(storeengine.Config{Engine: name, Dir: dir, Pebble: pebblestore.Config{DiskFullReserve: 1 << 20}, Bolt: boltstore.Config{MinFree: 1 << 20}, Logger: log})
 			}
 			runFullDisk(t, dir, open)
 		})

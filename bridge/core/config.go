@@ -99,7 +99,7 @@ func (c Config) Validate() error {
 	}
 	for _, err := range []error{c.Config.Validate(), c.RepositoryConfig.Validate(), c.Expiry.Validate()} {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+			errs = append(errs, invalidConfig{err})
 		}
 	}
 	if c.MaxBatch < 0 {
@@ -152,3 +152,10 @@ func (c Config) withDefaults() Config {
 	c.Expiry.Now, c.Expiry.Logger = c.Now, c.Logger
 	return c
 }
+
+// invalidConfig marks a nested config's validation error as
+// ErrInvalidConfig too, without adding to its text.
+type invalidConfig struct{ error }
+
+func (e invalidConfig) Unwrap() error        { return e.error }
+func (e invalidConfig) Is(target error) bool { return target == ErrInvalidConfig }

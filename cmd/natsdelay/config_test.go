@@ -164,9 +164,9 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "bad duration", args: []string{"--ack-wait", "30x"}, want: []string{"--ack-wait", `"30x"`, "Go duration such as"}},
 		{name: "bare number duration", args: []string{"--expiry-interval", "5"}, want: []string{"--expiry-interval", `"5"`, "Go duration"}},
 		{name: "bad backoff list", args: []string{"--backoff", "1s,soon"}, want: []string{"--backoff", `"soon"`, "Go duration"}},
-		{name: "negative backoff", args: []string{"--backoff=1s,-2s"}, want: []string{"--backoff 1s,-2s", "entry 2", ">= 0"}},
-		{name: "negative max payload", args: []string{"--max-payload=-1"}, want: []string{"--max-payload -1", "bytes"}},
-		{name: "zero ack wait", args: []string{"--ack-wait", "0s"}, want: []string{"--ack-wait 0s", "> 0"}},
+		{name: "negative backoff", args: []string{"--backoff=1s,-2s"}, want: []string{"--backoff 1s,-2s", "Backoff[1] (-2s)", ">= 0"}},
+		{name: "negative max payload", args: []string{"--max-payload=-1"}, want: []string{"--max-payload -1", "must be > 0"}},
+		{name: "zero ack wait", args: []string{"--ack-wait", "0s"}, want: []string{"--ack-wait 0s", "other than 0"}},
 		{name: "time bucket not whole ms", args: []string{"--time-bucket", "1500us"}, want: []string{"--time-bucket 1.5ms", "whole number of milliseconds"}},
 		{name: "max deliver too big", args: []string{"--max-deliver", "4294967296"}, want: []string{"--max-deliver 4294967296", "4294967295"}},
 		{name: "wildcard prefix", args: []string{"--ingest-prefix", "delay.*"}, want: []string{"--ingest-prefix", `"delay.*"`, "wildcards"}},
@@ -194,7 +194,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "pub bad header", args: []string{"pub", "a.b", "-H", "novalue"}, want: []string{"--header", `"novalue"`, "K:V"}},
 		{name: "pub bad ack", args: []string{"pub", "a.b", "--ack", "sometimes"}, want: []string{"--ack", `"sometimes"`}},
 		{name: "sub negative count", args: []string{"sub", "a.b", "--count=-1"}, want: []string{"--count -1"}},
-		{name: "negative duration", args: []string{"--ack-wait", "-1s"}, want: []string{"--ack-wait -1s", "want a duration > 0"}},
+		{name: "negative duration", args: []string{"--ack-wait", "-1s"}, want: []string{"--ack-wait -1s", "must be > 0"}},
 		{name: "negative duration list", args: []string{"--backoff", "-1s"}, want: []string{"--backoff -1s", ">= 0"}},
 		{name: "pub empty subject", args: []string{"pub", "", "x"}, want: []string{"subject is empty", "orders.reminder"}},
 		{name: "pub wildcard subject", args: []string{"pub", "a.*", "x"}, want: []string{`subject "a.*" has a wildcard`}},
@@ -207,6 +207,8 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "cancel nothing", args: []string{"cancel"}, want: []string{"cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"}},
 		{name: "get nothing", args: []string{"get"}, want: []string{"get: which message? natsdelay get TAG"}},
 		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
+		{name: "every setting problem at once", args: []string{"--backoff=-1s", "--time-bucket=1500us", "--expiry-interval=-1s", "--max-in-flight=-1", "--dead-letter=a.*", "--http", busy.Addr().String()},
+			want: []string{"--backoff -1s", "--time-bucket 1.5ms", "--expiry-interval -1s", "--max-in-flight -1", `--dead-letter "a.*"`, "--http " + busy.Addr().String(), "already in use"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,8 +50,23 @@ func checkHTTP(p *problems, addr string) {
 		p.add("--http %q: want host:port, such as %s, or \"\" to turn it off: %v", addr, defaultHTTP, err)
 		return
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
 		p.add("--http %q: port %q: want a number from 0 (any free port) to 65535", addr, port)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	// NB: the port may be taken between this check and the listen;
+	// startHTTP reports that case the same way.
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		p.add("--http %s: the port is already in use: choose another with --http HOST:PORT, or turn the listener off with --http \"\"", addr)
+		return
+	}
+	if err == nil {
+		_ = ln.Close()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,20 +36,20 @@ type serveCmd struct {
 	NATSListen string `name:"nats-listen" help:"Address of the embedded nats-server, when there is no --nats; port 0 picks a free one. Default ${listen}." placeholder:"HOST:PORT"`
 
 	DataDir        string          `help:"Directory of the message store (not used by the memory engine)." default:"${data_dir}"`
-	Engine         string          `help:"Storage engine: ${enum}. memory keeps nothing across restarts." enum:"pebble,bolt,memory" default:"pebble"`
-	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s"`
-	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s"`
-	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0"`
-	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION"`
-	DeadLetter     string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT"`
-	DeadLetterExp  bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)."`
-	IngestPrefix   string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}"`
-	AckPrefix      string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}"`
-	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}"`
-	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0"`
-	MaxControlLine int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096"`
-	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s"`
-	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0"`
+	Engine         string          `help:"Storage engine: ${enum}. memory keeps nothing across restarts." enum:"pebble,bolt,memory" default:"pebble" config:"Engine"`
+	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s" config:"TimeBucket"`
+	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s" config:"AckWait"`
+	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0" config:"MaxDeliver"`
+	Backoff        []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION" config:"Backoff"`
+	DeadLetter     string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT" config:"DeadLetterSubject"`
+	DeadLetterExp  bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)." config:"DeadLetterExpired"`
+	IngestPrefix   string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}" config:"IngestPrefix"`
+	AckPrefix      string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}" config:"AckPrefix"`
+	APIPrefix      string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}" config:"APIPrefix"`
+	MaxPayload     int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0" config:"MaxPayload"`
+	MaxControlLine int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096" config:"MaxControlLine"`
+	ExpiryInterval time.Duration   `help:"How often expired messages are removed." default:"1s" config:"Expiry.Interval"`
+	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"MaxInFlight"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf          bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
 }
@@ -89,62 +88,23 @@ func (c *serveCmd) check() error {
 	if c.PProf && c.HTTP == "" {
 		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
 	}
-	if c.TimeBucket < 0 || c.TimeBucket%time.Millisecond != 0 {
-		p.add("--time-bucket %v: want a whole number of milliseconds >= 0, such as 0, 10ms or 1s", c.TimeBucket)
-	}
-	if c.AckWait <= 0 {
-		p.add("--ack-wait %v: want a duration > 0, such as 30s", c.AckWait)
-	}
-	if c.MaxDeliver < 0 || c.MaxDeliver > math.MaxUint32 {
-		p.add("--max-deliver %d: want 0 (unlimited) or a count up to %d", c.MaxDeliver, uint32(math.MaxUint32))
-	}
-	for i, b := range c.Backoff {
-		if b < 0 {
-			p.add("--backoff %s: entry %d (%v) is negative: want durations >= 0", joinDurations(c.Backoff), i+1, b)
-		}
-	}
-	if c.MaxPayload < 0 {
-		p.add("--max-payload %d: want a size in bytes > 0, or 0 for the server's max_payload", c.MaxPayload)
-	}
-	if c.MaxControlLine < 0 {
-		p.add("--max-control-line %d: want the server's max_control_line in bytes, default 4096", c.MaxControlLine)
-	}
-	if c.MaxInFlight < 0 {
-		p.add("--max-in-flight %d: want 0 (the default) or a positive number", c.MaxInFlight)
-	}
-	if c.ExpiryInterval <= 0 {
-		p.add("--expiry-interval %v: want a duration > 0, such as 1s", c.ExpiryInterval)
-	}
-	// The subject rules live in bridge: ask it about one flag at a time, so
-	// each complaint is tied to its flag.
-	for _, f := range []struct {
-		name, v, example string
-		set              func(*bridge.Config, string)
-	}{
-		{"--ingest-prefix", c.IngestPrefix, wire.DefaultIngestPrefix, func(b *bridge.Config, v string) { b.IngestPrefix = v }},
-		{"--ack-prefix", c.AckPrefix, wire.DefaultAckPrefix, func(b *bridge.Config, v string) { b.AckPrefix = v }},
-		{"--api-prefix", c.APIPrefix, wire.DefaultAPIPrefix, func(b *bridge.Config, v string) { b.APIPrefix = v }},
-		{"--dead-letter", c.DeadLetter, "", func(b *bridge.Config, v string) { b.DeadLetterSubject = v }},
+	// The prefixes have no default in bridge.Config to fall back on here:
+	// an empty one is a mistake on the command line.
+	for _, f := range []struct{ name, v, example string }{
+		{"--ingest-prefix", c.IngestPrefix, wire.DefaultIngestPrefix},
+		{"--ack-prefix", c.AckPrefix, wire.DefaultAckPrefix},
+		{"--api-prefix", c.APIPrefix, wire.DefaultAPIPrefix},
 	} {
 		if f.v == "" {
-			if f.example != "" {
-				p.add("%s \"\": want a subject prefix such as %s", f.name, f.example)
-			}
-			continue
-		}
-		var b bridge.Config
-		f.set(&b, f.v)
-		if err := b.Validate(); err != nil {
-			p.add("%s %q: %w", f.name, f.v, err)
+			p.add("%s \"\": want a subject prefix such as %s", f.name, f.example)
 		}
 	}
-	if err := p.err(); err != nil {
-		return err
-	}
-	// Whatever else bridge checks, with every setting in place.
+	// Every other rule lives with the setting, in the config that owns it;
+	// its complaints are reported under the flags that set them.
 	var b bridge.Config
-	c.apply(&b)
-	return b.Validate()
+	p = append(p, c.applySettings(&b)...)
+	p = append(p, c.settingProblems(b)...)
+	return p.err()
 }
 
 // joinDurations writes ds as the flag takes them: 1s,5s,30s.
@@ -156,23 +116,9 @@ func joinDurations(ds []time.Duration) string {
 	return strings.Join(parts, ",")
 }
 
-// apply copies the service settings into b.
-func (c *serveCmd) apply(b *bridge.Config) {
-	b.Engine = c.Engine
-	b.IngestPrefix = c.IngestPrefix
-	b.AckPrefix = c.AckPrefix
-	b.APIPrefix = c.APIPrefix
-	b.MaxPayload = c.MaxPayload
-	b.MaxControlLine = c.MaxControlLine
-	b.TimeBucket = c.TimeBucket
-	b.AckWait = c.AckWait
-	b.MaxDeliver = uint32(c.MaxDeliver)
-	b.Backoff = c.Backoff
-	b.DeadLetterSubject = c.DeadLetter
-	b.DeadLetterExpired = c.DeadLetterExp
-	b.Expiry.Interval = c.ExpiryInterval
-	b.MaxInFlight = c.MaxInFlight
-}
+// apply copies the service settings into b; check has reported any that
+// do not fit.
+func (c *serveCmd) apply(b *bridge.Config) { _ = c.applySettings(b) }
 
 // Run starts the service and stops it on SIGINT or SIGTERM: first the
 // service (it answers what it accepted and closes the store), then the

@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,7 +22,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
@@ -62,97 +62,68 @@ type Config struct {
 	// private to the user the service runs as.
 	Dir string
 
-	// PebbleBlockCacheSize is Pebble's block cache in bytes. Default
-	// pebblestore.DefaultBlockCacheSize (16 MiB).
-	PebbleBlockCacheSize int64
-	// PebbleMemTableSize is Pebble's memtable size in bytes, below 4 GiB.
-	// Default pebblestore.DefaultMemTableSize (32 MiB).
-	PebbleMemTableSize int64
-	// PebbleDisableWAL turns Pebble's WAL off, so that only Flush and Close
-	// make writes durable; see pebblestore.Config.DisableWAL.
-	PebbleDisableWAL bool
-	// PebbleDiskFullReserve is the file Pebble's store keeps to survive a
-	// full disk, in bytes. Default pebblestore.DefaultDiskFullReserve
-	// (8 MiB); see pebblestore.Config.DiskFullReserve.
-	PebbleDiskFullReserve int64
-
-	// BoltTimeout bounds the wait for bbolt's file lock. Default
-	// boltstore.DefaultTimeout (1s).
-	BoltTimeout time.Duration
-	// BoltInitialMmapSize is bbolt's first memory map in bytes. Default
-	// boltstore.DefaultInitialMmapSize (1 GiB).
-	BoltInitialMmapSize int64
-	// BoltNoFreelistSync skips syncing bbolt's free list on commit; see
-	// boltstore.Config.NoFreelistSync.
-	BoltNoFreelistSync bool
-	// BoltMinFree is the free space bbolt's store wants on its disk at
-	// Open. Default boltstore.DefaultMinFree (16 MiB); see
-	// boltstore.Config.MinFree.
-	BoltMinFree int64
-
+	// Pebble tunes the Pebble engine (Pebble and Memory): see
+	// pebblestore.Config. Its Dir and InMemory are set by Open from Dir and
+	// Engine, and a nil Logger is Logger.
+	Pebble pebblestore.Config
+	// Bolt tunes the bbolt engine: see boltstore.Config. Its Path is set by
+	// Open from Dir, and a nil Logger is Logger.
+	Bolt boltstore.Config
 	// Logger receives the engine's logs. Nil discards them.
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults that Open uses for zero fields. Dir is
-// left empty: it has no sensible default.
+// DefaultConfig returns the defaults that Open uses for zero fields,
+// the engines' included. Dir is left empty: it has no sensible default.
 func DefaultConfig() Config {
-	p, b := pebblestore.DefaultConfig(), boltstore.DefaultConfig()
-	return Config{
-		Engine:                Pebble,
-		PebbleBlockCacheSize:  p.BlockCacheSize,
-		PebbleMemTableSize:    p.MemTableSize,
-		PebbleDiskFullReserve: p.DiskFullReserve,
-		BoltTimeout:           b.Timeout,
-		BoltInitialMmapSize:   b.InitialMmapSize,
-		BoltMinFree:           b.MinFree,
-	}
+	return Config{Engine: Pebble, Pebble: pebblestore.DefaultConfig(), Bolt: boltstore.DefaultConfig()}
 }
 
 // Validate reports every invalid field at once, in an error that wraps
-// delaystore.ErrInvalidConfig. It checks the tuning fields of the chosen
-// engine only.
+// delaystore.ErrInvalidConfig. Of the engines' configs it checks the
+// chosen engine's only, through that engine's own Validate.
 func (c Config) Validate() error {
-	var problems []string
-	bad := func(format string, args ...any) {
-		problems = append(problems, fmt.Sprintf(format, args...))
-	}
+	var errs []error
 	name := c.engine()
 	switch name {
 	case Pebble, Bolt:
 		if c.Dir == "" {
-			bad(`Dir ("") must name a data directory for engine %q`, name)
+			errs = append(errs, fmt.Errorf(`engine: %w: Dir ("") must name a data directory for engine %q`, delaystore.ErrInvalidConfig, name))
 		}
 	case Memory:
 	default:
-		bad("Engine (%q) must be one of %s", c.Engine, strings.Join(Names(), ", "))
+		errs = append(errs, fmt.Errorf("engine: %w: Engine (%q) must be one of %s", delaystore.ErrInvalidConfig, c.Engine, strings.Join(Names(), ", ")))
 	}
-	if name == Pebble {
-		if c.PebbleBlockCacheSize < 0 {
-			bad("PebbleBlockCacheSize (%d) must be >= 0", c.PebbleBlockCacheSize)
-		}
-		if c.PebbleMemTableSize < 0 || c.PebbleMemTableSize >= 4<<30 {
-			bad("PebbleMemTableSize (%d) must be >= 0 and < 4 GiB", c.PebbleMemTableSize)
-		}
-		if c.PebbleDiskFullReserve < 0 {
-			bad("PebbleDiskFullReserve (%d) must be >= 0", c.PebbleDiskFullReserve)
-		}
+	// NB: a missing Dir is reported once, above, not again as the
+	// engine's path.
+	dir := cmp.Or(c.Dir, ".")
+	switch name {
+	case Pebble, Memory:
+		errs = append(errs, c.pebble(name, dir).Validate())
+	case Bolt:
+		errs = append(errs, c.bolt(dir).Validate())
 	}
-	if name == Bolt {
-		if c.BoltTimeout < 0 {
-			bad("BoltTimeout (%s) must be >= 0", c.BoltTimeout)
-		}
-		if c.BoltInitialMmapSize < 0 {
-			bad("BoltInitialMmapSize (%d) must be >= 0", c.BoltInitialMmapSize)
-		}
-		if c.BoltMinFree < -1 {
-			bad("BoltMinFree (%d) must be >= 0, or -1 to skip the check", c.BoltMinFree)
-		}
+	return errors.Join(errs...)
+}
+
+// pebble is the Pebble engine's config for engine name in dir.
+func (c Config) pebble(name, dir string) pebblestore.Config {
+	pc := c.Pebble
+	pc.Logger = cmp.Or(pc.Logger, c.Logger)
+	if name == Memory {
+		pc.InMemory, pc.Dir = true, ""
+	} else {
+		pc.InMemory, pc.Dir = false, filepath.Join(dir, PebbleDir)
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	return fmt.Errorf("engine: %w: %s", delaystore.ErrInvalidConfig, strings.Join(problems, "; "))
+	return pc
+}
+
+// bolt is the bbolt engine's config in dir.
+func (c Config) bolt(dir string) boltstore.Config {
+	bc := c.Bolt
+	bc.Logger = cmp.Or(bc.Logger, c.Logger)
+	bc.Path = filepath.Join(dir, BoltFile)
+	return bc
 }
 
 // engine is the chosen engine's name, with the default applied.
@@ -179,19 +150,7 @@ func Open(cfg Config) (delaystore.Store, error) {
 	}
 	switch name {
 	case Pebble, Memory:
-		pc := pebblestore.Config{
-			BlockCacheSize:  cfg.PebbleBlockCacheSize,
-			MemTableSize:    cfg.PebbleMemTableSize,
-			DisableWAL:      cfg.PebbleDisableWAL,
-			DiskFullReserve: cfg.PebbleDiskFullReserve,
-			Logger:          cfg.Logger,
-		}
-		if name == Memory {
-			pc.InMemory = true
-		} else {
-			pc.Dir = filepath.Join(cfg.Dir, PebbleDir)
-		}
-		s, err := pebblestore.Open(pc)
+		s, err := pebblestore.Open(cfg.pebble(name, cfg.Dir))
 		if err != nil {
 			return nil, fmt.Errorf("engine: %s: %w", name, err)
 		}
@@ -201,14 +160,7 @@ func Open(cfg Config) (delaystore.Store, error) {
 		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("engine: bolt: %w", err)
 		}
-		s, err := boltstore.Open(boltstore.Config{
-			Path:            filepath.Join(cfg.Dir, BoltFile),
-			Timeout:         cfg.BoltTimeout,
-			InitialMmapSize: cfg.BoltInitialMmapSize,
-			NoFreelistSync:  cfg.BoltNoFreelistSync,
-			MinFree:         cfg.BoltMinFree,
-			Logger:          cfg.Logger,
-		})
+		s, err := boltstore.Open(cfg.bolt(cfg.Dir))
 		if err != nil {
 			return nil, fmt.Errorf("engine: bolt: %w", err)
 		}

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/boltstore"
 	"natsdelay/delaystore/engine"
+	"natsdelay/delaystore/pebblestore"
 	"natsdelay/delaystore/storetest"
 )
 
@@ -106,12 +108,12 @@ func TestOpen_InvalidConfig(t *testing.T) {
 		{"pebble without dir", engine.Config{Engine: engine.Pebble}, []string{`Dir ("")`, `"pebble"`}},
 		{"default engine without dir", engine.Config{}, []string{`Dir ("")`, `"pebble"`}},
 		{"bolt without dir", engine.Config{Engine: engine.Bolt}, []string{`Dir ("")`, `"bolt"`}},
-		{"pebble sizes", engine.Config{Dir: "d", PebbleBlockCacheSize: -1, PebbleMemTableSize: 4 << 30},
-			[]string{"PebbleBlockCacheSize (-1)", "PebbleMemTableSize (4294967296)"}},
-		{"bolt tuning", engine.Config{Engine: engine.Bolt, Dir: "d", BoltTimeout: -1, BoltInitialMmapSize: -1},
-			[]string{"BoltTimeout (-1ns)", "BoltInitialMmapSize (-1)"}},
-		{"every bad field at once", engine.Config{Engine: engine.Bolt, BoltTimeout: -1},
-			[]string{`Dir ("")`, "BoltTimeout (-1ns)"}},
+		{"pebble sizes", engine.Config{Dir: "d", Pebble: pebblestore.Config{BlockCacheSize: -1, MemTableSize: 4 << 30}},
+			[]string{"BlockCacheSize (-1)", "MemTableSize (4294967296)"}},
+		{"bolt tuning", engine.Config{Engine: engine.Bolt, Dir: "d", Bolt: boltstore.Config{Timeout: -1, InitialMmapSize: -1}},
+			[]string{"Timeout (-1ns)", "InitialMmapSize (-1)"}},
+		{"every bad field at once", engine.Config{Engine: engine.Bolt, Bolt: boltstore.Config{Timeout: -1}},
+			[]string{`Dir ("")`, "Timeout (-1ns)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -137,8 +139,8 @@ func TestConfig_Validate_ValidConfigs(t *testing.T) {
 	for name, cfg := range map[string]engine.Config{
 		"defaults":                  d,
 		"memory without dir":        {Engine: engine.Memory},
-		"other engine's tuning ok":  {Engine: engine.Memory, BoltTimeout: -1},
-		"bolt ignores pebble sizes": {Engine: engine.Bolt, Dir: "d", PebbleMemTableSize: -1},
+		"other engine's tuning ok":  {Engine: engine.Memory, Bolt: boltstore.Config{Timeout: -1}},
+		"bolt ignores pebble sizes": {Engine: engine.Bolt, Dir: "d", Pebble: pebblestore.Config{MemTableSize: -1}},
 	} {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%s: Validate = %v, want nil", name, err)
