@@ -216,11 +216,7 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 }
 
 func (s *Service) apiList(req micro.Request) (any, error) {
-	var r struct {
-		Subject string `json:"subject"`
-		Limit   *int   `json:"limit"`
-		After   string `json:"after"`
-	}
+	var r wire.ListRequest
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
@@ -230,12 +226,9 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	if err := checkTarget(r.Subject, nil); err != nil {
 		return nil, err
 	}
-	limit := defaultListLimit
-	if r.Limit != nil {
-		if *r.Limit < 1 || *r.Limit > maxListLimit {
-			return nil, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxListLimit)
-		}
-		limit = *r.Limit
+	limit, err := pageLimit(r.Limit)
+	if err != nil {
+		return nil, err
 	}
 	hash := keys.TopicHash(r.Subject)
 	var from []byte
@@ -257,7 +250,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	envelope, _ := json.Marshal(wire.ListReply{Subject: r.Subject, Messages: []wire.MessageInfo{}, Next: keys.Key{}.Tag()})
 	budget := int(s.nc.MaxPayload()) - len(envelope)
 	size := 0
-	err := s.core.Load().List(r.Subject, from, func(k keys.Key, m *delaystore.StoredMessage) bool {
+	err = s.core.Load().List(r.Subject, from, func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if len(out.Messages) == limit {
 			more = true
 			return false
@@ -305,11 +298,7 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 // memory and, for due_now, the keys of due messages only: no message is
 // read or decoded.
 func (s *Service) apiSubjects(req micro.Request) (any, error) {
-	var r struct {
-		Filter string `json:"filter"`
-		Limit  *int   `json:"limit"`
-		After  string `json:"after"`
-	}
+	var r wire.SubjectsRequest
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
@@ -319,12 +308,9 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 	if err := checkFilter(r.Filter); err != nil {
 		return nil, err
 	}
-	limit := defaultListLimit
-	if r.Limit != nil {
-		if *r.Limit < 1 || *r.Limit > maxListLimit {
-			return nil, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxListLimit)
-		}
-		limit = *r.Limit
+	limit, err := pageLimit(r.Limit)
+	if err != nil {
+		return nil, err
 	}
 	c := s.core.Load()
 	topics, err := c.Topics()
@@ -358,6 +344,18 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
 	}
 	return out, nil
+}
+
+// pageLimit is the page size a request asks for: the default when it
+// gives none, else 1 to maxListLimit.
+func pageLimit(limit *int) (int, error) {
+	if limit == nil {
+		return defaultListLimit, nil
+	}
+	if *limit < 1 || *limit > maxListLimit {
+		return 0, badRequest(`"limit" %d: want 1 to %d`, *limit, maxListLimit)
+	}
+	return *limit, nil
 }
 
 // checkFilter accepts a NATS subject filter: non-empty tokens, each a

@@ -419,16 +419,7 @@ func (s *Service) handleAckSubject(m *nats.Msg) {
 	if s.pub.marker(m.Subject) {
 		return // a flush marker: the publisher has seen it
 	}
-	key, err := keys.ParseTag(m.Subject[len(s.cfg.AckPrefix)+1:])
-	if err != nil {
-		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
-		return
-	}
-	if isNoResponders(m) {
-		s.handleNoResponders(m, key)
-		return
-	}
-	s.handleAnswer(m, key)
+	s.handleTag(m, m.Subject[len(s.cfg.AckPrefix)+1:])
 }
 
 // handleAckHeader takes the traffic on <ack prefix> itself: consumers'
@@ -443,7 +434,13 @@ func (s *Service) handleAckHeader(m *nats.Msg) {
 		s.badAnswer(m, reason, badRequest("ack on %s needs a %s header with the delivery tag", s.cfg.AckPrefix, wire.HeaderTag))
 		return
 	}
-	key, err := keys.ParseTag(v)
+	s.handleTag(m, v)
+}
+
+// handleTag hands m, about the delivery tag, to the handler of its kind:
+// a no-responders notice, or a consumer's answer.
+func (s *Service) handleTag(m *nats.Msg, tag string) {
+	key, err := keys.ParseTag(tag)
 	if err != nil {
 		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
 		return
