@@ -381,16 +381,20 @@ func (s *Service) handleIngest(req micro.Request) {
 		s.ingestInvalid(req, err)
 		return
 	}
+	// NB: the answer goes out on the connection, not through req: it is
+	// sent from the group commit's goroutine after the handler returned,
+	// and micro's request records an error answer in a field that its
+	// handler reads once the handler returns.
+	reply := req.Reply()
 	err = s.core.Load().Schedule(msg, func(k keys.Key, err error) {
-		if err != nil {
-			respondError(req, err)
-			return
+		switch {
+		case reply == "":
+		case err != nil:
+			_ = s.nc.PublishMsg(errorMsg(reply, err))
+		default:
+			body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
+			_ = s.nc.Publish(reply, body)
 		}
-		if req.Reply() == "" {
-			return
-		}
-		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
-		_ = req.Respond(body)
 	})
 	if err != nil {
 		s.m.ingest.WithLabelValues("unavailable").Inc()
