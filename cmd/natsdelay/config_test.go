@@ -160,7 +160,8 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		file string // config file content, passed with --config
 		want []string
 	}{
-		{name: "bad engine", args: []string{"--engine", "rocks"}, want: []string{"--engine", `"rocks"`, `"pebble","bolt","memory"`}},
+		{name: "bad engine", args: []string{"--engine", "rocks"}, want: []string{"--engine", `"rocks"`, "pebble, bolt, memory"}},
+		{name: "bad engine with other problems", args: []string{"--engine", "rocks", "--max-payload=-1"}, want: []string{`--engine "rocks"`, "pebble, bolt, memory", "--max-payload -1"}},
 		{name: "bad duration", args: []string{"--ack-wait", "30x"}, want: []string{"--ack-wait", `"30x"`, "Go duration such as"}},
 		{name: "bare number duration", args: []string{"--expiry-interval", "5"}, want: []string{"--expiry-interval", `"5"`, "Go duration"}},
 		{name: "bad backoff list", args: []string{"--backoff", "1s,soon"}, want: []string{"--backoff", `"soon"`, "Go duration"}},

@@ -36,7 +36,7 @@ type serveCmd struct {
 	NATSListen string `name:"nats-listen" help:"Address of the embedded nats-server, when there is no --nats; port 0 picks a free one. Default ${listen}." placeholder:"HOST:PORT"`
 
 	DataDir        string          `help:"Directory of the message store (not used by the memory engine)." default:"${data_dir}"`
-	Engine         string          `help:"Storage engine: ${enum}. memory keeps nothing across restarts." enum:"pebble,bolt,memory" default:"pebble" config:"Engine"`
+	Engine         string          `help:"Storage engine: pebble, bolt or memory. memory keeps nothing across restarts." default:"pebble" config:"Engine"`
 	TimeBucket     time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s" config:"TimeBucket"`
 	AckWait        time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s" config:"AckWait"`
 	MaxDeliver     int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0" config:"MaxDeliver"`
@@ -77,7 +77,13 @@ func (c *serveCmd) check() error {
 	} else if c.NATSListen != "" {
 		p.add("--nats-listen %q: only applies to the embedded nats-server, and --nats %q uses another: give one of them", c.NATSListen, redact(c.NATS))
 	}
-	if c.Engine != "memory" {
+	// NB: the engine names are engine.Config's to judge, so that a bad
+	// one is reported with every other problem.
+	if err := (engine.Config{Engine: c.Engine, Dir: "."}).Validate(); err != nil {
+		for _, e := range leaves(err) {
+			p.add("--engine %q: %s", c.Engine, strings.TrimPrefix(e.Error(), "engine: "+delaystore.ErrInvalidConfig.Error()+": "))
+		}
+	} else if c.Engine != "memory" {
 		if c.DataDir == "" {
 			p.add(`--data-dir "": want a directory for the %s engine`, c.Engine)
 		} else if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
