@@ -134,16 +134,12 @@ func (s *Store) NewBatch() delaystore.Batch {
 // The bounds are copied. The caller must Close it, promptly: see the
 // package doc.
 func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
-	if err := s.enter(); err != nil {
-		return nil, fmt.Errorf("boltstore: new iterator: %w", err)
-	}
-	defer s.exit()
-	it, err := s.newIter(opts)
+	it, err := s.gate.Iter(func() (*iterator, bool, error) {
+		it, err := s.newIter(opts)
+		return it, err == nil && it.tx != nil, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: new iterator: %w", err)
-	}
-	if it.tx != nil {
-		s.gate.Track(it)
 	}
 	return it, nil
 }
@@ -154,17 +150,16 @@ func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error
 // during that call. yield may use the Store, but must not Close it (Close
 // waits for Scan), and should not commit much: see the package doc.
 func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
-	if err := s.enter(); err != nil {
-		return fmt.Errorf("boltstore: scan: %w", err)
-	}
-	defer s.exit()
-	it, err := s.newIter(opts)
+	err := s.gate.Call(func() error {
+		it, err := s.newIter(opts)
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok && yield(it.key, it.value); ok = it.Next() {
+		}
+		return it.Close()
+	})
 	if err != nil {
-		return fmt.Errorf("boltstore: scan: %w", err)
-	}
-	for ok := it.First(); ok && yield(it.key, it.value); ok = it.Next() {
-	}
-	if err := it.Close(); err != nil {
 		return fmt.Errorf("boltstore: scan: %w", err)
 	}
 	return nil

@@ -142,16 +142,12 @@ func (s *Store) NewBatch() delaystore.Batch {
 // Close it, and should do so promptly: an open iterator pins the memtables
 // and files it reads.
 func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
-	if err := s.enter(); err != nil {
-		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
-	}
-	defer s.exit()
-	it, err := s.newIter(opts)
+	it, err := s.gate.Iter(func() (*iterator, bool, error) {
+		it, err := s.newIter(opts)
+		return it, err == nil && it.it != nil, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: new iterator: %w", err)
-	}
-	if it.it != nil {
-		s.gate.Track(it)
 	}
 	return it, nil
 }
@@ -162,21 +158,20 @@ func (s *Store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error
 // including to commit, but must not Close it: Close waits for Scan. Scan
 // returns the first error met while reading.
 func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
-	if err := s.enter(); err != nil {
-		return fmt.Errorf("pebblestore: scan: %w", err)
-	}
-	defer s.exit()
-	it, err := s.newIter(opts)
-	if err != nil {
-		return fmt.Errorf("pebblestore: scan: %w", err)
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		v := it.Value()
-		if it.err != nil || !yield(it.Key(), v) {
-			break
+	err := s.gate.Call(func() error {
+		it, err := s.newIter(opts)
+		if err != nil {
+			return err
 		}
-	}
-	if err := it.Close(); err != nil {
+		for ok := it.First(); ok; ok = it.Next() {
+			v := it.Value()
+			if it.err != nil || !yield(it.Key(), v) {
+				break
+			}
+		}
+		return it.Close()
+	})
+	if err != nil {
 		return fmt.Errorf("pebblestore: scan: %w", err)
 	}
 	return nil

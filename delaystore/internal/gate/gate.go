@@ -74,6 +74,31 @@ func (g *Gate[I]) Exit() {
 	}
 }
 
+// Call runs f as one call counted by the Gate: it returns Enter's error
+// without calling f, or f's.
+func (g *Gate[I]) Call(f func() error) error {
+	if err := g.Enter(); err != nil {
+		return err
+	}
+	defer g.Exit()
+	return f()
+}
+
+// Iter opens an iterator as one counted call, and tracks it (see Track)
+// when open says it holds engine resources that Close must release.
+func (g *Gate[I]) Iter(open func() (it I, held bool, err error)) (I, error) {
+	var it I
+	err := g.Call(func() error {
+		var held bool
+		var err error
+		if it, held, err = open(); err == nil && held {
+			g.Track(it)
+		}
+		return err
+	})
+	return it, err
+}
+
 // Fail records that a write failed on I/O and returns the error, wrapping
 // delaystore.ErrFailed, that every later call gets. first reports whether
 // this call set it, so the caller logs the fault once.
