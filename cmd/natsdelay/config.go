@@ -21,7 +21,7 @@ type configFile string
 
 // BeforeResolve loads the file; kong calls it when the flag is set, from
 // the command line or from NATSDELAY_CONFIG.
-func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path) error {
+func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path, bad *badValues) error {
 	path, _ := ctx.FlagValue(trace.Flag).(configFile)
 	if path == "" {
 		return nil
@@ -30,6 +30,7 @@ func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path) error {
 	if err != nil {
 		return err
 	}
+	r.bad = bad
 	ctx.AddResolver(r)
 	return nil
 }
@@ -44,6 +45,9 @@ func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path) error {
 type fileResolver struct {
 	path   string
 	values map[string]any
+	// bad is told to fail at once while the resolver parses a value, so
+	// that a bad value in the file is blamed on the file.
+	bad *badValues
 }
 
 func loadConfigFile(path string) (*fileResolver, error) {
@@ -93,6 +97,10 @@ func (r *fileResolver) Resolve(ctx *kong.Context, _ *kong.Path, flag *kong.Flag)
 	}
 	// Parse it here too, so that a bad value is blamed on the file.
 	scratch := reflect.New(flag.Target.Type()).Elem()
+	if r.bad != nil {
+		r.bad.strict = true
+		defer func() { r.bad.strict = false }()
+	}
 	if err := flag.Parse(kong.ScanFromTokens(kong.Token{Type: kong.FlagValueToken, Value: s}), scratch); err != nil {
 		// kong names the flag again when it reports this; say it once.
 		if inner := errors.Unwrap(err); inner != nil {
@@ -203,10 +211,51 @@ func decodeDuration(ctx *kong.DecodeContext, target reflect.Value) error {
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
-		return fmt.Errorf("%q is not a duration: want a Go duration such as 250ms, 30s or 1h30m", s)
+		return &badDuration{value: s}
 	}
 	target.SetInt(int64(d))
 	return nil
+}
+
+// badValues keeps the values of serve's setting flags (those with a
+// config tag) that do not parse, instead of stopping the parse at the
+// first: serve's check then reports them with every other bad setting.
+// A value from the config file still fails at once, blamed on the file.
+type badValues struct {
+	strict bool
+	errs   []error
+	flags  map[string]bool // the flags with a bad value: --ack-wait
+}
+
+// decodeDuration is the duration mapper, keeping a bad value of a setting
+// flag for check.
+func (b *badValues) decodeDuration(ctx *kong.DecodeContext, target reflect.Value) error {
+	err := decodeDuration(ctx, target)
+	var bad *badDuration
+	if !errors.As(err, &bad) || b.strict || ctx.Value == nil || ctx.Value.Tag == nil || !ctx.Value.Tag.Has("config") {
+		return err
+	}
+	// NB: kong decodes an env var's value through here too; say so, as
+	// kong does when it fails on one.
+	for _, name := range ctx.Value.Tag.Envs {
+		if v, ok := os.LookupEnv(name); ok && strings.Contains(v, bad.value) {
+			err = fmt.Errorf("%w (from envar %s=%q)", err, name, v)
+			break
+		}
+	}
+	b.errs = append(b.errs, fmt.Errorf("--%s: %w", ctx.Value.Name, err))
+	if b.flags == nil {
+		b.flags = map[string]bool{}
+	}
+	b.flags["--"+ctx.Value.Name] = true
+	return nil
+}
+
+// badDuration is a value that is not a duration.
+type badDuration struct{ value string }
+
+func (e *badDuration) Error() string {
+	return fmt.Sprintf("%q is not a duration: want a Go duration such as 250ms, 30s or 1h30m", e.value)
 }
 
 // negativeNumber reports whether s starts with a minus and a digit: it is

@@ -107,12 +107,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // chosen command's settings. Every error it returns wraps errUsage.
 func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error) {
 	var c cli
+	bad := &badValues{}
 	p, err := kong.New(&c,
 		kong.Name("natsdelay"),
 		kong.Description("Durable delayed delivery for core NATS."),
 		kong.Writers(stdout, stderr),
 		kong.DefaultEnvars("NATSDELAY"),
-		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(decodeDuration)),
+		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(bad.decodeDuration)),
+		kong.Bind(bad),
 		kong.Vars{
 			"ingest_prefix":    wire.DefaultIngestPrefix,
 			"ack_prefix":       wire.DefaultAckPrefix,
@@ -131,6 +133,9 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 	kctx, err := p.Parse(args)
 	if err != nil {
 		return nil, nil, usageError{err}
+	}
+	if sc, ok := kctx.Selected().Target.Addr().Interface().(*serveCmd); ok {
+		sc.bad = bad
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
 		err := ch.check()

@@ -52,6 +52,10 @@ type serveCmd struct {
 	MaxInFlight    int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"MaxInFlight"`
 	HTTP           string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf          bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
+
+	// bad holds the setting flags' values that did not parse; see
+	// badValues. Nil when parse did not set it.
+	bad *badValues
 }
 
 // listen is where the embedded server listens.
@@ -68,6 +72,9 @@ func (c *serveCmd) embedded() bool { return c.NATS == "" }
 // check reports every bad setting at once, each naming its flag and value.
 func (c *serveCmd) check() error {
 	var p problems
+	if c.bad != nil {
+		p = append(p, c.bad.errs...)
+	}
 	c.connFlags.check(&p)
 	if c.embedded() {
 		if set := c.authSet(); len(set) > 0 {

@@ -46,6 +46,9 @@ func (c *serveCmd) settings() []setting {
 		if name == "" {
 			name = kebab(f.Name)
 		}
+		if c.bad != nil && c.bad.flags["--"+name] {
+			continue // reported as it was given; its value is not known
+		}
 		def := f.Tag.Get("default")
 		out = append(out, setting{
 			flag: "--" + name, field: field, value: v.Field(i),
