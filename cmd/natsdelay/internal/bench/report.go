@@ -20,7 +20,8 @@ func WriteTable(w io.Writer, res *Results) error {
 	if res.Host.StealPct >= 0 {
 		steal = fmt.Sprintf("%.1f%%", res.Host.StealPct)
 	}
-	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
+	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
+	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n\n", jsDurability(res.JetStreamSync))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 
@@ -90,6 +91,20 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
 	}
 	return tw.Flush()
+}
+
+// jsDurability says when JetStream's reply to a schedule is durable: the
+// ingest figures of the two systems compare like for like only when it
+// fsyncs every write too.
+func jsDurability(s *JetStreamSync) string {
+	switch {
+	case s == nil:
+		return "jetstream fsyncs as the --nats server is configured, which the bench cannot see (nats-server's default is every 2m0s)"
+	case s.Always:
+		return "jetstream fsyncs every write before it replies (sync always, set by --js-sync-always)"
+	}
+	return fmt.Sprintf("jetstream replies once a write is handed to the OS and fsyncs every %s in the background "+
+		"(its sync interval, left at the nats-server default; --js-sync-always fsyncs every write)", s.Interval)
 }
 
 // WriteJSON writes res to path, indented.
