@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -50,7 +51,7 @@ func TestWriteTable_Durability(t *testing.T) {
 		sync *JetStreamSync
 		want string
 	}{
-		{"default interval", &JetStreamSync{Interval: "2m0s"}, "jetstream replies once a write is handed to the OS and fsyncs every 2m0s in the background"},
+		{"default interval", &JetStreamSync{Interval: "2m0s"}, "jetstream replies once a write is handed to the OS, and fsyncs every 2m0s"},
 		{"sync always", &JetStreamSync{Always: true, Interval: "2m0s"}, "jetstream fsyncs every write before it replies"},
 		{"external server", nil, "as the --nats server is configured, which the bench cannot see"},
 	} {
@@ -67,5 +68,88 @@ func TestWriteTable_Durability(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestVersus_Direction checks that a ratio says better or worse by the
+// figure's direction, never a bare quotient whose reading depends on the
+// row.
+func TestVersus_Direction(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		d, o   float64
+		better string
+		want   string
+	}{
+		{"more msgs/s", 60_000, 30_000, higher, "2.00x better"},
+		{"fewer msgs/s", 2_900, 10_000, higher, "3.45x worse"},
+		{"less lateness", 1, 881, lower, "881x better"},
+		{"more lateness", 26.2, 2.62, lower, "10.0x worse"},
+		{"within rounding", 1000, 1001, higher, "same"},
+		{"no figure", math.NaN(), 1, higher, "-"},
+		{"zero", 0, 1, lower, "-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := versus(tc.d, tc.o, tc.better); got != tc.want {
+				t.Errorf("versus(%v, %v, %s) = %q, want %q", tc.d, tc.o, tc.better, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWriteTable_EveryRowWithDirection checks that every row comparing
+// natsdelay with another system is printed with the direction that is
+// better and a ratio saying better or worse, including the rows where
+// natsdelay is behind.
+func TestWriteTable_EveryRowWithDirection(t *testing.T) {
+	res := sampleResults()
+	var b strings.Builder
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	table := b.String()
+	t.Log("\n" + table)
+	for _, want := range []string{`ratios: natsdelay against the other system, "Nx better" or "Nx worse"`, "natsdelay vs jetstream", "natsdelay vs core"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table has no %q", want)
+		}
+	}
+	// The rows of natsdelay alone (scale, expiry) have no ratio and reuse
+	// some labels.
+	compared, _, _ := strings.Cut(table, "\nscale:")
+	for _, tc := range []struct {
+		label  string
+		better string
+		want   [][]string // per row with the label, in order: its ratios
+	}{
+		{"pipelined, 256 outstanding", higher, [][]string{{"2.00x better", "2.00x worse"}}},
+		{"8 sync requesters", higher, [][]string{{"3.45x worse", "6.90x worse"}}},
+		{"lateness p50 ms", lower, [][]string{{"500x better"}, {"300x better"}}},
+		{"lateness p90 ms", lower, [][]string{{"500x better"}, {"300x better"}}},
+		{"lateness p99 ms", lower, [][]string{{"225x better"}, {"119x better"}}},
+		{"lateness max ms", lower, [][]string{{"225x better"}, {"119x better"}}},
+		{"delivered msgs/s", higher, [][]string{{"1.33x better"}, {"1.25x better"}}},
+		{"msgs/s", higher, [][]string{{"1.12x worse"}}},
+	} {
+		var rows []string
+		for line := range strings.Lines(compared) {
+			if strings.HasPrefix(line, tc.label+"  ") {
+				rows = append(rows, line)
+			}
+		}
+		if len(rows) != len(tc.want) {
+			t.Errorf("%d rows %q, want %d", len(rows), tc.label, len(tc.want))
+			continue
+		}
+		for i, row := range rows {
+			if f := strings.Fields(strings.TrimPrefix(row, tc.label)); len(f) == 0 || f[0] != tc.better {
+				t.Errorf("row %q: better column is not %q", row, tc.better)
+			}
+			for _, want := range tc.want[i] {
+				if !strings.Contains(row, want) {
+					t.Errorf("row %q: no %q", row, want)
+				}
+			}
+		}
 	}
 }
