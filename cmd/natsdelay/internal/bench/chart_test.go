@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -76,6 +77,33 @@ func TestWritePNG_Panels(t *testing.T) {
 			}
 			if got := float64(cfg.Height) / float64(cfg.Width); math.Abs(got-float64(tc.panels)*float64(panelHeight/panelWidth)) > 0.01 {
 				t.Errorf("%dx%d: height/width %.3f, want %d panels of %.3f", cfg.Width, cfg.Height, got, tc.panels, panelHeight/panelWidth)
+			}
+		})
+	}
+}
+
+// TestThroughputPlot_Durability checks that the throughput panel says how
+// often each system fsyncs, as the table does, since its ingest rows
+// compare like for like only when both sync every write.
+func TestThroughputPlot_Durability(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sync *JetStreamSync
+		want string
+	}{
+		{"default interval", &JetStreamSync{Interval: "2m0s"}, "(natsdelay fsyncs every acked batch, jetstream every 2m0s)"},
+		{"sync always", &JetStreamSync{Always: true, Interval: "2m0s"}, "(natsdelay fsyncs every acked batch, jetstream every write)"},
+		{"external server", nil, "(natsdelay fsyncs every acked batch, jetstream as its server is set)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := sampleResults()
+			res.JetStreamSync = tc.sync
+			p, err := throughputPlot(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(p.Title.Text, tc.want) {
+				t.Errorf("title %q does not end in %q", p.Title.Text, tc.want)
 			}
 		})
 	}
