@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,7 +27,10 @@ func WriteTable(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
 	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
 	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n\n", higher, lower)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// NB: the rows end in a tab, so their last column is aligned too, and
+	// tabwriter pads it with trailing spaces: trimLines drops them.
+	t := &trimLines{w: w}
+	tw := tabwriter.NewWriter(t, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 
 	if len(res.Ingest) > 0 {
@@ -90,7 +94,45 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
 		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return t.flush()
+}
+
+// trimLines writes to w what is written to it, line by line, without the
+// spaces at the end of each line.
+type trimLines struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (t *trimLines) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := bytes.TrimRight(t.buf[:i], " ")
+		// A full slice expression, so the append copies rather than
+		// writing into buf.
+		line = append(line[:len(line):len(line)], '\n')
+		if _, err := t.w.Write(line); err != nil {
+			return len(p), err
+		}
+		t.buf = t.buf[i+1:]
+	}
+}
+
+// flush writes what is left after the last newline.
+func (t *trimLines) flush() error {
+	if len(t.buf) == 0 {
+		return nil
+	}
+	_, err := t.w.Write(bytes.TrimRight(t.buf, " "))
+	t.buf = nil
+	return err
 }
 
 // jsDurability says when JetStream's reply to a schedule is durable: the

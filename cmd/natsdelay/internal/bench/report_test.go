@@ -114,6 +114,11 @@ func TestWriteTable_EveryRowWithDirection(t *testing.T) {
 			t.Errorf("table has no %q", want)
 		}
 	}
+	for line := range strings.Lines(table) {
+		if strings.HasSuffix(strings.TrimSuffix(line, "\n"), " ") {
+			t.Errorf("line ends in a space: %q", line)
+		}
+	}
 	// The rows of natsdelay alone (scale, expiry) have no ratio and reuse
 	// some labels.
 	compared, _, _ := strings.Cut(table, "\nscale:")
