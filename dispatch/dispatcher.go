@@ -166,8 +166,8 @@ type Dispatcher struct {
 		// evictedUnlogged counts those since the last line.
 		evictLogAt      int64
 		evictedUnlogged int
-		started      bool
-		closed       bool
+		started         bool
+		closed          bool
 		// passStart is when the pass under way began, 0 between passes;
 		// wakeBy is when the loop, between passes, is due to run again.
 		// Health reads them.
