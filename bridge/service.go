@@ -216,6 +216,19 @@ func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
+	//
+	// What legitimately arrives on them is bounded by the in-flight window:
+	// an answer or a no-responders notice per delivery, and a flush marker
+	// per pass. They hold twice that; more is a flood (publishers of
+	// garbage on the ack prefix), which nats.go then drops, reporting a
+	// slow consumer, rather than let a backlog delay the answers and
+	// markers queued behind it for minutes. A dropped answer or notice
+	// only means a redelivery: at least once holds.
+	window := s.cfg.MaxInFlight
+	if window == 0 {
+		window = dispatch.DefaultConfig().MaxInFlight
+	}
+	ackPending := 2*window + 1024
 	for _, sub := range []struct {
 		subject string
 		h       nats.MsgHandler
@@ -225,7 +238,7 @@ func (s *Service) start() error {
 			s.closeUnstarted()
 			return fmt.Errorf("bridge: subscribe %s: %w", sub.subject, err)
 		}
-		_ = ns.SetPendingLimits(1<<20, 256<<20)
+		_ = ns.SetPendingLimits(ackPending, 64<<20)
 		s.ackSubs = append(s.ackSubs, ns)
 	}
 	cc := s.cfg.Config

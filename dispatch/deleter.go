@@ -202,9 +202,13 @@ func (dl *deleter) run() {
 	}
 }
 
-// commitOnce takes the queue and commits it in one batch: what is due, and
-// the updates that waited updateDelay, or every update when all is set or
-// the queue is half full. It returns how many ops it took
+// maxCommitOps bounds the ops of one commit; the loop in run commits the
+// rest at once, in further batches.
+const maxCommitOps = 256
+
+// commitOnce takes the queue, up to maxCommitOps, and commits it in one
+// batch: what is due, and the updates that waited updateDelay, or every
+// update when all is set or the queue is half full. It returns how many ops it took
 // and, when it took none, how long until the oldest update left is due.
 func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.Lock()
@@ -217,20 +221,28 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		ops[k] = op
 		delete(dl.mu.ops, k)
 	}
-	for _, k := range dl.mu.due {
+	// NB: a commit reads what it deletes or updates while it holds the
+	// repository's write lock, which ingest needs too; bounding it keeps
+	// one commit of large messages from holding up ingest for seconds.
+	d := 0
+	for ; d < len(dl.mu.due) && len(order) < maxCommitOps; d++ {
+		k := dl.mu.due[d]
 		if op := dl.mu.ops[k]; op != nil {
 			take(k, op)
 		}
 	}
-	clear(dl.mu.due)
-	dl.mu.due = dl.mu.due[:0]
+	clear(dl.mu.due[:d])
+	dl.mu.due = dl.mu.due[d:]
+	if len(dl.mu.due) == 0 {
+		dl.mu.due = dl.mu.due[:0:0]
+	}
 	n := 0
 	for _, w := range dl.mu.waiting {
 		if dl.mu.ops[w.k] != w.op || w.op.queued.IsZero() {
 			n++ // stale: written already, or became a delete
 			continue
 		}
-		if !all && w.op.queued.After(cutoff) {
+		if !all && w.op.queued.After(cutoff) || len(order) >= maxCommitOps {
 			break
 		}
 		take(w.k, w.op)

@@ -162,8 +162,12 @@ type Dispatcher struct {
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
-		started      bool
-		closed       bool
+		// evictLogAt is when the next eviction may be logged, and
+		// evictedUnlogged counts those since the last line.
+		evictLogAt      int64
+		evictedUnlogged int
+		started         bool
+		closed          bool
 		// passStart is when the pass under way began, 0 between passes;
 		// wakeBy is when the loop, between passes, is due to run again.
 		// Health reads them.
@@ -487,8 +491,13 @@ func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
 		d.rescheduleLocked(t, t.blockedUntil)
 	}
 	d.stats.evicted.Add(uint64(len(long)))
-	d.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",
-		"evicted", len(long), "max_in_flight", d.cfg.MaxInFlight)
+	// NB: at most one line per 10 s; the counter has every eviction.
+	d.mu.evictedUnlogged += len(long)
+	if now >= d.mu.evictLogAt {
+		d.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",
+			"evicted", d.mu.evictedUnlogged, "max_in_flight", d.cfg.MaxInFlight)
+		d.mu.evictedUnlogged, d.mu.evictLogAt = 0, after(now, 10*time.Second)
+	}
 	return len(long)
 }
 

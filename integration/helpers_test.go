@@ -354,12 +354,12 @@ func requestMany(tb testing.TB, nc *nats.Conn, msgs []*nats.Msg) []*nats.Msg {
 	}
 	out := make([]*nats.Msg, len(msgs))
 	timeout := time.After(wait)
-	for range msgs {
+	for got := range msgs {
 		var rep *nats.Msg
 		select {
 		case rep = <-replies:
 		case <-timeout:
-			tb.Fatalf("only %d of %d replies within %v", len(msgs)-len(replies), len(msgs), wait)
+			tb.Fatalf("only %d of %d replies within %v", got, len(msgs), wait)
 		}
 		i, err := strconv.Atoi(rep.Subject[len(inbox)+1:])
 		if err != nil || out[i] != nil {

@@ -19,7 +19,7 @@ type benchCmd struct {
 	NATS         string   `name:"nats" help:"URL of a NATS server with JetStream to use (no auth); without it bench embeds one on a temp dir." placeholder:"URL"`
 	Dir          string   `help:"Directory for the data dirs and the embedded JetStream store; default a temp dir, removed at the end." placeholder:"DIR"`
 	JSONOut      string   `name:"json-out" help:"File to write every figure to, as JSON." default:"bench.json" placeholder:"FILE"`
-	PNGOut       string   `name:"png-out" help:"File to draw the lateness chart to." default:"bench.png" placeholder:"FILE"`
+	PNGOut       string   `name:"png-out" help:"File to draw the chart of fire lateness and throughput to." default:"bench.png" placeholder:"FILE"`
 	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
@@ -155,8 +155,8 @@ func (c *benchCmd) Run(e *env) (err error) {
 	if err := bench.WriteJSON(c.JSONOut, res); err != nil {
 		return err
 	}
-	if len(res.Fire) == 0 {
-		// The chart draws the fire runs' lateness; without them there is none.
+	if !bench.HasChart(res) {
+		// The chart draws fire lateness and throughput; without them there is none.
 		fmt.Fprintf(e.stdout, "\nwrote %s\n", c.JSONOut)
 		return nil
 	}

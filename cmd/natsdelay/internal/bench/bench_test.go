@@ -59,6 +59,11 @@ func TestRun_Quick(t *testing.T) {
 	} else if x.Pending != cfg.ScalePending {
 		t.Errorf("expiry: %d pending beside the expired, want %d", x.Pending, cfg.ScalePending)
 	}
+	// The table states JetStream's durability from what the embedded
+	// server reports, which the run left at its default.
+	if s := res.JetStreamSync; s == nil || s.Always || s.Interval == "" {
+		t.Errorf("JetStream sync: got %+v, want the default interval", s)
+	}
 
 	var table strings.Builder
 	if err := WriteTable(&table, res); err != nil {

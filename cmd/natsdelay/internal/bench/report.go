@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +12,10 @@ import (
 )
 
 // WriteTable prints res as one table per phase, natsdelay beside
-// JetStream (and the core baseline for ingest) with their ratio.
+// JetStream (and the core baseline for ingest). Its header says how
+// durable each system's reply is. Every compared row says which way is
+// better (higher or lower) and whether natsdelay is better or worse, and
+// by how many times, so no ratio needs reading against its row.
 func WriteTable(w io.Writer, res *Results) error {
 	c := res.Config
 	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
@@ -20,19 +24,20 @@ func WriteTable(w io.Writer, res *Results) error {
 	if res.Host.StealPct >= 0 {
 		steal = fmt.Sprintf("%.1f%%", res.Host.StealPct)
 	}
-	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
+	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
+	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n\n", higher, lower)
+	// NB: the rows end in a tab, so their last column is aligned too, and
+	// tabwriter pads it with trailing spaces: trimLines drops them.
+	t := &trimLines{w: w}
+	tw := tabwriter.NewWriter(t, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 
 	if len(res.Ingest) > 0 {
-		p("ingest (acked scheduling, %d msgs)\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay/js\tcore req/reply msgs/s\tnatsdelay/core\t", c.IngestMsgs)
+		p("ingest (acked scheduling, %d msgs)\tbetter\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay vs jetstream\tcore req/reply msgs/s\tnatsdelay vs core\t", c.IngestMsgs)
 		for _, mode := range []string{"pipelined", "requesters"} {
-			label := fmt.Sprintf("pipelined, %d outstanding", c.Outstanding)
-			if mode == "requesters" {
-				label = fmt.Sprintf("%d sync requesters", c.Requesters)
-			}
 			d, j, b := ingestRate(res, SystemDelay, mode), ingestRate(res, SystemJS, mode), ingestRate(res, SystemCore, mode)
-			p("%s\t%s\t%s\t%s\t%s\t%s\t", label, num(d), num(j), ratio(d, j), num(b), ratio(d, b))
+			p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), higher, num(d), num(j), versus(d, j, higher), num(b), versus(d, b, higher))
 		}
 		p("\t")
 	}
@@ -42,7 +47,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		if d == nil || j == nil {
 			continue
 		}
-		p("fire: %d msgs offered at %s/s\tnatsdelay\tjetstream\tnatsdelay/js\t", c.FireMsgs, num(rate))
+		p("fire: %d msgs offered at %s/s\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.FireMsgs, num(rate))
 		for _, row := range []struct {
 			name string
 			d, j float64
@@ -50,21 +55,21 @@ func WriteTable(w io.Writer, res *Results) error {
 			{"lateness p50 ms", d.P50Ms, j.P50Ms}, {"lateness p90 ms", d.P90Ms, j.P90Ms},
 			{"lateness p99 ms", d.P99Ms, j.P99Ms}, {"lateness max ms", d.MaxMs, j.MaxMs},
 		} {
-			p("%s\t%s\t%s\t%s\t", row.name, dec(row.d), dec(row.j), ratio(row.d, row.j))
+			p("%s\t%s\t%s\t%s\t%s\t", row.name, lower, dec(row.d), dec(row.j), versus(row.d, row.j, lower))
 		}
-		p("early\t%d\t%d\t\t", d.Early, j.Early)
-		p("delivered\t%d\t%d\t\t", d.Delivered, j.Delivered)
-		p("delivered msgs/s\t%s\t%s\t%s\t", num(d.DeliveredRate), num(j.DeliveredRate), ratio(d.DeliveredRate, j.DeliveredRate))
+		p("early\t\t%d\t%d\t\t", d.Early, j.Early)
+		p("delivered\t\t%d\t%d\t\t", d.Delivered, j.Delivered)
+		p("delivered msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.DeliveredRate), num(j.DeliveredRate), versus(d.DeliveredRate, j.DeliveredRate, higher))
 		if d.LeadMissed || j.LeadMissed {
-			p("ingest overran the %.0f ms lead\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
+			p("ingest overran the %.0f ms lead\t\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
 		}
 		p("\t")
 	}
 
 	if len(res.EndToEnd) == 2 {
 		d, j := res.EndToEnd[0], res.EndToEnd[1]
-		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tnatsdelay\tjetstream\tnatsdelay/js\t", c.EndToEndMsgs)
-		p("msgs/s\t%s\t%s\t%s\t", num(d.Rate), num(j.Rate), ratio(d.Rate, j.Rate))
+		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
+		p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
 		p("\t")
 	}
 
@@ -89,7 +94,59 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
 		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return t.flush()
+}
+
+// trimLines writes to w what is written to it, line by line, without the
+// spaces at the end of each line.
+type trimLines struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (t *trimLines) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := bytes.TrimRight(t.buf[:i], " ")
+		// A full slice expression, so the append copies rather than
+		// writing into buf.
+		line = append(line[:len(line):len(line)], '\n')
+		if _, err := t.w.Write(line); err != nil {
+			return len(p), err
+		}
+		t.buf = t.buf[i+1:]
+	}
+}
+
+// flush writes what is left after the last newline.
+func (t *trimLines) flush() error {
+	if len(t.buf) == 0 {
+		return nil
+	}
+	_, err := t.w.Write(bytes.TrimRight(t.buf, " "))
+	t.buf = nil
+	return err
+}
+
+// jsDurability says when JetStream's reply to a schedule is durable: the
+// ingest figures of the two systems compare like for like only when it
+// fsyncs every write too.
+func jsDurability(s *JetStreamSync) string {
+	switch {
+	case s == nil:
+		return "jetstream fsyncs as the --nats server is configured, which the bench cannot see (nats-server's default is every 2m0s)"
+	case s.Always:
+		return "jetstream fsyncs every write before it replies (sync always, --js-sync-always)"
+	}
+	return fmt.Sprintf("jetstream replies once a write is handed to the OS, and fsyncs every %s "+
+		"(nats-server's default sync interval; --js-sync-always syncs every write)", s.Interval)
 }
 
 // WriteJSON writes res to path, indented.
@@ -159,12 +216,39 @@ func dec(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-func ratio(a, b float64) string {
-	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+// Which way a figure is better, as the better column says.
+const (
+	higher = "higher"
+	lower  = "lower"
+)
+
+// versus compares natsdelay's figure d with another system's o, where
+// better (higher or lower) says which way is better: "2.67x better" when d
+// is 2.67 times o and higher is better, "3.45x worse" when o is 3.45 times
+// d, and "same" when they are within rounding. It is "-" where either is
+// missing or not above zero, so has no ratio.
+func versus(d, o float64, better string) string {
+	if math.IsNaN(d) || math.IsNaN(o) || d <= 0 || o <= 0 {
 		return "-"
 	}
-	if r := a / b; r < 0.1 {
-		return fmt.Sprintf("%.2gx", r)
+	r := d / o
+	if better == lower {
+		r = o / d
 	}
-	return fmt.Sprintf("%.2fx", a/b)
+	f := dec(math.Max(r, 1/r))
+	switch {
+	case f == "1.00":
+		return "same"
+	case r > 1:
+		return f + "x better"
+	}
+	return f + "x worse"
+}
+
+// ingestLabel names an ingest mode's row.
+func ingestLabel(c ConfigSummary, mode string) string {
+	if mode == "requesters" {
+		return fmt.Sprintf("%d sync requesters", c.Requesters)
+	}
+	return fmt.Sprintf("pipelined, %d outstanding", c.Outstanding)
 }

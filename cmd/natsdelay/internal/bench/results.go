@@ -20,6 +20,11 @@ type Results struct {
 	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
+
+	// JetStreamSync is how the JetStream server syncs its file store, as
+	// the embedded server reports it; nil with --nats, whose server's
+	// setting the bench cannot see.
+	JetStreamSync *JetStreamSync `json:"jetstream_sync,omitempty"`
 }
 
 // Host describes the machine the run was on.
@@ -37,6 +42,18 @@ type Host struct {
 	// during the run (steal in /proc/stat), in percent; -1 where unknown.
 	// On a shared VM it explains runs that are slow for both systems.
 	StealPct float64 `json:"steal_pct"`
+}
+
+// JetStreamSync is the durability of JetStream's writes in a run.
+// natsdelay's needs no field: it replies to a schedule only after the
+// fsync of the batch that holds it, always.
+type JetStreamSync struct {
+	// Always is set when every write is fsynced before the server replies
+	// (sync_interval: always, which --js-sync-always sets).
+	Always bool `json:"always"`
+	// Interval is how often the server fsyncs in the background otherwise,
+	// as a Go duration: nats-server's default is 2m0s.
+	Interval string `json:"interval"`
 }
 
 // ConfigSummary is the sizes of the run.

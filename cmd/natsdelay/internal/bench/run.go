@@ -60,6 +60,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		if res.Host.NATS == "" {
 			res.Host.NATS = e.conns[0].ConnectedServerVersion()
 		}
+		if res.JetStreamSync == nil && e.srv != nil {
+			if c := e.srv.JetStreamConfig(); c != nil {
+				res.JetStreamSync = &JetStreamSync{Always: c.SyncAlways, Interval: c.SyncInterval.String()}
+			}
+		}
 		return run(e)
 	}
 	if err := phase(PhaseIngest, func(e *env) (err error) {
