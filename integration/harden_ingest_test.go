@@ -134,6 +134,19 @@ func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMess
 	}
 }
 
+// storedTooLong returns a server and a store that holds a message due
+// now whose 4060-byte subject is too long to deliver, as an older version
+// could have stored it.
+func storedTooLong(t *testing.T) (*server.Server, delaystore.Store, string) {
+	t.Helper()
+	srv := startServer(t)
+	st := memStore(t)
+	now := time.Now()
+	subj := longSubject(4060)
+	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
+	return srv, st, subj
+}
+
 // TestHarden_LongSubject_StoredBefore checks that a message stored by an
 // older version, whose delivery would exceed the server's
 // max_control_line, does not take the service off NATS when it is due:
@@ -143,11 +156,7 @@ func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMess
 // still delivered.
 func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	st := memStore(t)
-	now := time.Now()
-	subj := longSubject(4060)
-	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
+	srv, st, subj := storedTooLong(t)
 	nc := connect(t, srv)
 	ch := subscribe(t, nc, subj)
 	reg := prometheus.NewRegistry()
@@ -193,11 +202,7 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 // the reason "undeliverable: ...", and deleted.
 func TestHarden_LongSubject_StoredBefore_DeadLettered(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	st := memStore(t)
-	now := time.Now()
-	subj := longSubject(4060)
-	preStore(t, st, &delaystore.StoredMessage{Subject: subj, Payload: []byte("x"), EnqueuedAtNs: now.UnixNano(), FireAtNs: now.UnixNano()})
+	srv, st, subj := storedTooLong(t)
 	nc := connect(t, srv)
 	dead := subscribe(t, nc, "dead.letters")
 	svc := startService(t, srv, st, func(c *bridge.Config) { c.DeadLetterSubject = "dead.letters" })

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsserver "github.com/nats-io/nats-server/v2/test"
 )
 
@@ -100,6 +101,20 @@ func (p *errProxy) close() {
 	p.wg.Wait()
 }
 
+// serveBehindProxy runs serve on a nats-server reached through an
+// errProxy, and returns them once serve is ready.
+func serveBehindProxy(t *testing.T) (*server.Server, *errProxy, *proc) {
+	t.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	proxy := startErrProxy(t, ns.Addr().String())
+	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
+	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
+	return ns, proxy, srv
+}
+
 // TestServe_ConnectionClosedForGood_ExitsNonZero checks that serve does
 // not stay up without a connection: when the server sends an error after
 // which nats.go closes the connection for good and never reconnects (here
@@ -107,14 +122,7 @@ func (p *errProxy) close() {
 // server's control line used to draw), serve logs why and exits with the
 // runtime exit code, so that a supervisor restarts it.
 func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	ns := natsserver.RunServer(&opts)
-	t.Cleanup(ns.Shutdown)
-	proxy := startErrProxy(t, ns.Addr().String())
-
-	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
-	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
+	_, proxy, srv := serveBehindProxy(t)
 	proxy.sendErr("Maximum Control Line Exceeded")
 	if code := srv.wait(t, 15*time.Second); code != exitRuntime {
 		t.Fatalf("serve exit code %d after its connection closed for good, want %d", code, exitRuntime)
@@ -133,14 +141,7 @@ func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
 // on the reconnect closes the connection for good, which the test above
 // shows the consequence of.
 func TestServe_AuthExpiredOnce_Reconnects(t *testing.T) {
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	ns := natsserver.RunServer(&opts)
-	t.Cleanup(ns.Shutdown)
-	proxy := startErrProxy(t, ns.Addr().String())
-
-	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
-	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
+	ns, proxy, srv := serveBehindProxy(t)
 	proxy.sendErr("User Authentication Expired")
 	srv.waitLine(t, `msg="nats reconnected"`, 15*time.Second)
 	pub := start(t, "pub", "auth.later", "x", "--delay", "1h", "--nats", ns.ClientURL())
