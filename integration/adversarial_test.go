@@ -266,11 +266,16 @@ func hostilePublisher(t *testing.T, url string, r *rand.Rand, stop <-chan struct
 		},
 		func() *nats.Msg { return newMsg("hostile.c", "x", "Delay-TTL", "50ms") },
 	}
+	// NB: about 500 a second at most: enough to meet every limit many
+	// times, while the store, under the race detector, keeps up with the
+	// payloads near max_payload that a tighter loop would pile into it.
+	pace := time.NewTicker(2 * time.Millisecond)
+	defer pace.Stop()
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
 			return
-		default:
+		case <-pace.C:
 		}
 		m := kinds[r.IntN(len(kinds))]()
 		if i%5 == 4 {
