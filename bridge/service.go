@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,6 +132,19 @@ func (c Config) Validate() error {
 	}
 	if c.MaxControlLine < 0 {
 		bad("MaxControlLine (%d) must be > 0", c.MaxControlLine)
+	}
+	// NB: prefixes so long that no delivery or dead letter fits the
+	// server's control line would make every ingest a 400; say so once.
+	mcl := cmp.Or(c.MaxControlLine, DefaultMaxControlLine)
+	ack := cmp.Or(c.AckPrefix, wire.DefaultAckPrefix)
+	const hdrSize, totalSize = 99999, 99999999 // wide enough
+	if n := controlLineLen("x", ack+"."+strings.Repeat("0", keys.TagLen), hdrSize, totalSize); n > mcl {
+		bad("AckPrefix is %d bytes: a delivery to a one-byte subject would need a %d-byte protocol line, over MaxControlLine %d", len(ack), n, mcl)
+	}
+	if dl := c.DeadLetterSubject; dl != "" {
+		if n := controlLineLen(dl, "", hdrSize, totalSize); n > mcl {
+			bad("DeadLetterSubject is %d bytes: a dead letter would need a %d-byte protocol line, over MaxControlLine %d", len(dl), n, mcl)
+		}
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, invalidConfig{err})
