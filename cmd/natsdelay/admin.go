@@ -161,6 +161,8 @@ func (c *infoCmd) Run(e *env) error {
 	row("expired", st.Expired)
 	row("canceled", st.Canceled)
 	row("no responders", st.NoResponders)
+	row("undeliverable", st.Undeliverable)
+	row("window evictions", st.Evicted)
 	fmt.Fprintln(tw, "\t")
 	cf := r.Config
 	row("ingest prefix", cf.IngestPrefix)

@@ -64,7 +64,7 @@ func TestAdmin_InfoLsGetCancel(t *testing.T) {
 	// info, as a table and as JSON.
 	out := mustRun(t, append([]string{"info"}, at...)...)
 	for _, re := range []string{`(?m)^version\s+` + regexp.QuoteMeta(bridge.Version) + `$`, `(?m)^engine\s+pebble$`,
-		`(?m)^pending\s+3$`, `(?m)^subjects\s+1$`, `(?m)^due within 24h\s+3$`, `(?m)^api prefix\s+\$DELAY\.API$`, `(?m)^ack wait\s+30s$`} {
+		`(?m)^pending\s+3$`, `(?m)^subjects\s+1$`, `(?m)^due within 24h\s+3$`, `(?m)^undeliverable\s+0$`, `(?m)^window evictions\s+0$`, `(?m)^api prefix\s+\$DELAY\.API$`, `(?m)^ack wait\s+30s$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Fatalf("info printed\n%s\nwant a line matching %s", out, re)
 		}
