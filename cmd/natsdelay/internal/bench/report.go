@@ -83,7 +83,7 @@ func WriteTable(w io.Writer, res *Results) error {
 	}
 
 	if s := res.Scale; s != nil {
-		p("scale: natsdelay with %s pending on %s subjects\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), num(float64(s.Subjects)), num(float64(s.Pending)))
+		p("scale: natsdelay with %s pending on %s\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), plural(s.Subjects, "subject"), num(float64(s.Pending)))
 		p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
 		writeCPURows(p, "fill ", s.FillCPU, s.Pending, s.OwnProcess, "\t\t%s\t\t")
 		if s.OwnProcess {
@@ -103,7 +103,8 @@ func WriteTable(w io.Writer, res *Results) error {
 			}
 		}
 		per("pending message", s.Pending)
-		if s.Subjects != s.Pending {
+		// NB: with one subject, growth per subject is growth in all.
+		if s.Subjects > 1 && s.Subjects != s.Pending {
 			per("subject", s.Subjects)
 		}
 		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
@@ -179,6 +180,14 @@ func growth(before, after int64, n int) float64 {
 		return math.NaN()
 	}
 	return float64(after-before) / float64(n)
+}
+
+// plural writes n things, with thousands separators.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return num(float64(n)) + " " + thing + "s"
 }
 
 // count writes a gauge, "-" where it is unknown (negative).

@@ -232,6 +232,15 @@ func TestWriteTable_ScaleAndWaves(t *testing.T) {
 			}
 		}
 	}
+	// One subject has no row per subject: it would be the growth in all.
+	res.Scale.Subjects = 1
+	b.Reset()
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if one := b.String(); !strings.Contains(one, "pending on 1 subject ") || strings.Contains(one, "per subject") {
+		t.Errorf("with one subject: want \"on 1 subject\" and no row per subject:\n%s", one)
+	}
 	// The second wave's unknown heap and gauge: two dashes besides the
 	// unknown bench CPU.
 	for line := range strings.Lines(scale) {
