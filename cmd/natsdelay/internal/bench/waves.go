@@ -82,8 +82,12 @@ func (e *env) wave(d service, k int, idle int64) (WaveResult, error) {
 	}
 	// NB: not reaching idle is a finding, not a failure: the memory
 	// figures then show what was kept.
+	// Each reading asks natsdelay for a collection, so not every
+	// millisecond as poll would.
 	var mem MemSample
 	deadline := time.Now().Add(forgetWait)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		if mem, err = d.mem(); err != nil {
 			return WaveResult{}, err
@@ -91,7 +95,7 @@ func (e *env) wave(d service, k int, idle int64) (WaveResult, error) {
 		if mem.DispatchSubjects <= idle || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		<-tick.C
 	}
 	return WaveResult{Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPU: cpu, Mem: mem}, nil
 }
