@@ -23,7 +23,7 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e and scale (scale includes expiry); default all." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry) and waves; default all." placeholder:"PHASE,..."`
 	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
@@ -35,9 +35,12 @@ type benchCmd struct {
 	FireLead       time.Duration `help:"How far ahead the first message of a fire run is due (default 1s + time to ingest at 20k/s)."`
 	E2EMsgs        int           `name:"e2e-msgs" help:"Due-now messages of the end-to-end run (default 100000)."`
 	ScalePending   int           `help:"Pending future messages of the scale and expiry runs (default 1000000)."`
+	ScaleSubjects  int           `help:"Distinct subjects the pending messages of the scale run are spread over (default 1)."`
 	ScaleDue       int           `help:"Messages of the due set timed with and without the pending ones (default 2000)."`
 	ExpiredMsgs    int           `help:"Expired messages of the expiry run (default 10000)."`
 	ExpiryInterval time.Duration `help:"natsdelay's janitor interval (default 1s)."`
+	Waves          int           `help:"Waves of the waves run: each schedules one due-now message on each of --wave-subjects new subjects, drains them and reads natsdelay's memory (default 3)."`
+	WaveSubjects   int           `help:"New subjects, one message each, of every wave (default 20000)."`
 	Timeout        time.Duration `help:"Bound on each wait for replies or deliveries (default 2m)."`
 }
 
@@ -65,8 +68,11 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.FireMsgs, c.FireMsgs)
 	set(&cfg.EndToEndMsgs, c.E2EMsgs)
 	set(&cfg.ScalePending, c.ScalePending)
+	set(&cfg.ScaleSubjects, c.ScaleSubjects)
 	set(&cfg.ScaleDue, c.ScaleDue)
 	set(&cfg.ExpiredMsgs, c.ExpiredMsgs)
+	set(&cfg.Waves, c.Waves)
+	set(&cfg.WaveSubjects, c.WaveSubjects)
 	setD(&cfg.FireLead, c.FireLead)
 	setD(&cfg.ExpiryInterval, c.ExpiryInterval)
 	setD(&cfg.Timeout, c.Timeout)
@@ -74,6 +80,10 @@ func (c *benchCmd) config() bench.Config {
 		cfg.FireRates = c.FireRates
 	}
 	cfg.Phases = c.Phases
+	if c.ScaleSubjects == 0 {
+		// The preset's subjects fit a smaller --scale-pending.
+		cfg.ScaleSubjects = min(cfg.ScaleSubjects, cfg.ScalePending)
+	}
 	if c.FireMsgs != 0 && c.FireLead == 0 {
 		// Zero lets bench size the lead to the new FireMsgs.
 		cfg.FireLead = 0
@@ -95,11 +105,15 @@ func (c *benchCmd) check() error {
 	}{
 		{"--payload-size", c.PayloadSize}, {"--ingest-msgs", c.IngestMsgs}, {"--outstanding", c.Outstanding},
 		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--e2e-msgs", c.E2EMsgs},
-		{"--scale-pending", c.ScalePending}, {"--scale-due", c.ScaleDue}, {"--expired-msgs", c.ExpiredMsgs},
+		{"--scale-pending", c.ScalePending}, {"--scale-subjects", c.ScaleSubjects}, {"--scale-due", c.ScaleDue},
+		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)
 		}
+	}
+	if cfg := c.config(); cfg.ScaleSubjects > cfg.ScalePending {
+		p.add("--scale-subjects %d: want at most the %d pending messages of --scale-pending", cfg.ScaleSubjects, cfg.ScalePending)
 	}
 	for _, r := range c.FireRates {
 		if !(r > 0) {

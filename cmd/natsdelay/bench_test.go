@@ -48,6 +48,36 @@ func TestParse_Bench_Sizes(t *testing.T) {
 	}
 }
 
+// TestParse_Bench_ScaleAndWaves checks the flags that size the scale
+// run's subjects and the waves run: each overrides the preset, and 0 keeps it.
+func TestParse_Bench_ScaleAndWaves(t *testing.T) {
+	for _, tc := range []struct {
+		name                               string
+		args                               []string
+		scaleSubjects, waves, waveSubjects int
+	}{
+		{"defaults", []string{"bench"}, 1, 3, 20_000},
+		{"quick", []string{"bench", "--quick"}, 100, 2, 500},
+		{"set", []string{"bench", "--scale-pending", "200000", "--scale-subjects", "200000", "--waves", "5", "--wave-subjects", "50000"}, 200_000, 5, 50_000},
+		{"zero keeps the preset", []string{"bench", "--quick", "--scale-subjects", "0", "--waves", "0"}, 100, 2, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := parse(tc.args, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := c.Bench.config()
+			if cfg.ScaleSubjects != tc.scaleSubjects || cfg.Waves != tc.waves || cfg.WaveSubjects != tc.waveSubjects {
+				t.Errorf("got scale subjects %d, waves %d of %d; want %d, %d of %d",
+					cfg.ScaleSubjects, cfg.Waves, cfg.WaveSubjects, tc.scaleSubjects, tc.waves, tc.waveSubjects)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("config does not validate: %v", err)
+			}
+		})
+	}
+}
+
 // TestParse_Bench_BadValues checks that every bad bench flag is reported at
 // once, as a usage error naming the flag.
 func TestParse_Bench_BadValues(t *testing.T) {
@@ -56,6 +86,15 @@ func TestParse_Bench_BadValues(t *testing.T) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
 	for _, want := range []string{"--fire-msgs -1", "--fire-rates", "--timeout -1s", `--phases: "nope"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	_, _, err = parse([]string{"bench", "--quick", "--scale-subjects", "6000", "--waves=-2", "--wave-subjects=-1"}, io.Discard, io.Discard)
+	if !errors.Is(err, errUsage) {
+		t.Fatalf("got %v, want a usage error", err)
+	}
+	for _, want := range []string{"--scale-subjects 6000: want at most the 5000 pending", "--waves -2", "--wave-subjects -1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
@@ -82,6 +121,24 @@ func TestBench_Quick_OwnProcess(t *testing.T) {
 	}
 	if res.Expiry == nil || res.Expiry.Expired == 0 {
 		t.Errorf("no expiry result: %+v", res.Expiry)
+	}
+	// natsdelay's own process answers for its memory and CPU: the Go heap
+	// and the gauge come from its /metrics.
+	if s := res.Scale; s != nil && (s.Subjects != 100 || s.MemPending.HeapBytes <= 0 || s.MemPending.DispatchSubjects < 0 || s.FillCPU.Service < 0) {
+		t.Errorf("scale: %d subjects, heap %d, dispatcher subjects %d, natsdelay CPU %v s; want 100 and all known",
+			s.Subjects, s.MemPending.HeapBytes, s.MemPending.DispatchSubjects, s.FillCPU.Service)
+	}
+	switch w := res.Waves; {
+	case w == nil:
+		t.Error("no waves result")
+	case !w.OwnProcess || len(w.Waves) != 2 || w.Subjects != 500:
+		t.Errorf("waves: own process %v, %d waves of %d subjects; want true, 2 of 500", w.OwnProcess, len(w.Waves), w.Subjects)
+	default:
+		for i, m := range append([]bench.MemSample{w.Idle}, w.Waves[0].Mem, w.Waves[1].Mem) {
+			if m.RSSBytes <= 0 || m.HeapBytes <= 0 || m.DispatchSubjects < 0 {
+				t.Errorf("waves sample %d (0 is idle): %+v, want every figure known", i, m)
+			}
+		}
 	}
 	for _, f := range res.Fire {
 		if f.Delivered != f.Scheduled || f.Early != 0 {

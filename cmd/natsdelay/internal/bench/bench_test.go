@@ -59,6 +59,9 @@ func TestRun_Quick(t *testing.T) {
 	} else if x.Pending != cfg.ScalePending {
 		t.Errorf("expiry: %d pending beside the expired, want %d", x.Pending, cfg.ScalePending)
 	}
+	if w := res.Waves; w == nil || len(w.Waves) != cfg.Waves {
+		t.Errorf("waves: got %+v, want %d waves", w, cfg.Waves)
+	}
 	// The table states JetStream's durability from what the embedded
 	// server reports, which the run left at its default.
 	if s := res.JetStreamSync; s == nil || s.Always || s.Interval == "" {
@@ -69,7 +72,7 @@ func TestRun_Quick(t *testing.T) {
 	if err := WriteTable(&table, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"ingest", "fire", "end to end", "scale", "expiry"} {
+	for _, want := range []string{"ingest", "fire", "end to end", "scale", "expiry", "waves"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table has no %q section:\n%s", want, table.String())
 		}

@@ -54,6 +54,9 @@ type Config struct {
 	// ScalePending is the number of pending future messages of the scale
 	// and expiry runs. Default 1,000,000.
 	ScalePending int
+	// ScaleSubjects is the number of distinct subjects the ScalePending
+	// messages are spread over, round robin. Default 1.
+	ScaleSubjects int
 	// ScaleDue is the size of the due set whose lateness the scale run
 	// measures with and without ScalePending pending. Default 2,000.
 	ScaleDue int
@@ -61,6 +64,14 @@ type Config struct {
 	ExpiredMsgs int
 	// ExpiryInterval is natsdelay's janitor interval. Default 1s, as serve's.
 	ExpiryInterval time.Duration
+
+	// Waves is the number of waves of the waves run: each schedules one
+	// due-now message on each of WaveSubjects subjects never used before,
+	// drains them, and reads natsdelay's memory. Default 3.
+	Waves int
+	// WaveSubjects is the number of subjects, one message each, of every
+	// wave. Default 20,000.
+	WaveSubjects int
 
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
@@ -77,6 +88,8 @@ type Config struct {
 	// differs. As a child, natsdelay's two Ps and the bench's would
 	// contend for two cores, which measured as lateness up to several
 	// times higher and less stable, for both systems.
+	//
+	// The waves phase runs natsdelay as the scale phase does.
 	ServiceCommand []string
 
 	// Phases names the phases to run, among Phases(); empty runs them all.
@@ -94,10 +107,13 @@ const (
 	PhaseFire     = "fire"
 	PhaseEndToEnd = "e2e"
 	PhaseScale    = "scale" // scale and expiry, which share the filled store
+	PhaseWaves    = "waves"
 )
 
 // Phases lists every phase in the order a run takes them.
-func Phases() []string { return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale} }
+func Phases() []string {
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves}
+}
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
@@ -115,9 +131,12 @@ func DefaultConfig() Config {
 		FireRates:      []float64{25_000, 100_000},
 		EndToEndMsgs:   100_000,
 		ScalePending:   1_000_000,
+		ScaleSubjects:  1,
 		ScaleDue:       2_000,
 		ExpiredMsgs:    10_000,
 		ExpiryInterval: time.Second,
+		Waves:          3,
+		WaveSubjects:   20_000,
 		Timeout:        2 * time.Minute,
 	}
 }
@@ -134,9 +153,12 @@ func Quick() Config {
 		FireLead:       300 * time.Millisecond,
 		EndToEndMsgs:   2_000,
 		ScalePending:   5_000,
+		ScaleSubjects:  100,
 		ScaleDue:       200,
 		ExpiredMsgs:    500,
 		ExpiryInterval: 100 * time.Millisecond,
+		Waves:          2,
+		WaveSubjects:   500,
 		Timeout:        30 * time.Second,
 	}
 }
@@ -155,8 +177,11 @@ func (c Config) withDefaults() Config {
 	def(&c.FireMsgs, d.FireMsgs)
 	def(&c.EndToEndMsgs, d.EndToEndMsgs)
 	def(&c.ScalePending, d.ScalePending)
+	def(&c.ScaleSubjects, d.ScaleSubjects)
 	def(&c.ScaleDue, d.ScaleDue)
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
+	def(&c.Waves, d.Waves)
+	def(&c.WaveSubjects, d.WaveSubjects)
 	if len(c.FireRates) == 0 {
 		c.FireRates = d.FireRates
 	}
@@ -190,11 +215,15 @@ func (c Config) Validate() error {
 	}{
 		{"PayloadSize", c.PayloadSize}, {"IngestMsgs", c.IngestMsgs}, {"Outstanding", c.Outstanding},
 		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"EndToEndMsgs", c.EndToEndMsgs},
-		{"ScalePending", c.ScalePending}, {"ScaleDue", c.ScaleDue}, {"ExpiredMsgs", c.ExpiredMsgs},
+		{"ScalePending", c.ScalePending}, {"ScaleSubjects", c.ScaleSubjects}, {"ScaleDue", c.ScaleDue},
+		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
 		}
+	}
+	if d := c.withDefaults(); d.ScaleSubjects > 0 && d.ScaleSubjects > d.ScalePending {
+		bad("ScaleSubjects (%d) must be at most ScalePending (%d)", d.ScaleSubjects, d.ScalePending)
 	}
 	for i, r := range c.FireRates {
 		if !(r > 0) {

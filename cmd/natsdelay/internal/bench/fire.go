@@ -216,6 +216,7 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	}
 	p := startProgress(e.cfg.Progress, fmt.Sprintf("fire %s %.0f/s", run.system, rate), n, &rec.count)
 	defer p.done()
+	mark := markCPU(0)
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, at(i)) }, run.ok, new(atomic.Int64))
 	if err != nil {
@@ -227,7 +228,7 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	missed := time.Now().After(start)
 	rec.wait(time.Until(start.Add(window)) + e.cfg.Timeout)
 	res := rec.result(run.system, rate)
-	res.LeadMissed = missed
+	res.LeadMissed, res.CPU = missed, mark.since()
 	return res, nil
 }
 
@@ -272,6 +273,7 @@ func (e *env) runEndToEnd(ctx context.Context) (res []EndToEndResult, err error)
 func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error) {
 	p := startProgress(e.cfg.Progress, "end to end "+run.system, n, &rec.count)
 	defer p.done()
+	mark := markCPU(0)
 	start := time.Now()
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, time.Now().Truncate(time.Millisecond)) }, run.ok, new(atomic.Int64))
@@ -286,8 +288,9 @@ func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error
 		return EndToEndResult{}, fmt.Errorf("bench: waiting for ACKs to settle: %w", err)
 	}
 	el := time.Since(start)
+	cpu := mark.since()
 	d := rec.result(run.system, 0).Delivered
-	return EndToEndResult{System: run.system, Msgs: n, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds()}, nil
+	return EndToEndResult{System: run.system, Msgs: n, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds(), CPU: cpu}, nil
 }
 
 // poll calls cond every millisecond until it holds, fails, or timeout

@@ -69,19 +69,23 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 		}
 		var done atomic.Int64
 		p := startProgress(e.cfg.Progress, "ingest "+t.system+" pipelined", n, &done)
+		mark := markCPU(0)
 		el, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, t.msg, t.ok, &done)
+		cpu := mark.since()
 		p.done()
 		if err == nil {
-			res = append(res, ingestResult(t.system, "pipelined", n, failed, el))
+			res = append(res, ingestResult(t.system, "pipelined", n, failed, el, cpu))
 			done.Store(0)
 			// Later indexes, so JetStream's per-subject schedules are new
 			// ones rather than replacements of the pipelined run's.
 			msg := func(i int) *nats.Msg { return t.msg(n + i) }
 			p = startProgress(e.cfg.Progress, "ingest "+t.system+" requesters", n, &done)
+			mark = markCPU(0)
 			el, failed, err = requesters(e.conns, n, e.cfg.Requesters, e.cfg.Timeout, msg, t.ok, &done)
+			cpu = mark.since()
 			p.done()
 			if err == nil {
-				res = append(res, ingestResult(t.system, "requesters", n, failed, el))
+				res = append(res, ingestResult(t.system, "requesters", n, failed, el, cpu))
 			}
 		}
 		if err = errors.Join(err, stop()); err != nil {
@@ -91,6 +95,8 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 	return res, nil
 }
 
-func ingestResult(system, mode string, n, failed int, el time.Duration) IngestResult {
-	return IngestResult{System: system, Mode: mode, Msgs: n, Failed: failed, Seconds: el.Seconds(), Rate: float64(n) / el.Seconds()}
+// ingestResult is a run's figures. NB: natsdelay runs inside the bench
+// process in this phase, so cpu has no figure of its own for it.
+func ingestResult(system, mode string, n, failed int, el time.Duration, cpu CPU) IngestResult {
+	return IngestResult{System: system, Mode: mode, Msgs: n, Failed: failed, Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPU: cpu}
 }

@@ -26,7 +26,8 @@ func WriteTable(w io.Writer, res *Results) error {
 	}
 	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
 	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
-	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n\n", higher, lower)
+	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n", higher, lower)
+	fmt.Fprintf(w, "%s\n\n", cpuNote)
 	// NB: the rows end in a tab, so their last column is aligned too, and
 	// tabwriter pads it with trailing spaces: trimLines drops them.
 	t := &trimLines{w: w}
@@ -38,6 +39,10 @@ func WriteTable(w io.Writer, res *Results) error {
 		for _, mode := range []string{"pipelined", "requesters"} {
 			d, j, b := ingestRate(res, SystemDelay, mode), ingestRate(res, SystemJS, mode), ingestRate(res, SystemCore, mode)
 			p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), higher, num(d), num(j), versus(d, j, higher), num(b), versus(d, b, higher))
+		}
+		for _, mode := range []string{"pipelined", "requesters"} {
+			d, j, b := ingestCPU(res, SystemDelay, mode), ingestCPU(res, SystemJS, mode), ingestCPU(res, SystemCore, mode)
+			p("%s: %s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), cpuBench, lower, dec(d), dec(j), versus(d, j, lower), dec(b), versus(d, b, lower))
 		}
 		p("\t")
 	}
@@ -60,6 +65,8 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("early\t\t%d\t%d\t\t", d.Early, j.Early)
 		p("delivered\t\t%d\t%d\t\t", d.Delivered, j.Delivered)
 		p("delivered msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.DeliveredRate), num(j.DeliveredRate), versus(d.DeliveredRate, j.DeliveredRate, higher))
+		dc, jc := perMsgUs(d.CPU.Bench, d.Scheduled), perMsgUs(j.CPU.Bench, j.Scheduled)
+		p("%s\t%s\t%s\t%s\t%s\t", cpuBench, lower, dec(dc), dec(jc), versus(dc, jc, lower))
 		if d.LeadMissed || j.LeadMissed {
 			p("ingest overran the %.0f ms lead\t\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
 		}
@@ -70,17 +77,35 @@ func WriteTable(w io.Writer, res *Results) error {
 		d, j := res.EndToEnd[0], res.EndToEnd[1]
 		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
 		p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
+		dc, jc := perMsgUs(d.CPU.Bench, d.Msgs), perMsgUs(j.CPU.Bench, j.Msgs)
+		p("%s\t%s\t%s\t%s\t%s\t", cpuBench, lower, dec(dc), dec(jc), versus(dc, jc, lower))
 		p("\t")
 	}
 
 	if s := res.Scale; s != nil {
-		p("scale: natsdelay with %s pending\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), num(float64(s.Pending)))
+		p("scale: natsdelay with %s pending on %s\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), plural(s.Subjects, "subject"), num(float64(s.Pending)))
 		p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
+		writeCPURows(p, "fill ", s.FillCPU, s.Pending, s.OwnProcess, "\t\t%s\t\t")
 		if s.OwnProcess {
 			p("natsdelay process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
 			p("natsdelay process peak RSS MiB\t\t%s\t\t", dec(mib(s.RSSPeak)))
 		} else {
 			p("bench process RSS MiB (natsdelay in it)\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+		}
+		if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
+			p("natsdelay Go heap MiB, live after a GC\t%s\t%s\t\t", dec(mib(s.MemEmpty.HeapBytes)), dec(mib(s.MemPending.HeapBytes)))
+		}
+		p("dispatcher subjects (natsdelay_dispatch_subjects)\t%s\t%s\t\t", count(s.MemEmpty.DispatchSubjects), count(s.MemPending.DispatchSubjects))
+		per := func(name string, n int) {
+			p("RSS growth per %s, bytes\t\t%s\t\t", name, num(growth(s.RSSEmpty, s.RSSBytes, n)))
+			if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
+				p("Go heap growth per %s, bytes\t\t%s\t\t", name, num(growth(s.MemEmpty.HeapBytes, s.MemPending.HeapBytes, n)))
+			}
+		}
+		per("pending message", s.Pending)
+		// NB: with one subject, growth per subject is growth in all.
+		if s.Subjects > 1 && s.Subjects != s.Pending {
+			per("subject", s.Subjects)
 		}
 		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
 		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
@@ -93,11 +118,84 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
 		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
 		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
+		p("\t")
+	}
+	if wv := res.Waves; wv != nil {
+		writeWaves(p, wv)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return t.flush()
+}
+
+// cpuBench labels the rows of the bench process's CPU time, which holds
+// natsdelay in the ingest, fire and end-to-end phases; cpuNote says so.
+const (
+	cpuBench = "CPU µs/msg, whole bench process"
+	cpuNote  = "CPU: user+system time per message from /proc/<pid>/stat (10 ms ticks). Ingest, fire and end to end run natsdelay\n" +
+		"  inside the bench process, beside the embedded nats-server and the clients, so their figure is that whole process\n" +
+		"  for either system; scale and waves run natsdelay as its own process, counted apart from the bench process\n" +
+		"  (nats-server and clients, which one process cannot tell apart)"
+)
+
+// writeCPURows prints the CPU time per message of n messages: natsdelay's
+// process when it has its own, and the bench process. format places the
+// figure in the row's columns.
+func writeCPURows(p func(string, ...any), prefix string, c CPU, n int, own bool, format string) {
+	if own {
+		p(prefix+"CPU µs/msg, natsdelay process"+format, dec(perMsgUs(c.Service, n)))
+		p(prefix+"CPU µs/msg, bench process (nats-server, clients)"+format, dec(perMsgUs(c.Bench, n)))
+		return
+	}
+	p(prefix+"CPU µs/msg, bench process (nats-server, clients, natsdelay)"+format, dec(perMsgUs(c.Bench, n)))
+}
+
+// writeWaves prints natsdelay's memory at idle and after every wave, with
+// each wave's rate and CPU time per message.
+func writeWaves(p func(string, ...any), wv *WavesResult) {
+	who := "natsdelay process"
+	if !wv.OwnProcess {
+		who = "bench process (natsdelay in it)"
+	}
+	p("waves: %d of %s new subjects, one due-now msg each\t%s RSS MiB\tGo heap MiB\tdispatcher subjects\tmsgs/s\tnatsdelay CPU µs/msg\tbench CPU µs/msg\t",
+		len(wv.Waves), num(float64(wv.Subjects)), who)
+	row := func(label string, m MemSample, rate string, cpu CPU) {
+		heap := "-"
+		if m.HeapBytes >= 0 {
+			heap = dec(mib(m.HeapBytes))
+		}
+		p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", label, dec(mib(m.RSSBytes)), heap, count(m.DispatchSubjects), rate,
+			dec(perMsgUs(cpu.Service, wv.Subjects)), dec(perMsgUs(cpu.Bench, wv.Subjects)))
+	}
+	row("idle, before the first wave", wv.Idle, "", CPU{Service: -1, Bench: -1})
+	for i, w := range wv.Waves {
+		row(fmt.Sprintf("after wave %d, drained", i+1), w.Mem, num(w.Rate), w.CPU)
+	}
+}
+
+// growth is the bytes from before to after per one of n; NaN for no n.
+func growth(before, after int64, n int) float64 {
+	if n <= 0 {
+		return math.NaN()
+	}
+	return float64(after-before) / float64(n)
+}
+
+// plural writes n things, with thousands separators.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return num(float64(n)) + " " + thing + "s"
+}
+
+// count writes a gauge, "-" where it is unknown (negative).
+func count(v int64) string {
+	if v < 0 {
+		return "-"
+	}
+	return num(float64(v))
 }
 
 // trimLines writes to w what is written to it, line by line, without the
@@ -177,6 +275,15 @@ func fireFor(res *Results, system string, rate float64) *FireResult {
 		}
 	}
 	return nil
+}
+
+func ingestCPU(res *Results, system, mode string) float64 {
+	for _, r := range res.Ingest {
+		if r.System == system && r.Mode == mode {
+			return perMsgUs(r.CPU.Bench, r.Msgs)
+		}
+	}
+	return math.NaN()
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

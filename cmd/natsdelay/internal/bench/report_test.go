@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,26 +22,43 @@ func sampleResults() *Results {
 		Host:   Host{CPU: "test CPU", Cores: 2, GoVersion: "go1.x", NATS: "2.x", Embedded: true, StealPct: 1.5},
 		Config: summary(cfg),
 		Ingest: []IngestResult{
-			{System: SystemDelay, Mode: "pipelined", Rate: 60_000},
-			{System: SystemJS, Mode: "pipelined", Rate: 30_000},
-			{System: SystemCore, Mode: "pipelined", Rate: 120_000},
-			{System: SystemDelay, Mode: "requesters", Rate: 2_900},
-			{System: SystemJS, Mode: "requesters", Rate: 10_000},
-			{System: SystemCore, Mode: "requesters", Rate: 20_000},
+			{System: SystemDelay, Mode: "pipelined", Msgs: 2_000, Rate: 60_000, CPU: inProcess(0.04)},
+			{System: SystemJS, Mode: "pipelined", Msgs: 2_000, Rate: 30_000, CPU: inProcess(0.08)},
+			{System: SystemCore, Mode: "pipelined", Msgs: 2_000, Rate: 120_000, CPU: inProcess(0.01)},
+			{System: SystemDelay, Mode: "requesters", Msgs: 2_000, Rate: 2_900, CPU: inProcess(0.2)},
+			{System: SystemJS, Mode: "requesters", Msgs: 2_000, Rate: 10_000, CPU: inProcess(0.1)},
+			{System: SystemCore, Mode: "requesters", Msgs: 2_000, Rate: 20_000, CPU: inProcess(0.05)},
 		},
 		Fire: []FireResult{
 			lat(SystemDelay, 2_000, 1, 4, 2_000), lat(SystemJS, 2_000, 500, 900, 1_500),
 			lat(SystemDelay, 5_000, 2, 8, 5_000), lat(SystemJS, 5_000, 600, 950, 4_000),
 		},
-		EndToEnd: []EndToEndResult{{System: SystemDelay, Rate: 8_000}, {System: SystemJS, Rate: 9_000}},
-		Scale: &ScaleResult{
-			Pending: cfg.ScalePending, FillRate: 40_000,
-			DueEmpty: lat(SystemDelay, 0, 1, 2, 0), DuePending: lat(SystemDelay, 0, 1, 3, 0),
+		EndToEnd: []EndToEndResult{
+			{System: SystemDelay, Msgs: 2_000, Rate: 8_000, CPU: inProcess(0.06)},
+			{System: SystemJS, Msgs: 2_000, Rate: 9_000, CPU: inProcess(0.09)},
 		},
-		Expiry:        &ExpiryResult{Pending: cfg.ScalePending, Expired: cfg.ExpiredMsgs, Ms: 120},
+		Scale: &ScaleResult{
+			Pending: cfg.ScalePending, Subjects: cfg.ScaleSubjects, FillRate: 40_000, OwnProcess: true,
+			FillCPU: CPU{Service: 0.07, Bench: 0.05}, RSSEmpty: 40 << 20, RSSBytes: 50 << 20, RSSPeak: 60 << 20,
+			MemEmpty:   MemSample{RSSBytes: 40 << 20, HeapBytes: 3 << 20, DispatchSubjects: 0},
+			MemPending: MemSample{RSSBytes: 50 << 20, HeapBytes: 4 << 20, DispatchSubjects: int64(cfg.ScaleSubjects)},
+			DueEmpty:   lat(SystemDelay, 0, 1, 2, 0), DuePending: lat(SystemDelay, 0, 1, 3, 0),
+		},
+		Expiry: &ExpiryResult{Pending: cfg.ScalePending, Expired: cfg.ExpiredMsgs, Ms: 120},
+		Waves: &WavesResult{
+			Subjects: cfg.WaveSubjects, OwnProcess: true,
+			Idle: MemSample{RSSBytes: 48 << 20, HeapBytes: 3 << 20, DispatchSubjects: 0},
+			Waves: []WaveResult{
+				{Rate: 12_000, CPU: CPU{Service: 0.02, Bench: 0.01}, Mem: MemSample{RSSBytes: 51 << 20, HeapBytes: 4 << 20, DispatchSubjects: 0}},
+				{Rate: 17_000, CPU: CPU{Service: 0.01, Bench: -1}, Mem: MemSample{RSSBytes: 50 << 20, HeapBytes: -1, DispatchSubjects: -1}},
+			},
+		},
 		JetStreamSync: &JetStreamSync{Interval: "2m0s"},
 	}
 }
+
+// inProcess is the CPU time of a run with natsdelay in the bench process.
+func inProcess(bench float64) CPU { return CPU{Service: -1, Bench: bench} }
 
 // TestWriteTable_Durability checks that the table says how durable each
 // system's reply is, since the ingest rows compare like for like only when
@@ -135,6 +153,12 @@ func TestWriteTable_EveryRowWithDirection(t *testing.T) {
 		{"lateness max ms", lower, [][]string{{"225x better"}, {"119x better"}}},
 		{"delivered msgs/s", higher, [][]string{{"1.33x better"}, {"1.25x better"}}},
 		{"msgs/s", higher, [][]string{{"1.12x worse"}}},
+		// 20 against 40 and 5 µs/msg; 100 against 50 and 25.
+		{"pipelined, 256 outstanding: " + cpuBench, lower, [][]string{{"20.0", "40.0", "2.00x better", "5.00", "4.00x worse"}}},
+		{"8 sync requesters: " + cpuBench, lower, [][]string{{"100", "50.0", "2.00x worse", "25.0", "4.00x worse"}}},
+		// Fire took no CPU tick in the sample, so has no ratio; end to
+		// end 30 against 45.
+		{cpuBench, lower, [][]string{{"0.00", "-"}, {"0.00", "-"}, {"30.0", "45.0", "1.50x better"}}},
 	} {
 		var rows []string
 		for line := range strings.Lines(compared) {
@@ -155,6 +179,73 @@ func TestWriteTable_EveryRowWithDirection(t *testing.T) {
 					t.Errorf("row %q: no %q", row, want)
 				}
 			}
+		}
+	}
+}
+
+// TestWriteTable_ScaleAndWaves checks the rows of natsdelay's own process:
+// the fill's CPU time per message for natsdelay and for the bench process
+// apart, memory per pending message and per subject, and a row of memory
+// per wave after the idle one, with "-" where a figure is unknown.
+func TestWriteTable_ScaleAndWaves(t *testing.T) {
+	res := sampleResults()
+	var b strings.Builder
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	table := b.String()
+	t.Log("\n" + table)
+	scale := table[strings.Index(table, "\nscale:")+1:]
+	for _, want := range [][]string{
+		{"scale: natsdelay with 5,000 pending on 100 subjects"},
+		// 0.07 s and 0.05 s over 5,000 msgs.
+		{"fill CPU µs/msg, natsdelay process", "14.0"},
+		{"fill CPU µs/msg, bench process (nats-server, clients)", "10.0"},
+		{"natsdelay Go heap MiB, live after a GC", "3.00", "4.00"},
+		{"dispatcher subjects (natsdelay_dispatch_subjects)", "0", "100"},
+		// 10 MiB over 5,000 messages and over 100 subjects; 1 MiB of heap.
+		{"RSS growth per pending message, bytes", "2,097"},
+		{"Go heap growth per pending message, bytes", "210"},
+		{"RSS growth per subject, bytes", "104,858"},
+		{"Go heap growth per subject, bytes", "10,486"},
+		{"waves: 2 of 500 new subjects, one due-now msg each", "natsdelay process RSS MiB", "Go heap MiB", "dispatcher subjects", "natsdelay CPU µs/msg", "bench CPU µs/msg"},
+		{"idle, before the first wave", "48.0", "3.00", "0"},
+		// 0.02 s and 0.01 s over 500 msgs.
+		{"after wave 1, drained", "51.0", "4.00", "12,000", "40.0", "20.0"},
+		{"after wave 2, drained", "50.0", "17,000", "20.0", "-"},
+	} {
+		row := ""
+		for line := range strings.Lines(scale) {
+			if strings.HasPrefix(line, want[0]) {
+				row = line
+				break
+			}
+		}
+		if row == "" {
+			t.Errorf("no row %q", want[0])
+			continue
+		}
+		f := strings.Fields(strings.TrimPrefix(row, want[0]))
+		for _, w := range want[1:] {
+			if !slices.Contains(f, w) && !strings.Contains(row, w) {
+				t.Errorf("row %q: no %q", row, w)
+			}
+		}
+	}
+	// One subject has no row per subject: it would be the growth in all.
+	res.Scale.Subjects = 1
+	b.Reset()
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if one := b.String(); !strings.Contains(one, "pending on 1 subject ") || strings.Contains(one, "per subject") {
+		t.Errorf("with one subject: want \"on 1 subject\" and no row per subject:\n%s", one)
+	}
+	// The second wave's unknown heap and gauge: two dashes besides the
+	// unknown bench CPU.
+	for line := range strings.Lines(scale) {
+		if strings.HasPrefix(line, "after wave 2") && strings.Count(line, " - ")+strings.Count(line, " -\n") < 3 {
+			t.Errorf("row %q: want - for the unknown heap, gauge and bench CPU", line)
 		}
 	}
 }

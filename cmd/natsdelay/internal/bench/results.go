@@ -18,6 +18,7 @@ type Results struct {
 	EndToEnd  []EndToEndResult `json:"end_to_end"`
 	Scale     *ScaleResult     `json:"scale,omitempty"`
 	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
+	Waves     *WavesResult     `json:"waves,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 
@@ -67,9 +68,12 @@ type ConfigSummary struct {
 	FireLeadMs     float64   `json:"fire_lead_ms"`
 	EndToEndMsgs   int       `json:"end_to_end_msgs"`
 	ScalePending   int       `json:"scale_pending"`
+	ScaleSubjects  int       `json:"scale_subjects"`
 	ScaleDue       int       `json:"scale_due"`
 	ExpiredMsgs    int       `json:"expired_msgs"`
 	ExpiryInterval string    `json:"expiry_interval"`
+	Waves          int       `json:"waves"`
+	WaveSubjects   int       `json:"wave_subjects"`
 	JSSyncAlways   bool      `json:"js_sync_always"`
 	Phases         []string  `json:"phases"`
 }
@@ -82,6 +86,8 @@ type IngestResult struct {
 	Failed  int     `json:"failed"`
 	Seconds float64 `json:"seconds"`
 	Rate    float64 `json:"msgs_per_s"`
+	// CPU is over the run; natsdelay runs inside the bench process.
+	CPU CPU `json:"cpu"`
 }
 
 // FireResult is one fire run: how late messages were delivered.
@@ -100,6 +106,9 @@ type FireResult struct {
 	MaxMs      float64 `json:"max_ms"`
 	// DeliveredRate is deliveries per second from the first to the last.
 	DeliveredRate float64 `json:"delivered_per_s"`
+	// CPU is from the first schedule until the last delivery, lead
+	// included; natsdelay runs inside the bench process.
+	CPU CPU `json:"cpu"`
 	// LatenessMs is every lateness, sorted, for the chart.
 	LatenessMs []float64 `json:"-"`
 }
@@ -111,12 +120,22 @@ type EndToEndResult struct {
 	Delivered int     `json:"delivered"`
 	Seconds   float64 `json:"seconds"`
 	Rate      float64 `json:"msgs_per_s"`
+	// CPU is over the run; natsdelay runs inside the bench process.
+	CPU CPU `json:"cpu"`
 }
 
 // ScaleResult is natsdelay with many pending future messages.
 type ScaleResult struct {
-	Pending  int     `json:"pending"`
+	Pending int `json:"pending"`
+	// Subjects is how many subjects the pending messages are spread over.
+	Subjects int     `json:"subjects"`
 	FillRate float64 `json:"fill_msgs_per_s"`
+	// FillCPU is the CPU time of the fill.
+	FillCPU CPU `json:"fill_cpu"`
+	// MemEmpty and MemPending are natsdelay's memory before and after the
+	// fill.
+	MemEmpty   MemSample `json:"mem_before_fill"`
+	MemPending MemSample `json:"mem_after_fill"`
 	// OwnProcess tells whether natsdelay ran in a process of its own, so
 	// the RSS figures are its alone, or in the bench process with the
 	// nats-server and the clients.
@@ -139,4 +158,41 @@ type ExpiryResult struct {
 	TTLMs    float64 `json:"ttl_ms"`
 	// Ms is from the moment they expired until the last was removed.
 	Ms float64 `json:"ms_after_expiry_until_removed"`
+}
+
+// MemSample is natsdelay's memory at one moment.
+type MemSample struct {
+	// RSSBytes is the resident set of natsdelay's process, or of the
+	// bench process where natsdelay runs inside it; 0 where there is no
+	// /proc.
+	RSSBytes int64 `json:"rss_bytes"`
+	// HeapBytes is natsdelay's live Go heap (go_memstats_heap_alloc_bytes
+	// right after a collection the bench asks for); -1 where natsdelay
+	// runs inside the bench process, whose heap is shared.
+	HeapBytes int64 `json:"go_heap_bytes"`
+	// DispatchSubjects is the natsdelay_dispatch_subjects gauge: the
+	// subjects the dispatcher keeps state for. -1 where unknown.
+	DispatchSubjects int64 `json:"dispatch_subjects"`
+}
+
+// WavesResult is natsdelay's memory over waves of subjects that come and
+// go: does it return to what it was at idle?
+type WavesResult struct {
+	// Subjects is the number of subjects of each wave, one message each.
+	Subjects int `json:"subjects_per_wave"`
+	// OwnProcess is as in ScaleResult.
+	OwnProcess bool `json:"own_process"`
+	// Idle is the memory before the first wave.
+	Idle  MemSample    `json:"idle"`
+	Waves []WaveResult `json:"waves"`
+}
+
+// WaveResult is one wave: scheduled, delivered, ACKed and gone from the
+// store, then natsdelay's memory.
+type WaveResult struct {
+	Seconds float64 `json:"seconds"`
+	// Rate is the wave's messages over Seconds.
+	Rate float64   `json:"msgs_per_s"`
+	CPU  CPU       `json:"cpu"`
+	Mem  MemSample `json:"mem_after"`
 }

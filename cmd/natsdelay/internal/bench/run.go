@@ -95,6 +95,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}); err != nil {
 		return res, err
 	}
+	if err := phase(PhaseWaves, func(e *env) (err error) {
+		cfg.Logger.Info("waves")
+		res.Waves, err = e.runWaves()
+		return err
+	}); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
@@ -102,9 +109,10 @@ func summary(c Config) ConfigSummary {
 	return ConfigSummary{
 		PayloadSize: c.PayloadSize, IngestMsgs: c.IngestMsgs, Outstanding: c.Outstanding, Requesters: c.Requesters,
 		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond),
-		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleDue: c.ScaleDue,
-		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), JSSyncAlways: c.JSSyncAlways,
-		Phases: Phases(),
+		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleSubjects: c.ScaleSubjects, ScaleDue: c.ScaleDue,
+		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), Waves: c.Waves, WaveSubjects: c.WaveSubjects,
+		JSSyncAlways: c.JSSyncAlways,
+		Phases:       Phases(),
 	}
 }
 

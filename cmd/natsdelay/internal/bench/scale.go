@@ -7,14 +7,15 @@ import (
 	"natsdelay/bridge/wire"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-// runScale measures natsdelay with ScalePending future messages pending:
-// memory, disk, restart to first delivery and the lateness of a small due
+// runScale measures natsdelay with ScalePending future messages pending,
+// spread over ScaleSubjects subjects: memory, CPU time of the fill, disk, restart to first delivery and the lateness of a small due
 // set next to the same set with nothing pending. Then, on the same store,
 // how long the janitor takes to remove ExpiredMsgs expired messages.
 func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
@@ -28,8 +29,11 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 			err = errors.Join(err, d.close())
 		}
 	}()
-	sr = &ScaleResult{Pending: e.cfg.ScalePending, OwnProcess: len(e.cfg.ServiceCommand) > 0}
-	sr.RSSEmpty, _ = d.rss()
+	sr = &ScaleResult{Pending: e.cfg.ScalePending, Subjects: e.cfg.ScaleSubjects, OwnProcess: len(e.cfg.ServiceCommand) > 0}
+	if sr.MemEmpty, err = d.mem(); err != nil {
+		return nil, nil, err
+	}
+	sr.RSSEmpty = sr.MemEmpty.RSSBytes
 
 	if sr.DueEmpty, err = e.dueSet(e.plain + ".due0"); err != nil {
 		return nil, nil, err
@@ -37,8 +41,10 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 
 	var done atomic.Int64
 	p := startProgress(e.cfg.Progress, "scale fill", e.cfg.ScalePending, &done)
+	mark := markCPU(d.pid())
 	el, failed, err := pipelined(e.conns[0], e.cfg.ScalePending, e.cfg.Outstanding, e.cfg.Timeout,
-		func(int) *nats.Msg { return e.delayMsg(e.plain+".future", time.Time{}) }, delayOK, &done)
+		func(i int) *nats.Msg { return e.delayMsg(e.futureSubject(i), time.Time{}) }, delayOK, &done)
+	sr.FillCPU = mark.since()
 	p.done()
 	if err == nil && failed > 0 {
 		err = fmt.Errorf("bench: %d of %d schedules refused", failed, e.cfg.ScalePending)
@@ -49,6 +55,9 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 	sr.FillRate = float64(e.cfg.ScalePending) / el.Seconds()
 
 	if sr.DuePending, err = e.dueSet(e.plain + ".due1"); err != nil {
+		return nil, nil, err
+	}
+	if sr.MemPending, err = d.mem(); err != nil {
 		return nil, nil, err
 	}
 	sr.RSSBytes, sr.RSSPeak = d.rss()
@@ -93,6 +102,12 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 
 	er, err = e.expiry(d)
 	return sr, er, err
+}
+
+// futureSubject is the subject of pending message i of the scale fill:
+// the messages go round robin over ScaleSubjects subjects.
+func (e *env) futureSubject(i int) string {
+	return e.plain + ".future." + strconv.Itoa(i%e.cfg.ScaleSubjects)
 }
 
 // dueSet delivers ScaleDue messages due over one second on subj through

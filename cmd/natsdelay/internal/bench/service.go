@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"natsdelay/bridge/wire"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,12 +26,27 @@ type service interface {
 	// rss is the resident set, in bytes, of the process natsdelay runs in,
 	// and its peak; 0 where there is no /proc.
 	rss() (now, peak int64)
+	// pending is the number of messages pending in all.
+	pending() (uint64, error)
+	// mem samples natsdelay's memory.
+	mem() (MemSample, error)
+	// pid is natsdelay's own process, or 0 where it runs in this one.
+	pid() int
 	close() error
 }
 
 func (d *delay) hasPending(subject string) (bool, error) {
 	return d.svc.Repository().PendingFor(subject) > 0, nil
 }
+
+func (d *delay) pending() (uint64, error) { return d.svc.Repository().Pending(), nil }
+
+func (d *delay) mem() (MemSample, error) {
+	rss, _ := d.rss()
+	return MemSample{RSSBytes: rss, HeapBytes: -1, DispatchSubjects: int64(d.svc.Stats().Topics)}, nil
+}
+
+func (d *delay) pid() int { return 0 }
 
 func (d *delay) rss() (int64, int64) { return procRSS("self") }
 
@@ -47,19 +64,25 @@ type process struct {
 	e      *env
 	cmd    *exec.Cmd
 	stderr *tailBuffer
+	http   string        // base URL of its HTTP listener
 	exited chan struct{} // closed once cmd.Wait returned
 	err    error         // from cmd.Wait, once exited is closed
 }
 
 // startProcess runs ServiceCommand with the flags that put natsdelay on
-// the bench's server and subjects, and waits until its API answers.
+// the bench's server and subjects, and waits until its API answers. Its
+// HTTP listener takes a free loopback port, which its ready log line
+// names; the bench reads the memory figures there, and asks for a
+// collection before it does through --pprof's heap profile.
 func (e *env) startProcess(dir string) (*process, error) {
 	args := append(e.cfg.ServiceCommand[1:len(e.cfg.ServiceCommand):len(e.cfg.ServiceCommand)],
 		"--nats", e.url, "--data-dir", dir, "--engine", "pebble",
 		"--ingest-prefix", e.ingest, "--ack-prefix", e.ack, "--api-prefix", e.api,
-		"--expiry-interval", e.cfg.ExpiryInterval.String(), "--http", "")
+		"--expiry-interval", e.cfg.ExpiryInterval.String(), "--http", "127.0.0.1:0", "--pprof",
+		"--log-format", "text")
 	p := &process{e: e, cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
+	ready := &readyLine{found: make(chan string, 1)}
+	p.cmd.Stderr = io.MultiWriter(p.stderr, ready)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start %s: %w", e.cfg.ServiceCommand[0], err)
 	}
@@ -69,7 +92,14 @@ func (e *env) startProcess(dir string) (*process, error) {
 	}()
 	deadline := time.Now().Add(e.cfg.Timeout)
 	for {
-		if _, err := p.hasPending(e.plain); err == nil {
+		if p.http == "" {
+			select {
+			case addr := <-ready.found:
+				p.http = "http://" + addr
+			default:
+			}
+		}
+		if _, err := p.hasPending(e.plain); err == nil && p.http != "" {
 			return p, nil
 		}
 		select {
@@ -112,6 +142,106 @@ func (p *process) hasPending(subject string) (bool, error) {
 }
 
 func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Process.Pid)) }
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// NB: every message pending is natsdelay's own count, not a scan.
+func (p *process) pending() (uint64, error) {
+	var info wire.InfoReply
+	err := p.request(wire.VerbInfo, struct{}{}, &info)
+	return info.Counts.Pending, err
+}
+
+// mem asks natsdelay for a garbage collection, so the heap is what is
+// live, then reads its RSS and its /metrics.
+func (p *process) mem() (MemSample, error) {
+	m := MemSample{HeapBytes: -1, DispatchSubjects: -1}
+	c := http.Client{Timeout: p.e.cfg.Timeout}
+	get := func(path string) ([]byte, error) {
+		resp, err := c.Get(p.http + path)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return b, err
+	}
+	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		return m, fmt.Errorf("bench: natsdelay's heap: %w", err)
+	}
+	m.RSSBytes, _ = p.rss()
+	b, err := get("/metrics")
+	if err != nil {
+		return m, fmt.Errorf("bench: natsdelay's metrics: %w", err)
+	}
+	if v, ok := metric(b, "go_memstats_heap_alloc_bytes"); ok {
+		m.HeapBytes = int64(v)
+	}
+	if v, ok := metric(b, "natsdelay_dispatch_subjects"); ok {
+		m.DispatchSubjects = int64(v)
+	}
+	return m, nil
+}
+
+// metric finds the sample of an unlabelled metric in a Prometheus text
+// exposition.
+func metric(exposition []byte, name string) (float64, bool) {
+	for line := range strings.Lines(string(exposition)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// readyLine watches a text log for natsdelay's ready line and sends the
+// address of the HTTP listener it names on found, once.
+type readyLine struct {
+	found chan string // buffered, 1
+	mu    sync.Mutex
+	buf   []byte
+	done  bool
+}
+
+func (r *readyLine) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return len(p), nil
+	}
+	r.buf = append(r.buf, p...)
+	for {
+		i := bytes.IndexByte(r.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if addr, ok := httpAddr(string(r.buf[:i])); ok {
+			r.found <- addr
+			r.done, r.buf = true, nil
+			break
+		}
+		r.buf = r.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+// httpAddr returns the http attribute of serve's text-format ready line.
+func httpAddr(line string) (string, bool) {
+	if !strings.Contains(line, `msg="natsdelay ready"`) {
+		return "", false
+	}
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "http="); ok && v != "off" {
+			return v, true
+		}
+	}
+	return "", false
+}
 
 // close stops the process as a supervisor would, with SIGTERM, and kills it
 // if it has not stopped within the timeout.

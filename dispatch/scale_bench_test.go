@@ -1,0 +1,156 @@
+package dispatch_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+	"natsdelay/dispatch"
+)
+
+// scalePending is how many future messages the scale benchmarks keep
+// pending, on one subject or on one subject each.
+const scalePending = 100_000
+
+// fillFuture opens an in-memory Pebble store holding scalePending messages
+// due in an hour, spread over subjects subjects, and returns it with the
+// repository over it. The store and repository close with tb.
+func fillFuture(tb testing.TB, subjects int) (delaystore.Store, *delaystore.Repository) {
+	tb.Helper()
+	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = repo.Close()
+		_ = st.Close()
+	})
+	at := time.Now().Add(time.Hour)
+	const batch = 10_000
+	msgs := make([]*delaystore.StoredMessage, 0, batch)
+	for i := range scalePending {
+		msgs = append(msgs, msgAt("future."+strconv.Itoa(i%subjects), at))
+		if len(msgs) == batch || i == scalePending-1 {
+			if _, err := repo.Schedule(msgs, delaystore.NoSync); err != nil {
+				tb.Fatal(err)
+			}
+			msgs = msgs[:0]
+		}
+	}
+	if err := st.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return st, repo
+}
+
+// BenchmarkDispatcher_Start times start-up with scalePending future
+// messages pending: opening the repository (which reads the subject
+// registry) and Start (which finds each subject's first key), once with
+// them all on one subject and once on a subject each. The difference is
+// what start-up costs per subject.
+func BenchmarkDispatcher_Start(b *testing.B) {
+	for _, subjects := range []int{1, scalePending} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+			st, _ := fillFuture(b, subjects)
+			b.ReportAllocs()
+			for b.Loop() {
+				repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: newFakePublisher(), AckWait: 10 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Start(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if s := d.Stats(); s.Topics != uint64(subjects) {
+					b.Fatalf("dispatcher holds %d subjects after Start, want %d", s.Topics, subjects)
+				}
+				if err := d.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if err := repo.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(subjects), "subjects")
+		})
+	}
+}
+
+// dueSet is the number of due-now messages BenchmarkDispatcher_DueScan
+// delivers per operation, each on a subject of its own.
+const dueSet = 100
+
+// BenchmarkDispatcher_DueScan times how long a small due set takes to go
+// out while scalePending future messages wait: from the commit that makes
+// dueSet messages due now until the last is delivered. The future messages
+// are on one subject, then on a subject each, so the difference is what
+// the dispatcher's per-subject state costs a due scan.
+func BenchmarkDispatcher_DueScan(b *testing.B) {
+	for _, subjects := range []int{1, scalePending} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+			_, repo := fillFuture(b, subjects)
+			pub := newFakePublisher()
+			d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pub.d = d
+			if err := d.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = d.Close() })
+			msgs := make([]*delaystore.StoredMessage, dueSet)
+			acked := make(chan error, dueSet)
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				now := time.Now()
+				for i := range msgs {
+					msgs[i] = msgAt("due."+strconv.Itoa(n)+"."+strconv.Itoa(i), now)
+				}
+				n++
+				res, err := repo.Schedule(msgs, delaystore.NoSync)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, s := range res {
+					d.Notify(s, msgs[i].FireAtNs)
+				}
+				got := make([]delivery, 0, dueSet)
+				for len(got) < dueSet {
+					select {
+					case dl := <-pub.deliveries:
+						got = append(got, dl)
+					case <-time.After(10 * time.Second):
+						b.Fatalf("%d of %d due messages delivered after 10s", len(got), dueSet)
+					}
+				}
+				// The ACKs settle the set, so the next one starts from the
+				// same state; they are not what is timed.
+				b.StopTimer()
+				for _, dl := range got {
+					d.Ack(dl.key, dispatch.Ack{Kind: dispatch.AckDone}, func(err error) { acked <- err })
+				}
+				for range got {
+					if err := <-acked; err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(dueSet), "msgs/op")
+		})
+	}
+}
