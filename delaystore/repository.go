@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -133,6 +134,11 @@ type Repository struct {
 		// it (holding wmu and mu) only after a commit succeeds; as the only
 		// writer, a holder of wmu may read it without mu.
 		topics map[string]Topic
+		// topicsPeak is the most topics held since the map was last
+		// copied: a Go map keeps its buckets after deletes, so it is
+		// copied once it holds less than a quarter of that, and subjects
+		// that came and went give their memory back.
+		topicsPeak int
 		// pending is the sum of the counts in topics.
 		pending uint64
 	}
@@ -550,6 +556,14 @@ func (r *Repository) committed(counts map[string]uint64, lastID uint64) {
 	}
 	if lastID > r.mu.lastID {
 		r.mu.lastID = lastID
+	}
+	if n := len(r.mu.topics); n > r.mu.topicsPeak {
+		r.mu.topicsPeak = n
+	} else if r.mu.topicsPeak > 1024 && n < r.mu.topicsPeak/4 {
+		topics := make(map[string]Topic, n)
+		maps.Copy(topics, r.mu.topics)
+		r.mu.topics = topics
+		r.mu.topicsPeak = n
 	}
 }
 

@@ -53,6 +53,9 @@ type deleter struct {
 	mu struct {
 		sync.Mutex
 		ops map[keys.Key]*pendingOp
+		// opsPeak is the most ops held since ops was last copied; see
+		// shrunk.
+		opsPeak int
 		// due lists, in queue order, the keys to write at the next commit:
 		// deletes, and updates that failed to commit once.
 		due []keys.Key
@@ -262,6 +265,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		dl.mu.Unlock()
 		return 0, next, nil
 	}
+	dl.mu.ops = shrunk(dl.mu.ops, &dl.mu.opsPeak)
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
 

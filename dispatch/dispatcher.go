@@ -156,9 +156,9 @@ type Dispatcher struct {
 		// idle are topics that may have nothing left to do; see
 		// dropIdleLocked.
 		idle []*topic
-		// topicsPeak is the most topics held since the map was last
-		// copied.
-		topicsPeak int
+		// peaks are the most entries each map held since it was last
+		// copied; see shrunk.
+		peaks struct{ topics, flights, unsent, canceled int }
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
@@ -516,18 +516,31 @@ func (d *Dispatcher) dropIdleLocked(now int64) {
 	}
 	clear(d.mu.idle)
 	d.mu.idle = d.mu.idle[:0]
-	// NB: a Go map keeps its buckets after deletes; copy it once it holds
-	// a quarter of what it held at most, so that a wave of subjects that
-	// came and went gives its memory back.
-	if n := len(d.mu.topics); n > d.mu.topicsPeak {
-		d.mu.topicsPeak = n
-	} else if d.mu.topicsPeak > 1024 && n < d.mu.topicsPeak/4 {
-		topics := make(map[uint64]*topic, n)
-		maps.Copy(topics, d.mu.topics)
-		d.mu.topics = topics
-		d.mu.topicsPeak = n
-	}
+	d.mu.topics = shrunk(d.mu.topics, &d.mu.peaks.topics)
+	d.mu.flights = shrunk(d.mu.flights, &d.mu.peaks.flights)
+	d.mu.unsent = shrunk(d.mu.unsent, &d.mu.peaks.unsent)
+	d.mu.canceled = shrunk(d.mu.canceled, &d.mu.peaks.canceled)
 }
+
+// shrunk returns m, or a copy of it once it holds less than a quarter of
+// the most it held since the last copy (*peak). A Go map keeps its buckets
+// after deletes, so without this a wave of keys that came and went would
+// keep its memory for the life of the process.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	n := len(m)
+	if n > *peak {
+		*peak = n
+		return m
+	}
+	if *peak <= 1024 || n >= *peak/4 {
+		return m
+	}
+	c := make(map[K]V, n)
+	maps.Copy(c, m)
+	*peak = n
+	return c
+}
+
 
 // committed is the deleter's callback: these keys are gone from the store.
 func (d *Dispatcher) committed(ks []keys.Key) {
