@@ -202,6 +202,7 @@ type flushBatch struct {
 // The next pass need not wait for that: the flush is a round trip, and
 // waiting for it left the dispatcher idle for as long as it took to publish.
 func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*topic) {
+	out = d.planOccurrences(out, now)
 	sent := out[:0]
 	for _, o := range out {
 		f := o.f
