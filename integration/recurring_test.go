@@ -1,0 +1,249 @@
+package integration_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
+)
+
+// occurrenceOf reads a delivery's Delay-Occurrence.
+func occurrenceOf(tb testing.TB, r received) time.Time {
+	tb.Helper()
+	return parseTime(tb, r.Header.Get(wire.HeaderOccurrence))
+}
+
+// TestRecurring_Every_OrdinaryDeliveries checks that each occurrence of a
+// Delay-Every schedule is an ordinary delivery with its own tag, Delay-Id,
+// Delay-Attempt and the three schedule headers, planned on the interval,
+// never early, and that Delay-Limit ends the schedule.
+func TestRecurring_Every_OrdinaryDeliveries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	got := subscribe(t, h.nc, "rec.every")
+	rep := schedule(t, h.nc, newMsg("rec.every", "tick", "Delay-Every", "200ms", "Delay-Limit", "3", "Delay-Id", "ticker", "X-Trace", "t1"))
+	tags := map[string]bool{}
+	for i := range 3 {
+		r := next(t, got, fmt.Sprintf("occurrence %d", i+1))
+		occ := occurrenceOf(t, r)
+		if want := rep.FireAt.Add(time.Duration(i) * 200 * time.Millisecond); !occ.Equal(want) {
+			t.Fatalf("occurrence %d planned at %v, want %v", i+1, occ, want)
+		}
+		notEarly(t, r, occ)
+		tag := r.Header.Get(wire.HeaderTag)
+		if tags[tag] {
+			t.Fatalf("occurrence %d under tag %s seen before", i+1, tag)
+		}
+		tags[tag] = true
+		if i == 0 && tag != rep.Tag {
+			t.Fatalf("first occurrence tag %s, want the ingest reply's %s", tag, rep.Tag)
+		}
+		wantAttempt(t, r.Msg, 1)
+		if string(r.Data) != "tick" || r.Header.Get("X-Trace") != "t1" || r.Header.Get(wire.HeaderID) != "ticker" || r.Header.Get(wire.HeaderSchedule) != "@every 200ms" {
+			t.Fatalf("occurrence %d: %q with headers %v", i+1, r.Data, r.Header)
+		}
+		nextAt := r.Header.Get(wire.HeaderNext)
+		if i < 2 {
+			if want := occ.Add(200 * time.Millisecond); !parseTime(t, nextAt).Equal(want) {
+				t.Fatalf("occurrence %d: Delay-Next %s, want %v", i+1, nextAt, want)
+			}
+		} else if _, ok := r.Header[wire.HeaderNext]; ok {
+			t.Fatalf("last occurrence has Delay-Next %s", nextAt)
+		}
+		ackSync(t, h.nc, r.Msg, "")
+	}
+	quiet(t, got, 500*time.Millisecond, "an occurrence past Delay-Limit")
+	waitPending(t, h.svc, 0)
+}
+
+// TestRecurring_Cron_SecondsInZone checks a 6-field spec in a zone and
+// that Delay-Until ends the schedule.
+func TestRecurring_Cron_SecondsInZone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	got := subscribe(t, h.nc, "rec.cron")
+	until := time.Now().Truncate(time.Second).Add(2500 * time.Millisecond)
+	schedule(t, h.nc, newMsg("rec.cron", "x", "delay-cron", "* * * * * *", "Delay-TZ", "Europe/Berlin", "Delay-Until", until.Format(time.RFC3339Nano)))
+	var last time.Time
+	for {
+		select {
+		case r := <-got:
+			occ := occurrenceOf(t, r)
+			notEarly(t, r, occ)
+			if occ.Nanosecond() != 0 || r.Header.Get(wire.HeaderSchedule) != "* * * * * *" || occ.After(until) {
+				t.Fatalf("occurrence at %v with headers %v", occ, r.Header)
+			}
+			if !last.IsZero() && !occ.Equal(last.Add(time.Second)) {
+				t.Fatalf("occurrence at %v after %v, want one a second", occ, last)
+			}
+			last = occ
+			ackSync(t, h.nc, r.Msg, "")
+		case <-time.After(1500 * time.Millisecond):
+			if last.IsZero() || until.Sub(last) >= time.Second {
+				t.Fatalf("last occurrence %v, want the last whole second before %v", last, until)
+			}
+			waitPending(t, h.svc, 0)
+			return
+		}
+	}
+}
+
+// TestRecurring_NakRedeliversTheOccurrence checks that an occurrence is
+// redelivered under its own tag and headers, while the schedule goes on.
+func TestRecurring_NakRedeliversTheOccurrence(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	got := subscribe(t, h.nc, "rec.nak")
+	schedule(t, h.nc, newMsg("rec.nak", "x", "Delay-Every", "1s", "Delay", "50ms", "Delay-Limit", "2"))
+	r1 := next(t, got, "first occurrence")
+	ackSync(t, h.nc, r1.Msg, "-NAK")
+	r1b := next(t, got, "redelivery")
+	if r1b.Header.Get(wire.HeaderTag) != r1.Header.Get(wire.HeaderTag) || r1b.Header.Get(wire.HeaderOccurrence) != r1.Header.Get(wire.HeaderOccurrence) || r1b.Header.Get(wire.HeaderNext) != r1.Header.Get(wire.HeaderNext) {
+		t.Fatalf("redelivery headers %v, want those of %v", r1b.Header, r1.Header)
+	}
+	wantAttempt(t, r1b.Msg, 2)
+	ackSync(t, h.nc, r1b.Msg, "+TERM done")
+	r2 := next(t, got, "second occurrence")
+	if r2.Header.Get(wire.HeaderTag) == r1.Header.Get(wire.HeaderTag) || r2.Header.Get(wire.HeaderOccurrence) != r1.Header.Get(wire.HeaderNext) {
+		t.Fatalf("second occurrence %v after %v", r2.Header, r1.Header)
+	}
+	wantAttempt(t, r2.Msg, 1)
+	ackSync(t, h.nc, r2.Msg, "")
+	waitPending(t, h.svc, 0)
+}
+
+// TestRecurring_ReplaceAndCancelByID checks that scheduling the same
+// (subject, Delay-Id) replaces a schedule, and that CANCEL by id, or by
+// the tag of the pending occurrence, ends it, also while an occurrence is
+// out.
+func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Hour })
+	got := subscribe(t, h.nc, "rec.id")
+	first := schedule(t, h.nc, newMsg("rec.id", "one", "Delay-Every", "1h", "Delay-Id", "J"))
+	second := schedule(t, h.nc, newMsg("rec.id", "two", "Delay-Cron", "@daily", "Delay-Id", "J"))
+	if err := isGone(h.svc, first.Key); err != nil {
+		t.Fatal(err)
+	}
+	waitPending(t, h.svc, 1)
+	var r cancelReply
+	apiCall(t, h.nc, "CANCEL", map[string]string{"subject": "rec.id", "id": "J"}, &r)
+	if !r.Canceled {
+		t.Fatal("CANCEL by id: canceled = false")
+	}
+	if err := isGone(h.svc, second.Key); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cancel while an occurrence is out: the out one finishes, no more come.
+	schedule(t, h.nc, newMsg("rec.id", "three", "Delay-Every", "300ms", "Delay", "10ms", "Delay-Id", "J"))
+	out := next(t, got, "occurrence")
+	waitPending(t, h.svc, 2) // the one out and its successor
+	apiCall(t, h.nc, "CANCEL", map[string]string{"subject": "rec.id", "id": "J"}, &r)
+	if !r.Canceled {
+		t.Fatal("CANCEL by id with an occurrence out: canceled = false")
+	}
+	ackSync(t, h.nc, out.Msg, "")
+	quiet(t, got, 700*time.Millisecond, "an occurrence after CANCEL by id")
+	waitPending(t, h.svc, 0)
+
+	// Cancel by the tag of the pending occurrence.
+	rep := schedule(t, h.nc, newMsg("rec.id", "four", "Delay-Every", "1h"))
+	cancelTag(t, h.nc, rep.Tag)
+	waitPending(t, h.svc, 0)
+}
+
+// TestRecurring_BadRequests checks that bad schedules are 400s that show
+// the accepted form, and that nothing is stored.
+func TestRecurring_BadRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, tt := range []struct {
+		hdr  []string
+		want string
+	}{
+		{[]string{"Delay-Cron", "every day"}, "want 5 fields"},
+		{[]string{"Delay-Cron", "@daily", "Delay-TZ", "Moon/Base"}, "IANA zone"},
+		{[]string{"Delay-Cron", "@daily", "Delay-Every", "1h"}, "want one of them"},
+		{[]string{"Delay-Every", "10ms"}, "at least 100ms"},
+		{[]string{"Delay-Every", "1h", "Delay-Until", "2001-01-01T00:00:00Z"}, "want an end after the start"},
+		{[]string{"Delay-Every", "1h", "Delay-Limit", "none"}, "positive integer"},
+		{[]string{"Delay-Every", "1h", "Delay-Catch-Up", "most"}, "one, all or none"},
+	} {
+		rep, err := h.nc.RequestMsg(newMsg("rec.bad", "x", tt.hdr...), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if desc := wantServiceError(t, rep, 400); !strings.Contains(desc, tt.want) {
+			t.Fatalf("%v: %q, want it to say %q", tt.hdr, desc, tt.want)
+		}
+	}
+	if n := h.svc.Repository().Pending(); n != 0 {
+		t.Fatalf("pending %d after bad requests", n)
+	}
+}
+
+// TestCrash_SIGKILL_RecurringScheduleContinues runs the real binary, kills
+// it between an occurrence's delivery and its ACK, and restarts it on the
+// same data. The schedule must go on, with no occurrence lost and none
+// delivered under two tags.
+func TestCrash_SIGKILL_RecurringScheduleContinues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	url := srv.ClientURL()
+	dir := t.TempDir()
+	nc := connect(t, srv)
+	got := subscribe(t, nc, "crash.rec")
+
+	p := startProcess(t, bin, url, dir)
+	const every, n = 400 * time.Millisecond, 6
+	rep := schedule(t, nc, newMsg("crash.rec", "x", "Delay-Every", every.String(), "Delay", "200ms", "Delay-Limit", fmt.Sprint(n), "Delay-Catch-Up", "all", "Delay-Id", "beat"))
+
+	tags := map[time.Time]string{} // occurrence -> its tag
+	acked := map[time.Time]bool{}
+	take := func(r received) time.Time {
+		t.Helper()
+		occ := occurrenceOf(t, r)
+		tag := r.Header.Get(wire.HeaderTag)
+		if old, ok := tags[occ]; ok && old != tag {
+			t.Fatalf("occurrence %v under two tags: %s and %s", occ, old, tag)
+		}
+		tags[occ] = tag
+		return occ
+	}
+	// Occurrence 1 is ACKed; occurrence 2 is delivered, then the process
+	// is killed before its ACK.
+	r := next(t, got, "occurrence 1")
+	acked[take(r)] = true
+	ackSync(t, nc, r.Msg, "")
+	r = next(t, got, "occurrence 2")
+	take(r)
+	p.kill(t)
+
+	// Down for more than an interval: an occurrence is missed.
+	time.Sleep(2 * every)
+	p = startProcess(t, bin, url, dir)
+	defer p.stop(t)
+	for len(acked) < n {
+		r := next(t, got, fmt.Sprintf("occurrences after restart (%d of %d ACKed)", len(acked), n))
+		occ := take(r) // the held one comes again under its own tag
+		acked[occ] = true
+		ackSync(t, nc, r.Msg, "")
+	}
+	for i := range n {
+		occ := rep.FireAt.Add(time.Duration(i) * every)
+		if !acked[occ] {
+			t.Fatalf("occurrence %d at %v lost; got %v", i+1, occ, tags)
+		}
+	}
+	quiet(t, got, 2*every, "an occurrence past Delay-Limit after the restart")
+	if len(tags) != n {
+		t.Fatalf("%d occurrences, want %d: %v", len(tags), n, tags)
+	}
+}
