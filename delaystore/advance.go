@@ -16,7 +16,7 @@ var ErrPlanned = errors.New("delaystore: occurrence already planned")
 // pending under k, in one batch committed with sync:
 //
 //   - the occurrence is rewritten as cur, which must have
-//     Recurrence.Planned set, or deleted when drop is true (the catch-up
+//     Recurrence.Planned set and may set an expiry time, or deleted when drop is true (the catch-up
 //     policy skips it);
 //   - next, when not nil, is stored under a new event key, and the
 //     schedule's (subject, client id) index entry is moved to it: cur
@@ -49,8 +49,8 @@ func (r *Repository) Advance(k keys.Key, cur *StoredMessage, drop bool, next *St
 		return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w: subject differs from the occurrence's", k, ErrInvalidMessage)
 	case next != nil && next.ClientId != stored.ClientId:
 		return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w: client id %q differs from the occurrence's %q", k, ErrInvalidMessage, keys.Clip(next.ClientId), keys.Clip(stored.ClientId))
-	case !drop && (!cur.GetRecurrence().GetPlanned() || cur.ExpireAtNs != stored.ExpireAtNs || (next == nil && cur.ClientId != stored.ClientId)):
-		return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w: the rewrite must be planned and keep the expiry and, without a successor, the client id", k, ErrInvalidMessage)
+	case !drop && (!cur.GetRecurrence().GetPlanned() || (next == nil && cur.ClientId != stored.ClientId)):
+		return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w: the rewrite must be planned and, without a successor, keep the client id", k, ErrInvalidMessage)
 	}
 
 	b := r.s.NewBatch()
@@ -65,10 +65,27 @@ func (r *Repository) Advance(k keys.Key, cur *StoredMessage, drop bool, next *St
 		}
 		deltas[stored.Subject]--
 	} else {
+		if err := r.unindexSchedule(b, stored); err != nil {
+			return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w", k, err)
+		}
 		if next != nil {
 			cur.ClientId = ""
 		}
 		cur.EventId = k.EventID()
+		if cur.ExpireAtNs != stored.ExpireAtNs {
+			if stored.ExpireAtNs != 0 {
+				r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
+				if err := b.Delete(r.w.key); err != nil {
+					return Scheduled{}, fmt.Errorf("delaystore: advance %v: move expiry entry: %w", k, err)
+				}
+			}
+			if cur.ExpireAtNs != 0 {
+				r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
+				if err := b.Set(r.w.key, nil); err != nil {
+					return Scheduled{}, fmt.Errorf("delaystore: advance %v: move expiry entry: %w", k, err)
+				}
+			}
+		}
 		if err := r.setMessage(b, &k, cur); err != nil {
 			return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w", k, err)
 		}
@@ -84,6 +101,9 @@ func (r *Repository) Advance(k keys.Key, cur *StoredMessage, drop bool, next *St
 		last = l
 		next.EventId = first
 		out.Key = keys.New(keys.TopicHash(next.Subject), keys.Bucket(keys.FireAtMs(next.FireAtNs), r.bucketMs), first)
+		if next.Recurrence != nil {
+			next.Recurrence.Name = stored.GetRecurrence().GetName()
+		}
 		if err := r.setMessage(b, &out.Key, next); err != nil {
 			return Scheduled{}, fmt.Errorf("delaystore: advance %v: successor: %w", k, err)
 		}
@@ -98,6 +118,9 @@ func (r *Repository) Advance(k keys.Key, cur *StoredMessage, drop bool, next *St
 			if err := b.Set(r.w.key, nil); err != nil {
 				return Scheduled{}, fmt.Errorf("delaystore: advance %v: index expiry: %w", k, err)
 			}
+		}
+		if err := r.indexSchedule(b, out.Key, next); err != nil {
+			return Scheduled{}, fmt.Errorf("delaystore: advance %v: %w", k, err)
 		}
 		deltas[next.Subject]++
 		if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {

@@ -77,3 +77,59 @@ func TestRepository_Advance_Drop(t *testing.T) {
 		t.Fatalf("Lookup = %v, %v, pending %d; want the successor alone", lk, err, r.PendingFor("a"))
 	}
 }
+
+// TestRepository_Schedules_Index checks that the schedule index holds one
+// entry per schedule with an occurrence to plan, pointing at it, through
+// scheduling, replacing, planning, the last occurrence and a reopen.
+func TestRepository_Schedules_Index(t *testing.T) {
+	r, st := newRepo(t)
+	anon := occurrence("b", "", t0, 1)
+	s := schedule(t, r, occurrence("a", "job", t0, 1), anon, occurrence("a", "other", t0, 1))
+	if r.Schedules() != 3 {
+		t.Fatalf("schedules %d, want 3", r.Schedules())
+	}
+	// Replacing by id keeps the count.
+	s2 := schedule(t, r, occurrence("a", "job", t0+5, 1))
+	if r.Schedules() != 3 {
+		t.Fatalf("schedules after replace %d, want 3", r.Schedules())
+	}
+	refs, err := r.ScheduleRefs("a", "", "", 10)
+	if err != nil || len(refs) != 2 || refs[0].Name != "job" || refs[0].Key != s2[0].Key || refs[1].Name != "other" {
+		t.Fatalf("refs of a: %v, %v", refs, err)
+	}
+	all, _ := r.ScheduleRefs("", "a", "job", 10)
+	if len(all) != 2 || all[0].Name != "other" || all[1].Subject != "b" || all[1].Name != s[1].Key.Tag() {
+		t.Fatalf("refs after (a, job): %v", all)
+	}
+
+	// Planning moves the entry to the successor; the last removes it.
+	cur, _ := r.Get(s2[0].Key)
+	cur.Recurrence.Planned = true
+	nx, err := r.Advance(s2[0].Key, cur, false, occurrence("a", "job", t0+1e9, 2), delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := r.LookupSchedule("a", "job"); err != nil || k != nx.Key || r.Schedules() != 3 {
+		t.Fatalf("after planning: %v, %v, %d schedules", k, err, r.Schedules())
+	}
+	last, _ := r.Get(s[1].Key)
+	last.Recurrence.Planned = true
+	if _, err := r.Advance(s[1].Key, last, false, nil, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LookupSchedule("b", s[1].Key.Tag()); !errors.Is(err, delaystore.ErrNotFound) || r.Schedules() != 2 {
+		t.Fatalf("after the last: %v, %d schedules", err, r.Schedules())
+	}
+	// Canceling the next occurrence ends the schedule.
+	if _, err := r.Apply([]delaystore.Op{{Key: s[2].Key}}, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if r.Schedules() != 1 {
+		t.Fatalf("after cancel: %d schedules, want 1", r.Schedules())
+	}
+	r.Close()
+	r2 := openRepo(t, st, delaystore.RepositoryConfig{})
+	if r2.Schedules() != 1 {
+		t.Fatalf("after reopen: %d schedules, want 1", r2.Schedules())
+	}
+}

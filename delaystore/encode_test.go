@@ -106,7 +106,7 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 			m.Recurrence = &Recurrence{
 				Cron: str(), EveryNs: i64(), Zone: str(), UntilNs: i64(), Limit: uint64(u32()),
 				CatchUp: CatchUp(rng.Int32N(3)), Id: str(), OccurrenceNs: i64(), Seq: uint64(u32()),
-				Planned: rng.IntN(2) == 0, NextNs: i64(), Behind: u32(), Skipped: uint64(u32()),
+				Planned: rng.IntN(2) == 0, NextNs: i64(), Behind: u32(), Skipped: uint64(u32()), Name: str(),
 			}
 		}
 		if rng.IntN(5) == 0 {

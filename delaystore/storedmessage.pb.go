@@ -294,7 +294,7 @@ type Recurrence struct {
 	Limit uint64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	// catch_up is the Delay-Catch-Up policy.
 	CatchUp CatchUp `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3,enum=natsdelay.delaystore.v1.CatchUp" json:"catch_up,omitempty"`
-	// id names the schedule: its Delay-Id, or the tag of its first occurrence.
+	// id is the schedule's Delay-Id, if any.
 	Id string `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
 	// occurrence_ns is this occurrence's planned time, Unix nanoseconds.
 	OccurrenceNs int64 `protobuf:"varint,8,opt,name=occurrence_ns,json=occurrenceNs,proto3" json:"occurrence_ns,omitempty"`
@@ -308,7 +308,10 @@ type Recurrence struct {
 	// behind counts catch-up deliveries in a row (catch_up all).
 	Behind uint32 `protobuf:"varint,12,opt,name=behind,proto3" json:"behind,omitempty"`
 	// skipped counts occurrences skipped by the catch-up policy so far.
-	Skipped       uint64 `protobuf:"varint,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Skipped uint64 `protobuf:"varint,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// name is the schedule's name in the schedule index: its id, or the tag
+	// of its first occurrence. The repository sets it.
+	Name          string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,6 +437,13 @@ func (x *Recurrence) GetSkipped() uint64 {
 	return 0
 }
 
+func (x *Recurrence) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // Header is one header name with its values in order.
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -512,7 +522,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\bevent_id\x18\f \x01(\x04R\aeventId\x12C\n" +
 	"\n" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
-	"recurrence\"\xe9\x02\n" +
+	"recurrence\"\xfd\x02\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -528,7 +538,8 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	" \x01(\bR\aplanned\x12\x17\n" +
 	"\anext_ns\x18\v \x01(\x03R\x06nextNs\x12\x16\n" +
 	"\x06behind\x18\f \x01(\rR\x06behind\x12\x18\n" +
-	"\askipped\x18\r \x01(\x04R\askipped\"4\n" +
+	"\askipped\x18\r \x01(\x04R\askipped\x12\x12\n" +
+	"\x04name\x18\x0e \x01(\tR\x04name\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values*@\n" +

@@ -108,20 +108,18 @@ func (d *Dispatcher) planOccurrence(o outgoing, now int64) (*delaystore.StoredMe
 	if next != nil {
 		d.Notify(s, next.FireAtNs)
 	}
+	if !drop {
+		return cur, true
+	}
+	d.stats.skipped.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if drop {
-		d.stats.skipped.Add(1)
-		if d.mu.flights[f.key] == f {
-			d.forgetLocked(f)
-		}
-		// NB: as for a replaced message in Notify: a scan under way may
-		// have read it; the mark keeps it from going out.
-		d.mu.canceled[f.key] = struct{}{}
-		d.mu.committed = append(d.mu.committed, f.key)
-		return nil, false
+	if d.mu.flights[f.key] == f {
+		d.forgetLocked(f)
 	}
-	// The flight's pending copy predates the new expiry time.
-	f.pending = nil
-	return cur, true
+	// NB: as for a replaced message in Notify: a scan under way may have
+	// read it; the mark keeps it from going out.
+	d.mu.canceled[f.key] = struct{}{}
+	d.mu.committed = append(d.mu.committed, f.key)
+	return nil, false
 }

@@ -142,7 +142,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			maxDeliver: d.maxDeliver(f.msg),
 			idx:        -1,
 		}
-		if f.msg.ClientId == "" {
+		if f.msg.ClientId == "" && f.msg.Recurrence == nil {
+			// NB: not for an occurrence: planning it changes its expiry
+			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
 		d.mu.flights[f.k] = fl

@@ -25,13 +25,16 @@
 //
 // # Storage and crash safety
 //
-// A schedule is not a separate record: it travels with its occurrences.
-// Each occurrence is an ordinary pending message (its own event key, so its
-// own tag) whose Recurrence field holds the schedule's spec, end, policy,
-// id, the occurrence's planned time and number, and whether its successor
-// was planned. Only one occurrence of a schedule is ever unplanned, and at
-// most two exist at once: one out for delivery (planned) and its
-// successor (pending).
+// A schedule is stored once, with its next occurrence, never as a list of
+// future times. Each occurrence is an ordinary pending message (its own
+// event key, so its own tag) whose Recurrence field holds the schedule's
+// spec, end, policy, id, the occurrence's planned time and number, and
+// whether its successor was planned. Only one occurrence of a schedule is
+// ever unplanned, and at most two exist at once: one out for delivery
+// (planned) and its successor (pending). The repository's schedule index
+// points at the unplanned one, by (subject, Delay-Id, or the tag of the
+// first occurrence when there is none), and counts the schedules, in the
+// same batches; the API lists schedules from it without reading messages.
 //
 // The dispatcher plans the successor of an unplanned occurrence before it
 // publishes that occurrence for the first time: one synced repository
