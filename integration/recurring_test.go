@@ -247,3 +247,71 @@ func TestCrash_SIGKILL_RecurringScheduleContinues(t *testing.T) {
 		t.Fatalf("%d occurrences, want %d: %v", len(tags), n, tags)
 	}
 }
+
+// TestRecurring_API_SchedulesGetInfo checks SCHEDULES (subject filter and
+// paging, from the schedule index), GET of a schedule by id with its spec,
+// zone, next five planned times and count fired, and INFO's count.
+func TestRecurring_API_SchedulesGetInfo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	schedule(t, h.nc, newMsg("rec.api.a", "x", "Delay-Every", "1h", "Delay-Id", "A"))
+	schedule(t, h.nc, newMsg("rec.api.a", "x", "Delay-Cron", "0 9 * * *", "Delay-TZ", "Europe/Berlin", "Delay-Limit", "3", "Delay-Id", "B"))
+	anon := schedule(t, h.nc, newMsg("rec.api.b", "x", "Delay-Every", "2h", "Delay-Catch-Up", "none"))
+	schedule(t, h.nc, newMsg("rec.api.a", "one-off", "Delay", "1h"))
+
+	if n := info(t, h.nc).Counts.Schedules; n != 3 {
+		t.Fatalf("INFO schedules %d, want 3", n)
+	}
+	var page wire.SchedulesReply
+	apiCall(t, h.nc, "SCHEDULES", map[string]any{"limit": 2}, &page)
+	if len(page.Schedules) != 2 || page.Schedules[0].Schedule.Name != "A" || page.Schedules[1].Schedule.Name != "B" || page.Next == "" {
+		t.Fatalf("first page %+v", page)
+	}
+	after := page.Next
+	page = wire.SchedulesReply{}
+	apiCall(t, h.nc, "SCHEDULES", map[string]any{"limit": 2, "after": after}, &page)
+	if len(page.Schedules) != 1 || page.Schedules[0].Tag != anon.Tag || page.Schedules[0].Schedule.Name != anon.Tag || page.Next != "" {
+		t.Fatalf("second page %+v", page)
+	}
+	if s := page.Schedules[0].Schedule; s.CatchUp != "none" || s.Spec != "@every 2h0m0s" {
+		t.Fatalf("anonymous schedule %+v", s)
+	}
+	page = wire.SchedulesReply{}
+	apiCall(t, h.nc, "SCHEDULES", map[string]any{"subject": "rec.api.a"}, &page)
+	if len(page.Schedules) != 2 {
+		t.Fatalf("schedules of rec.api.a: %+v", page)
+	}
+
+	var mi wire.MessageInfo
+	apiCall(t, h.nc, "GET", map[string]string{"subject": "rec.api.a", "id": "B"}, &mi)
+	s := mi.Schedule
+	if s == nil || s.Spec != "0 9 * * *" || s.Zone != "Europe/Berlin" || s.Limit != 3 || s.Fired != 0 || len(s.Next) != 3 || s.Next[0] != s.Occurrence || mi.ID != "B" {
+		t.Fatalf("GET B: %+v %+v", mi, s)
+	}
+	for _, n := range s.Next {
+		if at := parseTime(t, n).In(mustZone(t, "Europe/Berlin")); at.Hour() != 9 || at.Minute() != 0 {
+			t.Fatalf("planned time %s is not 09:00 in Berlin", n)
+		}
+	}
+	mi = wire.MessageInfo{}
+	apiCall(t, h.nc, "GET", map[string]string{"subject": "rec.api.a", "id": "A"}, &mi)
+	if len(mi.Schedule.Next) != 5 || parseTime(t, mi.Schedule.Next[4]).Sub(parseTime(t, mi.Schedule.Next[0])) != 4*time.Hour {
+		t.Fatalf("GET A: next %v, want five an hour apart", mi.Schedule.Next)
+	}
+	// A schedule without Delay-Id goes by the tag of its first occurrence.
+	mi = wire.MessageInfo{}
+	apiCall(t, h.nc, "GET", map[string]string{"subject": "rec.api.b", "id": anon.Tag}, &mi)
+	if mi.Tag != anon.Tag {
+		t.Fatalf("GET by name: %+v", mi)
+	}
+	apiError(t, h.nc, "SCHEDULES", map[string]any{"after": "nospace"}, 400, "<subject> <name>")
+}
+
+func mustZone(tb testing.TB, name string) *time.Location {
+	tb.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return loc
+}

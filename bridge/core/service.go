@@ -267,6 +267,11 @@ func (s *Service) Lookup(subject, id string) (keys.Key, error) {
 	}
 	k, err := s.gen.Load().repo.Lookup(subject, id)
 	if errors.Is(err, delaystore.ErrNotFound) {
+		// A schedule without a Delay-Id goes by the tag of its first
+		// occurrence.
+		k, err = s.gen.Load().repo.LookupSchedule(subject, id)
+	}
+	if errors.Is(err, delaystore.ErrNotFound) {
 		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", wire.ErrNotFound, keys.Clip(subject), keys.Clip(id))
 	}
 	if err != nil {
@@ -344,7 +349,7 @@ func (s *Service) Counts() (wire.Counts, error) {
 		return wire.Counts{}, err
 	}
 	g := s.gen.Load()
-	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
+	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules()}
 	topics := g.repo.Topics()
 	c.Subjects = len(topics)
 	now := s.cfg.Now()
@@ -364,6 +369,20 @@ func (s *Service) Counts() (wire.Counts, error) {
 		c.NextDay += n[3] - n[0]
 	}
 	return c, nil
+}
+
+// ScheduleRefs lists up to limit recurring schedules from the schedule
+// index, in (subject, name) order: of subject only when it is set, after
+// (afterSubject, afterName) when afterSubject is set.
+func (s *Service) ScheduleRefs(subject, afterSubject, afterName string, limit int) ([]delaystore.ScheduleRef, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	refs, err := s.gen.Load().repo.ScheduleRefs(subject, afterSubject, afterName, limit)
+	if err != nil {
+		return nil, unavailable("listing schedules: %v", err)
+	}
+	return refs, nil
 }
 
 // Stop turns new work away, stops the recovery loop, and stops the

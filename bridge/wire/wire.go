@@ -96,11 +96,12 @@ const (
 
 // API verbs: the last token of the API's subjects.
 const (
-	VerbInfo     = "INFO"
-	VerbGet      = "GET"
-	VerbList     = "LIST"
-	VerbCancel   = "CANCEL"
-	VerbSubjects = "SUBJECTS"
+	VerbInfo      = "INFO"
+	VerbGet       = "GET"
+	VerbList      = "LIST"
+	VerbCancel    = "CANCEL"
+	VerbSubjects  = "SUBJECTS"
+	VerbSchedules = "SCHEDULES"
 )
 
 // Answers to a delivery, as a consumer sends them (the JetStream ack
