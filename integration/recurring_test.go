@@ -24,7 +24,10 @@ func TestRecurring_Every_OrdinaryDeliveries(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	got := subscribe(t, h.nc, "rec.every")
-	rep := schedule(t, h.nc, newMsg("rec.every", "tick", "Delay-Every", "200ms", "Delay-Limit", "3", "Delay-Id", "ticker", "X-Trace", "t1"))
+	rep := schedule(t, h.nc, newMsg("rec.every", "tick", "Delay-Every", "200ms", "Delay-Limit", "3", "Delay-Id", "ticker", "X-Trace", "t1",
+		// NB: all, so that a loaded machine delivering late cannot skip a
+		// planned time and the times can be checked exactly.
+		"Delay-Catch-Up", "all"))
 	tags := map[string]bool{}
 	for i := range 3 {
 		r := next(t, got, fmt.Sprintf("occurrence %d", i+1))
@@ -66,7 +69,7 @@ func TestRecurring_Cron_SecondsInZone(t *testing.T) {
 	h := newHarness(t, nil)
 	got := subscribe(t, h.nc, "rec.cron")
 	until := time.Now().Truncate(time.Second).Add(2500 * time.Millisecond)
-	schedule(t, h.nc, newMsg("rec.cron", "x", "delay-cron", "* * * * * *", "Delay-TZ", "Europe/Berlin", "Delay-Until", until.Format(time.RFC3339Nano)))
+	schedule(t, h.nc, newMsg("rec.cron", "x", "delay-cron", "* * * * * *", "Delay-TZ", "Europe/Berlin", "Delay-Until", until.Format(time.RFC3339Nano), "Delay-Catch-Up", "all"))
 	var last time.Time
 	for {
 		select {
