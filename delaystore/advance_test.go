@@ -15,6 +15,57 @@ func occurrence(subject, id string, fireAtNs int64, seq uint64) *delaystore.Stor
 	return m
 }
 
+func advanceErr(tb testing.TB, r *delaystore.Repository, plans ...delaystore.Plan) error {
+	tb.Helper()
+	res, err := r.Advance(plans, delaystore.Sync)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return errors.Join(func() []error {
+		var errs []error
+		for _, p := range res {
+			errs = append(errs, p.Err)
+		}
+		return errs
+	}()...)
+}
+
+func advance(tb testing.TB, r *delaystore.Repository, p delaystore.Plan) delaystore.Planned {
+	tb.Helper()
+	res, err := r.Advance([]delaystore.Plan{p}, delaystore.Sync)
+	if err != nil || res[0].Err != nil {
+		tb.Fatalf("Advance: %v, %v", err, res)
+	}
+	return res[0]
+}
+
+// TestRepository_Advance_Batch checks that plans of several schedules go
+// in one batch, and that one that cannot be carried out leaves the others
+// be.
+func TestRepository_Advance_Batch(t *testing.T) {
+	r, _ := newRepo(t)
+	s := schedule(t, r, occurrence("a", "x", t0, 1), occurrence("b", "y", t0, 1), occurrence("c", "z", t0, 1))
+	var plans []delaystore.Plan
+	for i, sub := range []string{"a", "b", "c"} {
+		cur, _ := r.Get(s[i].Key)
+		cur.Recurrence.Planned = true
+		plans = append(plans, delaystore.Plan{Key: s[i].Key, Cur: cur, Next: occurrence(sub, cur.ClientId, t0+1e9, 2)})
+	}
+	if _, err := r.Apply([]delaystore.Op{{Key: s[1].Key}}, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Advance(plans, delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || !errors.Is(res[1].Err, delaystore.ErrNotFound) || res[2].Err != nil {
+		t.Fatalf("results %v", res)
+	}
+	if r.Pending() != 4 || r.Schedules() != 2 || r.LastID() != res[2].Next.EventID() {
+		t.Fatalf("pending %d, schedules %d, last id %d; want 4, 2, %d", r.Pending(), r.Schedules(), r.LastID(), res[2].Next.EventID())
+	}
+}
+
 // TestRepository_Advance_StoresSuccessorOnce checks that planning an
 // occurrence stores its successor and marks it planned in one batch, moves
 // the Delay-Id index to the successor, and refuses to plan it twice.
@@ -29,32 +80,29 @@ func TestRepository_Advance_StoresSuccessorOnce(t *testing.T) {
 	}
 	cur.Recurrence.Planned, cur.Recurrence.NextNs = true, t0+1e9
 	next := occurrence("a", "job", t0+1e9, 2)
-	got, err := r.Advance(k, cur, false, next, delaystore.Sync)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := advance(t, r, delaystore.Plan{Key: k, Cur: cur, Next: next})
 	if r.PendingFor("a") != 2 {
 		t.Fatalf("pending %d, want 2", r.PendingFor("a"))
 	}
-	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Key {
-		t.Fatalf("Lookup = %v, %v; want the successor %v", lk, err, got.Key)
+	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next {
+		t.Fatalf("Lookup = %v, %v; want the successor %v", lk, err, got.Next)
 	}
 	stored, _ := r.Get(k)
 	if !stored.Recurrence.Planned || stored.ClientId != "" {
 		t.Fatalf("occurrence after Advance: %v", stored)
 	}
 	again := proto.Clone(stored).(*delaystore.StoredMessage)
-	if _, err := r.Advance(k, again, false, occurrence("a", "", t0+2e9, 2), delaystore.Sync); !errors.Is(err, delaystore.ErrPlanned) {
+	if err := advanceErr(t, r, delaystore.Plan{Key: k, Cur: again, Next: occurrence("a", "", t0+2e9, 2)}); !errors.Is(err, delaystore.ErrPlanned) {
 		t.Fatalf("second Advance: %v, want ErrPlanned", err)
 	}
 	// Deleting the delivered occurrence leaves the successor's index entry.
 	if _, err := r.Apply([]delaystore.Op{{Key: k}}, delaystore.Sync); err != nil {
 		t.Fatal(err)
 	}
-	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Key {
+	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next {
 		t.Fatalf("Lookup after the ACK = %v, %v; want the successor", lk, err)
 	}
-	if _, err := r.Advance(k, cur, false, next, delaystore.Sync); !errors.Is(err, delaystore.ErrNotFound) {
+	if err := advanceErr(t, r, delaystore.Plan{Key: k, Cur: cur, Next: next}); !errors.Is(err, delaystore.ErrNotFound) {
 		t.Fatalf("Advance of a deleted occurrence: %v, want ErrNotFound", err)
 	}
 }
@@ -66,14 +114,11 @@ func TestRepository_Advance_Drop(t *testing.T) {
 	s := schedule(t, r, occurrence("a", "job", t0, 1))
 	k := s[0].Key
 	cur, _ := r.Get(k)
-	got, err := r.Advance(k, cur, true, occurrence("a", "job", t0+5e9, 2), delaystore.Sync)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := advance(t, r, delaystore.Plan{Key: k, Cur: cur, Drop: true, Next: occurrence("a", "job", t0+5e9, 2)})
 	if _, err := r.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
 		t.Fatalf("skipped occurrence still there: %v", err)
 	}
-	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Key || r.PendingFor("a") != 1 {
+	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next || r.PendingFor("a") != 1 {
 		t.Fatalf("Lookup = %v, %v, pending %d; want the successor alone", lk, err, r.PendingFor("a"))
 	}
 }
@@ -105,18 +150,13 @@ func TestRepository_Schedules_Index(t *testing.T) {
 	// Planning moves the entry to the successor; the last removes it.
 	cur, _ := r.Get(s2[0].Key)
 	cur.Recurrence.Planned = true
-	nx, err := r.Advance(s2[0].Key, cur, false, occurrence("a", "job", t0+1e9, 2), delaystore.Sync)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, err := r.LookupSchedule("a", "job"); err != nil || k != nx.Key || r.Schedules() != 3 {
+	nx := advance(t, r, delaystore.Plan{Key: s2[0].Key, Cur: cur, Next: occurrence("a", "job", t0+1e9, 2)})
+	if k, err := r.LookupSchedule("a", "job"); err != nil || k != nx.Next || r.Schedules() != 3 {
 		t.Fatalf("after planning: %v, %v, %d schedules", k, err, r.Schedules())
 	}
 	last, _ := r.Get(s[1].Key)
 	last.Recurrence.Planned = true
-	if _, err := r.Advance(s[1].Key, last, false, nil, delaystore.Sync); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, r, delaystore.Plan{Key: s[1].Key, Cur: last})
 	if _, err := r.LookupSchedule("b", s[1].Key.Tag()); !errors.Is(err, delaystore.ErrNotFound) || r.Schedules() != 2 {
 		t.Fatalf("after the last: %v, %d schedules", err, r.Schedules())
 	}

@@ -96,7 +96,9 @@ type Topic struct {
 //   - an expiry index ordered by expiry time, so Expired reads only what has
 //     expired;
 //   - a registry of subjects with their exact pending counts, so opening
-//     reads one entry per subject rather than every message.
+//     reads one entry per subject rather than every message;
+//   - a schedule index with each recurring schedule's next occurrence, and
+//     their count (see Advance and ScheduleRefs).
 //
 // Every such key is longer than keys.Len bytes, and scans of events skip
 // keys of any other length.

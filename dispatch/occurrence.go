@@ -17,28 +17,93 @@ import (
 // policy. See package recur for why this order keeps schedules whole across
 // crashes.
 //
-// NB: each plan is one synced commit. Occurrences are few next to one-off
-// messages; a schedule fires at most every recur.MinEvery.
+// NB: the plans of one pass are one synced commit, so a thousand schedules
+// due at the same second cost one fsync, not a thousand.
 func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
-	kept := out[:0]
-	for _, o := range out {
-		if r := o.msg.GetRecurrence(); r == nil || r.Planned {
-			kept = append(kept, o)
-			continue
+	var plans []delaystore.Plan
+	var at []int // index in out of each plan
+	for i, o := range out {
+		if r := o.msg.GetRecurrence(); r != nil && !r.Planned {
+			plans = append(plans, d.plan(o, now))
+			at = append(at, i)
 		}
-		if msg, ok := d.planOccurrence(o, now); ok {
-			o.msg = msg
+	}
+	if len(plans) == 0 {
+		return out
+	}
+	res, err := d.repo.Advance(plans, delaystore.Sync)
+	drop := make(map[int]bool, len(plans))
+	for j, p := range plans {
+		o := &out[at[j]]
+		f := o.f
+		if err == nil {
+			err := res[j].Err
+			switch {
+			case err == nil:
+				if p.Next != nil {
+					d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
+				}
+				if !p.Drop {
+					o.msg = p.Cur
+					continue
+				}
+				d.stats.skipped.Add(1)
+				d.mu.Lock()
+				if d.mu.flights[f.key] == f {
+					d.forgetLocked(f)
+				}
+				// NB: as for a replaced message in Notify: a scan under way
+				// may have read it; the mark keeps it from going out.
+				d.mu.canceled[f.key] = struct{}{}
+				d.mu.committed = append(d.mu.committed, f.key)
+				d.mu.Unlock()
+				drop[at[j]] = true
+				continue
+			case errors.Is(err, delaystore.ErrPlanned):
+				// Planned by an earlier pass whose copy this scan did
+				// not see: deliver the stored one.
+				if m, err := d.repo.Get(f.key); err == nil {
+					o.msg = m
+					continue
+				}
+				fallthrough
+			case errors.Is(err, delaystore.ErrNotFound):
+				// Canceled, replaced or settled since the scan read it.
+				d.mu.Lock()
+				if d.mu.flights[f.key] == f && f.state != stateSettling {
+					d.forgetLocked(f)
+				}
+				d.mu.Unlock()
+				drop[at[j]] = true
+				continue
+			}
+			d.log.Error("planning the next occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
+		} else {
+			d.log.Warn("planning the next occurrences", "tag", f.key, "subject", o.msg.Subject, "err", err)
+		}
+		// Not planned: deliver it later, when the store takes the plan.
+		d.mu.Lock()
+		if d.mu.flights[f.key] == f && f.state != stateSettling {
+			d.unsendLocked(f)
+			d.blockLocked(f.topic, now)
+		}
+		d.mu.Unlock()
+		drop[at[j]] = true
+	}
+	kept := out[:0]
+	for i, o := range out {
+		if !drop[i] {
 			kept = append(kept, o)
 		}
 	}
 	return kept
 }
 
-// planOccurrence stores the successor of o's occurrence, or none after the
-// last, and returns the occurrence as rewritten (planned, with its
-// Delay-Next time) and whether it is to go out.
-func (d *Dispatcher) planOccurrence(o outgoing, now int64) (*delaystore.StoredMessage, bool) {
-	f, r := o.f, o.msg.GetRecurrence()
+// plan is the plan of o's occurrence at now: the occurrence as rewritten
+// (planned, with its Delay-Next time and its expiry), whether the catch-up
+// policy skips it, and its successor, if any.
+func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
+	r := o.msg.GetRecurrence()
 	nowT := time.Unix(0, now)
 	occ := time.Unix(0, r.OccurrenceNs)
 	cur := proto.Clone(o.msg).(*delaystore.StoredMessage)
@@ -50,76 +115,31 @@ func (d *Dispatcher) planOccurrence(o outgoing, now int64) (*delaystore.StoredMe
 		// schedule.
 		cur.ExpireAtNs = max(cur.FireAtNs, now) + cur.TtlNs
 	}
-
-	var next *delaystore.StoredMessage
-	drop := false
-	p, err := recur.Of(r)
+	p := delaystore.Plan{Key: o.f.key, Cur: cur}
+	sched, err := recur.Of(r)
 	if err != nil {
 		// NB: ingest accepted it, so only a zone database without the
 		// zone (or a changed parser) gets here: deliver it as the last.
-		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
-	} else {
-		drop = p.Skip(occ, nowT)
-		seq := r.Seq
-		if drop {
-			seq-- // a skipped occurrence does not count toward the limit
-		}
-		if at, behind, ok := p.Next(occ, seq, r.Behind, nowT); ok {
-			cur.Recurrence.NextNs = at.UnixNano()
-			next = proto.Clone(o.msg).(*delaystore.StoredMessage)
-			next.FireAtNs, next.EnqueuedAtNs = at.UnixNano(), now
-			next.Attempt, next.EventId, next.ExpireAtNs = 0, 0, 0
-			nr := next.Recurrence
-			nr.OccurrenceNs, nr.Seq, nr.Behind = at.UnixNano(), seq+1, behind
-			nr.Planned, nr.NextNs = false, 0
-			if drop {
-				nr.Skipped++
-			}
-		}
+		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", o.f.key, "subject", o.msg.Subject, "err", err)
+		return p
 	}
-
-	s, err := d.repo.Advance(f.key, cur, drop, next, delaystore.Sync)
-	switch {
-	case errors.Is(err, delaystore.ErrPlanned):
-		// Planned by an earlier pass whose copy this scan did not see:
-		// deliver the stored one.
-		if m, err := d.repo.Get(f.key); err == nil {
-			return m, true
+	p.Drop = sched.Skip(occ, nowT)
+	seq := r.Seq
+	if p.Drop {
+		seq-- // a skipped occurrence does not count toward the limit
+	}
+	if at, behind, ok := sched.Next(occ, seq, r.Behind, nowT); ok {
+		cur.Recurrence.NextNs = at.UnixNano()
+		next := proto.Clone(o.msg).(*delaystore.StoredMessage)
+		next.FireAtNs, next.EnqueuedAtNs = at.UnixNano(), now
+		next.Attempt, next.EventId, next.ExpireAtNs = 0, 0, 0
+		nr := next.Recurrence
+		nr.OccurrenceNs, nr.Seq, nr.Behind = at.UnixNano(), seq+1, behind
+		nr.Planned, nr.NextNs = false, 0
+		if p.Drop {
+			nr.Skipped++
 		}
-		fallthrough
-	case errors.Is(err, delaystore.ErrNotFound):
-		// Canceled, replaced or settled since the scan read it.
-		d.mu.Lock()
-		if d.mu.flights[f.key] == f && f.state != stateSettling {
-			d.forgetLocked(f)
-		}
-		d.mu.Unlock()
-		return nil, false
-	case err != nil:
-		d.log.Warn("planning the next occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
-		d.mu.Lock()
-		if d.mu.flights[f.key] == f && f.state != stateSettling {
-			d.unsendLocked(f)
-			d.blockLocked(f.topic, now)
-		}
-		d.mu.Unlock()
-		return nil, false
+		p.Next = next
 	}
-	if next != nil {
-		d.Notify(s, next.FireAtNs)
-	}
-	if !drop {
-		return cur, true
-	}
-	d.stats.skipped.Add(1)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mu.flights[f.key] == f {
-		d.forgetLocked(f)
-	}
-	// NB: as for a replaced message in Notify: a scan under way may have
-	// read it; the mark keeps it from going out.
-	d.mu.canceled[f.key] = struct{}{}
-	d.mu.committed = append(d.mu.committed, f.key)
-	return nil, false
+	return p
 }
