@@ -8,6 +8,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
+	"natsdelay/delaystore/pebblestore"
 )
 
 // occurrenceOf reads a delivery's Delay-Occurrence.
@@ -317,4 +318,73 @@ func mustZone(tb testing.TB, name string) *time.Location {
 		tb.Fatal(err)
 	}
 	return loc
+}
+
+// TestRecurring_CatchUp_AfterRestart stops the service before a schedule
+// every 300ms first fires, keeps it down for over five intervals on a
+// store on disk, and checks each Delay-Catch-Up policy after the restart:
+// one delivers one catch-up and goes back on the plan, all delivers every
+// missed occurrence in order, none delivers none of them.
+func TestRecurring_CatchUp_AfterRestart(t *testing.T) {
+	t.Parallel()
+	const every = 300 * time.Millisecond
+	for _, policy := range []string{"one", "all", "none"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := startServer(t)
+			nc := connect(t, srv)
+			open := func() *bridge.Service { return startService(t, srv, openPebble(t, pebblestore.Config{Dir: dir}), nil) }
+			svc := open()
+			subj := "rec.catchup." + policy
+			rep := schedule(t, nc, newMsg(subj, "x", "Delay-Every", every.String(), "Delay", "200ms", "Delay-Catch-Up", policy))
+			if err := svc.Close(); err != nil {
+				t.Fatal(err)
+			}
+			down := rep.FireAt.Add(5*every + every/2)
+			checkFor(t, wait, 10*time.Millisecond, func() error {
+				if time.Now().Before(down) {
+					return fmt.Errorf("still down")
+				}
+				return nil
+			})
+			got := subscribe(t, nc, subj)
+			restarted := time.Now()
+			svc = open()
+			var occs []time.Time
+			for {
+				r := next(t, got, "occurrence after the restart")
+				occ := occurrenceOf(t, r)
+				ackSync(t, nc, r.Msg, "")
+				if occ.After(restarted) {
+					// Back on the plan: on the grid, after the restart.
+					if d := occ.Sub(rep.FireAt); d%every != 0 {
+						t.Fatalf("occurrence %v off the plan (%v from the first)", occ, d)
+					}
+					break
+				}
+				occs = append(occs, occ)
+			}
+			var want int
+			switch policy {
+			case "one":
+				want = 1
+			case "all":
+				want = int(restarted.Sub(rep.FireAt)/every) + 1
+			}
+			if len(occs) != want {
+				t.Fatalf("%d missed occurrences delivered (%v), want %d", len(occs), occs, want)
+			}
+			for i, occ := range occs {
+				if w := rep.FireAt.Add(time.Duration(i) * every); !occ.Equal(w) {
+					t.Fatalf("catch-up %d planned at %v, want %v", i+1, occ, w)
+				}
+			}
+			if policy == "none" {
+				if n := info(t, nc).Stats.Skipped; n != 1 {
+					t.Fatalf("skipped %d, want 1", n)
+				}
+			}
+		})
+	}
 }
