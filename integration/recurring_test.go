@@ -388,3 +388,47 @@ func TestRecurring_CatchUp_AfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestRecurring_MaxDeliverAndTTL checks that an occurrence is
+// dead-lettered after Delay-Max-Deliver, or expires after Delay-TTL, as an
+// ordinary message, with its schedule headers, and that the schedule goes
+// on.
+func TestRecurring_MaxDeliverAndTTL(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *bridge.Config) {
+		c.AckWait = 200 * time.Millisecond
+		c.DeadLetterSubject = deadLetters
+		c.DeadLetterExpired = true
+		c.Expiry.Interval = 50 * time.Millisecond
+	})
+	dead := subscribe(t, h.nc, deadLetters)
+	for _, tt := range []struct {
+		subject, reason string
+		hdr             []string
+	}{
+		{"rec.maxdeliver", "max-deliver", []string{"Delay-Max-Deliver", "1"}},
+		{"rec.ttl", "expired", []string{"Delay-TTL", "100ms", "Delay-Max-Deliver", "100"}},
+	} {
+		got := subscribe(t, h.nc, tt.subject)
+		hdr := append([]string{"Delay-Every", "1s", "Delay", "50ms", "Delay-Limit", "2"}, tt.hdr...)
+		schedule(t, h.nc, newMsg(tt.subject, "x", hdr...))
+		first := next(t, got, "first occurrence") // not answered
+		dl := next(t, dead, "dead letter of the first occurrence")
+		if dl.Header.Get(wire.HeaderTag) != first.Header.Get(wire.HeaderTag) || !strings.HasPrefix(dl.Header.Get(wire.HeaderReason), tt.reason) ||
+			dl.Header.Get(wire.HeaderOccurrence) != first.Header.Get(wire.HeaderOccurrence) || dl.Header.Get(wire.HeaderSchedule) != "@every 1s" {
+			t.Fatalf("%s: dead letter %v of %v", tt.subject, dl.Header, first.Header)
+		}
+		for {
+			r := next(t, got, "second occurrence")
+			if r.Header.Get(wire.HeaderTag) == first.Header.Get(wire.HeaderTag) {
+				continue // a redelivery before it expired
+			}
+			if r.Header.Get(wire.HeaderOccurrence) != first.Header.Get(wire.HeaderNext) {
+				t.Fatalf("%s: second occurrence %v after %v", tt.subject, r.Header, first.Header)
+			}
+			ackSync(t, h.nc, r.Msg, "")
+			break
+		}
+	}
+	waitPending(t, h.svc, 0)
+}
