@@ -2,15 +2,10 @@ package delaystore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"natsdelay/keys"
 )
-
-// ErrPlanned is returned by Advance when the occurrence's successor was
-// planned already: planning it again would store one occurrence twice.
-var ErrPlanned = errors.New("delaystore: occurrence already planned")
 
 // Plan is one occurrence of a recurring schedule for Advance to plan.
 type Plan struct {
@@ -68,7 +63,7 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 	deltas := r.w.deltas
 	clear(deltas)
 	var last uint64
-	any := false
+	wrote := false
 	for i := range plans {
 		p := &plans[i]
 		stored, err := r.check(p)
@@ -84,9 +79,9 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 			out[i].Next = k
 			last = k.EventID()
 		}
-		any = true
+		wrote = true
 	}
-	if !any {
+	if !wrote {
 		return out, nil
 	}
 	counts, err := r.setCounts(b, deltas)

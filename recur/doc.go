@@ -4,6 +4,9 @@
 // successor under the catch-up policies. Its functions take the time as an
 // argument and read no clock, so tests run them on any date.
 //
+// It sits between delaystore, whose Recurrence it reads, and dispatch and
+// bridge, which use it: keys <- delaystore <- recur <- dispatch, bridge.
+//
 // # Time zones and daylight saving
 //
 // A cron spec is matched on the wall clock of its zone (Delay-TZ, UTC by

@@ -1,7 +1,6 @@
 package recur
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,9 +18,6 @@ const MinEvery = 100 * time.Millisecond
 // occurrences in a row are delivered one by one; past it, the schedule
 // goes back on its plan as with policy one.
 const MaxCatchUp = 1000
-
-// ErrInvalid is wrapped by every error of Parse.
-var ErrInvalid = errors.New("recur: invalid schedule")
 
 // parser reads 5 fields (minute first), 6 fields (second first), and the
 // descriptors @yearly, @monthly, @weekly, @daily and @hourly. With an
