@@ -158,6 +158,18 @@ func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 	rep := schedule(t, h.nc, newMsg("rec.id", "four", "Delay-Every", "1h"))
 	cancelTag(t, h.nc, rep.Tag)
 	waitPending(t, h.svc, 0)
+
+	// Cancel by the tag of an occurrence already out: its successor goes
+	// too, so the schedule ends.
+	schedule(t, h.nc, newMsg("rec.id", "five", "Delay-Every", "300ms", "Delay", "10ms"))
+	out = next(t, got, "occurrence")
+	waitPending(t, h.svc, 2)
+	cancelTag(t, h.nc, out.Header.Get(wire.HeaderTag))
+	quiet(t, got, 700*time.Millisecond, "an occurrence after CANCEL by the tag of one out")
+	waitPending(t, h.svc, 0)
+	if n := info(t, h.nc).Counts.Schedules; n != 0 {
+		t.Fatalf("INFO schedules %d after every schedule ended", n)
+	}
 }
 
 // TestRecurring_BadRequests checks that bad schedules are 400s that show

@@ -56,7 +56,9 @@
 //
 // Replacing or canceling by (subject, Delay-Id) deletes the newest
 // occurrence, which ends the chain; an occurrence already out finishes its
-// delivery. Canceling by the tag of the pending occurrence does the same.
+// delivery. Canceling by the tag of the pending occurrence does the same,
+// and canceling one out for delivery cancels its successor too (package
+// bridge/core).
 //
 // # Catch-up
 //

@@ -245,16 +245,38 @@ func (s *Service) NoResponders(k keys.Key) bool { return s.gen.Load().disp.NoRes
 
 // Cancel deletes a pending message so it is never delivered. It returns a
 // 404 error if there is none under k.
+//
+// Canceling an occurrence of a recurring schedule ends the schedule: when
+// the occurrence went out already, its successor is stored, and is
+// canceled too.
 func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	ok, err := s.gen.Load().disp.Cancel(ctx, k)
+	g := s.gen.Load()
+	m, _ := g.repo.Get(k) // only to see whether it is an occurrence
+	ok, err := g.disp.Cancel(ctx, k)
 	if err != nil {
 		return unavailable("canceling %s: %v", k, err)
 	}
 	if !ok {
 		return fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
+	}
+	r := m.GetRecurrence()
+	if !r.GetPlanned() || r.GetNextNs() == 0 {
+		return nil
+	}
+	nk, err := g.repo.LookupSchedule(m.Subject, r.Name)
+	if err != nil {
+		return nil // ended already (the successor was canceled or went out as the last)
+	}
+	// NB: only the successor itself: a schedule scheduled again under the
+	// same Delay-Id since is another schedule, and goes on.
+	if nm, err := g.repo.Get(nk); err != nil || nm.GetRecurrence().GetOccurrenceNs() != r.NextNs || nm.GetRecurrence().GetSeq() != r.Seq+1 {
+		return nil
+	}
+	if _, err := g.disp.Cancel(ctx, nk); err != nil {
+		return unavailable("canceling %s, the next occurrence of %s: %v", nk, k, err)
 	}
 	return nil
 }
