@@ -197,3 +197,34 @@ func TestPlan_Next_UntilAndLimit(t *testing.T) {
 		t.Fatalf("upcoming with limit 4 from the first: %v, want 3", got)
 	}
 }
+
+// FuzzSpec_After checks that the next planned time is always strictly
+// after the time asked about, in zones with daylight saving (one with a
+// 30-minute shift among them), so a schedule never stands still or goes
+// back.
+func FuzzSpec_After(f *testing.F) {
+	f.Add("30 2 * * *", uint8(0), int64(0))
+	f.Add("*/20 * * * *", uint8(1), int64(26_000_000))
+	f.Add("15 59 2 * * *", uint8(2), int64(5_000_000))
+	f.Add("@hourly", uint8(3), int64(-1))
+	zones := []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, spec string, zone uint8, offsetSec int64) {
+		s, err := ParseCron(spec, zones[int(zone)%len(zones)])
+		if err != nil {
+			return
+		}
+		from := base.Add(time.Duration(offsetSec%(2*366*86400)) * time.Second)
+		at := from
+		for range 5 {
+			n := s.After(at, at)
+			if n.IsZero() {
+				return
+			}
+			if !n.After(at) {
+				t.Fatalf("After(%v) = %v, not after it", at, n)
+			}
+			at = n
+		}
+	})
+}
