@@ -15,9 +15,15 @@ func TestAdmin_SchedulesAndGet(t *testing.T) {
 	t.Parallel()
 	_, url := serve(t, t.TempDir())
 	at := []string{"--nats", url}
-	schedule(t, url, "cli.rec", "x", "--id", "nightly", "-H", "Delay-Cron:30 2 * * *", "-H", "Delay-TZ:America/New_York")
-	schedule(t, url, "cli.rec", "y", "--id", "beat", "-H", "Delay-Every:90s", "-H", "Delay-Limit:2")
+	schedule(t, url, "cli.rec", "x", "--id", "nightly", "--cron", "30 2 * * *", "--tz", "America/New_York", "--until", "2030-01-01T00:00:00Z")
+	schedule(t, url, "cli.rec", "y", "--id", "beat", "--every", "90s", "--limit", "2", "--catch-up", "all")
 	anon := schedule(t, url, "cli.other", "z", "-H", "Delay-Every:1h")
+	if code, out, errOut := runCmd(t, "pub", "cli.bad", "x", "--every", "10ms", "--nats", url); code != 1 || !strings.Contains(out+errOut, "at least 100ms") {
+		t.Fatalf("pub --every 10ms: exit %d, %q %q; want 1 and the 400 that says at least 100ms", code, out, errOut)
+	}
+	if code, out, errOut := runCmd(t, "pub", "cli.bad", "x", "--every", "1h", "--cron", "@daily", "--nats", url); code == 0 {
+		t.Fatalf("pub --every --cron: exit 0, %q %q", out, errOut)
+	}
 
 	out := mustRun(t, append([]string{"schedules"}, at...)...)
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
