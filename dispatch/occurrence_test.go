@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -128,5 +129,35 @@ func TestDispatcher_Occurrence_CatchUp(t *testing.T) {
 				t.Fatalf("skipped %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestDispatcher_Occurrence_ManyDueAtOnce checks that many schedules due
+// at the same time, planned together, each go out once with their
+// successors stored.
+func TestDispatcher_Occurrence_ManyDueAtOnce(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	at := time.Now().Add(50 * time.Millisecond)
+	const n = 50
+	var msgs []*delaystore.StoredMessage
+	for i := range n {
+		m := occurrenceAt(fmt.Sprintf("many.%d", i%5), time.Hour, at, recur.One, 0)
+		m.ClientId, m.Recurrence.Id = fmt.Sprintf("job-%d", i), fmt.Sprintf("job-%d", i)
+		msgs = append(msgs, m)
+	}
+	h.schedule(msgs...)
+	seen := map[keys.Key]bool{}
+	for range n {
+		d := h.next(10 * time.Second)
+		if seen[d.key] {
+			t.Fatalf("%v delivered twice", d.key)
+		}
+		seen[d.key] = true
+	}
+	if got := h.repo.Schedules(); got != n {
+		t.Fatalf("schedules %d, want %d", got, n)
+	}
+	if got := h.repo.Pending(); got != 2*n {
+		t.Fatalf("pending %d, want %d: each occurrence and its successor", got, 2*n)
 	}
 }
