@@ -14,8 +14,8 @@ import (
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
-	"natsdelay/recur"
 )
 
 // Version is the service version reported by INFO and the micro service

@@ -10,7 +10,7 @@ import (
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
-	"natsdelay/recur"
+	"natsdelay/dispatch/recur"
 )
 
 // TestParseSchedule_Recurrence checks every recurring-schedule header, in

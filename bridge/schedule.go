@@ -14,8 +14,8 @@ import (
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
-	"natsdelay/recur"
 )
 
 // maxFireAt is the latest fire or expiry time that can be stored: times are

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"natsdelay/delaystore"
-	"natsdelay/recur"
+	"natsdelay/dispatch/recur"
 )
 
 // planOccurrences plans the successor of every occurrence of a recurring

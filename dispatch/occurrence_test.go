@@ -7,8 +7,8 @@ import (
 
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
+	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
-	"natsdelay/recur"
 )
 
 func occurrenceAt(subject string, every time.Duration, occ time.Time, policy recur.CatchUp, limit uint64) *delaystore.StoredMessage {
