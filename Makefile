@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSchedule$$' -fuzztime $(FUZZTIME) ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAck$$' -fuzztime $(FUZZTIME) ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./bridge
+	$(GO) test -run '^$$' -fuzz '^FuzzSpec_After$$' -fuzztime $(FUZZTIME) ./dispatch/recur
 
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -14,6 +14,7 @@ import (
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
 )
 
@@ -59,6 +60,7 @@ func (s *Service) register() error {
 		{wire.VerbList, s.apiList, ""},
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
+		{wire.VerbSchedules, s.apiSchedules, ""},
 	} {
 		h, tooLarge := ep.h, ep.tooLarge
 		err := svc.AddEndpoint(strings.ToLower(ep.verb), micro.HandlerFunc(func(req micro.Request) {
@@ -184,6 +186,12 @@ func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire
 	if m.AckPolicy == delaystore.AckPolicy_ACK_NONE {
 		mi.Ack = "none"
 	}
+	if r := m.GetRecurrence(); r != nil {
+		if mi.ID == "" {
+			mi.ID = r.Id
+		}
+		mi.Schedule = scheduleInfo(r)
+	}
 	if len(m.Headers) > 0 {
 		mi.Headers = make(map[string][]string, len(m.Headers))
 		for _, h := range m.Headers {
@@ -197,6 +205,99 @@ func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire
 		}
 	}
 	return mi
+}
+
+// upcomingShown is how many planned times GET shows.
+const upcomingShown = 5
+
+// scheduleInfo describes the schedule of an occurrence.
+func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
+	si := &wire.ScheduleInfo{
+		Name: r.Name, Spec: scheduleSpec(r), Zone: r.Zone, Limit: r.Limit,
+		CatchUp:    strings.ToLower(strings.TrimPrefix(r.CatchUp.String(), "CATCH_UP_")),
+		Occurrence: formatTime(r.OccurrenceNs), Seq: r.Seq, Fired: r.Seq - 1, Skipped: r.Skipped,
+		Next: []string{},
+	}
+	if si.Zone == "" {
+		si.Zone = "UTC"
+	}
+	if r.UntilNs != 0 {
+		si.Until = formatTime(r.UntilNs)
+	}
+	p, err := recur.Of(r)
+	if err != nil {
+		return si
+	}
+	var next []time.Time
+	switch {
+	case !r.Planned:
+		occ := time.Unix(0, r.OccurrenceNs)
+		next = append([]time.Time{occ}, p.Upcoming(occ, r.Seq, upcomingShown-1)...)
+	case r.NextNs != 0:
+		si.Fired = r.Seq
+		at := time.Unix(0, r.NextNs)
+		next = append([]time.Time{at}, p.Upcoming(at, r.Seq+1, upcomingShown-1)...)
+	default:
+		si.Fired = r.Seq
+	}
+	for _, t := range next {
+		si.Next = append(si.Next, formatTime(t.UnixNano()))
+	}
+	return si
+}
+
+// apiSchedules lists recurring schedules from the schedule index, each as
+// its next occurrence, paged. The cursor is "<subject> <name>": subjects
+// hold no spaces.
+func (s *Service) apiSchedules(req micro.Request) (any, error) {
+	var r wire.SchedulesRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	if r.Subject != "" {
+		if err := checkTarget(r.Subject, nil); err != nil {
+			return nil, err
+		}
+	}
+	limit, err := pageLimit(r.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var afterSubject, afterName string
+	if r.After != "" {
+		var ok bool
+		if afterSubject, afterName, ok = strings.Cut(r.After, " "); !ok || afterSubject == "" {
+			return nil, badRequest(`"after" %q: want the "next" of the previous page, "<subject> <name>"`, keys.Clip(r.After))
+		}
+	}
+	c := s.core.Load()
+	// One more than a page tells whether there is a next one.
+	refs, err := c.ScheduleRefs(r.Subject, afterSubject, afterName, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	out := wire.SchedulesReply{Subject: r.Subject, Schedules: []wire.MessageInfo{}}
+	budget := int(s.nc.MaxPayload()) - 1024
+	size := 0
+	for i, ref := range refs {
+		if i == limit {
+			out.Next = refs[i-1].Subject + " " + refs[i-1].Name
+			break
+		}
+		m, err := c.Get(ref.Key)
+		if err != nil {
+			// Settled since the index was read: the schedule ended.
+			continue
+		}
+		mi := messageInfo(ref.Key, m, false)
+		b, _ := json.Marshal(mi)
+		if size += len(b) + 1; size > budget && len(out.Schedules) > 0 {
+			out.Next = refs[i-1].Subject + " " + refs[i-1].Name
+			break
+		}
+		out.Schedules = append(out.Schedules, mi)
+	}
+	return out, nil
 }
 
 func (s *Service) apiGet(req micro.Request) (any, error) {

@@ -7,7 +7,7 @@
 //
 //   - the micro service (natsdelay) with its endpoints: ingest on
 //     <ingest prefix>.>, and the API on <api prefix>.INFO, GET, LIST,
-//     CANCEL and SUBJECTS;
+//     CANCEL, SUBJECTS and SCHEDULES;
 //   - the two ack subscriptions, on <ack prefix>.> and <ack prefix>;
 //   - the publisher, which adapts the connection to dispatch.Publisher
 //     and sends deliveries, dead letters and its flush markers;

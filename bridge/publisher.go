@@ -57,7 +57,7 @@ func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(wire.Tim
 // headers. The service's own headers replace stored ones of the same name
 // in any case, which ingest refuses now but older versions stored.
 func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32, extra int) nats.Header {
-	h := make(nats.Header, len(msg.Headers)+5+extra)
+	h := make(nats.Header, len(msg.Headers)+8+extra)
 	for _, kv := range msg.Headers {
 		if isOwnHeader(kv.Name) {
 			continue
@@ -71,7 +71,26 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 	if msg.ClientId != "" {
 		h[wire.HeaderID] = []string{msg.ClientId}
 	}
+	if r := msg.GetRecurrence(); r != nil {
+		if r.Id != "" {
+			h[wire.HeaderID] = []string{r.Id}
+		}
+		h[wire.HeaderSchedule] = []string{scheduleSpec(r)}
+		h[wire.HeaderOccurrence] = []string{formatTime(r.OccurrenceNs)}
+		if r.Planned && r.NextNs != 0 {
+			h[wire.HeaderNext] = []string{formatTime(r.NextNs)}
+		}
+	}
 	return h
+}
+
+// scheduleSpec is the Delay-Schedule of an occurrence: the cron spec as
+// given, or @every and the interval.
+func scheduleSpec(r *delaystore.Recurrence) string {
+	if r.Cron != "" {
+		return r.Cron
+	}
+	return "@every " + time.Duration(r.EveryNs).String()
 }
 
 // isOwnHeader reports whether name is, in any case, a header the service

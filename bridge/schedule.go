@@ -10,9 +10,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
 )
 
@@ -162,6 +164,20 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		}
 		msg.MaxDeliver = uint32(n)
 	}
+	if msg.Recurrence, err = parseRecurrence(h, now, fireAt, hasDelay || hasAt); err != nil {
+		return nil, err
+	}
+	if r := msg.Recurrence; r != nil {
+		r.Id = msg.ClientId
+		msg.FireAtNs = r.OccurrenceNs
+		// NB: an occurrence's expiry is set when it first goes out (see
+		// package recur); until then it has none, so it cannot expire
+		// before its successor is planned.
+		msg.ExpireAtNs = 0
+		if msg.TtlNs > maxFireAt.Sub(time.Unix(0, r.OccurrenceNs)).Nanoseconds() {
+			return nil, badRequest("%s: the first occurrence's expiry would be after %s, the latest that can be stored", wire.HeaderTTL, maxFireAt.Format(time.DateOnly))
+		}
+	}
 	if msg.Headers, err = passedHeaders(h); err != nil {
 		return nil, err
 	}
@@ -179,6 +195,11 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 // every header the service adds at its largest.
 func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
 	var k keys.Key
+	if msg.Recurrence != nil {
+		// Measure with Delay-Next, which later occurrences carry.
+		msg = proto.Clone(msg).(*delaystore.StoredMessage)
+		msg.Recurrence.Planned, msg.Recurrence.NextNs = true, 1
+	}
 	d := deliveryMsg(lim.ackPrefix, k, msg, maxAttempt)
 	hl := headerLen(d.Header)
 	total := hl + len(d.Data)
@@ -291,41 +312,45 @@ func parseDuration(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// parseAt reads RFC 3339 (fractions allowed) or Unix seconds (decimals
-// allowed).
-func parseAt(v string) (time.Time, error) {
+// parseAt reads Delay-At: RFC 3339 (fractions allowed) or Unix seconds
+// (decimals allowed).
+func parseAt(v string) (time.Time, error) { return parseTime(wire.HeaderAt, v) }
+
+// parseTime reads the time header name: RFC 3339 (fractions allowed) or
+// Unix seconds (decimals allowed).
+func parseTime(name, v string) (time.Time, error) {
 	const want = "want RFC 3339 such as 2026-12-24T18:00:00Z, or Unix seconds such as 1798135200.5"
 	var t time.Time
 	if sec, frac, ok := strings.Cut(v, "."); isDigits(sec) && (!ok || isDigits(frac)) {
 		s, err := strconv.ParseInt(sec, 10, 64)
 		if err != nil || len(frac) > 9 {
-			return t, badRequest("%s %q: %s", wire.HeaderAt, keys.Clip(v), want)
+			return t, badRequest("%s %q: %s", name, keys.Clip(v), want)
 		}
 		ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
 		if s > maxFireAt.Unix() {
-			return t, badRequest("%s %q: after %s, the latest time that can be stored", wire.HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+			return t, badRequest("%s %q: after %s, the latest time that can be stored", name, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 		}
 		t = time.Unix(s, ns)
 	} else {
 		var err error
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return t, badRequest("%s %q: %s", wire.HeaderAt, keys.Clip(v), want)
+			return t, badRequest("%s %q: %s", name, keys.Clip(v), want)
 		}
 		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
 		// the offset; RFC 3339 allows 23 and 59.
 		if off := v[len(v)-1:]; off != "Z" && off != "z" {
 			off = v[len(v)-6:]
 			if off[1:3] > "23" || off[4:6] > "59" {
-				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", wire.HeaderAt, keys.Clip(v), off)
+				return t, badRequest("%s %q: zone offset %s: want -23:59 to +23:59", name, keys.Clip(v), off)
 			}
 		}
 	}
 	// NB: compare instants: the year of t is the year in its own offset.
 	if t.Before(time.Unix(0, 0)) {
-		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", wire.HeaderAt, keys.Clip(v), want)
+		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", name, keys.Clip(v), want)
 	}
 	if !t.Before(maxFireAt) {
-		return t, badRequest("%s %q: after %s, the latest time that can be stored", wire.HeaderAt, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+		return t, badRequest("%s %q: after %s, the latest time that can be stored", name, keys.Clip(v), maxFireAt.Format(time.DateOnly))
 	}
 	return t, nil
 }
@@ -383,8 +408,103 @@ func checkClientID(id string) error {
 }
 
 // controlHeaders are matched case-insensitively and never passed on.
-var controlHeaders = []string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver}
+var controlHeaders = []string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
+	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
 
 // ownHeaders are the headers the service sets on deliveries and dead
 // letters; they replace publisher headers of the same name in any case.
-var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt, wire.HeaderEnqueuedAt, wire.HeaderID, wire.HeaderSubject, wire.HeaderReason}
+var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt, wire.HeaderEnqueuedAt, wire.HeaderID, wire.HeaderSubject, wire.HeaderReason,
+	wire.HeaderSchedule, wire.HeaderOccurrence, wire.HeaderNext}
+
+// parseRecurrence reads the headers of a recurring schedule (PROTOCOL.md
+// section 6). It returns nil when the message is not recurring: neither
+// Delay-Every nor Delay-Cron. at is the fire time from Delay or Delay-At,
+// given says whether one was; the first occurrence is then at, else the
+// first planned time after now.
+func parseRecurrence(h nats.Header, now, at time.Time, given bool) (*delaystore.Recurrence, error) {
+	var v [6]string
+	var has [6]bool
+	names := [6]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
+	for i, name := range names {
+		var err error
+		if v[i], has[i], err = controlValue(h, name); err != nil {
+			return nil, err
+		}
+	}
+	every, cron, tz, until, limit, catchUp := v[0], v[1], v[2], v[3], v[4], v[5]
+	switch {
+	case has[0] && has[1]:
+		return nil, badRequest("both %s and %s given: want one of them", wire.HeaderEvery, wire.HeaderCron)
+	case !has[0] && !has[1]:
+		for i := 2; i < len(names); i++ {
+			if has[i] {
+				return nil, badRequest("%s without %s or %s: want it only on a recurring schedule", names[i], wire.HeaderEvery, wire.HeaderCron)
+			}
+		}
+		return nil, nil
+	case has[0] && has[2]:
+		return nil, badRequest("%s with %s: a zone applies to %s only; an interval is the same in every zone", wire.HeaderTZ, wire.HeaderEvery, wire.HeaderCron)
+	}
+
+	r := &delaystore.Recurrence{}
+	var p recur.Plan
+	if has[0] {
+		d, err := parseDuration(wire.HeaderEvery, every)
+		if err != nil {
+			return nil, err
+		}
+		if p.Spec, err = recur.ParseEvery(d); err != nil {
+			return nil, badRequest("%s %q: %s", wire.HeaderEvery, keys.Clip(every), recur.EveryForm)
+		}
+		r.EveryNs = int64(d)
+	} else {
+		if has[2] {
+			if _, err := time.LoadLocation(tz); err != nil || tz == "" || strings.EqualFold(tz, "local") {
+				return nil, badRequest("%s %q: want an IANA zone name such as Europe/Berlin, America/New_York or UTC", wire.HeaderTZ, keys.Clip(tz))
+			}
+		}
+		var err error
+		if p.Spec, err = recur.ParseCron(cron, tz); err != nil {
+			return nil, badRequest("%s %q: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
+		}
+		r.Cron, r.Zone = cron, tz
+	}
+	if has[3] {
+		t, err := parseTime(wire.HeaderUntil, until)
+		if err != nil {
+			return nil, err
+		}
+		p.Until, r.UntilNs = t, t.UnixNano()
+	}
+	if has[4] {
+		n, err := strconv.ParseUint(limit, 10, 64)
+		if err != nil || n == 0 {
+			return nil, badRequest("%s %q: want a positive integer", wire.HeaderLimit, keys.Clip(limit))
+		}
+		p.Limit, r.Limit = n, n
+	}
+	if has[5] {
+		switch strings.ToLower(catchUp) {
+		case "one":
+			r.CatchUp = recur.One
+		case "all":
+			r.CatchUp = recur.All
+		case "none":
+			r.CatchUp = recur.None
+		default:
+			return nil, badRequest("%s %q: want one, all or none", wire.HeaderCatchUp, keys.Clip(catchUp))
+		}
+	}
+	first, ok := p.First(now, at, given)
+	switch {
+	case ok && !first.Before(maxFireAt):
+		return nil, badRequest("the first occurrence would be after %s, the latest that can be stored", maxFireAt.Format(time.DateOnly))
+	case ok:
+	case given || !p.Until.IsZero():
+		return nil, badRequest("%s %s is before the first occurrence: want an end after the start", wire.HeaderUntil, keys.Clip(until))
+	default:
+		return nil, badRequest("%s %q matches no time in the next five years: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
+	}
+	r.OccurrenceNs, r.Seq = first.UnixNano(), 1
+	return r, nil
+}

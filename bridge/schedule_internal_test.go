@@ -38,6 +38,10 @@ func FuzzParseSchedule(f *testing.F) {
 	f.Add("a.*", "delay", "1e400", []byte{})
 	f.Add("a.b", "Delay-At", "1798135200.5", []byte{})
 	f.Add("a.b", "Delay-Max-Deliver", "0", []byte{})
+	f.Add("a.b", "Delay-Every", "100ms", []byte{})
+	f.Add("a.b", "Delay-Cron", "*/5 * * * *", []byte{})
+	f.Add("a.b", "delay-cron", "@every 1s", []byte{})
+	f.Add("a.b", "Delay-Until", "1", []byte{})
 	f.Add("a.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "Delay-Id", "x", []byte{})
 	f.Fuzz(func(t *testing.T, subject, name, value string, data []byte) {
 		now := time.Unix(1_800_000_000, 0)

@@ -11,13 +11,20 @@
 //
 // The Repository keeps each pending message, a StoredMessage, under its
 // 24-byte event key (see package keys), and next to it, always in the same
-// batch, the last event ID and three indexes:
+// batch, the last event ID and four indexes:
 //
 //	metadata/event-repo/last-id                        last event ID
 //	metadata/event-repo/time-bucket                    bucket width the keys use
 //	metadata/event-repo/topic/<subject>                pending count of subject
 //	metadata/event-repo/client-id/<subject>\x00<id>    event key of a Delay-Id
 //	metadata/event-repo/expiry/<expire_at><event key>  one entry per TTL
+//	metadata/event-repo/schedule/<subject>\x00<name>  next occurrence of a recurring schedule
+//	metadata/event-repo/schedules                      number of recurring schedules
+//
+// An occurrence of a recurring schedule is an ordinary pending message
+// whose Recurrence field carries the schedule; Advance stores its successor
+// in the batch that marks it planned (see package recur for why that keeps
+// schedules whole across crashes).
 //
 // The time bucket is written once, when a store is first opened, and
 // checked at every later open. Numbers are big-endian uint64, so the expiry

@@ -25,6 +25,7 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 			"enqueued_at_ns": fieldEnqueuedAtNs, "fire_at_ns": fieldFireAtNs, "ttl_ns": fieldTTLNs,
 			"expire_at_ns": fieldExpireAtNs, "client_id": fieldClientID, "ack_policy": fieldAckPolicy,
 			"max_deliver": fieldMaxDeliver, "attempt": fieldAttempt, "event_id": fieldEventID,
+			"recurrence": fieldRecurrence,
 		}},
 		{(&Header{}).ProtoReflect().Descriptor(), map[string]protowire.Number{
 			"name": fieldHeaderName, "values": fieldHeaderValues,
@@ -100,6 +101,13 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 		}
 		if rng.IntN(10) == 0 {
 			m.Headers = append(m.Headers, nil) // marshals as an empty header
+		}
+		if rng.IntN(4) == 0 {
+			m.Recurrence = &Recurrence{
+				Cron: str(), EveryNs: i64(), Zone: str(), UntilNs: i64(), Limit: uint64(u32()),
+				CatchUp: CatchUp(rng.Int32N(3)), Id: str(), OccurrenceNs: i64(), Seq: uint64(u32()),
+				Planned: rng.IntN(2) == 0, NextNs: i64(), Behind: u32(), Skipped: uint64(u32()), Name: str(),
+			}
 		}
 		if rng.IntN(5) == 0 {
 			m.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "future"))

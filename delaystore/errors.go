@@ -30,4 +30,8 @@ var (
 	// ErrIDsExhausted is returned by Schedule when the next event IDs would
 	// overflow uint64.
 	ErrIDsExhausted = errors.New("delaystore: event ids exhausted")
+	// ErrPlanned is reported by Advance when the occurrence's successor
+	// was planned already: planning it again would store one occurrence
+	// twice.
+	ErrPlanned = errors.New("delaystore: occurrence already planned")
 )

@@ -21,6 +21,11 @@ import (
 //	metadata/event-repo/topic/<subject>                        -> BE uint64 pending count
 //	metadata/event-repo/client-id/<subject> 0x00 <client id>   -> 24-byte event key
 //	metadata/event-repo/expiry/<BE uint64 expire_at_ns><event key> -> empty
+//	metadata/event-repo/schedule/<subject> 0x00 <name>         -> 24-byte event key
+//	metadata/event-repo/schedules                              -> BE uint64 schedule count
+//
+// The last two are the schedule index of recurring schedules (see
+// schedules.go).
 //
 // Subjects and client ids may not contain 0x00, so the separator makes
 // (subject, client id) -> key injective. The expiry key puts the expiry time

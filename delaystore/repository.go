@@ -97,7 +97,9 @@ type Topic struct {
 //   - an expiry index ordered by expiry time, so Expired reads only what has
 //     expired;
 //   - a registry of subjects with their exact pending counts, so opening
-//     reads one entry per subject rather than every message.
+//     reads one entry per subject rather than every message;
+//   - a schedule index with each recurring schedule's next occurrence, and
+//     their count (see Advance and ScheduleRefs).
 //
 // Every such key is longer than keys.Len bytes, and scans of events skip
 // keys of any other length.
@@ -141,6 +143,9 @@ type Repository struct {
 		topicsPeak int
 		// pending is the sum of the counts in topics.
 		pending uint64
+		// schedules is the number of recurring schedules with an
+		// occurrence still to plan (see schedules.go).
+		schedules uint64
 	}
 }
 
@@ -151,6 +156,9 @@ type scratch struct {
 	key    []byte
 	deltas map[string]int64
 	counts map[string]uint64
+	// schedules is the change this batch makes to the number of
+	// schedules (see schedules.go).
+	schedules int64
 }
 
 // maxKeptScratch bounds the scratch buffer kept between writes, so one huge
@@ -216,6 +224,9 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delaystore: open repository: read topic registry: %w", err)
+	}
+	if r.mu.schedules, err = r.readScheduleCount(); err != nil {
+		return nil, fmt.Errorf("delaystore: open repository: %w", err)
 	}
 	r.log.Debug("opened event repository", "last_id", r.mu.lastID, "topics", len(r.mu.topics), "pending", r.mu.pending)
 	return r, nil
@@ -380,6 +391,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		if superseded != nil && superseded[i] {
 			continue
 		}
+		if m.Recurrence != nil && m.Recurrence.Name == "" {
+			m.Recurrence.Name = scheduleName(m.Recurrence, out[i].Key)
+		}
 		if err := r.setMessage(b, &out[i].Key, m); err != nil {
 			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
@@ -394,6 +408,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 			if err := b.Set(r.w.key, nil); err != nil {
 				return nil, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
 			}
+		}
+		if err := r.indexSchedule(b, out[i].Key, m); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if m.Subject != runSubject {
 			if run != 0 {
@@ -496,6 +513,9 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 			return fmt.Errorf("delete expiry entry of %v: %w", k, err)
 		}
 	}
+	if err := r.unindexSchedule(b, m); err != nil {
+		return fmt.Errorf("delete schedule entry of %v: %w", k, err)
+	}
 	if withClientID && m.ClientId != "" {
 		// NB: the entry points at k, because a message and its entry change
 		// together and replacing a message deletes it.
@@ -536,6 +556,9 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uin
 		}
 		counts[subject] = uint64(n)
 	}
+	if err := r.setScheduleCount(b); err != nil {
+		return nil, err
+	}
 	return counts, nil
 }
 
@@ -557,6 +580,8 @@ func (r *Repository) committed(counts map[string]uint64, lastID uint64) {
 	if lastID > r.mu.lastID {
 		r.mu.lastID = lastID
 	}
+	r.mu.schedules = uint64(max(int64(r.mu.schedules)+r.w.schedules, 0))
+	r.w.schedules = 0
 	if n := len(r.mu.topics); n > r.mu.topicsPeak {
 		r.mu.topicsPeak = n
 	} else if r.mu.topicsPeak > 1024 && n < r.mu.topicsPeak/4 {
@@ -578,6 +603,7 @@ func (r *Repository) trimScratch() {
 	}
 	clear(r.w.deltas)
 	clear(r.w.counts)
+	r.w.schedules = 0
 }
 
 // Apply commits ops in one batch: deletes (Msg nil) and updates, such as a

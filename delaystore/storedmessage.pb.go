@@ -7,12 +7,11 @@
 package delaystore
 
 import (
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -21,6 +20,59 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// CatchUp is the Delay-Catch-Up header.
+type CatchUp int32
+
+const (
+	// CATCH_UP_ONE delivers one occurrence for all those missed.
+	CatchUp_CATCH_UP_ONE CatchUp = 0
+	// CATCH_UP_ALL delivers each missed occurrence, within a bound.
+	CatchUp_CATCH_UP_ALL CatchUp = 1
+	// CATCH_UP_NONE skips missed occurrences.
+	CatchUp_CATCH_UP_NONE CatchUp = 2
+)
+
+// Enum value maps for CatchUp.
+var (
+	CatchUp_name = map[int32]string{
+		0: "CATCH_UP_ONE",
+		1: "CATCH_UP_ALL",
+		2: "CATCH_UP_NONE",
+	}
+	CatchUp_value = map[string]int32{
+		"CATCH_UP_ONE":  0,
+		"CATCH_UP_ALL":  1,
+		"CATCH_UP_NONE": 2,
+	}
+)
+
+func (x CatchUp) Enum() *CatchUp {
+	p := new(CatchUp)
+	*p = x
+	return p
+}
+
+func (x CatchUp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CatchUp) Descriptor() protoreflect.EnumDescriptor {
+	return file_delaystore_storedmessage_proto_enumTypes[0].Descriptor()
+}
+
+func (CatchUp) Type() protoreflect.EnumType {
+	return &file_delaystore_storedmessage_proto_enumTypes[0]
+}
+
+func (x CatchUp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CatchUp.Descriptor instead.
+func (CatchUp) EnumDescriptor() ([]byte, []int) {
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{0}
+}
 
 // AckPolicy is the Delay-Ack header.
 type AckPolicy int32
@@ -55,11 +107,11 @@ func (x AckPolicy) String() string {
 }
 
 func (AckPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_delaystore_storedmessage_proto_enumTypes[0].Descriptor()
+	return file_delaystore_storedmessage_proto_enumTypes[1].Descriptor()
 }
 
 func (AckPolicy) Type() protoreflect.EnumType {
-	return &file_delaystore_storedmessage_proto_enumTypes[0]
+	return &file_delaystore_storedmessage_proto_enumTypes[1]
 }
 
 func (x AckPolicy) Number() protoreflect.EnumNumber {
@@ -68,7 +120,7 @@ func (x AckPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AckPolicy.Descriptor instead.
 func (AckPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{0}
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{1}
 }
 
 // StoredMessage is the value stored under a message's 24-byte event key.
@@ -97,7 +149,9 @@ type StoredMessage struct {
 	// attempt is the number of deliveries made so far; the next is attempt+1.
 	Attempt uint32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// event_id is the id in the message's key.
-	EventId       uint64 `protobuf:"varint,12,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventId uint64 `protobuf:"varint,12,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// recurrence is set on an occurrence of a recurring schedule.
+	Recurrence    *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +270,180 @@ func (x *StoredMessage) GetEventId() uint64 {
 	return 0
 }
 
+func (x *StoredMessage) GetRecurrence() *Recurrence {
+	if x != nil {
+		return x.Recurrence
+	}
+	return nil
+}
+
+// Recurrence is the schedule an occurrence belongs to, and where this
+// occurrence stands in it. Only the newest occurrence of a schedule holds
+// its Delay-Id in the client id index; see package recur.
+type Recurrence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cron is the Delay-Cron spec, or empty with every_ns.
+	Cron string `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
+	// every_ns is the Delay-Every interval, or 0 with cron.
+	EveryNs int64 `protobuf:"varint,2,opt,name=every_ns,json=everyNs,proto3" json:"every_ns,omitempty"`
+	// zone is the Delay-TZ zone name of cron; empty means UTC.
+	Zone string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	// until_ns is the Delay-Until end, Unix nanoseconds; 0 means none.
+	UntilNs int64 `protobuf:"varint,4,opt,name=until_ns,json=untilNs,proto3" json:"until_ns,omitempty"`
+	// limit is the Delay-Limit; 0 means none.
+	Limit uint64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// catch_up is the Delay-Catch-Up policy.
+	CatchUp CatchUp `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3,enum=natsdelay.delaystore.v1.CatchUp" json:"catch_up,omitempty"`
+	// id is the schedule's Delay-Id, if any.
+	Id string `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	// occurrence_ns is this occurrence's planned time, Unix nanoseconds.
+	OccurrenceNs int64 `protobuf:"varint,8,opt,name=occurrence_ns,json=occurrenceNs,proto3" json:"occurrence_ns,omitempty"`
+	// seq is this occurrence's number, from 1.
+	Seq uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	// planned says the successor was decided and, unless this is the last,
+	// stored, in the batch that set it: it is never planned twice.
+	Planned bool `protobuf:"varint,10,opt,name=planned,proto3" json:"planned,omitempty"`
+	// next_ns is the successor's planned time once planned; 0 for the last.
+	NextNs int64 `protobuf:"varint,11,opt,name=next_ns,json=nextNs,proto3" json:"next_ns,omitempty"`
+	// behind counts catch-up deliveries in a row (catch_up all).
+	Behind uint32 `protobuf:"varint,12,opt,name=behind,proto3" json:"behind,omitempty"`
+	// skipped counts occurrences skipped by the catch-up policy so far.
+	Skipped uint64 `protobuf:"varint,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// name is the schedule's name in the schedule index: its id, or the tag
+	// of its first occurrence. The repository sets it.
+	Name          string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recurrence) Reset() {
+	*x = Recurrence{}
+	mi := &file_delaystore_storedmessage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recurrence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recurrence) ProtoMessage() {}
+
+func (x *Recurrence) ProtoReflect() protoreflect.Message {
+	mi := &file_delaystore_storedmessage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recurrence.ProtoReflect.Descriptor instead.
+func (*Recurrence) Descriptor() ([]byte, []int) {
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Recurrence) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Recurrence) GetEveryNs() int64 {
+	if x != nil {
+		return x.EveryNs
+	}
+	return 0
+}
+
+func (x *Recurrence) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Recurrence) GetUntilNs() int64 {
+	if x != nil {
+		return x.UntilNs
+	}
+	return 0
+}
+
+func (x *Recurrence) GetLimit() uint64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Recurrence) GetCatchUp() CatchUp {
+	if x != nil {
+		return x.CatchUp
+	}
+	return CatchUp_CATCH_UP_ONE
+}
+
+func (x *Recurrence) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Recurrence) GetOccurrenceNs() int64 {
+	if x != nil {
+		return x.OccurrenceNs
+	}
+	return 0
+}
+
+func (x *Recurrence) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Recurrence) GetPlanned() bool {
+	if x != nil {
+		return x.Planned
+	}
+	return false
+}
+
+func (x *Recurrence) GetNextNs() int64 {
+	if x != nil {
+		return x.NextNs
+	}
+	return 0
+}
+
+func (x *Recurrence) GetBehind() uint32 {
+	if x != nil {
+		return x.Behind
+	}
+	return 0
+}
+
+func (x *Recurrence) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *Recurrence) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // Header is one header name with its values in order.
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -227,7 +455,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_delaystore_storedmessage_proto_msgTypes[1]
+	mi := &file_delaystore_storedmessage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +467,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_delaystore_storedmessage_proto_msgTypes[1]
+	mi := &file_delaystore_storedmessage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +480,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{1}
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Header) GetName() string {
@@ -273,7 +501,7 @@ var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xb1\x03\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xf6\x03\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -291,10 +519,34 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	" \x01(\rR\n" +
 	"maxDeliver\x12\x18\n" +
 	"\aattempt\x18\v \x01(\rR\aattempt\x12\x19\n" +
-	"\bevent_id\x18\f \x01(\x04R\aeventId\"4\n" +
+	"\bevent_id\x18\f \x01(\x04R\aeventId\x12C\n" +
+	"\n" +
+	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
+	"recurrence\"\xfd\x02\n" +
+	"\n" +
+	"Recurrence\x12\x12\n" +
+	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
+	"\bevery_ns\x18\x02 \x01(\x03R\aeveryNs\x12\x12\n" +
+	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x19\n" +
+	"\buntil_ns\x18\x04 \x01(\x03R\auntilNs\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x04R\x05limit\x12;\n" +
+	"\bcatch_up\x18\x06 \x01(\x0e2 .natsdelay.delaystore.v1.CatchUpR\acatchUp\x12\x0e\n" +
+	"\x02id\x18\a \x01(\tR\x02id\x12#\n" +
+	"\roccurrence_ns\x18\b \x01(\x03R\foccurrenceNs\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\x12\x18\n" +
+	"\aplanned\x18\n" +
+	" \x01(\bR\aplanned\x12\x17\n" +
+	"\anext_ns\x18\v \x01(\x03R\x06nextNs\x12\x16\n" +
+	"\x06behind\x18\f \x01(\rR\x06behind\x12\x18\n" +
+	"\askipped\x18\r \x01(\x04R\askipped\x12\x12\n" +
+	"\x04name\x18\x0e \x01(\tR\x04name\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06values\x18\x02 \x03(\tR\x06values*+\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values*@\n" +
+	"\aCatchUp\x12\x10\n" +
+	"\fCATCH_UP_ONE\x10\x00\x12\x10\n" +
+	"\fCATCH_UP_ALL\x10\x01\x12\x11\n" +
+	"\rCATCH_UP_NONE\x10\x02*+\n" +
 	"\tAckPolicy\x12\x10\n" +
 	"\fACK_EXPLICIT\x10\x00\x12\f\n" +
 	"\bACK_NONE\x10\x01B\x16Z\x14natsdelay/delaystoreb\x06proto3"
@@ -311,21 +563,25 @@ func file_delaystore_storedmessage_proto_rawDescGZIP() []byte {
 	return file_delaystore_storedmessage_proto_rawDescData
 }
 
-var file_delaystore_storedmessage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_delaystore_storedmessage_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_delaystore_storedmessage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_delaystore_storedmessage_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_delaystore_storedmessage_proto_goTypes = []any{
-	(AckPolicy)(0),        // 0: natsdelay.delaystore.v1.AckPolicy
-	(*StoredMessage)(nil), // 1: natsdelay.delaystore.v1.StoredMessage
-	(*Header)(nil),        // 2: natsdelay.delaystore.v1.Header
+	(CatchUp)(0),          // 0: natsdelay.delaystore.v1.CatchUp
+	(AckPolicy)(0),        // 1: natsdelay.delaystore.v1.AckPolicy
+	(*StoredMessage)(nil), // 2: natsdelay.delaystore.v1.StoredMessage
+	(*Recurrence)(nil),    // 3: natsdelay.delaystore.v1.Recurrence
+	(*Header)(nil),        // 4: natsdelay.delaystore.v1.Header
 }
 var file_delaystore_storedmessage_proto_depIdxs = []int32{
-	2, // 0: natsdelay.delaystore.v1.StoredMessage.headers:type_name -> natsdelay.delaystore.v1.Header
-	0, // 1: natsdelay.delaystore.v1.StoredMessage.ack_policy:type_name -> natsdelay.delaystore.v1.AckPolicy
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: natsdelay.delaystore.v1.StoredMessage.headers:type_name -> natsdelay.delaystore.v1.Header
+	1, // 1: natsdelay.delaystore.v1.StoredMessage.ack_policy:type_name -> natsdelay.delaystore.v1.AckPolicy
+	3, // 2: natsdelay.delaystore.v1.StoredMessage.recurrence:type_name -> natsdelay.delaystore.v1.Recurrence
+	0, // 3: natsdelay.delaystore.v1.Recurrence.catch_up:type_name -> natsdelay.delaystore.v1.CatchUp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_delaystore_storedmessage_proto_init() }
@@ -338,8 +594,8 @@ func file_delaystore_storedmessage_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delaystore_storedmessage_proto_rawDesc), len(file_delaystore_storedmessage_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   2,
+			NumEnums:      2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

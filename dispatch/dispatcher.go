@@ -307,7 +307,7 @@ func (d *Dispatcher) Stats() Stats {
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
-		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
 	}
 }
 
@@ -540,7 +540,6 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	*peak = n
 	return c
 }
-
 
 // committed is the deleter's callback: these keys are gone from the store.
 func (d *Dispatcher) committed(ks []keys.Key) {

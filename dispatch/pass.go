@@ -142,7 +142,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			maxDeliver: d.maxDeliver(f.msg),
 			idx:        -1,
 		}
-		if f.msg.ClientId == "" {
+		if f.msg.ClientId == "" && f.msg.Recurrence == nil {
+			// NB: not for an occurrence: planning it changes its expiry
+			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
 		d.mu.flights[f.k] = fl
@@ -202,6 +204,7 @@ type flushBatch struct {
 // The next pass need not wait for that: the flush is a round trip, and
 // waiting for it left the dispatcher idle for as long as it took to publish.
 func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*topic) {
+	out = d.planOccurrences(out, now)
 	sent := out[:0]
 	for _, o := range out {
 		f := o.f

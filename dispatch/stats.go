@@ -40,7 +40,10 @@ type Stats struct {
 	Undeliverable uint64 `json:"undeliverable"`
 	// Evicted counts long-waiting flights evicted from a full in-flight
 	// window to make room for first deliveries (see Config.MaxInFlight).
-	Evicted  uint64 `json:"evicted"`
+	Evicted uint64 `json:"evicted"`
+	// Skipped counts occurrences of recurring schedules that were missed
+	// and not delivered, under Delay-Catch-Up none.
+	Skipped  uint64 `json:"skipped"`
 	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
@@ -50,5 +53,5 @@ type Stats struct {
 type counters struct {
 	delivered, redelivered, acked, nacked, progress, termed atomic.Uint64
 	deadLettered, expired, canceled, noResponders           atomic.Uint64
-	undeliverable, evicted                                  atomic.Uint64
+	undeliverable, evicted, skipped                         atomic.Uint64
 }

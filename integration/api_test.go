@@ -717,12 +717,13 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, wire.ServiceName, bridge.Version, ping.ID)
 	}
 	wantSubjects := map[string]string{
-		"ingest":   wire.DefaultIngestPrefix + ".>",
-		"info":     wire.DefaultAPIPrefix + ".INFO",
-		"get":      wire.DefaultAPIPrefix + ".GET",
-		"list":     wire.DefaultAPIPrefix + ".LIST",
-		"cancel":   wire.DefaultAPIPrefix + ".CANCEL",
-		"subjects": wire.DefaultAPIPrefix + ".SUBJECTS",
+		"ingest":    wire.DefaultIngestPrefix + ".>",
+		"info":      wire.DefaultAPIPrefix + ".INFO",
+		"get":       wire.DefaultAPIPrefix + ".GET",
+		"list":      wire.DefaultAPIPrefix + ".LIST",
+		"cancel":    wire.DefaultAPIPrefix + ".CANCEL",
+		"subjects":  wire.DefaultAPIPrefix + ".SUBJECTS",
+		"schedules": wire.DefaultAPIPrefix + ".SCHEDULES",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {

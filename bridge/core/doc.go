@@ -1,7 +1,7 @@
 // Package core runs the life of a natsdelay service without NATS: it opens
 // a generation (the repository, the dispatcher, the janitor and the
 // group-commit writer on one store), serves Schedule, Ack, Cancel, Get,
-// List, Topics, Counts and Stats as Go calls, recovers from a failed store
+// List, Topics, ScheduleRefs, Counts and Stats as Go calls, recovers from a failed store
 // by replacing the generation, and stops and starts a generation when told
 // to for any other reason (Suspend and Resume).
 //

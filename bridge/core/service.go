@@ -197,6 +197,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.NoResponders += b.NoResponders
 	a.Undeliverable += b.Undeliverable
 	a.Evicted += b.Evicted
+	a.Skipped += b.Skipped
 }
 
 // Schedule hands msg to the group commit and returns at once; done is told
@@ -245,16 +246,38 @@ func (s *Service) NoResponders(k keys.Key) bool { return s.gen.Load().disp.NoRes
 
 // Cancel deletes a pending message so it is never delivered. It returns a
 // 404 error if there is none under k.
+//
+// Canceling an occurrence of a recurring schedule ends the schedule: when
+// the occurrence went out already, its successor is stored, and is
+// canceled too.
 func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	ok, err := s.gen.Load().disp.Cancel(ctx, k)
+	g := s.gen.Load()
+	m, _ := g.repo.Get(k) // only to see whether it is an occurrence
+	ok, err := g.disp.Cancel(ctx, k)
 	if err != nil {
 		return unavailable("canceling %s: %v", k, err)
 	}
 	if !ok {
 		return fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
+	}
+	r := m.GetRecurrence()
+	if !r.GetPlanned() || r.GetNextNs() == 0 {
+		return nil
+	}
+	nk, err := g.repo.LookupSchedule(m.Subject, r.Name)
+	if err != nil {
+		return nil // ended already (the successor was canceled or went out as the last)
+	}
+	// NB: only the successor itself: a schedule scheduled again under the
+	// same Delay-Id since is another schedule, and goes on.
+	if nm, err := g.repo.Get(nk); err != nil || nm.GetRecurrence().GetOccurrenceNs() != r.NextNs || nm.GetRecurrence().GetSeq() != r.Seq+1 {
+		return nil
+	}
+	if _, err := g.disp.Cancel(ctx, nk); err != nil {
+		return unavailable("canceling %s, the next occurrence of %s: %v", nk, k, err)
 	}
 	return nil
 }
@@ -266,6 +289,11 @@ func (s *Service) Lookup(subject, id string) (keys.Key, error) {
 		return keys.Key{}, err
 	}
 	k, err := s.gen.Load().repo.Lookup(subject, id)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		// A schedule without a Delay-Id goes by the tag of its first
+		// occurrence.
+		k, err = s.gen.Load().repo.LookupSchedule(subject, id)
+	}
 	if errors.Is(err, delaystore.ErrNotFound) {
 		return k, fmt.Errorf("%w: no pending message with subject %q and id %q", wire.ErrNotFound, keys.Clip(subject), keys.Clip(id))
 	}
@@ -344,7 +372,7 @@ func (s *Service) Counts() (wire.Counts, error) {
 		return wire.Counts{}, err
 	}
 	g := s.gen.Load()
-	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight}
+	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules()}
 	topics := g.repo.Topics()
 	c.Subjects = len(topics)
 	now := s.cfg.Now()
@@ -364,6 +392,20 @@ func (s *Service) Counts() (wire.Counts, error) {
 		c.NextDay += n[3] - n[0]
 	}
 	return c, nil
+}
+
+// ScheduleRefs lists up to limit recurring schedules from the schedule
+// index, in (subject, name) order: of subject only when it is set, after
+// (afterSubject, afterName) when afterSubject is set.
+func (s *Service) ScheduleRefs(subject, afterSubject, afterName string, limit int) ([]delaystore.ScheduleRef, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	refs, err := s.gen.Load().repo.ScheduleRefs(subject, afterSubject, afterName, limit)
+	if err != nil {
+		return nil, unavailable("listing schedules: %v", err)
+	}
+	return refs, nil
 }
 
 // Stop turns new work away, stops the recovery loop, and stops the

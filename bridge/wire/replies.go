@@ -52,6 +52,9 @@ type Counts struct {
 	NextMinute uint64 `json:"next_minute"`
 	NextHour   uint64 `json:"next_hour"`
 	NextDay    uint64 `json:"next_day"`
+	// Schedules is the number of recurring schedules with an occurrence
+	// still to come, from the schedule index.
+	Schedules uint64 `json:"schedules"`
 }
 
 // InfoReply is the body of INFO.
@@ -94,6 +97,8 @@ type MessageInfo struct {
 	MaxDeliver uint32              `json:"max_deliver,omitempty"`
 	Size       int                 `json:"size"`
 	Headers    map[string][]string `json:"headers,omitempty"`
+	// Schedule is set on an occurrence of a recurring schedule.
+	Schedule *ScheduleInfo `json:"schedule,omitempty"`
 	// Payload is set only when asked for. NB: omitzero, not omitempty:
 	// omitempty would drop an empty payload that was asked for, and the
 	// client could not tell it from one that was not.
@@ -124,6 +129,49 @@ type SubjectsReply struct {
 	Filter   string        `json:"filter"`
 	Subjects []SubjectInfo `json:"subjects"`
 	// Next is the subject to pass as "after" for the next page; empty on
+	// the last.
+	Next string `json:"next,omitempty"`
+}
+
+// ScheduleInfo describes the recurring schedule of an occurrence, in GET,
+// LIST and SCHEDULES replies.
+type ScheduleInfo struct {
+	// Name names the schedule in GET and CANCEL ("id" with "subject"):
+	// its Delay-Id, or the tag of its first occurrence.
+	Name string `json:"name"`
+	// Spec is the Delay-Schedule: the cron spec, or @every and the interval.
+	Spec    string `json:"spec"`
+	Zone    string `json:"zone"`
+	Until   string `json:"until,omitempty"`
+	Limit   uint64 `json:"limit,omitempty"`
+	CatchUp string `json:"catch_up"`
+	// Occurrence is this occurrence's planned time, and Seq its number.
+	Occurrence string `json:"occurrence"`
+	Seq        uint64 `json:"seq"`
+	// Fired counts the occurrences delivered so far, this one included
+	// once it went out; Skipped those skipped by Delay-Catch-Up none.
+	Fired   uint64 `json:"fired"`
+	Skipped uint64 `json:"skipped"`
+	// Next are the next planned times not yet delivered, up to 5, this
+	// occurrence's first when it has not gone out yet; empty at the end.
+	Next []string `json:"next"`
+}
+
+// SchedulesRequest is the body of SCHEDULES: one page of the recurring
+// schedules, of Subject only when it is set, after the cursor After (the
+// Next of the previous page). Limit nil means the service's default.
+type SchedulesRequest struct {
+	Subject string `json:"subject,omitempty"`
+	Limit   *int   `json:"limit,omitempty"`
+	After   string `json:"after,omitempty"`
+}
+
+// SchedulesReply is the body of SCHEDULES: each schedule as its next
+// occurrence, in (subject, name) order.
+type SchedulesReply struct {
+	Subject   string        `json:"subject,omitempty"`
+	Schedules []MessageInfo `json:"schedules"`
+	// Next is the cursor to pass as "after" for the next page; empty on
 	// the last.
 	Next string `json:"next,omitempty"`
 }

@@ -41,6 +41,22 @@ const (
 	HeaderAck = "Delay-Ack"
 	// HeaderMaxDeliver is the number of deliveries before dead-lettering.
 	HeaderMaxDeliver = "Delay-Max-Deliver"
+	// HeaderEvery makes the message recurring: a Go duration, at least
+	// 100ms, between occurrences.
+	HeaderEvery = "Delay-Every"
+	// HeaderCron makes the message recurring on a cron spec: 5 fields
+	// (minutes), 6 (seconds first), or @yearly @monthly @weekly @daily
+	// @hourly.
+	HeaderCron = "Delay-Cron"
+	// HeaderTZ is the IANA zone of HeaderCron; UTC by default.
+	HeaderTZ = "Delay-TZ"
+	// HeaderUntil ends a recurring schedule: no occurrence after it.
+	HeaderUntil = "Delay-Until"
+	// HeaderLimit ends a recurring schedule after that many occurrences.
+	HeaderLimit = "Delay-Limit"
+	// HeaderCatchUp says what becomes of occurrences missed while the
+	// service was down: one (default), all or none.
+	HeaderCatchUp = "Delay-Catch-Up"
 
 	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
 	HeaderTag = "Delay-Tag"
@@ -54,6 +70,15 @@ const (
 	HeaderSubject = "Delay-Subject"
 	// HeaderReason is why a message was dead-lettered.
 	HeaderReason = "Delay-Reason"
+	// HeaderSchedule is an occurrence's schedule: the Delay-Cron spec, or
+	// @every and the Delay-Every interval.
+	HeaderSchedule = "Delay-Schedule"
+	// HeaderOccurrence is an occurrence's planned time, RFC 3339 with
+	// milliseconds.
+	HeaderOccurrence = "Delay-Occurrence"
+	// HeaderNext is the planned time of the next occurrence, RFC 3339
+	// with milliseconds; absent on the last.
+	HeaderNext = "Delay-Next"
 
 	// HeaderServiceError and HeaderServiceErrorCode carry errors in the NATS
 	// micro convention.
@@ -71,11 +96,12 @@ const (
 
 // API verbs: the last token of the API's subjects.
 const (
-	VerbInfo     = "INFO"
-	VerbGet      = "GET"
-	VerbList     = "LIST"
-	VerbCancel   = "CANCEL"
-	VerbSubjects = "SUBJECTS"
+	VerbInfo      = "INFO"
+	VerbGet       = "GET"
+	VerbList      = "LIST"
+	VerbCancel    = "CANCEL"
+	VerbSubjects  = "SUBJECTS"
+	VerbSchedules = "SCHEDULES"
 )
 
 // Answers to a delivery, as a consumer sends them (the JetStream ack

@@ -149,6 +149,7 @@ func (c *infoCmd) Run(e *env) error {
 	row("due within 1m", r.Counts.NextMinute)
 	row("due within 1h", r.Counts.NextHour)
 	row("due within 24h", r.Counts.NextDay)
+	row("schedules", r.Counts.Schedules)
 	fmt.Fprintln(tw, "\t")
 	st := r.Stats
 	row("delivered", st.Delivered)
@@ -163,6 +164,7 @@ func (c *infoCmd) Run(e *env) error {
 	row("no responders", st.NoResponders)
 	row("undeliverable", st.Undeliverable)
 	row("window evictions", st.Evicted)
+	row("skipped", st.Skipped)
 	fmt.Fprintln(tw, "\t")
 	cf := r.Config
 	row("ingest prefix", cf.IngestPrefix)
@@ -283,6 +285,23 @@ func (c *getCmd) Run(e *env) error {
 	for _, k := range names {
 		for _, v := range m.Headers[k] {
 			row("header", k+": "+v)
+		}
+	}
+	if s := m.Schedule; s != nil {
+		row("schedule", s.Name)
+		row("spec", s.Spec)
+		row("zone", s.Zone)
+		row("until", orNone(s.Until == "", "-", s.Until))
+		row("limit", orNone(s.Limit == 0, "-", strconv.FormatUint(s.Limit, 10)))
+		row("catch-up", s.CatchUp)
+		row("occurrence", fmt.Sprintf("%s (#%d)", s.Occurrence, s.Seq))
+		row("fired", s.Fired)
+		row("skipped", s.Skipped)
+		if len(s.Next) == 0 {
+			row("next", "none: this is the last")
+		}
+		for _, n := range s.Next {
+			row("next", n)
 		}
 	}
 	if c.Payload {

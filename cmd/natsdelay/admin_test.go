@@ -225,12 +225,13 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"ingest":   "delay.>",
-		"info":     "$DELAY.API.INFO",
-		"get":      "$DELAY.API.GET",
-		"list":     "$DELAY.API.LIST",
-		"cancel":   "$DELAY.API.CANCEL",
-		"subjects": "$DELAY.API.SUBJECTS",
+		"ingest":    "delay.>",
+		"info":      "$DELAY.API.INFO",
+		"get":       "$DELAY.API.GET",
+		"list":      "$DELAY.API.LIST",
+		"cancel":    "$DELAY.API.CANCEL",
+		"subjects":  "$DELAY.API.SUBJECTS",
+		"schedules": "$DELAY.API.SCHEDULES",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+wire.ServiceName, &info)

@@ -67,12 +67,13 @@ type cli struct {
 	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	// The admin commands use only the API, as any NATS client could.
-	Info     infoCmd     `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Subjects subjectsCmd `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Ls       lsCmd       `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Get      getCmd      `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Cancel   cancelCmd   `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Bench    benchCmd    `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
+	Info      infoCmd      `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Subjects  subjectsCmd  `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Ls        lsCmd        `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Schedules schedulesCmd `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Get       getCmd       `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cancel    cancelCmd    `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Bench     benchCmd     `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
 	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`

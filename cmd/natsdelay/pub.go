@@ -27,6 +27,12 @@ type pubCmd struct {
 	ID           string        `name:"id" help:"Client id, unique per subject: scheduling the same id again replaces the pending message." env:"-"`
 	Ack          string        `help:"Ack policy: explicit deletes on ACK, none once published." enum:"explicit,none" default:"explicit" env:"-"`
 	MaxDeliver   int           `help:"Deliveries after which the unACKed message is dead-lettered; 0 leaves it to the service." default:"0" env:"-"`
+	Every        string        `help:"Recurring: deliver again every interval (at least 100ms; days as in --delay); --delay or --at give the first time." placeholder:"DURATION" xor:"repeat" env:"-"`
+	Cron         string        `help:"Recurring: deliver on a cron spec, 5 fields (minutes), 6 (seconds first), or @daily and the like." placeholder:"SPEC" xor:"repeat" env:"-"`
+	TZ           string        `name:"tz" help:"IANA zone of --cron, such as Europe/Berlin; default UTC." placeholder:"ZONE" env:"-"`
+	Until        string        `help:"Recurring: no occurrence after this time, RFC 3339 or Unix seconds." placeholder:"TIME" env:"-"`
+	Limit        int           `help:"Recurring: at most this many occurrences; 0 is no limit." default:"0" env:"-"`
+	CatchUp      string        `help:"Recurring: occurrences missed while the service was down: one, all or none; empty leaves it to the service (one)." placeholder:"POLICY" env:"-"`
 	Header       []string      `short:"H" help:"Header to store and deliver, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
 	Timeout      time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
 	JSON         bool          `name:"json" help:"Print the service's JSON reply instead of a line of text." env:"-"`
@@ -37,6 +43,9 @@ func (c *pubCmd) check() error {
 	var p problems
 	c.checkClient(&p)
 	checkSubject(&p, "subject", c.Subject, false)
+	if c.Limit < 0 {
+		p.add("--limit %d: want a count > 0, or 0 for no limit", c.Limit)
+	}
 	if c.MaxDeliver < 0 {
 		p.add("--max-deliver %d: want a count > 0, or 0 for the service's default", c.MaxDeliver)
 	}
@@ -105,6 +114,14 @@ func (c *pubCmd) Run(e *env) error {
 	if c.MaxDeliver > 0 {
 		set(wire.HeaderMaxDeliver, strconv.Itoa(c.MaxDeliver))
 	}
+	set(wire.HeaderEvery, c.Every)
+	set(wire.HeaderCron, c.Cron)
+	set(wire.HeaderTZ, c.TZ)
+	set(wire.HeaderUntil, c.Until)
+	if c.Limit > 0 {
+		set(wire.HeaderLimit, strconv.Itoa(c.Limit))
+	}
+	set(wire.HeaderCatchUp, c.CatchUp)
 	m.Data = []byte(c.Data)
 	if c.Data == "-" {
 		b, err := io.ReadAll(e.stdin)

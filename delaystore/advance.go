@@ -1,0 +1,195 @@
+package delaystore
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"natsdelay/keys"
+)
+
+// Plan is one occurrence of a recurring schedule for Advance to plan.
+type Plan struct {
+	// Key is where the occurrence is pending.
+	Key keys.Key
+	// Cur is the occurrence as rewritten: Recurrence.Planned set, and it
+	// may set an expiry time. Advance sets its EventId to Key's, and
+	// clears its ClientId when Next is stored.
+	Cur *StoredMessage
+	// Drop deletes the occurrence instead (the catch-up policy skips it).
+	Drop bool
+	// Next is the successor, or nil after the last occurrence. Advance
+	// sets its EventId.
+	Next *StoredMessage
+}
+
+// Planned is what Advance did with one Plan.
+type Planned struct {
+	// Next is the successor's key, when one was stored.
+	Next keys.Key
+	// Err is why nothing was done for this Plan: it wraps ErrNotFound if
+	// nothing is pending under Key (canceled, replaced or settled),
+	// ErrPlanned if the stored occurrence is planned already, or
+	// ErrInvalidMessage if Cur or Next does not fit the occurrence
+	// (another subject, or Next's client id differs from the stored one).
+	Err error
+}
+
+// Advance plans the successors of occurrences of recurring schedules, all
+// in one batch committed with sync. For each Plan:
+//
+//   - the occurrence is rewritten as Cur, or deleted when Drop is set;
+//   - Next, when not nil, is stored under a new event key, and the
+//     schedule's entries in the (subject, client id) index and in the
+//     schedule index move to it: Cur loses its client id, so only the
+//     newest occurrence is replaced or canceled by id, and deleting Cur
+//     later leaves the entries alone.
+//
+// A Plan that cannot be carried out is reported in its Planned.Err and
+// leaves the others be. The error returned is for the whole batch: then
+// nothing is stored. It blocks while another write is in progress and for
+// the commit. It does not keep the messages.
+func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
+	if len(plans) == 0 {
+		return nil, nil
+	}
+	r.wmu.Lock() // held across the commit: see the NB in Schedule.
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	out := make([]Planned, len(plans))
+	b := r.s.NewBatch()
+	defer b.Close()
+	deltas := r.w.deltas
+	clear(deltas)
+	var last uint64
+	wrote := false
+	for i := range plans {
+		p := &plans[i]
+		stored, err := r.check(p)
+		if err != nil {
+			out[i].Err = fmt.Errorf("delaystore: advance %v: %w", p.Key, err)
+			continue
+		}
+		k, ok, err := r.advance(b, deltas, p, stored)
+		if err != nil {
+			return nil, fmt.Errorf("delaystore: advance %v: %w", p.Key, err)
+		}
+		if ok {
+			out[i].Next = k
+			last = k.EventID()
+		}
+		wrote = true
+	}
+	if !wrote {
+		return out, nil
+	}
+	counts, err := r.setCounts(b, deltas)
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
+	}
+	if last != 0 {
+		if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
+			return nil, fmt.Errorf("delaystore: advance batch of %d: record last id: %w", len(plans), err)
+		}
+	}
+	if err := b.Commit(sync); err != nil {
+		return nil, fmt.Errorf("delaystore: advance batch of %d: commit: %w", len(plans), err)
+	}
+	r.committed(counts, last)
+	r.trimScratch()
+	return out, nil
+}
+
+// check reads the occurrence p plans and checks that p fits it. wmu must
+// be held.
+func (r *Repository) check(p *Plan) (*StoredMessage, error) {
+	stored, err := r.get(p.Key)
+	if err != nil {
+		return nil, err
+	}
+	cur, next := p.Cur, p.Next
+	switch {
+	case stored.GetRecurrence() == nil:
+		return nil, fmt.Errorf("%w: not an occurrence of a recurring schedule", ErrInvalidMessage)
+	case stored.GetRecurrence().GetPlanned():
+		return nil, ErrPlanned
+	case cur.Subject != stored.Subject || (next != nil && next.Subject != stored.Subject):
+		return nil, fmt.Errorf("%w: subject differs from the occurrence's", ErrInvalidMessage)
+	case next != nil && (next.ClientId != stored.ClientId || next.Recurrence == nil):
+		return nil, fmt.Errorf("%w: the successor must be an occurrence with the client id %q", ErrInvalidMessage, keys.Clip(stored.ClientId))
+	case !p.Drop && (!cur.GetRecurrence().GetPlanned() || (next == nil && cur.ClientId != stored.ClientId)):
+		return nil, fmt.Errorf("%w: the rewrite must be planned and, without a successor, keep the client id", ErrInvalidMessage)
+	}
+	return stored, nil
+}
+
+// advance adds p to b and returns the successor's key, if one is stored.
+// wmu must be held.
+func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *StoredMessage) (keys.Key, bool, error) {
+	k, cur, next := p.Key, p.Cur, p.Next
+	if p.Drop {
+		// NB: with a successor, its index entries overwrite the ones
+		// pointing at k below, so the delete must leave them alone.
+		if err := r.deleteMessage(b, &k, stored, next == nil); err != nil {
+			return keys.Key{}, false, err
+		}
+		deltas[stored.Subject]--
+	} else {
+		if err := r.unindexSchedule(b, stored); err != nil {
+			return keys.Key{}, false, fmt.Errorf("move schedule entry: %w", err)
+		}
+		if next != nil {
+			cur.ClientId = ""
+		}
+		cur.EventId = k.EventID()
+		if cur.ExpireAtNs != stored.ExpireAtNs {
+			if stored.ExpireAtNs != 0 {
+				r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
+				if err := b.Delete(r.w.key); err != nil {
+					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
+				}
+			}
+			if cur.ExpireAtNs != 0 {
+				r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
+				if err := b.Set(r.w.key, nil); err != nil {
+					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
+				}
+			}
+		}
+		if err := r.setMessage(b, &k, cur); err != nil {
+			return keys.Key{}, false, err
+		}
+	}
+	if next == nil {
+		return keys.Key{}, false, nil
+	}
+
+	id, _, err := r.reserveIDs(1)
+	if err != nil {
+		return keys.Key{}, false, err
+	}
+	next.EventId = id
+	nk := keys.New(keys.TopicHash(next.Subject), keys.Bucket(keys.FireAtMs(next.FireAtNs), r.bucketMs), id)
+	next.Recurrence.Name = stored.GetRecurrence().GetName()
+	if err := r.setMessage(b, &nk, next); err != nil {
+		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
+	}
+	if next.ClientId != "" {
+		r.w.key = appendClientIDKey(r.w.key[:0], next.Subject, next.ClientId)
+		if err := b.Set(r.w.key, nk[:]); err != nil {
+			return keys.Key{}, false, fmt.Errorf("index client id: %w", err)
+		}
+	}
+	if next.ExpireAtNs != 0 {
+		r.w.key = appendExpiryKey(r.w.key[:0], next.ExpireAtNs, nk)
+		if err := b.Set(r.w.key, nil); err != nil {
+			return keys.Key{}, false, fmt.Errorf("index expiry: %w", err)
+		}
+	}
+	if err := r.indexSchedule(b, nk, next); err != nil {
+		return keys.Key{}, false, err
+	}
+	deltas[next.Subject]++
+	return nk, true, nil
+}

@@ -1,0 +1,145 @@
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
+)
+
+// planOccurrences plans the successor of every occurrence of a recurring
+// schedule in out that goes out for the first time, before it is published,
+// and returns out without the occurrences that must not go out: gone from
+// the store, failed to plan (delivered later), or skipped by the catch-up
+// policy. See package recur for why this order keeps schedules whole across
+// crashes.
+//
+// NB: the plans of one pass are one synced commit, so a thousand schedules
+// due at the same second cost one fsync, not a thousand.
+func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
+	var plans []delaystore.Plan
+	var at []int // index in out of each plan
+	for i, o := range out {
+		if r := o.msg.GetRecurrence(); r != nil && !r.Planned {
+			plans = append(plans, d.plan(o, now))
+			at = append(at, i)
+		}
+	}
+	if len(plans) == 0 {
+		return out
+	}
+	res, err := d.repo.Advance(plans, delaystore.Sync)
+	drop := make(map[int]bool, len(plans))
+	for j, p := range plans {
+		o := &out[at[j]]
+		f := o.f
+		if err == nil {
+			err := res[j].Err
+			switch {
+			case err == nil:
+				if p.Next != nil {
+					d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
+				}
+				if !p.Drop {
+					o.msg = p.Cur
+					continue
+				}
+				d.stats.skipped.Add(1)
+				d.mu.Lock()
+				if d.mu.flights[f.key] == f {
+					d.forgetLocked(f)
+				}
+				// NB: as for a replaced message in Notify: a scan under way
+				// may have read it; the mark keeps it from going out.
+				d.mu.canceled[f.key] = struct{}{}
+				d.mu.committed = append(d.mu.committed, f.key)
+				d.mu.Unlock()
+				drop[at[j]] = true
+				continue
+			case errors.Is(err, delaystore.ErrPlanned):
+				// Planned by an earlier pass whose copy this scan did
+				// not see: deliver the stored one.
+				if m, err := d.repo.Get(f.key); err == nil {
+					o.msg = m
+					continue
+				}
+				fallthrough
+			case errors.Is(err, delaystore.ErrNotFound):
+				// Canceled, replaced or settled since the scan read it.
+				d.mu.Lock()
+				if d.mu.flights[f.key] == f && f.state != stateSettling {
+					d.forgetLocked(f)
+				}
+				d.mu.Unlock()
+				drop[at[j]] = true
+				continue
+			}
+			d.log.Error("planning the next occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
+		} else {
+			d.log.Warn("planning the next occurrences", "tag", f.key, "subject", o.msg.Subject, "err", err)
+		}
+		// Not planned: deliver it later, when the store takes the plan.
+		d.mu.Lock()
+		if d.mu.flights[f.key] == f && f.state != stateSettling {
+			d.unsendLocked(f)
+			d.blockLocked(f.topic, now)
+		}
+		d.mu.Unlock()
+		drop[at[j]] = true
+	}
+	kept := out[:0]
+	for i, o := range out {
+		if !drop[i] {
+			kept = append(kept, o)
+		}
+	}
+	return kept
+}
+
+// plan is the plan of o's occurrence at now: the occurrence as rewritten
+// (planned, with its Delay-Next time and its expiry), whether the catch-up
+// policy skips it, and its successor, if any.
+func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
+	r := o.msg.GetRecurrence()
+	nowT := time.Unix(0, now)
+	occ := time.Unix(0, r.OccurrenceNs)
+	cur := proto.Clone(o.msg).(*delaystore.StoredMessage)
+	cur.Recurrence.Planned = true
+	if cur.TtlNs > 0 {
+		// NB: an occurrence's TTL counts from when it first goes out, so a
+		// catch-up delivery after an outage is not born expired. Until it
+		// is planned it has no expiry: expiring unplanned would end the
+		// schedule.
+		cur.ExpireAtNs = max(cur.FireAtNs, now) + cur.TtlNs
+	}
+	p := delaystore.Plan{Key: o.f.key, Cur: cur}
+	sched, err := recur.Of(r)
+	if err != nil {
+		// NB: ingest accepted it, so only a zone database without the
+		// zone (or a changed parser) gets here: deliver it as the last.
+		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", o.f.key, "subject", o.msg.Subject, "err", err)
+		return p
+	}
+	p.Drop = sched.Skip(occ, nowT)
+	seq := r.Seq
+	if p.Drop {
+		seq-- // a skipped occurrence does not count toward the limit
+	}
+	if at, behind, ok := sched.Next(occ, seq, r.Behind, nowT); ok {
+		cur.Recurrence.NextNs = at.UnixNano()
+		next := proto.Clone(o.msg).(*delaystore.StoredMessage)
+		next.FireAtNs, next.EnqueuedAtNs = at.UnixNano(), now
+		next.Attempt, next.EventId, next.ExpireAtNs = 0, 0, 0
+		nr := next.Recurrence
+		nr.OccurrenceNs, nr.Seq, nr.Behind = at.UnixNano(), seq+1, behind
+		nr.Planned, nr.NextNs = false, 0
+		if p.Drop {
+			nr.Skipped++
+		}
+		p.Next = next
+	}
+	return p
+}
