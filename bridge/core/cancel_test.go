@@ -1,0 +1,94 @@
+package core_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"natsdelay/bridge/core"
+	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
+)
+
+// heldGetStore holds the first Get after arm until release is closed:
+// the read Cancel makes of the occurrence before it deletes it.
+type heldGetStore struct {
+	delaystore.Store
+	mu      sync.Mutex
+	armed   bool
+	read    chan struct{} // closed once the held Get has read
+	release chan struct{}
+}
+
+func (s *heldGetStore) arm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = true
+}
+
+func (s *heldGetStore) Get(key []byte) ([]byte, error) {
+	v, err := s.Store.Get(key)
+	s.mu.Lock()
+	held := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if held {
+		close(s.read)
+		<-s.release
+	}
+	return v, err
+}
+
+// TestService_Cancel_PlannedMeanwhile checks that canceling the pending
+// occurrence of a recurring schedule ends the schedule even when the
+// dispatcher plans that occurrence, storing its successor, between
+// Cancel's read of it and its delete: the guarantee is that a CANCEL
+// answered "canceled" leaves no occurrence of the schedule to come.
+func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
+	st := &heldGetStore{Store: memStore(t), read: make(chan struct{}), release: make(chan struct{})}
+	planned := make(chan struct{}, 16)
+	p := newPublisher()
+	s := open(t, st, p, func(c *core.Config) {
+		c.AdvanceHook = func(at delaystore.AdvanceStage) {
+			if at == delaystore.AdvanceAfterCommit {
+				planned <- struct{}{}
+			}
+		}
+	})
+	due := time.Now().Add(300 * time.Millisecond)
+	k := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.cancel", ClientId: "J", FireAtNs: due.UnixNano(),
+		Recurrence: &delaystore.Recurrence{EveryNs: int64(time.Hour), Id: "J", OccurrenceNs: due.UnixNano(), Seq: 1, CatchUp: recur.One}})
+
+	// Cancel reads the occurrence, still unplanned, and is held there
+	// until the dispatcher has planned it.
+	st.arm()
+	canceled := make(chan error, 1)
+	go func() { canceled <- s.Cancel(context.Background(), k) }()
+	select {
+	case <-st.read:
+	case <-time.After(wait):
+		t.Fatal("Cancel never read the occurrence")
+	}
+	select {
+	case <-planned:
+	case <-time.After(wait):
+		t.Fatal("the occurrence was never planned")
+	}
+	close(st.release)
+	select {
+	case err := <-canceled:
+		if err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Cancel never returned")
+	}
+	repo := s.Repository()
+	if n := repo.Schedules(); n != 0 {
+		t.Errorf("%d schedules after Cancel, want 0", n)
+	}
+	if n := repo.Pending(); n != 0 {
+		t.Errorf("%d pending after Cancel, want 0: the successor of the canceled occurrence lives on", n)
+	}
+}
