@@ -44,51 +44,71 @@ func (s *heldGetStore) Get(key []byte) ([]byte, error) {
 // occurrence of a recurring schedule ends the schedule even when the
 // dispatcher plans that occurrence, storing its successor, between
 // Cancel's read of it and its delete: the guarantee is that a CANCEL
-// answered "canceled" leaves no occurrence of the schedule to come.
+// answered "canceled" leaves no occurrence of the schedule to come. Under
+// catch-up none the planning deletes a missed occurrence unsent, and the
+// CANCEL must still end the schedule rather than answer 404.
 func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
-	st := &heldGetStore{Store: memStore(t), read: make(chan struct{}), release: make(chan struct{})}
-	planned := make(chan struct{}, 16)
-	p := newPublisher()
-	s := open(t, st, p, func(c *core.Config) {
-		c.AdvanceHook = func(at delaystore.AdvanceStage) {
-			if at == delaystore.AdvanceAfterCommit {
-				planned <- struct{}{}
-			}
-		}
-	})
-	due := time.Now().Add(300 * time.Millisecond)
-	k := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.cancel", ClientId: "J", FireAtNs: due.UnixNano(),
-		Recurrence: &delaystore.Recurrence{EveryNs: int64(time.Hour), Id: "J", OccurrenceNs: due.UnixNano(), Seq: 1, CatchUp: recur.One}})
+	for _, tt := range []struct {
+		name    string
+		every   time.Duration
+		missed  time.Duration // how long before its fire time the occurrence was planned for
+		catchUp delaystore.CatchUp
+	}{
+		{"planned", time.Hour, 0, recur.One},
+		{"skipped by catch-up none", 100 * time.Millisecond, time.Second, recur.None},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &heldGetStore{Store: memStore(t), read: make(chan struct{}), release: make(chan struct{})}
+			planned := make(chan struct{}, 16)
+			p := newPublisher()
+			s := open(t, st, p, func(c *core.Config) {
+				c.AdvanceHook = func(at delaystore.AdvanceStage) {
+					if at == delaystore.AdvanceAfterCommit {
+						planned <- struct{}{}
+					}
+				}
+			})
+			due := time.Now().Add(300 * time.Millisecond)
+			occ := due.Add(-tt.missed)
+			k := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.cancel", ClientId: "J", FireAtNs: due.UnixNano(),
+				Recurrence: &delaystore.Recurrence{EveryNs: int64(tt.every), Id: "J", OccurrenceNs: occ.UnixNano(), Seq: 1, CatchUp: tt.catchUp}})
 
-	// Cancel reads the occurrence, still unplanned, and is held there
-	// until the dispatcher has planned it.
-	st.arm()
-	canceled := make(chan error, 1)
-	go func() { canceled <- s.Cancel(context.Background(), k) }()
-	select {
-	case <-st.read:
-	case <-time.After(wait):
-		t.Fatal("Cancel never read the occurrence")
-	}
-	select {
-	case <-planned:
-	case <-time.After(wait):
-		t.Fatal("the occurrence was never planned")
-	}
-	close(st.release)
-	select {
-	case err := <-canceled:
-		if err != nil {
-			t.Fatalf("Cancel: %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("Cancel never returned")
-	}
-	repo := s.Repository()
-	if n := repo.Schedules(); n != 0 {
-		t.Errorf("%d schedules after Cancel, want 0", n)
-	}
-	if n := repo.Pending(); n != 0 {
-		t.Errorf("%d pending after Cancel, want 0: the successor of the canceled occurrence lives on", n)
+			// Cancel reads the occurrence, still unplanned, and is held
+			// there until the dispatcher has planned it.
+			st.arm()
+			canceled := make(chan error, 1)
+			go func() { canceled <- s.Cancel(context.Background(), k) }()
+			select {
+			case <-st.read:
+			case <-time.After(wait):
+				t.Fatal("Cancel never read the occurrence")
+			}
+			select {
+			case <-planned:
+			case <-time.After(wait):
+				t.Fatal("the occurrence was never planned")
+			}
+			close(st.release)
+			select {
+			case err := <-canceled:
+				if err != nil {
+					t.Fatalf("Cancel: %v", err)
+				}
+			case <-time.After(wait):
+				t.Fatal("Cancel never returned")
+			}
+			repo := s.Repository()
+			if n := repo.Schedules(); n != 0 {
+				t.Errorf("%d schedules after Cancel, want 0", n)
+			}
+			if n := repo.Pending(); n != 0 {
+				t.Errorf("%d pending after Cancel, want 0: the successor of the canceled occurrence lives on", n)
+			}
+			if tt.catchUp == recur.None {
+				if st := s.Stats(); st.Skipped != 1 {
+					t.Errorf("skipped %d, want the 1 missed occurrence", st.Skipped)
+				}
+			}
+		})
 	}
 }

@@ -249,7 +249,8 @@ func (s *Service) NoResponders(k keys.Key) bool { return s.gen.Load().disp.NoRes
 //
 // Canceling an occurrence of a recurring schedule ends the schedule: when
 // the occurrence went out already, its successor is stored, and is
-// canceled too.
+// canceled too. That holds also when the dispatcher plans the occurrence
+// while Cancel runs.
 func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
 	if err := s.downErr(); err != nil {
 		return err
@@ -260,26 +261,51 @@ func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
 	if err != nil {
 		return unavailable("canceling %s: %v", k, err)
 	}
+	// NB: m was read before the delete. The dispatcher may have planned
+	// it in between, storing its successor (and, under catch-up none,
+	// deleting it unsent), so a successor is looked for whatever m says:
+	// otherwise a CANCEL answered "canceled" could leave the schedule on.
+	if nk, found := successor(g.repo, k, m); found {
+		okNext, err := g.disp.Cancel(ctx, nk)
+		if err != nil {
+			return unavailable("canceling %s, the next occurrence of %s: %v", nk, k, err)
+		}
+		ok = ok || okNext
+	}
 	if !ok {
 		return fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
 	}
-	r := m.GetRecurrence()
-	if !r.GetPlanned() || r.GetNextNs() == 0 {
-		return nil
-	}
-	nk, err := g.repo.LookupSchedule(m.Subject, r.Name)
-	if err != nil {
-		return nil // ended already (the successor was canceled or went out as the last)
-	}
-	// NB: only the successor itself: a schedule scheduled again under the
-	// same Delay-Id since is another schedule, and goes on.
-	if nm, err := g.repo.Get(nk); err != nil || nm.GetRecurrence().GetOccurrenceNs() != r.NextNs || nm.GetRecurrence().GetSeq() != r.Seq+1 {
-		return nil
-	}
-	if _, err := g.disp.Cancel(ctx, nk); err != nil {
-		return unavailable("canceling %s, the next occurrence of %s: %v", nk, k, err)
-	}
 	return nil
+}
+
+// successor finds the pending successor of m, the occurrence that was
+// under k: the schedule's next occurrence, if it is m's. It does not
+// report a schedule scheduled again under the same Delay-Id since, which
+// is another schedule and goes on.
+func successor(repo *delaystore.Repository, k keys.Key, m *delaystore.StoredMessage) (keys.Key, bool) {
+	r := m.GetRecurrence()
+	if r == nil || (r.GetPlanned() && r.GetNextNs() == 0) {
+		return keys.Key{}, false // not an occurrence, or the last
+	}
+	nk, err := repo.LookupSchedule(m.Subject, r.GetName())
+	if err != nil || nk == k {
+		return keys.Key{}, false // ended already, or m itself, gone now
+	}
+	nm, err := repo.Get(nk)
+	if err != nil {
+		return keys.Key{}, false
+	}
+	nr := nm.GetRecurrence()
+	// NB: an occurrence the catch-up policy skipped does not count, so
+	// its successor has its number and one more skipped.
+	next := nr.GetSeq() == r.GetSeq()+1 || (nr.GetSeq() == r.GetSeq() && nr.GetSkipped() == r.GetSkipped()+1)
+	if !next || nr.GetOccurrenceNs() <= r.GetOccurrenceNs() {
+		return keys.Key{}, false
+	}
+	if r.GetPlanned() && nr.GetOccurrenceNs() != r.GetNextNs() {
+		return keys.Key{}, false
+	}
+	return nk, true
 }
 
 // Lookup finds the key of the pending message of subject with the client
