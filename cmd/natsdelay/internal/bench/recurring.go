@@ -381,7 +381,7 @@ func (e *env) recurIdle() (*RecurIdleResult, error) {
 	}()
 	res := &RecurIdleResult{Schedules: n, Spec: recurIdleCron, OwnProcess: len(e.cfg.ServiceCommand) > 0, IdleS: e.cfg.RecurIdleFor.Seconds()}
 	if res.MemBefore, err = d.mem(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("memory before: %w", err)
 	}
 	prefix := e.plain + ".idle."
 	msg := func(i int) *nats.Msg {
@@ -399,11 +399,11 @@ func (e *env) recurIdle() (*RecurIdleResult, error) {
 		err = fmt.Errorf("%d of %d schedules refused", failed, n)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("take in the schedules: %w", err)
 	}
 	res.IngestRate = float64(n) / el.Seconds()
 	if res.MemAfter, err = d.mem(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("memory after: %w", err)
 	}
 	_, res.RSSPeak = d.rss()
 
@@ -420,12 +420,14 @@ func (e *env) recurIdle() (*RecurIdleResult, error) {
 	}
 	t0 := time.Now()
 	if d, err = e.openService(dir); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restart: %w", err)
 	}
 	res.RestartMs = ms(time.Since(t0))
+	t0 = time.Now()
 	if res.PendingAfterRestart, err = d.pending(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("INFO after the restart: %w", err)
 	}
+	res.InfoMs = ms(time.Since(t0))
 	if res.PendingAfterRestart != uint64(n) {
 		return res, fmt.Errorf("%d pending after the restart, want the %d schedules", res.PendingAfterRestart, n)
 	}

@@ -214,6 +214,7 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 		}{{"lateness p50 ms", d.P50Ms, j.P50Ms}, {"lateness p99 ms", d.P99Ms, j.P99Ms}, {"lateness max ms", d.MaxMs, j.MaxMs}} {
 			p("%s\t%s\t%s\t%s\t%s\t", row.name, lower, dec(row.d), dec(row.j), versus(row.d, row.j, lower))
 		}
+		p("lateness p99, jetstream's over natsdelay's (target: 50 or more)\thigher\t%s\t\t\t", dec(rr.P99Ratio))
 		dc, jc := perMsgUs(d.CPU.Bench, d.Delivered), perMsgUs(j.CPU.Bench, j.Delivered)
 		p("CPU µs/occurrence, whole bench process\t%s\t%s\t%s\t%s\t", lower, dec(dc), dec(jc), versus(dc, jc, lower))
 		if d.LeadMissed {
@@ -252,7 +253,7 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 		p("CPU s per minute idle, %s (over %.0f s)\t\t%s\t\t", whoCPU, x.IdleS, dec(idle*60/x.IdleS))
 	}
 	p("restart until the API answers ms\t\t%s\t\t", dec(x.RestartMs))
-	p("pending after the restart\t\t%s\t\t", num(float64(x.PendingAfterRestart)))
+	p("pending after the restart (INFO, answered in %s ms)\t\t%s\t\t", dec(x.InfoMs), num(float64(x.PendingAfterRestart)))
 	p("\t")
 }
 

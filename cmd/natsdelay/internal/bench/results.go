@@ -271,7 +271,10 @@ type RecurIdleResult struct {
 	IdleCPU CPU     `json:"idle_cpu"`
 	// RestartMs is from starting natsdelay again on the same data until
 	// its API answers; PendingAfterRestart is what INFO then counts.
-	RestartMs           float64   `json:"restart_ms"`
-	PendingAfterRestart uint64    `json:"pending_after_restart"`
-	MemRestarted        MemSample `json:"mem_after_restart"`
+	RestartMs           float64 `json:"restart_ms"`
+	PendingAfterRestart uint64  `json:"pending_after_restart"`
+	// InfoMs is how long that INFO took: its counts by due window read
+	// every subject, and the schedules are a subject each.
+	InfoMs       float64   `json:"info_ms"`
+	MemRestarted MemSample `json:"mem_after_restart"`
 }
