@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -103,13 +104,13 @@ func (e *env) runRecurring(ctx context.Context) (*RecurringResult, error) {
 // recurDelay runs the schedules in natsdelay, in this process beside the
 // server as the fire phase does. Every schedule starts on the same whole
 // second, as JetStream's do (it rounds a schedule's start to the second).
-func (e *env) recurDelay() (RecurLateness, error) {
+func (e *env) recurDelay() (_ RecurLateness, err error) {
 	n, every := e.cfg.RecurSchedules, e.cfg.RecurEvery
 	dsvc, err := e.openDelay(filepath.Join(e.dir, "recurring"))
 	if err != nil {
 		return RecurLateness{}, err
 	}
-	defer func() { _ = dsvc.close() }()
+	defer func() { err = errors.Join(err, dsvc.close()) }()
 	prefix := e.plain + ".rec."
 	log := &recurLog{}
 	nc, err := e.connect("bench-recurring-consumer")
@@ -181,14 +182,14 @@ func (e *env) recurWait(system string, end time.Time, log *recurLog) {
 // recurJetStream runs the schedules as JetStream message schedules,
 // "@every <RecurEvery>", one subject each, fired into one target subject
 // that a pull consumer reads and ACKs.
-func (e *env) recurJetStream(ctx context.Context) (RecurLateness, error) {
+func (e *env) recurJetStream(ctx context.Context) (_ RecurLateness, err error) {
 	n, every := e.cfg.RecurSchedules, e.cfg.RecurEvery
 	const phase = "recurring"
 	s, err := e.stream(ctx, phase)
 	if err != nil {
 		return RecurLateness{}, err
 	}
-	defer func() { _ = e.deleteStream(context.Background(), s) }()
+	defer func() { err = errors.Join(err, e.deleteStream(context.Background(), s)) }()
 	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       "bench",
 		FilterSubject: e.fired + "." + phase,
@@ -367,7 +368,7 @@ func recurStats(system string, first []int64, every, end int64, ds []recurDelive
 // occurrence is months away, one subject each, and measures its memory
 // before and after, the CPU time to take them in and to sit idle with
 // them, and the time to start again on them.
-func (e *env) recurIdle() (*RecurIdleResult, error) {
+func (e *env) recurIdle() (_ *RecurIdleResult, err error) {
 	n := e.cfg.RecurIdle
 	dir := filepath.Join(e.dir, "recurring-idle")
 	d, err := e.openService(dir)
@@ -376,7 +377,7 @@ func (e *env) recurIdle() (*RecurIdleResult, error) {
 	}
 	defer func() {
 		if d != nil {
-			_ = d.close()
+			err = errors.Join(err, d.close())
 		}
 	}()
 	res := &RecurIdleResult{Schedules: n, Spec: recurIdleCron, OwnProcess: len(e.cfg.ServiceCommand) > 0, IdleS: e.cfg.RecurIdleFor.Seconds()}
