@@ -30,7 +30,8 @@ test: vet
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
 
 # The crash-loop, NATS-outage and adversarial tests at soak size (200 kills
-# per engine; 30,000 good messages beside 60 s of hostile traffic).
+# per engine; 120 kills per engine inside the planning of 200 recurring
+# schedules; 30,000 good messages beside 60 s of hostile traffic).
 # NB: the adversarial mix runs without the race detector here: at soak
 # size its volume is what matters, and under the race detector the store
 # cannot keep up on two cores. make test runs it with the race detector at

@@ -93,8 +93,14 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 			return nil, fmt.Errorf("delaystore: advance batch of %d: record last id: %w", len(plans), err)
 		}
 	}
+	if r.advanceHook != nil {
+		r.advanceHook(AdvanceBeforeCommit)
+	}
 	if err := b.Commit(sync); err != nil {
 		return nil, fmt.Errorf("delaystore: advance batch of %d: commit: %w", len(plans), err)
+	}
+	if r.advanceHook != nil {
+		r.advanceHook(AdvanceAfterCommit)
 	}
 	r.committed(counts, last)
 	r.trimScratch()

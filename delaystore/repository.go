@@ -29,13 +29,32 @@ type RepositoryConfig struct {
 	TimeBucket time.Duration
 	// Logger receives the repository's logs; nil discards them.
 	Logger *slog.Logger
+	// AdvanceHook, if not nil, is called by Advance at each AdvanceStage
+	// of a batch that writes something, with the writers' lock held. It
+	// is a test hook: crash tests use it to kill the process inside the
+	// window between planning an occurrence and publishing it, which a
+	// kill from outside hits only by chance. It must not call the
+	// Repository.
+	AdvanceHook func(AdvanceStage)
 }
+
+// AdvanceStage is where in an Advance batch AdvanceHook is called.
+type AdvanceStage int
+
+const (
+	// AdvanceBeforeCommit is after the batch is built, before its commit.
+	AdvanceBeforeCommit AdvanceStage = iota + 1
+	// AdvanceAfterCommit is right after the commit synced, before the
+	// repository's counts take it in and before Advance returns.
+	AdvanceAfterCommit
+)
 
 // DefaultRepositoryConfig returns the configuration that zero fields mean.
 func DefaultRepositoryConfig() RepositoryConfig {
 	return RepositoryConfig{
-		TimeBucket: 0,
-		Logger:     nil,
+		TimeBucket:  0,
+		Logger:      nil,
+		AdvanceHook: nil,
 	}
 }
 
@@ -116,6 +135,8 @@ type Repository struct {
 	bucket   time.Duration
 	bucketMs int64
 	closed   atomic.Bool
+	// advanceHook is RepositoryConfig.AdvanceHook.
+	advanceHook func(AdvanceStage)
 
 	// wmu serialises writers; it is held across the commit (see Schedule).
 	// Lock order: wmu, then mu.
@@ -183,7 +204,9 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		log:      log.With("component", "delaystore"),
 		bucket:   cfg.TimeBucket,
 		bucketMs: cfg.TimeBucket.Milliseconds(),
-		w:        scratch{deltas: make(map[string]int64), counts: make(map[string]uint64)},
+		// NB: a test hook; nil in every real configuration.
+		advanceHook: cfg.AdvanceHook,
+		w:           scratch{deltas: make(map[string]int64), counts: make(map[string]uint64)},
 	}
 	r.mu.topics = make(map[string]Topic)
 

@@ -69,6 +69,23 @@ func startProcess(t *testing.T, bin, url, dir string, args ...string) *servicePr
 // environment, and waits until it says it is ready.
 func launch(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
 	t.Helper()
+	p := spawn(t, bin, env, args...)
+	select {
+	case <-p.ready:
+	case <-p.done:
+		t.Fatalf("natsdelay exited before it was ready:\n%s", p.output())
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("natsdelay not ready:\n%s", p.output())
+	}
+	return p
+}
+
+// spawn runs the binary with args and env added to the test's
+// environment. Its ready channel is closed when it says it is ready, and
+// its done channel when its stderr closes, that is when it exited.
+func spawn(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -96,14 +113,6 @@ func launch(t *testing.T, bin string, env []string, args ...string) *serviceProc
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
-	select {
-	case <-p.ready:
-	case <-p.done:
-		t.Fatalf("natsdelay exited before it was ready:\n%s", p.output())
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("natsdelay not ready:\n%s", p.output())
-	}
 	return p
 }
 

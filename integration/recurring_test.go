@@ -444,3 +444,43 @@ func TestRecurring_MaxDeliverAndTTL(t *testing.T) {
 	}
 	waitPending(t, h.svc, 0)
 }
+
+// TestRecurring_CatchUpNone_PastStart checks a schedule whose Delay-At is
+// in the past under catch-up none. As for any message, a past fire time
+// means due now, so the schedule starts when it is accepted: its first
+// occurrence, the tag of the ingest reply, is planned at that moment and
+// delivered at once; it is not missed (its successor's time has not
+// come), so none is skipped; and the plan goes on from it, every interval.
+// Catch-up policies are about times missed after a schedule is accepted,
+// never about its start.
+func TestRecurring_CatchUpNone_PastStart(t *testing.T) {
+	t.Parallel()
+	// NB: long enough that a loaded machine does not miss the first.
+	const every = time.Second
+	h := newHarness(t, nil)
+	got := subscribe(t, h.nc, "rec.past")
+	past := time.Now().Add(-time.Hour)
+	sent := time.Now()
+	rep := schedule(t, h.nc, newMsg("rec.past", "x", "Delay-Every", every.String(), "Delay-At", past.Format(time.RFC3339Nano),
+		"Delay-Catch-Up", "none", "Delay-Limit", "2"))
+	if rep.FireAt.Before(sent.Truncate(time.Millisecond)) {
+		t.Fatalf("fire_at %v: want the time it was accepted, not the past Delay-At %v", rep.FireAt, past)
+	}
+	for i := range 2 {
+		r := next(t, got, fmt.Sprintf("occurrence %d", i+1))
+		occ := occurrenceOf(t, r)
+		if want := rep.FireAt.Add(time.Duration(i) * every); !occ.Equal(want) {
+			t.Fatalf("occurrence %d planned at %v, want %v", i+1, occ, want)
+		}
+		if i == 0 && r.Header.Get(wire.HeaderTag) != rep.Tag {
+			t.Fatalf("first occurrence tag %s, want the ingest reply's %s", r.Header.Get(wire.HeaderTag), rep.Tag)
+		}
+		notEarly(t, r, occ)
+		ackSync(t, h.nc, r.Msg, "")
+	}
+	if n := info(t, h.nc).Stats.Skipped; n != 0 {
+		t.Fatalf("skipped %d, want none", n)
+	}
+	quiet(t, got, every+every/2, "an occurrence past Delay-Limit")
+	waitPending(t, h.svc, 0)
+}

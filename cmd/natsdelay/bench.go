@@ -23,7 +23,7 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry) and waves; default all." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves and recurring; default all." placeholder:"PHASE,..."`
 	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
@@ -41,6 +41,11 @@ type benchCmd struct {
 	ExpiryInterval time.Duration `help:"natsdelay's janitor interval (default 1s)."`
 	Waves          int           `help:"Waves of the waves run: each schedules one due-now message on each of --wave-subjects new subjects, drains them and reads natsdelay's memory (default 3)."`
 	WaveSubjects   int           `help:"New subjects, one message each, of every wave (default 20000)."`
+	RecurSchedules int           `help:"Recurring schedules, one subject each, of the recurring run, in natsdelay and in JetStream (default 10000)."`
+	RecurEvery     time.Duration `help:"Their interval, whole seconds, at least 1s as JetStream's @every takes (default 1s)."`
+	RecurDuration  time.Duration `help:"How long the recurring run measures them (default 30s)."`
+	RecurIdle      int           `help:"Schedules far in the future whose memory and CPU cost the recurring run measures (default 100000)."`
+	RecurIdleFor   time.Duration `help:"Idle interval whose CPU time the recurring run measures with them (default 5s)."`
 	Timeout        time.Duration `help:"Bound on each wait for replies or deliveries (default 2m)."`
 }
 
@@ -73,6 +78,11 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.ExpiredMsgs, c.ExpiredMsgs)
 	set(&cfg.Waves, c.Waves)
 	set(&cfg.WaveSubjects, c.WaveSubjects)
+	set(&cfg.RecurSchedules, c.RecurSchedules)
+	set(&cfg.RecurIdle, c.RecurIdle)
+	setD(&cfg.RecurEvery, c.RecurEvery)
+	setD(&cfg.RecurDuration, c.RecurDuration)
+	setD(&cfg.RecurIdleFor, c.RecurIdleFor)
 	setD(&cfg.FireLead, c.FireLead)
 	setD(&cfg.ExpiryInterval, c.ExpiryInterval)
 	setD(&cfg.Timeout, c.Timeout)
@@ -107,6 +117,7 @@ func (c *benchCmd) check() error {
 		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--e2e-msgs", c.E2EMsgs},
 		{"--scale-pending", c.ScalePending}, {"--scale-subjects", c.ScaleSubjects}, {"--scale-due", c.ScaleDue},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
+		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)
@@ -123,10 +134,14 @@ func (c *benchCmd) check() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"--fire-lead", c.FireLead}, {"--expiry-interval", c.ExpiryInterval}, {"--timeout", c.Timeout}} {
+	}{{"--fire-lead", c.FireLead}, {"--expiry-interval", c.ExpiryInterval}, {"--timeout", c.Timeout},
+		{"--recur-duration", c.RecurDuration}, {"--recur-idle-for", c.RecurIdleFor}} {
 		if f.v < 0 {
 			p.add("%s %v: want a duration > 0, or 0 for the default", f.name, f.v)
 		}
+	}
+	if v := c.RecurEvery; v != 0 && (v < time.Second || v%time.Second != 0) {
+		p.add("--recur-every %v: want whole seconds, at least 1s, as JetStream's @every takes, or 0 for the default", v)
 	}
 	for _, ph := range c.Phases {
 		if !slices.Contains(bench.Phases(), ph) {

@@ -140,6 +140,10 @@ func (c *serveCmd) Run(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := e.log
+	crashHook, err := advanceCrashHook(os.Getenv(crashAdvanceEnv), log)
+	if err != nil {
+		return err
+	}
 
 	dataDir := c.DataDir
 	if abs, err := filepath.Abs(dataDir); err == nil {
@@ -235,6 +239,7 @@ func (c *serveCmd) Run(e *env) error {
 		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log) }
 	}
 	c.apply(&cfg)
+	cfg.AdvanceHook = crashHook
 	svc, err := bridge.New(cfg)
 	if err != nil {
 		stopNATS()

@@ -3,6 +3,7 @@ package recur
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	// The zone database goes into the binary, so Delay-TZ works on hosts
 	// without one.
@@ -46,8 +47,60 @@ type Spec struct {
 }
 
 // ParseCron parses a Delay-Cron spec for the IANA zone tz (UTC when empty).
-// Errors wrap ErrInvalid and say what is accepted.
+// Errors wrap ErrInvalid and say what is accepted. It is safe for
+// concurrent use; specs it parsed are kept (see parsed).
 func ParseCron(spec, tz string) (Spec, error) {
+	key := tz + "\x00" + spec
+	if s, ok := parsed.get(key); ok {
+		return s, nil
+	}
+	s, err := parseCron(spec, tz)
+	if err == nil {
+		parsed.put(key, s)
+	}
+	return s, err
+}
+
+// parsed keeps the cron specs ParseCron parsed, by zone and spec. NB: the
+// dispatcher reads the schedule from every occurrence it plans, and
+// parsing a spec and loading its zone costs tens of microseconds
+// (BenchmarkPlan_Next), paid again for every schedule due at the same
+// minute; a kept Spec costs a map lookup. A Spec is never changed once
+// parsed, so one may be shared.
+var parsed = specCache{max: 4096}
+
+// specCache is a map bounded by max entries: when full, it starts over,
+// which costs one parse per spec in use, and keeps memory bounded however
+// many distinct specs arrive.
+type specCache struct {
+	max int
+	mu  sync.Mutex
+	m   map[string]Spec
+}
+
+func (c *specCache) get(key string) (Spec, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[key]
+	return s, ok
+}
+
+func (c *specCache) put(key string, s Spec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string]Spec)
+	}
+	c.m[key] = s
+}
+
+func (c *specCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+func parseCron(spec, tz string) (Spec, error) {
 	loc := time.UTC
 	if tz != "" {
 		var err error

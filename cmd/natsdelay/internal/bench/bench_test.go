@@ -62,6 +62,23 @@ func TestRun_Quick(t *testing.T) {
 	if w := res.Waves; w == nil || len(w.Waves) != cfg.Waves {
 		t.Errorf("waves: got %+v, want %d waves", w, cfg.Waves)
 	}
+	// NB: lateness, and so missed occurrences, depend on the machine; what
+	// cannot happen on any is an early or doubled occurrence of natsdelay.
+	if rr := res.Recurring; rr == nil || len(rr.Systems) != 2 || rr.Idle == nil {
+		t.Errorf("recurring: got %+v, want both systems and the idle run", rr)
+	} else {
+		for _, r := range rr.Systems {
+			if r.Planned != cfg.RecurSchedules*int(cfg.RecurDuration/cfg.RecurEvery) || r.Delivered == 0 {
+				t.Errorf("recurring %s: %d planned, %d delivered", r.System, r.Planned, r.Delivered)
+			}
+		}
+		if d := rr.Systems[0]; d.System != SystemDelay || d.Early != 0 || d.Doubled != 0 || d.OffPlan != 0 {
+			t.Errorf("recurring natsdelay: %+v, want no early, doubled or off-plan occurrence", d)
+		}
+		if rr.Idle.PendingAfterRestart != uint64(cfg.RecurIdle) {
+			t.Errorf("recurring idle: %d pending after the restart, want %d", rr.Idle.PendingAfterRestart, cfg.RecurIdle)
+		}
+	}
 	// The table states JetStream's durability from what the embedded
 	// server reports, which the run left at its default.
 	if s := res.JetStreamSync; s == nil || s.Always || s.Interval == "" {
@@ -72,7 +89,7 @@ func TestRun_Quick(t *testing.T) {
 	if err := WriteTable(&table, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"ingest", "fire", "end to end", "scale", "expiry", "waves"} {
+	for _, want := range []string{"ingest", "fire", "end to end", "scale", "expiry", "waves", "recurring:", "recurring idle"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table has no %q section:\n%s", want, table.String())
 		}

@@ -73,6 +73,22 @@ type Config struct {
 	// wave. Default 20,000.
 	WaveSubjects int
 
+	// RecurSchedules is the number of recurring schedules, one subject
+	// each, that the recurring run keeps in natsdelay and in JetStream.
+	// Default 10,000.
+	RecurSchedules int
+	// RecurEvery is their interval; JetStream takes no less than 1s.
+	// Default 1s.
+	RecurEvery time.Duration
+	// RecurDuration is how long the recurring run measures them. Default 30s.
+	RecurDuration time.Duration
+	// RecurIdle is the number of schedules, first due months away, whose
+	// memory and CPU cost the recurring run measures. Default 100,000.
+	RecurIdle int
+	// RecurIdleFor is the idle interval whose CPU time it measures with
+	// them. Default 5s.
+	RecurIdleFor time.Duration
+
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
 
@@ -108,11 +124,12 @@ const (
 	PhaseEndToEnd = "e2e"
 	PhaseScale    = "scale" // scale and expiry, which share the filled store
 	PhaseWaves    = "waves"
+	PhaseRecur    = "recurring"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur}
 }
 
 // runs reports whether phase is one the config asks for.
@@ -137,6 +154,11 @@ func DefaultConfig() Config {
 		ExpiryInterval: time.Second,
 		Waves:          3,
 		WaveSubjects:   20_000,
+		RecurSchedules: 10_000,
+		RecurEvery:     time.Second,
+		RecurDuration:  30 * time.Second,
+		RecurIdle:      100_000,
+		RecurIdleFor:   5 * time.Second,
 		Timeout:        2 * time.Minute,
 	}
 }
@@ -159,6 +181,11 @@ func Quick() Config {
 		ExpiryInterval: 100 * time.Millisecond,
 		Waves:          2,
 		WaveSubjects:   500,
+		RecurSchedules: 20,
+		RecurEvery:     time.Second,
+		RecurDuration:  2 * time.Second,
+		RecurIdle:      500,
+		RecurIdleFor:   500 * time.Millisecond,
 		Timeout:        30 * time.Second,
 	}
 }
@@ -182,6 +209,15 @@ func (c Config) withDefaults() Config {
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
 	def(&c.Waves, d.Waves)
 	def(&c.WaveSubjects, d.WaveSubjects)
+	def(&c.RecurSchedules, d.RecurSchedules)
+	def(&c.RecurIdle, d.RecurIdle)
+	for _, f := range []struct{ v, dv *time.Duration }{
+		{&c.RecurEvery, &d.RecurEvery}, {&c.RecurDuration, &d.RecurDuration}, {&c.RecurIdleFor, &d.RecurIdleFor},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.dv
+		}
+	}
 	if len(c.FireRates) == 0 {
 		c.FireRates = d.FireRates
 	}
@@ -217,6 +253,7 @@ func (c Config) Validate() error {
 		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"EndToEndMsgs", c.EndToEndMsgs},
 		{"ScalePending", c.ScalePending}, {"ScaleSubjects", c.ScaleSubjects}, {"ScaleDue", c.ScaleDue},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
+		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
@@ -233,10 +270,16 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"FireLead", c.FireLead}, {"ExpiryInterval", c.ExpiryInterval}, {"Timeout", c.Timeout}} {
+	}{{"FireLead", c.FireLead}, {"ExpiryInterval", c.ExpiryInterval}, {"Timeout", c.Timeout},
+		{"RecurDuration", c.RecurDuration}, {"RecurIdleFor", c.RecurIdleFor}} {
 		if f.v < 0 {
 			bad("%s (%v) must be > 0", f.name, f.v)
 		}
+	}
+	// NB: JetStream refuses "@every" under a second, and the run compares
+	// the two systems on the same schedules.
+	if c.RecurEvery != 0 && (c.RecurEvery < time.Second || c.RecurEvery%time.Second != 0) {
+		bad("RecurEvery (%v) must be a whole number of seconds, at least 1s, as JetStream's @every takes", c.RecurEvery)
 	}
 	for _, ph := range c.Phases {
 		if !slices.Contains(Phases(), ph) {

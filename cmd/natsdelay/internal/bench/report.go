@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteTable prints res as one table per phase, natsdelay beside
@@ -123,6 +124,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if wv := res.Waves; wv != nil {
 		writeWaves(p, wv)
 	}
+	if rr := res.Recurring; rr != nil {
+		writeRecurring(p, rr)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -172,6 +176,85 @@ func writeWaves(p func(string, ...any), wv *WavesResult) {
 	for i, w := range wv.Waves {
 		row(fmt.Sprintf("after wave %d, drained", i+1), w.Mem, num(w.Rate), w.CPU)
 	}
+}
+
+// recurMethod says how each system's planned times are known; the table
+// prints it under the recurring rows.
+const recurMethod = "planned times: natsdelay's Delay-Occurrence header; JetStream's first is the schedule message's stored time\n" +
+	"  rounded to the second plus the interval (the server's own rule), each later one the Nats-Schedule-Next header of\n" +
+	"  the firing before it. Both systems start every schedule on a whole second, so each second all fall due together"
+
+// writeRecurring prints the recurring run: lateness, missed and doubled
+// occurrences of both systems, the ratio of their p99s, then natsdelay's
+// cost per idle schedule.
+func writeRecurring(p func(string, ...any), rr *RecurringResult) {
+	var d, j *RecurLateness
+	for i := range rr.Systems {
+		switch rr.Systems[i].System {
+		case SystemDelay:
+			d = &rr.Systems[i]
+		case SystemJS:
+			j = &rr.Systems[i]
+		}
+	}
+	if d != nil && j != nil {
+		p("recurring: %s schedules every %s, one subject each, for %.0f s, every occurrence ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t",
+			num(float64(rr.Schedules)), time.Duration(rr.EveryMs*float64(time.Millisecond)), rr.WindowS)
+		p("planned times in the window\t\t%s\t%s\t\t", num(float64(d.Planned)), num(float64(j.Planned)))
+		p("delivered\t%s\t%s\t%s\t%s\t", higher, num(float64(d.Delivered)), num(float64(j.Delivered)), versus(float64(d.Delivered), float64(j.Delivered), higher))
+		p("missed (not delivered %s after the window)\t%s\t%s\t%s\t\t", time.Duration(rr.GraceMs*float64(time.Millisecond)), lower, num(float64(d.Missed)), num(float64(j.Missed)))
+		p("doubled (two ids, or again after the ACK)\t%s\t%s\t%s\t\t", lower, num(float64(d.Doubled)), num(float64(j.Doubled)))
+		p("early\t\t%d\t%d\t\t", d.Early, j.Early)
+		if d.OffPlan+j.OffPlan > 0 {
+			p("off the plan\t\t%d\t%d\t\t", d.OffPlan, j.OffPlan)
+		}
+		for _, row := range []struct {
+			name string
+			d, j float64
+		}{{"lateness p50 ms", d.P50Ms, j.P50Ms}, {"lateness p99 ms", d.P99Ms, j.P99Ms}, {"lateness max ms", d.MaxMs, j.MaxMs}} {
+			p("%s\t%s\t%s\t%s\t%s\t", row.name, lower, dec(row.d), dec(row.j), versus(row.d, row.j, lower))
+		}
+		p("lateness p99, jetstream's over natsdelay's (target: 50 or more)\thigher\t%s\t\t\t", dec(rr.P99Ratio))
+		dc, jc := perMsgUs(d.CPU.Bench, d.Delivered), perMsgUs(j.CPU.Bench, j.Delivered)
+		p("CPU µs/occurrence, whole bench process\t%s\t%s\t%s\t%s\t", lower, dec(dc), dec(jc), versus(dc, jc, lower))
+		if d.LeadMissed {
+			p("taking the schedules in ran past their start\t\t%v\t\t\t", d.LeadMissed)
+		}
+		p("%s\t", recurMethod)
+		p("\t")
+	}
+	x := rr.Idle
+	if x == nil {
+		return
+	}
+	who := "natsdelay process"
+	if !x.OwnProcess {
+		who = "bench process (natsdelay in it)"
+	}
+	p("recurring idle: natsdelay with %s schedules %q, one subject each\twith 0\twith %s\t\t", num(float64(x.Schedules)), x.Spec, num(float64(x.Schedules)))
+	p("%s RSS MiB\t%s\t%s\t\t", who, dec(mib(x.MemBefore.RSSBytes)), dec(mib(x.MemAfter.RSSBytes)))
+	if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
+		p("natsdelay Go heap MiB, live after a GC\t%s\t%s\t\t", dec(mib(x.MemBefore.HeapBytes)), dec(mib(x.MemAfter.HeapBytes)))
+	}
+	per := float64(x.Schedules) / 100_000
+	p("RSS growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.RSSBytes-x.MemBefore.RSSBytes)/per))
+	if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
+		p("Go heap growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.HeapBytes-x.MemBefore.HeapBytes)/per))
+	}
+	p("schedules taken in per s\t\t%s\t\t", num(x.IngestRate))
+	cpuS := x.IngestCPU.Service
+	idle := x.IdleCPU.Service
+	whoCPU := "natsdelay process"
+	if !x.OwnProcess {
+		cpuS, idle, whoCPU = x.IngestCPU.Bench, x.IdleCPU.Bench, "bench process"
+	}
+	p("CPU s to take in 100,000 schedules, %s\t\t%s\t\t", whoCPU, dec(cpuS/per))
+	if idle >= 0 && x.IdleS > 0 {
+		p("CPU s per minute idle, %s (over %.0f s)\t\t%s\t\t", whoCPU, x.IdleS, dec(idle*60/x.IdleS))
+	}
+	p("restart until the API answers ms\t\t%s\t\t", dec(x.RestartMs))
+	p("pending after the restart (INFO, answered in %s ms)\t\t%s\t\t", dec(x.InfoMs), num(float64(x.PendingAfterRestart)))
+	p("\t")
 }
 
 // growth is the bytes from before to after per one of n; NaN for no n.

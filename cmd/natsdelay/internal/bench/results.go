@@ -19,6 +19,7 @@ type Results struct {
 	Scale     *ScaleResult     `json:"scale,omitempty"`
 	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
 	Waves     *WavesResult     `json:"waves,omitempty"`
+	Recurring *RecurringResult `json:"recurring,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 
@@ -74,6 +75,11 @@ type ConfigSummary struct {
 	ExpiryInterval string    `json:"expiry_interval"`
 	Waves          int       `json:"waves"`
 	WaveSubjects   int       `json:"wave_subjects"`
+	RecurSchedules int       `json:"recur_schedules"`
+	RecurEvery     string    `json:"recur_every"`
+	RecurDuration  string    `json:"recur_duration"`
+	RecurIdle      int       `json:"recur_idle"`
+	RecurIdleFor   string    `json:"recur_idle_for"`
 	JSSyncAlways   bool      `json:"js_sync_always"`
 	Phases         []string  `json:"phases"`
 }
@@ -195,4 +201,80 @@ type WaveResult struct {
 	Rate float64   `json:"msgs_per_s"`
 	CPU  CPU       `json:"cpu"`
 	Mem  MemSample `json:"mem_after"`
+}
+
+// RecurringResult is recurring schedules in both systems, then natsdelay
+// with many idle schedules.
+type RecurringResult struct {
+	// Schedules run every EveryMs, on a subject each, for WindowS seconds.
+	Schedules int     `json:"schedules"`
+	EveryMs   float64 `json:"every_ms"`
+	WindowS   float64 `json:"window_s"`
+	// GraceMs is how long after the window the run waited for the last
+	// occurrences planned within it; any later is missed.
+	GraceMs float64         `json:"grace_ms"`
+	Systems []RecurLateness `json:"systems"`
+	// P99Ratio is JetStream's lateness p99 over natsdelay's; 0 where
+	// natsdelay's is 0.
+	P99Ratio float64          `json:"jetstream_p99_over_natsdelay_p99"`
+	Idle     *RecurIdleResult `json:"idle,omitempty"`
+}
+
+// RecurLateness is how one system kept the schedules' planned times.
+type RecurLateness struct {
+	System string `json:"system"`
+	// Planned is the planned times within the window, over all schedules;
+	// Delivered those that arrived, Missed those that never did.
+	Planned   int `json:"planned"`
+	Delivered int `json:"delivered"`
+	Missed    int `json:"missed"`
+	// Doubled counts planned times delivered under a second id (tag or
+	// stream sequence), and deliveries of an id already ACKed.
+	Doubled int `json:"doubled"`
+	// Early counts planned times first delivered before they were due.
+	Early int `json:"early"`
+	// OffPlan counts planned times a delivery claimed that are not on
+	// the schedule's plan (its start plus whole intervals).
+	OffPlan int `json:"off_plan"`
+	// Deliveries is every delivery seen, inside the window or after it;
+	// Unreadable those whose headers could not be read.
+	Deliveries int `json:"deliveries"`
+	Unreadable int `json:"unreadable"`
+	// Lateness of the first delivery of each planned time in the window:
+	// receipt minus the planned time.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+	// LeadMissed is set when taking the schedules in ran past their first
+	// planned time (natsdelay only: JetStream plans from when it stored
+	// each schedule).
+	LeadMissed bool `json:"lead_missed"`
+	// CPU is from the first schedule until the end of the grace; natsdelay
+	// runs inside the bench process.
+	CPU CPU `json:"cpu"`
+}
+
+// RecurIdleResult is natsdelay with many schedules whose first occurrence
+// is far away.
+type RecurIdleResult struct {
+	Schedules int    `json:"schedules"`
+	Spec      string `json:"spec"`
+	// OwnProcess is as in ScaleResult.
+	OwnProcess bool      `json:"own_process"`
+	MemBefore  MemSample `json:"mem_before"`
+	MemAfter   MemSample `json:"mem_after"`
+	RSSPeak    int64     `json:"rss_peak_bytes"`
+	IngestRate float64   `json:"ingest_per_s"`
+	IngestCPU  CPU       `json:"ingest_cpu"`
+	// IdleCPU is the CPU time over IdleS seconds with nothing due.
+	IdleS   float64 `json:"idle_s"`
+	IdleCPU CPU     `json:"idle_cpu"`
+	// RestartMs is from starting natsdelay again on the same data until
+	// its API answers; PendingAfterRestart is what INFO then counts.
+	RestartMs           float64 `json:"restart_ms"`
+	PendingAfterRestart uint64  `json:"pending_after_restart"`
+	// InfoMs is how long that INFO took: its counts by due window read
+	// every subject, and the schedules are a subject each.
+	InfoMs       float64   `json:"info_ms"`
+	MemRestarted MemSample `json:"mem_after_restart"`
 }

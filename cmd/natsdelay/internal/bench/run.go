@@ -102,6 +102,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}); err != nil {
 		return res, err
 	}
+	if err := phase(PhaseRecur, func(e *env) (err error) {
+		cfg.Logger.Info("recurring")
+		res.Recurring, err = e.runRecurring(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
@@ -111,6 +118,8 @@ func summary(c Config) ConfigSummary {
 		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond),
 		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleSubjects: c.ScaleSubjects, ScaleDue: c.ScaleDue,
 		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), Waves: c.Waves, WaveSubjects: c.WaveSubjects,
+		RecurSchedules: c.RecurSchedules, RecurEvery: c.RecurEvery.String(), RecurDuration: c.RecurDuration.String(),
+		RecurIdle: c.RecurIdle, RecurIdleFor: c.RecurIdleFor.String(),
 		JSSyncAlways: c.JSSyncAlways,
 		Phases:       Phases(),
 	}

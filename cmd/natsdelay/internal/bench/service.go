@@ -113,13 +113,14 @@ func (e *env) startProcess(dir string) (*process, error) {
 	}
 }
 
-// request asks the API and decodes the answer into out.
-func (p *process) request(verb string, body any, out any) error {
+// request asks the API and decodes the answer into out, waiting at most
+// timeout.
+func (p *process) request(verb string, body any, out any, timeout time.Duration) error {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	rep, err := p.e.conns[0].Request(p.e.api+"."+verb, data, time.Second)
+	rep, err := p.e.conns[0].Request(p.e.api+"."+verb, data, timeout)
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (p *process) request(verb string, body any, out any) error {
 func (p *process) hasPending(subject string) (bool, error) {
 	var list wire.ListReply
 	one := 1
-	err := p.request(wire.VerbList, wire.ListRequest{Subject: subject, Limit: &one}, &list)
+	err := p.request(wire.VerbList, wire.ListRequest{Subject: subject, Limit: &one}, &list, time.Second)
 	return len(list.Messages) > 0, err
 }
 
@@ -145,10 +146,12 @@ func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Proce
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-// NB: every message pending is natsdelay's own count, not a scan.
+// NB: every message pending is natsdelay's own count, not a scan; but
+// INFO's counts by due window read every subject, so it is given the
+// run's timeout.
 func (p *process) pending() (uint64, error) {
 	var info wire.InfoReply
-	err := p.request(wire.VerbInfo, struct{}{}, &info)
+	err := p.request(wire.VerbInfo, struct{}{}, &info, p.e.cfg.Timeout)
 	return info.Counts.Pending, err
 }
 

@@ -1,0 +1,131 @@
+package core_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"natsdelay/bridge/core"
+	"natsdelay/delaystore"
+	"natsdelay/dispatch/recur"
+)
+
+// heldGetStore holds the first Get after arm until release is closed:
+// the read Cancel makes of the occurrence before it deletes it.
+type heldGetStore struct {
+	delaystore.Store
+	mu      sync.Mutex
+	armed   bool
+	read    chan struct{} // closed once the held Get has read
+	release chan struct{}
+}
+
+func (s *heldGetStore) arm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = true
+}
+
+func (s *heldGetStore) Get(key []byte) ([]byte, error) {
+	v, err := s.Store.Get(key)
+	s.mu.Lock()
+	held := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if held {
+		close(s.read)
+		<-s.release
+	}
+	return v, err
+}
+
+// TestService_Cancel_PlannedMeanwhile checks that canceling the pending
+// occurrence of a recurring schedule ends the schedule even when the
+// dispatcher plans that occurrence, storing its successor, between
+// Cancel's read of it and its delete: the guarantee is that a CANCEL
+// answered "canceled" leaves no occurrence of the schedule to come. Under
+// catch-up none the planning deletes a missed occurrence unsent, and the
+// CANCEL must still end the schedule rather than answer 404; under
+// catch-up all the successor of a missed occurrence is due at once, so the
+// schedule may move on twice before the delete.
+func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		every   time.Duration
+		missed  time.Duration // how long before its fire time the occurrence was planned for
+		catchUp delaystore.CatchUp
+		plans   int // commits of plans to wait for before the delete
+	}{
+		{"planned", time.Hour, 0, recur.One, 1},
+		{"skipped by catch-up none", 100 * time.Millisecond, time.Second, recur.None, 1},
+		{"planned twice by catch-up all", time.Second, 1500 * time.Millisecond, recur.All, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &heldGetStore{Store: memStore(t), read: make(chan struct{}), release: make(chan struct{})}
+			planned := make(chan struct{}, 16)
+			p := newPublisher()
+			s := open(t, st, p, func(c *core.Config) {
+				c.AdvanceHook = func(at delaystore.AdvanceStage) {
+					if at == delaystore.AdvanceAfterCommit {
+						planned <- struct{}{}
+					}
+				}
+			})
+			due := time.Now().Add(300 * time.Millisecond)
+			occ := due.Add(-tt.missed)
+			k := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.cancel", ClientId: "J", FireAtNs: due.UnixNano(),
+				Recurrence: &delaystore.Recurrence{EveryNs: int64(tt.every), Id: "J", OccurrenceNs: occ.UnixNano(), Seq: 1, CatchUp: tt.catchUp}})
+
+			// Cancel reads the occurrence, still unplanned, and is held
+			// there until the dispatcher has planned it.
+			st.arm()
+			canceled := make(chan error, 1)
+			go func() { canceled <- s.Cancel(context.Background(), k) }()
+			select {
+			case <-st.read:
+			case <-time.After(wait):
+				t.Fatal("Cancel never read the occurrence")
+			}
+			for range tt.plans {
+				select {
+				case <-planned:
+				case <-time.After(wait):
+					t.Fatal("the occurrence was never planned")
+				}
+			}
+			close(st.release)
+			select {
+			case err := <-canceled:
+				if err != nil {
+					t.Fatalf("Cancel: %v", err)
+				}
+			case <-time.After(wait):
+				t.Fatal("Cancel never returned")
+			}
+			repo := s.Repository()
+			if n := repo.Schedules(); n != 0 {
+				t.Errorf("%d schedules after Cancel, want 0", n)
+			}
+			if _, err := repo.LookupSchedule("rec.cancel", "J"); err == nil {
+				t.Error("the schedule has an occurrence to come after Cancel")
+			}
+			// NB: an occurrence that went out meanwhile, other than the
+			// canceled one, finishes its delivery; nothing else is left.
+			if n := repo.Pending(); n != uint64(tt.plans-1) {
+				t.Errorf("%d pending after Cancel, want %d", n, tt.plans-1)
+			}
+			if tt.catchUp == recur.None {
+				// NB: counted once Advance returned to the dispatcher, which
+				// may be after the hook let Cancel go on.
+				deadline := time.Now().Add(wait)
+				for s.Stats().Skipped != 1 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				if n := s.Stats().Skipped; n != 1 {
+					t.Errorf("skipped %d, want the 1 missed occurrence", n)
+				}
+			}
+		})
+	}
+}
