@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -414,35 +413,34 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		return nil, err
 	}
 	c := s.core.Load()
-	topics, err := c.Topics()
+	// The registry is in subject order: the page starts after "after",
+	// which need not be pending any more.
+	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
+	var page []delaystore.Topic
+	more := false
+	err = c.ScanTopics(r.After, func(t delaystore.Topic) bool {
+		if !subjectMatches(r.Filter, t.Subject) {
+			return true
+		}
+		if len(page) == limit {
+			more = true
+			return false
+		}
+		page = append(page, t)
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	// Topics is sorted by subject: the page starts after "after", which
-	// need not be pending any more.
-	start := 0
-	if r.After != "" {
-		start, _ = slices.BinarySearchFunc(topics, r.After, func(t delaystore.Topic, after string) int {
-			if t.Subject <= after {
-				return -1
-			}
-			return 1
-		})
-	}
-	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
-	for _, t := range topics[start:] {
-		if !subjectMatches(r.Filter, t.Subject) {
-			continue
-		}
-		if len(out.Subjects) == limit {
-			out.Next = out.Subjects[len(out.Subjects)-1].Subject
-			break
-		}
+	for _, t := range page {
 		due, err := c.DueNow(t.Subject)
 		if err != nil {
 			return nil, err
 		}
 		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+	}
+	if more {
+		out.Next = out.Subjects[len(out.Subjects)-1].Subject
 	}
 	return out, nil
 }

@@ -175,6 +175,9 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 	if err := r.setMessage(b, &nk, next); err != nil {
 		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
 	}
+	if err := r.indexDue(b, &nk); err != nil {
+		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
+	}
 	if next.ClientId != "" {
 		r.w.key = appendClientIDKey(r.w.key[:0], next.Subject, next.ClientId)
 		if err := b.Set(r.w.key, nk[:]); err != nil {

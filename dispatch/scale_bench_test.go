@@ -50,10 +50,10 @@ func fillFuture(tb testing.TB, subjects int) (delaystore.Store, *delaystore.Repo
 }
 
 // BenchmarkDispatcher_Start times start-up with scalePending future
-// messages pending: opening the repository (which reads the subject
-// registry) and Start (which finds each subject's first key), once with
-// them all on one subject and once on a subject each. The difference is
-// what start-up costs per subject.
+// messages pending: opening the repository (which reads the registry's
+// totals) and Start (which reads nothing; the first pass reads the due
+// index), once with them all on one subject and once on a subject each.
+// The difference is what start-up costs per subject: nothing.
 func BenchmarkDispatcher_Start(b *testing.B) {
 	for _, subjects := range []int{1, scalePending} {
 		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
@@ -72,8 +72,8 @@ func BenchmarkDispatcher_Start(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if s := d.Stats(); s.Topics != uint64(subjects) {
-					b.Fatalf("dispatcher holds %d subjects after Start, want %d", s.Topics, subjects)
+				if s := d.Stats(); s.Topics > 1 {
+					b.Fatalf("dispatcher holds %d subjects after Start with nothing due, want none", s.Topics)
 				}
 				if err := d.Close(); err != nil {
 					b.Fatal(err)
