@@ -154,3 +154,101 @@ func BenchmarkDispatcher_DueScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDispatcher_FirstDelivery times a restart as a user sees it:
+// from opening the repository over scalePending future messages, on one
+// subject or a subject each, until a message that was due before the
+// restart is delivered. The dispatcher learns of it from the due index
+// alone, as after a crash.
+func BenchmarkDispatcher_FirstDelivery(b *testing.B) {
+	for _, subjects := range []int{1, scalePending} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+			st, repo := fillFuture(b, subjects)
+			if _, err := repo.Schedule([]*delaystore.StoredMessage{msgAt("restart", time.Now())}, delaystore.Sync); err != nil {
+				b.Fatal(err)
+			}
+			if err := repo.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub := newFakePublisher()
+				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub.d = d
+				if err := d.Start(); err != nil {
+					b.Fatal(err)
+				}
+				select {
+				case <-pub.deliveries:
+				case <-time.After(10 * time.Second):
+					b.Fatal("no delivery 10s after Start")
+				}
+				b.StopTimer()
+				// Not ACKed: the next iteration delivers it again.
+				if err := d.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if err := repo.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkDispatcher_DueIndexScan times a due set of dueSet messages, a
+// subject each, that the dispatcher learns of from the due index rather
+// than from Notify (they were committed before it started, and became due
+// since), while scalePending future messages wait on one subject or on a
+// subject each: from Start until the last is delivered. The difference is
+// what the future subjects cost a read of the due index: nothing, as the
+// read starts at the due messages and stops at the first future one.
+func BenchmarkDispatcher_DueIndexScan(b *testing.B) {
+	for _, subjects := range []int{1, scalePending} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+			_, repo := fillFuture(b, subjects)
+			msgs := make([]*delaystore.StoredMessage, dueSet)
+			past := time.Now().Add(-time.Second)
+			for i := range msgs {
+				msgs[i] = msgAt("due."+strconv.Itoa(i), past)
+			}
+			if _, err := repo.Schedule(msgs, delaystore.Sync); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				pub := newFakePublisher()
+				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub.d = d
+				if err := d.Start(); err != nil {
+					b.Fatal(err)
+				}
+				for n := 0; n < dueSet; n++ {
+					select {
+					case <-pub.deliveries:
+					case <-time.After(10 * time.Second):
+						b.Fatalf("%d of %d due messages delivered after 10s", n, dueSet)
+					}
+				}
+				b.StopTimer()
+				// Not ACKed, so the next iteration finds them due again.
+				if err := d.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(dueSet), "msgs/op")
+		})
+	}
+}
