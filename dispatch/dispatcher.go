@@ -441,7 +441,7 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 	if f.topic.flights--; f.topic.flights == 0 {
 		d.mu.idle = append(d.mu.idle, f.topic)
 	}
-	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && len(d.mu.due) > 0 {
+	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && (len(d.mu.due) > 0 || d.mu.frontierNext != never) {
 		d.signal()
 	}
 }
@@ -745,7 +745,9 @@ func (d *Dispatcher) untilNext() time.Duration {
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
 	}
-	if len(d.mu.due) < d.frontierCap() {
+	if len(d.mu.flights) < d.cfg.MaxInFlight && d.dueNowLocked(now, d.frontierCap()) < d.frontierCap() {
+		// NB: not while the window is full, as for due topics: the
+		// flight that makes room wakes the loop (see forgetLocked).
 		next = min(next, d.mu.frontierNext)
 	}
 	if !scannable && len(d.mu.due) > 0 && d.mu.due[0].next <= now {

@@ -181,3 +181,45 @@ func TestDispatcher_Backlog_TakenInSlices(t *testing.T) {
 		t.Fatalf("held state for %d subjects at once, want at most %d", most, 2*passLimit+window)
 	}
 }
+
+// TestDispatcher_BackingOff_DoesNotStopTheDueIndex checks that subjects
+// backing off because nobody listens (more of them than the due heap takes
+// from the due index at once) do not keep the dispatcher from finding what
+// is due later on other subjects: a subject with a listener gets its
+// message while the others wait out a back-off of an hour.
+func TestDispatcher_BackingOff_DoesNotStopTheDueIndex(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	_ = h.d.Close()
+	const passLimit, absent = 4, 40 // the due heap takes 2*passLimit at once
+	pub := newFakePublisher()
+	now := time.Now()
+	var msgs []*delaystore.StoredMessage
+	for i := range absent {
+		subject := fmt.Sprintf("nobody.%d", i)
+		pub.setAbsent(subject, true)
+		msgs = append(msgs, msgAt(subject, now.Add(-2*time.Second)))
+	}
+	msgs = append(msgs, msgAt("listened", now.Add(-time.Second)))
+	res, err := h.repo.Schedule(msgs, delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second, PassLimit: passLimit,
+		NoRespondersBackoff: time.Hour, NoRespondersMaxBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.d = d
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	select {
+	case got := <-pub.deliveries:
+		if want := res[absent].Key; got.key != want {
+			t.Fatalf("delivered %v, want %v", got.key, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the listened subject's message was not delivered; %d deliveries bounced", pub.bounces())
+	}
+}

@@ -18,9 +18,30 @@ import (
 // time and never held in memory whole.
 func (d *Dispatcher) frontierCap() int { return 2 * d.cfg.PassLimit }
 
+// dueNowLocked counts the topics in the due heap that are due at now, up
+// to limit, visiting only those: by the heap order, the children of a
+// topic not yet due are not due either. Topics backing off wait in the
+// heap without counting, so subjects nobody listens to cannot stop the
+// frontier. mu must be held.
+func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
+	h := d.mu.due
+	n := 0
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(h) || n >= limit || h[i].next > now {
+			return
+		}
+		n++
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return n
+}
+
 // advanceFrontier reads the due index from the frontier to the current
 // time bucket and puts the topic of each entry in the due heap at the
-// entry's time, up to frontierCap topics waiting, then moves the frontier
+// entry's time, up to frontierCap topics due now, then moves the frontier
 // past what it read. It replaces a heap of every subject's next message:
 // only subjects with something due, in flight or backing off are in
 // memory, and a pass reads only entries it had not read before. Entries
@@ -33,7 +54,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	// message within the range scanned to its topic, and one beyond it
 	// to the frontier (see Notify).
 	d.mu.scannedUpTo = max(d.mu.scannedUpTo, maxBucket+1)
-	room := d.frontierCap() - len(d.mu.due)
+	room := d.frontierCap() - d.dueNowLocked(now, d.frontierCap())
 	if d.mu.frontierNext > now || room <= 0 {
 		d.mu.Unlock()
 		return

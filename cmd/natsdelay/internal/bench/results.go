@@ -145,6 +145,10 @@ type ScaleResult struct {
 	RSSEmpty   int64      `json:"rss_bytes_before_fill"`
 	DiskBytes  int64      `json:"disk_bytes"`
 	RestartMs  float64    `json:"restart_to_first_delivery_ms"`
+	// InfoEmptyMs and InfoMs are how long an INFO request took before
+	// and after the fill, the slowest of three.
+	InfoEmptyMs float64 `json:"info_ms_before_fill"`
+	InfoMs      float64 `json:"info_ms"`
 	DueEmpty   FireResult `json:"due_with_none_pending"`
 	DuePending FireResult `json:"due_with_pending"`
 }
