@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -251,4 +252,78 @@ func BenchmarkDispatcher_DueIndexScan(b *testing.B) {
 			b.ReportMetric(float64(dueSet), "msgs/op")
 		})
 	}
+}
+
+// BenchmarkDispatcher_InFlightMemory measures the live heap a delivery in
+// flight costs the dispatcher: inFlightSet messages due now are delivered
+// and left unanswered, and the heap after a collection is compared with
+// the heap before they were scheduled. With them on one subject it is the
+// cost of a flight; on a subject each, that of a flight and of its
+// subject's state, which the dispatcher keeps while the subject has one.
+func BenchmarkDispatcher_InFlightMemory(b *testing.B) {
+	const inFlightSet = 20_000
+	for _, subjects := range []int{1, inFlightSet} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+			var perFlight float64
+			for b.Loop() {
+				b.StopTimer()
+				st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub := newFakePublisher()
+				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: time.Hour, MaxInFlight: 2 * inFlightSet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub.d = d
+				if err := d.Start(); err != nil {
+					b.Fatal(err)
+				}
+				msgs := make([]*delaystore.StoredMessage, 0, inFlightSet)
+				now := time.Now()
+				for i := range inFlightSet {
+					msgs = append(msgs, msgAt("inflight."+strconv.Itoa(i%subjects), now))
+				}
+				before := liveHeap()
+				b.StartTimer()
+				res, err := repo.Schedule(msgs, delaystore.NoSync)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, s := range res {
+					d.Notify(s, msgs[i].FireAtNs)
+				}
+				for n := 0; n < inFlightSet; n++ {
+					select {
+					case <-pub.deliveries:
+					case <-time.After(10 * time.Second):
+						b.Fatalf("%d of %d delivered after 10s", n, inFlightSet)
+					}
+				}
+				b.StopTimer()
+				if s := d.Stats(); s.InFlight != inFlightSet {
+					b.Fatalf("%d in flight, want %d", s.InFlight, inFlightSet)
+				}
+				perFlight = float64(liveHeap()-before) / inFlightSet
+				_ = d.Close()
+				_ = repo.Close()
+				_ = st.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(perFlight, "heap-bytes/flight")
+		})
+	}
+}
+
+// liveHeap is the live heap after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
