@@ -60,8 +60,8 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 	out := make([]Planned, len(plans))
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 	var last uint64
 	wrote := false
 	for i := range plans {

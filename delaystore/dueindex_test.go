@@ -265,3 +265,38 @@ func stripDueIndex(tb testing.TB, s delaystore.Store) {
 		tb.Fatal(err)
 	}
 }
+
+// TestRepository_DueCounts_FailedCommit checks that a schedule, an apply
+// and an advance whose commits fail leave no trace in the due counts of
+// the next batch that commits: the counts stay exact, as the registry's do.
+func TestRepository_DueCounts_FailedCommit(t *testing.T) {
+	fs := &failStore{Store: openDisk(t, t.TempDir(), nil)}
+	r := openRepo(t, fs, delaystore.RepositoryConfig{})
+	got := schedule(t, r, msg("a", t0), msg("b", t0+int64(time.Minute)))
+	occ := msg("c", t0)
+	occ.Recurrence = &delaystore.Recurrence{EveryNs: int64(time.Minute)}
+	o := schedule(t, r, occ)
+
+	fs.fail.Store(true)
+	if _, err := r.Schedule([]*delaystore.StoredMessage{msg("a", t0), msg("d", t0+int64(time.Hour))}, delaystore.Sync); err == nil {
+		t.Fatal("Schedule with a failing commit succeeded")
+	}
+	if _, err := r.Apply([]delaystore.Op{{Key: got[1].Key}}, delaystore.Sync); err == nil {
+		t.Fatal("Apply with a failing commit succeeded")
+	}
+	cur := msg("c", t0)
+	cur.Recurrence = &delaystore.Recurrence{EveryNs: int64(time.Minute), Planned: true}
+	next := msg("c", t0+int64(time.Minute))
+	next.Recurrence = &delaystore.Recurrence{EveryNs: int64(time.Minute)}
+	if _, err := r.Advance([]delaystore.Plan{{Key: o[0].Key, Cur: cur, Next: next}}, delaystore.Sync); err == nil {
+		t.Fatal("Advance with a failing commit succeeded")
+	}
+	fs.fail.Store(false)
+
+	schedule(t, r, msg("e", t0+int64(time.Second)))
+	ms := t0 / 1e6
+	wantDueIndexExact(t, r, fs, ms, ms+1000, ms+60_000, ms+3_600_000)
+	if r.Pending() != 4 || r.Subjects() != 4 || r.Schedules() != 1 {
+		t.Fatalf("after failed commits: pending %d, subjects %d, schedules %d; want 4, 4, 1", r.Pending(), r.Subjects(), r.Schedules())
+	}
+}

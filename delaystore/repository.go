@@ -336,8 +336,8 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 
 	// Resolve replacements before writing anything, so a message replaced
 	// later in the same call is never written at all: the batch then never
@@ -591,6 +591,15 @@ func (r *Repository) committed(t totals, lastID uint64) {
 	r.w.schedules = 0
 }
 
+// resetScratch clears what a batch accumulates in scratch space, at the
+// start of every write: a batch whose commit failed must leave nothing
+// behind for the next one. wmu must be held.
+func (r *Repository) resetScratch() {
+	clear(r.w.deltas)
+	clear(r.w.due)
+	r.w.schedules = 0
+}
+
 // trimScratch drops scratch buffers that grew too large to keep. wmu must be
 // held.
 func (r *Repository) trimScratch() {
@@ -633,8 +642,8 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 	applied = make([]bool, len(ops))
 	// state holds the messages as this batch leaves them, nil once deleted,
 	// so later ops on the same key see earlier ones.
