@@ -414,11 +414,21 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 	}
 	c := s.core.Load()
 	// The registry is in subject order: the page starts after "after",
-	// which need not be pending any more.
+	// which need not be pending any more, and no earlier than the
+	// filter's literal start, and ends where subjects stop having it, so
+	// a filter such as orders.> reads the orders and not every subject.
 	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
+	prefix := literalPrefix(r.Filter)
+	from := prefix
+	if r.After != "" && r.After+"\x00" > from {
+		from = r.After + "\x00" // subjects hold no NUL: the next one after
+	}
 	var page []delaystore.Topic
 	more := false
-	err = c.ScanTopics(r.After, func(t delaystore.Topic) bool {
+	err = c.ScanTopics(from, func(t delaystore.Topic) bool {
+		if !strings.HasPrefix(t.Subject, prefix) {
+			return false
+		}
 		if !subjectMatches(r.Filter, t.Subject) {
 			return true
 		}
@@ -482,6 +492,24 @@ func checkFilter(f string) error {
 
 // subjectMatches reports whether the concrete subject subj matches the
 // filter f, which checkFilter accepted.
+// literalPrefix is the start of filter before its first wildcard token:
+// every subject the filter matches starts with it.
+func literalPrefix(filter string) string {
+	end := 0
+	for end < len(filter) {
+		tok, _, more := strings.Cut(filter[end:], ".")
+		if tok == "*" || tok == ">" {
+			break
+		}
+		end += len(tok)
+		if !more {
+			break
+		}
+		end++ // the dot
+	}
+	return filter[:end]
+}
+
 func subjectMatches(f, subj string) bool {
 	for {
 		ft, frest, fmore := strings.Cut(f, ".")

@@ -904,17 +904,15 @@ func (r *Repository) CountDue(topicHash uint64, dueMs ...int64) ([]uint64, error
 }
 
 // ScanTopics yields the subjects with pending messages and their counts,
-// in subject order, from the first after after ("" for all), until yield
-// returns false. It reads the subject registry in the store, on one
-// consistent snapshot.
-func (r *Repository) ScanTopics(after string, yield func(Topic) bool) error {
+// in subject order, from the first at or after from ("" for all), until
+// yield returns false. It reads the subject registry in the store, on one
+// consistent snapshot. Subjects hold no NUL byte, so from+"\x00" starts
+// just after from.
+func (r *Repository) ScanTopics(from string, yield func(Topic) bool) error {
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	lo := []byte(topicPrefix)
-	if after != "" {
-		lo = append(appendTopicKey(nil, after), 0)
-	}
+	lo := appendTopicKey(nil, from)
 	var entryErr error
 	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
 		subject := string(k[len(topicPrefix):])

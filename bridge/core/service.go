@@ -343,13 +343,13 @@ func (s *Service) List(subject string, from []byte, yield func(keys.Key, *delays
 }
 
 // ScanTopics yields the subjects with pending messages and their counts,
-// in subject order, from the first after after ("" for all), until yield
-// returns false, reading the subject registry in the store.
-func (s *Service) ScanTopics(after string, yield func(delaystore.Topic) bool) error {
+// in subject order, from the first at or after from ("" for all), until
+// yield returns false, reading the subject registry in the store.
+func (s *Service) ScanTopics(from string, yield func(delaystore.Topic) bool) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	if err := s.gen.Load().repo.ScanTopics(after, yield); err != nil {
+	if err := s.gen.Load().repo.ScanTopics(from, yield); err != nil {
 		return unavailable("listing subjects: %v", err)
 	}
 	return nil
