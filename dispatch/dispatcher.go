@@ -589,6 +589,9 @@ func (d *Dispatcher) pass() time.Duration {
 		delete(d.mu.unsent, k)
 	}
 	d.mu.committed = d.mu.committed[:0]
+	if cap(d.mu.committed) > 4096 {
+		d.mu.committed = nil // a burst of deletes gives its memory back
+	}
 	d.dropIdleLocked(now)
 
 	// NB: a redelivery needs no room in the in-flight window: its flight
