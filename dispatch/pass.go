@@ -70,10 +70,17 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 
 	limit := min(room, d.cfg.PassLimit)
 	found := make([]keys.Key, 0, min(limit, 256))
-	capped := false
-	err := d.repo.ScanDue(from, maxBucket, func(k keys.Key) bool {
+	// NB: one read, unbounded above, that stops at the first entry not
+	// yet due: that entry's time is when to read again, so no second
+	// seek is needed to find it.
+	next := int64(never)
+	err := d.repo.ScanDue(from, math.MaxUint64, func(k keys.Key) bool {
+		if k.Bucket() > maxBucket {
+			next = msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs))
+			return false
+		}
 		if len(found) == limit {
-			capped = true
+			next = now // more is due: read on at the next pass
 			return false
 		}
 		found = append(found, k)
@@ -83,23 +90,9 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	if len(found) > 0 {
 		last = &found[len(found)-1]
 	}
-	next := int64(never)
-	switch {
-	case err != nil:
+	if err != nil {
 		d.log.Warn("reading the due index", "err", err)
 		next = after(now, d.cfg.NoRespondersBackoff)
-	case capped:
-		next = now
-	default:
-		// One seek past the range finds when the next entry is due.
-		err = d.repo.ScanDue(last, math.MaxUint64, func(k keys.Key) bool {
-			next = msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs))
-			return false
-		})
-		if err != nil {
-			d.log.Warn("reading the due index", "err", err)
-			next = after(now, d.cfg.NoRespondersBackoff)
-		}
 	}
 
 	d.mu.Lock()
