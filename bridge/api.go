@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -414,35 +413,44 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		return nil, err
 	}
 	c := s.core.Load()
-	topics, err := c.Topics()
+	// The registry is in subject order: the page starts after "after",
+	// which need not be pending any more, and no earlier than the
+	// filter's literal start, and ends where subjects stop having it, so
+	// a filter such as orders.> reads the orders and not every subject.
+	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
+	prefix := literalPrefix(r.Filter)
+	from := prefix
+	if r.After != "" && r.After+"\x00" > from {
+		from = r.After + "\x00" // subjects hold no NUL: the next one after
+	}
+	var page []delaystore.Topic
+	more := false
+	err = c.ScanTopics(from, func(t delaystore.Topic) bool {
+		if !strings.HasPrefix(t.Subject, prefix) {
+			return false
+		}
+		if !subjectMatches(r.Filter, t.Subject) {
+			return true
+		}
+		if len(page) == limit {
+			more = true
+			return false
+		}
+		page = append(page, t)
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	// Topics is sorted by subject: the page starts after "after", which
-	// need not be pending any more.
-	start := 0
-	if r.After != "" {
-		start, _ = slices.BinarySearchFunc(topics, r.After, func(t delaystore.Topic, after string) int {
-			if t.Subject <= after {
-				return -1
-			}
-			return 1
-		})
-	}
-	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
-	for _, t := range topics[start:] {
-		if !subjectMatches(r.Filter, t.Subject) {
-			continue
-		}
-		if len(out.Subjects) == limit {
-			out.Next = out.Subjects[len(out.Subjects)-1].Subject
-			break
-		}
+	for _, t := range page {
 		due, err := c.DueNow(t.Subject)
 		if err != nil {
 			return nil, err
 		}
 		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+	}
+	if more {
+		out.Next = out.Subjects[len(out.Subjects)-1].Subject
 	}
 	return out, nil
 }
@@ -484,6 +492,24 @@ func checkFilter(f string) error {
 
 // subjectMatches reports whether the concrete subject subj matches the
 // filter f, which checkFilter accepted.
+// literalPrefix is the start of filter before its first wildcard token:
+// every subject the filter matches starts with it.
+func literalPrefix(filter string) string {
+	end := 0
+	for end < len(filter) {
+		tok, _, more := strings.Cut(filter[end:], ".")
+		if tok == "*" || tok == ">" {
+			break
+		}
+		end += len(tok)
+		if !more {
+			break
+		}
+		end++ // the dot
+	}
+	return filter[:end]
+}
+
 func subjectMatches(f, subj string) bool {
 	for {
 		ft, frest, fmore := strings.Cut(f, ".")

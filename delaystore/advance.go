@@ -60,8 +60,8 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 	out := make([]Planned, len(plans))
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 	var last uint64
 	wrote := false
 	for i := range plans {
@@ -179,6 +179,9 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 	nk := keys.New(keys.TopicHash(next.Subject), keys.Bucket(keys.FireAtMs(next.FireAtNs), r.bucketMs), id)
 	next.Recurrence.Name = stored.GetRecurrence().GetName()
 	if err := r.setMessage(b, &nk, next); err != nil {
+		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
+	}
+	if err := r.indexDue(b, &nk); err != nil {
 		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
 	}
 	if next.ClientId != "" {

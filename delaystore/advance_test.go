@@ -81,8 +81,8 @@ func TestRepository_Advance_StoresSuccessorOnce(t *testing.T) {
 	cur.Recurrence.Planned, cur.Recurrence.NextNs = true, t0+1e9
 	next := occurrence("a", "job", t0+1e9, 2)
 	got := advance(t, r, delaystore.Plan{Key: k, Cur: cur, Next: next})
-	if r.PendingFor("a") != 2 {
-		t.Fatalf("pending %d, want 2", r.PendingFor("a"))
+	if pendingFor(t, r, "a") != 2 {
+		t.Fatalf("pending %d, want 2", pendingFor(t, r, "a"))
 	}
 	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next {
 		t.Fatalf("Lookup = %v, %v; want the successor %v", lk, err, got.Next)
@@ -118,8 +118,8 @@ func TestRepository_Advance_Drop(t *testing.T) {
 	if _, err := r.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
 		t.Fatalf("skipped occurrence still there: %v", err)
 	}
-	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next || r.PendingFor("a") != 1 {
-		t.Fatalf("Lookup = %v, %v, pending %d; want the successor alone", lk, err, r.PendingFor("a"))
+	if lk, err := r.Lookup("a", "job"); err != nil || lk != got.Next || pendingFor(t, r, "a") != 1 {
+		t.Fatalf("Lookup = %v, %v, pending %d; want the successor alone", lk, err, pendingFor(t, r, "a"))
 	}
 }
 

@@ -11,15 +11,42 @@
 //
 // The Repository keeps each pending message, a StoredMessage, under its
 // 24-byte event key (see package keys), and next to it, always in the same
-// batch, the last event ID and four indexes:
+// batch, the last event ID and these indexes and counts:
 //
 //	metadata/event-repo/last-id                        last event ID
 //	metadata/event-repo/time-bucket                    bucket width the keys use
 //	metadata/event-repo/topic/<subject>                pending count of subject
 //	metadata/event-repo/client-id/<subject>\x00<id>    event key of a Delay-Id
 //	metadata/event-repo/expiry/<expire_at><event key>  one entry per TTL
+//	metadata/event-repo/due-at/<bucket><hash><id>      one entry per message, in time order
+//	metadata/event-repo/due-count/<second>             messages whose bucket starts in that second
+//	metadata/event-repo/pending, .../subjects          totals of the subject registry
+//	metadata/event-repo/index-version                  the due index is complete
 //	metadata/event-repo/schedule/<subject>\x00<name>  next occurrence of a recurring schedule
 //	metadata/event-repo/schedules                      number of recurring schedules
+//
+// # Why a due index
+//
+// Memory and start-up must follow what is due and in flight, not how many
+// subjects have messages pending: users address entities by subject, one
+// message each, by the million. Event keys start with the subject's hash,
+// so they answer "what is due on this subject" with one range, which keeps
+// each subject's delivery order, but "what is due anywhere" only with a
+// seek per subject and the time of every subject's head held in memory.
+// The due index is the same keys with time first: one range read from a
+// cursor gives everything due, over all subjects, in time order, and a
+// store with ten million subjects opens by reading a few fixed keys. The
+// dispatcher reads it to learn which subjects have work, then reads those
+// subjects' own ranges, so delivery order per subject stays the event
+// keys'. The per-second due counts answer INFO's due windows with a few
+// hundred reads at most, and the totals answer pending and subjects from
+// memory, with no map of every subject. Each costs a key per message (or
+// per second), written in the batch that writes the message, like the
+// expiry index: a commit keeps them exact, a crash loses them with it.
+//
+// A store written before the due index existed has none of it; the first
+// open builds it from the messages and the registry and then records
+// index-version (see OpenRepository).
 //
 // An occurrence of a recurring schedule is an ordinary pending message
 // whose Recurrence field carries the schedule; Advance stores its successor

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,8 +112,11 @@ type Topic struct {
 //   - a (subject, client id) index for replacing and cancelling by Delay-Id;
 //   - an expiry index ordered by expiry time, so Expired reads only what has
 //     expired;
-//   - a registry of subjects with their exact pending counts, so opening
-//     reads one entry per subject rather than every message;
+//   - a registry of subjects with their exact pending counts, and its
+//     totals, so opening reads two keys rather than every subject;
+//   - a due index of every message in time order, and due counts per
+//     second, so the dispatcher finds what is due, and INFO counts it,
+//     without a seek or a count per subject (see dueindex.go);
 //   - a schedule index with each recurring schedule's next occurrence, and
 //     their count (see Advance and ScheduleRefs).
 //
@@ -126,9 +126,10 @@ type Topic struct {
 // # Writes
 //
 // Schedule and Apply are serialised: one runs at a time, including its
-// commit. Reads (Get, Lookup, ScanTopic, FirstKey, Expired) go straight to
-// the Store and do not wait for writes; Topics, Pending, PendingFor and
-// LastID serve from memory and reflect only committed writes.
+// commit. Reads (Get, Lookup, ScanTopic, ScanDue, ScanTopics, PendingFor,
+// CountDueAll, Expired) go straight to the Store and do not wait for
+// writes; Pending, Subjects and LastID serve from memory and reflect only
+// committed writes.
 type Repository struct {
 	s        Store
 	log      *slog.Logger
@@ -152,18 +153,15 @@ type Repository struct {
 		// not; the next ID is reserved+1. It is never below lastID, and it
 		// never goes back, so a failed commit skips IDs but never reuses them.
 		reserved uint64
-		// topics holds the registry: subject -> its hash and pending count.
-		// Entries are removed when their count reaches zero. Writers change
-		// it (holding wmu and mu) only after a commit succeeds; as the only
-		// writer, a holder of wmu may read it without mu.
-		topics map[string]Topic
-		// topicsPeak is the most topics held since the map was last
-		// copied: a Go map keeps its buckets after deletes, so it is
-		// copied once it holds less than a quarter of that, and subjects
-		// that came and went give their memory back.
-		topicsPeak int
-		// pending is the sum of the counts in topics.
-		pending uint64
+		// pending and subjects are the totals of the subject registry:
+		// pending messages, and subjects with any. They are kept in the
+		// store with it, read at open, and changed (holding wmu and mu)
+		// only after a commit succeeds; as the only writer, a holder of
+		// wmu may read them without mu. Per-subject counts stay in the
+		// store alone, so memory does not grow with the number of
+		// subjects.
+		pending  uint64
+		subjects uint64
 		// schedules is the number of recurring schedules with an
 		// occurrence still to plan (see schedules.go).
 		schedules uint64
@@ -176,7 +174,9 @@ type scratch struct {
 	val    []byte
 	key    []byte
 	deltas map[string]int64
-	counts map[string]uint64
+	// due is the change this batch makes to the due count of each second
+	// (see dueindex.go).
+	due map[int64]int64
 	// schedules is the change this batch makes to the number of
 	// schedules (see schedules.go).
 	schedules int64
@@ -187,7 +187,8 @@ type scratch struct {
 const maxKeptScratch = 1 << 20
 
 // OpenRepository opens the repository over s, reading the last event ID and
-// the registry of subjects (one entry per subject with pending messages). It
+// the registry's totals; on a store written without the due index it
+// builds it first, reading every message key once. It
 // records cfg.TimeBucket in s on first use, and returns an error wrapping
 // ErrInvalidConfig if s was used with a different one. It does not own s:
 // closing s is the caller's job, after Close.
@@ -206,9 +207,8 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		bucketMs: cfg.TimeBucket.Milliseconds(),
 		// NB: a test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
-		w:           scratch{deltas: make(map[string]int64), counts: make(map[string]uint64)},
+		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64)},
 	}
-	r.mu.topics = make(map[string]Topic)
 
 	v, err := s.Get([]byte(lastIDKey))
 	switch {
@@ -226,32 +226,13 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		return nil, err
 	}
 
-	var scanErr error
-	err = s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
-		subject := string(k[len(topicPrefix):])
-		if len(v) != 8 {
-			scanErr = fmt.Errorf("delaystore: open repository: pending count of %q is %d bytes, want 8: %w", keys.Clip(subject), len(v), ErrCorrupt)
-			return false
-		}
-		n := binary.BigEndian.Uint64(v)
-		if n == 0 {
-			// Never written: an entry is deleted when its count reaches zero.
-			return true
-		}
-		r.mu.topics[subject] = Topic{Subject: subject, Hash: keys.TopicHash(subject), Pending: n}
-		r.mu.pending += n
-		return true
-	})
-	if err == nil {
-		err = scanErr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("delaystore: open repository: read topic registry: %w", err)
+	if err := r.openIndexes(); err != nil {
+		return nil, fmt.Errorf("delaystore: open repository: %w", err)
 	}
 	if r.mu.schedules, err = r.readScheduleCount(); err != nil {
 		return nil, fmt.Errorf("delaystore: open repository: %w", err)
 	}
-	r.log.Debug("opened event repository", "last_id", r.mu.lastID, "topics", len(r.mu.topics), "pending", r.mu.pending)
+	r.log.Debug("opened event repository", "last_id", r.mu.lastID, "subjects", r.mu.subjects, "pending", r.mu.pending)
 	return r, nil
 }
 
@@ -378,8 +359,8 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 
 	// Resolve replacements before writing anything, so a message replaced
 	// later in the same call is never written at all: the batch then never
@@ -418,6 +399,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 			m.Recurrence.Name = scheduleName(m.Recurrence, out[i].Key)
 		}
 		if err := r.setMessage(b, &out[i].Key, m); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+		if err := r.indexDue(b, &out[i].Key); err != nil {
 			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if m.ClientId != "" {
@@ -530,6 +514,9 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 	if err := b.Delete(k[:]); err != nil {
 		return fmt.Errorf("delete %v: %w", k, err)
 	}
+	if err := r.unindexDue(b, k); err != nil {
+		return err
+	}
 	if m.ExpireAtNs != 0 {
 		r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, *k)
 		if err := b.Delete(r.w.key); err != nil {
@@ -550,16 +537,26 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 	return nil
 }
 
-// setCounts adds to b the registry entries of every subject in deltas and
-// returns their new counts, in scratch space. wmu must be held.
-func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uint64, error) {
-	counts := r.w.counts
-	clear(counts)
+// totals are the registry's totals as a batch leaves them.
+type totals struct{ pending, subjects uint64 }
+
+// setCounts adds to b the registry entries of every subject in deltas, the
+// due counts, the totals and the schedule count this batch changes, and
+// returns the new totals. It reads each subject's count from the store:
+// with wmu held nothing else writes it, so the store has the count as
+// the last commit left it. wmu must be held.
+func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error) {
+	pending, subjects := int64(r.mu.pending), int64(r.mu.subjects)
 	for subject, d := range deltas {
 		if d == 0 {
 			continue
 		}
-		cur := int64(r.mu.topics[subject].Pending)
+		r.w.key = appendTopicKey(r.w.key[:0], subject)
+		c, err := r.readCount(r.w.key)
+		if err != nil {
+			return totals{}, fmt.Errorf("read pending count of %q: %w", keys.Clip(subject), err)
+		}
+		cur := int64(c)
 		n := cur + d
 		if n < 0 {
 			// NB: deletes are applied only to messages that exist, so this
@@ -567,52 +564,63 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (map[string]uin
 			r.log.Error("pending count would go negative", "subject", subject, "count", cur, "delta", d)
 			n = 0
 		}
-		r.w.key = appendTopicKey(r.w.key[:0], subject)
-		var err error
 		if n == 0 {
 			err = b.Delete(r.w.key)
 		} else {
 			err = b.Set(r.w.key, binary.BigEndian.AppendUint64(r.w.val[:0], uint64(n)))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("write pending count of %q: %w", keys.Clip(subject), err)
+			return totals{}, fmt.Errorf("write pending count of %q: %w", keys.Clip(subject), err)
 		}
-		counts[subject] = uint64(n)
+		pending += n - cur
+		switch {
+		case cur == 0 && n > 0:
+			subjects++
+		case cur > 0 && n == 0:
+			subjects--
+		}
+	}
+	t := totals{pending: uint64(max(pending, 0)), subjects: uint64(max(subjects, 0))}
+	if t.pending != r.mu.pending {
+		if err := b.Set([]byte(pendingTotalKey), binary.BigEndian.AppendUint64(r.w.val[:0], t.pending)); err != nil {
+			return totals{}, fmt.Errorf("write pending total: %w", err)
+		}
+	}
+	if t.subjects != r.mu.subjects {
+		if err := b.Set([]byte(subjectsTotalKey), binary.BigEndian.AppendUint64(r.w.val[:0], t.subjects)); err != nil {
+			return totals{}, fmt.Errorf("write subjects total: %w", err)
+		}
+	}
+	if err := r.setDueCounts(b); err != nil {
+		return totals{}, err
 	}
 	if err := r.setScheduleCount(b); err != nil {
-		return nil, err
+		return totals{}, err
 	}
-	return counts, nil
+	return t, nil
 }
 
 // committed publishes the effect of a committed batch to the in-memory
-// state: the new counts, and lastID if the batch numbered messages (0 if
+// state: the new totals, and lastID if the batch numbered messages (0 if
 // not). wmu must be held.
-func (r *Repository) committed(counts map[string]uint64, lastID uint64) {
+func (r *Repository) committed(t totals, lastID uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for subject, n := range counts {
-		old := r.mu.topics[subject].Pending
-		r.mu.pending = r.mu.pending - old + n
-		if n == 0 {
-			delete(r.mu.topics, subject)
-			continue
-		}
-		r.mu.topics[subject] = Topic{Subject: subject, Hash: keys.TopicHash(subject), Pending: n}
-	}
+	r.mu.pending, r.mu.subjects = t.pending, t.subjects
 	if lastID > r.mu.lastID {
 		r.mu.lastID = lastID
 	}
 	r.mu.schedules = uint64(max(int64(r.mu.schedules)+r.w.schedules, 0))
 	r.w.schedules = 0
-	if n := len(r.mu.topics); n > r.mu.topicsPeak {
-		r.mu.topicsPeak = n
-	} else if r.mu.topicsPeak > 1024 && n < r.mu.topicsPeak/4 {
-		topics := make(map[string]Topic, n)
-		maps.Copy(topics, r.mu.topics)
-		r.mu.topics = topics
-		r.mu.topicsPeak = n
-	}
+}
+
+// resetScratch clears what a batch accumulates in scratch space, at the
+// start of every write: a batch whose commit failed must leave nothing
+// behind for the next one. wmu must be held.
+func (r *Repository) resetScratch() {
+	clear(r.w.deltas)
+	clear(r.w.due)
+	r.w.schedules = 0
 }
 
 // trimScratch drops scratch buffers that grew too large to keep. wmu must be
@@ -625,7 +633,7 @@ func (r *Repository) trimScratch() {
 		r.w.key = nil
 	}
 	clear(r.w.deltas)
-	clear(r.w.counts)
+	clear(r.w.due)
 	r.w.schedules = 0
 }
 
@@ -657,8 +665,8 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 
 	b := r.s.NewBatch()
 	defer b.Close()
+	r.resetScratch()
 	deltas := r.w.deltas
-	clear(deltas)
 	applied = make([]bool, len(ops))
 	// state holds the messages as this batch leaves them, nil once deleted,
 	// so later ops on the same key see earlier ones.
@@ -918,17 +926,48 @@ func (r *Repository) CountDue(topicHash uint64, dueMs ...int64) ([]uint64, error
 	return n, nil
 }
 
-// Topics lists the subjects with pending messages, sorted by subject, from
-// the in-memory copy of the registry. The slice is the caller's.
-func (r *Repository) Topics() []Topic {
-	r.mu.Lock()
-	out := make([]Topic, 0, len(r.mu.topics))
-	for _, t := range r.mu.topics {
-		out = append(out, t)
+// ScanTopics yields the subjects with pending messages and their counts,
+// in subject order, from the first at or after from ("" for all), until
+// yield returns false. It reads the subject registry in the store, on one
+// consistent snapshot. Subjects hold no NUL byte, so from+"\x00" starts
+// just after from.
+func (r *Repository) ScanTopics(from string, yield func(Topic) bool) error {
+	if r.closed.Load() {
+		return ErrClosed
 	}
-	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b Topic) int { return strings.Compare(a.Subject, b.Subject) })
-	return out
+	lo := appendTopicKey(nil, from)
+	var entryErr error
+	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
+		subject := string(k[len(topicPrefix):])
+		if len(v) != 8 {
+			entryErr = fmt.Errorf("pending count of %q is %d bytes, want 8: %w", keys.Clip(subject), len(v), ErrCorrupt)
+			return false
+		}
+		n := binary.BigEndian.Uint64(v)
+		if n == 0 {
+			return true // never written: an entry is deleted at zero
+		}
+		return yield(Topic{Subject: subject, Hash: keys.TopicHash(subject), Pending: n})
+	})
+	if err == nil {
+		err = entryErr
+	}
+	if err != nil {
+		return fmt.Errorf("delaystore: scan subject registry: %w", err)
+	}
+	return nil
+}
+
+// Topics lists every subject with pending messages, sorted by subject,
+// from the subject registry in the store. It holds them all at once: for
+// a page of them, use ScanTopics.
+func (r *Repository) Topics() ([]Topic, error) {
+	var out []Topic
+	err := r.ScanTopics("", func(t Topic) bool {
+		out = append(out, t)
+		return true
+	})
+	return out, err
 }
 
 // Pending is the number of pending messages, from memory.
@@ -938,11 +977,24 @@ func (r *Repository) Pending() uint64 {
 	return r.mu.pending
 }
 
-// PendingFor is the number of pending messages of subject, from memory.
-func (r *Repository) PendingFor(subject string) uint64 {
+// Subjects is the number of subjects with pending messages, from memory.
+func (r *Repository) Subjects() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.mu.topics[subject].Pending
+	return r.mu.subjects
+}
+
+// PendingFor is the number of pending messages of subject, read from the
+// subject registry in the store.
+func (r *Repository) PendingFor(subject string) (uint64, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := r.readCount(appendTopicKey(nil, subject))
+	if err != nil {
+		return 0, fmt.Errorf("delaystore: pending count of %q: %w", keys.Clip(subject), err)
+	}
+	return n, nil
 }
 
 // Expired returns up to limit keys of messages whose expiry is at or before

@@ -138,6 +138,10 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 	if done != nil {
 		op.waiters = append(op.waiters, done)
 	}
+	// NB: the peak is noted here, where the map grows, not only at
+	// commits, which see it after they took their ops: a burst that a
+	// commit keeps up with must give its memory back too.
+	dl.mu.opsPeak = max(dl.mu.opsPeak, len(dl.mu.ops))
 	dl.mu.Unlock()
 	select {
 	case dl.kick <- struct{}{}:

@@ -153,6 +153,15 @@ type Dispatcher struct {
 		// started earlier can see the key without its flight.
 		committed []keys.Key
 		pass      uint64
+		// frontier is how far the due index has been read: every entry
+		// up to it (in due order) was handed to its topic, which was put
+		// in the due heap; nil before the first read. frontierNext is
+		// when the first entry after it becomes scannable, never if none
+		// is known, and scannedUpTo the bucket below which passes have
+		// scanned (see advanceFrontier and Notify).
+		frontier     *keys.Key
+		frontierNext int64
+		scannedUpTo  uint64
 		// idle are topics that may have nothing left to do; see
 		// dropIdleLocked.
 		idle []*topic
@@ -234,8 +243,8 @@ func New(cfg Config) (*Dispatcher, error) {
 	return d, nil
 }
 
-// Start loads the topics with pending messages, one seek each, and starts
-// delivering.
+// Start starts delivering. It reads nothing: the first pass finds what is
+// due in the due index.
 func (d *Dispatcher) Start() error {
 	d.mu.Lock()
 	if d.mu.started || d.mu.closed {
@@ -245,25 +254,13 @@ func (d *Dispatcher) Start() error {
 	d.mu.started = true
 	d.mu.Unlock()
 
-	for _, t := range d.repo.Topics() {
-		k, ok, err := d.repo.FirstKey(t.Hash)
-		if err != nil {
-			return fmt.Errorf("dispatch: load topic %q: %w", t.Subject, err)
-		}
-		if !ok {
-			continue
-		}
-		d.mu.Lock()
-		tp := d.topicLocked(t.Hash)
-		if tp.idx < 0 {
-			d.mu.due.schedule(tp, msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)))
-		}
-		d.mu.Unlock()
-	}
 	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
 	now := d.nowNs()
 	d.mu.Lock()
 	d.mu.wakeBy = now
+	// NB: no topic is loaded: the first pass reads the due index from its
+	// start, so start-up costs what is due, not one seek per subject.
+	d.mu.frontierNext = now
 	d.mu.Unlock()
 	d.flushing.Lock()
 	d.flushing.lastOK = now
@@ -399,9 +396,20 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		d.mu.canceled[s.Replaced] = struct{}{}
 		d.mu.committed = append(d.mu.committed, s.Replaced)
 	}
+	at := d.scannableAt(s.Key, fireAtNs)
+	if s.Key.Bucket() >= d.mu.scannedUpTo {
+		// Past every range scanned so far, so past the frontier too: the
+		// due index brings it to its topic when it is due, and until then
+		// its subject costs nothing here. Only the wake-up time moves.
+		if at < d.mu.frontierNext {
+			d.mu.frontierNext = at
+			d.signal()
+		}
+		return
+	}
 	t := d.topicLocked(s.Key.TopicHash())
 	t.rewindLocked(s.Key)
-	at := max(d.scannableAt(s.Key, fireAtNs), t.blockedUntil)
+	at = max(at, t.blockedUntil)
 	if at < t.next {
 		d.mu.due.schedule(t, at)
 		if t.idx == 0 {
@@ -433,7 +441,7 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 	if f.topic.flights--; f.topic.flights == 0 {
 		d.mu.idle = append(d.mu.idle, f.topic)
 	}
-	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && len(d.mu.due) > 0 {
+	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && (len(d.mu.due) > 0 || d.mu.frontierNext != never) {
 		d.signal()
 	}
 }
@@ -568,6 +576,7 @@ func (d *Dispatcher) run() {
 func (d *Dispatcher) pass() time.Duration {
 	d.signaledAt.Store(0)
 	now := d.nowNs()
+	d.advanceFrontier(now)
 	d.mu.Lock()
 	d.mu.passStart = now
 	d.mu.pass++
@@ -580,6 +589,9 @@ func (d *Dispatcher) pass() time.Duration {
 		delete(d.mu.unsent, k)
 	}
 	d.mu.committed = d.mu.committed[:0]
+	if cap(d.mu.committed) > 4096 {
+		d.mu.committed = nil // a burst of deletes gives its memory back
+	}
 	d.dropIdleLocked(now)
 
 	// NB: a redelivery needs no room in the in-flight window: its flight
@@ -735,6 +747,11 @@ func (d *Dispatcher) untilNext() time.Duration {
 	}
 	if len(d.mu.timers) > 0 {
 		next = min(next, d.mu.timers[0].deadline)
+	}
+	if len(d.mu.flights) < d.cfg.MaxInFlight && d.dueNowLocked(now, d.frontierCap()) < d.frontierCap() {
+		// NB: not while the window is full, as for due topics: the
+		// flight that makes room wakes the loop (see forgetLocked).
+		next = min(next, d.mu.frontierNext)
 	}
 	if !scannable && len(d.mu.due) > 0 && d.mu.due[0].next <= now {
 		// Full, with topics due: look for flights to evict when that is

@@ -4,13 +4,28 @@
 //
 // # Basics
 //
-// The dispatcher keeps, in memory, one entry per subject (topic) with the
-// time its next message is due, in a heap ordered by that time. It sleeps
-// until the earliest, and Notify wakes it early when a newly committed
-// message is due sooner. A due topic is scanned from a per-topic cursor to
-// keys.DueUpperBound, so messages already handed out are not read again.
-// Redeliveries come from a heap of in-flight deadlines with point lookups.
-// Work is proportional to what is due, not to what is stored.
+// The dispatcher reads the repository's due index, where every pending
+// message has an entry ordered by time, then subject hash, then ID, from a
+// cursor (the frontier): one range read per pass gives what became due
+// since the last, over all subjects. Each entry puts its topic (subject)
+// in a heap of due topics, and a due topic is scanned from a per-topic
+// cursor to keys.DueUpperBound, so messages already handed out are not
+// read again and each subject's messages go out in key order. The loop
+// sleeps until the earliest of the next due-index entry, a due topic and a
+// flight's deadline; Notify wakes it early when a newly committed message
+// is due sooner. Redeliveries come from a heap of in-flight deadlines with
+// point lookups.
+//
+// Why not a heap of every subject's next message, as before: that costs
+// memory for every subject with anything pending and a seek per subject
+// at start, which with millions of subjects of one message each is most of
+// the service's memory and seconds of start-up. With the due index, a
+// topic is in memory only while it has something due, in flight, or
+// backing off, and is dropped at the next pass once it has none; the heap
+// of due topics is bounded too (frontierCap): a backlog due all at once is
+// read a slice at a time. Start reads nothing: the first pass reads the
+// due index from its start. Work and memory are proportional to what is
+// due and in flight, not to what is stored.
 //
 // Deletes and attempt counts go through a batched writer (the deleter) and are
 // committed without fsync: losing them in a crash only causes a redelivery,

@@ -12,6 +12,105 @@ import (
 	"natsdelay/keys"
 )
 
+// frontierCap bounds the topics in the due heap that the due index may
+// add to: past it, the frontier waits for the heap to drain, so a backlog
+// of many subjects due at once (after an outage, say) is taken a slice at a
+// time and never held in memory whole.
+func (d *Dispatcher) frontierCap() int { return 2 * d.cfg.PassLimit }
+
+// dueNowLocked counts the topics in the due heap that are due at now, up
+// to limit, visiting only those: by the heap order, the children of a
+// topic not yet due are not due either. Topics backing off wait in the
+// heap without counting, so subjects nobody listens to cannot stop the
+// frontier. mu must be held.
+func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
+	h := d.mu.due
+	n := 0
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(h) || n >= limit || h[i].next > now {
+			return
+		}
+		n++
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return n
+}
+
+// advanceFrontier reads the due index from the frontier to the current
+// time bucket and puts the topic of each entry in the due heap at the
+// entry's time, up to frontierCap topics due now, then moves the frontier
+// past what it read. It replaces a heap of every subject's next message:
+// only subjects with something due, in flight or backing off are in
+// memory, and a pass reads only entries it had not read before. Entries
+// whose message was delivered since (its topic's scan took it with the
+// earlier ones) cost an empty scan of their topic.
+func (d *Dispatcher) advanceFrontier(now int64) {
+	maxBucket := keys.Bucket(now/int64(time.Millisecond), d.bucketMs)
+	d.mu.Lock()
+	// NB: set before any scan of this pass, so that Notify sends a
+	// message within the range scanned to its topic, and one beyond it
+	// to the frontier (see Notify).
+	d.mu.scannedUpTo = max(d.mu.scannedUpTo, maxBucket+1)
+	room := d.frontierCap() - d.dueNowLocked(now, d.frontierCap())
+	if d.mu.frontierNext > now || room <= 0 {
+		d.mu.Unlock()
+		return
+	}
+	var from *keys.Key
+	if d.mu.frontier != nil {
+		k := *d.mu.frontier
+		from = &k
+	}
+	// Notify lowers it during the read for messages committed meanwhile.
+	d.mu.frontierNext = never
+	d.mu.Unlock()
+
+	limit := min(room, d.cfg.PassLimit)
+	found := make([]keys.Key, 0, min(limit, 256))
+	// NB: one read, unbounded above, that stops at the first entry not
+	// yet due: that entry's time is when to read again, so no second
+	// seek is needed to find it.
+	next := int64(never)
+	err := d.repo.ScanDue(from, math.MaxUint64, func(k keys.Key) bool {
+		if k.Bucket() > maxBucket {
+			next = msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs))
+			return false
+		}
+		if len(found) == limit {
+			next = now // more is due: read on at the next pass
+			return false
+		}
+		found = append(found, k)
+		return true
+	})
+	last := from
+	if len(found) > 0 {
+		last = &found[len(found)-1]
+	}
+	if err != nil {
+		d.log.Warn("reading the due index", "err", err)
+		next = after(now, d.cfg.NoRespondersBackoff)
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range found {
+		t := d.topicLocked(k.TopicHash())
+		at := max(msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)), t.blockedUntil)
+		if t.idx < 0 || at < t.next {
+			d.mu.due.schedule(t, at)
+		}
+	}
+	if last != nil {
+		k := *last
+		d.mu.frontier = &k
+	}
+	d.mu.frontierNext = min(d.mu.frontierNext, next)
+}
+
 // scan reads topic t from its cursor to the due bound, registers up to limit
 // due messages as flights and appends them to out. It returns how many it
 // took and whether that one is a probe, and puts t back in the due heap at
@@ -88,15 +187,12 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		})
 	}
 
+	// NB: no seek past the due range for the topic's next message: the
+	// due index brings that to the topic when it is due (advanceFrontier),
+	// so a topic with nothing due now leaves memory at the next pass.
 	next := notDue
 	if full {
 		next = now
-	} else if next == never {
-		// One seek past the due range finds when the next message is due.
-		_ = d.repo.ScanTopic(t.hash, upper, nil, func(k keys.Key, m *delaystore.StoredMessage) bool {
-			next = d.scannableAt(k, m.FireAtNs)
-			return false
-		})
 	}
 
 	d.mu.Lock()

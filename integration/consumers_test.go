@@ -170,7 +170,7 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 		}
 		return nil
 	})
-	if n := h.svc.Repository().PendingFor("consumers.c"); n != nC {
+	if n, _ := h.svc.Repository().PendingFor("consumers.c"); n != nC {
 		t.Fatalf("pending for C = %d while nobody listens, want %d", n, nC)
 	}
 
@@ -249,10 +249,10 @@ watch:
 	muC.Unlock()
 	// Everything ACKed is gone: what is left is A's and B's.
 	checkFor(t, 3*wait, 20*time.Millisecond, func() error {
-		if n := h.svc.Repository().PendingFor("consumers.c"); n != 0 {
+		if n, _ := h.svc.Repository().PendingFor("consumers.c"); n != 0 {
 			return fmt.Errorf("pending for C = %d after all were delivered and ACKed", n)
 		}
-		if n := h.svc.Repository().PendingFor("consumers.d"); n != 0 {
+		if n, _ := h.svc.Repository().PendingFor("consumers.d"); n != 0 {
 			return fmt.Errorf("pending for D = %d after all were delivered and ACKed", n)
 		}
 		return nil

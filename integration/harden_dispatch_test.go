@@ -151,7 +151,7 @@ func TestWindow_Full_LongNaksDoNotStarveOthers(t *testing.T) {
 	if d, _ := naked.counts(); d > stuck {
 		t.Fatalf("%d deliveries of %d messages NAKed for an hour: some came back early", d, stuck)
 	}
-	if p := h.svc.Repository().PendingFor("win.longnak.0"); p != stuck {
+	if p, _ := h.svc.Repository().PendingFor("win.longnak.0"); p != stuck {
 		t.Fatalf("pending on the NAKing subject = %d, want %d", p, stuck)
 	}
 }

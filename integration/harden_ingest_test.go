@@ -176,7 +176,7 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	if err := svc.Ready(); err != nil {
 		t.Fatalf("service not ready after the over-long message was due: %v", err)
 	}
-	if p := svc.Repository().PendingFor(subj); p != 1 {
+	if p, _ := svc.Repository().PendingFor(subj); p != 1 {
 		t.Fatalf("pending for the long subject = %d, want 1 (kept, not lost)", p)
 	}
 	// The way out is the API: LIST finds it, CANCEL removes it.

@@ -358,7 +358,11 @@ func checkCrashedStore(t *testing.T, eng, dir string, subjects []string) {
 	if got := repo.Pending(); got != uint64(stored) {
 		t.Errorf("pending count %d after the kill, but %d messages stored", got, stored)
 	}
-	for _, tp := range repo.Topics() {
+	topics, err := repo.Topics()
+	if err != nil {
+		t.Fatalf("read the subject registry after the kill: %v", err)
+	}
+	for _, tp := range topics {
 		if got := uint64(len(perSubject[tp.Subject])); tp.Pending != got {
 			t.Errorf("%s: pending count %d after the kill, but %d messages stored", tp.Subject, tp.Pending, got)
 		}

@@ -393,12 +393,17 @@ func (s *Service) List(subject string, from []byte, yield func(keys.Key, *delays
 	return nil
 }
 
-// Topics lists the subjects with pending messages, sorted by subject.
-func (s *Service) Topics() ([]delaystore.Topic, error) {
+// ScanTopics yields the subjects with pending messages and their counts,
+// in subject order, from the first at or after from ("" for all), until
+// yield returns false, reading the subject registry in the store.
+func (s *Service) ScanTopics(from string, yield func(delaystore.Topic) bool) error {
 	if err := s.downErr(); err != nil {
-		return nil, err
+		return err
 	}
-	return s.gen.Load().repo.Topics(), nil
+	if err := s.gen.Load().repo.ScanTopics(from, yield); err != nil {
+		return unavailable("listing subjects: %v", err)
+	}
+	return nil
 }
 
 // DueNow counts the pending messages of subject that are due now, exact to
@@ -415,33 +420,27 @@ func (s *Service) DueNow(subject string) (uint64, error) {
 	return n[0], nil
 }
 
-// Counts counts pending messages: the totals from the subject registry, and
-// those due now and within the next minute, hour and day by reading keys
-// only, one range per subject.
+// Counts counts pending messages: the totals kept in memory with the
+// subject registry, and those due now and within the next minute, hour
+// and day from the due counts kept per second in the store, plus the due
+// index entries of the partial second each window ends in. It reads no
+// message and nothing per subject, so it costs the same with one subject
+// or ten million.
 func (s *Service) Counts() (wire.Counts, error) {
 	if err := s.downErr(); err != nil {
 		return wire.Counts{}, err
 	}
 	g := s.gen.Load()
-	c := wire.Counts{Pending: g.repo.Pending(), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules()}
-	topics := g.repo.Topics()
-	c.Subjects = len(topics)
+	c := wire.Counts{Pending: g.repo.Pending(), Subjects: int(g.repo.Subjects()), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules()}
 	now := s.cfg.Now()
-	seen := make(map[uint64]bool, len(topics))
-	for _, t := range topics {
-		if seen[t.Hash] {
-			continue // subjects sharing a hash share a range
-		}
-		seen[t.Hash] = true
-		n, err := g.repo.CountDue(t.Hash, now.UnixMilli(), now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24*time.Hour).UnixMilli())
-		if err != nil {
-			return c, unavailable("counting messages: %v", err)
-		}
-		c.DueNow += n[0]
-		c.NextMinute += n[1] - n[0]
-		c.NextHour += n[2] - n[0]
-		c.NextDay += n[3] - n[0]
+	n, err := g.repo.CountDueAll(now.UnixMilli(), now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24*time.Hour).UnixMilli())
+	if err != nil {
+		return c, unavailable("counting messages: %v", err)
 	}
+	c.DueNow = n[0]
+	c.NextMinute = n[1] - n[0]
+	c.NextHour = n[2] - n[0]
+	c.NextDay = n[3] - n[0]
 	return c, nil
 }
 

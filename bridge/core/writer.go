@@ -140,6 +140,11 @@ func (w *writer) run() {
 		}
 		w.commit(batch)
 		w.release(bytes)
+		// NB: the array is reused, and its entries past the next batch's
+		// length would otherwise keep messages and their requests alive
+		// after they were answered: up to a whole batch of them, after
+		// traffic stopped.
+		clear(batch)
 	}
 }
 

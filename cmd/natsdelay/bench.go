@@ -24,6 +24,7 @@ type benchCmd struct {
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
 	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves and recurring; default all." placeholder:"PHASE,..."`
+	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale and waves phases run (default this one), to measure another version with the same bench." placeholder:"FILE"`
 	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
@@ -163,6 +164,9 @@ func (c *benchCmd) Run(e *env) (err error) {
 	// binary, so the memory it reports is natsdelay's alone.
 	if exe, err := os.Executable(); err == nil {
 		cfg.ServiceCommand = []string{exe, "serve"}
+	}
+	if c.ServeBinary != "" {
+		cfg.ServiceCommand = []string{c.ServeBinary, "serve"}
 	}
 	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr

@@ -110,6 +110,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		}
 		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
 		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
+		p("INFO ms, slowest of 3\t%s\t%s\t\t", dec(s.InfoEmptyMs), dec(s.InfoMs))
 		p("due set of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
 		p("lateness p99 ms\t%s\t%s\t\t", dec(s.DueEmpty.P99Ms), dec(s.DuePending.P99Ms))
 		p("lateness max ms\t%s\t%s\t\t", dec(s.DueEmpty.MaxMs), dec(s.DuePending.MaxMs))

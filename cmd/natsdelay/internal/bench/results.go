@@ -145,14 +145,18 @@ type ScaleResult struct {
 	// OwnProcess tells whether natsdelay ran in a process of its own, so
 	// the RSS figures are its alone, or in the bench process with the
 	// nats-server and the clients.
-	OwnProcess bool       `json:"own_process"`
-	RSSBytes   int64      `json:"rss_bytes"`
-	RSSPeak    int64      `json:"rss_peak_bytes"`
-	RSSEmpty   int64      `json:"rss_bytes_before_fill"`
-	DiskBytes  int64      `json:"disk_bytes"`
-	RestartMs  float64    `json:"restart_to_first_delivery_ms"`
-	DueEmpty   FireResult `json:"due_with_none_pending"`
-	DuePending FireResult `json:"due_with_pending"`
+	OwnProcess bool    `json:"own_process"`
+	RSSBytes   int64   `json:"rss_bytes"`
+	RSSPeak    int64   `json:"rss_peak_bytes"`
+	RSSEmpty   int64   `json:"rss_bytes_before_fill"`
+	DiskBytes  int64   `json:"disk_bytes"`
+	RestartMs  float64 `json:"restart_to_first_delivery_ms"`
+	// InfoEmptyMs and InfoMs are how long an INFO request took before
+	// and after the fill, the slowest of three.
+	InfoEmptyMs float64    `json:"info_ms_before_fill"`
+	InfoMs      float64    `json:"info_ms"`
+	DueEmpty    FireResult `json:"due_with_none_pending"`
+	DuePending  FireResult `json:"due_with_pending"`
 }
 
 // ExpiryResult is how fast the janitor removes expired messages.

@@ -34,6 +34,9 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 		return nil, nil, err
 	}
 	sr.RSSEmpty = sr.MemEmpty.RSSBytes
+	if sr.InfoEmptyMs, err = e.timeInfo(); err != nil {
+		return nil, nil, err
+	}
 
 	if sr.DueEmpty, err = e.dueSet(e.plain + ".due0"); err != nil {
 		return nil, nil, err
@@ -61,6 +64,9 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 		return nil, nil, err
 	}
 	sr.RSSBytes, sr.RSSPeak = d.rss()
+	if sr.InfoMs, err = e.timeInfo(); err != nil {
+		return nil, nil, err
+	}
 	if sr.DiskBytes, err = du(dir); err != nil {
 		return nil, nil, err
 	}
@@ -102,6 +108,26 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 
 	er, err = e.expiry(d)
 	return sr, er, err
+}
+
+// timeInfo asks natsdelay for INFO three times and returns the slowest
+// answer's round trip in milliseconds: INFO counts what is pending and due,
+// and its cost is what a monitoring poll pays.
+func (e *env) timeInfo() (float64, error) {
+	var slowest time.Duration
+	for range 3 {
+		t0 := time.Now()
+		rep, err := e.conns[0].Request(e.api+"."+wire.VerbInfo, nil, e.cfg.Timeout)
+		el := time.Since(t0)
+		if err == nil {
+			err = wire.ParseError(rep.Header, rep.Data)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bench: INFO: %w", err)
+		}
+		slowest = max(slowest, el)
+	}
+	return ms(slowest), nil
 }
 
 // futureSubject is the subject of pending message i of the scale fill:

@@ -36,7 +36,8 @@ type service interface {
 }
 
 func (d *delay) hasPending(subject string) (bool, error) {
-	return d.svc.Repository().PendingFor(subject) > 0, nil
+	n, err := d.svc.Repository().PendingFor(subject)
+	return n > 0, err
 }
 
 func (d *delay) pending() (uint64, error) { return d.svc.Repository().Pending(), nil }
