@@ -29,7 +29,8 @@ const defaultDataDir = "./natsdelay-data"
 // serveCmd runs the service. The vars set on it in cli give the shared
 // --nats flag an empty default, which means "embed a nats-server".
 type serveCmd struct {
-	connFlags `embed:""`
+	connFlags    `embed:""`
+	clusterFlags `embed:""`
 
 	// NB: no default in the tag, so that check can tell --nats-listen given
 	// alongside --nats; listen applies the default.
@@ -97,6 +98,7 @@ func (c *serveCmd) check() error {
 			p.add("--data-dir %q: is a file: want a directory", c.DataDir)
 		}
 	}
+	c.checkCluster(&p, c.Engine, c.embedded())
 	checkHTTP(&p, c.HTTP)
 	if c.PProf && c.HTTP == "" {
 		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
@@ -281,7 +283,11 @@ func (c *serveCmd) connectOrEmbed(log *slog.Logger, extra ...nats.Option) (srv *
 		}
 		return nil, nc, nc.ConnectedUrlRedacted(), nil
 	}
-	if srv, err = startEmbedded(c.listen(), log); err != nil {
+	rc := embeddedRoutes{name: c.NATSClusterName, listen: c.NATSClusterListen, routes: c.NATSRoutes, serverName: "natsdelay-" + c.NATSClusterListen}
+	if c.NodeID != "" {
+		rc.serverName = "natsdelay-" + c.NodeID
+	}
+	if srv, err = startEmbedded(c.listen(), log, rc); err != nil {
 		return nil, nil, "", err
 	}
 	url = embeddedURL(srv)
