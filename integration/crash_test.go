@@ -69,6 +69,15 @@ func startProcess(t *testing.T, bin, url, dir string, args ...string) *servicePr
 // environment, and waits until it says it is ready.
 func launch(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
 	t.Helper()
+	p := spawn(t, bin, env, args...)
+	p.waitReady(t)
+	return p
+}
+
+// spawn runs the binary with args and env added to the test's
+// environment, without waiting for it: see waitReady.
+func spawn(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -96,15 +105,21 @@ func launch(t *testing.T, bin string, env []string, args ...string) *serviceProc
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
+	return p
+}
+
+// waitReady waits until the process says it is ready, and fails the test
+// if it exits first or takes a minute.
+func (p *serviceProcess) waitReady(t *testing.T) {
+	t.Helper()
 	select {
 	case <-p.ready:
 	case <-p.done:
 		t.Fatalf("natsdelay exited before it was ready:\n%s", p.output())
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		t.Fatalf("natsdelay not ready:\n%s", p.output())
 	}
-	return p
 }
 
 func (p *serviceProcess) output() string {

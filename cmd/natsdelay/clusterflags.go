@@ -6,15 +6,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clusterFlags are serve's flags for running as a node of a cluster, and
 // for letting its embedded nats-server route to the others' servers.
 type clusterFlags struct {
-	ClusterListen    string   `name:"cluster-listen" help:"Run as a node of a cluster: the address of this node's Raft transport, bound and, unless --cluster-advertise says otherwise, the address the others reach it at." placeholder:"HOST:PORT" group:"Cluster"`
-	ClusterAdvertise string   `name:"cluster-advertise" help:"The address the other nodes reach this one at, when --cluster-listen binds another (0.0.0.0:7000, say)." placeholder:"HOST:PORT" group:"Cluster"`
-	ClusterPeers     []string `name:"cluster-peers" help:"Every member's cluster address, this node's own included; a fresh cluster starts once all answer." placeholder:"HOST:PORT" group:"Cluster"`
-	NodeID           string   `name:"node-id" help:"This node's id, unique in the cluster and never reused for another data dir." placeholder:"NAME" group:"Cluster"`
+	ClusterListen    string        `name:"cluster-listen" help:"Run as a node of a cluster: the address of this node's Raft transport, bound and, unless --cluster-advertise says otherwise, the address the others reach it at." placeholder:"HOST:PORT" group:"Cluster"`
+	ClusterAdvertise string        `name:"cluster-advertise" help:"The address the other nodes reach this one at, when --cluster-listen binds another (0.0.0.0:7000, say)." placeholder:"HOST:PORT" group:"Cluster"`
+	ClusterPeers     []string      `name:"cluster-peers" help:"Every member's cluster address, this node's own included; a fresh cluster starts once all answer." placeholder:"HOST:PORT" group:"Cluster"`
+	ClusterJoin      bool          `name:"cluster-join" help:"Join the cluster the peers already form instead of bootstrapping one: for a new node with an empty data dir, added with natsdelay cluster add." group:"Cluster"`
+	ClusterTimeout   time.Duration `name:"cluster-timeout" help:"How long a follower goes without hearing from the leader before it calls an election; a leader that hears from no quorum for half of it steps down. A failover takes about one to two of it." default:"1s" group:"Cluster"`
+	NodeID           string        `name:"node-id" help:"This node's id, unique in the cluster and never reused for another data dir." placeholder:"NAME" group:"Cluster"`
 
 	NATSClusterListen string   `name:"nats-cluster-listen" help:"Let the embedded nats-server take routes from other servers on this address, making one NATS cluster with them." placeholder:"HOST:PORT" group:"Cluster"`
 	NATSRoutes        []string `name:"nats-routes" help:"The route URLs of the other embedded nats-servers, such as nats://b:6222,nats://c:6222." placeholder:"URL" group:"Cluster"`
@@ -23,7 +26,7 @@ type clusterFlags struct {
 
 // clustered reports whether serve runs as a node of a cluster.
 func (c *clusterFlags) clustered() bool {
-	return c.ClusterListen != "" || len(c.ClusterPeers) > 0 || c.NodeID != "" || c.ClusterAdvertise != ""
+	return c.ClusterListen != "" || len(c.ClusterPeers) > 0 || c.NodeID != "" || c.ClusterAdvertise != "" || c.ClusterJoin
 }
 
 // advertised is the address the other nodes reach this one at.
@@ -75,6 +78,9 @@ func (c *clusterFlags) checkCluster(p *problems, engine string, embedded bool) {
 		}
 	} else if h, _, err := net.SplitHostPort(c.ClusterListen); err == nil && unspecified(h) {
 		p.add("--cluster-listen %q binds every interface: give --cluster-advertise, the address the other nodes reach this one at", c.ClusterListen)
+	}
+	if c.ClusterTimeout < 50*time.Millisecond {
+		p.add("--cluster-timeout %v: want at least 50ms: shorter, a busy node misses heartbeats and the cluster keeps electing", c.ClusterTimeout)
 	}
 	if c.NodeID == "" {
 		p.add(`--node-id "": a node of a cluster needs an id, unique in the cluster, such as its host name`)

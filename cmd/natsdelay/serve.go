@@ -223,7 +223,8 @@ func (c *serveCmd) Run(e *env) error {
 		}
 		stopHTTP()
 	}
-	st, err := openStore(c.Engine, c.DataDir, log)
+	clustered := c.clustered()
+	st, err := openStore(c.Engine, c.DataDir, log, clustered)
 	if err != nil {
 		stopNATS()
 		return err
@@ -234,7 +235,7 @@ func (c *serveCmd) Run(e *env) error {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
 		// writes again. NB: not in memory, where a reopen starts empty.
-		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log) }
+		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log, false) }
 	}
 	c.apply(&cfg)
 	svc, err := bridge.New(cfg)
@@ -323,9 +324,12 @@ func exitOnSecondSignal(done <-chan struct{}, log *slog.Logger) {
 
 // openStore opens the engine named by --engine. A data dir that holds the
 // other engine's store is a usage error: opening it would start empty and
-// leave the messages there undelivered.
-func openStore(name, dir string, log *slog.Logger) (delaystore.Store, error) {
-	st, err := engine.Open(engine.Config{Engine: name, Dir: dir, Logger: log})
+// leave the messages there undelivered. In a cluster Pebble runs with its
+// WAL off: the Raft log is the WAL, and the node replays it into the store.
+func openStore(name, dir string, log *slog.Logger, clustered bool) (delaystore.Store, error) {
+	ec := engine.Config{Engine: name, Dir: dir, Logger: log}
+	ec.Pebble.DisableWAL = clustered
+	st, err := engine.Open(ec)
 	switch {
 	case errors.Is(err, delaystore.ErrInvalidConfig):
 		return nil, usagef("--engine %s --data-dir %s: %v", name, dir, err)
