@@ -1,0 +1,380 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/wire"
+)
+
+// clusterTimeout is the --cluster-timeout of the test clusters: short, so
+// that a failover takes about a second, yet long enough that busy race
+// builds on two cores do not keep electing.
+const clusterTimeout = "500ms"
+
+// clusterChild is one node of a cluster of child processes.
+type clusterChild struct {
+	id     string
+	dir    string
+	listen string // --cluster-listen
+	addr   string // the address the others reach it at: listen, or a proxy
+	proc   *serviceProcess
+}
+
+// processCluster is a cluster of natsdelay serve child processes over one
+// NATS server.
+type processCluster struct {
+	t     *testing.T
+	bin   string
+	url   string
+	nodes []*clusterChild
+	extra []string // more serve flags for every node
+}
+
+// freeAddrs returns n loopback addresses with ports free now.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	return out
+}
+
+// newProcessCluster lays out n nodes; addrs, if not nil, are the
+// addresses the nodes reach each other at (proxies), else their listen
+// addresses. Nothing runs until start.
+func newProcessCluster(t *testing.T, bin, url string, n int, addrs []string) *processCluster {
+	t.Helper()
+	c := &processCluster{t: t, bin: bin, url: url}
+	listens := freeAddrs(t, n)
+	for i := range n {
+		node := &clusterChild{id: fmt.Sprintf("node%c", 'a'+i), dir: t.TempDir(), listen: listens[i], addr: listens[i]}
+		if addrs != nil {
+			node.addr = addrs[i]
+		}
+		c.nodes = append(c.nodes, node)
+	}
+	t.Cleanup(func() {
+		for _, node := range c.nodes {
+			if node.proc != nil {
+				node.proc.kill(t)
+			}
+		}
+	})
+	return c
+}
+
+func (c *processCluster) peers() string {
+	var ps []string
+	for _, n := range c.nodes {
+		ps = append(ps, n.addr)
+	}
+	return strings.Join(ps, ",")
+}
+
+func (c *processCluster) args(n *clusterChild) []string {
+	args := []string{"serve", "--nats", c.url, "--data-dir", n.dir, "--engine", "pebble", "--ack-wait", "1s",
+		"--cluster-listen", n.listen, "--cluster-peers", c.peers(), "--node-id", n.id, "--cluster-timeout", clusterTimeout}
+	if n.addr != n.listen {
+		args = append(args, "--cluster-advertise", n.addr)
+	}
+	return append(args, c.extra...)
+}
+
+// startAll starts every node at once (a fresh cluster bootstraps only once
+// every peer answers) and waits until each is ready.
+func (c *processCluster) startAll() {
+	for _, n := range c.nodes {
+		n.proc = spawn(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+	}
+	for _, n := range c.nodes {
+		n.proc.waitReady(c.t)
+	}
+}
+
+// restart starts n again on its data dir and waits until it is ready.
+func (c *processCluster) restart(n *clusterChild) {
+	n.proc = launch(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+}
+
+func (c *processCluster) node(id string) *clusterChild {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// gatherStatus asks every node for its status over NATS, as natsdelay
+// cluster status does, and returns the answers that came within wait.
+func gatherStatus(nc *nats.Conn, wait time.Duration, want int) map[string]wire.NodeStatus {
+	got := map[string]wire.NodeStatus{}
+	inbox := nc.NewInbox()
+	ch := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return got
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(wire.DefaultAPIPrefix+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+		return got
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(got) < want {
+		select {
+		case m := <-ch:
+			var st wire.NodeStatus
+			if json.Unmarshal(m.Data, &st) == nil && st.ID != "" {
+				got[st.ID] = st
+			}
+		case <-timer.C:
+			return got
+		}
+	}
+	return got
+}
+
+// waitLeader waits until the nodes that answer agree on one leader other
+// than not (if set), among at least quorum answers, and that leader
+// answers INFO; it returns the leader's id.
+func (c *processCluster) waitLeader(nc *nats.Conn, not string) string {
+	c.t.Helper()
+	var leader string
+	checkFor(c.t, 60*time.Second, 20*time.Millisecond, func() error {
+		sts := gatherStatus(nc, 300*time.Millisecond, len(c.nodes))
+		leaders := map[string]bool{}
+		for _, st := range sts {
+			if st.Role == wire.RoleLeader {
+				leaders[st.ID] = true
+			}
+		}
+		if len(leaders) != 1 || len(sts) < len(c.nodes)/2+1 {
+			return fmt.Errorf("%d nodes answered, leaders %v", len(sts), leaders)
+		}
+		for id := range leaders {
+			leader = id
+		}
+		if leader == not {
+			return fmt.Errorf("%s still leads", not)
+		}
+		if _, err := pendingCount(nc); err != nil {
+			return fmt.Errorf("leader %s does not answer INFO yet: %v", leader, err)
+		}
+		return nil
+	})
+	return leader
+}
+
+// clusterKills is how many times the process cluster test kills the
+// leader: at least 10 in make test, 100 in make soak.
+func clusterKills() int {
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		return 100
+	}
+	return 10
+}
+
+// TestClusterProcess_KillLeader_NothingAcknowledgedLost runs three real
+// natsdelay serve processes as a cluster over one NATS server and
+// SIGKILLs the leader again and again while publishers schedule and a
+// consumer ACKs, NAKs or ignores deliveries; the killed node is restarted
+// on its data dir each time and rejoins. It checks the guarantees of a
+// cluster: every message whose ingest was acknowledged is delivered (a
+// quorum had it, and the new leader delivers it), none before its fire
+// time, no event ID is ever given to two messages (the new leader's IDs
+// come after every ID committed), and nothing stays pending once all is
+// ACKed.
+func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	start := time.Now()
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+
+	const subject = "clusterkill"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 40
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(7, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			select {
+			case tokens <- ingestToken{}:
+			default:
+			}
+		}
+	}
+	waitFor := func(what string, counter *atomic.Int64, n int64) {
+		base := counter.Load()
+		checkFor(t, 60*time.Second, 2*time.Millisecond, func() error {
+			if got := counter.Load() - base; got < n {
+				return fmt.Errorf("%s: %d of %d since the round started", what, got, n)
+			}
+			return nil
+		})
+	}
+
+	r := rand.New(rand.NewPCG(7, 99))
+	kills := clusterKills()
+	var failovers []time.Duration
+	for round := range kills {
+		feed(perRound)
+		// Kill while requests wait for their quorum and deliveries go out.
+		waitFor("ingest replies", &l.replies, int64(perRound/4))
+		time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+		victim := c.node(leader)
+		l.setDown()
+		killed := time.Now()
+		victim.proc.kill(t)
+		victim.proc = nil
+		leader = c.waitLeader(consumer, victim.id)
+		failovers = append(failovers, time.Since(killed))
+		l.setUp()
+		c.restart(victim)
+		t.Logf("round %d: killed leader %s after %d acknowledged, %d delivered; %s leads", round+1, victim.id, l.replies.Load(), l.recv.Load(), leader)
+	}
+	feed(perRound)
+	waitFor("ingest replies after the last kill", &l.replies, int64(perRound/4))
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("leader kills survived: %d, acknowledged messages checked: %d, messages delivered: %d, deliveries: %d, "+
+		"redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, failovers (kill to a serving leader seen) %v, in %v",
+		kills, len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
+		failovers, time.Since(start).Round(time.Millisecond))
+}
+
+// TestClusterProcess_BadCluster_RefusedAtStart checks that a node whose
+// configuration cannot make one cluster with its peers stops at start
+// with a usage error (exit code 2) that says why, rather than start a
+// second cluster beside the first: a node whose id another node has, and
+// a node started on the data dir of another cluster.
+func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+	nc := connect(t, srv)
+	c.waitLeader(nc, "")
+
+	t.Run("duplicate id", func(t *testing.T) {
+		// A fourth node that calls itself nodea, listing the cluster's
+		// members: nodea answers with the same id.
+		dup := &clusterChild{id: "nodea", dir: t.TempDir(), listen: freeAddrs(t, 1)[0]}
+		dup.addr = dup.listen
+		peers := c.peers() + "," + dup.addr
+		args := []string{"serve", "--nats", c.url, "--data-dir", dup.dir, "--engine", "pebble",
+			"--cluster-listen", dup.listen, "--cluster-peers", peers, "--node-id", dup.id, "--cluster-timeout", clusterTimeout}
+		code, out := runToExit(t, bin, args...)
+		if code != 2 || !strings.Contains(out, "nodea") {
+			t.Fatalf("exit %d, want 2 naming the duplicate id:\n%s", code, out)
+		}
+	})
+	t.Run("data dir of another cluster", func(t *testing.T) {
+		// nodeb's data dir, stopped, given to a node of a one-node cluster
+		// of its own.
+		b := c.node("nodeb")
+		b.proc.stop(t)
+		b.proc = nil
+		self := freeAddrs(t, 1)[0]
+		args := []string{"serve", "--nats", c.url, "--data-dir", b.dir, "--engine", "pebble",
+			"--cluster-listen", self, "--cluster-peers", self, "--node-id", "nodeb", "--cluster-timeout", clusterTimeout}
+		code, out := runToExit(t, bin, args...)
+		if code != 2 {
+			t.Fatalf("exit %d, want 2:\n%s", code, out)
+		}
+		c.restart(b)
+	})
+	// The cluster is still one: one leader that every member follows.
+	c.waitLeader(nc, "")
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+}
+
+// runToExit runs the binary to its end and returns its exit code and
+// output; a minute at most.
+func runToExit(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	p := spawn(t, bin, []string{"NATSDELAY_HTTP="}, args...)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.kill(t)
+		t.Fatalf("natsdelay %s did not exit:\n%s", strings.Join(args, " "), p.output())
+	}
+	err := p.cmd.Wait()
+	code := 0
+	if err != nil {
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		} else {
+			t.Fatal(err)
+		}
+	}
+	return code, p.output()
+}
+
