@@ -1,0 +1,181 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
+)
+
+// store is the replicated delaystore.Store of a node: reads go to the local
+// store, commits through Raft. Each Node.Store call returns a new one, so
+// that closing one (as the service does when it stops serving) closes that
+// handle only.
+type store struct {
+	n    *Node
+	gate *gate.Gate[*iterator]
+}
+
+var _ delaystore.Store = (*store)(nil)
+
+// Get reads the local store.
+func (s *store) Get(key []byte) ([]byte, error) {
+	var v []byte
+	err := s.gate.Call(func() (err error) {
+		v, err = s.n.local.Get(key)
+		return err
+	})
+	return v, err
+}
+
+// NewBatch starts a batch whose Commit replicates it.
+func (s *store) NewBatch() delaystore.Batch {
+	return &batch{s: s, cmd: newCommand()}
+}
+
+// NewIter opens an iterator on the local store.
+func (s *store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
+	return s.gate.Iter(func() (*iterator, bool, error) {
+		it, err := s.n.local.NewIter(opts)
+		if err != nil {
+			return nil, false, err
+		}
+		return &iterator{Iterator: it, s: s}, true, nil
+	})
+}
+
+// Scan scans the local store.
+func (s *store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
+	return s.gate.Call(func() error { return s.n.local.Scan(opts, yield) })
+}
+
+// Flush does nothing: a committed batch is already durable, in the Raft log
+// of a quorum.
+func (s *store) Flush() error {
+	return s.gate.Call(func() error { return nil })
+}
+
+// Close closes this handle: later calls return delaystore.ErrClosed, and
+// iterators still open are closed and reported. It waits for calls in
+// flight. It does not stop the node.
+func (s *store) Close() error {
+	leaked, _, ok := s.gate.Close()
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for it := range leaked {
+		errs = append(errs, it.Iterator.Close())
+	}
+	if n := len(leaked); n > 0 {
+		errs = append(errs, fmt.Errorf("raftstore: close: %d iterators still open", n))
+	}
+	return errors.Join(errs...)
+}
+
+type iterator struct {
+	delaystore.Iterator
+	s      *store
+	closed bool
+}
+
+func (it *iterator) Close() error {
+	if it.closed {
+		return nil
+	}
+	it.closed = true
+	it.s.gate.Forget(it)
+	return it.Iterator.Close()
+}
+
+// batch collects operations encoded as one Raft log entry.
+type batch struct {
+	s         *store
+	cmd       command
+	committed bool
+	closed    bool
+}
+
+func (b *batch) Set(key, value []byte) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	return b.cmd.set(key, value)
+}
+
+func (b *batch) Delete(key []byte) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	return b.cmd.delete(key)
+}
+
+func (b *batch) Len() int { return b.cmd.n }
+
+func (b *batch) usable() error {
+	switch {
+	case b.closed:
+		return delaystore.ErrClosed
+	case b.committed:
+		return delaystore.ErrBatchCommitted
+	}
+	return nil
+}
+
+// Commit replicates the batch as one log entry and returns once a quorum
+// stored it and this node applied it to its local store. The sync mode is
+// moot: the Raft log of every node syncs each entry. It returns an error
+// wrapping ErrNotLeader if this node is not the leader or lost leadership
+// before the entry committed (it may still commit), one wrapping
+// delaystore.ErrFailed if the node could not apply it, and
+// delaystore.ErrClosed once the node or this store is closed.
+func (b *batch) Commit(delaystore.SyncMode) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	b.committed = true
+	return b.s.gate.Call(func() error {
+		if b.cmd.n == 0 {
+			return nil
+		}
+		return b.s.n.apply(b.cmd.bytes())
+	})
+}
+
+func (b *batch) Close() error {
+	b.closed = true
+	b.cmd = command{}
+	return nil
+}
+
+// apply proposes one entry and waits for it to be committed and applied.
+func (n *Node) apply(entry []byte) error {
+	// No enqueue timeout: the future resolves when the entry is applied,
+	// when leadership is lost, or when Raft shuts down.
+	f := n.raft.Apply(entry, 0)
+	if err := f.Error(); err != nil {
+		return n.raftError("commit", err)
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return fmt.Errorf("raftstore: commit: %w", err)
+	}
+	return nil
+}
+
+// raftError maps Raft's errors to the package's.
+func (n *Node) raftError(op string, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %s: %w", ErrNotLeader, op, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		if ferr := n.fsm.err(); ferr != nil {
+			return fmt.Errorf("raftstore: %s: %w", op, ferr)
+		}
+		return fmt.Errorf("raftstore: %s: %w: %w", op, delaystore.ErrClosed, err)
+	}
+	return fmt.Errorf("raftstore: %s: %w", op, err)
+}
