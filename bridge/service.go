@@ -374,7 +374,11 @@ func (s *Service) Ready() error {
 	if s.cfg.Cluster != nil && !s.Leader() {
 		// NB: a follower is healthy: it replicates, and answers its
 		// status; it just does not serve. Leader tells them apart.
-		if role := s.cfg.Cluster.Status().Role; role == wire.RoleShutdown {
+		st := s.cfg.Cluster.Status()
+		switch {
+		case st.Err != "":
+			return unavailable("cluster node stopped: %s", st.Err)
+		case st.Role == wire.RoleShutdown:
 			return unavailable("cluster node shut down")
 		}
 		return nil

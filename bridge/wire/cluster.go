@@ -27,6 +27,9 @@ type NodeStatus struct {
 	LastSnapshotIndex uint64 `json:"last_snapshot_index"`
 	// Peers is the configuration this node knows: every member.
 	Peers []ClusterPeer `json:"peers"`
+	// Err says why the node stopped, when it could not apply the log;
+	// empty otherwise.
+	Err string `json:"err,omitempty"`
 }
 
 // ClusterPeer is one member of a cluster's configuration.

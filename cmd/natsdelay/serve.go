@@ -231,7 +231,34 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	cfg := bridge.Config{Conn: nc, Registerer: reg}
 	cfg.Store, cfg.Logger = st, log
-	if c.Engine != engine.Memory {
+	// closeLocal closes what the service does not own in a cluster: the
+	// node, then the local store it applies to.
+	closeLocal := func() {}
+	if clustered {
+		node, err := c.openNode(ctx, dataDir, st, log)
+		if err != nil {
+			if cerr := st.Close(); cerr != nil {
+				log.Warn("closing the store", "err", cerr)
+			}
+			stopNATS()
+			return err
+		}
+		closeLocal = func() {
+			if err := node.Close(); err != nil {
+				log.Warn("stopping the cluster node", "err", err)
+			}
+			if err := st.Close(); err != nil {
+				log.Warn("closing the store", "err", err)
+			}
+		}
+		// NB: the service suspends its core while this node follows,
+		// closing the store it holds, and resumes on the replicated store
+		// again when it leads: Close of node.Store() leaves the node and
+		// the local store running.
+		cfg.Store = node.Store()
+		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
+		cfg.Cluster = bridge.RaftCluster(node)
+	} else if c.Engine != engine.Memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
 		// writes again. NB: not in memory, where a reopen starts empty.
@@ -240,6 +267,7 @@ func (c *serveCmd) Run(e *env) error {
 	c.apply(&cfg)
 	svc, err := bridge.New(cfg)
 	if err != nil {
+		closeLocal()
 		stopNATS()
 		return fmt.Errorf("start the service: %w", err)
 	}
@@ -263,6 +291,7 @@ func (c *serveCmd) Run(e *env) error {
 	stop()
 	log.Info("natsdelay stopping")
 	err = svc.Close()
+	closeLocal()
 	stopNATS()
 	if lostErr != nil {
 		return errors.Join(fmt.Errorf("the NATS connection closed for good: %w", lostErr), err)
