@@ -29,14 +29,15 @@ vet:
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
 
-# The crash-loop, NATS-outage and adversarial tests at soak size (200 kills
-# per engine; 30,000 good messages beside 60 s of hostile traffic).
+# The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
+# soak size (200 kills per engine, 100 leader kills; 30,000 good messages
+# beside 60 s of hostile traffic).
 # NB: the adversarial mix runs without the race detector here: at soak
 # size its volume is what matters, and under the race detector the store
 # cannot keep up on two cores. make test runs it with the race detector at
 # its quick size.
 soak:
-	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage' ./integration
+	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader' ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
 
 bench:

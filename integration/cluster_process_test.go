@@ -328,24 +328,23 @@ func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
 		args := []string{"serve", "--nats", c.url, "--data-dir", dup.dir, "--engine", "pebble",
 			"--cluster-listen", dup.listen, "--cluster-peers", peers, "--node-id", dup.id, "--cluster-timeout", clusterTimeout}
 		code, out := runToExit(t, bin, args...)
-		if code != 2 || !strings.Contains(out, "nodea") {
+		if code != 2 || !strings.Contains(out, `"nodea"`) {
 			t.Fatalf("exit %d, want 2 naming the duplicate id:\n%s", code, out)
 		}
+		t.Logf("refused: %s", lastLine(out))
 	})
 	t.Run("data dir of another cluster", func(t *testing.T) {
-		// nodeb's data dir, stopped, given to a node of a one-node cluster
-		// of its own.
-		b := c.node("nodeb")
-		b.proc.stop(t)
-		b.proc = nil
-		self := freeAddrs(t, 1)[0]
-		args := []string{"serve", "--nats", c.url, "--data-dir", b.dir, "--engine", "pebble",
-			"--cluster-listen", self, "--cluster-peers", self, "--node-id", "nodeb", "--cluster-timeout", clusterTimeout}
-		code, out := runToExit(t, bin, args...)
-		if code != 2 {
-			t.Fatalf("exit %d, want 2:\n%s", code, out)
+		// A one-node cluster of its own, stopped; its data dir then given
+		// to a node that lists the first cluster's members as its peers.
+		self, dir := freeAddrs(t, 1)[0], t.TempDir()
+		base := []string{"serve", "--nats", c.url, "--data-dir", dir, "--engine", "pebble",
+			"--cluster-listen", self, "--node-id", "noded", "--cluster-timeout", clusterTimeout}
+		other := launch(t, bin, []string{"NATSDELAY_HTTP="}, append(base, "--cluster-peers", self)...)
+		other.stop(t)
+		code, out := runToExit(t, bin, append(base, "--cluster-peers", c.peers()+","+self)...)
+		if code != 2 || !strings.Contains(out, "belongs to cluster") {
+			t.Fatalf("exit %d, want 2 saying the peers belong to another cluster:\n%s", code, out)
 		}
-		c.restart(b)
 	})
 	// The cluster is still one: one leader that every member follows.
 	c.waitLeader(nc, "")
@@ -378,3 +377,10 @@ func runToExit(t *testing.T, bin string, args ...string) (int, string) {
 	return code, p.output()
 }
 
+
+// lastLine is the last non-empty line of out: the error a failed run
+// printed.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
