@@ -384,3 +384,117 @@ func lastLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestClusterProcess_PartitionLeader_StepsDownAndRejoins runs three serve
+// processes whose Raft traffic goes through proxies, and cuts the leader
+// off from the other two while publishers schedule and a consumer ACKs;
+// the leader's NATS connection stays up. It checks that the old leader
+// stops serving (it reports itself no longer leader: its lease ran out
+// without a quorum), that a new leader takes over and takes ingest, that
+// nothing acknowledged is lost, none is delivered early, no event ID is
+// used twice, and that once the partition heals the old leader rejoins as
+// a follower of the new one and applies everything committed meanwhile.
+func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	part := newPartition(t, []string{"nodea", "nodeb", "nodec"})
+	for _, n := range c.nodes {
+		n.addr = part.proxy(t, n.id, n.listen)
+	}
+	c.startAll()
+
+	const subject = "partition"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	old := c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 60
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(13, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			tokens <- ingestToken{}
+		}
+	}
+	waitReplies := func(n int64) {
+		base := l.replies.Load()
+		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+			if got := l.replies.Load() - base; got < n {
+				return fmt.Errorf("%d of %d ingest replies", got, n)
+			}
+			return nil
+		})
+	}
+
+	feed(perRound)
+	waitReplies(perRound / 4)
+	cutAt := time.Now()
+	part.cut(old)
+	// The old leader, cut off from any quorum, steps down by itself: its
+	// lease runs out. It still answers its status over NATS.
+	checkFor(t, time.Minute, 10*time.Millisecond, func() error {
+		st, ok := gatherStatus(consumer, 300*time.Millisecond, 3)[old]
+		if !ok || st.Role == wire.RoleLeader {
+			return fmt.Errorf("%s answered %v, role %q", old, ok, st.Role)
+		}
+		return nil
+	})
+	steppedDown := time.Since(cutAt)
+	leader := c.waitLeader(consumer, old)
+	tookOver := time.Since(cutAt)
+	feed(perRound)
+	waitReplies(perRound / 4)
+
+	part.heal()
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		sts := gatherStatus(consumer, 300*time.Millisecond, 3)
+		st, lst := sts[old], sts[leader]
+		if st.Role != wire.RoleFollower || st.LeaderID != leader {
+			return fmt.Errorf("%s: role %q, leader %q; want a follower of %s", old, st.Role, st.LeaderID, leader)
+		}
+		if st.AppliedIndex < lst.CommitIndex {
+			return fmt.Errorf("%s applied %d of the %d committed", old, st.AppliedIndex, lst.CommitIndex)
+		}
+		return nil
+	})
+	feed(perRound)
+	waitReplies(perRound / 4)
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	t.Logf("cut %s off: it stepped down after %v, %s led after %v; acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d",
+		old, steppedDown.Round(time.Millisecond), leader, tookOver.Round(time.Millisecond), l.replies.Load(), lost, deliveries, redeliveries)
+}
