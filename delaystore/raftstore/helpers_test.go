@@ -186,11 +186,17 @@ func (n *testNode) crash() {
 // a leader.
 func startCluster(tb testing.TB, size int, eng engine, cfg Config) *testCluster {
 	tb.Helper()
+	return startNamedCluster(tb, "node", size, eng, cfg)
+}
+
+// startNamedCluster is startCluster with node ids prefix0, prefix1, ...
+func startNamedCluster(tb testing.TB, prefix string, size int, eng engine, cfg Config) *testCluster {
+	tb.Helper()
 	c := &testCluster{t: tb}
 	var lns []net.Listener
 	var peers []string
 	for i := range size {
-		n, ln := newTestNode(tb, fmt.Sprintf("node%d", i), eng)
+		n, ln := newTestNode(tb, fmt.Sprintf("%s%d", prefix, i), eng)
 		c.nodes = append(c.nodes, n)
 		lns = append(lns, ln)
 		peers = append(peers, n.addr)

@@ -77,6 +77,16 @@ type Node struct {
 // ErrClusterMismatch when the peers or Dir do not make one cluster with
 // this node; in both cases before writing anything.
 func Open(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := open(ctx, cfg)
+	if err != nil && cfg.listener != nil {
+		// Open owns a listener it was given, on failure too. NB: closing
+		// it twice is harmless.
+		cfg.listener.Close()
+	}
+	return n, err
+}
+
+func open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

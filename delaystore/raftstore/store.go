@@ -3,6 +3,7 @@ package raftstore
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -68,7 +69,7 @@ func (s *store) Close() error {
 	}
 	var errs []error
 	for it := range leaked {
-		errs = append(errs, it.Iterator.Close())
+		it.abandon()
 	}
 	if n := len(leaked); n > 0 {
 		errs = append(errs, fmt.Errorf("raftstore: close: %d iterators still open", n))
@@ -76,10 +77,31 @@ func (s *store) Close() error {
 	return errors.Join(errs...)
 }
 
+// iterator is an iterator of the local store that the handle's Close can
+// abandon: its owner then finds it invalid, with ErrClosed.
 type iterator struct {
 	delaystore.Iterator
-	s      *store
-	closed bool
+	s *store
+	// abandoned is set by the handle's Close, from another goroutine.
+	abandoned atomic.Bool
+	closed    bool
+}
+
+func (it *iterator) abandon() {
+	it.abandoned.Store(true)
+	it.Iterator.Close()
+}
+
+func (it *iterator) First() bool          { return !it.abandoned.Load() && it.Iterator.First() }
+func (it *iterator) SeekGE(k []byte) bool { return !it.abandoned.Load() && it.Iterator.SeekGE(k) }
+func (it *iterator) Next() bool           { return !it.abandoned.Load() && it.Iterator.Next() }
+func (it *iterator) Valid() bool          { return !it.abandoned.Load() && it.Iterator.Valid() }
+
+func (it *iterator) Error() error {
+	if it.abandoned.Load() {
+		return fmt.Errorf("raftstore: iterator: %w", delaystore.ErrClosed)
+	}
+	return it.Iterator.Error()
 }
 
 func (it *iterator) Close() error {
@@ -87,6 +109,9 @@ func (it *iterator) Close() error {
 		return nil
 	}
 	it.closed = true
+	if it.abandoned.Load() {
+		return it.Error()
+	}
 	it.s.gate.Forget(it)
 	return it.Iterator.Close()
 }
