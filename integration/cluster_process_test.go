@@ -3,9 +3,13 @@ package integration_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -497,4 +501,125 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	lost, deliveries, redeliveries := l.verify(t)
 	t.Logf("cut %s off: it stepped down after %v, %s led after %v; acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d",
 		old, steppedDown.Round(time.Millisecond), leader, tookOver.Round(time.Millisecond), l.replies.Load(), lost, deliveries, redeliveries)
+}
+
+// httpAddrOf is the address of a node's HTTP listener, from its ready log
+// line.
+func httpAddrOf(t *testing.T, p *serviceProcess) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="natsdelay ready".* http=(\S+)`).FindStringSubmatch(p.output())
+	if m == nil {
+		t.Fatalf("no http address in the ready line:\n%s", p.output())
+	}
+	return m[1]
+}
+
+// httpGet returns the status and body of GET http://addr/path.
+func httpGet(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// runCLI runs a client command of the binary and returns its exit code
+// and output.
+func runCLI(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
+}
+
+// TestClusterProcess_AddRemove_ByCommand checks membership changes at run
+// time with the client commands, without restarting anyone: a new node on
+// another engine (bolt), started with --cluster-join, is added with
+// natsdelay cluster add and catches up with what was committed before it
+// came (it applies up to the leader's commit index); cluster status and
+// info show it; its /readyz is 200 saying it follows and its /leader 503,
+// while the leader's /leader is 200; cluster remove takes it out, and
+// removing an unknown id is an error that names it.
+func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	url := srv.ClientURL()
+	c := newProcessCluster(t, bin, url, 3, nil)
+	c.extra = []string{"--http", "127.0.0.1:0"}
+	c.startAll()
+	nc := connect(t, srv)
+	leader := c.waitLeader(nc, "")
+	for i := range 50 {
+		schedule(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
+	}
+
+	listen, dir := freeAddrs(t, 1)[0], t.TempDir()
+	d := launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir, "--engine", "bolt",
+		"--cluster-listen", listen, "--cluster-peers", c.peers()+","+listen, "--node-id", "noded", "--cluster-join",
+		"--cluster-timeout", clusterTimeout, "--http", "127.0.0.1:0")
+	defer func() {
+		if d != nil {
+			d.kill(t)
+		}
+	}()
+	if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
+		t.Fatalf("cluster add: exit %d:\n%s", code, out)
+	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		sts := gatherStatus(nc, 300*time.Millisecond, 4)
+		st, lst := sts["noded"], sts[leader]
+		if st.Role != wire.RoleFollower || len(lst.Peers) != 4 || st.AppliedIndex < lst.CommitIndex {
+			return fmt.Errorf("noded: role %q, applied %d; leader's commit index %d, peers %v", st.Role, st.AppliedIndex, lst.CommitIndex, lst.Peers)
+		}
+		return nil
+	})
+	if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
+		t.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
+	}
+	if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
+		t.Errorf("info: exit %d, want the cluster with noded:\n%s", code, out)
+	}
+	dAddr := httpAddrOf(t, d)
+	if code, body := httpGet(t, dAddr, "/readyz"); code != 200 || body != "ok: follower" {
+		t.Errorf("noded /readyz = %d %q, want 200 ok: follower", code, body)
+	}
+	if code, _ := httpGet(t, dAddr, "/leader"); code != 503 {
+		t.Errorf("noded /leader = %d, want 503", code)
+	}
+	if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
+		t.Errorf("leader /leader = %d %q, want 200", code, body)
+	}
+	if code, body := httpGet(t, dAddr, "/metrics"); code != 200 || !strings.Contains(body, `natsdelay_cluster_role{role="follower"} 1`) {
+		t.Errorf("noded /metrics = %d, want its role:\n%s", code, body)
+	}
+
+	if code, out := runCLI(t, bin, "cluster", "remove", "--nats", url, "nodez"); code != 1 || !strings.Contains(out, `no member with id "nodez"`) {
+		t.Errorf("cluster remove nodez: exit %d, want 1 naming it:\n%s", code, out)
+	}
+	if code, out := runCLI(t, bin, "cluster", "remove", "--nats", url, "noded"); code != 0 || strings.Contains(out, "noded") {
+		t.Fatalf("cluster remove noded: exit %d:\n%s", code, out)
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if lst := gatherStatus(nc, 300*time.Millisecond, 4)[leader]; len(lst.Peers) != 3 {
+			return fmt.Errorf("leader's peers: %v", lst.Peers)
+		}
+		return nil
+	})
+	d.stop(t)
+	d = nil
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
 }
