@@ -120,10 +120,10 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("window_evictions_total", "Deliveries waiting longer than the ack wait, evicted from a full in-flight window so that other subjects get delivered; their subjects wait until their deadlines.", func(st dispatch.Stats) uint64 { return st.Evicted }),
 		stat("occurrences_skipped_total", "Occurrences of recurring schedules missed and not delivered (Delay-Catch-Up: none).", func(st dispatch.Stats) uint64 { return st.Skipped }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "schedules", Help: "Recurring schedules with an occurrence still to come."},
-			func() float64 { return float64(orZero(s.Repository(), (*delaystore.Repository).Schedules)) }),
+			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Schedules)) }),
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
-			func() float64 { return float64(orZero(s.Repository(), (*delaystore.Repository).Pending)) }),
+			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Pending)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "dispatch_subjects", Help: "Subjects the dispatcher keeps state for: with messages due or in flight, or backing off."},
 			func() float64 { return float64(s.dispatchStats().Topics) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},
@@ -158,10 +158,20 @@ func orZero(r *delaystore.Repository, f func(*delaystore.Repository) uint64) uin
 	return f(r)
 }
 
-// dispatchStats is the current dispatcher's stats, zero while there is
-// none (see orZero).
+// servingRepository is the repository of the generation that serves, or
+// nil on a node of a cluster that does not lead: the one it kept from when
+// it last led holds stale counts.
+func (s *Service) servingRepository() *delaystore.Repository {
+	if !s.Leader() {
+		return nil
+	}
+	return s.Repository()
+}
+
+// dispatchStats is the serving dispatcher's stats, zero while there is
+// none (see servingRepository).
 func (s *Service) dispatchStats() dispatch.Stats {
-	if d := s.Dispatcher(); d != nil {
+	if d := s.Dispatcher(); d != nil && s.Leader() {
 		return d.Stats()
 	}
 	return dispatch.Stats{}
