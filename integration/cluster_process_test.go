@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,8 @@ type clusterChild struct {
 	listen string // --cluster-listen
 	addr   string // the address the others reach it at: listen, or a proxy
 	proc   *serviceProcess
+	// natsArgs replace --nats URL, for a node that embeds its server.
+	natsArgs []string
 }
 
 // processCluster is a cluster of natsdelay serve child processes over one
@@ -97,8 +100,13 @@ func (c *processCluster) peers() string {
 }
 
 func (c *processCluster) args(n *clusterChild) []string {
-	args := []string{"serve", "--nats", c.url, "--data-dir", n.dir, "--engine", "pebble", "--ack-wait", "1s",
-		"--cluster-listen", n.listen, "--cluster-peers", c.peers(), "--node-id", n.id, "--cluster-timeout", clusterTimeout}
+	natsFlags := []string{"--nats", c.url}
+	if n.natsArgs != nil {
+		natsFlags = n.natsArgs
+	}
+	args := append([]string{"serve"}, natsFlags...)
+	args = append(args, "--data-dir", n.dir, "--engine", "pebble", "--ack-wait", "1s",
+		"--cluster-listen", n.listen, "--cluster-peers", c.peers(), "--node-id", n.id, "--cluster-timeout", clusterTimeout)
 	if n.addr != n.listen {
 		args = append(args, "--cluster-advertise", n.addr)
 	}
@@ -621,5 +629,105 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 	for _, n := range c.nodes {
 		n.proc.stop(t)
 		n.proc = nil
+	}
+}
+
+// TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers runs three
+// serve processes that each embed a nats-server, routed together with
+// --nats-cluster-listen and --nats-routes. A publisher connected only to
+// one follower's server and a consumer connected only to the other's
+// reach the leader through the routes; then the leader is SIGKILLed, its
+// server with it. It checks that every message acknowledged before the
+// kill is delivered by the new leader to the consumer, none before its
+// fire time, and that nothing stays pending once they are ACKed.
+func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	c := newProcessCluster(t, bin, "", 3, nil)
+	clients, routes := freeAddrs(t, 3), freeAddrs(t, 3)
+	var routeURLs []string
+	for _, r := range routes {
+		routeURLs = append(routeURLs, "nats://"+r)
+	}
+	for i, n := range c.nodes {
+		n.natsArgs = []string{"--nats-listen", clients[i], "--nats-cluster-listen", routes[i], "--nats-routes", strings.Join(routeURLs, ",")}
+	}
+	c.startAll()
+	url := func(n *clusterChild) string { return "nats://" + clients[slices.Index(c.nodes, n)] }
+	dial := func(urls ...string) *nats.Conn {
+		nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	var all []string
+	for _, n := range c.nodes {
+		all = append(all, url(n))
+	}
+	watcher := dial(all...)
+	leader := c.node(c.waitLeader(watcher, ""))
+	var followers []*clusterChild
+	for _, n := range c.nodes {
+		if n != leader {
+			followers = append(followers, n)
+		}
+	}
+	pub, con := dial(url(followers[0])), dial(url(followers[1]))
+	deliveries := make(chan received, 64)
+	sub, err := con.Subscribe("routes.>", func(m *nats.Msg) { deliveries <- received{Msg: m, at: time.Now()} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := con.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription must be known to the leader's server before the
+	// first delivery; the status round trip through it is enough.
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if len(gatherStatus(pub, 300*time.Millisecond, 3)) != 3 {
+			return fmt.Errorf("not every node answers through %s's server", followers[0].id)
+		}
+		return nil
+	})
+
+	const n = 20
+	want := map[string]time.Time{}
+	for i := range n {
+		s := schedule(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
+		want[s.Tag] = s.FireAt
+	}
+	leader.proc.kill(t)
+	leader.proc = nil
+	newLeader := c.waitLeader(pub, leader.id)
+	got := map[string]bool{}
+	for len(got) < n {
+		r := next(t, deliveries, "a delivery after the failover")
+		tag := r.Header.Get(wire.HeaderTag)
+		fire, ok := want[tag]
+		if !ok {
+			t.Fatalf("delivered %s, which was never scheduled", tag)
+		}
+		notEarly(t, r, fire)
+		got[tag] = true
+		if err := r.Respond(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		p, err := pendingCount(pub)
+		if err == nil && p != 0 {
+			err = fmt.Errorf("pending %d", p)
+		}
+		return err
+	})
+	t.Logf("leader %s killed; %s delivered all %d messages through the routes", leader.id, newLeader, n)
+	for _, f := range followers {
+		f.proc.stop(t)
+		f.proc = nil
 	}
 }
