@@ -389,7 +389,6 @@ func runToExit(t *testing.T, bin string, args ...string) (int, string) {
 	return code, p.output()
 }
 
-
 // lastLine is the last non-empty line of out: the error a failed run
 // printed.
 func lastLine(out string) string {
