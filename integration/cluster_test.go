@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,6 +218,25 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 		}
 		return err
 	})
+
+	// Bad membership changes are refused and change nothing.
+	for _, tc := range []struct{ verb, body, code, text string }{
+		{wire.VerbClusterAdd, `{"id":"","addr":"127.0.0.1:1"}`, "400", `"id" is empty`},
+		{wire.VerbClusterAdd, `{"id":"x","addr":"nowhere"}`, "400", `"addr" "nowhere"`},
+		{wire.VerbClusterAdd, `{"id":"x","addr":"127.0.0.1:1","voter":true}`, "400", "unknown field"},
+		{wire.VerbClusterRemove, `{"id":"nodez"}`, "404", `no member with id "nodez"`},
+	} {
+		rep, err := nc.Request(wire.DefaultAPIPrefix+"."+tc.verb, []byte(tc.body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, text := rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError); code != tc.code || !strings.Contains(text, tc.text) {
+			t.Errorf("%s %s: %s %q, want %s with %q", tc.verb, tc.body, code, text, tc.code, tc.text)
+		}
+	}
+	if peers := leader.node.Status().Peers; len(peers) != 3 {
+		t.Errorf("after refused changes, peers %v", peers)
+	}
 }
 
 // TestCluster_InProcess_KillLeader_NothingAcknowledgedLost kills the
