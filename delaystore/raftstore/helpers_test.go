@@ -87,6 +87,10 @@ func newTestNode(tb testing.TB, id string, eng engine) (*testNode, net.Listener)
 		localDir: filepath.Join(base, "local"),
 		log:      slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("test_node", id),
 	}
+	if _, ok := tb.(*testing.B); ok {
+		// Benchmarks print their output even when they pass.
+		n.log = slog.New(slog.DiscardHandler)
+	}
 	if eng == engineCrashable {
 		n.memFS = vfs.NewCrashableMem()
 		n.localDir = "/local"
