@@ -73,6 +73,10 @@ type Config struct {
 	// wave. Default 20,000.
 	WaveSubjects int
 
+	// Failovers is how many times the cluster phase kills the leader of
+	// its three-node cluster. Default 5.
+	Failovers int
+
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
 
@@ -108,15 +112,21 @@ const (
 	PhaseEndToEnd = "e2e"
 	PhaseScale    = "scale" // scale and expiry, which share the filled store
 	PhaseWaves    = "waves"
+	// PhaseCluster runs natsdelay as one node and as a cluster of three
+	// child processes, and times failovers. It runs only when asked for.
+	PhaseCluster = "cluster"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseCluster}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
+	if phase == PhaseCluster {
+		return slices.Contains(c.Phases, phase)
+	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }
 
@@ -137,6 +147,7 @@ func DefaultConfig() Config {
 		ExpiryInterval: time.Second,
 		Waves:          3,
 		WaveSubjects:   20_000,
+		Failovers:      5,
 		Timeout:        2 * time.Minute,
 	}
 }
@@ -159,6 +170,7 @@ func Quick() Config {
 		ExpiryInterval: 100 * time.Millisecond,
 		Waves:          2,
 		WaveSubjects:   500,
+		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}
 }
@@ -181,6 +193,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ScaleDue, d.ScaleDue)
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
 	def(&c.Waves, d.Waves)
+	def(&c.Failovers, d.Failovers)
 	def(&c.WaveSubjects, d.WaveSubjects)
 	if len(c.FireRates) == 0 {
 		c.FireRates = d.FireRates
@@ -216,7 +229,7 @@ func (c Config) Validate() error {
 		{"PayloadSize", c.PayloadSize}, {"IngestMsgs", c.IngestMsgs}, {"Outstanding", c.Outstanding},
 		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"EndToEndMsgs", c.EndToEndMsgs},
 		{"ScalePending", c.ScalePending}, {"ScaleSubjects", c.ScaleSubjects}, {"ScaleDue", c.ScaleDue},
-		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
+		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects}, {"Failovers", c.Failovers},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)

@@ -19,6 +19,7 @@ type Results struct {
 	Scale     *ScaleResult     `json:"scale,omitempty"`
 	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
 	Waves     *WavesResult     `json:"waves,omitempty"`
+	Cluster   *ClusterResult   `json:"cluster,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 

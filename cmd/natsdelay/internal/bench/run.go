@@ -102,6 +102,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}); err != nil {
 		return res, err
 	}
+	if err := phase(PhaseCluster, func(e *env) (err error) {
+		cfg.Logger.Info("cluster")
+		res.Cluster, err = e.runCluster()
+		return err
+	}); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
