@@ -89,6 +89,7 @@ func (s *Service) startServing() error {
 	if err := s.register(); err != nil {
 		return err
 	}
+	s.leading.Store(true)
 	return s.nc.Flush()
 }
 
@@ -103,6 +104,7 @@ func (s *Service) stopServing(reason error) error {
 		return nil
 	}
 	s.serving = false
+	s.leading.Store(false)
 	var errs []error
 	if s.svc != nil {
 		errs = append(errs, s.svc.Stop())
@@ -120,12 +122,7 @@ func (s *Service) stopServing(reason error) error {
 // Service that is not a node of a cluster always does, a node only while
 // it is the leader.
 func (s *Service) Leader() bool {
-	if s.cfg.Cluster == nil {
-		return true
-	}
-	s.serveMu.Lock()
-	defer s.serveMu.Unlock()
-	return s.serving
+	return s.cfg.Cluster == nil || s.leading.Load()
 }
 
 // Role is the node's role in its cluster (leader, follower, candidate),

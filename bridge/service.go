@@ -197,6 +197,10 @@ type Service struct {
 	// subscribes and drains them as it gains and loses leadership.
 	serveMu sync.Mutex
 	serving bool
+	// leading is set once a node of a cluster serves as leader, and
+	// cleared the moment it stops: read without serveMu, which a
+	// leadership change holds while the store opens.
+	leading atomic.Bool
 	svc     micro.Service
 	ackSubs []*nats.Subscription
 	// statusSub answers CLUSTER.STATUS on a node of a cluster; stopWatch
@@ -364,6 +368,10 @@ func (s *Service) closeUnstarted() {
 // its dispatcher is delivering (see dispatch.Dispatcher.Health: not stuck
 // in a pass, a flush or a wait it should have woken from). The error says
 // which.
+//
+// A node of a cluster that does not lead is ready while its connection is
+// up and its node runs: a follower is healthy, it just does not serve;
+// Leader tells them apart.
 func (s *Service) Ready() error {
 	switch {
 	case s.closing.Load():
