@@ -242,13 +242,19 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 // TestCluster_InProcess_KillLeader_NothingAcknowledgedLost kills the
 // leader's node abruptly (its NATS connection, Raft and service gone at
 // once) while publishers schedule and a consumer ACKs, NAKs or ignores
-// deliveries, twice in a cluster of five, so that three still make a
-// quorum. It checks that every acknowledged message is delivered, none
-// before its fire time, no event ID is used twice, and that nothing is
-// pending at the end.
+// deliveries: once in a cluster of three, and twice in a cluster of five,
+// so that three still make a quorum. It checks that every acknowledged
+// message is delivered, none before its fire time, no event ID is used
+// twice, and that nothing is pending at the end.
 func TestCluster_InProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
+	for _, tc := range []struct{ nodes, kills int }{{3, 1}, {5, 2}} {
+		t.Run(fmt.Sprintf("%d nodes", tc.nodes), func(t *testing.T) { killLeaderInProcess(t, tc.nodes, tc.kills) })
+	}
+}
+
+func killLeaderInProcess(t *testing.T, size, kills int) {
 	srv := startServer(t)
-	nodes := startInProcessCluster(t, srv, 5)
+	nodes := startInProcessCluster(t, srv, size)
 	leader := serving(t, nodes)
 
 	const subject = "clusterinproc"
@@ -297,8 +303,7 @@ func TestCluster_InProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 			return nil
 		})
 	}
-	// Five nodes survive two leader kills: three still make a quorum.
-	for round := range 2 {
+	for round := range kills {
 		feed(perRound)
 		waitReplies(perRound / 4)
 		l.setDown()
