@@ -36,6 +36,10 @@ type fsm struct {
 	failed atomic.Pointer[error]
 	// restores counts Restore calls; tests read it.
 	restores atomic.Int64
+	// applied is the index of the last command entry applied to the local
+	// store. NB: Raft's own applied index counts entries handed to the
+	// FSM, which may not be applied yet.
+	applied atomic.Uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -61,6 +65,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err != nil {
 		return f.fail(fmt.Errorf("%w: entry %d of term %d: %w", ErrApplyFailed, l.Index, l.Term, err))
 	}
+	f.applied.Store(l.Index)
 	return nil
 }
 

@@ -375,7 +375,9 @@ type Status struct {
 	LeaderID, LeaderAddr string
 	// Term is the current term. LastLogIndex is the last entry in the
 	// log, CommitIndex the last known committed, AppliedIndex the last
-	// applied to the local store, LastSnapshotIndex the last in a snapshot.
+	// handed, in order, to the local store (Raft's applied index: the FSM
+	// may still be applying the last ones), LastSnapshotIndex the last in
+	// a snapshot.
 	Term, LastLogIndex, CommitIndex, AppliedIndex, LastSnapshotIndex uint64
 	// Peers is the current configuration.
 	Peers []Peer
@@ -460,7 +462,15 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 // when Raft shuts down, which Close waits for.
 func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
 	errc := make(chan error, 1)
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return fmt.Errorf("raftstore: %s: %w", op, delaystore.ErrClosed)
+	}
+	// NB: counted under mu, so that Close, which sets closed under mu before
+	// it waits, never waits on a count that is still growing.
 	n.goFunc(func() { errc <- f.Error() })
+	n.mu.Unlock()
 	select {
 	case err := <-errc:
 		if err != nil {

@@ -27,7 +27,7 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	r := openRepo(t, leader.node.Store())
 	defer r.Close()
 	scheduleN(t, r, "fill", pending, 1024)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	for _, n := range c.nodes {
 		if err := n.node.snapshotNow(); err != nil {
 			t.Fatal(err)
@@ -44,7 +44,7 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	follower.crash()
 	const behind = 100_000
 	scheduleN(t, r, "while-down", behind, 1024)
-	target := leader.node.Status().AppliedIndex
+	target := leader.node.fsm.applied.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -72,7 +72,7 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	if err := leader.node.AddVoter(ctx, n.id, n.addr); err != nil {
 		t.Fatal(err)
 	}
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	t.Logf("new node installed a snapshot of %d pending and caught up in %v", pending+behind, time.Since(start))
 	if got := n.node.fsm.restores.Load(); got != 1 {
 		t.Fatalf("new node restored %d snapshots, want 1", got)
