@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -11,13 +12,17 @@ import (
 // used twice: each round crashes the leader (its local store loses what it
 // had not flushed, as pebble without a WAL does), a new leader's Repository
 // sees every message committed so far and numbers new ones above them, and
-// the crashed node comes back and catches up from the log.
+// the crashed node comes back and catches up from the log. Three rounds;
+// 50 under NATSDELAY_SOAK=1.
 func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, engineCrashable, testConfig())
 	seen := make(map[uint64]bool)
 	total := 0
-	const rounds = 4
+	rounds := 3
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		rounds = 50
+	}
 	for round := range rounds {
 		leader := c.waitLeader()
 		r := openRepo(t, leader.node.Store())

@@ -97,7 +97,7 @@ func TestCluster_Snapshots_KeepLogBounded(t *testing.T) {
 	c := startCluster(t, 3, enginePebble, cfg)
 	bound := cfg.TrailingLogs + cfg.SnapshotThreshold
 	k := 0
-	for range 5 {
+	for range 3 {
 		// 50 entries, one per commit, on whichever node leads: frequent
 		// snapshots on a loaded machine may cost a heartbeat or two.
 		for range 50 {

@@ -17,10 +17,10 @@ func TestStore_Contract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) delaystore.Store {
 		cfg := testConfig()
 		// One node elects itself after one heartbeat timeout.
-		cfg.HeartbeatTimeout = 50 * time.Millisecond
-		cfg.ElectionTimeout = 50 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 50 * time.Millisecond
-		c := startCluster(t, 1, enginePebble, cfg)
+		cfg.HeartbeatTimeout = 10 * time.Millisecond
+		cfg.ElectionTimeout = 10 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 10 * time.Millisecond
+		c := startCluster(t, 1, engineCrashable, cfg)
 		s := c.waitLeader().node.Store()
 		t.Cleanup(func() { s.Close() })
 		return s
