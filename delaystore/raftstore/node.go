@@ -203,15 +203,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		},
 	}
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.TrailingLogs = cfg.TrailingLogs
+	rc := cfg.raftConfig()
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = rlog
 	// The local store already holds everything up to the latest snapshot
@@ -235,6 +227,21 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	n.bootstrapping.Store(false)
 	n.log.Info("started", "addr", cfg.addr(), "cluster", n.clusterName())
 	return nil
+}
+
+// raftConfig is Raft's configuration for c, without the channels and
+// logger a running node adds.
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	return rc
 }
 
 // recordCluster writes nodeFile for a fresh node, before its Raft log
