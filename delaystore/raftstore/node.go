@@ -125,12 +125,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftstore: listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	advertise, err := net.ResolveTCPAddr("tcp", cfg.addr())
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("raftstore: advertise address %s: %w", cfg.addr(), err)
-	}
-	n.mux = newMux(ln, advertise, log, n.whoami)
+	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, n.whoami)
 
 	if err := n.start(ctx, st); err != nil {
 		return nil, errors.Join(err, n.Close())
