@@ -4,7 +4,7 @@
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay bench against JetStream
-#   make soak            the crash loop, outage and adversarial tests, larger
+#   make soak            the crash loop, outage, adversarial and cluster tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
 
@@ -39,6 +39,7 @@ test: vet
 soak:
 	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader' ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
+	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash' -v ./delaystore/raftstore
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)

@@ -47,6 +47,7 @@ func openRepo(tb testing.TB, s delaystore.Store) *delaystore.Repository {
 // Every write committed on the leader reaches every node's local store,
 // key by key, whichever engine the nodes run.
 func TestCluster_Repository_ReplicatedToEveryNode(t *testing.T) {
+	t.Parallel()
 	for _, eng := range []engine{enginePebble, engineBolt} {
 		t.Run(string(eng), func(t *testing.T) {
 			c := startCluster(t, 3, eng, testConfig())
@@ -57,7 +58,7 @@ func TestCluster_Repository_ReplicatedToEveryNode(t *testing.T) {
 				t.Fatalf("leader pending %d, want 500", got)
 			}
 			r.Close()
-			c.waitApplied(leader.node.Status().AppliedIndex)
+			c.waitApplied(leader.node.fsm.applied.Load())
 			for _, n := range c.nodes {
 				if n == leader {
 					continue
@@ -84,6 +85,7 @@ func openRepoReadOnly(tb testing.TB, s delaystore.Store) *delaystore.Repository 
 
 // A follower refuses writes with ErrNotLeader, and applies nothing of them.
 func TestCluster_Commit_FollowerNotLeader(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, enginePebble, testConfig())
 	leader := c.waitLeader()
 	for _, n := range c.nodes {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"natsdelay/delaystore"
 )
 
@@ -202,6 +204,12 @@ func (c Config) Validate() error {
 	}
 	if w.ElectionTimeout < w.HeartbeatTimeout {
 		bad("ElectionTimeout (%v) must be >= HeartbeatTimeout (%v)", w.ElectionTimeout, w.HeartbeatTimeout)
+	}
+	if len(errs) == 0 {
+		// Raft's own limits, such as timeouts of at least 5ms.
+		if err := raft.ValidateConfig(w.raftConfig()); err != nil {
+			bad("%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }

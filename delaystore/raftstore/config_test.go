@@ -15,6 +15,7 @@ import (
 
 // A bad Config is refused with every problem named, before anything runs.
 func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
+	t.Parallel()
 	local, err := pebblestore.Open(pebblestore.Config{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +41,7 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 		{"NoLocal", func(c *Config) { c.Local = nil }, []string{"Local is nil"}},
 		{"LeaseAboveHeartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * time.Second }, []string{"LeaderLeaseTimeout (2s) must not exceed HeartbeatTimeout (1s)"}},
 		{"NegativeTimeout", func(c *Config) { c.CommitTimeout = -time.Second }, []string{"CommitTimeout (-1s) must be >= 0"}},
+		{"RaftLimit", func(c *Config) { c.HeartbeatTimeout = time.Millisecond; c.LeaderLeaseTimeout = time.Millisecond }, []string{"HeartbeatTimeout is too low"}},
 		{"Several", func(c *Config) { c.NodeID = ""; c.Dir = "" }, []string{"NodeID is empty", "Dir is empty"}},
 	}
 	for _, tc := range cases {
@@ -89,6 +91,7 @@ func wantUntouched(t *testing.T, n *testNode) {
 // Two nodes with one id never form a cluster: every node that sees them
 // refuses to start, and writes nothing.
 func TestOpen_DuplicateID_Refused(t *testing.T) {
+	t.Parallel()
 	var nodes []*testNode
 	var lns []net.Listener
 	var addrs []string
@@ -109,6 +112,7 @@ func TestOpen_DuplicateID_Refused(t *testing.T) {
 
 // Fresh nodes started with different peer lists do not bootstrap.
 func TestOpen_DifferentPeerLists_Refused(t *testing.T) {
+	t.Parallel()
 	a, lnA := newTestNode(t, "a", enginePebble)
 	b, lnB := newTestNode(t, "b", enginePebble)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -141,6 +145,7 @@ func TestOpen_DifferentPeerLists_Refused(t *testing.T) {
 // A fresh node whose peer belongs to a running cluster does not bootstrap a
 // second cluster beside it: without Join it is refused, and writes nothing.
 func TestOpen_PeerOfAnotherCluster_Refused(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, enginePebble, testConfig())
 	n, ln := newTestNode(t, "x", enginePebble)
 	other, lnOther := newTestNode(t, "y", enginePebble)
@@ -160,6 +165,7 @@ func TestOpen_PeerOfAnotherCluster_Refused(t *testing.T) {
 // A node whose Dir holds one cluster's state is refused when its peers form
 // another, and a Dir is refused to a node of another id.
 func TestOpen_DirOfAnotherCluster_Refused(t *testing.T) {
+	t.Parallel()
 	a := startCluster(t, 3, enginePebble, testConfig())
 	b := startNamedCluster(t, "other", 3, enginePebble, testConfig())
 	n := a.nodes[0]

@@ -124,6 +124,14 @@
 //
 // # Caveats
 //
+// The Raft port has neither authentication nor TLS: anyone who reaches it
+// can ask a node who it is, or speak Raft to it. Keep it on a private
+// network.
+//
+// Commit waits for a quorum whatever its sync mode: NoSync writes (deletes,
+// attempt counts) cost a round trip too, so callers keep them off the
+// paths that answer publishers.
+//
 // Every node must have the same Repository configuration (time bucket);
 // the Repository on the leader checks it. MaxKeySize is bbolt's key limit
 // whatever the engine, so that every node can apply every entry. An entry

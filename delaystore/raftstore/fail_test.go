@@ -19,6 +19,7 @@ import (
 // fails with delaystore.ErrFailed, and the others elect a leader and go on
 // without it.
 func TestCluster_ApplyFails_NodeStopsLoudly(t *testing.T) {
+	t.Parallel()
 	var nodes []*testNode
 	var lns []net.Listener
 	var peers []string
@@ -79,6 +80,7 @@ func TestCluster_ApplyFails_NodeStopsLoudly(t *testing.T) {
 // entry committed before: a Repository opened in the callback sees every
 // message. Calls alternate, and Close ends with false.
 func TestNode_WatchLeadership_TrueAfterBarrier(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, engineCrashable, testConfig())
 	leader := c.waitLeader()
 	r := openRepo(t, leader.node.Store())

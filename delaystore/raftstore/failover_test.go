@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -11,12 +12,17 @@ import (
 // used twice: each round crashes the leader (its local store loses what it
 // had not flushed, as pebble without a WAL does), a new leader's Repository
 // sees every message committed so far and numbers new ones above them, and
-// the crashed node comes back and catches up from the log.
+// the crashed node comes back and catches up from the log. Three rounds;
+// 50 under NATSDELAY_SOAK=1.
 func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, engineCrashable, testConfig())
 	seen := make(map[uint64]bool)
 	total := 0
-	const rounds = 4
+	rounds := 3
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		rounds = 50
+	}
 	for round := range rounds {
 		leader := c.waitLeader()
 		r := openRepo(t, leader.node.Store())
@@ -54,7 +60,7 @@ func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 	}
 	// One more write, so every node has applied everything before it.
 	scheduleN(t, r, "orders.reminder", 1, 1)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	for _, n := range c.nodes {
 		if n != leader {
 			sameContent(t, n.id+" against the leader", n.local, leader.local)
@@ -76,6 +82,7 @@ func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 // snapshot restore: its local store, which lost its unflushed writes, ends
 // equal to the leader's.
 func TestCluster_FollowerRestart_CatchesUpFromLog(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, engineCrashable, testConfig())
 	leader := c.waitLeader()
 	r := openRepo(t, leader.node.Store())
@@ -84,13 +91,13 @@ func TestCluster_FollowerRestart_CatchesUpFromLog(t *testing.T) {
 	// A snapshot flushes every local store up to it; the entries after it
 	// stay in the memtables only, and the log.
 	for _, n := range c.nodes {
-		c.waitApplied(leader.node.Status().AppliedIndex)
+		c.waitApplied(leader.node.fsm.applied.Load())
 		if err := n.node.snapshotNow(); err != nil {
 			t.Fatalf("snapshot %s: %v", n.id, err)
 		}
 	}
 	scheduleN(t, r, "b", 200, 32)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 
 	var follower *testNode
 	for _, n := range c.nodes {
@@ -108,7 +115,7 @@ func TestCluster_FollowerRestart_CatchesUpFromLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	follower.reopen(ctx)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	sameContent(t, "restarted follower against the leader", follower.local, leader.local)
 	if got := follower.node.fsm.restores.Load(); got != 0 {
 		t.Fatalf("restarted follower restored %d snapshots, want 0", got)

@@ -36,6 +36,10 @@ type fsm struct {
 	failed atomic.Pointer[error]
 	// restores counts Restore calls; tests read it.
 	restores atomic.Int64
+	// applied is the index of the last command entry applied to the local
+	// store. NB: Raft's own applied index counts entries handed to the
+	// FSM, which may not be applied yet.
+	applied atomic.Uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -61,6 +65,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err != nil {
 		return f.fail(fmt.Errorf("%w: entry %d of term %d: %w", ErrApplyFailed, l.Index, l.Term, err))
 	}
+	f.applied.Store(l.Index)
 	return nil
 }
 
@@ -101,12 +106,12 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: snapshot: %w", err)
 	}
-	return &snapshot{it: it}, nil
+	return &snapshot{it: it, applied: f.applied.Load()}, nil
 }
 
 // A snapshot is a stream of the whole local store in key order:
 //
-//	magic "NDRS" | version byte
+//	magic "NDRS" | version byte | index of the last command applied, 8 bytes BE
 //	records: key length uvarint (> 0) | key | value length uvarint | value
 //	end: a zero key length | record count, 8 bytes BE | CRC-32C of all before, 4 bytes BE
 const (
@@ -119,8 +124,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type snapshot struct {
 	// mu serialises Persist and Release, which Raft may call from
 	// different goroutines.
-	mu sync.Mutex
-	it delaystore.Iterator
+	mu      sync.Mutex
+	it      delaystore.Iterator
+	applied uint64
 }
 
 // Persist writes the view to sink and closes sink; on error it cancels it.
@@ -143,6 +149,7 @@ func (s *snapshot) write(sink io.Writer) error {
 	}
 	w.WriteString(snapshotMagic)
 	w.WriteByte(snapshotVersion)
+	w.Write(binary.BigEndian.AppendUint64(scratch[:0], s.applied))
 	var n uint64
 	for ok := s.it.First(); ok; ok = s.it.Next() {
 		put(s.it.Key())
@@ -209,13 +216,14 @@ func (f *fsm) restore(rc io.Reader) (uint64, error) {
 	crc := crc32.New(castagnoli)
 	br := bufio.NewReaderSize(rc, 256<<10)
 	r := io.TeeReader(br, crc)
-	header := make([]byte, len(snapshotMagic)+1)
+	header := make([]byte, len(snapshotMagic)+1+8)
 	if _, err := io.ReadFull(r, header); err != nil {
 		return 0, fmt.Errorf("read header: %w", err)
 	}
 	if string(header[:4]) != snapshotMagic || header[4] != snapshotVersion {
-		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header)
+		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header[:5])
 	}
+	applied := binary.BigEndian.Uint64(header[5:])
 
 	// NB: no iterator stays open across the writes: bbolt cannot grow its
 	// memory map while a read transaction is open, and the writer would wait
@@ -296,7 +304,11 @@ func (f *fsm) restore(rc io.Reader) (uint64, error) {
 	if err := w.commit(); err != nil {
 		return n, err
 	}
-	return n, f.local.Flush()
+	if err := f.local.Flush(); err != nil {
+		return n, err
+	}
+	f.applied.Store(applied)
+	return n, nil
 }
 
 // readChunk reads one length-prefixed byte string into buf.

@@ -24,9 +24,9 @@ import (
 // enough for a loaded machine under -race.
 func testConfig() Config {
 	return Config{
-		HeartbeatTimeout:   200 * time.Millisecond,
-		ElectionTimeout:    200 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		SnapshotInterval:   time.Hour, // tests snapshot on demand
 		SnapshotThreshold:  1 << 30,
@@ -257,12 +257,13 @@ func (c *testCluster) waitLeader() *testNode {
 	return leader
 }
 
-// waitApplied waits until every running node applied index.
+// waitApplied waits until every running node applied the command entry
+// at index to its local store (the leader's fsm.applied after a Commit).
 func (c *testCluster) waitApplied(index uint64) {
 	c.t.Helper()
 	for _, n := range c.running() {
 		waitFor(c.t, 20*time.Second, fmt.Sprintf("%s to apply index %d", n.id, index), func() bool {
-			return n.node.Status().AppliedIndex >= index
+			return n.node.fsm.applied.Load() >= index
 		})
 	}
 }

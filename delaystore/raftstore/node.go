@@ -125,12 +125,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftstore: listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	advertise, err := net.ResolveTCPAddr("tcp", cfg.addr())
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("raftstore: advertise address %s: %w", cfg.addr(), err)
-	}
-	n.mux = newMux(ln, advertise, log, n.whoami)
+	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, n.whoami)
 
 	if err := n.start(ctx, st); err != nil {
 		return nil, errors.Join(err, n.Close())
@@ -203,15 +198,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		},
 	}
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.TrailingLogs = cfg.TrailingLogs
+	rc := cfg.raftConfig()
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = rlog
 	// The local store already holds everything up to the latest snapshot
@@ -235,6 +222,21 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	n.bootstrapping.Store(false)
 	n.log.Info("started", "addr", cfg.addr(), "cluster", n.clusterName())
 	return nil
+}
+
+// raftConfig is Raft's configuration for c, without the channels and
+// logger a running node adds.
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	return rc
 }
 
 // recordCluster writes nodeFile for a fresh node, before its Raft log
@@ -375,7 +377,9 @@ type Status struct {
 	LeaderID, LeaderAddr string
 	// Term is the current term. LastLogIndex is the last entry in the
 	// log, CommitIndex the last known committed, AppliedIndex the last
-	// applied to the local store, LastSnapshotIndex the last in a snapshot.
+	// handed, in order, to the local store (Raft's applied index: the FSM
+	// may still be applying the last ones), LastSnapshotIndex the last in
+	// a snapshot.
 	Term, LastLogIndex, CommitIndex, AppliedIndex, LastSnapshotIndex uint64
 	// Peers is the current configuration.
 	Peers []Peer
@@ -460,7 +464,15 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 // when Raft shuts down, which Close waits for.
 func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
 	errc := make(chan error, 1)
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return fmt.Errorf("raftstore: %s: %w", op, delaystore.ErrClosed)
+	}
+	// NB: counted under mu, so that Close, which sets closed under mu before
+	// it waits, never waits on a count that is still growing.
 	n.goFunc(func() { errc <- f.Error() })
+	n.mu.Unlock()
 	select {
 	case err := <-errc:
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 // that commits, and once the partition heals the old leader follows the
 // new one and converges, with nothing committed lost.
 func TestCluster_PartitionedLeader_StepsDownAndRejoins(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, enginePebble, testConfig())
 	old := c.waitLeader()
 	r := openRepo(t, old.node.Store())
@@ -62,7 +63,7 @@ func TestCluster_PartitionedLeader_StepsDownAndRejoins(t *testing.T) {
 
 	old.node.mux.isolate(false)
 	scheduleN(t, r2, "after", 10, 10)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	if l := c.waitLeader(); l != leader {
 		t.Fatalf("leader after healing is %s, want %s", l.id, leader.id)
 	}

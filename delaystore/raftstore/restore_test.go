@@ -39,6 +39,7 @@ func (b *budgetBatch) Commit(sync delaystore.SyncMode) error {
 // marker, so that the next start restores the snapshot again instead of
 // trusting a store that is part old, part new; the node then converges.
 func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.TrailingLogs = 5
 	c := startCluster(t, 3, enginePebble, cfg)
@@ -53,7 +54,7 @@ func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
 	r := openRepo(t, leader.node.Store())
 	defer r.Close()
 	scheduleN(t, r, "old", 100, 50)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	lagging.stop()
 
 	// Enough keys for Restore to take several chunks, and a compacted log
@@ -86,6 +87,6 @@ func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
 		t.Fatalf("restore marker still there: %v", err)
 	}
 	scheduleN(t, r, "after", 10, 10)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	sameContent(t, "restored node against the leader", lagging.local, leader.local)
 }

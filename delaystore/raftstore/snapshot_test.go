@@ -2,6 +2,8 @@ package raftstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -10,6 +12,7 @@ import (
 // the leader's snapshot (one Restore) and converges to the leader's
 // content; the log is truncated after snapshots, so it stays bounded.
 func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.TrailingLogs = 10
 	c := startCluster(t, 3, enginePebble, cfg)
@@ -17,7 +20,7 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 	r := openRepo(t, leader.node.Store())
 	defer r.Close()
 	scheduleN(t, r, "a", 300, 10)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	for _, n := range c.nodes {
 		if err := n.node.snapshotNow(); err != nil {
 			t.Fatalf("snapshot %s: %v", n.id, err)
@@ -45,11 +48,27 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.nodes = append(c.nodes, n)
+	// It joined the existing cluster rather than bootstrapping its own: it
+	// has that cluster's name and no configuration until it is added.
+	if st := n.node.Status(); st.Cluster != leader.node.Status().Cluster || len(st.Peers) != 0 {
+		t.Fatalf("joining node: cluster %q with peers %v, want cluster %q and no peers", st.Cluster, st.Peers, leader.node.Status().Cluster)
+	}
+	// AddVoter checks who answers at the address.
+	if err := leader.node.AddVoter(ctx, "someone-else", n.addr); !errors.Is(err, ErrClusterMismatch) {
+		t.Fatalf("AddVoter with the wrong id: %v, want ErrClusterMismatch", err)
+	}
+	follower := c.nodes[0]
+	if follower == leader {
+		follower = c.nodes[1]
+	}
+	if err := follower.node.AddVoter(ctx, n.id, n.addr); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("AddVoter on a follower: %v, want ErrNotLeader", err)
+	}
 	if err := leader.node.AddVoter(ctx, n.id, n.addr); err != nil {
 		t.Fatal(err)
 	}
 	scheduleN(t, r, "b", 10, 10)
-	c.waitApplied(leader.node.Status().AppliedIndex)
+	c.waitApplied(leader.node.fsm.applied.Load())
 	sameContent(t, "new node against the leader", n.local, leader.local)
 	if got := n.node.fsm.restores.Load(); got != 1 {
 		t.Fatalf("new node restored %d snapshots, want 1", got)
@@ -70,29 +89,41 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 
 // Under constant writes with automatic snapshots, the log stays bounded.
 func TestCluster_Snapshots_KeepLogBounded(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
-	cfg.SnapshotInterval = 50 * time.Millisecond
+	cfg.SnapshotInterval = 100 * time.Millisecond
 	cfg.SnapshotThreshold = 50
 	cfg.TrailingLogs = 20
 	c := startCluster(t, 3, enginePebble, cfg)
-	leader := c.waitLeader()
-	r := openRepo(t, leader.node.Store())
-	defer r.Close()
 	bound := cfg.TrailingLogs + cfg.SnapshotThreshold
-	for range 10 {
-		scheduleN(t, r, "a", 100, 2)
-		// Wait for the snapshot that compacts the log, and check the bound
-		// holds once it did.
+	k := 0
+	for range 3 {
+		// 50 entries, one per commit, on whichever node leads: frequent
+		// snapshots on a loaded machine may cost a heartbeat or two.
+		for range 50 {
+			k++
+			for {
+				leader := c.waitLeader()
+				err := commitPairs(leader.node.Store(), fmt.Sprintf("k%06d", k), "v")
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrNotLeader) {
+					t.Fatal(err)
+				}
+			}
+		}
+		// Wait for the snapshot that compacts the log.
 		waitFor(t, 20*time.Second, "a snapshot to compact the log", func() bool {
+			leader := c.waitLeader()
 			first, err := leader.node.logs.FirstIndex()
 			if err != nil {
 				t.Fatal(err)
 			}
-			last := leader.node.Status().LastLogIndex
-			return last-first+1 <= bound+50
+			return leader.node.Status().LastLogIndex-first+1 <= bound+50
 		})
 	}
-	if leader.node.Status().LastSnapshotIndex == 0 {
+	if c.waitLeader().node.Status().LastSnapshotIndex == 0 {
 		t.Fatal("no snapshot was taken")
 	}
 }

@@ -13,13 +13,14 @@ import (
 // The replicated Store keeps the delaystore.Store contract, on a
 // one-node cluster.
 func TestStore_Contract(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) delaystore.Store {
 		cfg := testConfig()
 		// One node elects itself after one heartbeat timeout.
-		cfg.HeartbeatTimeout = 50 * time.Millisecond
-		cfg.ElectionTimeout = 50 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 50 * time.Millisecond
-		c := startCluster(t, 1, enginePebble, cfg)
+		cfg.HeartbeatTimeout = 10 * time.Millisecond
+		cfg.ElectionTimeout = 10 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 10 * time.Millisecond
+		c := startCluster(t, 1, engineCrashable, cfg)
 		s := c.waitLeader().node.Store()
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -29,6 +30,7 @@ func TestStore_Contract(t *testing.T) {
 // Closing one Store handle leaves the node and other handles working, as
 // the service needs when it stops and starts serving.
 func TestStore_Close_OnlyThatHandle(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, enginePebble, testConfig())
 	n := c.waitLeader().node
 	first := n.Store()
@@ -46,6 +48,7 @@ func TestStore_Close_OnlyThatHandle(t *testing.T) {
 // An entry decodes to the operations encoded, in order; a damaged entry
 // is refused, never applied in part.
 func TestCommand_RoundTripAndCorrupt(t *testing.T) {
+	t.Parallel()
 	cmd := newCommand()
 	for _, op := range []struct {
 		set        bool

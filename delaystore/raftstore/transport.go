@@ -232,6 +232,14 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// advertisedAddr is the address the others reach a node at, exactly as
+// configured: Raft compares addresses as strings, so a host name must not
+// turn into an IP address here.
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
+
 // identify asks the node at addr who it is.
 func identify(addr string, timeout time.Duration) (identity, error) {
 	var id identity
