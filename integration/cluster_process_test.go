@@ -48,21 +48,44 @@ type processCluster struct {
 	extra []string // more serve flags for every node
 }
 
-// freeAddrs returns n loopback addresses with ports free now.
+// handedOut holds the ports freeAddrs gave out in this test run: a port
+// closed after the check is free for the kernel to give out again, and two
+// nodes (or a node's Raft port and a nats-server's route port) must not
+// get the same one.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freeAddrs returns n loopback addresses with ports free now, none of them
+// handed out before in this run.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
 	var out []string
-	for range n {
+	for len(out) < n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		// NB: kept open until the end, so this call cannot get it twice.
 		lns = append(lns, ln)
+		port := ln.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
 		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
 	}
 	return out
 }

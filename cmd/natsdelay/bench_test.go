@@ -200,8 +200,8 @@ func TestBench_Cluster_Quick(t *testing.T) {
 	if cr == nil || len(res.Ingest) != 0 || len(res.Fire) != 0 || res.Scale != nil {
 		t.Fatalf("--cluster ran: cluster %v, %d ingest, %d fire, scale %v", cr != nil, len(res.Ingest), len(res.Fire), res.Scale != nil)
 	}
-	if len(cr.Ingest) != 4 || len(cr.Fire) != 2 || len(cr.Failovers) != 1 {
-		t.Fatalf("cluster: %d ingest, %d fire, %d failovers; want 4, 2, 1", len(cr.Ingest), len(cr.Fire), len(cr.Failovers))
+	if len(cr.Ingest) != 6 || len(cr.Fire) != 3 || len(cr.Failovers) != 1 || len(cr.JSFailovers) != 1 {
+		t.Fatalf("cluster: %d ingest, %d fire, %d and %d failovers; want 6, 3, 1 and 1", len(cr.Ingest), len(cr.Fire), len(cr.Failovers), len(cr.JSFailovers))
 	}
 	for _, r := range cr.Ingest {
 		if r.Failed != 0 || r.Msgs != 2_000 {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,12 +23,16 @@ import (
 // `serve` process beside a cluster of three, all child processes on this
 // machine and the bench's server, and the failover of the three.
 type ClusterResult struct {
-	// Ingest and Fire have one row per system: "natsdelay x1" and
-	// "natsdelay x3". Their CPU.Service sums the nodes' processes.
+	// Ingest and Fire have one row per system: "natsdelay x1",
+	// "natsdelay x3" and "jetstream R3". Their CPU.Service sums the
+	// natsdelay nodes' processes; JetStream R3 runs in the bench process.
 	Ingest []IngestResult `json:"ingest"`
 	Fire   []FireResult   `json:"fire"`
 	// Failovers are the leader kills of the three-node cluster.
 	Failovers []FailoverResult `json:"failovers"`
+	// JSFailovers is the shutdown of the server that leads the R3
+	// stream (in process: the servers run in the bench), once.
+	JSFailovers []FailoverResult `json:"jetstream_r3_failovers"`
 	// ClusterTimeout is the nodes' --cluster-timeout.
 	ClusterTimeout string `json:"cluster_timeout"`
 }
@@ -208,7 +213,7 @@ func (s *nodeSet) close() error {
 // ingest pipelined and with concurrent requesters, fire lateness at the
 // first offered rate, and for the three the failover after a SIGKILL of
 // the leader, Failovers times.
-func (e *env) runCluster() (*ClusterResult, error) {
+func (e *env) runCluster(ctx context.Context) (*ClusterResult, error) {
 	cr := &ClusterResult{ClusterTimeout: clusterTimeout.String()}
 	for _, n := range []int{1, 3} {
 		system := fmt.Sprintf("%s x%d", SystemDelay, n)
@@ -220,6 +225,9 @@ func (e *env) runCluster() (*ClusterResult, error) {
 		if err = errors.Join(err, s.close()); err != nil {
 			return cr, fmt.Errorf("bench: cluster phase, %s: %w", system, err)
 		}
+	}
+	if err := e.runJSR3(ctx, cr); err != nil {
+		return cr, fmt.Errorf("bench: cluster phase, %s: %w", SystemJSR3, err)
 	}
 	return cr, nil
 }

@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	if err := phase(PhaseCluster, func(e *env) (err error) {
 		cfg.Logger.Info("cluster")
-		res.Cluster, err = e.runCluster()
+		res.Cluster, err = e.runCluster(ctx)
 		return err
 	}); err != nil {
 		return res, err
