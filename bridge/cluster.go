@@ -83,6 +83,9 @@ func (s *Service) startServing() error {
 	ctx, cancel := context.WithTimeout(s.closeCtx, resumeWait)
 	err := c.WaitUp(ctx)
 	cancel()
+	if s.closeCtx.Err() != nil {
+		return nil // Close is under way, and stops what was started
+	}
 	if err != nil {
 		s.log.Warn("serving before the store is up: ingest answers 503 until it is", "err", err)
 	}
