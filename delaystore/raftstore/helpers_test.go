@@ -26,7 +26,7 @@ func testConfig() Config {
 	return Config{
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		SnapshotInterval:   time.Hour, // tests snapshot on demand
 		SnapshotThreshold:  1 << 30,
