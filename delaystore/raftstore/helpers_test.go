@@ -20,7 +20,7 @@ import (
 	"natsdelay/delaystore/pebblestore"
 )
 
-// testTimeouts are Raft timeouts short enough for quick tests and long
+// testConfig has Raft timeouts short enough for quick tests and long
 // enough for a loaded machine under -race.
 func testConfig() Config {
 	return Config{
