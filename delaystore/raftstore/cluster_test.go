@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -64,8 +63,10 @@ func TestCluster_Repository_ReplicatedToEveryNode(t *testing.T) {
 					continue
 				}
 				sameContent(t, n.id+" against the leader", n.local, leader.local)
-				// A Repository opened on a follower's copy sees the same state.
-				fr := openRepoReadOnly(t, n.local)
+				// A Repository opened on a follower's copy sees the same
+				// state (its time bucket is recorded, so opening writes
+				// nothing).
+				fr := openRepo(t, n.local)
 				if got := fr.Pending(); got != 500 {
 					t.Errorf("%s: pending %d, want 500", n.id, got)
 				}
@@ -75,12 +76,6 @@ func TestCluster_Repository_ReplicatedToEveryNode(t *testing.T) {
 			}
 		})
 	}
-}
-
-// openRepoReadOnly opens a Repository on a store whose time bucket is
-// already recorded, so that opening writes nothing.
-func openRepoReadOnly(tb testing.TB, s delaystore.Store) *delaystore.Repository {
-	return openRepo(tb, s)
 }
 
 // A follower refuses writes with ErrNotLeader, and applies nothing of them.
@@ -107,5 +102,4 @@ func TestCluster_Commit_FollowerNotLeader(t *testing.T) {
 	if v, err := leader.local.Get([]byte("k")); err != nil || string(v) != "v" {
 		t.Fatalf("leader local after commit: %q, %v", v, err)
 	}
-	_ = context.Background
 }

@@ -20,13 +20,13 @@ import (
 	"natsdelay/delaystore/pebblestore"
 )
 
-// testTimeouts are Raft timeouts short enough for quick tests and long
+// testConfig has Raft timeouts short enough for quick tests and long
 // enough for a loaded machine under -race.
 func testConfig() Config {
 	return Config{
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		SnapshotInterval:   time.Hour, // tests snapshot on demand
 		SnapshotThreshold:  1 << 30,

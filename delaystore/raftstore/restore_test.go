@@ -12,11 +12,13 @@ import (
 	"natsdelay/delaystore"
 )
 
-// commitBudget wraps a store so that commits fail once budget is spent, as
-// a disk that fails half way through would.
+// commitBudget wraps a store so that the commits of whole restore chunks
+// fail once budget of them is spent, as a disk that fails half way through
+// a restore would. Smaller batches (the log entries a restarting node may
+// replay first) commit normally.
 type commitBudget struct {
 	delaystore.Store
-	budget atomic.Int64 // negative: unlimited
+	budget atomic.Int64
 }
 
 func (s *commitBudget) NewBatch() delaystore.Batch {
@@ -29,7 +31,7 @@ type budgetBatch struct {
 }
 
 func (b *budgetBatch) Commit(sync delaystore.SyncMode) error {
-	if b.s.budget.Load() >= 0 && b.s.budget.Add(-1) < 0 {
+	if b.Len() >= restoreChunkOps && b.s.budget.Add(-1) < 0 {
 		return errors.New("injected commit failure")
 	}
 	return b.Batch.Commit(sync)

@@ -155,8 +155,10 @@ func (b *batch) usable() error {
 // moot: the Raft log of every node syncs each entry. It returns an error
 // wrapping ErrNotLeader if this node is not the leader or lost leadership
 // before the entry committed (it may still commit), one wrapping
-// delaystore.ErrFailed if the node could not apply it, and
-// delaystore.ErrClosed once the node or this store is closed.
+// delaystore.ErrFailed and ErrApplyFailed if this node could not apply it
+// (the entry is committed nonetheless, and the others apply it), and
+// delaystore.ErrClosed once the node or this store is closed. A key that
+// is empty or longer than MaxKeySize is refused by Set and Delete.
 func (b *batch) Commit(delaystore.SyncMode) error {
 	if err := b.usable(); err != nil {
 		return err
