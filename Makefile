@@ -4,7 +4,7 @@
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay bench against JetStream
-#   make soak            the crash loop, outage and adversarial tests, larger
+#   make soak            the crash loop, outage, adversarial and cluster tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
 
@@ -29,16 +29,18 @@ vet:
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
 
-# The crash-loop, NATS-outage and adversarial tests at soak size (200 kills
-# per engine; 120 kills per engine inside the planning of 200 recurring
-# schedules; 30,000 good messages beside 60 s of hostile traffic).
+# The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
+# soak size (200 kills per engine; 120 kills per engine inside the planning
+# of 200 recurring schedules; 100 cluster leader kills; 30,000 good messages
+# beside 60 s of hostile traffic).
 # NB: the adversarial mix runs without the race detector here: at soak
 # size its volume is what matters, and under the race detector the store
 # cannot keep up on two cores. make test runs it with the race detector at
 # its quick size.
 soak:
-	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage' ./integration
+	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader' ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
+	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash' -v ./delaystore/raftstore
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)

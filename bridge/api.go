@@ -48,21 +48,27 @@ func (s *Service) register() error {
 	// NB: endpoint names are not subjects. They are the verbs in lower
 	// case, as the ingest endpoint's name is; the subjects keep the verbs
 	// in capitals, as the protocol has them.
-	for _, ep := range []struct {
+	type endpoint struct {
 		verb string
 		h    func(micro.Request) (any, error)
 		// tooLarge says how to ask for a smaller reply.
 		tooLarge string
-	}{
+	}
+	eps := []endpoint{
 		{wire.VerbInfo, s.apiInfo, ""},
 		{wire.VerbGet, s.apiGet, `; ask without "payload"`},
 		{wire.VerbList, s.apiList, ""},
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
 		{wire.VerbSchedules, s.apiSchedules, ""},
-	} {
+	}
+	if s.cfg.Cluster != nil {
+		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
+	}
+	for _, ep := range eps {
 		h, tooLarge := ep.h, ep.tooLarge
-		err := svc.AddEndpoint(strings.ToLower(ep.verb), micro.HandlerFunc(func(req micro.Request) {
+		name := strings.ToLower(strings.ReplaceAll(ep.verb, ".", "_"))
+		err := svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
 			v, err := h(req)
 			if err != nil {
 				respondError(req, err)
@@ -139,7 +145,12 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	for i, b := range s.cfg.Backoff {
 		backoff[i] = b.String()
 	}
+	var cluster *wire.ClusterInfo
+	if s.cfg.Cluster != nil {
+		cluster = s.clusterInfo()
+	}
 	return wire.InfoReply{
+		Cluster: cluster,
 		Version: Version,
 		Engine:  s.cfg.Engine,
 		Storage: storage,

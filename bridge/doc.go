@@ -13,7 +13,9 @@
 //     and sends deliveries, dead letters and its flush markers;
 //   - the Prometheus metrics, and the rate-limited warnings about invalid
 //     publishes and bad answers;
-//   - the core, which it opens in New and closes in Close.
+//   - the core, which it opens in New and closes in Close;
+//   - on a node of a cluster, what is subscribed while it leads, and its
+//     answers to CLUSTER.STATUS.
 //
 // The vocabulary of the protocol (subjects, header names, reply and error
 // bodies) is in package bridge/wire, which clients share.
@@ -50,10 +52,34 @@
 // it has stopped. Last, the core closes the store. The Service does not
 // close its NATS connection; the caller does, after Close.
 //
+// # A node of a cluster
+//
+// With Config.Cluster set, the Service is one node of a cluster whose
+// store is replicated (package delaystore/raftstore, adapted by
+// RaftCluster). Only the leader serves: the core opens suspended, and the
+// Cluster's leadership watch starts and stops serving (onLeadership). On
+// becoming leader the node subscribes to the acks, resumes the core (a
+// fresh generation on the replicated store, which holds everything
+// committed before: the Cluster calls back only after a barrier), waits
+// until it takes work, and registers the micro service. On losing
+// leadership it stops the micro service (its endpoints drain), suspends
+// the core (the writer answers what it took, with a 503 when the write can
+// no longer be committed; the dispatcher and janitor stop), and drains the
+// acks, in the order of Close. NATS interest routing takes publishers to
+// the leader; while there is none, they get no responders.
+//
+// Every node, the followers too, answers CLUSTER.STATUS with its own view,
+// on a plain subscription (not a queue group), so that a requester
+// gathering replies hears them all; INFO's cluster object, answered by the
+// leader, is built that way. The leader also serves CLUSTER.ADD and
+// CLUSTER.REMOVE.
+//
 // # Goroutines
 //
 // bridge starts no goroutines of its own: its handlers run on the
-// goroutines of nats.go's subscriptions, which Close drains. The core owns
+// goroutines of nats.go's subscriptions, which Close drains, and the
+// leadership changes of a node on the Cluster's watch, which Close cancels
+// first. The core owns
 // the recovery loop and each generation's writer, dispatcher and janitor
 // (see package bridge/core).
 package bridge

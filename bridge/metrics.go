@@ -1,10 +1,12 @@
 package bridge
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
 )
@@ -21,6 +23,7 @@ type metrics struct {
 	commitBatch   prometheus.Histogram
 	commitLatency prometheus.Histogram
 	lateness      prometheus.Histogram
+	leaderChanges prometheus.Counter
 }
 
 const namespace = "natsdelay"
@@ -63,6 +66,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
 		}),
 	}
+	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "cluster", Name: "leadership_changes_total",
+		Help: "Times this node became the cluster leader or stopped being it.",
+	})
 	for _, r := range []string{badAnswerPayload, badAnswerTag, badAnswerNoTag} {
 		m.badAnswers.WithLabelValues(r)
 	}
@@ -113,17 +120,17 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("window_evictions_total", "Deliveries waiting longer than the ack wait, evicted from a full in-flight window so that other subjects get delivered; their subjects wait until their deadlines.", func(st dispatch.Stats) uint64 { return st.Evicted }),
 		stat("occurrences_skipped_total", "Occurrences of recurring schedules missed and not delivered (Delay-Catch-Up: none).", func(st dispatch.Stats) uint64 { return st.Skipped }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "schedules", Help: "Recurring schedules with an occurrence still to come."},
-			func() float64 { return float64(s.Repository().Schedules()) }),
+			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Schedules)) }),
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
-			func() float64 { return float64(s.Repository().Pending()) }),
+			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Pending)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "dispatch_subjects", Help: "Subjects the dispatcher keeps state for: with messages due or in flight, or backing off."},
-			func() float64 { return float64(s.Dispatcher().Stats().Topics) }),
+			func() float64 { return float64(s.dispatchStats().Topics) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},
-			func() float64 { return float64(s.Dispatcher().Stats().InFlight) }),
+			func() float64 { return float64(s.dispatchStats().InFlight) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "store_recovering", Help: "1 while the store has failed and is being reopened: ingest answers 503."},
 			func() float64 {
-				if s.core.Load().Down() != nil {
+				if err := s.core.Load().Down(); err != nil && !errors.Is(err, errNotLeader) {
 					return 1
 				}
 				return 0
@@ -131,10 +138,95 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "ingest_invalid_unanswered_total", Help: "Invalid plain publishes (no reply subject to tell)."},
 			func() float64 { return float64(s.invalid.Load()) }),
 	}
+	if s.cfg.Cluster != nil {
+		cs = append(cs, m.leaderChanges, &clusterCollector{s: s})
+	}
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// orZero is f(r), or 0 while there is no repository: a node of a cluster
+// that has not led yet.
+func orZero(r *delaystore.Repository, f func(*delaystore.Repository) uint64) uint64 {
+	if r == nil {
+		return 0
+	}
+	return f(r)
+}
+
+// servingRepository is the repository of the generation that serves, or
+// nil on a node of a cluster that does not lead: the one it kept from when
+// it last led holds stale counts.
+func (s *Service) servingRepository() *delaystore.Repository {
+	if !s.Leader() {
+		return nil
+	}
+	return s.Repository()
+}
+
+// dispatchStats is the serving dispatcher's stats, zero while there is
+// none (see servingRepository).
+func (s *Service) dispatchStats() dispatch.Stats {
+	if d := s.Dispatcher(); d != nil && s.Leader() {
+		return d.Stats()
+	}
+	return dispatch.Stats{}
+}
+
+// clusterCollector exports a node's view of its cluster at each scrape:
+// its role, term, commit and applied index, and on the leader each
+// member's applied index and lag, asked over CLUSTER.STATUS then.
+type clusterCollector struct{ s *Service }
+
+var (
+	clusterRoleDesc = prometheus.NewDesc(namespace+"_cluster_role",
+		"1 for this node's role in the cluster (leader, follower, candidate, shutdown), 0 for the others.", []string{"role"}, nil)
+	clusterTermDesc = prometheus.NewDesc(namespace+"_cluster_term",
+		"The Raft term this node is in.", nil, nil)
+	clusterCommitDesc = prometheus.NewDesc(namespace+"_cluster_commit_index",
+		"The last log index this node knows committed by a quorum.", nil, nil)
+	clusterAppliedDesc = prometheus.NewDesc(namespace+"_cluster_applied_index",
+		"The last log index this node applied to its store.", nil, nil)
+	clusterPeerAppliedDesc = prometheus.NewDesc(namespace+"_cluster_peer_applied_index",
+		"On the leader: each member's applied index, as it answered CLUSTER.STATUS at the scrape.", []string{"peer"}, nil)
+	clusterLagDesc = prometheus.NewDesc(namespace+"_cluster_peer_lag_entries",
+		"On the leader: each member's replication lag, the leader's commit index minus the member's applied index.", []string{"peer"}, nil)
+	clusterPeerUpDesc = prometheus.NewDesc(namespace+"_cluster_peer_answered",
+		"On the leader: 1 if the member answered CLUSTER.STATUS at the scrape, else 0.", []string{"peer"}, nil)
+)
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{clusterRoleDesc, clusterTermDesc, clusterCommitDesc, clusterAppliedDesc, clusterPeerAppliedDesc, clusterLagDesc, clusterPeerUpDesc} {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.cfg.Cluster.Status()
+	for _, role := range []string{wire.RoleLeader, wire.RoleFollower, wire.RoleCandidate, wire.RoleShutdown} {
+		v := 0.0
+		if st.Role == role {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(clusterRoleDesc, prometheus.GaugeValue, v, role)
+	}
+	ch <- prometheus.MustNewConstMetric(clusterTermDesc, prometheus.GaugeValue, float64(st.Term))
+	ch <- prometheus.MustNewConstMetric(clusterCommitDesc, prometheus.GaugeValue, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(clusterAppliedDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
+	if st.Role != wire.RoleLeader {
+		return
+	}
+	for _, p := range c.s.clusterInfo().Peers {
+		up := 0.0
+		if p.Answered {
+			up = 1
+			ch <- prometheus.MustNewConstMetric(clusterPeerAppliedDesc, prometheus.GaugeValue, float64(p.AppliedIndex), p.ID)
+			ch <- prometheus.MustNewConstMetric(clusterLagDesc, prometheus.GaugeValue, float64(*p.Lag), p.ID)
+		}
+		ch <- prometheus.MustNewConstMetric(clusterPeerUpDesc, prometheus.GaugeValue, up, p.ID)
+	}
 }

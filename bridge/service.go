@@ -65,6 +65,17 @@ type Config struct {
 	// Registerer receives the service's Prometheus metrics; nil keeps them
 	// unregistered.
 	Registerer prometheus.Registerer
+
+	// Cluster, if not nil, makes the Service a node of a cluster: it
+	// serves ingest, acks and the API, and delivers, only while Cluster
+	// says this node leads, and answers CLUSTER.STATUS always. Store must
+	// then be the cluster's replicated store, and Reopen return it again:
+	// the core is suspended while the node follows, and resumed on it
+	// when the node becomes leader.
+	Cluster Cluster
+	// ClusterStatusWait is how long INFO waits for the members' answers
+	// to CLUSTER.STATUS. Default 500ms.
+	ClusterStatusWait time.Duration
 }
 
 // DefaultConfig returns every default in one place, core's included.
@@ -92,6 +103,9 @@ func (c Config) withDefaults() Config {
 	def(&c.QueueGroup, d.QueueGroup)
 	if c.MaxControlLine == 0 {
 		c.MaxControlLine = d.MaxControlLine
+	}
+	if c.ClusterStatusWait == 0 {
+		c.ClusterStatusWait = defaultClusterStatusWait
 	}
 	if c.MaxPayload == 0 && c.Conn != nil {
 		c.MaxPayload = int(c.Conn.MaxPayload())
@@ -132,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxControlLine < 0 {
 		bad("MaxControlLine (%d) must be > 0", c.MaxControlLine)
+	}
+	if c.ClusterStatusWait < 0 {
+		bad("ClusterStatusWait (%v) must be > 0", c.ClusterStatusWait)
 	}
 	// NB: prefixes so long that no delivery or dead letter fits the
 	// server's control line would make every ingest a 400; say so once.
@@ -175,8 +192,25 @@ type Service struct {
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
 
+	// serveMu guards what is subscribed while the Service serves: the
+	// micro service and the ack subscriptions. A node of a cluster
+	// subscribes and drains them as it gains and loses leadership.
+	serveMu sync.Mutex
+	serving bool
+	// leading is set once a node of a cluster serves as leader, and
+	// cleared the moment it stops: read without serveMu, which a
+	// leadership change holds while the store opens.
+	leading atomic.Bool
 	svc     micro.Service
 	ackSubs []*nats.Subscription
+	// statusSub answers CLUSTER.STATUS on a node of a cluster; stopWatch
+	// ends its leadership watch.
+	statusSub *nats.Subscription
+	stopWatch func()
+	// closeCtx ends when Close begins, so that a leadership change under
+	// way does not hold Close up.
+	closeCtx    context.Context
+	cancelClose context.CancelFunc
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -216,6 +250,7 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
 		started: make(chan struct{}), done: make(chan struct{}),
 	}
+	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
 		ackPrefix: cfg.AckPrefix, deadLetter: cfg.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
@@ -228,16 +263,80 @@ func New(cfg Config) (*Service, error) {
 
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
+	cc := s.cfg.Config
+	cc.Publisher, cc.Observer, cc.Metrics = s.pub, s.m, s.m
+	if s.cfg.Cluster != nil {
+		return s.startNode(cc)
+	}
 	// NB: the ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
-	//
-	// What legitimately arrives on them is bounded by the in-flight window:
-	// an answer or a no-responders notice per delivery, and a flush marker
-	// per pass. They hold twice that; more is a flood (publishers of
-	// garbage on the ack prefix), which nats.go then drops, reporting a
-	// slow consumer, rather than let a backlog delay the answers and
-	// markers queued behind it for minutes. A dropped answer or notice
-	// only means a redelivery: at least once holds.
+	s.serveMu.Lock()
+	defer s.serveMu.Unlock()
+	s.serving = true
+	if err := s.subscribeAcks(); err != nil {
+		s.closeUnstarted()
+		return err
+	}
+	c, err := core.Open(cc)
+	if err != nil {
+		return err
+	}
+	s.core.Store(c)
+	close(s.started)
+	if err := s.registerMetrics(); err != nil {
+		return err
+	}
+	if err := s.register(); err != nil {
+		return err
+	}
+	return s.nc.Flush()
+}
+
+// startNode starts a node of a cluster: its core suspended until the node
+// leads, its answers to CLUSTER.STATUS, and the watch of its leadership,
+// which starts and stops serving (see onLeadership).
+func (s *Service) startNode(cc core.Config) error {
+	cc.StartSuspended = errNotLeader
+	c, err := core.Open(cc)
+	if err != nil {
+		return err
+	}
+	s.core.Store(c)
+	close(s.started)
+	if err := s.registerMetrics(); err != nil {
+		return err
+	}
+	subj := s.cfg.APIPrefix + "." + wire.VerbClusterStatus
+	if s.statusSub, err = s.nc.Subscribe(subj, s.handleClusterStatus); err != nil {
+		return fmt.Errorf("bridge: subscribe %s: %w", subj, err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		return err
+	}
+	s.stopWatch = s.cfg.Cluster.WatchLeadership(s.onLeadership)
+	return nil
+}
+
+func (s *Service) registerMetrics() error {
+	if s.cfg.Registerer == nil {
+		return nil
+	}
+	if err := s.m.register(s.cfg.Registerer, s); err != nil {
+		return fmt.Errorf("bridge: register metrics: %w", err)
+	}
+	return nil
+}
+
+// subscribeAcks subscribes to the ack prefix. serveMu must be held.
+//
+// What legitimately arrives on them is bounded by the in-flight window:
+// an answer or a no-responders notice per delivery, and a flush marker
+// per pass. They hold twice that; more is a flood (publishers of
+// garbage on the ack prefix), which nats.go then drops, reporting a
+// slow consumer, rather than let a backlog delay the answers and
+// markers queued behind it for minutes. A dropped answer or notice
+// only means a redelivery: at least once holds.
+func (s *Service) subscribeAcks() error {
 	window := s.cfg.MaxInFlight
 	if window == 0 {
 		window = dispatch.DefaultConfig().MaxInFlight
@@ -249,29 +348,12 @@ func (s *Service) start() error {
 	}{{s.cfg.AckPrefix + ".>", s.handleAckSubject}, {s.cfg.AckPrefix, s.handleAckHeader}} {
 		ns, err := s.nc.Subscribe(sub.subject, sub.h)
 		if err != nil {
-			s.closeUnstarted()
 			return fmt.Errorf("bridge: subscribe %s: %w", sub.subject, err)
 		}
 		_ = ns.SetPendingLimits(ackPending, 64<<20)
 		s.ackSubs = append(s.ackSubs, ns)
 	}
-	cc := s.cfg.Config
-	cc.Publisher, cc.Observer, cc.Metrics = s.pub, s.m, s.m
-	c, err := core.Open(cc)
-	if err != nil {
-		return err
-	}
-	s.core.Store(c)
-	close(s.started)
-	if s.cfg.Registerer != nil {
-		if err := s.m.register(s.cfg.Registerer, s); err != nil {
-			return fmt.Errorf("bridge: register metrics: %w", err)
-		}
-	}
-	if err := s.register(); err != nil {
-		return err
-	}
-	return s.nc.Flush()
+	return nil
 }
 
 // closeUnstarted closes cfg.Store when New fails before the core owns it.
@@ -286,12 +368,28 @@ func (s *Service) closeUnstarted() {
 // its dispatcher is delivering (see dispatch.Dispatcher.Health: not stuck
 // in a pass, a flush or a wait it should have woken from). The error says
 // which.
+//
+// A node of a cluster that does not lead is ready while its connection is
+// up and its node runs: a follower is healthy, it just does not serve;
+// Leader tells them apart.
 func (s *Service) Ready() error {
 	switch {
 	case s.closing.Load():
 		return unavailable("shutting down")
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
+	}
+	if s.cfg.Cluster != nil && !s.Leader() {
+		// NB: a follower is healthy: it replicates, and answers its
+		// status; it just does not serve. Leader tells them apart.
+		st := s.cfg.Cluster.Status()
+		switch {
+		case st.Err != "":
+			return unavailable("cluster node stopped: %s", st.Err)
+		case st.Role == wire.RoleShutdown:
+			return unavailable("cluster node shut down")
+		}
+		return nil
 	}
 	return s.core.Load().Ready()
 }
@@ -323,6 +421,14 @@ func (s *Service) Stats() dispatch.Stats { return s.core.Load().Stats() }
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		// NB: a node first stops watching its leadership, so that it does
+		// not start serving again while it closes.
+		s.cancelClose()
+		if s.stopWatch != nil {
+			s.stopWatch()
+		}
+		s.serveMu.Lock()
+		defer s.serveMu.Unlock()
 		if s.svc != nil {
 			errs = append(errs, s.svc.Stop())
 		}
@@ -334,6 +440,9 @@ func (s *Service) Close() error {
 		}
 		for _, sub := range s.ackSubs {
 			errs = append(errs, drain(sub, s.nc))
+		}
+		if s.statusSub != nil {
+			errs = append(errs, drain(s.statusSub, s.nc))
 		}
 		if c != nil {
 			errs = append(errs, c.Close())

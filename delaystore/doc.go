@@ -7,7 +7,9 @@
 // A Store is an ordered key-value store with atomic batches (see Store).
 // Engines live in sub-packages, pebblestore and boltstore, and the shared
 // contract suite in storetest. The engines share their call gating (calls
-// in flight, closed, failed) through internal/gate.
+// in flight, closed, failed) through internal/gate. In cluster mode,
+// raftstore wraps an engine: its Store commits each batch as one Raft log
+// entry that every node applies to its own engine.
 //
 // The Repository keeps each pending message, a StoredMessage, under its
 // 24-byte event key (see package keys), and next to it, always in the same

@@ -70,20 +70,12 @@ func startProcess(t *testing.T, bin, url, dir string, args ...string) *servicePr
 func launch(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
 	t.Helper()
 	p := spawn(t, bin, env, args...)
-	select {
-	case <-p.ready:
-	case <-p.done:
-		t.Fatalf("natsdelay exited before it was ready:\n%s", p.output())
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Fatalf("natsdelay not ready:\n%s", p.output())
-	}
+	p.waitReady(t)
 	return p
 }
 
 // spawn runs the binary with args and env added to the test's
-// environment. Its ready channel is closed when it says it is ready, and
-// its done channel when its stderr closes, that is when it exited.
+// environment, without waiting for it: see waitReady.
 func spawn(t *testing.T, bin string, env []string, args ...string) *serviceProcess {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -114,6 +106,20 @@ func spawn(t *testing.T, bin string, env []string, args ...string) *serviceProce
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
 	return p
+}
+
+// waitReady waits until the process says it is ready, and fails the test
+// if it exits first or takes a minute.
+func (p *serviceProcess) waitReady(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.ready:
+	case <-p.done:
+		t.Fatalf("natsdelay exited before it was ready:\n%s", p.output())
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("natsdelay not ready:\n%s", p.output())
+	}
 }
 
 func (p *serviceProcess) output() string {

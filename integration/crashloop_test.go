@@ -375,6 +375,23 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		"--engine", engine, "--ack-wait", "1s")
 	l.setUp()
 	stopPublishers()
+	l.settle(t, consumer)
+	proc.stop(t)
+	proc = nil
+	lost, deliveries, redeliveries := l.verify(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("%s: kills survived: %d (ingest %d, delivery %d, ack burst %d), acknowledged messages checked: %d, "+
+		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, in %v",
+		engine, kills, moments[killDuringIngest], moments[killDuringDelivery], moments[killAfterAckBurst],
+		len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
+		time.Since(start).Round(time.Millisecond))
+}
+
+// settle waits until every acknowledged message was delivered and ACKed,
+// and INFO (on nc) says nothing is pending.
+func (l *crashLoop) settle(t *testing.T, nc *nats.Conn) {
+	t.Helper()
 	checkFor(t, 90*time.Second, 20*time.Millisecond, func() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -396,7 +413,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	// ACKs sent to a killed process were lost; those messages come back and
 	// are ACKed again, so pending reaches zero only once every one is done.
 	checkFor(t, 90*time.Second, 50*time.Millisecond, func() error {
-		n, err := pendingCount(consumer)
+		n, err := pendingCount(nc)
 		if err != nil {
 			return err
 		}
@@ -405,15 +422,20 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		}
 		return nil
 	})
-	proc.stop(t)
-	proc = nil
+}
 
+// verify fails t for what the callbacks saw wrong, for every acknowledged
+// message never delivered or delivered before its fire_at, and for a
+// Delay-Fire-At that differs from the ingest reply's. It returns the
+// messages lost, the deliveries and the redeliveries.
+func (l *crashLoop) verify(t *testing.T) (lost, deliveries, redeliveries int) {
+	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range l.problems {
 		t.Error(p)
 	}
-	lost, early, redeliveries := 0, 0, 0
+	early := 0
 	for tag, fire := range l.acked {
 		recv, ok := l.firstRecv[tag]
 		if !ok {
@@ -432,7 +454,6 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 			t.Errorf("%s: %s %s, but the ingest reply said fire_at %s", tag, wire.HeaderFireAt, hf.Format(time.RFC3339Nano), fire.Format(time.RFC3339Nano))
 		}
 	}
-	deliveries := 0
 	for _, n := range l.deliveries {
 		deliveries += n
 		redeliveries += n - 1
@@ -440,9 +461,5 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	if lost > 0 || early > 0 {
 		t.Errorf("%d acknowledged messages lost, %d delivered early", lost, early)
 	}
-	t.Logf("%s: kills survived: %d (ingest %d, delivery %d, ack burst %d), acknowledged messages checked: %d, "+
-		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, in %v",
-		engine, kills, moments[killDuringIngest], moments[killDuringDelivery], moments[killAfterAckBurst],
-		len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
-		time.Since(start).Round(time.Millisecond))
+	return lost, deliveries, redeliveries
 }

@@ -40,6 +40,12 @@ type Config struct {
 	// leaves the Service unavailable after such a failure until it is
 	// closed.
 	Reopen func() (delaystore.Store, error)
+	// StartSuspended, if not nil, makes Open start no generation: the
+	// Service starts as if Suspend(StartSuspended) had been called, with
+	// Store closed, and runs nothing on it until Resume, which opens it
+	// through Reopen (required then). A node of a cluster starts so: only
+	// its leader runs a generation.
+	StartSuspended error
 	// ReopenBackoff is the wait after the first failed Reopen; it doubles
 	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
 	ReopenBackoff    time.Duration

@@ -80,6 +80,17 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	return nil
 }
 
+// idleGeneration is the generation of a Service opened suspended: st,
+// closed at once, with nothing running on it. The first Resume replaces it.
+func (s *Service) idleGeneration(st delaystore.Store) *generation {
+	g := &generation{store: st}
+	g.retired.Store(true)
+	if err := g.closeStore(); err != nil {
+		s.log.Warn("closing the store", "err", err)
+	}
+	return g
+}
+
 // stopWork stops the writer, the janitor and the dispatcher, in that
 // order. Nothing may hand the writer messages any more: see Service.retire
 // and Service.Stop. Safe to call twice.

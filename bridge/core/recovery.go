@@ -1,7 +1,9 @@
 package core
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -15,7 +17,7 @@ func (s *Service) fail(g *generation, cause error) {
 	first := g.failed.CompareAndSwap(false, true)
 	current := s.gen.Load() == g
 	if first && current && s.down.Load() == nil {
-		s.down.Store(&downState{cause: cause})
+		s.setDown(&downState{cause: cause})
 	}
 	s.stateMu.Unlock()
 	if !first || !current {
@@ -49,11 +51,49 @@ func (s *Service) swap(g *generation) bool {
 		return false
 	}
 	s.keptMu.Lock()
-	addStats(&s.kept, s.gen.Load().disp.Stats())
+	if d := s.gen.Load().disp; d != nil {
+		addStats(&s.kept, d.Stats())
+	}
 	s.gen.Store(g)
 	s.keptMu.Unlock()
-	s.down.Store(nil)
+	s.setDown(nil)
 	return true
+}
+
+// setDown records why the Service takes no work, or nil when it takes work
+// again, and wakes WaitUp's callers when it does. stateMu must be held.
+func (s *Service) setDown(d *downState) {
+	was := s.down.Load()
+	switch {
+	case d == nil && was != nil:
+		close(s.up)
+	case d != nil && was == nil:
+		s.up = make(chan struct{})
+	}
+	s.down.Store(d)
+}
+
+// WaitUp waits until the Service takes work: it is not down (a storage
+// fault being recovered, Suspend, a Resume still reopening). It returns
+// nil then, or an error if ctx ends or the Service stops first. A leader
+// that just resumed calls it before it lets clients in, so that they do
+// not meet the 503 of a store being reopened.
+func (s *Service) WaitUp(ctx context.Context) error {
+	for {
+		s.stateMu.Lock()
+		up, down := s.up, s.down.Load()
+		s.stateMu.Unlock()
+		if down == nil {
+			return nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return fmt.Errorf("core: waiting for the store: %w (%v)", ctx.Err(), down.cause)
+		case <-s.done:
+			return unavailable("shutting down")
+		}
+	}
 }
 
 // Suspend stops the current generation for reason (leadership lost, say)
@@ -64,7 +104,7 @@ func (s *Service) swap(g *generation) bool {
 // the reason.
 func (s *Service) Suspend(reason error) {
 	s.stateMu.Lock()
-	s.down.Store(&downState{cause: reason, suspended: true})
+	s.setDown(&downState{cause: reason, suspended: true})
 	g := s.gen.Load()
 	s.stateMu.Unlock()
 	s.retire(g)
@@ -80,7 +120,7 @@ func (s *Service) Resume() {
 	if d := s.down.Load(); d != nil && d.suspended {
 		// NB: the store is closed; until the loop reopens it, calls get
 		// the 503 of a fault being recovered.
-		s.down.Store(&downState{cause: errors.New("resuming")})
+		s.setDown(&downState{cause: errors.New("resuming")})
 	}
 	s.stateMu.Unlock()
 	s.wake()

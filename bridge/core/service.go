@@ -38,6 +38,9 @@ type Service struct {
 	// down is non-nil while the Service takes no work: the store failed,
 	// or Suspend was called.
 	down atomic.Pointer[downState]
+	// up is closed while down is nil, and replaced by an open channel
+	// when down is set; see setDown. Guarded by stateMu.
+	up chan struct{}
 	// stateMu orders setting down against swapping in a generation, so a
 	// new generation that fails at once keeps the Service recovering, and
 	// one that comes up after Suspend is dropped.
@@ -84,6 +87,9 @@ func Open(cfg Config) (*Service, error) {
 	if cfg.Publisher == nil {
 		err = errors.Join(err, fmt.Errorf("%w: Publisher is required", ErrInvalidConfig))
 	}
+	if cfg.StartSuspended != nil && cfg.Reopen == nil {
+		err = errors.Join(err, fmt.Errorf("%w: StartSuspended needs Reopen, to open the store at Resume", ErrInvalidConfig))
+	}
 	if err != nil {
 		if cfg.Store != nil {
 			err = errors.Join(err, cfg.Store.Close())
@@ -92,6 +98,14 @@ func Open(cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s.up = make(chan struct{})
+	if cfg.StartSuspended != nil {
+		s.gen.Store(s.idleGeneration(cfg.Store))
+		s.down.Store(&downState{cause: cfg.StartSuspended, suspended: true})
+		s.goFunc(s.recoverLoop)
+		return s, nil
+	}
+	close(s.up)
 	g, err := s.startGeneration(cfg.Store, false)
 	if err != nil {
 		return nil, err
@@ -164,11 +178,13 @@ func (s *Service) downErr() error {
 }
 
 // Repository is the event repository of the current generation. After a
-// storage fault it is replaced by one on the reopened store.
+// storage fault it is replaced by one on the reopened store. It is nil
+// while a Service opened with Config.StartSuspended has not run a
+// generation yet.
 func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo }
 
 // Dispatcher is the dispatcher of the current generation; see Stats for
-// counters that survive a new generation.
+// counters that survive a new generation. Nil as Repository is.
 func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
 
 // Stats returns the dispatch counters since Open, across generations, and
@@ -177,7 +193,10 @@ func (s *Service) Stats() dispatch.Stats {
 	s.keptMu.Lock()
 	d, k := s.gen.Load().disp, s.kept
 	s.keptMu.Unlock()
-	st := d.Stats()
+	var st dispatch.Stats
+	if d != nil {
+		st = d.Stats()
+	}
 	addStats(&st, k)
 	return st
 }
@@ -242,7 +261,10 @@ func (s *Service) Ack(k keys.Key, a dispatch.Ack, done func(error)) error {
 
 // NoResponders tells the dispatcher that the delivery k reached no
 // subscriber; see dispatch.Dispatcher.NoResponders.
-func (s *Service) NoResponders(k keys.Key) bool { return s.gen.Load().disp.NoResponders(k) }
+func (s *Service) NoResponders(k keys.Key) bool {
+	d := s.gen.Load().disp
+	return d != nil && d.NoResponders(k)
+}
 
 // Cancel deletes a pending message so it is never delivered. It returns a
 // 404 error if there is none under k.

@@ -238,6 +238,74 @@ func TestService_Suspend_Resume(t *testing.T) {
 	schedule(t, s, &delaystore.StoredMessage{Subject: "a", FireAtNs: time.Now().Add(time.Hour).UnixNano()})
 }
 
+// TestService_StartSuspended_DeliversOnlyAfterResume checks what a node
+// of a cluster needs: opened suspended, the Service runs nothing on the
+// store (no dispatcher exists to deliver the message due in it, calls are
+// a 503 naming the reason) until Resume, which opens the store through
+// Reopen; WaitUp returns once it takes work, and the due message is then
+// delivered.
+func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
+	st := memStore(t)
+	t.Cleanup(func() { _ = st.Close() })
+	repo, err := delaystore.OpenRepository(st, delaystore.DefaultRepositoryConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := repo.Schedule([]*delaystore.StoredMessage{{Subject: "due", FireAtNs: time.Now().UnixNano()}}, delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = repo.Close()
+
+	p := newPublisher()
+	reason := errors.New("not the leader")
+	s := open(t, keepOpen{st}, p, func(c *core.Config) {
+		c.StartSuspended = reason
+		c.Reopen = func() (delaystore.Store, error) { return keepOpen{st}, nil }
+	})
+	err = s.Schedule(&delaystore.StoredMessage{Subject: "a"}, func(keys.Key, error) { t.Error("done called") })
+	if !errors.Is(err, wire.ErrUnavailable) || !errors.Is(s.Down(), reason) || s.Ready() == nil {
+		t.Fatalf("suspended at start: Schedule = %v, Down = %v, Ready = %v", err, s.Down(), s.Ready())
+	}
+	if s.Dispatcher() != nil || s.Stats().Delivered != 0 {
+		t.Fatalf("suspended at start, a generation runs: dispatcher %v, stats %+v", s.Dispatcher(), s.Stats())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := s.WaitUp(ctx); err == nil {
+		t.Fatal("WaitUp returned nil while suspended")
+	}
+	cancel()
+
+	s.Resume()
+	ctx, cancel = context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := s.WaitUp(ctx); err != nil {
+		t.Fatalf("WaitUp after Resume: %v", err)
+	}
+	if err := s.Down(); err != nil {
+		t.Fatalf("up, but Down = %v", err)
+	}
+	if got := next(t, p.delivered); got != res[0].Key {
+		t.Fatalf("delivered %s, want %s", got, res[0].Key)
+	}
+}
+
+// TestService_Open_StartSuspendedNeedsReopen checks that a Service that
+// starts suspended without a way to open its store is refused at Open.
+func TestService_Open_StartSuspendedNeedsReopen(t *testing.T) {
+	var cfg core.Config
+	cfg.Store, cfg.Publisher, cfg.StartSuspended = memStore(t), newPublisher(), errors.New("follower")
+	if _, err := core.Open(cfg); !errors.Is(err, core.ErrInvalidConfig) || !containsErr(err, "Reopen") {
+		t.Fatalf("Open = %v, want ErrInvalidConfig about Reopen", err)
+	}
+}
+
+// keepOpen is a store whose Close leaves the store open, as a replicated
+// store's does: the Service closes and reopens it at will.
+type keepOpen struct{ delaystore.Store }
+
+func (keepOpen) Close() error { return nil }
+
 // TestService_Open_ReportsEverySetting checks that Open refuses bad
 // settings of every nested config at once and closes the store.
 func TestService_Open_ReportsEverySetting(t *testing.T) {

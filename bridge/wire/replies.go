@@ -67,6 +67,8 @@ type InfoReply struct {
 	Counts  Counts         `json:"counts"`
 	Stats   dispatch.Stats `json:"stats"`
 	Config  ConfigSummary  `json:"config"`
+	// Cluster is set when the service runs as a node of a cluster.
+	Cluster *ClusterInfo `json:"cluster,omitempty"`
 }
 
 // ConfigSummary is the configuration INFO reports.

@@ -102,6 +102,16 @@ const (
 	VerbCancel    = "CANCEL"
 	VerbSubjects  = "SUBJECTS"
 	VerbSchedules = "SCHEDULES"
+	// VerbClusterStatus is answered by every node of a cluster, the
+	// followers too, each with its own NodeStatus: a requester that
+	// gathers replies sees them all.
+	VerbClusterStatus = "CLUSTER.STATUS"
+	// VerbClusterAdd adds a voting member (ClusterAddRequest); the leader
+	// answers.
+	VerbClusterAdd = "CLUSTER.ADD"
+	// VerbClusterRemove removes a member (ClusterRemoveRequest); the
+	// leader answers.
+	VerbClusterRemove = "CLUSTER.REMOVE"
 )
 
 // Answers to a delivery, as a consumer sends them (the JetStream ack

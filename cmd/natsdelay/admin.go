@@ -177,10 +177,33 @@ func (c *infoCmd) Run(e *env) error {
 	row("dead letter expired", cf.DeadLetterExpired)
 	row("time bucket", cf.TimeBucket)
 	row("max payload", orNone(cf.MaxPayload == 0, "server's max_payload", strconv.Itoa(cf.MaxPayload)))
+	if ci := r.Cluster; ci != nil {
+		fmt.Fprintln(tw, "\t")
+		row("node", ci.ID+" ("+ci.Role+")")
+		row("leader", ci.LeaderID)
+		row("term", ci.Term)
+		row("commit index", ci.CommitIndex)
+		row("applied index", ci.AppliedIndex)
+		for _, p := range ci.Peers {
+			row("peer "+p.ID, peerLine(p))
+		}
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return trimLines(e.stdout, buf.Bytes())
+}
+
+// peerLine describes one member of a cluster on one line.
+func peerLine(p wire.PeerInfo) string {
+	s := p.Addr
+	if !p.Voter {
+		s += " non-voter"
+	}
+	if !p.Answered {
+		return s + " no answer"
+	}
+	return fmt.Sprintf("%s %s applied %d lag %d", s, p.Role, p.AppliedIndex, *p.Lag)
 }
 
 // trimLines writes b to w without trailing spaces on its lines.

@@ -23,8 +23,10 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves and recurring; default all." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring and cluster; default all but cluster." placeholder:"PHASE,..."`
 	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale and waves phases run (default this one), to measure another version with the same bench." placeholder:"FILE"`
+	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
+	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
 	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
@@ -91,6 +93,10 @@ func (c *benchCmd) config() bench.Config {
 		cfg.FireRates = c.FireRates
 	}
 	cfg.Phases = c.Phases
+	if c.Cluster && !slices.Contains(cfg.Phases, bench.PhaseCluster) {
+		cfg.Phases = append(slices.Clone(cfg.Phases), bench.PhaseCluster)
+	}
+	set(&cfg.Failovers, c.Failovers)
 	if c.ScaleSubjects == 0 {
 		// The preset's subjects fit a smaller --scale-pending.
 		cfg.ScaleSubjects = min(cfg.ScaleSubjects, cfg.ScalePending)
@@ -119,6 +125,7 @@ func (c *benchCmd) check() error {
 		{"--scale-pending", c.ScalePending}, {"--scale-subjects", c.ScaleSubjects}, {"--scale-due", c.ScaleDue},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
+		{"--failovers", c.Failovers},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)

@@ -187,3 +187,33 @@ func runBench(t *testing.T, dir string, extra ...string) bench.Results {
 	}
 	return res
 }
+
+// TestBench_Cluster_Quick runs bench --cluster at tiny sizes: it checks
+// that only the cluster phase ran, that one node and three each took
+// every ingest and delivered every message of the fire run, none early,
+// and that the failover was timed; never how fast.
+func TestBench_Cluster_Quick(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := runBench(t, dir, "--cluster")
+	cr := res.Cluster
+	if cr == nil || len(res.Ingest) != 0 || len(res.Fire) != 0 || res.Scale != nil {
+		t.Fatalf("--cluster ran: cluster %v, %d ingest, %d fire, scale %v", cr != nil, len(res.Ingest), len(res.Fire), res.Scale != nil)
+	}
+	if len(cr.Ingest) != 6 || len(cr.Fire) != 3 || len(cr.Failovers) != 1 || len(cr.JSFailovers) != 1 {
+		t.Fatalf("cluster: %d ingest, %d fire, %d and %d failovers; want 6, 3, 1 and 1", len(cr.Ingest), len(cr.Fire), len(cr.Failovers), len(cr.JSFailovers))
+	}
+	for _, r := range cr.Ingest {
+		if r.Failed != 0 || r.Msgs != 2_000 {
+			t.Errorf("cluster ingest %s %s: %d msgs, %d failed", r.System, r.Mode, r.Msgs, r.Failed)
+		}
+	}
+	for _, f := range cr.Fire {
+		if f.Delivered != f.Scheduled || f.Early != 0 {
+			t.Errorf("cluster fire %s: %d of %d delivered, %d early", f.System, f.Delivered, f.Scheduled, f.Early)
+		}
+	}
+	if f := cr.Failovers[0]; f.ToAckMs <= 0 || f.ToDeliveryMs <= 0 {
+		t.Errorf("failover %+v: want both times", f)
+	}
+}

@@ -210,6 +210,32 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "cancel space subject", args: []string{"cancel", "--subject", "a b", "--id", "x"}, want: []string{`--subject "a b"`, "white space"}},
 		{name: "cancel nothing", args: []string{"cancel"}, want: []string{"cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID"}},
 		{name: "get nothing", args: []string{"get"}, want: []string{"get: which message? natsdelay get TAG"}},
+		// A node of a cluster that could not make one cluster with its
+		// peers is refused before it starts anything: never a split brain.
+		{name: "cluster peers without self", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7002,127.0.0.1:7003", "--node-id", "a"},
+			want: []string{"--cluster-peers 127.0.0.1:7002,127.0.0.1:7003", "does not list this node's own address 127.0.0.1:7001"}},
+		{name: "cluster peer twice", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7002", "--node-id", "a"},
+			want: []string{"--cluster-peers", `"127.0.0.1:7002" is listed twice`}},
+		{name: "cluster memory engine", args: []string{"--engine", "memory", "--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a"},
+			want: []string{"--engine memory", "a node of a cluster needs a store on disk"}},
+		{name: "cluster without node id", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001"},
+			want: []string{`--node-id ""`, "unique in the cluster"}},
+		{name: "cluster bad node id", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a b"},
+			want: []string{`--node-id "a b"`, "letters, digits"}},
+		{name: "cluster without listen", args: []string{"--cluster-peers", "127.0.0.1:7001", "--node-id", "a"},
+			want: []string{`--cluster-listen ""`, "Raft transport"}},
+		{name: "cluster without peers", args: []string{"--cluster-listen", "127.0.0.1:7001", "--node-id", "a"},
+			want: []string{"--cluster-peers", "every member's cluster address"}},
+		{name: "cluster unspecified listen", args: []string{"--cluster-listen", "0.0.0.0:7001", "--cluster-peers", "0.0.0.0:7001", "--node-id", "a"},
+			want: []string{`--cluster-listen "0.0.0.0:7001" binds every interface`, "--cluster-advertise"}},
+		{name: "cluster timeout too short", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a", "--cluster-timeout", "10ms"},
+			want: []string{"--cluster-timeout 10ms", "at least 50ms"}},
+		{name: "nats routes with url", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-cluster-listen", "127.0.0.1:6222", "--nats-routes", "nats://127.0.0.1:6223"},
+			want: []string{"--nats-routes only apply to the embedded"}},
+		{name: "nats routes without listen", args: []string{"--nats-routes", "nats://127.0.0.1:6223"},
+			want: []string{"--nats-routes nats://127.0.0.1:6223", "needs --nats-cluster-listen"}},
+		{name: "nats bad route", args: []string{"--nats-cluster-listen", "127.0.0.1:0", "--nats-routes", "http://x"},
+			want: []string{`--nats-routes "http://x"`, "nats://10.0.0.2:6222"}},
 		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
 		{name: "every setting problem at once", args: []string{"--backoff=-1s", "--time-bucket=1500us", "--expiry-interval=-1s", "--max-in-flight=-1", "--dead-letter=a.*", "--http", busy.Addr().String()},
 			want: []string{"--backoff -1s", "--time-bucket 1.5ms", "--expiry-interval -1s", "--max-in-flight -1", `--dead-letter "a.*"`, "--http " + busy.Addr().String(), "already in use"}},
@@ -289,5 +315,36 @@ func TestExpandDays(t *testing.T) {
 		case tt.err == "" && (err != nil || got != tt.want):
 			t.Errorf("expandDays(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+// TestParse_ClusterSettings_FlagEnvFile checks that the cluster settings
+// come from flags, env vars and the config file alike, the file's lists
+// as arrays, with the same precedence as every other setting.
+func TestParse_ClusterSettings_FlagEnvFile(t *testing.T) {
+	file := writeConfig(t, `{
+		"nats_listen": "127.0.0.1:0",
+		"cluster_listen": "127.0.0.1:7001",
+		"cluster_peers": ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"],
+		"node_id": "from-file",
+		"cluster_timeout": "2s"
+	}`)
+	if s := parseServe(t, "--nats-listen", "127.0.0.1:0"); s.clustered() {
+		t.Fatalf("no cluster setting, yet clustered: %+v", s.clusterFlags)
+	}
+	s := parseServe(t, "--config", file)
+	if s.ClusterListen != "127.0.0.1:7001" || !slices.Equal(s.ClusterPeers, []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}) ||
+		s.NodeID != "from-file" || s.ClusterTimeout != 2*time.Second || !s.clustered() {
+		t.Fatalf("from the file: %+v", s.clusterFlags)
+	}
+	t.Setenv("NATSDELAY_NODE_ID", "from-env")
+	t.Setenv("NATSDELAY_CLUSTER_PEERS", "127.0.0.1:7001,127.0.0.1:7004")
+	s = parseServe(t, "--config", file)
+	if s.NodeID != "from-env" || !slices.Equal(s.ClusterPeers, []string{"127.0.0.1:7001", "127.0.0.1:7004"}) {
+		t.Fatalf("env over file: %+v", s.clusterFlags)
+	}
+	s = parseServe(t, "--config", file, "--node-id", "from-flag")
+	if s.NodeID != "from-flag" {
+		t.Fatalf("flag over env: %+v", s.clusterFlags)
 	}
 }

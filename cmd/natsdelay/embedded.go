@@ -67,10 +67,20 @@ func clientHost(host string) string {
 	return host
 }
 
+// embeddedRoutes makes the embedded nats-server one of a NATS cluster:
+// it takes routes on listen and routes to routes. Zero: a lone server.
+type embeddedRoutes struct {
+	name   string
+	listen string
+	routes []string
+	// serverName names the server in the NATS cluster; names must differ.
+	serverName string
+}
+
 // startEmbedded runs a nats-server listening on addr, which checkListen
-// has accepted. Its logs go to log at debug level, except warnings and
-// errors. The caller shuts it down.
-func startEmbedded(addr string, log *slog.Logger) (*server.Server, error) {
+// has accepted, routing as rc says. Its logs go to log at debug level,
+// except warnings and errors. The caller shuts it down.
+func startEmbedded(addr string, log *slog.Logger, rc embeddedRoutes) (*server.Server, error) {
 	host, port, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(port)
 	if n == 0 {
@@ -86,6 +96,22 @@ func startEmbedded(addr string, log *slog.Logger) (*server.Server, error) {
 		// Signals are ours: serve shuts the server down after the service.
 		NoSigs: true,
 		Debug:  debug,
+	}
+	if rc.listen != "" {
+		ch, cp, _ := net.SplitHostPort(rc.listen)
+		cn, _ := strconv.Atoi(cp)
+		if cn == 0 {
+			cn = server.RANDOM_PORT
+		}
+		opts.ServerName = rc.serverName
+		opts.Cluster = server.ClusterOpts{Name: rc.name, Host: ch, Port: cn}
+		for _, r := range rc.routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("embedded nats-server: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -25,12 +25,18 @@ const defaultHTTP = "127.0.0.1:7070"
 // httpShutdownTimeout bounds how long a scrape in progress may hold up exit.
 const httpShutdownTimeout = 5 * time.Second
 
-// readiness is what /readyz asks; *bridge.Service implements it.
+// readiness is what /readyz and /leader ask; *bridge.Service implements
+// it.
 type readiness interface {
 	Ready() error
+	// Leader reports whether the service serves ingest, acks and the API:
+	// always, unless it is a node of a cluster that is not the leader.
+	Leader() bool
+	// Role is the node's role in its cluster, "" outside a cluster.
+	Role() string
 }
 
-// httpServer serves /metrics, /healthz and /readyz. It owns its listener
+// httpServer serves /metrics, /healthz, /readyz and /leader. It owns its listener
 // and the one goroutine that serves it.
 type httpServer struct {
 	srv   *http.Server
@@ -96,6 +102,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Lo
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /leader", h.leader)
 	if pprofOn {
 		// NB: the pprof package registers on http.DefaultServeMux when
 		// imported; this mux only has what is added here.
@@ -141,7 +148,34 @@ func (h *httpServer) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	// NB: a follower is ready: it replicates and would take over; the
+	// body says which it is, and /leader tells load balancers apart.
+	if role := (*r).Role(); role != "" {
+		fmt.Fprintf(w, "ok: %s\n", role)
+		return
+	}
 	fmt.Fprintln(w, "ok")
+}
+
+// leader answers 200 on the node that serves ingest, acks and the API (a
+// service outside a cluster always does), and 503 with the node's role
+// elsewhere: a load balancer in front of a cluster's HTTP listeners sends
+// to the leader only.
+func (h *httpServer) leader(w http.ResponseWriter, _ *http.Request) {
+	r := h.ready.Load()
+	if r == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	if (*r).Leader() {
+		fmt.Fprintln(w, "leader")
+		return
+	}
+	role := (*r).Role()
+	if role == "" {
+		role = "not serving"
+	}
+	http.Error(w, role, http.StatusServiceUnavailable)
 }
 
 // close stops the listener, lets requests in progress finish for up to

@@ -73,6 +73,7 @@ type cli struct {
 	Schedules schedulesCmd `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Get       getCmd       `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cancel    cancelCmd    `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cluster   clusterCmd   `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Bench     benchCmd     `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`

@@ -29,7 +29,8 @@ const defaultDataDir = "./natsdelay-data"
 // serveCmd runs the service. The vars set on it in cli give the shared
 // --nats flag an empty default, which means "embed a nats-server".
 type serveCmd struct {
-	connFlags `embed:""`
+	connFlags    `embed:""`
+	clusterFlags `embed:""`
 
 	// NB: no default in the tag, so that check can tell --nats-listen given
 	// alongside --nats; listen applies the default.
@@ -97,6 +98,7 @@ func (c *serveCmd) check() error {
 			p.add("--data-dir %q: is a file: want a directory", c.DataDir)
 		}
 	}
+	c.checkCluster(&p, c.Engine, c.embedded())
 	checkHTTP(&p, c.HTTP)
 	if c.PProf && c.HTTP == "" {
 		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
@@ -225,23 +227,52 @@ func (c *serveCmd) Run(e *env) error {
 		}
 		stopHTTP()
 	}
-	st, err := openStore(c.Engine, c.DataDir, log)
+	clustered := c.clustered()
+	st, err := openStore(c.Engine, c.DataDir, log, clustered)
 	if err != nil {
 		stopNATS()
 		return err
 	}
 	cfg := bridge.Config{Conn: nc, Registerer: reg}
 	cfg.Store, cfg.Logger = st, log
-	if c.Engine != engine.Memory {
+	// closeLocal closes what the service does not own in a cluster: the
+	// node, then the local store it applies to.
+	closeLocal := func() {}
+	if clustered {
+		node, err := c.openNode(ctx, dataDir, st, log)
+		if err != nil {
+			if cerr := st.Close(); cerr != nil {
+				log.Warn("closing the store", "err", cerr)
+			}
+			stopNATS()
+			return err
+		}
+		closeLocal = func() {
+			if err := node.Close(); err != nil {
+				log.Warn("stopping the cluster node", "err", err)
+			}
+			if err := st.Close(); err != nil {
+				log.Warn("closing the store", "err", err)
+			}
+		}
+		// NB: the service suspends its core while this node follows,
+		// closing the store it holds, and resumes on the replicated store
+		// again when it leads: Close of node.Store() leaves the node and
+		// the local store running.
+		cfg.Store = node.Store()
+		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
+		cfg.Cluster = bridge.RaftCluster(node)
+	} else if c.Engine != engine.Memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
 		// writes again. NB: not in memory, where a reopen starts empty.
-		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log) }
+		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log, false) }
 	}
 	c.apply(&cfg)
 	cfg.AdvanceHook = crashHook
 	svc, err := bridge.New(cfg)
 	if err != nil {
+		closeLocal()
 		stopNATS()
 		return fmt.Errorf("start the service: %w", err)
 	}
@@ -265,6 +296,7 @@ func (c *serveCmd) Run(e *env) error {
 	stop()
 	log.Info("natsdelay stopping")
 	err = svc.Close()
+	closeLocal()
 	stopNATS()
 	if lostErr != nil {
 		return errors.Join(fmt.Errorf("the NATS connection closed for good: %w", lostErr), err)
@@ -286,7 +318,11 @@ func (c *serveCmd) connectOrEmbed(log *slog.Logger, extra ...nats.Option) (srv *
 		}
 		return nil, nc, nc.ConnectedUrlRedacted(), nil
 	}
-	if srv, err = startEmbedded(c.listen(), log); err != nil {
+	rc := embeddedRoutes{name: c.NATSClusterName, listen: c.NATSClusterListen, routes: c.NATSRoutes, serverName: "natsdelay-" + c.NATSClusterListen}
+	if c.NodeID != "" {
+		rc.serverName = "natsdelay-" + c.NodeID
+	}
+	if srv, err = startEmbedded(c.listen(), log, rc); err != nil {
 		return nil, nil, "", err
 	}
 	url = embeddedURL(srv)
@@ -322,9 +358,12 @@ func exitOnSecondSignal(done <-chan struct{}, log *slog.Logger) {
 
 // openStore opens the engine named by --engine. A data dir that holds the
 // other engine's store is a usage error: opening it would start empty and
-// leave the messages there undelivered.
-func openStore(name, dir string, log *slog.Logger) (delaystore.Store, error) {
-	st, err := engine.Open(engine.Config{Engine: name, Dir: dir, Logger: log})
+// leave the messages there undelivered. In a cluster Pebble runs with its
+// WAL off: the Raft log is the WAL, and the node replays it into the store.
+func openStore(name, dir string, log *slog.Logger, clustered bool) (delaystore.Store, error) {
+	ec := engine.Config{Engine: name, Dir: dir, Logger: log}
+	ec.Pebble.DisableWAL = clustered
+	st, err := engine.Open(ec)
 	switch {
 	case errors.Is(err, delaystore.ErrInvalidConfig):
 		return nil, usagef("--engine %s --data-dir %s: %v", name, dir, err)

@@ -88,6 +88,9 @@ type Config struct {
 	// RecurIdleFor is the idle interval whose CPU time it measures with
 	// them. Default 5s.
 	RecurIdleFor time.Duration
+	// Failovers is how many times the cluster phase kills the leader of
+	// its three-node cluster. Default 5.
+	Failovers int
 
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
@@ -125,15 +128,21 @@ const (
 	PhaseScale    = "scale" // scale and expiry, which share the filled store
 	PhaseWaves    = "waves"
 	PhaseRecur    = "recurring"
+	// PhaseCluster runs natsdelay as one node and as a cluster of three
+	// child processes, and times failovers. It runs only when asked for.
+	PhaseCluster = "cluster"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseCluster}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
+	if phase == PhaseCluster {
+		return slices.Contains(c.Phases, phase)
+	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }
 
@@ -159,6 +168,7 @@ func DefaultConfig() Config {
 		RecurDuration:  30 * time.Second,
 		RecurIdle:      100_000,
 		RecurIdleFor:   5 * time.Second,
+		Failovers:      5,
 		Timeout:        2 * time.Minute,
 	}
 }
@@ -186,6 +196,7 @@ func Quick() Config {
 		RecurDuration:  2 * time.Second,
 		RecurIdle:      500,
 		RecurIdleFor:   500 * time.Millisecond,
+		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}
 }
@@ -208,6 +219,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ScaleDue, d.ScaleDue)
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
 	def(&c.Waves, d.Waves)
+	def(&c.Failovers, d.Failovers)
 	def(&c.WaveSubjects, d.WaveSubjects)
 	def(&c.RecurSchedules, d.RecurSchedules)
 	def(&c.RecurIdle, d.RecurIdle)
@@ -254,6 +266,7 @@ func (c Config) Validate() error {
 		{"ScalePending", c.ScalePending}, {"ScaleSubjects", c.ScaleSubjects}, {"ScaleDue", c.ScaleDue},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
+		{"Failovers", c.Failovers},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)

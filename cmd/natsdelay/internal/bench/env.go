@@ -38,6 +38,8 @@ type env struct {
 	// requesters share them all.
 	conns []*nats.Conn
 	js    jetstream.JetStream
+	// replicas is the replication of the streams stream creates; 0 is 1.
+	replicas int
 
 	id      string // unique per run
 	ingest  string // natsdelay ingest prefix
@@ -180,6 +182,7 @@ func (e *env) stream(ctx context.Context, phase string) (jetstream.Stream, error
 		Subjects:          []string{e.sched + "." + phase + ".>", e.fired + "." + phase},
 		Storage:           jetstream.FileStorage,
 		AllowMsgSchedules: true,
+		Replicas:          max(e.replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: create the %s stream: %w", phase, err)

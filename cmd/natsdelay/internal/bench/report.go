@@ -128,6 +128,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if rr := res.Recurring; rr != nil {
 		writeRecurring(p, rr)
 	}
+	if cr := res.Cluster; cr != nil {
+		writeCluster(p, c, cr)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -442,4 +445,55 @@ func ingestLabel(c ConfigSummary, mode string) string {
 		return fmt.Sprintf("%d sync requesters", c.Requesters)
 	}
 	return fmt.Sprintf("pipelined, %d outstanding", c.Outstanding)
+}
+
+// writeCluster writes the cluster phase: one node beside three and
+// beside JetStream R3, then the failovers.
+func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
+	one, three := SystemDelay+" x1", SystemDelay+" x3"
+	find := func(rows []IngestResult, system, mode string) IngestResult {
+		for _, r := range rows {
+			if r.System == system && r.Mode == mode {
+				return r
+			}
+		}
+		return IngestResult{Rate: math.NaN(), CPU: CPU{Service: -1, Bench: -1}}
+	}
+	fire := func(system string) FireResult {
+		for _, f := range cr.Fire {
+			if f.System == system {
+				return f
+			}
+		}
+		return FireResult{P50Ms: math.NaN(), P99Ms: math.NaN(), MaxMs: math.NaN()}
+	}
+	p("cluster: %d msgs\tbetter\tnatsdelay 1 node\tnatsdelay 3 nodes\t3 nodes vs 1\tjetstream R3\t3 nodes vs R3\t", c.IngestMsgs)
+	for _, mode := range []string{"pipelined", "requesters"} {
+		a, b, j := find(cr.Ingest, one, mode), find(cr.Ingest, three, mode), find(cr.Ingest, SystemJSR3, mode)
+		p("ingest %s msgs/s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), higher, num(a.Rate), num(b.Rate), versus(b.Rate, a.Rate, higher), num(j.Rate), versus(b.Rate, j.Rate, higher))
+		ac, bc := perMsgUs(a.CPU.Service, a.Msgs), perMsgUs(b.CPU.Service, b.Msgs)
+		p("%s: CPU µs/msg, natsdelay processes\t%s\t%s\t%s\t%s\t\t\t", ingestLabel(c, mode), lower, dec(ac), dec(bc), versus(bc, ac, lower))
+	}
+	f1, f3, fj := fire(one), fire(three), fire(SystemJSR3)
+	p("fire: %d msgs offered at %s/s\t\t\t\t\t\t\t", c.FireMsgs, num(f1.OfferedRate))
+	for _, row := range []struct {
+		name    string
+		a, b, j float64
+	}{
+		{"lateness p50 ms", f1.P50Ms, f3.P50Ms, fj.P50Ms}, {"lateness p99 ms", f1.P99Ms, f3.P99Ms, fj.P99Ms}, {"lateness max ms", f1.MaxMs, f3.MaxMs, fj.MaxMs},
+	} {
+		p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", row.name, lower, dec(row.a), dec(row.b), versus(row.b, row.a, lower), dec(row.j), versus(row.b, row.j, lower))
+	}
+	p("early\t\t%d\t%d\t\t%d\t\t", f1.Early, f3.Early, fj.Early)
+	p("delivered\t\t%d\t%d\t\t%d\t\t", f1.Delivered, f3.Delivered, fj.Delivered)
+	if len(cr.Failovers) > 0 {
+		p("failover (natsdelay: SIGKILL of the leader, --cluster-timeout %s)\t\tto first ack ms\tto first delivery ms\t\t\t\t", cr.ClusterTimeout)
+		for i, f := range cr.Failovers {
+			p("natsdelay kill %d\t\t%s\t%s\t\t\t\t", i+1, dec(f.ToAckMs), dec(f.ToDeliveryMs))
+		}
+		for i, f := range cr.JSFailovers {
+			p("jetstream R3: shutdown of the stream leader's server %d\t\t%s\t%s\t\t\t\t", i+1, dec(f.ToAckMs), dec(f.ToDeliveryMs))
+		}
+	}
+	p("\t")
 }

@@ -20,6 +20,7 @@ type Results struct {
 	Expiry    *ExpiryResult    `json:"expiry,omitempty"`
 	Waves     *WavesResult     `json:"waves,omitempty"`
 	Recurring *RecurringResult `json:"recurring,omitempty"`
+	Cluster   *ClusterResult   `json:"cluster,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 

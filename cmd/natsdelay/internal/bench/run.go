@@ -4,7 +4,9 @@
 // with many pending messages and with expiry.
 //
 // Both systems get the same messages over the same client code: only the
-// server side differs. Timings are of the whole system on this machine,
+// server side differs. The cluster phase, run only when asked for, sets
+// natsdelay as one `serve` process beside a cluster of three, and beside
+// JetStream schedules on an R3 stream of three embedded servers. Timings are of the whole system on this machine,
 // client included; nothing here asserts on them.
 package bench
 
@@ -105,6 +107,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	if err := phase(PhaseRecur, func(e *env) (err error) {
 		cfg.Logger.Info("recurring")
 		res.Recurring, err = e.runRecurring(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := phase(PhaseCluster, func(e *env) (err error) {
+		cfg.Logger.Info("cluster")
+		res.Cluster, err = e.runCluster(ctx)
 		return err
 	}); err != nil {
 		return res, err

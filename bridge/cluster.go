@@ -1,0 +1,274 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"natsdelay/bridge/wire"
+)
+
+// Cluster is the replication a Service runs on as a node of a cluster
+// (see Config.Cluster). The package raftstore's Node provides it, through
+// an adapter that turns its Status into wire's.
+type Cluster interface {
+	// WatchLeadership calls f(true) when this node becomes leader, once
+	// it has applied everything committed before, and f(false) the moment
+	// it stops being leader; serially, never two trues in a row. cancel
+	// stops the watch and waits for a call under way.
+	WatchLeadership(f func(leader bool)) (cancel func())
+	// Status is this node's own view of the cluster.
+	Status() wire.NodeStatus
+	// AddVoter and RemoveServer change the membership, on the leader; on
+	// another node they return an error wrapping wire.ErrUnavailable.
+	AddVoter(ctx context.Context, id, addr string) error
+	RemoveServer(ctx context.Context, id string) error
+}
+
+// errNotLeader is why a node of a cluster that is not the leader has its
+// core suspended.
+var errNotLeader = errors.New("not the cluster leader")
+
+// defaultClusterStatusWait is how long INFO waits for the members'
+// answers to CLUSTER.STATUS.
+const defaultClusterStatusWait = 500 * time.Millisecond
+
+// resumeWait bounds how long a new leader waits for its store to open
+// before it lets clients in anyway (they then get 503s until it is up).
+const resumeWait = 30 * time.Second
+
+// onLeadership is the Cluster's leadership callback: serve while leader.
+// Calls are serial (see Cluster.WatchLeadership).
+func (s *Service) onLeadership(leader bool) {
+	if s.closing.Load() {
+		return
+	}
+	s.m.leaderChanges.Inc()
+	if leader {
+		s.log.Info("cluster leader: serving ingest, acks and the API, and delivering")
+		if err := s.startServing(); err != nil {
+			s.log.Error("starting to serve as leader", "err", err)
+		}
+		return
+	}
+	s.log.Info("not the cluster leader: no longer serving")
+	if err := s.stopServing(errNotLeader); err != nil {
+		s.log.Warn("stopping serving", "err", err)
+	}
+}
+
+// startServing subscribes to the acks, resumes the core (a new generation
+// on the replicated store, which holds everything committed), waits for it
+// to take work, and registers the micro service: ingest and the API.
+func (s *Service) startServing() error {
+	s.serveMu.Lock()
+	defer s.serveMu.Unlock()
+	if s.serving {
+		return nil
+	}
+	s.serving = true
+	if err := s.subscribeAcks(); err != nil {
+		return err
+	}
+	c := s.core.Load()
+	c.Resume()
+	ctx, cancel := context.WithTimeout(s.closeCtx, resumeWait)
+	err := c.WaitUp(ctx)
+	cancel()
+	if s.closeCtx.Err() != nil {
+		return nil // Close is under way, and stops what was started
+	}
+	if err != nil {
+		s.log.Warn("serving before the store is up: ingest answers 503 until it is", "err", err)
+	}
+	if err := s.register(); err != nil {
+		return err
+	}
+	s.leading.Store(true)
+	return s.nc.Flush()
+}
+
+// stopServing stops the micro service (its endpoints drain: requests
+// taken are answered), suspends the core (the writer answers what it
+// took, the dispatcher and the janitor stop), then drains the ack
+// subscriptions, which the dispatcher needed until it stopped.
+func (s *Service) stopServing(reason error) error {
+	s.serveMu.Lock()
+	defer s.serveMu.Unlock()
+	if !s.serving {
+		return nil
+	}
+	s.serving = false
+	s.leading.Store(false)
+	var errs []error
+	if s.svc != nil {
+		errs = append(errs, s.svc.Stop())
+		s.svc = nil
+	}
+	s.core.Load().Suspend(reason)
+	for _, sub := range s.ackSubs {
+		errs = append(errs, drain(sub, s.nc))
+	}
+	s.ackSubs = nil
+	return errors.Join(errs...)
+}
+
+// Leader reports whether this Service serves ingest, acks and the API: a
+// Service that is not a node of a cluster always does, a node only while
+// it is the leader.
+func (s *Service) Leader() bool {
+	return s.cfg.Cluster == nil || s.leading.Load()
+}
+
+// Role is the node's role in its cluster (leader, follower, candidate),
+// or "" when the Service is not a node of a cluster.
+func (s *Service) Role() string {
+	if s.cfg.Cluster == nil {
+		return ""
+	}
+	return s.cfg.Cluster.Status().Role
+}
+
+// handleClusterStatus answers CLUSTER.STATUS with this node's own status,
+// on every node. NB: a plain subscription, not a queue group: a
+// requester gathering replies hears every node.
+func (s *Service) handleClusterStatus(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	body, err := json.Marshal(s.cfg.Cluster.Status())
+	if err != nil {
+		s.respondErr(m, err)
+		return
+	}
+	_ = s.nc.Publish(m.Reply, body)
+}
+
+// gatherStatus asks every node for its status and returns the answers by
+// node id: until every member in peers answered, or wait passed.
+func (s *Service) gatherStatus(peers []wire.ClusterPeer, wait time.Duration) map[string]wire.NodeStatus {
+	got := map[string]wire.NodeStatus{}
+	inbox := s.nc.NewInbox()
+	ch := make(chan *nats.Msg, 2*len(peers)+8) // one answer per node; more are dropped by nats.go, reported as slow
+	sub, err := s.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return got
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.PublishRequest(s.cfg.APIPrefix+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+		return got
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(got) < len(peers) {
+		select {
+		case m := <-ch:
+			var st wire.NodeStatus
+			if json.Unmarshal(m.Data, &st) == nil && st.ID != "" {
+				got[st.ID] = st
+			}
+		case <-timer.C:
+			return got
+		}
+	}
+	return got
+}
+
+// clusterInfo is INFO's cluster object: this node's view, and each
+// member's answer to CLUSTER.STATUS with its replication lag.
+func (s *Service) clusterInfo() *wire.ClusterInfo {
+	me := s.cfg.Cluster.Status()
+	ci := &wire.ClusterInfo{
+		ID: me.ID, Role: me.Role, LeaderID: me.LeaderID, Term: me.Term,
+		CommitIndex: me.CommitIndex, AppliedIndex: me.AppliedIndex,
+	}
+	answers := s.gatherStatus(me.Peers, s.cfg.ClusterStatusWait)
+	answers[me.ID] = me
+	for _, p := range me.Peers {
+		pi := wire.PeerInfo{ID: p.ID, Addr: p.Addr, Voter: p.Voter}
+		if st, ok := answers[p.ID]; ok {
+			pi.Answered, pi.Role, pi.AppliedIndex = true, st.Role, st.AppliedIndex
+			lag := uint64(0)
+			if me.CommitIndex > st.AppliedIndex {
+				lag = me.CommitIndex - st.AppliedIndex
+			}
+			pi.Lag = &lag
+		}
+		ci.Peers = append(ci.Peers, pi)
+	}
+	slices.SortFunc(ci.Peers, func(a, b wire.PeerInfo) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return ci
+}
+
+// apiClusterAdd adds a voting member: CLUSTER.ADD, on the leader.
+func (s *Service) apiClusterAdd(req micro.Request) (any, error) {
+	var r wire.ClusterAddRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	var bad []string
+	if r.ID == "" {
+		bad = append(bad, `"id" is empty: want the new node's --node-id`)
+	}
+	if _, port, err := net.SplitHostPort(r.Addr); err != nil || port == "" || port == "0" {
+		bad = append(bad, fmt.Sprintf(`"addr" %q: want the new node's cluster address, host:port, such as 10.0.0.4:7000`, r.Addr))
+	}
+	if len(bad) > 0 {
+		return nil, badRequest("%s", strings.Join(bad, "; "))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	if err := s.cfg.Cluster.AddVoter(ctx, r.ID, r.Addr); err != nil {
+		return nil, clusterChangeError("adding "+r.ID, err)
+	}
+	return wire.ClusterChangeReply{Peers: s.cfg.Cluster.Status().Peers}, nil
+}
+
+// apiClusterRemove removes a member: CLUSTER.REMOVE, on the leader.
+func (s *Service) apiClusterRemove(req micro.Request) (any, error) {
+	var r wire.ClusterRemoveRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	if r.ID == "" {
+		return nil, badRequest(`"id" is empty: want the --node-id of the member to remove`)
+	}
+	known := false
+	for _, p := range s.cfg.Cluster.Status().Peers {
+		known = known || p.ID == r.ID
+	}
+	if !known {
+		return nil, fmt.Errorf("%w: no member with id %q", wire.ErrNotFound, r.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	if err := s.cfg.Cluster.RemoveServer(ctx, r.ID); err != nil {
+		return nil, clusterChangeError("removing "+r.ID, err)
+	}
+	return wire.ClusterChangeReply{Peers: s.cfg.Cluster.Status().Peers}, nil
+}
+
+// clusterChangeError is the answer to a membership change that failed:
+// a 400 or 503 as the Cluster said, else a 503 (the change may be retried).
+func clusterChangeError(what string, err error) error {
+	if errors.Is(err, wire.ErrBadRequest) || errors.Is(err, wire.ErrUnavailable) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return unavailable("%s: %v", what, err)
+}

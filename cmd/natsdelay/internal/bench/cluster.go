@@ -1,0 +1,400 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/wire"
+)
+
+// ClusterResult is what the cluster phase measured: natsdelay as one
+// `serve` process beside a cluster of three, all child processes on this
+// machine and the bench's server, and the failover of the three.
+type ClusterResult struct {
+	// Ingest and Fire have one row per system: "natsdelay x1",
+	// "natsdelay x3" and "jetstream R3". Their CPU.Service sums the
+	// natsdelay nodes' processes; JetStream R3 runs in the bench process.
+	Ingest []IngestResult `json:"ingest"`
+	Fire   []FireResult   `json:"fire"`
+	// Failovers are the leader kills of the three-node cluster.
+	Failovers []FailoverResult `json:"failovers"`
+	// JSFailovers is the shutdown of the server that leads the R3
+	// stream (in process: the servers run in the bench), once.
+	JSFailovers []FailoverResult `json:"jetstream_r3_failovers"`
+	// ClusterTimeout is the nodes' --cluster-timeout.
+	ClusterTimeout string `json:"cluster_timeout"`
+}
+
+// FailoverResult is one SIGKILL of the leader of a cluster.
+type FailoverResult struct {
+	// ToAckMs is from the kill to the first ingest request answered with
+	// a tag by the new leader; ToDeliveryMs to the first delivery by it of
+	// a message due just after the kill.
+	ToAckMs      float64 `json:"to_ack_ms"`
+	ToDeliveryMs float64 `json:"to_delivery_ms"`
+}
+
+// clusterTimeout is the nodes' --cluster-timeout: serve's default.
+const clusterTimeout = time.Second
+
+// benchNode is one `serve` child process of the cluster phase.
+type benchNode struct {
+	id, dir, raft string
+	cmd           *exec.Cmd
+	stderr        *tailBuffer
+	exited        chan struct{}
+}
+
+// nodeSet is the processes of one system of the cluster phase.
+type nodeSet struct {
+	e     *env
+	nodes []*benchNode
+}
+
+// startNodes starts n serve processes on the bench's server: one plain
+// node for n == 1, else a cluster of n, and waits until one serves.
+func (e *env) startNodes(n int, dir string) (*nodeSet, error) {
+	if len(e.cfg.ServiceCommand) == 0 {
+		return nil, fmt.Errorf("%w: the cluster phase runs natsdelay serve as child processes: set ServiceCommand", ErrInvalidConfig)
+	}
+	s := &nodeSet{e: e}
+	var raft []string
+	if n > 1 {
+		for range n {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			raft = append(raft, ln.Addr().String())
+			_ = ln.Close()
+		}
+	}
+	for i := range n {
+		node := &benchNode{id: "n" + strconv.Itoa(i+1), dir: filepath.Join(dir, "n"+strconv.Itoa(i+1))}
+		if raft != nil {
+			node.raft = raft[i]
+		}
+		s.nodes = append(s.nodes, node)
+	}
+	for _, node := range s.nodes {
+		if err := s.start(node, raft); err != nil {
+			return nil, errors.Join(err, s.close())
+		}
+	}
+	if err := s.waitServing(); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	return s, nil
+}
+
+func (s *nodeSet) start(node *benchNode, raft []string) error {
+	e := s.e
+	args := append(e.cfg.ServiceCommand[1:len(e.cfg.ServiceCommand):len(e.cfg.ServiceCommand)],
+		"--nats", e.url, "--data-dir", node.dir, "--engine", "pebble",
+		"--ingest-prefix", e.ingest, "--ack-prefix", e.ack, "--api-prefix", e.api, "--http", "")
+	if raft != nil {
+		args = append(args, "--node-id", node.id, "--cluster-listen", node.raft, "--cluster-peers", strings.Join(raft, ","),
+			"--cluster-timeout", clusterTimeout.String())
+	}
+	node.cmd = exec.Command(e.cfg.ServiceCommand[0], args...)
+	node.stderr = &tailBuffer{max: 8 << 10}
+	node.cmd.Stderr = node.stderr
+	node.exited = make(chan struct{})
+	if err := node.cmd.Start(); err != nil {
+		return fmt.Errorf("bench: start %s: %w", e.cfg.ServiceCommand[0], err)
+	}
+	go func() {
+		// Owned by the node: close and kill wait for it.
+		_ = node.cmd.Wait()
+		close(node.exited)
+	}()
+	return nil
+}
+
+// waitServing waits until INFO is answered: a node serves.
+func (s *nodeSet) waitServing() error {
+	return poll(s.e.cfg.Timeout, func() (bool, error) {
+		for _, n := range s.nodes {
+			select {
+			case <-n.exited:
+				return false, fmt.Errorf("bench: natsdelay %s exited:\n%s", n.id, n.stderr)
+			default:
+			}
+		}
+		rep, err := s.e.conns[0].Request(s.e.api+"."+wire.VerbInfo, nil, time.Second)
+		return err == nil && wire.ParseError(rep.Header, rep.Data) == nil, nil
+	})
+}
+
+// leader is the node that says it leads, gathered over CLUSTER.STATUS.
+func (s *nodeSet) leader() (*benchNode, error) {
+	inbox := nats.NewInbox()
+	sub, err := s.e.conns[0].SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := s.e.conns[0].PublishRequest(s.e.api+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		var st wire.NodeStatus
+		if json.Unmarshal(m.Data, &st) == nil && st.Role == wire.RoleLeader {
+			for _, n := range s.nodes {
+				if n.id == st.ID {
+					return n, nil
+				}
+			}
+		}
+	}
+	return nil, errors.New("bench: no node says it leads")
+}
+
+// cpu is the CPU time of the live nodes so far; -1 if any is unknown.
+func (s *nodeSet) cpu() float64 {
+	var sum time.Duration
+	for _, n := range s.nodes {
+		c, ok := procCPU(strconv.Itoa(n.cmd.Process.Pid))
+		if !ok {
+			return -1
+		}
+		sum += c
+	}
+	return sum.Seconds()
+}
+
+// kill SIGKILLs node and waits until it is gone.
+func (n *benchNode) kill() {
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// close stops every node with SIGTERM, killing those that do not stop.
+func (s *nodeSet) close() error {
+	var errs []error
+	for _, n := range s.nodes {
+		if n.cmd == nil || n.cmd.Process == nil {
+			continue
+		}
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, n := range s.nodes {
+		if n.cmd == nil || n.cmd.Process == nil {
+			continue
+		}
+		select {
+		case <-n.exited:
+		case <-time.After(s.e.cfg.Timeout):
+			n.kill()
+			errs = append(errs, fmt.Errorf("bench: natsdelay %s did not stop:\n%s", n.id, n.stderr))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runCluster measures natsdelay as one node and as a cluster of three:
+// ingest pipelined and with concurrent requesters, fire lateness at the
+// first offered rate, and for the three the failover after a SIGKILL of
+// the leader, Failovers times.
+func (e *env) runCluster(ctx context.Context) (*ClusterResult, error) {
+	cr := &ClusterResult{ClusterTimeout: clusterTimeout.String()}
+	for _, n := range []int{1, 3} {
+		system := fmt.Sprintf("%s x%d", SystemDelay, n)
+		s, err := e.startNodes(n, filepath.Join(e.dir, "cluster"+strconv.Itoa(n)))
+		if err != nil {
+			return cr, err
+		}
+		err = e.clusterRuns(s, system, n, cr)
+		if err = errors.Join(err, s.close()); err != nil {
+			return cr, fmt.Errorf("bench: cluster phase, %s: %w", system, err)
+		}
+	}
+	if err := e.runJSR3(ctx, cr); err != nil {
+		return cr, fmt.Errorf("bench: cluster phase, %s: %w", SystemJSR3, err)
+	}
+	return cr, nil
+}
+
+func (e *env) clusterRuns(s *nodeSet, system string, n int, cr *ClusterResult) error {
+	subj := e.plain + ".cluster" + strconv.Itoa(n)
+	msg := func(int) *nats.Msg { return e.delayMsg(subj+".ingest", time.Time{}) }
+	for _, mode := range []string{"pipelined", "requesters"} {
+		var done atomic.Int64
+		p := startProgress(e.cfg.Progress, "cluster ingest "+system+" "+mode, e.cfg.IngestMsgs, &done)
+		mark, svc0 := markCPU(0), s.cpu()
+		var el time.Duration
+		var failed int
+		var err error
+		if mode == "pipelined" {
+			el, failed, err = pipelined(e.conns[0], e.cfg.IngestMsgs, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, &done)
+		} else {
+			el, failed, err = requesters(e.conns, e.cfg.IngestMsgs, e.cfg.Requesters, e.cfg.Timeout, msg, delayOK, &done)
+		}
+		cpu := mark.since()
+		if svc1 := s.cpu(); svc0 >= 0 && svc1 >= 0 {
+			cpu.Service = svc1 - svc0
+		}
+		p.done()
+		if err != nil {
+			return err
+		}
+		cr.Ingest = append(cr.Ingest, ingestResult(system, mode, e.cfg.IngestMsgs, failed, el, cpu))
+	}
+
+	rate := e.cfg.FireRates[0]
+	rec := newRecorder(e.cfg.FireMsgs)
+	stopSub, err := e.delayConsumer(subj+".fire", rec)
+	if err != nil {
+		return err
+	}
+	run := &sysRun{system: system, msg: func(_ int, at time.Time) *nats.Msg { return e.delayMsg(subj+".fire", at) }, ok: delayOK}
+	svc0 := s.cpu()
+	r, err := e.fire(run, rec, e.cfg.FireMsgs, rate, e.cfg.FireLead)
+	if svc1 := s.cpu(); svc0 >= 0 && svc1 >= 0 {
+		r.CPU.Service = svc1 - svc0
+	}
+	if err = errors.Join(err, stopSub()); err != nil {
+		return err
+	}
+	cr.Fire = append(cr.Fire, r)
+	if n == 1 {
+		return nil
+	}
+	for range e.cfg.Failovers {
+		f, err := e.failover(s, subj)
+		if err != nil {
+			return err
+		}
+		cr.Failovers = append(cr.Failovers, f)
+	}
+	return nil
+}
+
+// failover kills the leader with a message due just after the kill, then
+// times the first tag from the new leader and the first delivery, and
+// restarts the killed node.
+func (e *env) failover(s *nodeSet, subj string) (FailoverResult, error) {
+	var f FailoverResult
+	leader, err := s.leader()
+	if err != nil {
+		return f, err
+	}
+	nc, err := e.connect("bench-failover")
+	if err != nil {
+		return f, err
+	}
+	defer nc.Close()
+	delivered := make(chan time.Time, 1)
+	sub, err := nc.Subscribe(subj+".failover", func(m *nats.Msg) {
+		now := time.Now()
+		_ = m.Respond(nil)
+		select {
+		case delivered <- now:
+		default:
+		}
+	})
+	if err != nil {
+		return f, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return f, err
+	}
+	// Due 100ms after the kill: the old leader is gone before it is due.
+	kill := time.Now().Add(200 * time.Millisecond)
+	rep, err := e.conns[0].RequestMsg(e.delayMsg(subj+".failover", kill.Add(100*time.Millisecond)), e.cfg.Timeout)
+	if err != nil {
+		return f, err
+	}
+	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
+		return f, err
+	}
+	time.Sleep(time.Until(kill))
+	t0 := time.Now()
+	leader.kill()
+	// The first acknowledged ingest: retried on no responders and on
+	// 503s, as a publisher would, every 5ms.
+	if err := poll(e.cfg.Timeout, func() (bool, error) {
+		rep, err := e.conns[0].RequestMsg(e.delayMsg(subj+".ingest", time.Time{}), 500*time.Millisecond)
+		if err != nil || wire.ParseError(rep.Header, rep.Data) != nil {
+			time.Sleep(5 * time.Millisecond)
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		return f, fmt.Errorf("bench: no ingest acknowledged after the leader's kill: %w", err)
+	}
+	f.ToAckMs = ms(time.Since(t0))
+	select {
+	case at := <-delivered:
+		f.ToDeliveryMs = ms(at.Sub(t0))
+	case <-time.After(e.cfg.Timeout):
+		return f, errors.New("bench: the message due after the kill was not delivered")
+	}
+	if err := s.start(leader, raftAddrs(s)); err != nil {
+		return f, err
+	}
+	return f, s.waitAll()
+}
+
+// raftAddrs is the peer list of the set's cluster.
+func raftAddrs(s *nodeSet) []string {
+	var out []string
+	for _, n := range s.nodes {
+		out = append(out, n.raft)
+	}
+	return out
+}
+
+// waitAll waits until every node answers CLUSTER.STATUS as leader or
+// follower of one leader, and that leader serves.
+func (s *nodeSet) waitAll() error {
+	return poll(s.e.cfg.Timeout, func() (bool, error) {
+		inbox := nats.NewInbox()
+		ch := make(chan *nats.Msg, 8)
+		sub, err := s.e.conns[0].ChanSubscribe(inbox, ch)
+		if err != nil {
+			return false, err
+		}
+		defer sub.Unsubscribe()
+		if err := s.e.conns[0].PublishRequest(s.e.api+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+			return false, err
+		}
+		leaders := map[string]int{}
+		timer := time.NewTimer(300 * time.Millisecond)
+		defer timer.Stop()
+		for got := 0; got < len(s.nodes); got++ {
+			select {
+			case m := <-ch:
+				var st wire.NodeStatus
+				if json.Unmarshal(m.Data, &st) == nil {
+					leaders[st.LeaderID]++
+				}
+			case <-timer.C:
+				return false, nil
+			}
+		}
+		if len(leaders) != 1 || leaders[""] > 0 {
+			return false, nil
+		}
+		rep, err := s.e.conns[0].Request(s.e.api+"."+wire.VerbInfo, nil, time.Second)
+		return err == nil && wire.ParseError(rep.Header, rep.Data) == nil, nil
+	})
+}

@@ -1,0 +1,32 @@
+package raftstore
+
+import "errors"
+
+var (
+	// ErrNotLeader is wrapped by Commit, AddVoter and RemoveServer on a node
+	// that is not the leader, or that lost leadership before the write was
+	// committed: the write may still be committed later by the new leader
+	// (at-least-once), or never.
+	ErrNotLeader = errors.New("raftstore: not the leader")
+
+	// ErrInvalidConfig is wrapped by every error of Config.Validate.
+	ErrInvalidConfig = errors.New("raftstore: invalid config")
+
+	// ErrClusterMismatch is wrapped by Open when the peers, or the state in
+	// Dir, do not make one cluster with this node: two peers answer with
+	// one id, a peer answers with this node's id, a peer or Dir belongs to
+	// another cluster, or the peers were given different peer lists. Open
+	// returns it before writing anything.
+	ErrClusterMismatch = errors.New("raftstore: cluster mismatch")
+
+	// ErrApplyFailed is wrapped, with delaystore.ErrFailed, by Commit and
+	// by Status.Err once this node could not apply a committed log entry to
+	// its local store. The node has stopped: applying later entries would
+	// make it diverge from the others. Close it, repair or replace its
+	// store, and start it again (see the package doc).
+	ErrApplyFailed = errors.New("raftstore: apply to local store failed")
+
+	// errCorruptEntry is returned when a log entry or a snapshot does not
+	// decode.
+	errCorruptEntry = errors.New("raftstore: corrupt log entry")
+)

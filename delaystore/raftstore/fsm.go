@@ -1,0 +1,452 @@
+package raftstore
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"natsdelay/delaystore"
+)
+
+// fsm applies the Raft log to the local store. Raft calls Apply, Snapshot
+// and Restore serially, from one goroutine; Persist and Release of a
+// snapshot run concurrently with Apply.
+type fsm struct {
+	local delaystore.Store
+	log   *slog.Logger
+	// restoreMarker is the path of a file that exists while Restore
+	// rewrites the local store (see Restore).
+	restoreMarker string
+	// onFail is called once, from the FSM goroutine, when an entry cannot
+	// be applied. It must not block on Raft.
+	onFail func(error)
+
+	// failed is the error every Apply returns once one entry failed:
+	// applying later entries without it would diverge.
+	failed atomic.Pointer[error]
+	// restores counts Restore calls; tests read it.
+	restores atomic.Int64
+	// applied is the index of the last command entry applied to the local
+	// store. NB: Raft's own applied index counts entries handed to the
+	// FSM, which may not be applied yet.
+	applied atomic.Uint64
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+// Apply applies one committed entry to the local store, in one batch with
+// NoSync: the Raft log already holds the entry durably, and Snapshot makes
+// the local store durable before Raft may drop the entries it covers. It
+// returns nil, or the error that stopped the node; the leader's Commit
+// reads it from the apply future.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	if err := f.failed.Load(); err != nil {
+		return *err
+	}
+	b := f.local.NewBatch()
+	defer b.Close()
+	err := applyCommand(l.Data, b)
+	if err == nil {
+		err = b.Commit(delaystore.NoSync)
+	}
+	if err != nil {
+		return f.fail(fmt.Errorf("%w: entry %d of term %d: %w", ErrApplyFailed, l.Index, l.Term, err))
+	}
+	f.applied.Store(l.Index)
+	return nil
+}
+
+// fail records err as the reason this node stopped and returns it wrapped
+// in delaystore.ErrFailed, as a failed local commit is.
+func (f *fsm) fail(err error) error {
+	if !errors.Is(err, delaystore.ErrFailed) {
+		err = fmt.Errorf("%w: %w", delaystore.ErrFailed, err)
+	}
+	if f.failed.CompareAndSwap(nil, &err) {
+		f.log.Error("cannot apply the replicated log; stopping this node", "err", err)
+		f.onFail(err)
+	}
+	return *f.failed.Load()
+}
+
+// err returns why the FSM stopped, or nil.
+func (f *fsm) err() error {
+	if err := f.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// Snapshot makes the local store durable up to the last applied entry and
+// opens an iterator on it: a point-in-time view that Persist streams while
+// Apply goes on. NB: the Flush is what makes NoSnapshotRestoreOnStart
+// correct: once Raft records this snapshot it may drop the entries it
+// covers, so the local store must hold them on disk.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	if err := f.local.Flush(); err != nil {
+		return nil, fmt.Errorf("raftstore: snapshot: flush local store: %w", err)
+	}
+	it, err := f.local.NewIter(delaystore.IterOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: snapshot: %w", err)
+	}
+	return &snapshot{it: it, applied: f.applied.Load()}, nil
+}
+
+// A snapshot is a stream of the whole local store in key order:
+//
+//	magic "NDRS" | version byte | index of the last command applied, 8 bytes BE
+//	records: key length uvarint (> 0) | key | value length uvarint | value
+//	end: a zero key length | record count, 8 bytes BE | CRC-32C of all before, 4 bytes BE
+const (
+	snapshotMagic   = "NDRS"
+	snapshotVersion = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type snapshot struct {
+	// mu serialises Persist and Release, which Raft may call from
+	// different goroutines.
+	mu      sync.Mutex
+	it      delaystore.Iterator
+	applied uint64
+}
+
+// Persist writes the view to sink and closes sink; on error it cancels it.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.write(sink); err != nil {
+		return errors.Join(fmt.Errorf("raftstore: persist snapshot: %w", err), sink.Cancel())
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) write(sink io.Writer) error {
+	crc := crc32.New(castagnoli)
+	w := bufio.NewWriterSize(io.MultiWriter(sink, crc), 256<<10)
+	var scratch [binary.MaxVarintLen64]byte
+	put := func(b []byte) {
+		w.Write(binary.AppendUvarint(scratch[:0], uint64(len(b))))
+		w.Write(b)
+	}
+	w.WriteString(snapshotMagic)
+	w.WriteByte(snapshotVersion)
+	w.Write(binary.BigEndian.AppendUint64(scratch[:0], s.applied))
+	var n uint64
+	for ok := s.it.First(); ok; ok = s.it.Next() {
+		put(s.it.Key())
+		put(s.it.Value())
+		n++
+	}
+	if err := s.it.Error(); err != nil {
+		return err
+	}
+	w.WriteByte(0)
+	w.Write(binary.BigEndian.AppendUint64(scratch[:0], n))
+	// bufio keeps the first write error and returns it from Flush.
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := sink.Write(binary.BigEndian.AppendUint32(scratch[:0], crc.Sum32()))
+	return err
+}
+
+// Release closes the iterator, letting the store drop the view.
+func (s *snapshot) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.it.Close()
+}
+
+// restoreChunkOps and restoreChunkBytes bound each batch Restore commits, so
+// that restoring a large store does not build one batch of its whole size.
+const (
+	restoreChunkOps   = 4096
+	restoreChunkBytes = 4 << 20
+)
+
+// Restore replaces the whole content of the local store with the snapshot
+// in rc: it deletes every key the snapshot lacks and writes every key whose
+// value differs, in bounded batches, then flushes. The local store is
+// inconsistent while it runs, so a marker file stands in Dir until it is
+// done: if the node stops half way, the next Open restores the latest
+// snapshot again instead of trusting the local store (see the package doc).
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	f.restores.Add(1)
+	if err := f.err(); err != nil {
+		return err
+	}
+	if err := writeFileSync(f.restoreMarker, nil); err != nil {
+		return fmt.Errorf("raftstore: restore: %w", err)
+	}
+	n, err := f.restore(rc)
+	if err != nil {
+		// NB: the local store is now part old, part new, and the marker
+		// stays. Raft goes on with its old state; the node must not apply
+		// entries on top of this.
+		return f.fail(fmt.Errorf("%w: restore snapshot: %w", ErrApplyFailed, err))
+	}
+	if err := os.Remove(f.restoreMarker); err != nil {
+		return f.fail(fmt.Errorf("%w: restore snapshot: %w", ErrApplyFailed, err))
+	}
+	f.log.Info("restored snapshot", "keys", n)
+	return nil
+}
+
+func (f *fsm) restore(rc io.Reader) (uint64, error) {
+	crc := crc32.New(castagnoli)
+	br := bufio.NewReaderSize(rc, 256<<10)
+	r := io.TeeReader(br, crc)
+	header := make([]byte, len(snapshotMagic)+1+8)
+	if _, err := io.ReadFull(r, header); err != nil {
+		return 0, fmt.Errorf("read header: %w", err)
+	}
+	if string(header[:4]) != snapshotMagic || header[4] != snapshotVersion {
+		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header[:5])
+	}
+	applied := binary.BigEndian.Uint64(header[5:])
+
+	// NB: no iterator stays open across the writes: bbolt cannot grow its
+	// memory map while a read transaction is open, and the writer would wait
+	// for the reader on this same goroutine. old holds the local keys in a
+	// window read ahead of the snapshot's position instead.
+	old := oldKeys{local: f.local}
+	w := chunkWriter{local: f.local}
+	defer w.close()
+	var n uint64
+	var key, value []byte
+	for {
+		key, err := readChunk(r, key[:0])
+		if err != nil {
+			return n, err
+		}
+		if len(key) == 0 {
+			break
+		}
+		if value, err = readChunk(r, value[:0]); err != nil {
+			return n, err
+		}
+		n++
+		// Delete the local keys that sort before this one: the snapshot lacks them.
+		for {
+			k, v, ok, err := old.peek()
+			if err != nil {
+				return n, err
+			}
+			c := 1
+			if ok {
+				c = bytes.Compare(k, key)
+			}
+			if c > 0 {
+				err = w.set(key, value)
+			} else if c < 0 {
+				err = w.del(k)
+			} else if !bytes.Equal(v, value) {
+				err = w.set(key, value)
+			}
+			if err != nil {
+				return n, err
+			}
+			if c >= 0 {
+				if c == 0 {
+					old.next()
+				}
+				break
+			}
+			old.next()
+		}
+		old.passed(key)
+	}
+	for {
+		k, _, ok, err := old.peek()
+		if err != nil {
+			return n, err
+		}
+		if !ok {
+			break
+		}
+		if err := w.del(k); err != nil {
+			return n, err
+		}
+		old.next()
+	}
+
+	var trailer [12]byte
+	if _, err := io.ReadFull(br, trailer[:]); err != nil {
+		return n, fmt.Errorf("read trailer: %w", err)
+	}
+	if got := binary.BigEndian.Uint64(trailer[:8]); got != n {
+		return n, fmt.Errorf("%w: snapshot says %d keys, held %d", errCorruptEntry, got, n)
+	}
+	crc.Write(trailer[:8])
+	if got, want := binary.BigEndian.Uint32(trailer[8:]), crc.Sum32(); got != want {
+		return n, fmt.Errorf("%w: snapshot checksum %08x, computed %08x", errCorruptEntry, got, want)
+	}
+	if err := w.commit(); err != nil {
+		return n, err
+	}
+	if err := f.local.Flush(); err != nil {
+		return n, err
+	}
+	f.applied.Store(applied)
+	return n, nil
+}
+
+// readChunk reads one length-prefixed byte string into buf.
+func readChunk(r io.Reader, buf []byte) ([]byte, error) {
+	n, err := binary.ReadUvarint(byteReader{r})
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot truncated: %w", errCorruptEntry, err)
+	}
+	if n > 1<<31 {
+		return nil, fmt.Errorf("%w: snapshot record of %d bytes", errCorruptEntry, n)
+	}
+	if uint64(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("%w: snapshot truncated: %w", errCorruptEntry, err)
+	}
+	return buf, nil
+}
+
+type byteReader struct{ io.Reader }
+
+func (b byteReader) ReadByte() (byte, error) {
+	var one [1]byte
+	_, err := io.ReadFull(b.Reader, one[:])
+	return one[0], err
+}
+
+// chunkWriter writes to the local store in batches of bounded size.
+type chunkWriter struct {
+	local delaystore.Store
+	b     delaystore.Batch
+	bytes int
+}
+
+func (w *chunkWriter) set(key, value []byte) error {
+	w.open()
+	if err := w.b.Set(key, value); err != nil {
+		return err
+	}
+	w.bytes += len(key) + len(value)
+	return w.maybeCommit()
+}
+
+func (w *chunkWriter) del(key []byte) error {
+	w.open()
+	if err := w.b.Delete(key); err != nil {
+		return err
+	}
+	w.bytes += len(key)
+	return w.maybeCommit()
+}
+
+func (w *chunkWriter) open() {
+	if w.b == nil {
+		w.b = w.local.NewBatch()
+		w.bytes = 0
+	}
+}
+
+func (w *chunkWriter) maybeCommit() error {
+	if w.b.Len() < restoreChunkOps && w.bytes < restoreChunkBytes {
+		return nil
+	}
+	return w.commit()
+}
+
+func (w *chunkWriter) commit() error {
+	if w.b == nil {
+		return nil
+	}
+	err := w.b.Commit(delaystore.NoSync)
+	w.close()
+	return err
+}
+
+func (w *chunkWriter) close() {
+	if w.b != nil {
+		w.b.Close()
+		w.b = nil
+	}
+}
+
+// oldKeys reads the local store's keys in order, a window at a time, each
+// window from an iterator opened and closed at once, so that the writes
+// Restore makes in between never wait for an open read.
+type oldKeys struct {
+	local  delaystore.Store
+	window []kv
+	// from is where the next window starts: past every key the snapshot
+	// has reached, since Restore has written those and they are no longer
+	// old keys.
+	from []byte
+	done bool
+}
+
+type kv struct{ key, value []byte }
+
+// passed records that the snapshot reached key: the next window starts
+// above it, or above the last key read, whichever is higher. NB: the window
+// then holds only keys above key, since peek and next consumed the others.
+func (o *oldKeys) passed(key []byte) {
+	if bytes.Compare(key, o.from) >= 0 {
+		o.from = append(append(o.from[:0], key...), 0)
+	}
+}
+
+func (o *oldKeys) peek() (key, value []byte, ok bool, err error) {
+	if len(o.window) == 0 && !o.done {
+		if err := o.fill(); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if len(o.window) == 0 {
+		return nil, nil, false, nil
+	}
+	return o.window[0].key, o.window[0].value, true, nil
+}
+
+func (o *oldKeys) next() { o.window = o.window[1:] }
+
+func (o *oldKeys) fill() error {
+	it, err := o.local.NewIter(delaystore.IterOptions{LowerBound: o.from})
+	if err != nil {
+		return err
+	}
+	o.window = o.window[:0]
+	size := 0
+	ok := it.First()
+	for ; ok && len(o.window) < restoreChunkOps && size < restoreChunkBytes; ok = it.Next() {
+		k, v := bytes.Clone(it.Key()), bytes.Clone(it.Value())
+		o.window = append(o.window, kv{k, v})
+		size += len(k) + len(v)
+	}
+	o.done = !ok
+	if len(o.window) > 0 {
+		o.from = append(append(o.from[:0], o.window[len(o.window)-1].key...), 0)
+	}
+	return errors.Join(it.Error(), it.Close())
+}

@@ -1,0 +1,530 @@
+package raftstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	bolt "go.etcd.io/bbolt"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
+)
+
+// Node is one member of a cluster. It is safe for concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	local delaystore.Store
+
+	mux       *mux
+	transport *raft.NetworkTransport
+	logs      *raftboltdb.BoltStore
+	snaps     raft.SnapshotStore
+	fsm       *fsm
+	raft      *raft.Raft
+
+	// cluster is the name of the cluster, empty while a fresh node waits
+	// for its peers.
+	cluster atomic.Pointer[string]
+	// bootstrapping is true while a fresh node (not joining) waits for its
+	// peers: it says so to identify.
+	bootstrapping atomic.Bool
+
+	// notifyCh receives Raft's leadership changes, in order.
+	notifyCh chan bool
+	// failCh receives, once, the error that makes the FSM stop.
+	failCh chan error
+
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	// wg counts the goroutines the node owns (see goFunc).
+	wg sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		// leader is Raft's view; ready is true once a barrier in this
+		// term of leadership has been applied. epoch counts leadership
+		// changes, so that a watcher tells a lost-and-regained leadership
+		// from an unbroken one.
+		leader, ready bool
+		epoch         uint64
+		watchers      map[*watcher]struct{}
+		closed        bool
+	}
+}
+
+// Open validates cfg, binds the cluster port, and starts the node. On a
+// fresh Dir it first waits until every peer has answered, then bootstraps
+// the cluster they form (with Join, it waits for a peer of the cluster to
+// answer and then to be added). With state in Dir it rejoins its cluster
+// at once. It returns once the node runs; it does not wait for a leader.
+// ctx bounds the wait for peers.
+//
+// It returns an error wrapping ErrInvalidConfig for a bad Config, and
+// ErrClusterMismatch when the peers or Dir do not make one cluster with
+// this node; in both cases before writing anything.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := open(ctx, cfg)
+	if err != nil && cfg.listener != nil {
+		// Open owns a listener it was given, on failure too. NB: closing
+		// it twice is harmless.
+		cfg.listener.Close()
+	}
+	return n, err
+}
+
+func open(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "raftstore", "node_id", cfg.NodeID)
+
+	st, err := readDirState(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if st.node != nil && st.node.ID != cfg.NodeID {
+		return nil, fmt.Errorf("%w: Dir %s belongs to node %q, not %q", ErrClusterMismatch, cfg.Dir, st.node.ID, cfg.NodeID)
+	}
+
+	n := &Node{
+		cfg:      cfg,
+		log:      log,
+		local:    cfg.Local,
+		notifyCh: make(chan bool, 1),
+		failCh:   make(chan error, 1),
+		done:     make(chan struct{}),
+	}
+	n.mu.watchers = make(map[*watcher]struct{})
+	if st.node != nil && st.hasLog {
+		n.cluster.Store(&st.node.Cluster)
+	}
+	n.bootstrapping.Store(!st.hasLog && !cfg.Join)
+
+	ln := cfg.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("raftstore: listen on %s: %w", cfg.Listen, err)
+		}
+	}
+	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, n.whoami)
+
+	if err := n.start(ctx, st); err != nil {
+		return nil, errors.Join(err, n.Close())
+	}
+	return n, nil
+}
+
+// start finds or forms the cluster and starts Raft.
+func (n *Node) start(ctx context.Context, st dirState) error {
+	cfg := n.cfg
+	disc := discovery{cfg: cfg, log: n.log}
+	var bootstrap *raft.Configuration
+	switch {
+	case st.hasLog:
+		if err := disc.checkRejoin(ctx, st.node.Cluster); err != nil {
+			return err
+		}
+	case cfg.Join:
+		cluster, err := disc.join(ctx)
+		if err != nil {
+			return err
+		}
+		if err := n.recordCluster(st, cluster); err != nil {
+			return err
+		}
+	default:
+		conf, cluster, err := disc.bootstrap(ctx)
+		if err != nil {
+			return err
+		}
+		if err := n.recordCluster(st, cluster); err != nil {
+			return err
+		}
+		bootstrap = &conf
+	}
+
+	var err error
+	n.logs, err = raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.Dir, logFile),
+		// NB: bbolt waits forever for the file lock without a timeout.
+		BoltOptions: &bolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		return fmt.Errorf("raftstore: open raft log: %w", err)
+	}
+	rlog := newRaftLogger(n.log)
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, rlog.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("raftstore: open snapshot store: %w", err)
+	}
+	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.mux,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  rlog.Named("transport"),
+	})
+	logs, err := raft.NewLogCache(512, n.logs)
+	if err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	n.fsm = &fsm{
+		local:         cfg.Local,
+		log:           n.log,
+		restoreMarker: filepath.Join(cfg.Dir, restoreMarkerFile),
+		onFail: func(err error) {
+			select {
+			case n.failCh <- err:
+			default:
+			}
+		},
+	}
+
+	rc := cfg.raftConfig()
+	rc.NotifyCh = n.notifyCh
+	rc.Logger = rlog
+	// The local store already holds everything up to the latest snapshot
+	// (see the package doc), unless a restore was cut short.
+	rc.NoSnapshotRestoreOnStart = !st.restored
+	if st.restored {
+		n.log.Warn("a snapshot restore was cut short; restoring the latest snapshot again")
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, n.transport)
+	if err != nil {
+		return fmt.Errorf("raftstore: start raft: %w", err)
+	}
+	n.goFunc(n.watchRaft)
+
+	if bootstrap != nil {
+		if err := n.raft.BootstrapCluster(*bootstrap).Error(); err != nil {
+			return fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped the cluster", "cluster", n.clusterName(), "servers", len(bootstrap.Servers))
+	}
+	n.bootstrapping.Store(false)
+	n.log.Info("started", "addr", cfg.addr(), "cluster", n.clusterName())
+	return nil
+}
+
+// raftConfig is Raft's configuration for c, without the channels and
+// logger a running node adds.
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	return rc
+}
+
+// recordCluster writes nodeFile for a fresh node, before its Raft log
+// exists, and refuses a Dir that names another cluster.
+func (n *Node) recordCluster(st dirState, cluster string) error {
+	if st.node != nil && st.node.Cluster != cluster {
+		return fmt.Errorf("%w: Dir %s names cluster %s, but the peers form cluster %s", ErrClusterMismatch, n.cfg.Dir, st.node.Cluster, cluster)
+	}
+	if err := os.MkdirAll(n.cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	b, err := json.Marshal(nodeRecord{ID: n.cfg.NodeID, Cluster: cluster})
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(n.cfg.Dir, nodeFile), b); err != nil {
+		return fmt.Errorf("raftstore: record the cluster: %w", err)
+	}
+	n.cluster.Store(&cluster)
+	return nil
+}
+
+func (n *Node) clusterName() string {
+	if c := n.cluster.Load(); c != nil {
+		return *c
+	}
+	return ""
+}
+
+// whoami is this node's answer to identify.
+func (n *Node) whoami() identity {
+	return identity{
+		Version:   identifyVersion,
+		ID:        n.cfg.NodeID,
+		Addr:      n.cfg.addr(),
+		Cluster:   n.clusterName(),
+		Peers:     sortedPeers(n.cfg.Peers),
+		Bootstrap: n.bootstrapping.Load(),
+	}
+}
+
+// goFunc runs f in a goroutine that Close waits for.
+func (n *Node) goFunc(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// watchRaft follows Raft's leadership changes and the FSM's failure.
+func (n *Node) watchRaft() {
+	for {
+		select {
+		case <-n.done:
+			return
+		case leader := <-n.notifyCh:
+			n.setLeader(leader)
+		case err := <-n.failCh:
+			n.setLeader(false)
+			n.log.Error("shutting Raft down: this node cannot apply the log", "err", err)
+			if err := n.raft.Shutdown().Error(); err != nil {
+				n.log.Error("raft shutdown", "err", err)
+			}
+		}
+	}
+}
+
+// setLeader records a leadership change. On gaining it, it starts a
+// barrier: the node is ready to serve once everything committed before has
+// been applied to the local store.
+func (n *Node) setLeader(leader bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed || leader == n.mu.leader {
+		return
+	}
+	n.mu.leader = leader
+	n.mu.ready = false
+	n.mu.epoch++
+	epoch := n.mu.epoch
+	n.wakeWatchers()
+	if !leader {
+		n.log.Info("lost leadership")
+		return
+	}
+	n.log.Info("became leader; applying what was committed before")
+	n.goFunc(func() {
+		if err := n.raft.Barrier(0).Error(); err != nil {
+			n.log.Info("barrier as new leader failed", "err", err)
+			return
+		}
+		if err := n.fsm.err(); err != nil {
+			return
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.mu.epoch == epoch && n.mu.leader && !n.mu.closed {
+			n.mu.ready = true
+			n.wakeWatchers()
+			n.log.Info("leader ready", "applied_index", n.raft.AppliedIndex())
+		}
+	})
+}
+
+// IsLeader reports whether this node is the leader and has applied every
+// entry committed before it became leader: the moment WatchLeadership
+// reports true.
+func (n *Node) IsLeader() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.ready
+}
+
+// leadership returns the state watchers follow.
+func (n *Node) leadership() (ready bool, epoch uint64, closed bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.ready, n.mu.epoch, n.mu.closed
+}
+
+// Store returns the replicated store: reads go to the local store, and a
+// batch's Commit replicates it (see batch.Commit). Each call returns a new
+// handle; closing it does not stop the node. It is safe for concurrent use.
+func (n *Node) Store() delaystore.Store {
+	return &store{n: n, gate: gate.New[*iterator](nil)}
+}
+
+// Status is a node's own view of the cluster.
+type Status struct {
+	// ID and Addr are this node's.
+	ID, Addr string
+	// Role is "leader", "follower", "candidate" or "shutdown".
+	Role string
+	// Cluster names the cluster (a hash of its bootstrap configuration).
+	Cluster string
+	// LeaderID and LeaderAddr name the leader this node knows of, if any.
+	LeaderID, LeaderAddr string
+	// Term is the current term. LastLogIndex is the last entry in the
+	// log, CommitIndex the last known committed, AppliedIndex the last
+	// handed, in order, to the local store (Raft's applied index: the FSM
+	// may still be applying the last ones), LastSnapshotIndex the last in
+	// a snapshot.
+	Term, LastLogIndex, CommitIndex, AppliedIndex, LastSnapshotIndex uint64
+	// Peers is the current configuration.
+	Peers []Peer
+	// Err says why the node stopped, if it could not apply the log
+	// (ErrApplyFailed); empty otherwise.
+	Err string
+}
+
+// Peer is one member of the configuration.
+type Peer struct {
+	ID, Addr string
+	Voter    bool
+}
+
+// Status returns this node's view. It does not block on the network.
+func (n *Node) Status() Status {
+	s := Status{ID: n.cfg.NodeID, Addr: n.cfg.addr(), Cluster: n.clusterName(), Role: "shutdown"}
+	if err := n.fsm.err(); err != nil {
+		s.Err = err.Error()
+	}
+	if n.raft == nil {
+		return s
+	}
+	s.Role = strings.ToLower(n.raft.State().String())
+	addr, id := n.raft.LeaderWithID()
+	s.LeaderID, s.LeaderAddr = string(id), string(addr)
+	s.Term = n.raft.CurrentTerm()
+	s.LastLogIndex = n.raft.LastIndex()
+	s.CommitIndex = n.raft.CommitIndex()
+	s.AppliedIndex = n.raft.AppliedIndex()
+	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
+		s.LastSnapshotIndex = metas[0].Index
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			s.Peers = append(s.Peers, Peer{ID: string(srv.ID), Addr: string(srv.Address), Voter: srv.Suffrage == raft.Voter})
+		}
+	}
+	return s
+}
+
+// AddVoter adds the node id at addr to the cluster, as a voter, once it
+// has answered with that id and no other cluster. It runs on the leader
+// (ErrNotLeader elsewhere) and returns when the change is committed; the
+// new node then catches up, from a snapshot if the log no longer reaches
+// back to its start. ctx bounds the wait.
+func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
+	if id == "" || checkHostPort(addr, true) != nil {
+		return fmt.Errorf("%w: add voter %q at %q: want a node id and a HOST:PORT", ErrInvalidConfig, id, addr)
+	}
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("%w: add voter %s", ErrNotLeader, id)
+	}
+	timeout := identifyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	who, err := identify(addr, max(timeout, time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("raftstore: add voter %s: %s does not answer: %w", id, addr, err)
+	}
+	if who.ID != id {
+		return fmt.Errorf("%w: add voter %s: %s answers with id %q", ErrClusterMismatch, id, addr, who.ID)
+	}
+	if who.Cluster != "" && who.Cluster != n.clusterName() {
+		return fmt.Errorf("%w: add voter %s: %s belongs to cluster %s, this one is %s", ErrClusterMismatch, id, addr, who.Cluster, n.clusterName())
+	}
+	return n.wait(ctx, "add voter "+id, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0))
+}
+
+// RemoveServer removes the node id from the cluster. It runs on the leader
+// (ErrNotLeader elsewhere) and returns when the change is committed. ctx
+// bounds the wait.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("%w: remove server %s", ErrNotLeader, id)
+	}
+	return n.wait(ctx, "remove server "+id, n.raft.RemoveServer(raft.ServerID(id), 0, 0))
+}
+
+// wait waits for f or ctx. A future left behind resolves at the latest
+// when Raft shuts down, which Close waits for.
+func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
+	errc := make(chan error, 1)
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return fmt.Errorf("raftstore: %s: %w", op, delaystore.ErrClosed)
+	}
+	// NB: counted under mu, so that Close, which sets closed under mu before
+	// it waits, never waits on a count that is still growing.
+	n.goFunc(func() { errc <- f.Error() })
+	n.mu.Unlock()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return n.raftError(op, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("raftstore: %s: %w", op, ctx.Err())
+	}
+}
+
+// snapshotNow takes a snapshot at once; tests use it.
+func (n *Node) snapshotNow() error { return n.raft.Snapshot().Error() }
+
+// Close stops Raft, the transport and the log store, in that order, and
+// waits for the node's goroutines. Watchers that were told true are told
+// false. It does not close Local. A second Close returns the first's error.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.raft != nil {
+			if err := n.raft.Shutdown().Error(); err != nil {
+				errs = append(errs, fmt.Errorf("raftstore: shut raft down: %w", err))
+			}
+		}
+		n.mu.Lock()
+		n.mu.closed = true
+		n.mu.leader, n.mu.ready = false, false
+		n.mu.epoch++
+		watchers := n.mu.watchers
+		n.mu.watchers = nil
+		n.mu.Unlock()
+		for w := range watchers {
+			w.stop()
+		}
+		close(n.done)
+		n.wg.Wait()
+		if n.transport != nil {
+			if err := n.transport.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
+			}
+		}
+		if err := n.mux.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("raftstore: close listener: %w", err))
+		}
+		if n.logs != nil {
+			if err := n.logs.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("raftstore: close raft log: %w", err))
+			}
+		}
+		n.closeErr = errors.Join(errs...)
+		n.log.Info("closed")
+	})
+	return n.closeErr
+}

@@ -1,0 +1,138 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A brand-new node added with AddVoter, after the log was compacted, gets
+// the leader's snapshot (one Restore) and converges to the leader's
+// content; the log is truncated after snapshots, so it stays bounded.
+func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.TrailingLogs = 10
+	c := startCluster(t, 3, enginePebble, cfg)
+	leader := c.waitLeader()
+	r := openRepo(t, leader.node.Store())
+	defer r.Close()
+	scheduleN(t, r, "a", 300, 10)
+	c.waitApplied(leader.node.fsm.applied.Load())
+	for _, n := range c.nodes {
+		if err := n.node.snapshotNow(); err != nil {
+			t.Fatalf("snapshot %s: %v", n.id, err)
+		}
+	}
+	// The log keeps only TrailingLogs entries behind the snapshot.
+	first, err := leader.node.logs.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := leader.node.Status()
+	if first == 0 || st.LastLogIndex-first+1 > cfg.TrailingLogs+1 {
+		t.Fatalf("log holds %d..%d after a snapshot at %d, want at most %d entries", first, st.LastLogIndex, st.LastSnapshotIndex, cfg.TrailingLogs)
+	}
+
+	// A brand-new node joins: it waits for the cluster, then is added.
+	n, ln := newTestNode(t, "node3", enginePebble)
+	peers := append(c.peers(), n.addr)
+	jcfg := cfg
+	jcfg.Peers = peers
+	jcfg.Join = true
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.open(ctx, jcfg, ln); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(c.nodes, n)
+	// It joined the existing cluster rather than bootstrapping its own: it
+	// has that cluster's name and no configuration until it is added.
+	if st := n.node.Status(); st.Cluster != leader.node.Status().Cluster || len(st.Peers) != 0 {
+		t.Fatalf("joining node: cluster %q with peers %v, want cluster %q and no peers", st.Cluster, st.Peers, leader.node.Status().Cluster)
+	}
+	// AddVoter checks who answers at the address.
+	if err := leader.node.AddVoter(ctx, "someone-else", n.addr); !errors.Is(err, ErrClusterMismatch) {
+		t.Fatalf("AddVoter with the wrong id: %v, want ErrClusterMismatch", err)
+	}
+	follower := c.nodes[0]
+	if follower == leader {
+		follower = c.nodes[1]
+	}
+	if err := follower.node.AddVoter(ctx, n.id, n.addr); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("AddVoter on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := leader.node.AddVoter(ctx, n.id, n.addr); err != nil {
+		t.Fatal(err)
+	}
+	scheduleN(t, r, "b", 10, 10)
+	c.waitApplied(leader.node.fsm.applied.Load())
+	sameContent(t, "new node against the leader", n.local, leader.local)
+	if got := n.node.fsm.restores.Load(); got != 1 {
+		t.Fatalf("new node restored %d snapshots, want 1", got)
+	}
+	if got := len(leader.node.Status().Peers); got != 4 {
+		t.Fatalf("configuration has %d servers, want 4", got)
+	}
+
+	// And it can be removed again; the others go on.
+	if err := leader.node.RemoveServer(ctx, n.id); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(leader.node.Status().Peers); got != 3 {
+		t.Fatalf("configuration has %d servers after remove, want 3", got)
+	}
+	scheduleN(t, r, "c", 10, 10)
+}
+
+// Under constant writes with automatic snapshots, the log stays bounded.
+func TestCluster_Snapshots_KeepLogBounded(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.SnapshotInterval = 100 * time.Millisecond
+	cfg.SnapshotThreshold = 50
+	cfg.TrailingLogs = 20
+	c := startCluster(t, 3, enginePebble, cfg)
+	bound := cfg.TrailingLogs + cfg.SnapshotThreshold
+	k := 0
+	for range 3 {
+		// 50 entries, one per commit, on whichever node leads: frequent
+		// snapshots on a loaded machine may cost a heartbeat or two.
+		for range 50 {
+			k++
+			for {
+				leader := c.waitLeader()
+				err := commitPairs(leader.node.Store(), fmt.Sprintf("k%06d", k), "v")
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrNotLeader) {
+					t.Fatal(err)
+				}
+			}
+		}
+		// Wait for the snapshot that compacts the log.
+		waitFor(t, 20*time.Second, "a snapshot to compact the log", func() bool {
+			leader := c.waitLeader()
+			first, err := leader.node.logs.FirstIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return leader.node.Status().LastLogIndex-first+1 <= bound+50
+		})
+	}
+	if c.waitLeader().node.Status().LastSnapshotIndex == 0 {
+		t.Fatal("no snapshot was taken")
+	}
+}
+
+// peers lists the addresses of the cluster's nodes.
+func (c *testCluster) peers() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.addr)
+	}
+	return out
+}

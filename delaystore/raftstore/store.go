@@ -1,0 +1,208 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/internal/gate"
+)
+
+// store is the replicated delaystore.Store of a node: reads go to the local
+// store, commits through Raft. Each Node.Store call returns a new one, so
+// that closing one (as the service does when it stops serving) closes that
+// handle only.
+type store struct {
+	n    *Node
+	gate *gate.Gate[*iterator]
+}
+
+var _ delaystore.Store = (*store)(nil)
+
+// Get reads the local store.
+func (s *store) Get(key []byte) ([]byte, error) {
+	var v []byte
+	err := s.gate.Call(func() (err error) {
+		v, err = s.n.local.Get(key)
+		return err
+	})
+	return v, err
+}
+
+// NewBatch starts a batch whose Commit replicates it.
+func (s *store) NewBatch() delaystore.Batch {
+	return &batch{s: s, cmd: newCommand()}
+}
+
+// NewIter opens an iterator on the local store.
+func (s *store) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
+	return s.gate.Iter(func() (*iterator, bool, error) {
+		it, err := s.n.local.NewIter(opts)
+		if err != nil {
+			return nil, false, err
+		}
+		return &iterator{Iterator: it, s: s}, true, nil
+	})
+}
+
+// Scan scans the local store.
+func (s *store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
+	return s.gate.Call(func() error { return s.n.local.Scan(opts, yield) })
+}
+
+// Flush does nothing: a committed batch is already durable, in the Raft log
+// of a quorum.
+func (s *store) Flush() error {
+	return s.gate.Call(func() error { return nil })
+}
+
+// Close closes this handle: later calls return delaystore.ErrClosed, and
+// iterators still open are closed and reported. It waits for calls in
+// flight. It does not stop the node.
+func (s *store) Close() error {
+	leaked, _, ok := s.gate.Close()
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for it := range leaked {
+		it.abandon()
+	}
+	if n := len(leaked); n > 0 {
+		errs = append(errs, fmt.Errorf("raftstore: close: %d iterators still open", n))
+	}
+	return errors.Join(errs...)
+}
+
+// iterator is an iterator of the local store that the handle's Close can
+// abandon: its owner then finds it invalid, with ErrClosed.
+type iterator struct {
+	delaystore.Iterator
+	s *store
+	// abandoned is set by the handle's Close, from another goroutine.
+	abandoned atomic.Bool
+	closed    bool
+}
+
+func (it *iterator) abandon() {
+	it.abandoned.Store(true)
+	it.Iterator.Close()
+}
+
+func (it *iterator) First() bool          { return !it.abandoned.Load() && it.Iterator.First() }
+func (it *iterator) SeekGE(k []byte) bool { return !it.abandoned.Load() && it.Iterator.SeekGE(k) }
+func (it *iterator) Next() bool           { return !it.abandoned.Load() && it.Iterator.Next() }
+func (it *iterator) Valid() bool          { return !it.abandoned.Load() && it.Iterator.Valid() }
+
+func (it *iterator) Error() error {
+	if it.abandoned.Load() {
+		return fmt.Errorf("raftstore: iterator: %w", delaystore.ErrClosed)
+	}
+	return it.Iterator.Error()
+}
+
+func (it *iterator) Close() error {
+	if it.closed {
+		return nil
+	}
+	it.closed = true
+	if it.abandoned.Load() {
+		return it.Error()
+	}
+	it.s.gate.Forget(it)
+	return it.Iterator.Close()
+}
+
+// batch collects operations encoded as one Raft log entry.
+type batch struct {
+	s         *store
+	cmd       command
+	committed bool
+	closed    bool
+}
+
+func (b *batch) Set(key, value []byte) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	return b.cmd.set(key, value)
+}
+
+func (b *batch) Delete(key []byte) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	return b.cmd.delete(key)
+}
+
+func (b *batch) Len() int { return b.cmd.n }
+
+func (b *batch) usable() error {
+	switch {
+	case b.closed:
+		return delaystore.ErrClosed
+	case b.committed:
+		return delaystore.ErrBatchCommitted
+	}
+	return nil
+}
+
+// Commit replicates the batch as one log entry and returns once a quorum
+// stored it and this node applied it to its local store. The sync mode is
+// moot: the Raft log of every node syncs each entry. It returns an error
+// wrapping ErrNotLeader if this node is not the leader or lost leadership
+// before the entry committed (it may still commit), one wrapping
+// delaystore.ErrFailed and ErrApplyFailed if this node could not apply it
+// (the entry is committed nonetheless, and the others apply it), and
+// delaystore.ErrClosed once the node or this store is closed. A key that
+// is empty or longer than MaxKeySize is refused by Set and Delete.
+func (b *batch) Commit(delaystore.SyncMode) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	b.committed = true
+	return b.s.gate.Call(func() error {
+		if b.cmd.n == 0 {
+			return nil
+		}
+		return b.s.n.apply(b.cmd.bytes())
+	})
+}
+
+func (b *batch) Close() error {
+	b.closed = true
+	b.cmd = command{}
+	return nil
+}
+
+// apply proposes one entry and waits for it to be committed and applied.
+func (n *Node) apply(entry []byte) error {
+	// No enqueue timeout: the future resolves when the entry is applied,
+	// when leadership is lost, or when Raft shuts down.
+	f := n.raft.Apply(entry, 0)
+	if err := f.Error(); err != nil {
+		return n.raftError("commit", err)
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return fmt.Errorf("raftstore: commit: %w", err)
+	}
+	return nil
+}
+
+// raftError maps Raft's errors to the package's.
+func (n *Node) raftError(op string, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %s: %w", ErrNotLeader, op, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		if ferr := n.fsm.err(); ferr != nil {
+			return fmt.Errorf("raftstore: %s: %w", op, ferr)
+		}
+		return fmt.Errorf("raftstore: %s: %w: %w", op, delaystore.ErrClosed, err)
+	}
+	return fmt.Errorf("raftstore: %s: %w", op, err)
+}

@@ -1,0 +1,755 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/wire"
+)
+
+// clusterTimeout is the --cluster-timeout of the test clusters: short, so
+// that a failover takes about a second, yet long enough that busy race
+// builds on two cores do not keep electing.
+const clusterTimeout = "500ms"
+
+// clusterChild is one node of a cluster of child processes.
+type clusterChild struct {
+	id     string
+	dir    string
+	listen string // --cluster-listen
+	addr   string // the address the others reach it at: listen, or a proxy
+	proc   *serviceProcess
+	// natsArgs replace --nats URL, for a node that embeds its server.
+	natsArgs []string
+}
+
+// processCluster is a cluster of natsdelay serve child processes over one
+// NATS server.
+type processCluster struct {
+	t     *testing.T
+	bin   string
+	url   string
+	nodes []*clusterChild
+	extra []string // more serve flags for every node
+}
+
+// handedOut holds the ports freeAddrs gave out in this test run: a port
+// closed after the check is free for the kernel to give out again, and two
+// nodes (or a node's Raft port and a nats-server's route port) must not
+// get the same one.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freeAddrs returns n loopback addresses with ports free now, none of them
+// handed out before in this run.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	var out []string
+	for len(out) < n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// NB: kept open until the end, so this call cannot get it twice.
+		lns = append(lns, ln)
+		port := ln.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		out = append(out, ln.Addr().String())
+	}
+	return out
+}
+
+// newProcessCluster lays out n nodes; addrs, if not nil, are the
+// addresses the nodes reach each other at (proxies), else their listen
+// addresses. Nothing runs until start.
+func newProcessCluster(t *testing.T, bin, url string, n int, addrs []string) *processCluster {
+	t.Helper()
+	c := &processCluster{t: t, bin: bin, url: url}
+	listens := freeAddrs(t, n)
+	for i := range n {
+		node := &clusterChild{id: fmt.Sprintf("node%c", 'a'+i), dir: t.TempDir(), listen: listens[i], addr: listens[i]}
+		if addrs != nil {
+			node.addr = addrs[i]
+		}
+		c.nodes = append(c.nodes, node)
+	}
+	t.Cleanup(func() {
+		for _, node := range c.nodes {
+			if node.proc != nil {
+				node.proc.kill(t)
+			}
+		}
+	})
+	return c
+}
+
+func (c *processCluster) peers() string {
+	var ps []string
+	for _, n := range c.nodes {
+		ps = append(ps, n.addr)
+	}
+	return strings.Join(ps, ",")
+}
+
+func (c *processCluster) args(n *clusterChild) []string {
+	natsFlags := []string{"--nats", c.url}
+	if n.natsArgs != nil {
+		natsFlags = n.natsArgs
+	}
+	args := append([]string{"serve"}, natsFlags...)
+	args = append(args, "--data-dir", n.dir, "--engine", "pebble", "--ack-wait", "1s",
+		"--cluster-listen", n.listen, "--cluster-peers", c.peers(), "--node-id", n.id, "--cluster-timeout", clusterTimeout)
+	if n.addr != n.listen {
+		args = append(args, "--cluster-advertise", n.addr)
+	}
+	return append(args, c.extra...)
+}
+
+// startAll starts every node at once (a fresh cluster bootstraps only once
+// every peer answers) and waits until each is ready.
+func (c *processCluster) startAll() {
+	for _, n := range c.nodes {
+		n.proc = spawn(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+	}
+	for _, n := range c.nodes {
+		n.proc.waitReady(c.t)
+	}
+}
+
+// restart starts n again on its data dir and waits until it is ready.
+func (c *processCluster) restart(n *clusterChild) {
+	n.proc = launch(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+}
+
+func (c *processCluster) node(id string) *clusterChild {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// gatherStatus asks every node for its status over NATS, as natsdelay
+// cluster status does, and returns the answers that came within wait.
+func gatherStatus(nc *nats.Conn, wait time.Duration, want int) map[string]wire.NodeStatus {
+	got := map[string]wire.NodeStatus{}
+	inbox := nc.NewInbox()
+	ch := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return got
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(wire.DefaultAPIPrefix+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+		return got
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(got) < want {
+		select {
+		case m := <-ch:
+			var st wire.NodeStatus
+			if json.Unmarshal(m.Data, &st) == nil && st.ID != "" {
+				got[st.ID] = st
+			}
+		case <-timer.C:
+			return got
+		}
+	}
+	return got
+}
+
+// waitLeader waits until the nodes that answer agree on one leader other
+// than not (if set), among at least quorum answers, and that leader
+// answers INFO; it returns the leader's id.
+func (c *processCluster) waitLeader(nc *nats.Conn, not string) string {
+	c.t.Helper()
+	var leader string
+	checkFor(c.t, 60*time.Second, 20*time.Millisecond, func() error {
+		sts := gatherStatus(nc, 300*time.Millisecond, len(c.nodes))
+		leaders := map[string]bool{}
+		for _, st := range sts {
+			if st.Role == wire.RoleLeader {
+				leaders[st.ID] = true
+			}
+		}
+		if len(leaders) != 1 || len(sts) < len(c.nodes)/2+1 {
+			return fmt.Errorf("%d nodes answered, leaders %v", len(sts), leaders)
+		}
+		for id := range leaders {
+			leader = id
+		}
+		if leader == not {
+			return fmt.Errorf("%s still leads", not)
+		}
+		if _, err := pendingCount(nc); err != nil {
+			return fmt.Errorf("leader %s does not answer INFO yet: %v", leader, err)
+		}
+		return nil
+	})
+	return leader
+}
+
+// clusterKills is how many times the process cluster test kills the
+// leader: at least 10 in make test, 100 in make soak.
+func clusterKills() int {
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		return 100
+	}
+	return 10
+}
+
+// TestClusterProcess_KillLeader_NothingAcknowledgedLost runs three real
+// natsdelay serve processes as a cluster over one NATS server and
+// SIGKILLs the leader again and again while publishers schedule and a
+// consumer ACKs, NAKs or ignores deliveries; the killed node is restarted
+// on its data dir each time and rejoins. It checks the guarantees of a
+// cluster: every message whose ingest was acknowledged is delivered (a
+// quorum had it, and the new leader delivers it), none before its fire
+// time, no event ID is ever given to two messages (the new leader's IDs
+// come after every ID committed), and nothing stays pending once all is
+// ACKed.
+func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	start := time.Now()
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+
+	const subject = "clusterkill"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 40
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(7, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			select {
+			case tokens <- ingestToken{}:
+			default:
+			}
+		}
+	}
+	waitFor := func(what string, counter *atomic.Int64, n int64) {
+		base := counter.Load()
+		checkFor(t, 60*time.Second, 2*time.Millisecond, func() error {
+			if got := counter.Load() - base; got < n {
+				return fmt.Errorf("%s: %d of %d since the round started", what, got, n)
+			}
+			return nil
+		})
+	}
+
+	r := rand.New(rand.NewPCG(7, 99))
+	kills := clusterKills()
+	var failovers []time.Duration
+	for round := range kills {
+		feed(perRound)
+		// Kill while requests wait for their quorum and deliveries go out.
+		waitFor("ingest replies", &l.replies, int64(perRound/4))
+		time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+		victim := c.node(leader)
+		l.setDown()
+		killed := time.Now()
+		victim.proc.kill(t)
+		victim.proc = nil
+		leader = c.waitLeader(consumer, victim.id)
+		failovers = append(failovers, time.Since(killed))
+		l.setUp()
+		c.restart(victim)
+		t.Logf("round %d: killed leader %s after %d acknowledged, %d delivered; %s leads", round+1, victim.id, l.replies.Load(), l.recv.Load(), leader)
+	}
+	feed(perRound)
+	waitFor("ingest replies after the last kill", &l.replies, int64(perRound/4))
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("leader kills survived: %d, acknowledged messages checked: %d, messages delivered: %d, deliveries: %d, "+
+		"redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, failovers (kill to a serving leader seen) %v, in %v",
+		kills, len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
+		failovers, time.Since(start).Round(time.Millisecond))
+}
+
+// TestClusterProcess_BadCluster_RefusedAtStart checks that a node whose
+// configuration cannot make one cluster with its peers stops at start
+// with a usage error (exit code 2) that says why, rather than start a
+// second cluster beside the first: a node whose id another node has, and
+// a node started on the data dir of another cluster.
+func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+	nc := connect(t, srv)
+	c.waitLeader(nc, "")
+
+	t.Run("duplicate id", func(t *testing.T) {
+		// A fourth node that calls itself nodea, listing the cluster's
+		// members: nodea answers with the same id.
+		dup := &clusterChild{id: "nodea", dir: t.TempDir(), listen: freeAddrs(t, 1)[0]}
+		dup.addr = dup.listen
+		peers := c.peers() + "," + dup.addr
+		args := []string{"serve", "--nats", c.url, "--data-dir", dup.dir, "--engine", "pebble",
+			"--cluster-listen", dup.listen, "--cluster-peers", peers, "--node-id", dup.id, "--cluster-timeout", clusterTimeout}
+		code, out := runToExit(t, bin, args...)
+		if code != 2 || !strings.Contains(out, `"nodea"`) {
+			t.Fatalf("exit %d, want 2 naming the duplicate id:\n%s", code, out)
+		}
+		t.Logf("refused: %s", lastLine(out))
+	})
+	t.Run("data dir of another cluster", func(t *testing.T) {
+		// A one-node cluster of its own, stopped; its data dir then given
+		// to a node that lists the first cluster's members as its peers.
+		self, dir := freeAddrs(t, 1)[0], t.TempDir()
+		base := []string{"serve", "--nats", c.url, "--data-dir", dir, "--engine", "pebble",
+			"--cluster-listen", self, "--node-id", "noded", "--cluster-timeout", clusterTimeout}
+		other := launch(t, bin, []string{"NATSDELAY_HTTP="}, append(base, "--cluster-peers", self)...)
+		other.stop(t)
+		code, out := runToExit(t, bin, append(base, "--cluster-peers", c.peers()+","+self)...)
+		if code != 2 || !strings.Contains(out, "belongs to cluster") {
+			t.Fatalf("exit %d, want 2 saying the peers belong to another cluster:\n%s", code, out)
+		}
+	})
+	// The cluster is still one: one leader that every member follows.
+	c.waitLeader(nc, "")
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+}
+
+// runToExit runs the binary to its end and returns its exit code and
+// output; a minute at most.
+func runToExit(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	p := spawn(t, bin, []string{"NATSDELAY_HTTP="}, args...)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.kill(t)
+		t.Fatalf("natsdelay %s did not exit:\n%s", strings.Join(args, " "), p.output())
+	}
+	err := p.cmd.Wait()
+	code := 0
+	if err != nil {
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		} else {
+			t.Fatal(err)
+		}
+	}
+	return code, p.output()
+}
+
+// lastLine is the last non-empty line of out: the error a failed run
+// printed.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestClusterProcess_PartitionLeader_StepsDownAndRejoins runs three serve
+// processes whose Raft traffic goes through proxies, and cuts the leader
+// off from the other two while publishers schedule and a consumer ACKs;
+// the leader's NATS connection stays up. It checks that the old leader
+// stops serving (it reports itself no longer leader: its lease ran out
+// without a quorum), that a new leader takes over and takes ingest, that
+// nothing acknowledged is lost, none is delivered early, no event ID is
+// used twice, and that once the partition heals the old leader rejoins as
+// a follower of the new one and applies everything committed meanwhile.
+func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	part := newPartition(t, []string{"nodea", "nodeb", "nodec"})
+	for _, n := range c.nodes {
+		n.addr = part.proxy(t, n.id, n.listen)
+	}
+	c.startAll()
+
+	const subject = "partition"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	old := c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 60
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(13, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			tokens <- ingestToken{}
+		}
+	}
+	waitReplies := func(n int64) {
+		base := l.replies.Load()
+		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+			if got := l.replies.Load() - base; got < n {
+				return fmt.Errorf("%d of %d ingest replies", got, n)
+			}
+			return nil
+		})
+	}
+
+	feed(perRound)
+	waitReplies(perRound / 4)
+	cutAt := time.Now()
+	part.cut(old)
+	// The old leader, cut off from any quorum, steps down by itself: its
+	// lease runs out. It still answers its status over NATS.
+	checkFor(t, time.Minute, 10*time.Millisecond, func() error {
+		st, ok := gatherStatus(consumer, 300*time.Millisecond, 3)[old]
+		if !ok || st.Role == wire.RoleLeader {
+			return fmt.Errorf("%s answered %v, role %q", old, ok, st.Role)
+		}
+		return nil
+	})
+	steppedDown := time.Since(cutAt)
+	leader := c.waitLeader(consumer, old)
+	tookOver := time.Since(cutAt)
+	feed(perRound)
+	waitReplies(perRound / 4)
+
+	part.heal()
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		sts := gatherStatus(consumer, 300*time.Millisecond, 3)
+		st, lst := sts[old], sts[leader]
+		if st.Role != wire.RoleFollower || st.LeaderID != leader {
+			return fmt.Errorf("%s: role %q, leader %q; want a follower of %s", old, st.Role, st.LeaderID, leader)
+		}
+		if st.AppliedIndex < lst.CommitIndex {
+			return fmt.Errorf("%s applied %d of the %d committed", old, st.AppliedIndex, lst.CommitIndex)
+		}
+		return nil
+	})
+	feed(perRound)
+	waitReplies(perRound / 4)
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	t.Logf("cut %s off: it stepped down after %v, %s led after %v; acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d",
+		old, steppedDown.Round(time.Millisecond), leader, tookOver.Round(time.Millisecond), l.replies.Load(), lost, deliveries, redeliveries)
+}
+
+// httpAddrOf is the address of a node's HTTP listener, from its ready log
+// line.
+func httpAddrOf(t *testing.T, p *serviceProcess) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="natsdelay ready".* http=(\S+)`).FindStringSubmatch(p.output())
+	if m == nil {
+		t.Fatalf("no http address in the ready line:\n%s", p.output())
+	}
+	return m[1]
+}
+
+// httpGet returns the status and body of GET http://addr/path.
+func httpGet(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// runCLI runs a client command of the binary and returns its exit code
+// and output.
+func runCLI(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
+}
+
+// TestClusterProcess_AddRemove_ByCommand checks membership changes at run
+// time with the client commands, without restarting anyone: a new node on
+// another engine (bolt), started with --cluster-join, is added with
+// natsdelay cluster add and catches up with what was committed before it
+// came (it applies up to the leader's commit index); cluster status and
+// info show it; its /readyz is 200 saying it follows and its /leader 503,
+// while the leader's /leader is 200; cluster remove takes it out, and
+// removing an unknown id is an error that names it.
+func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	url := srv.ClientURL()
+	c := newProcessCluster(t, bin, url, 3, nil)
+	c.extra = []string{"--http", "127.0.0.1:0"}
+	c.startAll()
+	nc := connect(t, srv)
+	leader := c.waitLeader(nc, "")
+	for i := range 50 {
+		schedule(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
+	}
+
+	listen, dir := freeAddrs(t, 1)[0], t.TempDir()
+	d := launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir, "--engine", "bolt",
+		"--cluster-listen", listen, "--cluster-peers", c.peers()+","+listen, "--node-id", "noded", "--cluster-join",
+		"--cluster-timeout", clusterTimeout, "--http", "127.0.0.1:0")
+	defer func() {
+		if d != nil {
+			d.kill(t)
+		}
+	}()
+	if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
+		t.Fatalf("cluster add: exit %d:\n%s", code, out)
+	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		sts := gatherStatus(nc, 300*time.Millisecond, 4)
+		st, lst := sts["noded"], sts[leader]
+		if st.Role != wire.RoleFollower || len(lst.Peers) != 4 || st.AppliedIndex < lst.CommitIndex {
+			return fmt.Errorf("noded: role %q, applied %d; leader's commit index %d, peers %v", st.Role, st.AppliedIndex, lst.CommitIndex, lst.Peers)
+		}
+		return nil
+	})
+	if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
+		t.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
+	}
+	if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
+		t.Errorf("info: exit %d, want the cluster with noded:\n%s", code, out)
+	}
+	dAddr := httpAddrOf(t, d)
+	if code, body := httpGet(t, dAddr, "/readyz"); code != 200 || body != "ok: follower" {
+		t.Errorf("noded /readyz = %d %q, want 200 ok: follower", code, body)
+	}
+	if code, _ := httpGet(t, dAddr, "/leader"); code != 503 {
+		t.Errorf("noded /leader = %d, want 503", code)
+	}
+	if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
+		t.Errorf("leader /leader = %d %q, want 200", code, body)
+	}
+	if code, body := httpGet(t, dAddr, "/metrics"); code != 200 || !strings.Contains(body, `natsdelay_cluster_role{role="follower"} 1`) {
+		t.Errorf("noded /metrics = %d, want its role:\n%s", code, body)
+	}
+
+	if code, out := runCLI(t, bin, "cluster", "remove", "--nats", url, "nodez"); code != 1 || !strings.Contains(out, `no member with id "nodez"`) {
+		t.Errorf("cluster remove nodez: exit %d, want 1 naming it:\n%s", code, out)
+	}
+	if code, out := runCLI(t, bin, "cluster", "remove", "--nats", url, "noded"); code != 0 || strings.Contains(out, "noded") {
+		t.Fatalf("cluster remove noded: exit %d:\n%s", code, out)
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if lst := gatherStatus(nc, 300*time.Millisecond, 4)[leader]; len(lst.Peers) != 3 {
+			return fmt.Errorf("leader's peers: %v", lst.Peers)
+		}
+		return nil
+	})
+	d.stop(t)
+	d = nil
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
+	}
+}
+
+// TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers runs three
+// serve processes that each embed a nats-server, routed together with
+// --nats-cluster-listen and --nats-routes. A publisher connected only to
+// one follower's server and a consumer connected only to the other's
+// reach the leader through the routes; then the leader is SIGKILLed, its
+// server with it. It checks that every message acknowledged before the
+// kill is delivered by the new leader to the consumer, none before its
+// fire time, and that nothing stays pending once they are ACKed.
+func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	c := newProcessCluster(t, bin, "", 3, nil)
+	clients, routes := freeAddrs(t, 3), freeAddrs(t, 3)
+	var routeURLs []string
+	for _, r := range routes {
+		routeURLs = append(routeURLs, "nats://"+r)
+	}
+	for i, n := range c.nodes {
+		n.natsArgs = []string{"--nats-listen", clients[i], "--nats-cluster-listen", routes[i], "--nats-routes", strings.Join(routeURLs, ",")}
+	}
+	c.startAll()
+	url := func(n *clusterChild) string { return "nats://" + clients[slices.Index(c.nodes, n)] }
+	dial := func(urls ...string) *nats.Conn {
+		nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	var all []string
+	for _, n := range c.nodes {
+		all = append(all, url(n))
+	}
+	watcher := dial(all...)
+	leader := c.node(c.waitLeader(watcher, ""))
+	var followers []*clusterChild
+	for _, n := range c.nodes {
+		if n != leader {
+			followers = append(followers, n)
+		}
+	}
+	pub, con := dial(url(followers[0])), dial(url(followers[1]))
+	deliveries := make(chan received, 64)
+	sub, err := con.Subscribe("routes.>", func(m *nats.Msg) { deliveries <- received{Msg: m, at: time.Now()} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := con.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription must be known to the leader's server before the
+	// first delivery; the status round trip through it is enough.
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if len(gatherStatus(pub, 300*time.Millisecond, 3)) != 3 {
+			return fmt.Errorf("not every node answers through %s's server", followers[0].id)
+		}
+		return nil
+	})
+
+	const n = 20
+	want := map[string]time.Time{}
+	for i := range n {
+		s := schedule(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
+		want[s.Tag] = s.FireAt
+	}
+	leader.proc.kill(t)
+	leader.proc = nil
+	newLeader := c.waitLeader(pub, leader.id)
+	got := map[string]bool{}
+	for len(got) < n {
+		r := next(t, deliveries, "a delivery after the failover")
+		tag := r.Header.Get(wire.HeaderTag)
+		fire, ok := want[tag]
+		if !ok {
+			t.Fatalf("delivered %s, which was never scheduled", tag)
+		}
+		notEarly(t, r, fire)
+		got[tag] = true
+		if err := r.Respond(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		p, err := pendingCount(pub)
+		if err == nil && p != 0 {
+			err = fmt.Errorf("pending %d", p)
+		}
+		return err
+	})
+	t.Logf("leader %s killed; %s delivered all %d messages through the routes", leader.id, newLeader, n)
+	for _, f := range followers {
+		f.proc.stop(t)
+		f.proc = nil
+	}
+}

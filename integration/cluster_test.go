@@ -1,0 +1,322 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
+	"natsdelay/delaystore/raftstore"
+)
+
+// inProcessNode is one node of a cluster run inside the test: its local
+// pebble store (WAL off, as serve runs it), its Raft node on real TCP, its
+// own NATS connection, and the service on top.
+type inProcessNode struct {
+	id    string
+	local delaystore.Store
+	node  *raftstore.Node
+	nc    *nats.Conn
+	svc   *bridge.Service
+	dead  bool
+}
+
+// kill stops the node abruptly, as a crash would for everyone else: its
+// NATS connection goes first, so it answers nothing more, then Raft stops,
+// then what is left of the service and the store are closed.
+func (n *inProcessNode) kill(t *testing.T) {
+	t.Helper()
+	n.nc.Close()
+	if err := n.node.Close(); err != nil {
+		t.Logf("%s: closing the node: %v", n.id, err)
+	}
+	_ = n.svc.Close() // its connection is gone: draining fails, which is the point
+	if err := n.local.Close(); err != nil {
+		t.Logf("%s: closing the local store: %v", n.id, err)
+	}
+	n.dead = true
+}
+
+// startInProcessCluster starts n nodes over srv, each bootstrapping once
+// all answer, with short Raft timeouts; every node is stopped when t ends.
+func startInProcessCluster(t *testing.T, srv *server.Server, n int) []*inProcessNode {
+	t.Helper()
+	addrs := freeAddrs(t, n)
+	nodes := make([]*inProcessNode, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		node := &inProcessNode{id: fmt.Sprintf("node%c", 'a'+i)}
+		nodes[i] = node
+		dir := t.TempDir()
+		node.local = openPebble(t, pebblestore.Config{Dir: filepath.Join(dir, "pebble"), DisableWAL: true})
+		rc := raftstore.DefaultConfig()
+		rc.NodeID, rc.Listen, rc.Peers, rc.Dir, rc.Local = node.id, addrs[i], addrs, filepath.Join(dir, "raft"), node.local
+		rc.Logger = testLogger(t).With("node_id", node.id)
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			node.node, errs[i] = raftstore.Open(ctx, rc)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", nodes[i].id, err)
+		}
+	}
+	for _, node := range nodes {
+		node.nc = bridgetestConnect(t, srv)
+		cfg := bridge.Config{Conn: node.nc, Engine: "pebble", Cluster: bridge.RaftCluster(node.node)}
+		cfg.Store = node.node.Store()
+		rn := node.node
+		cfg.Reopen = func() (delaystore.Store, error) { return rn.Store(), nil }
+		cfg.AckWait = time.Second
+		cfg.Logger = testLogger(t).With("node_id", node.id)
+		svc, err := bridge.New(cfg)
+		if err != nil {
+			t.Fatalf("%s: bridge.New: %v", node.id, err)
+		}
+		node.svc = svc
+	}
+	t.Cleanup(func() {
+		for _, node := range nodes {
+			if node.dead {
+				continue
+			}
+			if err := node.svc.Close(); err != nil {
+				t.Errorf("%s: Close: %v", node.id, err)
+			}
+			node.nc.Close()
+			if err := node.node.Close(); err != nil {
+				t.Errorf("%s: closing the node: %v", node.id, err)
+			}
+			if err := node.local.Close(); err != nil {
+				t.Errorf("%s: closing the local store: %v", node.id, err)
+			}
+		}
+	})
+	return nodes
+}
+
+// bridgetestConnect is a service connection: it reconnects, as serve's does.
+func bridgetestConnect(t *testing.T, srv *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// serving waits until exactly one live node serves, and returns it.
+func serving(t *testing.T, nodes []*inProcessNode) *inProcessNode {
+	t.Helper()
+	var leader *inProcessNode
+	checkFor(t, time.Minute, 10*time.Millisecond, func() error {
+		leader = nil
+		n := 0
+		for _, node := range nodes {
+			if !node.dead && node.svc.Leader() {
+				leader = node
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("%d nodes serve", n)
+		}
+		return nil
+	})
+	return leader
+}
+
+// TestCluster_InProcess_LeaderServesAndReplicates checks the life of a
+// message in a cluster of three nodes in one process (real TCP between
+// the Raft nodes, one real NATS server): only the leader serves, so an
+// ingest request reaches it and is answered once a quorum committed it;
+// every node applies it; it is delivered and ACKed through the leader;
+// followers answer CLUSTER.STATUS and are ready, and INFO's cluster
+// object lists every member with its applied index.
+func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
+	srv := startServer(t)
+	nodes := startInProcessCluster(t, srv, 3)
+	leader := serving(t, nodes)
+	nc := connect(t, srv)
+
+	deliveries := subscribe(t, nc, "orders.cluster")
+	s := schedule(t, nc, newMsg("orders.cluster", "hello", "Delay", "100ms"))
+	r := next(t, deliveries, "the delivery")
+	notEarly(t, r, s.FireAt)
+	if got := r.Header.Get(wire.HeaderTag); got != s.Tag {
+		t.Fatalf("delivered %s, want %s", got, s.Tag)
+	}
+	ackSync(t, nc, r.Msg, "+ACK")
+
+	// Every node applies what the leader committed.
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		want := leader.node.Status().CommitIndex
+		for _, node := range nodes {
+			if st := node.node.Status(); st.AppliedIndex < want {
+				return fmt.Errorf("%s applied %d of %d", node.id, st.AppliedIndex, want)
+			}
+		}
+		return nil
+	})
+	for _, node := range nodes {
+		if err := node.svc.Ready(); err != nil {
+			t.Errorf("%s (%s) not ready: %v", node.id, node.svc.Role(), err)
+		}
+		if node != leader && node.svc.Leader() {
+			t.Errorf("follower %s serves", node.id)
+		}
+	}
+	sts := gatherStatus(nc, 5*time.Second, 3)
+	if len(sts) != 3 {
+		t.Fatalf("CLUSTER.STATUS answered by %d nodes, want 3: %v", len(sts), sts)
+	}
+	for id, st := range sts {
+		if st.LeaderID != leader.id || (id == leader.id) != (st.Role == wire.RoleLeader) {
+			t.Errorf("%s: role %s, leader %s; want leader %s", id, st.Role, st.LeaderID, leader.id)
+		}
+	}
+	rep, err := nc.Request(wire.DefaultAPIPrefix+"."+wire.VerbInfo, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info wire.InfoReply
+	if err := json.Unmarshal(rep.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	ci := info.Cluster
+	if ci == nil || ci.ID != leader.id || ci.Role != wire.RoleLeader || len(ci.Peers) != 3 {
+		t.Fatalf("INFO cluster = %+v, want the leader %s with 3 peers", ci, leader.id)
+	}
+	for _, p := range ci.Peers {
+		if !p.Answered || p.Lag == nil || p.AppliedIndex == 0 {
+			t.Errorf("INFO peer %+v: want an answer with its applied index and lag", p)
+		}
+	}
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		n, err := pendingCount(nc)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("pending %d", n)
+		}
+		return err
+	})
+
+	// Bad membership changes are refused and change nothing.
+	for _, tc := range []struct{ verb, body, code, text string }{
+		{wire.VerbClusterAdd, `{"id":"","addr":"127.0.0.1:1"}`, "400", `"id" is empty`},
+		{wire.VerbClusterAdd, `{"id":"x","addr":"nowhere"}`, "400", `"addr" "nowhere"`},
+		{wire.VerbClusterAdd, `{"id":"x","addr":"127.0.0.1:1","voter":true}`, "400", "unknown field"},
+		{wire.VerbClusterRemove, `{"id":"nodez"}`, "404", `no member with id "nodez"`},
+	} {
+		rep, err := nc.Request(wire.DefaultAPIPrefix+"."+tc.verb, []byte(tc.body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, text := rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError); code != tc.code || !strings.Contains(text, tc.text) {
+			t.Errorf("%s %s: %s %q, want %s with %q", tc.verb, tc.body, code, text, tc.code, tc.text)
+		}
+	}
+	if peers := leader.node.Status().Peers; len(peers) != 3 {
+		t.Errorf("after refused changes, peers %v", peers)
+	}
+}
+
+// TestCluster_InProcess_KillLeader_NothingAcknowledgedLost kills the
+// leader's node abruptly (its NATS connection, Raft and service gone at
+// once) while publishers schedule and a consumer ACKs, NAKs or ignores
+// deliveries: once in a cluster of three, and twice in a cluster of five,
+// so that three still make a quorum. It checks that every acknowledged
+// message is delivered, none before its fire time, no event ID is used
+// twice, and that nothing is pending at the end.
+func TestCluster_InProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
+	for _, tc := range []struct{ nodes, kills int }{{3, 1}, {5, 2}} {
+		t.Run(fmt.Sprintf("%d nodes", tc.nodes), func(t *testing.T) { killLeaderInProcess(t, tc.nodes, tc.kills) })
+	}
+}
+
+func killLeaderInProcess(t *testing.T, size, kills int) {
+	srv := startServer(t)
+	nodes := startInProcessCluster(t, srv, size)
+	leader := serving(t, nodes)
+
+	const subject = "clusterinproc"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	l.setUp()
+
+	const publishers, perRound = 4, 60
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(11, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			tokens <- ingestToken{}
+		}
+	}
+	waitReplies := func(n int64) {
+		base := l.replies.Load()
+		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+			if got := l.replies.Load() - base; got < n {
+				return fmt.Errorf("%d of %d ingest replies", got, n)
+			}
+			return nil
+		})
+	}
+	for round := range kills {
+		feed(perRound)
+		waitReplies(perRound / 4)
+		l.setDown()
+		killed := leader.id
+		leader.kill(t)
+		leader = serving(t, nodes)
+		l.setUp()
+		t.Logf("round %d: killed leader %s after %d acknowledged; %s leads", round+1, killed, l.replies.Load(), leader.id)
+	}
+	feed(perRound)
+	waitReplies(perRound / 4)
+	stopPublishers()
+	l.settle(t, consumer)
+	lost, deliveries, redeliveries := l.verify(t)
+	t.Logf("acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d", l.replies.Load(), lost, deliveries, redeliveries)
+}
