@@ -93,6 +93,9 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 			return nil, fmt.Errorf("delaystore: advance batch of %d: record last id: %w", len(plans), err)
 		}
 	}
+	if err := r.leaseIDs(); err != nil {
+		return nil, fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
+	}
 	if r.advanceHook != nil {
 		r.advanceHook(AdvanceBeforeCommit)
 	}

@@ -34,6 +34,7 @@ import (
 // same expiry distinct.
 const (
 	lastIDKey      = "metadata/event-repo/last-id"
+	idCeilingKey   = "metadata/event-repo/id-ceiling"
 	timeBucketKey  = "metadata/event-repo/time-bucket"
 	topicPrefix    = "metadata/event-repo/topic/"
 	clientIDPrefix = "metadata/event-repo/client-id/"
@@ -46,6 +47,7 @@ const (
 // or fewer, which would let some non-event key be exactly keys.Len long.
 var (
 	_ [len(lastIDKey) - keys.Len - 1]struct{}
+	_ [len(idCeilingKey) - keys.Len - 1]struct{}
 	_ [len(timeBucketKey) - keys.Len - 1]struct{}
 	_ [len(topicPrefix) - keys.Len - 1]struct{}
 	_ [len(clientIDPrefix) - keys.Len - 1]struct{}

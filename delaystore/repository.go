@@ -153,6 +153,10 @@ type Repository struct {
 		// not; the next ID is reserved+1. It is never below lastID, and it
 		// never goes back, so a failed commit skips IDs but never reuses them.
 		reserved uint64
+		// ceiling is the highest ID the store has durably leased (see
+		// reserveIDs); reserved never passes it, and a reopened repository
+		// starts above it.
+		ceiling uint64
 		// pending and subjects are the totals of the subject registry:
 		// pending messages, and subjects with any. They are kept in the
 		// store with it, read at open, and changed (holding wmu and mu)
@@ -221,6 +225,19 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		r.mu.lastID = binary.BigEndian.Uint64(v)
 		r.mu.reserved = r.mu.lastID
 	}
+	// IDs up to the ceiling may have been seen by readers before the crash
+	// that lost them, so none of them is handed out again.
+	switch v, err := s.Get([]byte(idCeilingKey)); {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("delaystore: open repository: read id ceiling: %w", err)
+	case len(v) != 8:
+		return nil, fmt.Errorf("delaystore: open repository: id ceiling is %d bytes, want 8: %w", len(v), ErrCorrupt)
+	default:
+		r.mu.ceiling = binary.BigEndian.Uint64(v)
+		r.mu.reserved = max(r.mu.reserved, r.mu.ceiling)
+	}
+	r.mu.ceiling = max(r.mu.ceiling, r.mu.reserved)
 
 	if err := r.checkTimeBucket(); err != nil {
 		return nil, err
@@ -270,7 +287,21 @@ func (r *Repository) checkTimeBucket() error {
 func (r *Repository) Close() error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	r.closed.Store(true)
+	if r.closed.Swap(true) {
+		return nil
+	}
+	// No ID above reserved was handed out, so the ceiling can come back
+	// down to it and a clean restart goes on without a gap in the IDs.
+	// It is only tidiness: if the write fails (the store failed, or this
+	// node no longer leads a cluster), the next open starts higher.
+	r.mu.Lock()
+	reserved, ceiling := r.mu.reserved, r.mu.ceiling
+	r.mu.Unlock()
+	if reserved < ceiling {
+		if err := r.writeCeiling(reserved); err != nil {
+			r.log.Debug("id ceiling left as leased", "ceiling", ceiling, "reserved", reserved, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -438,6 +469,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
 		return nil, fmt.Errorf("delaystore: schedule batch of %d: record last id: %w", len(msgs), err)
 	}
+	if err := r.leaseIDs(); err != nil {
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+	}
 	if err := b.Commit(sync); err != nil {
 		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
 	}
@@ -446,8 +480,13 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	return out, nil
 }
 
+// idLease is how many IDs one durable write of the ceiling covers: one
+// extra synced commit per 65,536 messages.
+const idLease = 1 << 16
+
 // reserveIDs hands out n consecutive IDs and returns the first and the last.
-// wmu must be held.
+// The batch that uses them must call leaseIDs before it commits. wmu must
+// be held.
 func (r *Repository) reserveIDs(n int) (first, last uint64, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -457,6 +496,50 @@ func (r *Repository) reserveIDs(n int) (first, last uint64, err error) {
 	first = r.mu.reserved + 1
 	r.mu.reserved += uint64(n)
 	return first, r.mu.reserved, nil
+}
+
+// leaseIDs makes sure every ID reserved so far is below the durable
+// ceiling, raising it first if not. wmu must be held.
+//
+// The last ID is written in the same batch as the messages it numbers, but
+// that is not enough to never reuse one: a commit is readable before it is
+// durable (Pebble publishes a batch before its WAL fsync completes), so the
+// dispatcher can deliver a message whose batch a crash then loses, and the
+// reopened repository would number the next message the same. So IDs are
+// leased: before a batch with IDs above the ceiling commits, the ceiling is
+// raised in a synced commit of its own, and a reopened repository starts
+// above it.
+func (r *Repository) leaseIDs() error {
+	r.mu.Lock()
+	reserved, ceiling := r.mu.reserved, r.mu.ceiling
+	r.mu.Unlock()
+	if reserved <= ceiling {
+		return nil
+	}
+	// NB: wmu, held by the caller, keeps other writers out, so only this
+	// goroutine moves the ceiling; mu is not held across the I/O.
+	next := reserved + min(idLease, math.MaxUint64-reserved)
+	if err := r.writeCeiling(next); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.mu.ceiling = next
+	r.mu.Unlock()
+	return nil
+}
+
+// writeCeiling durably records ceiling as the highest ID that may be handed
+// out. wmu must be held.
+func (r *Repository) writeCeiling(ceiling uint64) error {
+	b := r.s.NewBatch()
+	defer b.Close()
+	if err := b.Set([]byte(idCeilingKey), binary.BigEndian.AppendUint64(nil, ceiling)); err != nil {
+		return fmt.Errorf("delaystore: lease ids: %w", err)
+	}
+	if err := b.Commit(Sync); err != nil {
+		return fmt.Errorf("delaystore: lease ids: %w", err)
+	}
+	return nil
 }
 
 // replacePending adds to b the deletion of the pending message indexed under

@@ -1099,3 +1099,31 @@ func TestRepository_CountDue(t *testing.T) {
 		t.Errorf("CountDue(empty topic) = %v, %v; want 0", got, err)
 	}
 }
+
+// TestRepository_Schedule_CrashNeverReusesVisibleID checks that no event ID
+// is ever given to two messages, even when the first of them was lost in a
+// crash: a committed batch is readable before it is durable (Pebble
+// publishes a batch before its WAL fsync completes), so the dispatcher may
+// have delivered a message under an ID that the crash then takes away. A
+// NoSync commit stands in for a Sync commit caught before its fsync: both
+// are visible and not yet durable.
+func TestRepository_Schedule_CrashNeverReusesVisibleID(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	r := openRepo(t, openDisk(t, "/db", fs), delaystore.RepositoryConfig{})
+	schedule(t, r, msg("a", t0))
+	var visible uint64 // highest ID a reader could have seen
+	for i := 0; i < 3; i++ {
+		got, err := r.Schedule([]*delaystore.StoredMessage{msg("a", t0), msg("b", t0)}, delaystore.NoSync)
+		if err != nil {
+			t.Fatal(err)
+		}
+		visible = got[1].Key.EventID()
+	}
+
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	r2 := openRepo(t, openDisk(t, "/db", crashed), delaystore.RepositoryConfig{})
+	next := schedule(t, r2, msg("a", t0))[0].Key.EventID()
+	if next <= visible {
+		t.Fatalf("after the crash the next ID is %d, but IDs up to %d were visible before it", next, visible)
+	}
+}
