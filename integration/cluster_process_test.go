@@ -310,6 +310,11 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 		// Kill while requests wait for their quorum and deliveries go out.
 		waitFor("ingest replies", &l.replies, int64(perRound/4))
 		time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+		// Whichever leads now: an election of its own under load may have
+		// moved the leadership since.
+		if st := gatherStatus(consumer, 300*time.Millisecond, len(c.nodes))[leader]; st.Role != wire.RoleLeader {
+			leader = c.waitLeader(consumer, "")
+		}
 		victim := c.node(leader)
 		l.setDown()
 		killed := time.Now()
@@ -509,11 +514,20 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	waitReplies(perRound / 4)
 
 	part.heal()
+	// The old leader rejoins: it follows whichever node leads now (or,
+	// after an election of its own, leads) and has applied everything
+	// committed.
 	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
 		sts := gatherStatus(consumer, 300*time.Millisecond, 3)
-		st, lst := sts[old], sts[leader]
-		if st.Role != wire.RoleFollower || st.LeaderID != leader {
-			return fmt.Errorf("%s: role %q, leader %q; want a follower of %s", old, st.Role, st.LeaderID, leader)
+		cur := ""
+		for id, st := range sts {
+			if st.Role == wire.RoleLeader {
+				cur = id
+			}
+		}
+		st, lst := sts[old], sts[cur]
+		if cur == "" || st.LeaderID != cur {
+			return fmt.Errorf("%s: role %q, leader %q; leader seen %q", old, st.Role, st.LeaderID, cur)
 		}
 		if st.AppliedIndex < lst.CommitIndex {
 			return fmt.Errorf("%s applied %d of the %d committed", old, st.AppliedIndex, lst.CommitIndex)
@@ -589,9 +603,9 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 	c.extra = []string{"--http", "127.0.0.1:0"}
 	c.startAll()
 	nc := connect(t, srv)
-	leader := c.waitLeader(nc, "")
+	c.waitLeader(nc, "")
 	for i := range 50 {
-		schedule(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
+		scheduleInCluster(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
 	}
 
 	listen, dir := freeAddrs(t, 1)[0], t.TempDir()
@@ -603,10 +617,17 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 			d.kill(t)
 		}
 	}()
-	if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
-		t.Fatalf("cluster add: exit %d:\n%s", code, out)
-	}
+	// Adding a member again changes nothing, so a failed add (a leader
+	// change meanwhile) is asked again.
+	checkFor(t, time.Minute, 100*time.Millisecond, func() error {
+		if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
+			return fmt.Errorf("cluster add: exit %d:\n%s", code, out)
+		}
+		return nil
+	})
+	var leader string
 	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
 		sts := gatherStatus(nc, 300*time.Millisecond, 4)
 		st, lst := sts["noded"], sts[leader]
 		if st.Role != wire.RoleFollower || len(lst.Peers) != 4 || st.AppliedIndex < lst.CommitIndex {
@@ -614,12 +635,19 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 		}
 		return nil
 	})
-	if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
-		t.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
-	}
-	if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
-		t.Errorf("info: exit %d, want the cluster with noded:\n%s", code, out)
-	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
+			return fmt.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
+		}
+		return nil
+	})
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
+		if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
+			return fmt.Errorf("info: exit %d, want the cluster with noded led by %s:\n%s", code, leader, out)
+		}
+		return nil
+	})
 	dAddr := httpAddrOf(t, d)
 	if code, body := httpGet(t, dAddr, "/readyz"); code != 200 || body != "ok: follower" {
 		t.Errorf("noded /readyz = %d %q, want 200 ok: follower", code, body)
@@ -627,9 +655,13 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 	if code, _ := httpGet(t, dAddr, "/leader"); code != 503 {
 		t.Errorf("noded /leader = %d, want 503", code)
 	}
-	if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
-		t.Errorf("leader /leader = %d %q, want 200", code, body)
-	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
+		if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
+			return fmt.Errorf("leader %s /leader = %d %q, want 200", leader, code, body)
+		}
+		return nil
+	})
 	if code, body := httpGet(t, dAddr, "/metrics"); code != 200 || !strings.Contains(body, `natsdelay_cluster_role{role="follower"} 1`) {
 		t.Errorf("noded /metrics = %d, want its role:\n%s", code, body)
 	}
@@ -641,6 +673,7 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 		t.Fatalf("cluster remove noded: exit %d:\n%s", code, out)
 	}
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
 		if lst := gatherStatus(nc, 300*time.Millisecond, 4)[leader]; len(lst.Peers) != 3 {
 			return fmt.Errorf("leader's peers: %v", lst.Peers)
 		}
@@ -720,7 +753,7 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 	const n = 20
 	want := map[string]time.Time{}
 	for i := range n {
-		s := schedule(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
+		s := scheduleInCluster(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
 		want[s.Tag] = s.FireAt
 	}
 	leader.proc.kill(t)
