@@ -77,7 +77,8 @@ func TestCluster_Repository_ReplicatedToEveryNode(t *testing.T) {
 	}
 }
 
-// A follower refuses writes with ErrNotLeader, and applies nothing of them;
+// A follower refuses writes with ErrNotLeader, naming the leader, and
+// applies nothing of them;
 // the leader applies a write before Commit returns. A node that took over
 // meanwhile (an election under load) is not a follower: the check is made
 // again on the new roles.
@@ -108,6 +109,12 @@ func TestCluster_Commit_FollowerNotLeader(t *testing.T) {
 			}
 			if !errors.Is(err, ErrNotLeader) {
 				t.Fatalf("commit on follower %s: %v, want ErrNotLeader", n.id, err)
+			}
+			// The refusal names the leader the follower knows of.
+			if known := n.node.Status().LeaderID; known == leader.id {
+				if got, want := delaystore.NotLeaderText(err), "not the leader: leader is "+leader.id; got != want {
+					t.Fatalf("follower %s refused with %q, want %q", n.id, got, want)
+				}
 			}
 			if _, err := n.local.Get([]byte(key)); !errors.Is(err, delaystore.ErrNotFound) {
 				t.Fatalf("follower %s applied a refused write: %v", n.id, err)

@@ -1,13 +1,19 @@
 package raftstore
 
-import "errors"
+import (
+	"errors"
+
+	"natsdelay/delaystore"
+)
 
 var (
 	// ErrNotLeader is wrapped by Commit, AddVoter and RemoveServer on a node
 	// that is not the leader, or that lost leadership before the write was
 	// committed: the write may still be committed later by the new leader
-	// (at-least-once), or never.
-	ErrNotLeader = errors.New("raftstore: not the leader")
+	// (at-least-once), or never. It is delaystore.ErrNotLeader, and the
+	// error wrapping it is a *delaystore.NotLeaderError naming the leader
+	// this node knows of.
+	ErrNotLeader = delaystore.ErrNotLeader
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raftstore: invalid config")

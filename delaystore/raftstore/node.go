@@ -431,7 +431,7 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 		return fmt.Errorf("%w: add voter %q at %q: want a node id and a HOST:PORT", ErrInvalidConfig, id, addr)
 	}
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("%w: add voter %s", ErrNotLeader, id)
+		return fmt.Errorf("raftstore: add voter %s: %w", id, n.notLeader(nil))
 	}
 	timeout := identifyTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -455,7 +455,7 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 // bounds the wait.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("%w: remove server %s", ErrNotLeader, id)
+		return fmt.Errorf("raftstore: remove server %s: %w", id, n.notLeader(nil))
 	}
 	return n.wait(ctx, "remove server "+id, n.raft.RemoveServer(raft.ServerID(id), 0, 0))
 }
