@@ -786,3 +786,95 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 		f.proc = nil
 	}
 }
+
+// TestClusterProcess_SIGTERMLeader_HandsLeadershipOver stops the leader of
+// three real serve processes with SIGTERM while publishers schedule and a
+// consumer ACKs. It checks that the leader hands its leadership over
+// before it exits (exit 0, and it logs which node took over, so the
+// others did not wait for an election timeout), that the node it named
+// leads and acknowledges ingest again, and that nothing acknowledged is
+// lost or delivered early, and no event ID is used twice.
+func TestClusterProcess_SIGTERMLeader_HandsLeadershipOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+
+	const subject = "clusterterm"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 60
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(17, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			tokens <- ingestToken{}
+		}
+	}
+	waitReplies := func(n int64) {
+		base := l.replies.Load()
+		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+			if got := l.replies.Load() - base; got < n {
+				return fmt.Errorf("%d of %d ingest replies", got, n)
+			}
+			return nil
+		})
+	}
+
+	feed(perRound)
+	waitReplies(perRound / 4)
+	victim := c.node(c.waitLeader(consumer, ""))
+	l.setDown()
+	victim.proc.stop(t) // SIGTERM; a clean exit
+	out := victim.proc.output()
+	victim.proc = nil
+	m := regexp.MustCompile(`msg="cluster leadership handed over".* leader=(\S+)`).FindStringSubmatch(out)
+	if m == nil || m[1] == victim.id || c.node(m[1]) == nil {
+		t.Fatalf("%s stopped without handing its leadership to another node:\n%s", victim.id, out)
+	}
+	leader := c.waitLeader(consumer, victim.id)
+	l.setUp()
+	feed(perRound)
+	waitReplies(perRound / 4)
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		if n.proc != nil {
+			n.proc.stop(t)
+			n.proc = nil
+		}
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	t.Logf("SIGTERM of leader %s: it handed over to %s; %s led after; acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d",
+		victim.id, m[1], leader, l.replies.Load(), lost, deliveries, redeliveries)
+}

@@ -6,10 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/raftstore"
 )
+
+// transferTimeout bounds how long a stopping leader waits for another
+// node to take its leadership over: the transfer takes a round trip and a
+// vote; past a few election timeouts the others would have elected anyway.
+func transferTimeout(clusterTimeout time.Duration) time.Duration {
+	return 3 * clusterTimeout
+}
 
 // raftDir is where, under the data dir, a node keeps its Raft log,
 // snapshots and cluster identity.

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"testing"
@@ -121,4 +122,53 @@ func TestCluster_FollowerRestart_CatchesUpFromLog(t *testing.T) {
 	if got := w.repo().Pending(); got != 500 {
 		t.Fatalf("pending %d, want 500", got)
 	}
+}
+
+// A leader that hands its leadership over before a planned stop names
+// the node that took it, which then takes writes with everything
+// committed before; a follower asked to hand over changes nothing and
+// names the leader it knows.
+func TestNode_TransferLeadership_AnotherNodeLeads(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, enginePebble, testConfig())
+	w := c.newWriter()
+	w.schedule("before", 50, 10)
+	w.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	old := c.waitLeader()
+	for _, n := range c.nodes {
+		if n == old {
+			continue
+		}
+		got, err := n.node.TransferLeadership(ctx)
+		if err != nil {
+			t.Fatalf("transfer on follower %s: %v", n.id, err)
+		}
+		if known := n.node.Status().LeaderID; got != known && known != "" {
+			t.Fatalf("follower %s named %q, knows %q", n.id, got, known)
+		}
+	}
+	var next string
+	for {
+		// An election of its own may have moved the leadership meanwhile:
+		// hand over from whichever node leads.
+		var err error
+		next, err = old.node.TransferLeadership(ctx)
+		if err == nil && old.node.Status().Role != "leader" {
+			break
+		}
+		if err != nil && !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("transfer on %s: %v", old.id, err)
+		}
+		old = c.waitLeader()
+	}
+	if next == "" || next == old.id {
+		t.Fatalf("%s handed over to %q", old.id, next)
+	}
+	w2 := c.newWriter()
+	if got := w2.repo().Pending(); got != 50 {
+		t.Fatalf("after the transfer: %d pending, want 50", got)
+	}
+	w2.schedule("after", 10, 10)
 }
