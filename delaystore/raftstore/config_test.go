@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
 )
 
@@ -232,4 +234,38 @@ func TestOpen_DirOfAnotherCluster_Refused(t *testing.T) {
 	n.cfg = own
 	n.reopen(ctx)
 	a.waitLeader()
+}
+
+// A fresh node over a local store that already holds data (a single
+// node's data dir turned into a cluster member) is refused, bootstrapping
+// or joining, before anything is written: the others would never have
+// those messages, and a joining node's snapshot would delete them. The
+// data stays as it was.
+func TestOpen_LocalNotEmpty_Refused(t *testing.T) {
+	t.Parallel()
+	for _, join := range []bool{false, true} {
+		t.Run(fmt.Sprintf("join=%v", join), func(t *testing.T) {
+			t.Parallel()
+			n, ln := newTestNode(t, "a", enginePebble)
+			r := openRepo(t, n.local)
+			if _, err := r.Schedule([]*delaystore.StoredMessage{{Subject: "kept", Payload: []byte("x"), FireAtNs: 1}}, delaystore.Sync); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			before := dump(t, n.local)
+			cfg := testConfig()
+			cfg.Peers = []string{n.addr}
+			cfg.Join = join
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := n.open(ctx, cfg, ln)
+			if !errors.Is(err, ErrLocalNotEmpty) || !strings.Contains(err.Error(), "run this data dir as a single node") {
+				t.Fatalf("open over a store with messages: %v, want ErrLocalNotEmpty", err)
+			}
+			wantUntouched(t, n)
+			if after := dump(t, n.local); len(after) != len(before) {
+				t.Fatalf("refused open changed the store: %d keys, had %d", len(after), len(before))
+			}
+		})
+	}
 }

@@ -25,6 +25,14 @@ var (
 	// returns it before writing anything.
 	ErrClusterMismatch = errors.New("raftstore: cluster mismatch")
 
+	// ErrLocalNotEmpty is returned by Open when Dir holds no Raft state
+	// (a fresh node, bootstrapping or joining) but Local already holds
+	// data, such as a single node's messages: the other members build
+	// their stores from the Raft log alone and would never have them, and
+	// a joining node's snapshot would delete them. Open returns it before
+	// writing anything.
+	ErrLocalNotEmpty = errors.New("raftstore: local store not empty")
+
 	// ErrApplyFailed is wrapped, with delaystore.ErrFailed, by Commit and
 	// by Status.Err once this node could not apply a committed log entry to
 	// its local store. The node has stopped: applying later entries would

@@ -172,3 +172,41 @@ func TestNode_TransferLeadership_AnotherNodeLeads(t *testing.T) {
 	}
 	w2.schedule("after", 10, 10)
 }
+
+// A follower restarted on its Dir into an idle cluster (no write after it
+// comes back) learns the commit index and applies its log without waiting
+// for a write: its Status reaches the leader's commit index and applied
+// index. Until then its Status says where it stands (its log is whole:
+// LastLogIndex is the leader's), not that it lost anything. Raft's
+// heartbeats carry no commit index; the leader's replication sends it
+// every CommitTimeout, after a backoff of up to about 10 s that grows
+// while the follower is away (see Status).
+func TestCluster_FollowerRestart_IdleCluster_StatusCatchesUp(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, enginePebble, testConfig())
+	w := c.newWriter()
+	w.schedule("a", 100, 10)
+	w.close()
+	leader := c.appliedEverywhere()
+	var follower *testNode
+	for _, n := range c.nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	follower.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	follower.reopen(ctx)
+	var st, lst Status
+	waitFor(t, 60*time.Second, "the restarted follower's status to catch up", func() bool {
+		st, lst = follower.node.Status(), c.waitLeader().node.Status()
+		return st.LastLogIndex >= lst.CommitIndex && st.CommitIndex >= lst.CommitIndex && st.AppliedIndex >= lst.CommitIndex
+	})
+	if st.LeaderID == "" {
+		t.Fatalf("caught-up follower knows no leader: %+v", st)
+	}
+	sameContent(t, "restarted follower against "+leader.id, follower.local, leader.local)
+	t.Logf("follower %s: commit %d applied %d; leader commit %d", follower.id, st.CommitIndex, st.AppliedIndex, lst.CommitIndex)
+}

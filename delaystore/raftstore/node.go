@@ -105,6 +105,12 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: Dir %s belongs to node %q, not %q", ErrClusterMismatch, cfg.Dir, st.node.ID, cfg.NodeID)
 	}
 
+	if !st.hasLog {
+		if err := checkLocalEmpty(cfg); err != nil {
+			return nil, err
+		}
+	}
+
 	n := &Node{
 		cfg:      cfg,
 		log:      log,
@@ -566,4 +572,24 @@ func (n *Node) Close() error {
 		n.log.Info("closed")
 	})
 	return n.closeErr
+}
+
+// checkLocalEmpty refuses a fresh node whose local store holds data: a
+// cluster's stores are built from its Raft log, which would not hold it.
+func checkLocalEmpty(cfg Config) error {
+	var first []byte
+	err := cfg.Local.Scan(delaystore.IterOptions{}, func(k, _ []byte) bool {
+		first = append([]byte(nil), k...)
+		return false
+	})
+	if err != nil {
+		return fmt.Errorf("raftstore: read the local store: %w", err)
+	}
+	if first == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: Dir %s holds no Raft state, but the local store already holds data (first key %q): "+
+		"the other members build their stores from the Raft log and would never have it. "+
+		"Start a cluster member on an empty data dir; to keep these messages, run this data dir as a single node",
+		ErrLocalNotEmpty, cfg.Dir, first)
 }
