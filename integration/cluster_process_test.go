@@ -346,8 +346,10 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 // TestClusterProcess_BadCluster_RefusedAtStart checks that a node whose
 // configuration cannot make one cluster with its peers stops at start
 // with a usage error (exit code 2) that says why, rather than start a
-// second cluster beside the first: a node whose id another node has, and
-// a node started on the data dir of another cluster.
+// second cluster beside the first: a node whose id another node has, a
+// node started on the data dir of another cluster, and a node started on
+// a single node's data dir, whose messages the others would never have
+// (that data dir stays a single node's, its message kept).
 func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -385,6 +387,36 @@ func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
 		if code != 2 || !strings.Contains(out, "belongs to cluster") {
 			t.Fatalf("exit %d, want 2 saying the peers belong to another cluster:\n%s", code, out)
 		}
+	})
+	t.Run("single node's data dir", func(t *testing.T) {
+		// A single node, on its own embedded server, takes a message and
+		// stops; its data dir is then given to a cluster member. The
+		// others would never have that message: refused, and the data dir
+		// keeps it for a single node.
+		natsAddr, self, dir := freeAddrs(t, 1)[0], freeAddrs(t, 1)[0], t.TempDir()
+		single := launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats-listen", natsAddr, "--data-dir", dir, "--engine", "pebble")
+		if code, out := runCLI(t, bin, "pub", "--nats", "nats://"+natsAddr, "single.kept", "x", "--delay", "1h"); code != 0 {
+			t.Fatalf("pub to the single node: exit %d:\n%s", code, out)
+		}
+		single.stop(t)
+		args := []string{"serve", "--nats", c.url, "--data-dir", dir, "--engine", "pebble",
+			"--cluster-listen", self, "--cluster-peers", c.peers() + "," + self, "--node-id", "noded", "--cluster-timeout", clusterTimeout}
+		code, out := runToExit(t, bin, args...)
+		if code != 2 || !strings.Contains(out, "already holds data") {
+			t.Fatalf("exit %d, want 2 saying the store already holds data:\n%s", code, out)
+		}
+		t.Logf("refused: %s", lastLine(out))
+		// Still a single node's data dir, with its message.
+		single = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats-listen", natsAddr, "--data-dir", dir, "--engine", "pebble")
+		snc, err := nats.Connect("nats://" + natsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snc.Close()
+		if p, err := pendingCount(snc); err != nil || p != 1 {
+			t.Fatalf("single node after the refusal: pending %d, %v; want 1", p, err)
+		}
+		single.stop(t)
 	})
 	// The cluster is still one: one leader that every member follows.
 	c.waitLeader(nc, "")
