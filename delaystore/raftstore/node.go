@@ -382,7 +382,9 @@ type Status struct {
 	// LeaderID and LeaderAddr name the leader this node knows of, if any.
 	LeaderID, LeaderAddr string
 	// Term is the current term. LastLogIndex is the last entry in the
-	// log, CommitIndex the last known committed, AppliedIndex the last
+	// log, CommitIndex the last known committed (a follower learns it
+	// from the leader's replication, not its heartbeats: 0 after a
+	// restart until then, see the package doc), AppliedIndex the last
 	// handed, in order, to the local store (Raft's applied index: the FSM
 	// may still be applying the last ones), LastSnapshotIndex the last in
 	// a snapshot.
