@@ -4,35 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"natsdelay/delaystore"
 )
-
-// scheduleN schedules n messages on subject through a Repository over s,
-// in batches of batchSize, and returns their event IDs.
-func scheduleN(tb testing.TB, r *delaystore.Repository, subject string, n, batchSize int) []uint64 {
-	tb.Helper()
-	var ids []uint64
-	for len(ids) < n {
-		var msgs []*delaystore.StoredMessage
-		for i := 0; i < batchSize && len(ids)+len(msgs) < n; i++ {
-			msgs = append(msgs, &delaystore.StoredMessage{
-				Subject:  subject,
-				Payload:  fmt.Appendf(nil, "m%d", len(ids)+i),
-				FireAtNs: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() + int64(len(ids)+i),
-			})
-		}
-		got, err := r.Schedule(msgs, delaystore.Sync)
-		if err != nil {
-			tb.Fatalf("schedule: %v", err)
-		}
-		for _, s := range got {
-			ids = append(ids, s.Key.EventID())
-		}
-	}
-	return ids
-}
 
 func openRepo(tb testing.TB, s delaystore.Store) *delaystore.Repository {
 	tb.Helper()
