@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
 )
 
 // Cluster is the replication a Service runs on as a node of a cluster
@@ -34,8 +35,9 @@ type Cluster interface {
 }
 
 // errNotLeader is why a node of a cluster that is not the leader has its
-// core suspended.
-var errNotLeader = errors.New("not the cluster leader")
+// core suspended: a request that reaches the core meanwhile gets a 503
+// "not the leader".
+var errNotLeader error = &delaystore.NotLeaderError{}
 
 // defaultClusterStatusWait is how long INFO waits for the members'
 // answers to CLUSTER.STATUS.

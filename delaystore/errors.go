@@ -18,7 +18,44 @@ var (
 	ErrInvalidConfig = errors.New("delaystore: invalid config")
 	// ErrCorrupt is returned when a stored value cannot be decoded.
 	ErrCorrupt = errors.New("delaystore: corrupt value")
+	// ErrNotLeader is wrapped by the Commit of a replicated store on a
+	// node that is not, or is no longer, the leader of its cluster. It is
+	// no fault of the store: the write was refused (or, had it been
+	// proposed, may still be committed by the next leader), and the
+	// leader takes writes. See NotLeaderError.
+	ErrNotLeader = errors.New("not the leader")
 )
+
+// NotLeaderError is an ErrNotLeader that names the leader the node knows
+// of, for a reply that tells a client where writes go now.
+type NotLeaderError struct {
+	// Leader is the leader's id, or empty while the node knows of none
+	// (an election is under way, or no quorum answers).
+	Leader string
+	// Err is the replication's own error, if any.
+	Err error
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "not the leader: no leader"
+	}
+	return "not the leader: leader is " + e.Leader
+}
+
+// Is makes errors.Is(err, ErrNotLeader) hold.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+func (e *NotLeaderError) Unwrap() error { return e.Err }
+
+// NotLeaderText is what a client is told when err wraps ErrNotLeader: the
+// NotLeaderError's text if it has one, else ErrNotLeader's.
+func NotLeaderText(err error) string {
+	if nl, ok := errors.AsType[*NotLeaderError](err); ok {
+		return nl.Error()
+	}
+	return ErrNotLeader.Error()
+}
 
 // Repository errors.
 var (

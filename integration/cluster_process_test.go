@@ -310,6 +310,11 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 		// Kill while requests wait for their quorum and deliveries go out.
 		waitFor("ingest replies", &l.replies, int64(perRound/4))
 		time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+		// Whichever leads now: an election of its own under load may have
+		// moved the leadership since.
+		if st := gatherStatus(consumer, 300*time.Millisecond, len(c.nodes))[leader]; st.Role != wire.RoleLeader {
+			leader = c.waitLeader(consumer, "")
+		}
 		victim := c.node(leader)
 		l.setDown()
 		killed := time.Now()
@@ -341,8 +346,10 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 // TestClusterProcess_BadCluster_RefusedAtStart checks that a node whose
 // configuration cannot make one cluster with its peers stops at start
 // with a usage error (exit code 2) that says why, rather than start a
-// second cluster beside the first: a node whose id another node has, and
-// a node started on the data dir of another cluster.
+// second cluster beside the first: a node whose id another node has, a
+// node started on the data dir of another cluster, and a node started on
+// a single node's data dir, whose messages the others would never have
+// (that data dir stays a single node's, its message kept).
 func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -380,6 +387,36 @@ func TestClusterProcess_BadCluster_RefusedAtStart(t *testing.T) {
 		if code != 2 || !strings.Contains(out, "belongs to cluster") {
 			t.Fatalf("exit %d, want 2 saying the peers belong to another cluster:\n%s", code, out)
 		}
+	})
+	t.Run("single node's data dir", func(t *testing.T) {
+		// A single node, on its own embedded server, takes a message and
+		// stops; its data dir is then given to a cluster member. The
+		// others would never have that message: refused, and the data dir
+		// keeps it for a single node.
+		natsAddr, self, dir := freeAddrs(t, 1)[0], freeAddrs(t, 1)[0], t.TempDir()
+		single := launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats-listen", natsAddr, "--data-dir", dir, "--engine", "pebble")
+		if code, out := runCLI(t, bin, "pub", "--nats", "nats://"+natsAddr, "single.kept", "x", "--delay", "1h"); code != 0 {
+			t.Fatalf("pub to the single node: exit %d:\n%s", code, out)
+		}
+		single.stop(t)
+		args := []string{"serve", "--nats", c.url, "--data-dir", dir, "--engine", "pebble",
+			"--cluster-listen", self, "--cluster-peers", c.peers() + "," + self, "--node-id", "noded", "--cluster-timeout", clusterTimeout}
+		code, out := runToExit(t, bin, args...)
+		if code != 2 || !strings.Contains(out, "already holds data") {
+			t.Fatalf("exit %d, want 2 saying the store already holds data:\n%s", code, out)
+		}
+		t.Logf("refused: %s", lastLine(out))
+		// Still a single node's data dir, with its message.
+		single = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats-listen", natsAddr, "--data-dir", dir, "--engine", "pebble")
+		snc, err := nats.Connect("nats://" + natsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snc.Close()
+		if p, err := pendingCount(snc); err != nil || p != 1 {
+			t.Fatalf("single node after the refusal: pending %d, %v; want 1", p, err)
+		}
+		single.stop(t)
 	})
 	// The cluster is still one: one leader that every member follows.
 	c.waitLeader(nc, "")
@@ -509,11 +546,20 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	waitReplies(perRound / 4)
 
 	part.heal()
+	// The old leader rejoins: it follows whichever node leads now (or,
+	// after an election of its own, leads) and has applied everything
+	// committed.
 	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
 		sts := gatherStatus(consumer, 300*time.Millisecond, 3)
-		st, lst := sts[old], sts[leader]
-		if st.Role != wire.RoleFollower || st.LeaderID != leader {
-			return fmt.Errorf("%s: role %q, leader %q; want a follower of %s", old, st.Role, st.LeaderID, leader)
+		cur := ""
+		for id, st := range sts {
+			if st.Role == wire.RoleLeader {
+				cur = id
+			}
+		}
+		st, lst := sts[old], sts[cur]
+		if cur == "" || st.LeaderID != cur {
+			return fmt.Errorf("%s: role %q, leader %q; leader seen %q", old, st.Role, st.LeaderID, cur)
 		}
 		if st.AppliedIndex < lst.CommitIndex {
 			return fmt.Errorf("%s applied %d of the %d committed", old, st.AppliedIndex, lst.CommitIndex)
@@ -589,9 +635,9 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 	c.extra = []string{"--http", "127.0.0.1:0"}
 	c.startAll()
 	nc := connect(t, srv)
-	leader := c.waitLeader(nc, "")
+	c.waitLeader(nc, "")
 	for i := range 50 {
-		schedule(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
+		scheduleInCluster(t, nc, newMsg(fmt.Sprintf("members.m%d", i%5), "before the new node", "Delay", "1h"))
 	}
 
 	listen, dir := freeAddrs(t, 1)[0], t.TempDir()
@@ -603,10 +649,17 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 			d.kill(t)
 		}
 	}()
-	if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
-		t.Fatalf("cluster add: exit %d:\n%s", code, out)
-	}
+	// Adding a member again changes nothing, so a failed add (a leader
+	// change meanwhile) is asked again.
+	checkFor(t, time.Minute, 100*time.Millisecond, func() error {
+		if code, out := runCLI(t, bin, "cluster", "add", "--nats", url, "noded", listen); code != 0 || !strings.Contains(out, "noded") {
+			return fmt.Errorf("cluster add: exit %d:\n%s", code, out)
+		}
+		return nil
+	})
+	var leader string
 	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
 		sts := gatherStatus(nc, 300*time.Millisecond, 4)
 		st, lst := sts["noded"], sts[leader]
 		if st.Role != wire.RoleFollower || len(lst.Peers) != 4 || st.AppliedIndex < lst.CommitIndex {
@@ -614,12 +667,19 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 		}
 		return nil
 	})
-	if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
-		t.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
-	}
-	if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
-		t.Errorf("info: exit %d, want the cluster with noded:\n%s", code, out)
-	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		if code, out := runCLI(t, bin, "cluster", "status", "--nats", url); code != 0 || strings.Count(out, "follower") != 3 || strings.Count(out, " leader ") != 1 {
+			return fmt.Errorf("cluster status: exit %d, want 3 followers and a leader:\n%s", code, out)
+		}
+		return nil
+	})
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
+		if code, out := runCLI(t, bin, "info", "--nats", url); code != 0 || !strings.Contains(out, "peer noded") || !strings.Contains(out, leader+" (leader)") {
+			return fmt.Errorf("info: exit %d, want the cluster with noded led by %s:\n%s", code, leader, out)
+		}
+		return nil
+	})
 	dAddr := httpAddrOf(t, d)
 	if code, body := httpGet(t, dAddr, "/readyz"); code != 200 || body != "ok: follower" {
 		t.Errorf("noded /readyz = %d %q, want 200 ok: follower", code, body)
@@ -627,9 +687,13 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 	if code, _ := httpGet(t, dAddr, "/leader"); code != 503 {
 		t.Errorf("noded /leader = %d, want 503", code)
 	}
-	if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
-		t.Errorf("leader /leader = %d %q, want 200", code, body)
-	}
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
+		if code, body := httpGet(t, httpAddrOf(t, c.node(leader).proc), "/leader"); code != 200 {
+			return fmt.Errorf("leader %s /leader = %d %q, want 200", leader, code, body)
+		}
+		return nil
+	})
 	if code, body := httpGet(t, dAddr, "/metrics"); code != 200 || !strings.Contains(body, `natsdelay_cluster_role{role="follower"} 1`) {
 		t.Errorf("noded /metrics = %d, want its role:\n%s", code, body)
 	}
@@ -641,6 +705,7 @@ func TestClusterProcess_AddRemove_ByCommand(t *testing.T) {
 		t.Fatalf("cluster remove noded: exit %d:\n%s", code, out)
 	}
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		leader = c.waitLeader(nc, "")
 		if lst := gatherStatus(nc, 300*time.Millisecond, 4)[leader]; len(lst.Peers) != 3 {
 			return fmt.Errorf("leader's peers: %v", lst.Peers)
 		}
@@ -720,7 +785,7 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 	const n = 20
 	want := map[string]time.Time{}
 	for i := range n {
-		s := schedule(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
+		s := scheduleInCluster(t, pub, newMsg(fmt.Sprintf("routes.s%d", i%3), "across the routes", "Delay", "1500ms"))
 		want[s.Tag] = s.FireAt
 	}
 	leader.proc.kill(t)
@@ -752,4 +817,96 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 		f.proc.stop(t)
 		f.proc = nil
 	}
+}
+
+// TestClusterProcess_SIGTERMLeader_HandsLeadershipOver stops the leader of
+// three real serve processes with SIGTERM while publishers schedule and a
+// consumer ACKs. It checks that the leader hands its leadership over
+// before it exits (exit 0, and it logs which node took over, so the
+// others did not wait for an election timeout), that the node it named
+// leads and acknowledges ingest again, and that nothing acknowledged is
+// lost or delivered early, and no event ID is used twice.
+func TestClusterProcess_SIGTERMLeader_HandsLeadershipOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	c.startAll()
+
+	const subject = "clusterterm"
+	l := newCrashLoop()
+	consumer := connect(t, srv)
+	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLeader(consumer, "")
+	l.setUp()
+
+	const publishers, perRound = 4, 60
+	pubConn := connect(t, srv)
+	tokens := make(chan ingestToken, 4*perRound)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(17, uint64(p))), tokens, stop)
+		}()
+	}
+	var stopOnce sync.Once
+	stopPublishers := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer stopPublishers()
+	feed := func(n int) {
+		for range n {
+			tokens <- ingestToken{}
+		}
+	}
+	waitReplies := func(n int64) {
+		base := l.replies.Load()
+		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+			if got := l.replies.Load() - base; got < n {
+				return fmt.Errorf("%d of %d ingest replies", got, n)
+			}
+			return nil
+		})
+	}
+
+	feed(perRound)
+	waitReplies(perRound / 4)
+	victim := c.node(c.waitLeader(consumer, ""))
+	l.setDown()
+	victim.proc.stop(t) // SIGTERM; a clean exit
+	out := victim.proc.output()
+	victim.proc = nil
+	m := regexp.MustCompile(`msg="cluster leadership handed over".* leader=(\S+)`).FindStringSubmatch(out)
+	if m == nil || m[1] == victim.id || c.node(m[1]) == nil {
+		t.Fatalf("%s stopped without handing its leadership to another node:\n%s", victim.id, out)
+	}
+	leader := c.waitLeader(consumer, victim.id)
+	l.setUp()
+	feed(perRound)
+	waitReplies(perRound / 4)
+	stopPublishers()
+	l.settle(t, consumer)
+	for _, n := range c.nodes {
+		if n.proc != nil {
+			n.proc.stop(t)
+			n.proc = nil
+		}
+	}
+	lost, deliveries, redeliveries := l.verify(t)
+	t.Logf("SIGTERM of leader %s: it handed over to %s; %s led after; acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d",
+		victim.id, m[1], leader, l.replies.Load(), lost, deliveries, redeliveries)
 }

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -65,7 +66,10 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int) []*inProcess
 		rc := raftstore.DefaultConfig()
 		rc.NodeID, rc.Listen, rc.Peers, rc.Dir, rc.Local = node.id, addrs[i], addrs, filepath.Join(dir, "raft"), node.local
 		rc.Logger = testLogger(t).With("node_id", node.id)
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+		// Short enough for a quick failover, long enough that a loaded
+		// machine under -race rarely elects without cause (the tests
+		// follow such an election wherever it happens).
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -155,11 +159,11 @@ func serving(t *testing.T, nodes []*inProcessNode) *inProcessNode {
 func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 	srv := startServer(t)
 	nodes := startInProcessCluster(t, srv, 3)
-	leader := serving(t, nodes)
+	serving(t, nodes)
 	nc := connect(t, srv)
 
 	deliveries := subscribe(t, nc, "orders.cluster")
-	s := schedule(t, nc, newMsg("orders.cluster", "hello", "Delay", "100ms"))
+	s := scheduleInCluster(t, nc, newMsg("orders.cluster", "hello", "Delay", "100ms"))
 	r := next(t, deliveries, "the delivery")
 	notEarly(t, r, s.FireAt)
 	if got := r.Header.Get(wire.HeaderTag); got != s.Tag {
@@ -167,9 +171,14 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 	}
 	ackSync(t, nc, r.Msg, "+ACK")
 
-	// Every node applies what the leader committed.
+	// Every node applies what the leader committed. (A follower learns the
+	// commit index from the leader, so the highest any node knows is the
+	// leader's.)
 	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		want := leader.node.Status().CommitIndex
+		var want uint64
+		for _, node := range nodes {
+			want = max(want, node.node.Status().CommitIndex)
+		}
 		for _, node := range nodes {
 			if st := node.node.Status(); st.AppliedIndex < want {
 				return fmt.Errorf("%s applied %d of %d", node.id, st.AppliedIndex, want)
@@ -181,36 +190,41 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 		if err := node.svc.Ready(); err != nil {
 			t.Errorf("%s (%s) not ready: %v", node.id, node.svc.Role(), err)
 		}
-		if node != leader && node.svc.Leader() {
-			t.Errorf("follower %s serves", node.id)
+	}
+	// One node serves, whichever it is, and every node says so.
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		leader := serving(t, nodes)
+		sts := gatherStatus(nc, 5*time.Second, 3)
+		if len(sts) != 3 {
+			return fmt.Errorf("CLUSTER.STATUS answered by %d nodes, want 3: %v", len(sts), sts)
 		}
-	}
-	sts := gatherStatus(nc, 5*time.Second, 3)
-	if len(sts) != 3 {
-		t.Fatalf("CLUSTER.STATUS answered by %d nodes, want 3: %v", len(sts), sts)
-	}
-	for id, st := range sts {
-		if st.LeaderID != leader.id || (id == leader.id) != (st.Role == wire.RoleLeader) {
-			t.Errorf("%s: role %s, leader %s; want leader %s", id, st.Role, st.LeaderID, leader.id)
+		for id, st := range sts {
+			if st.LeaderID != leader.id || (id == leader.id) != (st.Role == wire.RoleLeader) {
+				return fmt.Errorf("%s: role %s, leader %s; want leader %s", id, st.Role, st.LeaderID, leader.id)
+			}
 		}
-	}
-	rep, err := nc.Request(wire.DefaultAPIPrefix+"."+wire.VerbInfo, nil, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info wire.InfoReply
-	if err := json.Unmarshal(rep.Data, &info); err != nil {
-		t.Fatal(err)
-	}
-	ci := info.Cluster
-	if ci == nil || ci.ID != leader.id || ci.Role != wire.RoleLeader || len(ci.Peers) != 3 {
-		t.Fatalf("INFO cluster = %+v, want the leader %s with 3 peers", ci, leader.id)
-	}
-	for _, p := range ci.Peers {
-		if !p.Answered || p.Lag == nil || p.AppliedIndex == 0 {
-			t.Errorf("INFO peer %+v: want an answer with its applied index and lag", p)
+		return nil
+	})
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		rep, err := nc.Request(wire.DefaultAPIPrefix+"."+wire.VerbInfo, nil, 5*time.Second)
+		if err != nil {
+			return err
 		}
-	}
+		var info wire.InfoReply
+		if err := json.Unmarshal(rep.Data, &info); err != nil {
+			return fmt.Errorf("INFO %q: %v", rep.Data, err)
+		}
+		ci := info.Cluster
+		if ci == nil || ci.Role != wire.RoleLeader || ci.LeaderID != ci.ID || len(ci.Peers) != 3 {
+			return fmt.Errorf("INFO cluster = %+v, want a leader with 3 peers", ci)
+		}
+		for _, p := range ci.Peers {
+			if !p.Answered || p.Lag == nil || p.AppliedIndex == 0 {
+				return fmt.Errorf("INFO peer %+v: want an answer with its applied index and lag", p)
+			}
+		}
+		return nil
+	})
 	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		n, err := pendingCount(nc)
 		if err == nil && n != 0 {
@@ -219,23 +233,33 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 		return err
 	})
 
-	// Bad membership changes are refused and change nothing.
+	// Bad membership changes are refused and change nothing (a 503 means
+	// the leader changed meanwhile: asked again).
 	for _, tc := range []struct{ verb, body, code, text string }{
 		{wire.VerbClusterAdd, `{"id":"","addr":"127.0.0.1:1"}`, "400", `"id" is empty`},
 		{wire.VerbClusterAdd, `{"id":"x","addr":"nowhere"}`, "400", `"addr" "nowhere"`},
 		{wire.VerbClusterAdd, `{"id":"x","addr":"127.0.0.1:1","voter":true}`, "400", "unknown field"},
 		{wire.VerbClusterRemove, `{"id":"nodez"}`, "404", `no member with id "nodez"`},
 	} {
-		rep, err := nc.Request(wire.DefaultAPIPrefix+"."+tc.verb, []byte(tc.body), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code, text := rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError); code != tc.code || !strings.Contains(text, tc.text) {
-			t.Errorf("%s %s: %s %q, want %s with %q", tc.verb, tc.body, code, text, tc.code, tc.text)
-		}
+		checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+			rep, err := nc.Request(wire.DefaultAPIPrefix+"."+tc.verb, []byte(tc.body), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			code, text := rep.Header.Get(wire.HeaderServiceErrorCode), rep.Header.Get(wire.HeaderServiceError)
+			if code == "503" {
+				return fmt.Errorf("%s: 503 %s", tc.verb, text)
+			}
+			if code != tc.code || !strings.Contains(text, tc.text) {
+				t.Errorf("%s %s: %s %q, want %s with %q", tc.verb, tc.body, code, text, tc.code, tc.text)
+			}
+			return nil
+		})
 	}
-	if peers := leader.node.Status().Peers; len(peers) != 3 {
-		t.Errorf("after refused changes, peers %v", peers)
+	for _, node := range nodes {
+		if peers := node.node.Status().Peers; len(peers) != 3 {
+			t.Errorf("%s: after refused changes, peers %v", node.id, peers)
+		}
 	}
 }
 
@@ -306,6 +330,7 @@ func killLeaderInProcess(t *testing.T, size, kills int) {
 	for round := range kills {
 		feed(perRound)
 		waitReplies(perRound / 4)
+		leader = serving(t, nodes) // whichever leads now, after an election of its own too
 		l.setDown()
 		killed := leader.id
 		leader.kill(t)
@@ -319,4 +344,35 @@ func killLeaderInProcess(t *testing.T, size, kills int) {
 	l.settle(t, consumer)
 	lost, deliveries, redeliveries := l.verify(t)
 	t.Logf("acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d", l.replies.Load(), lost, deliveries, redeliveries)
+}
+
+// scheduleInCluster schedules m as a publisher of a cluster should: with a
+// Delay-Id (one of its own unless m has one), so that a retry replaces
+// rather than adds, and again after no responders, a timeout or a 503,
+// which a leader change (a failover, or an election under load) may give
+// at any moment. Any other error fails the test.
+func scheduleInCluster(tb testing.TB, nc *nats.Conn, m *nats.Msg) scheduled {
+	tb.Helper()
+	if m.Header.Get(wire.HeaderID) == "" {
+		m.Header.Set(wire.HeaderID, nats.NewInbox()[len(nats.InboxPrefix):])
+	}
+	var s scheduled
+	checkFor(tb, time.Minute, 20*time.Millisecond, func() error {
+		rep, err := nc.RequestMsg(m, wait)
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+				return err
+			}
+			tb.Fatalf("schedule %s: %v", m.Subject, err)
+		}
+		if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
+			if code == "503" {
+				return fmt.Errorf("schedule %s: 503 %s", m.Subject, rep.Header.Get(wire.HeaderServiceError))
+			}
+			tb.Fatalf("schedule %s: error %s: %s", m.Subject, code, rep.Header.Get(wire.HeaderServiceError))
+		}
+		s = parseScheduled(tb, rep.Data)
+		return nil
+	})
+	return s
 }

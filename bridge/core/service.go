@@ -168,6 +168,8 @@ func (s *Service) downErr() error {
 	switch {
 	case d == nil:
 		return nil
+	case d.suspended && errors.Is(d.cause, delaystore.ErrNotLeader):
+		return unavailable("%s", delaystore.NotLeaderText(d.cause))
 	case d.suspended:
 		return unavailable("suspended: %v", d.cause)
 	case s.cfg.Reopen != nil:

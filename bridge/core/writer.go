@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -157,6 +158,17 @@ func (w *writer) commit(batch []scheduleRequest) {
 	res, err := w.repo.Schedule(msgs, delaystore.Sync)
 	if w.observe != nil {
 		w.observe(len(batch), time.Since(start), err)
+	}
+	if errors.Is(err, delaystore.ErrNotLeader) {
+		// Not a storage fault: this node lost its cluster's leadership
+		// while the batch waited. The client asks again, and reaches the
+		// leader (a NotLeaderError says which node that is).
+		w.log.Warn("scheduled messages not committed: not the cluster leader", "err", err, "messages", len(batch))
+		err = unavailable("%s", delaystore.NotLeaderText(err))
+		for _, r := range batch {
+			r.done(keys.Key{}, err)
+		}
+		return
 	}
 	if err != nil {
 		w.log.Error("committing scheduled messages", "err", err, "messages", len(batch))

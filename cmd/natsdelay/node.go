@@ -6,10 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/raftstore"
 )
+
+// transferTimeout bounds how long a stopping leader waits for another
+// node to take its leadership over: the transfer takes a round trip and a
+// vote; past a few election timeouts the others would have elected anyway.
+func transferTimeout(clusterTimeout time.Duration) time.Duration {
+	return 3 * clusterTimeout
+}
 
 // raftDir is where, under the data dir, a node keeps its Raft log,
 // snapshots and cluster identity.
@@ -20,7 +28,8 @@ const raftDir = "raft"
 // <data dir>/raft, or bootstraps a fresh cluster once every peer answers.
 // ctx bounds that wait (serve's signals end it). A cluster that does not
 // fit this node (two nodes with one id, a data dir of another cluster, a
-// bad peer list) is a usage error: it needs another configuration, and
+// bad peer list, a data dir whose store holds messages but no Raft state)
+// is a usage error: it needs another configuration, and
 // starting anyway could split the cluster.
 func (c *serveCmd) openNode(ctx context.Context, dataDir string, local delaystore.Store, log *slog.Logger) (*raftstore.Node, error) {
 	rc := raftstore.DefaultConfig()
@@ -32,7 +41,7 @@ func (c *serveCmd) openNode(ctx context.Context, dataDir string, local delaystor
 	log.Info("cluster node starting", "node_id", c.NodeID, "cluster_listen", c.ClusterListen, "peers", c.ClusterPeers)
 	n, err := raftstore.Open(ctx, rc)
 	switch {
-	case errors.Is(err, raftstore.ErrInvalidConfig), errors.Is(err, raftstore.ErrClusterMismatch):
+	case errors.Is(err, raftstore.ErrInvalidConfig), errors.Is(err, raftstore.ErrClusterMismatch), errors.Is(err, raftstore.ErrLocalNotEmpty):
 		return nil, usageError{fmt.Errorf("cluster node %s: %w", c.NodeID, err)}
 	case err != nil:
 		return nil, fmt.Errorf("cluster node %s: %w", c.NodeID, err)

@@ -248,6 +248,19 @@ func (c *serveCmd) Run(e *env) error {
 			return err
 		}
 		closeLocal = func() {
+			// A leader that stops hands its leadership over first: the
+			// others then need no election timeout to go on serving.
+			// NB: after the service stopped, so that every request it took
+			// was answered while it still led.
+			if node.Status().Role == "leader" {
+				tctx, cancel := context.WithTimeout(context.Background(), transferTimeout(c.ClusterTimeout))
+				if leader, err := node.TransferLeadership(tctx); err != nil {
+					log.Warn("could not hand the cluster leadership over before stopping: the others elect a leader after --cluster-timeout", "err", err)
+				} else {
+					log.Info("cluster leadership handed over", "leader", leader)
+				}
+				cancel()
+			}
 			if err := node.Close(); err != nil {
 				log.Warn("stopping the cluster node", "err", err)
 			}

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
 )
 
@@ -68,13 +70,28 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 // openAll opens the nodes at once with their own peer lists and returns
 // each one's error; ctx bounds their wait for peers.
 func openAll(ctx context.Context, nodes []*testNode, lns []net.Listener, peers [][]string, join []bool) []error {
+	return openAllUntilRefused(ctx, nodes, lns, peers, join, false)
+}
+
+// openAllUntilRefused is openAll; with untilRefused, the first refusal
+// (ErrClusterMismatch) cancels the others' wait for their peers, so that
+// a test need not bound that wait with a deadline short enough to be
+// quick, and so too short for a loaded machine.
+func openAllUntilRefused(ctx context.Context, nodes []*testNode, lns []net.Listener, peers [][]string, join []bool, untilRefused bool) []error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		cfg := testConfig()
 		cfg.Peers = peers[i]
 		cfg.Join = join != nil && join[i]
-		wg.Go(func() { errs[i] = n.open(ctx, cfg, lns[i]) })
+		wg.Go(func() {
+			errs[i] = n.open(ctx, cfg, lns[i])
+			if untilRefused && errors.Is(errs[i], ErrClusterMismatch) {
+				cancel()
+			}
+		})
 	}
 	wg.Wait()
 	return errs
@@ -100,15 +117,15 @@ func TestOpen_DuplicateID_Refused(t *testing.T) {
 		n, ln := newTestNode(t, id, enginePebble)
 		nodes, lns, addrs = append(nodes, n), append(lns, ln), append(addrs, n.addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	errs := openAll(ctx, nodes, lns, [][]string{addrs, addrs, addrs}, nil)
+	errs := openAllUntilRefused(ctx, nodes, lns, [][]string{addrs, addrs, addrs}, nil, true)
 	refused := 0
 	for i, err := range errs {
 		switch {
 		case errors.Is(err, ErrClusterMismatch) && strings.Contains(err.Error(), `node id "dup" is used by both`):
 			refused++
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.Canceled):
 		default:
 			t.Errorf("%s: %v, want ErrClusterMismatch naming the duplicate, or a wait that timed out", nodes[i].id, err)
 		}
@@ -159,16 +176,16 @@ func TestOpen_PeerOfAnotherCluster_Refused(t *testing.T) {
 	c := startCluster(t, 3, enginePebble, testConfig())
 	n, ln := newTestNode(t, "x", enginePebble)
 	other, lnOther := newTestNode(t, "y", enginePebble)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	peers := []string{n.addr, other.addr, c.nodes[0].addr}
-	errs := openAll(ctx, []*testNode{n, other}, []net.Listener{ln, lnOther}, [][]string{peers, peers}, nil)
+	errs := openAllUntilRefused(ctx, []*testNode{n, other}, []net.Listener{ln, lnOther}, [][]string{peers, peers}, nil, true)
 	refused := 0
 	for i, err := range errs {
 		switch {
 		case errors.Is(err, ErrClusterMismatch) && strings.Contains(err.Error(), "belongs to cluster"):
 			refused++
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.Canceled):
 		default:
 			t.Errorf("node %d: %v, want ErrClusterMismatch naming the other cluster", i, err)
 		}
@@ -217,4 +234,38 @@ func TestOpen_DirOfAnotherCluster_Refused(t *testing.T) {
 	n.cfg = own
 	n.reopen(ctx)
 	a.waitLeader()
+}
+
+// A fresh node over a local store that already holds data (a single
+// node's data dir turned into a cluster member) is refused, bootstrapping
+// or joining, before anything is written: the others would never have
+// those messages, and a joining node's snapshot would delete them. The
+// data stays as it was.
+func TestOpen_LocalNotEmpty_Refused(t *testing.T) {
+	t.Parallel()
+	for _, join := range []bool{false, true} {
+		t.Run(fmt.Sprintf("join=%v", join), func(t *testing.T) {
+			t.Parallel()
+			n, ln := newTestNode(t, "a", enginePebble)
+			r := openRepo(t, n.local)
+			if _, err := r.Schedule([]*delaystore.StoredMessage{{Subject: "kept", Payload: []byte("x"), FireAtNs: 1}}, delaystore.Sync); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			before := dump(t, n.local)
+			cfg := testConfig()
+			cfg.Peers = []string{n.addr}
+			cfg.Join = join
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := n.open(ctx, cfg, ln)
+			if !errors.Is(err, ErrLocalNotEmpty) || !strings.Contains(err.Error(), "run this data dir as a single node") {
+				t.Fatalf("open over a store with messages: %v, want ErrLocalNotEmpty", err)
+			}
+			wantUntouched(t, n)
+			if after := dump(t, n.local); len(after) != len(before) {
+				t.Fatalf("refused open changed the store: %d keys, had %d", len(after), len(before))
+			}
+		})
+	}
 }

@@ -98,8 +98,10 @@
 // Open refuses to start, before writing anything, when NodeID is empty,
 // Peers lacks this node's own address, two peers answer with one id or a
 // peer with this node's id, a peer belongs to another cluster, the peers
-// were started with different peer lists, or Dir holds the state of
-// another node or cluster than the peers'.
+// were started with different peer lists, Dir holds the state of another
+// node or cluster than the peers', or Dir holds no Raft state while Local
+// already holds data (ErrLocalNotEmpty: a single node's store, whose
+// messages the others would never have).
 //
 // # Membership
 //
@@ -121,6 +123,26 @@
 // LeaderLeaseTimeout, so an isolated leader stops serving; its pending
 // Commits fail with ErrNotLeader and may or may not commit later, which the
 // service's at-least-once delivery allows.
+//
+// TransferLeadership hands the leadership to the most up-to-date other
+// voter before a planned stop (serve does so on SIGTERM), so that the
+// others need no election timeout.
+//
+// A refused write wraps delaystore.ErrNotLeader in a
+// *delaystore.NotLeaderError naming the leader this node knows of, so
+// that the service answers "not the leader: leader is <id>" rather than a
+// storage fault.
+//
+// # Commit index on a follower
+//
+// Raft's heartbeats carry no commit index: a follower learns it from the
+// leader's replication, which sends it every CommitTimeout even when
+// there is nothing new. After failed attempts to reach a node that is
+// down, the leader waits between retries, doubling from 10 ms up to about
+// 10 s, while its heartbeats retry within half a HeartbeatTimeout. A node
+// restarted after a long absence therefore hears the leader at once but
+// reports a commit index of 0, and an applied index at its latest
+// snapshot, for up to about 10 s; its log is whole (Status.LastLogIndex).
 //
 // # Caveats
 //

@@ -1,13 +1,19 @@
 package raftstore
 
-import "errors"
+import (
+	"errors"
+
+	"natsdelay/delaystore"
+)
 
 var (
 	// ErrNotLeader is wrapped by Commit, AddVoter and RemoveServer on a node
 	// that is not the leader, or that lost leadership before the write was
 	// committed: the write may still be committed later by the new leader
-	// (at-least-once), or never.
-	ErrNotLeader = errors.New("raftstore: not the leader")
+	// (at-least-once), or never. It is delaystore.ErrNotLeader, and the
+	// error wrapping it is a *delaystore.NotLeaderError naming the leader
+	// this node knows of.
+	ErrNotLeader = delaystore.ErrNotLeader
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raftstore: invalid config")
@@ -18,6 +24,14 @@ var (
 	// another cluster, or the peers were given different peer lists. Open
 	// returns it before writing anything.
 	ErrClusterMismatch = errors.New("raftstore: cluster mismatch")
+
+	// ErrLocalNotEmpty is returned by Open when Dir holds no Raft state
+	// (a fresh node, bootstrapping or joining) but Local already holds
+	// data, such as a single node's messages: the other members build
+	// their stores from the Raft log alone and would never have them, and
+	// a joining node's snapshot would delete them. Open returns it before
+	// writing anything.
+	ErrLocalNotEmpty = errors.New("raftstore: local store not empty")
 
 	// ErrApplyFailed is wrapped, with delaystore.ErrFailed, by Commit and
 	// by Status.Err once this node could not apply a committed log entry to

@@ -21,12 +21,15 @@ import (
 )
 
 // testConfig has Raft timeouts short enough for quick tests and long
-// enough for a loaded machine under -race.
+// enough that a loaded machine under -race rarely elects without cause.
+// Rarely is not never: the tests write through a clusterWriter, which
+// follows a leader change, and check nothing that depends on which node
+// leads.
 func testConfig() Config {
 	return Config{
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: time.Second,
 		CommitTimeout:      5 * time.Millisecond,
 		SnapshotInterval:   time.Hour, // tests snapshot on demand
 		SnapshotThreshold:  1 << 30,
@@ -318,4 +321,116 @@ func commitPairs(s delaystore.Store, pairs ...string) error {
 		}
 	}
 	return b.Commit(delaystore.Sync)
+}
+
+// clusterWriter schedules messages through a Repository on whichever node
+// leads, as the service does: a batch refused with ErrNotLeader is
+// resolved on the next leader. Once that leader is ready it has applied
+// everything committed (a barrier), so the refused batch either shows in
+// its store (it was committed after all) or never will be, and is then
+// sent again. Only the writer writes, so the Repository's last event ID
+// tells which.
+type clusterWriter struct {
+	c      *testCluster
+	leader *testNode
+	r      *delaystore.Repository
+	ids    []uint64 // every event ID committed through the writer, in order
+}
+
+func (c *testCluster) newWriter() *clusterWriter {
+	c.t.Helper()
+	w := &clusterWriter{c: c}
+	w.follow()
+	c.t.Cleanup(w.close)
+	return w
+}
+
+// follow opens the Repository on the current leader.
+func (w *clusterWriter) follow() {
+	w.c.t.Helper()
+	w.close()
+	w.leader = w.c.waitLeader()
+	w.r = openRepo(w.c.t, w.leader.node.Store())
+}
+
+func (w *clusterWriter) close() {
+	if w.r != nil {
+		w.r.Close()
+		w.r = nil
+	}
+}
+
+// repo is the Repository on the current leader.
+func (w *clusterWriter) repo() *delaystore.Repository { return w.r }
+
+// schedule schedules n messages on subject in batches of batchSize and
+// returns their event IDs.
+func (w *clusterWriter) schedule(subject string, n, batchSize int) []uint64 {
+	tb := w.c.t
+	tb.Helper()
+	var ids []uint64
+	for len(ids) < n {
+		var msgs []*delaystore.StoredMessage
+		for i := 0; i < batchSize && len(ids)+len(msgs) < n; i++ {
+			msgs = append(msgs, &delaystore.StoredMessage{
+				Subject:  subject,
+				Payload:  fmt.Appendf(nil, "m%d", len(ids)+i),
+				FireAtNs: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() + int64(len(ids)+i),
+			})
+		}
+		before := w.r.LastID()
+		got, err := w.r.Schedule(msgs, delaystore.Sync)
+		if errors.Is(err, ErrNotLeader) {
+			prev := w.leader.id
+			w.follow()
+			tb.Logf("schedule: %s lost leadership (%v); %s leads", prev, err, w.leader.id)
+			switch last := w.r.LastID(); last {
+			case before:
+				continue // never committed: send it again
+			case before + uint64(len(msgs)):
+				for id := before + 1; id <= last; id++ {
+					ids = append(ids, id)
+				}
+				w.ids = append(w.ids, ids[len(ids)-len(msgs):]...)
+				continue
+			default:
+				tb.Fatalf("after a refused batch of %d from last id %d, the new leader's last id is %d", len(msgs), before, last)
+			}
+		}
+		if err != nil {
+			tb.Fatalf("schedule: %v", err)
+		}
+		for _, s := range got {
+			ids = append(ids, s.Key.EventID())
+		}
+		w.ids = append(w.ids, ids[len(ids)-len(got):]...)
+	}
+	return ids
+}
+
+// commitOnLeader commits one batch of key=value pairs on whichever node
+// leads, again on the next leader if it is refused with ErrNotLeader
+// (the pairs are absolute, so committing them twice is harmless).
+func (c *testCluster) commitOnLeader(pairs ...string) *testNode {
+	c.t.Helper()
+	for {
+		leader := c.waitLeader()
+		err := commitPairs(leader.node.Store(), pairs...)
+		if err == nil {
+			return leader
+		}
+		if !errors.Is(err, ErrNotLeader) {
+			c.t.Fatalf("commit on %s: %v", leader.id, err)
+		}
+		c.t.Logf("commit: %s lost leadership (%v); retrying", leader.id, err)
+	}
+}
+
+// appliedEverywhere waits until every running node applied every command
+// entry the current leader has applied, and returns that leader.
+func (c *testCluster) appliedEverywhere() *testNode {
+	c.t.Helper()
+	leader := c.waitLeader()
+	c.waitApplied(leader.node.fsm.applied.Load())
+	return leader
 }

@@ -105,6 +105,12 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: Dir %s belongs to node %q, not %q", ErrClusterMismatch, cfg.Dir, st.node.ID, cfg.NodeID)
 	}
 
+	if !st.hasLog {
+		if err := checkLocalEmpty(cfg); err != nil {
+			return nil, err
+		}
+	}
+
 	n := &Node{
 		cfg:      cfg,
 		log:      log,
@@ -376,7 +382,9 @@ type Status struct {
 	// LeaderID and LeaderAddr name the leader this node knows of, if any.
 	LeaderID, LeaderAddr string
 	// Term is the current term. LastLogIndex is the last entry in the
-	// log, CommitIndex the last known committed, AppliedIndex the last
+	// log, CommitIndex the last known committed (a follower learns it
+	// from the leader's replication, not its heartbeats: 0 after a
+	// restart until then, see the package doc), AppliedIndex the last
 	// handed, in order, to the local store (Raft's applied index: the FSM
 	// may still be applying the last ones), LastSnapshotIndex the last in
 	// a snapshot.
@@ -431,7 +439,7 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 		return fmt.Errorf("%w: add voter %q at %q: want a node id and a HOST:PORT", ErrInvalidConfig, id, addr)
 	}
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("%w: add voter %s", ErrNotLeader, id)
+		return fmt.Errorf("raftstore: add voter %s: %w", id, n.notLeader(nil))
 	}
 	timeout := identifyTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -455,7 +463,7 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 // bounds the wait.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("%w: remove server %s", ErrNotLeader, id)
+		return fmt.Errorf("raftstore: remove server %s: %w", id, n.notLeader(nil))
 	}
 	return n.wait(ctx, "remove server "+id, n.raft.RemoveServer(raft.ServerID(id), 0, 0))
 }
@@ -481,6 +489,45 @@ func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("raftstore: %s: %w", op, ctx.Err())
+	}
+}
+
+// TransferLeadership hands this node's leadership to the most up-to-date
+// other voter, before a planned stop, so that the cluster has a leader
+// again within a round trip instead of an election timeout. It returns
+// the id of the node that leads after it: the new leader (empty if it was
+// not heard of before ctx ended), or, when this node did not lead, whoever
+// it knows leads (empty if none). A node that
+// leads alone (no other voter) keeps its leadership and returns an error.
+// ctx bounds the wait.
+func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
+	if n.raft.State() != raft.Leader {
+		_, id := n.raft.LeaderWithID()
+		return string(id), nil
+	}
+	// The transfer resolves once the target has been told to stand; this
+	// node learns who won from the new leader's first message. Observe
+	// from before the transfer, so that no change is missed.
+	changes := make(chan raft.Observation, 4)
+	obs := raft.NewObserver(changes, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(obs)
+	defer n.raft.DeregisterObserver(obs)
+	if err := n.wait(ctx, "transfer leadership", n.raft.LeadershipTransfer()); err != nil {
+		return "", err
+	}
+	for {
+		if _, id := n.raft.LeaderWithID(); id != "" && string(id) != n.cfg.NodeID {
+			return string(id), nil
+		}
+		select {
+		case <-changes:
+		case <-ctx.Done():
+			// Handed over, but the winner has not been heard of yet.
+			return "", nil
+		}
 	}
 }
 
@@ -527,4 +574,24 @@ func (n *Node) Close() error {
 		n.log.Info("closed")
 	})
 	return n.closeErr
+}
+
+// checkLocalEmpty refuses a fresh node whose local store holds data: a
+// cluster's stores are built from its Raft log, which would not hold it.
+func checkLocalEmpty(cfg Config) error {
+	var first []byte
+	err := cfg.Local.Scan(delaystore.IterOptions{}, func(k, _ []byte) bool {
+		first = append([]byte(nil), k...)
+		return false
+	})
+	if err != nil {
+		return fmt.Errorf("raftstore: read the local store: %w", err)
+	}
+	if first == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: Dir %s holds no Raft state, but the local store already holds data (first key %q): "+
+		"the other members build their stores from the Raft log and would never have it. "+
+		"Start a cluster member on an empty data dir; to keep these messages, run this data dir as a single node",
+		ErrLocalNotEmpty, cfg.Dir, first)
 }

@@ -45,7 +45,9 @@ func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
 	cfg := testConfig()
 	cfg.TrailingLogs = 5
 	c := startCluster(t, 3, enginePebble, cfg)
-	leader := c.waitLeader()
+	w := c.newWriter()
+	w.schedule("old", 100, 50)
+	leader := c.appliedEverywhere()
 	var lagging *testNode
 	for _, n := range c.nodes {
 		if n != leader {
@@ -53,17 +55,16 @@ func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
 			break
 		}
 	}
-	r := openRepo(t, leader.node.Store())
-	defer r.Close()
-	scheduleN(t, r, "old", 100, 50)
-	c.waitApplied(leader.node.fsm.applied.Load())
 	lagging.stop()
 
 	// Enough keys for Restore to take several chunks, and a compacted log
-	// that no longer reaches back to what the lagging node holds.
-	scheduleN(t, r, "new", 3*restoreChunkOps, 500)
-	if err := leader.node.snapshotNow(); err != nil {
-		t.Fatal(err)
+	// that no longer reaches back to what the lagging node holds, on
+	// either node that may lead.
+	w.schedule("new", 3*restoreChunkOps, 500)
+	for _, n := range c.running() {
+		if err := n.node.snapshotNow(); err != nil {
+			t.Fatalf("snapshot %s: %v", n.id, err)
+		}
 	}
 
 	base := lagging.local
@@ -88,7 +89,7 @@ func TestCluster_RestoreCutShort_RestoredAgainAtStart(t *testing.T) {
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("restore marker still there: %v", err)
 	}
-	scheduleN(t, r, "after", 10, 10)
-	c.waitApplied(leader.node.fsm.applied.Load())
+	w.schedule("after", 10, 10)
+	leader = c.appliedEverywhere()
 	sameContent(t, "restored node against the leader", lagging.local, leader.local)
 }

@@ -16,24 +16,23 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 	cfg := testConfig()
 	cfg.TrailingLogs = 10
 	c := startCluster(t, 3, enginePebble, cfg)
-	leader := c.waitLeader()
-	r := openRepo(t, leader.node.Store())
-	defer r.Close()
-	scheduleN(t, r, "a", 300, 10)
-	c.waitApplied(leader.node.fsm.applied.Load())
+	w := c.newWriter()
+	w.schedule("a", 300, 10)
+	c.appliedEverywhere()
 	for _, n := range c.nodes {
 		if err := n.node.snapshotNow(); err != nil {
 			t.Fatalf("snapshot %s: %v", n.id, err)
 		}
-	}
-	// The log keeps only TrailingLogs entries behind the snapshot.
-	first, err := leader.node.logs.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := leader.node.Status()
-	if first == 0 || st.LastLogIndex-first+1 > cfg.TrailingLogs+1 {
-		t.Fatalf("log holds %d..%d after a snapshot at %d, want at most %d entries", first, st.LastLogIndex, st.LastSnapshotIndex, cfg.TrailingLogs)
+		// The log keeps only TrailingLogs entries behind the snapshot (and
+		// the entries a new leader may have added since).
+		first, err := n.node.logs.FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := n.node.Status()
+		if first == 0 || st.LastLogIndex-first+1 > cfg.TrailingLogs+3 {
+			t.Fatalf("%s: log holds %d..%d after a snapshot at %d, want at most %d entries", n.id, first, st.LastLogIndex, st.LastSnapshotIndex, cfg.TrailingLogs)
+		}
 	}
 
 	// A brand-new node joins: it waits for the cluster, then is added.
@@ -47,29 +46,40 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 	if err := n.open(ctx, jcfg, ln); err != nil {
 		t.Fatal(err)
 	}
-	c.nodes = append(c.nodes, n)
 	// It joined the existing cluster rather than bootstrapping its own: it
 	// has that cluster's name and no configuration until it is added.
-	if st := n.node.Status(); st.Cluster != leader.node.Status().Cluster || len(st.Peers) != 0 {
-		t.Fatalf("joining node: cluster %q with peers %v, want cluster %q and no peers", st.Cluster, st.Peers, leader.node.Status().Cluster)
+	if st := n.node.Status(); st.Cluster != c.nodes[0].node.Status().Cluster || len(st.Peers) != 0 {
+		t.Fatalf("joining node: cluster %q with peers %v, want cluster %q and no peers", st.Cluster, st.Peers, c.nodes[0].node.Status().Cluster)
 	}
 	// AddVoter checks who answers at the address.
-	if err := leader.node.AddVoter(ctx, "someone-else", n.addr); !errors.Is(err, ErrClusterMismatch) {
-		t.Fatalf("AddVoter with the wrong id: %v, want ErrClusterMismatch", err)
+	c.membership(ctx, func(l *testNode) error {
+		err := l.node.AddVoter(ctx, "someone-else", n.addr)
+		if errors.Is(err, ErrClusterMismatch) {
+			return nil
+		}
+		if err == nil {
+			t.Fatal("AddVoter with the wrong id succeeded")
+		}
+		return err
+	})
+	// A follower refuses membership changes (one that took over since is
+	// no follower).
+	leader := c.waitLeader()
+	for _, m := range c.running() {
+		if m == leader {
+			continue
+		}
+		if err := m.node.AddVoter(ctx, n.id, n.addr); err != nil && !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("AddVoter on follower %s: %v, want ErrNotLeader", m.id, err)
+		} else if err == nil && m.node.Status().Term == leader.node.Status().Term {
+			t.Fatalf("follower %s added a voter in the term %s leads", m.id, leader.id)
+		}
 	}
-	follower := c.nodes[0]
-	if follower == leader {
-		follower = c.nodes[1]
-	}
-	if err := follower.node.AddVoter(ctx, n.id, n.addr); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("AddVoter on a follower: %v, want ErrNotLeader", err)
-	}
-	if err := leader.node.AddVoter(ctx, n.id, n.addr); err != nil {
-		t.Fatal(err)
-	}
-	scheduleN(t, r, "b", 10, 10)
-	c.waitApplied(leader.node.fsm.applied.Load())
-	sameContent(t, "new node against the leader", n.local, leader.local)
+	c.membership(ctx, func(l *testNode) error { return l.node.AddVoter(ctx, n.id, n.addr) })
+	c.nodes = append(c.nodes, n)
+	w.schedule("b", 10, 10)
+	leader = c.appliedEverywhere()
+	sameContent(t, "new node against "+c.nodes[0].id, n.local, c.nodes[0].local)
 	if got := n.node.fsm.restores.Load(); got != 1 {
 		t.Fatalf("new node restored %d snapshots, want 1", got)
 	}
@@ -78,13 +88,34 @@ func TestCluster_AddVoter_NewNodeGetsSnapshot(t *testing.T) {
 	}
 
 	// And it can be removed again; the others go on.
-	if err := leader.node.RemoveServer(ctx, n.id); err != nil {
-		t.Fatal(err)
-	}
-	if got := len(leader.node.Status().Peers); got != 3 {
+	c.membership(ctx, func(l *testNode) error { return l.node.RemoveServer(ctx, n.id) })
+	// A removed node hears from no leader any more.
+	c.nodes = c.nodes[:len(c.nodes)-1]
+	if got := len(c.waitLeader().node.Status().Peers); got != 3 {
 		t.Fatalf("configuration has %d servers after remove, want 3", got)
 	}
-	scheduleN(t, r, "c", 10, 10)
+	w.schedule("c", 10, 10)
+}
+
+// membership runs a membership change on the leader, again on the next
+// one if it is refused with ErrNotLeader (adding or removing a server
+// twice changes nothing the second time).
+func (c *testCluster) membership(ctx context.Context, change func(leader *testNode) error) {
+	c.t.Helper()
+	for {
+		leader := c.waitLeader()
+		err := change(leader)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrNotLeader) {
+			c.t.Fatalf("membership change on %s: %v", leader.id, err)
+		}
+		c.t.Logf("membership change: %s lost leadership (%v); retrying", leader.id, err)
+		if ctx.Err() != nil {
+			c.t.Fatal(ctx.Err())
+		}
+	}
 }
 
 // Under constant writes with automatic snapshots, the log stays bounded.

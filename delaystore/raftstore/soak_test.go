@@ -26,11 +26,9 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	// fewer than the fill's ~1000, so that a new node needs a snapshot.
 	cfg.TrailingLogs = 300
 	c := startCluster(t, 3, engineCrashable, cfg)
-	leader := c.waitLeader()
-	r := openRepo(t, leader.node.Store())
-	defer r.Close()
-	scheduleN(t, r, "fill", pending, 1024)
-	c.waitApplied(leader.node.fsm.applied.Load())
+	w := c.newWriter()
+	w.schedule("fill", pending, 1024)
+	leader := c.appliedEverywhere()
 	for _, n := range c.nodes {
 		if err := n.node.snapshotNow(); err != nil {
 			t.Fatal(err)
@@ -46,15 +44,15 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	}
 	// The follower applies these to its memtable only, and loses them.
 	const unflushed, behind = 100_000, 100_000
-	scheduleN(t, r, "unflushed", unflushed, 1024)
-	c.waitApplied(leader.node.fsm.applied.Load())
+	w.schedule("unflushed", unflushed, 1024)
+	c.appliedEverywhere()
 	before := len(dump(t, follower.local))
 	follower.crash()
 	if after := len(dump(t, follower.local)); after >= before {
 		t.Fatalf("the crash lost nothing (%d keys before, %d after)", before, after)
 	}
-	scheduleN(t, r, "while-down", behind, 1024)
-	target := leader.node.fsm.applied.Load()
+	w.schedule("while-down", behind, 1024)
+	target := c.waitLeader().node.fsm.applied.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -66,9 +64,9 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 	if got := follower.node.fsm.restores.Load(); got != 0 {
 		t.Fatalf("follower restored %d snapshots, want 0", got)
 	}
+	leader = c.appliedEverywhere()
 	sameContent(t, "follower against the leader", follower.local, leader.local)
 
-	leader = c.waitLeader()
 	if err := leader.node.snapshotNow(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +90,7 @@ func TestSoak_MillionPending_FollowerCatchesUp(t *testing.T) {
 		}
 	}
 	c.nodes = append(c.nodes, n)
-	c.waitApplied(leader.node.fsm.applied.Load())
+	leader = c.appliedEverywhere()
 	t.Logf("new node installed a snapshot of %d pending and caught up in %v", pending+unflushed+behind, time.Since(start))
 	if got := n.node.fsm.restores.Load(); got != 1 {
 		t.Fatalf("new node restored %d snapshots, want 1", got)

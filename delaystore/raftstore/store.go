@@ -197,7 +197,7 @@ func (n *Node) raftError(op string, err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
-		return fmt.Errorf("%w: %s: %w", ErrNotLeader, op, err)
+		return fmt.Errorf("raftstore: %s: %w", op, n.notLeader(err))
 	case errors.Is(err, raft.ErrRaftShutdown):
 		if ferr := n.fsm.err(); ferr != nil {
 			return fmt.Errorf("raftstore: %s: %w", op, ferr)
@@ -205,4 +205,16 @@ func (n *Node) raftError(op string, err error) error {
 		return fmt.Errorf("raftstore: %s: %w: %w", op, delaystore.ErrClosed, err)
 	}
 	return fmt.Errorf("raftstore: %s: %w", op, err)
+}
+
+// notLeader is the ErrNotLeader of this node, naming the leader it knows
+// of: never itself (a leader that just lost its leadership may still name
+// itself until it hears of the next).
+func (n *Node) notLeader(cause error) error {
+	_, id := n.raft.LeaderWithID()
+	leader := string(id)
+	if leader == n.cfg.NodeID {
+		leader = ""
+	}
+	return &delaystore.NotLeaderError{Leader: leader, Err: cause}
 }
