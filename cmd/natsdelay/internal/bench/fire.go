@@ -105,8 +105,10 @@ func (r *recorder) result(system string, rate float64) FireResult {
 // a consumer that records and ACKs every delivery.
 type sysRun struct {
 	system string
-	msg    func(i int, at time.Time) *nats.Msg
-	ok     replyOK
+	// pid is natsdelay's own process, or 0.
+	pid int
+	msg func(i int, at time.Time) *nats.Msg
+	ok  replyOK
 	// settled reports whether every delivery of n has been ACKed and the
 	// ACK applied.
 	settled func(n int) (bool, error)
@@ -117,7 +119,7 @@ type sysRun struct {
 func (e *env) startSystem(ctx context.Context, system, phase string, rec *recorder) (*sysRun, error) {
 	switch system {
 	case SystemDelay:
-		d, err := e.openDelay(filepath.Join(e.dir, phase))
+		d, err := e.openMeasured(filepath.Join(e.dir, phase))
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +129,7 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		}
 		return &sysRun{
 			system: system,
+			pid:    d.pid(),
 			msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
 			ok:     delayOK,
 			settled: func(int) (bool, error) {
@@ -216,7 +219,7 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	}
 	p := startProgress(e.cfg.Progress, fmt.Sprintf("fire %s %.0f/s", run.system, rate), n, &rec.count)
 	defer p.done()
-	mark := markCPU(0)
+	mark := e.markCPU(run.pid)
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, at(i)) }, run.ok, new(atomic.Int64))
 	if err != nil {
@@ -273,7 +276,7 @@ func (e *env) runEndToEnd(ctx context.Context) (res []EndToEndResult, err error)
 func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error) {
 	p := startProgress(e.cfg.Progress, "end to end "+run.system, n, &rec.count)
 	defer p.done()
-	mark := markCPU(0)
+	mark := e.markCPU(run.pid)
 	start := time.Now()
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, time.Now().Truncate(time.Millisecond)) }, run.ok, new(atomic.Int64))
