@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -48,7 +48,10 @@ func BenchmarkParseSchedule(b *testing.B) {
 // BenchmarkDeliver is the publisher's work for one delivery, on a real
 // connection to a server with no subscriber on the subject.
 func BenchmarkDeliver(b *testing.B) {
-	srv := bridgetest.RunServer(b)
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	srv := natsserver.RunServer(&opts)
+	defer srv.Shutdown()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		b.Fatal(err)
