@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"net/textproto"
@@ -158,4 +159,23 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestScheduleReply_AsJSONMarshal checks that the reply to a schedule is
+// byte for byte what encoding/json writes for wire.ScheduleReply, for
+// subjects that need escaping and subjects that do not, so publishers'
+// parsers see the documented reply.
+func TestScheduleReply_AsJSONMarshal(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 987_654_321, time.UTC).UnixNano()
+	for _, subj := range []string{"orders.eu.1", "a", "a-b_c.$x.~", `q"uote`, `back\slash`, "a<b>c&d", "ünï.cödé", "tab\tx", "del\x7f", "line\u2028sep"} {
+		m := &delaystore.StoredMessage{Subject: subj, FireAtNs: now}
+		k := keys.New(0x0123456789abcdef, 42, 7)
+		want, err := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: subj, FireAt: formatTime(now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := scheduleReply(k, m); string(got) != string(want) {
+			t.Errorf("subject %q: reply %s, want %s", subj, got, want)
+		}
+	}
 }

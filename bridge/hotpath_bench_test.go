@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -89,4 +90,26 @@ func BenchmarkParseAck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkScheduleReply is the answer to every schedule, beside the
+// encoding/json it replaces for plain subjects.
+func BenchmarkScheduleReply(b *testing.B) {
+	now := time.Now().UnixNano()
+	m := &delaystore.StoredMessage{Subject: "orders.eu.1234", FireAtNs: now}
+	k := keys.New(uint64(now), 1, 7)
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: m.Subject, FireAt: formatTime(m.FireAtNs)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("scheduleReply", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = scheduleReply(k, m)
+		}
+	})
 }

@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -416,4 +418,37 @@ func (p *publisher) marker(subject string) bool {
 func deadLetterExtraLen(subject string, reasonLen int) int {
 	return len(wire.HeaderSubject) + len(textproto.TrimString(subject)) + len(": \r\n") +
 		len(wire.HeaderReason) + reasonLen + len(": \r\n")
+}
+
+// scheduleReply is the JSON of wire.ScheduleReply for a scheduled message,
+// as encoding/json writes it. The tag and time need no escaping, and most
+// subjects none either: those are written directly, which saves
+// encoding/json's reflection on every ingest; any other subject goes
+// through encoding/json. TestScheduleReply_AsJSONMarshal holds the two
+// to the same bytes.
+func scheduleReply(k keys.Key, msg *delaystore.StoredMessage) []byte {
+	if !plainJSON(msg.Subject) {
+		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
+		return body
+	}
+	b := make([]byte, 0, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
+	b = append(b, `{"tag":"`...)
+	b = hex.AppendEncode(b, k[:])
+	b = append(b, `","subject":"`...)
+	b = append(b, msg.Subject...)
+	b = append(b, `","fire_at":"`...)
+	b = appendTime(b, msg.FireAtNs)
+	return append(b, `"}`...)
+}
+
+// plainJSON reports whether encoding/json writes s as it is: printable
+// ASCII without '"', '\\' and the characters it escapes for HTML.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

@@ -413,18 +413,26 @@ func checkTarget(subj string, reserved []string) error {
 	if !utf8.ValidString(subj) {
 		return badRequest("target subject %q is not valid UTF-8", keys.Clip(subj))
 	}
-	for _, tok := range strings.Split(subj, ".") {
-		if tok == "" {
-			return badRequest("target subject %q has an empty token", keys.Clip(subj))
-		}
-		if strings.ContainsAny(tok, "*>") {
-			return badRequest("target subject %q has a wildcard: want a concrete subject", keys.Clip(subj))
-		}
-	}
+	// NB: one pass over the bytes, without splitting the subject into
+	// tokens; ranging over the string decodes runes, as the checks need.
+	tokStart := true
 	for _, r := range subj {
-		if r <= ' ' || r == 0x7f {
+		switch {
+		case r == '.':
+			if tokStart {
+				return badRequest("target subject %q has an empty token", keys.Clip(subj))
+			}
+			tokStart = true
+			continue
+		case r == '*' || r == '>':
+			return badRequest("target subject %q has a wildcard: want a concrete subject", keys.Clip(subj))
+		case r <= ' ' || r == 0x7f:
 			return badRequest("target subject %q contains white space or a control character", keys.Clip(subj))
 		}
+		tokStart = false
+	}
+	if tokStart {
+		return badRequest("target subject %q has an empty token", keys.Clip(subj))
 	}
 	for _, p := range reserved {
 		if subj == p || strings.HasPrefix(subj, p+".") {

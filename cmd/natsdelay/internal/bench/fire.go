@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"sync"
@@ -244,7 +246,20 @@ func (e *env) runFire(ctx context.Context) (res []FireResult, err error) {
 			if err != nil {
 				return res, err
 			}
+			var stopTrace func() error
+			if e.cfg.TraceFile != "" && system == SystemDelay {
+				name := e.cfg.TraceFile
+				if i > 0 {
+					name += "." + strconv.FormatFloat(rate, 'f', -1, 64)
+				}
+				if stopTrace, err = startTrace(name); err != nil {
+					return res, errors.Join(err, run.stop())
+				}
+			}
 			r, err := e.fire(run, rec, e.cfg.FireMsgs, rate, e.cfg.FireLead)
+			if stopTrace != nil {
+				err = errors.Join(err, stopTrace())
+			}
 			if err = errors.Join(err, run.stop()); err != nil {
 				return res, fmt.Errorf("bench: fire %s at %.0f/s: %w", system, rate, err)
 			}
@@ -294,6 +309,21 @@ func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error
 	cpu := mark.since()
 	d := rec.result(run.system, 0).Delivered
 	return EndToEndResult{System: run.system, Msgs: n, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds(), CPU: cpu}, nil
+}
+
+// startTrace writes a runtime execution trace to file until stop.
+func startTrace(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench: trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: trace: %w", err), f.Close())
+	}
+	return func() error {
+		trace.Stop()
+		return f.Close()
+	}, nil
 }
 
 // poll calls cond every millisecond until it holds, fails, or timeout
