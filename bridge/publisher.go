@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -37,6 +39,14 @@ type publisher struct {
 	seq     atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]chan struct{}
+
+	// deliverMu guards what Deliver reuses from one delivery to the next:
+	// nats.go has written a message to its buffer when PublishMsg returns,
+	// so the header map and the message need not outlive the call.
+	deliverMu sync.Mutex
+	header    nats.Header
+	vals      ownValues
+	msg       nats.Msg
 }
 
 var _ dispatch.Publisher = (*publisher)(nil)
@@ -51,37 +61,156 @@ func newPublisher(nc *nats.Conn, ackPrefix string, maxControlLine int) *publishe
 	}
 }
 
-func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(wire.TimeLayout) }
+func formatTime(ns int64) string { return string(appendTime(nil, ns)) }
+
+// timeLen is the length of every time formatTime writes: the service's
+// times are from 1970 to 2262, four-digit years.
+const timeLen = len("2006-01-02T15:04:05.000Z")
+
+// appendTime appends ns as wire.TimeLayout formats it in UTC, milliseconds
+// truncated, without the layout parsing of time.Format, which was a large
+// share of a delivery's cost. TestAppendTime_AsTimeFormat holds it to
+// time.Format.
+func appendTime(b []byte, ns int64) []byte {
+	t := time.Unix(0, ns).UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	if year < 1000 || year > 9999 {
+		return t.AppendFormat(b, wire.TimeLayout)
+	}
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond()/int(time.Millisecond), 3)
+	return append(b, 'Z')
+}
+
+// appendDigits appends v, which is not negative, as exactly width digits.
+func appendDigits(b []byte, v, width int) []byte {
+	var d [4]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:width]...)
+}
+
+// ownSlots is how many of the service's own headers one delivery or dead
+// letter carries at most.
+const ownSlots = 10
+
+// ownValues hold the one-value slices of the service's own headers, so a
+// reused header map needs no new slice per header.
+type ownValues [ownSlots][1]string
 
 // deliveryHeader rebuilds the stored headers and adds the delivery
 // headers. The service's own headers replace stored ones of the same name
 // in any case, which ingest refuses now but older versions stored.
 func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32, extra int) nats.Header {
 	h := make(nats.Header, len(msg.Headers)+8+extra)
+	fillDeliveryHeader(h, new(ownValues), key.Tag(), msg, attempt)
+	return h
+}
+
+// fillDeliveryHeader sets in h, which holds nothing of the service's own,
+// what deliveryHeader returns, with the tag given and the own headers'
+// values in vals. The returned count of vals used lets a dead letter add
+// its own after them.
+func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delaystore.StoredMessage, attempt uint32) int {
 	for _, kv := range msg.Headers {
 		if isOwnHeader(kv.Name) {
 			continue
 		}
 		h[kv.Name] = kv.Values
 	}
-	h[wire.HeaderTag] = []string{key.Tag()}
-	h[wire.HeaderAttempt] = []string{strconv.FormatUint(uint64(attempt), 10)}
-	h[wire.HeaderFireAt] = []string{formatTime(msg.FireAtNs)}
-	h[wire.HeaderEnqueuedAt] = []string{formatTime(msg.EnqueuedAtNs)}
-	if msg.ClientId != "" {
-		h[wire.HeaderID] = []string{msg.ClientId}
+	// NB: one string holds both times, so they cost one allocation.
+	var buf [2 * timeLen]byte
+	times := string(appendTime(appendTime(buf[:0], msg.FireAtNs), msg.EnqueuedAtNs))
+	fire, enq := times[:len(times)/2], times[len(times)/2:]
+	n := 0
+	set := func(name, v string) {
+		vals[n][0] = v
+		h[name] = vals[n][:]
+		n++
 	}
-	if r := msg.GetRecurrence(); r != nil {
-		if r.Id != "" {
-			h[wire.HeaderID] = []string{r.Id}
-		}
-		h[wire.HeaderSchedule] = []string{scheduleSpec(r)}
-		h[wire.HeaderOccurrence] = []string{formatTime(r.OccurrenceNs)}
+	set(wire.HeaderTag, tag)
+	set(wire.HeaderAttempt, strconv.FormatUint(uint64(attempt), 10))
+	set(wire.HeaderFireAt, fire)
+	set(wire.HeaderEnqueuedAt, enq)
+	id := msg.ClientId
+	r := msg.GetRecurrence()
+	if r != nil && r.Id != "" {
+		id = r.Id
+	}
+	if id != "" {
+		set(wire.HeaderID, id)
+	}
+	if r != nil {
+		set(wire.HeaderSchedule, scheduleSpec(r))
+		set(wire.HeaderOccurrence, formatTime(r.OccurrenceNs))
 		if r.Planned && r.NextNs != 0 {
-			h[wire.HeaderNext] = []string{formatTime(r.NextNs)}
+			set(wire.HeaderNext, formatTime(r.NextNs))
 		}
 	}
-	return h
+	return n
+}
+
+// deliveryHeaderLen is headerLen(deliveryHeader(key, msg, attempt, 0)),
+// the size a delivery's header takes on the wire, computed without
+// building it: ingest checks every message's size, and building the
+// delivery for that was a large share of ingest's cost. With next, it
+// counts Delay-Next, which later occurrences of a recurring schedule
+// carry. TestDeliveryHeaderLen_AsBuilt holds it to headerLen.
+func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool) int {
+	n := len("NATS/1.0\r\n\r\n")
+	add := func(name string, vlen int) { n += len(name) + vlen + len(": \r\n") }
+	for _, kv := range msg.Headers {
+		if isOwnHeader(kv.Name) {
+			continue
+		}
+		for _, v := range kv.Values {
+			add(kv.Name, len(textproto.TrimString(v)))
+		}
+	}
+	add(wire.HeaderTag, keys.TagLen)
+	add(wire.HeaderAttempt, decimalLen(uint64(attempt)))
+	add(wire.HeaderFireAt, timeLen)
+	add(wire.HeaderEnqueuedAt, timeLen)
+	id := msg.ClientId
+	r := msg.GetRecurrence()
+	if r != nil && r.Id != "" {
+		id = r.Id
+	}
+	if id != "" {
+		add(wire.HeaderID, len(textproto.TrimString(id)))
+	}
+	if r != nil {
+		add(wire.HeaderSchedule, len(textproto.TrimString(scheduleSpec(r))))
+		add(wire.HeaderOccurrence, timeLen)
+		if next || (r.Planned && r.NextNs != 0) {
+			add(wire.HeaderNext, timeLen)
+		}
+	}
+	return n
+}
+
+// decimalLen is the number of decimal digits of v.
+func decimalLen(v uint64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
 }
 
 // scheduleSpec is the Delay-Schedule of an occurrence: the cron spec as
@@ -163,9 +292,14 @@ func headerLen(h nats.Header) int {
 // compares it with its max_control_line and closes the connection of a
 // client that exceeds it; nats.go does not check it before sending.
 func controlLineLen(subject, reply string, hdrLen, total int) int {
-	n := len(subject) + 1 + len(strconv.Itoa(hdrLen)) + 1 + len(strconv.Itoa(total))
-	if reply != "" {
-		n += len(reply) + 1
+	return controlLineLenOf(len(subject), len(reply), hdrLen, total)
+}
+
+// controlLineLenOf is controlLineLen from the subjects' lengths.
+func controlLineLenOf(subjectLen, replyLen, hdrLen, total int) int {
+	n := subjectLen + 1 + decimalLen(uint64(hdrLen)) + 1 + decimalLen(uint64(total))
+	if replyLen > 0 {
+		n += replyLen + 1
 	}
 	return n
 }
@@ -203,8 +337,26 @@ func (p *publisher) publish(m *nats.Msg) error {
 	return err
 }
 
+// Deliver publishes a delivery as deliveryMsg builds it, reusing one
+// header map, so that a delivery allocates only its reply subject and
+// times.
 func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt uint32) error {
-	return p.publish(deliveryMsg(p.ackPrefix, key, msg, attempt))
+	p.deliverMu.Lock()
+	defer p.deliverMu.Unlock()
+	if p.header == nil {
+		p.header = make(nats.Header, ownSlots+4)
+	}
+	clear(p.header)
+	// NB: the tag is the tail of the reply subject, one allocation for both.
+	reply := p.ackPrefix + "." + key.Tag()
+	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
+	p.msg = nats.Msg{Subject: msg.Subject, Reply: reply, Header: p.header, Data: msg.Payload}
+	err := p.publish(&p.msg)
+	// Drop the references to msg, which the dispatcher may free or reuse.
+	clear(p.header)
+	p.vals = ownValues{}
+	p.msg = nats.Msg{}
+	return err
 }
 
 func (p *publisher) DeadLetter(subject string, key keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string) error {
@@ -257,6 +409,46 @@ func (p *publisher) marker(subject string) bool {
 	p.mu.Unlock()
 	if ch != nil {
 		close(ch)
+	}
+	return true
+}
+
+// deadLetterExtraLen is what a dead letter's header adds to its delivery's:
+// Delay-Subject and a Delay-Reason of reasonLen bytes.
+func deadLetterExtraLen(subject string, reasonLen int) int {
+	return len(wire.HeaderSubject) + len(textproto.TrimString(subject)) + len(": \r\n") +
+		len(wire.HeaderReason) + reasonLen + len(": \r\n")
+}
+
+// scheduleReply is the JSON of wire.ScheduleReply for a scheduled message,
+// as encoding/json writes it. The tag and time need no escaping, and most
+// subjects none either: those are written directly, which saves
+// encoding/json's reflection on every ingest; any other subject goes
+// through encoding/json. TestScheduleReply_AsJSONMarshal holds the two
+// to the same bytes.
+func scheduleReply(k keys.Key, msg *delaystore.StoredMessage) []byte {
+	if !plainJSON(msg.Subject) {
+		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
+		return body
+	}
+	b := make([]byte, 0, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
+	b = append(b, `{"tag":"`...)
+	b = hex.AppendEncode(b, k[:])
+	b = append(b, `","subject":"`...)
+	b = append(b, msg.Subject...)
+	b = append(b, `","fire_at":"`...)
+	b = appendTime(b, msg.FireAtNs)
+	return append(b, `"}`...)
+}
+
+// plainJSON reports whether encoding/json writes s as it is: printable
+// ASCII without '"', '\\' and the characters it escapes for HTML.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
 	}
 	return true
 }

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
@@ -62,13 +61,61 @@ func controlValue(h nats.Header, name string) (string, bool, error) {
 	}
 }
 
-func isControl(name string) bool {
-	for _, c := range controlHeaders {
+func isControl(name string) bool { return controlIndex(name) >= 0 }
+
+// controlIndex is the index in controlHeaders of name, matched without
+// regard to case, or -1.
+func controlIndex(name string) int {
+	// NB: every control header starts with the reserved word; most
+	// publisher headers do not, and are told apart at once.
+	if len(name) < len(wire.HeaderDelay) || !strings.EqualFold(name[:len(wire.HeaderDelay)], wire.HeaderDelay) {
+		return -1
+	}
+	for i, c := range controlHeaders {
 		if strings.EqualFold(name, c) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+// controls are the control headers of one message, read in one pass over
+// its header: reading each of the twelve by a pass of its own was a large
+// share of ingest's cost.
+type controls struct {
+	first [numControl]string // the first value of each
+	count [numControl]int    // how many values each has, over every case of its name
+}
+
+const numControl = 12
+
+func readControls(h nats.Header, c *controls) {
+	for k, vs := range h {
+		i := controlIndex(k)
+		if i < 0 {
+			continue
+		}
+		for _, v := range vs {
+			if c.count[i] == 0 {
+				c.first[i] = v
+			}
+			c.count[i]++
+		}
+	}
+}
+
+// value is controlValue of the control header name, which must be one of
+// controlHeaders.
+func (c *controls) value(name string) (string, bool, error) {
+	i := slices.Index(controlHeaders[:], name)
+	switch c.count[i] {
+	case 0:
+		return "", false, nil
+	case 1:
+		return strings.TrimSpace(c.first[i]), true, nil
+	default:
+		return "", true, badRequest("%s given %d times: want at most one", name, c.count[i])
+	}
 }
 
 // parseSchedule turns an ingest message into the message to store, or an
@@ -81,11 +128,13 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	if lim.maxPayload > 0 && len(data) > lim.maxPayload {
 		return nil, badRequest("payload is %d bytes: the limit is %d", len(data), lim.maxPayload)
 	}
-	delay, hasDelay, err := controlValue(h, wire.HeaderDelay)
+	var ctl controls
+	readControls(h, &ctl)
+	delay, hasDelay, err := ctl.value(wire.HeaderDelay)
 	if err != nil {
 		return nil, err
 	}
-	at, hasAt, err := controlValue(h, wire.HeaderAt)
+	at, hasAt, err := ctl.value(wire.HeaderAt)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +168,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		EnqueuedAtNs: now.UnixNano(),
 		FireAtNs:     fireAt.UnixNano(),
 	}
-	if v, ok, err := controlValue(h, wire.HeaderTTL); err != nil {
+	if v, ok, err := ctl.value(wire.HeaderTTL); err != nil {
 		return nil, err
 	} else if ok {
 		ttl, err := parseDuration(wire.HeaderTTL, v)
@@ -135,7 +184,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		msg.TtlNs = int64(ttl)
 		msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
 	}
-	if v, ok, err := controlValue(h, wire.HeaderID); err != nil {
+	if v, ok, err := ctl.value(wire.HeaderID); err != nil {
 		return nil, err
 	} else if ok {
 		if err := checkClientID(v); err != nil {
@@ -143,7 +192,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		}
 		msg.ClientId = v
 	}
-	if v, ok, err := controlValue(h, wire.HeaderAck); err != nil {
+	if v, ok, err := ctl.value(wire.HeaderAck); err != nil {
 		return nil, err
 	} else if ok {
 		switch strings.ToLower(v) {
@@ -155,7 +204,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 			return nil, badRequest("%s %q: want explicit or none", wire.HeaderAck, keys.Clip(v))
 		}
 	}
-	if v, ok, err := controlValue(h, wire.HeaderMaxDeliver); err != nil {
+	if v, ok, err := ctl.value(wire.HeaderMaxDeliver); err != nil {
 		return nil, err
 	} else if ok {
 		n, err := strconv.ParseUint(v, 10, 32)
@@ -164,7 +213,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		}
 		msg.MaxDeliver = uint32(n)
 	}
-	if msg.Recurrence, err = parseRecurrence(h, now, fireAt, hasDelay || hasAt); err != nil {
+	if msg.Recurrence, err = parseRecurrence(&ctl, now, fireAt, hasDelay || hasAt); err != nil {
 		return nil, err
 	}
 	if r := msg.Recurrence; r != nil {
@@ -194,17 +243,14 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 // the delivery and the dead letter as the publisher builds them, with
 // every header the service adds at its largest.
 func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
-	var k keys.Key
-	if msg.Recurrence != nil {
-		// Measure with Delay-Next, which later occurrences carry.
-		msg = proto.Clone(msg).(*delaystore.StoredMessage)
-		msg.Recurrence.Planned, msg.Recurrence.NextNs = true, 1
-	}
-	d := deliveryMsg(lim.ackPrefix, k, msg, maxAttempt)
-	hl := headerLen(d.Header)
-	total := hl + len(d.Data)
+	// NB: a recurring schedule is measured with Delay-Next, which later
+	// occurrences carry.
+	next := msg.Recurrence != nil
+	hl := deliveryHeaderLen(msg, maxAttempt, next)
+	total := hl + len(msg.Payload)
 	if lim.maxControlLine > 0 {
-		if n := controlLineLen(d.Subject, d.Reply, hl, total); n > lim.maxControlLine {
+		replyLen := len(lim.ackPrefix) + 1 + keys.TagLen
+		if n := controlLineLenOf(len(msg.Subject), replyLen, hl, total); n > lim.maxControlLine {
 			return badRequest("target subject is %d bytes, too long to deliver: the delivery's protocol line (subject, reply subject %s.<tag>, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
 				len(msg.Subject), lim.ackPrefix, n, n-lim.maxControlLine, lim.maxControlLine)
 		}
@@ -216,11 +262,10 @@ func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
 	if lim.deadLetter == "" {
 		return nil
 	}
-	dl := deadLetterMsg(lim.deadLetter, k, msg, maxAttempt, strings.Repeat("x", maxReasonLen))
-	hl = headerLen(dl.Header)
-	total = hl + len(dl.Data)
+	hl += deadLetterExtraLen(msg.Subject, maxReasonLen)
+	total = hl + len(msg.Payload)
 	if lim.maxControlLine > 0 {
-		if n := controlLineLen(dl.Subject, dl.Reply, hl, total); n > lim.maxControlLine {
+		if n := controlLineLenOf(len(lim.deadLetter), 0, hl, total); n > lim.maxControlLine {
 			return badRequest("the dead letter's protocol line (subject %s, header and total sizes) would be %d bytes, %d over the server's max_control_line of %d",
 				lim.deadLetter, n, n-lim.maxControlLine, lim.maxControlLine)
 		}
@@ -260,7 +305,7 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 		}
 		if len(k) >= len(wire.ReservedPrefix) && strings.EqualFold(k[:len(wire.ReservedPrefix)], wire.ReservedPrefix) {
 			return nil, badRequest("header %s: unknown in the reserved %s prefix: want one of %s (names match in any case)",
-				keys.Clip(k), wire.ReservedPrefix, strings.Join(controlHeaders, ", "))
+				keys.Clip(k), wire.ReservedPrefix, strings.Join(controlHeaders[:], ", "))
 		}
 		for _, v := range h[k] {
 			if !utf8.ValidString(v) {
@@ -368,18 +413,26 @@ func checkTarget(subj string, reserved []string) error {
 	if !utf8.ValidString(subj) {
 		return badRequest("target subject %q is not valid UTF-8", keys.Clip(subj))
 	}
-	for _, tok := range strings.Split(subj, ".") {
-		if tok == "" {
-			return badRequest("target subject %q has an empty token", keys.Clip(subj))
-		}
-		if strings.ContainsAny(tok, "*>") {
-			return badRequest("target subject %q has a wildcard: want a concrete subject", keys.Clip(subj))
-		}
-	}
+	// NB: one pass over the bytes, without splitting the subject into
+	// tokens; ranging over the string decodes runes, as the checks need.
+	tokStart := true
 	for _, r := range subj {
-		if r <= ' ' || r == 0x7f {
+		switch {
+		case r == '.':
+			if tokStart {
+				return badRequest("target subject %q has an empty token", keys.Clip(subj))
+			}
+			tokStart = true
+			continue
+		case r == '*' || r == '>':
+			return badRequest("target subject %q has a wildcard: want a concrete subject", keys.Clip(subj))
+		case r <= ' ' || r == 0x7f:
 			return badRequest("target subject %q contains white space or a control character", keys.Clip(subj))
 		}
+		tokStart = false
+	}
+	if tokStart {
+		return badRequest("target subject %q has an empty token", keys.Clip(subj))
 	}
 	for _, p := range reserved {
 		if subj == p || strings.HasPrefix(subj, p+".") {
@@ -408,7 +461,7 @@ func checkClientID(id string) error {
 }
 
 // controlHeaders are matched case-insensitively and never passed on.
-var controlHeaders = []string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
+var controlHeaders = [numControl]string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
 	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
 
 // ownHeaders are the headers the service sets on deliveries and dead
@@ -421,13 +474,13 @@ var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt,
 // Delay-Every nor Delay-Cron. at is the fire time from Delay or Delay-At,
 // given says whether one was; the first occurrence is then at, else the
 // first planned time after now.
-func parseRecurrence(h nats.Header, now, at time.Time, given bool) (*delaystore.Recurrence, error) {
+func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.Recurrence, error) {
 	var v [6]string
 	var has [6]bool
 	names := [6]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
 	for i, name := range names {
 		var err error
-		if v[i], has[i], err = controlValue(h, name); err != nil {
+		if v[i], has[i], err = ctl.value(name); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@ package bridge
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -528,8 +527,7 @@ func (s *Service) handleIngest(req micro.Request) {
 		case err != nil:
 			_ = s.nc.PublishMsg(errorMsg(reply, err))
 		default:
-			body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
-			_ = s.nc.Publish(reply, body)
+			_ = s.nc.Publish(reply, scheduleReply(k, msg))
 		}
 	})
 	if err != nil {

@@ -27,6 +27,9 @@ type benchCmd struct {
 	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale and waves phases run (default this one), to measure another version with the same bench." placeholder:"FILE"`
 	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
 	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
+	OwnProcess   bool     `name:"own-process" help:"Run natsdelay as its own serve process in ingest, fire and end to end too, so their CPU time per message is natsdelay's apart (lateness then suffers from the two processes sharing the cores)."`
+	NATSPID      int      `name:"nats-pid" help:"Process id of the nats-server at --nats, on this machine: each phase then reports its CPU time apart from the clients'." placeholder:"PID"`
+	Trace        string   `name:"trace" help:"Write a runtime execution trace of each of natsdelay's fire runs to FILE (FILE.<rate> after the first rate), for go tool trace." placeholder:"FILE"`
 	CPUProfile   string   `name:"cpuprofile" help:"Write a CPU profile of the whole run (both systems, clients and server) to FILE, for go tool pprof." placeholder:"FILE"`
 
 	PayloadSize    int           `help:"Payload of every message in bytes (default 256)."`
@@ -93,6 +96,7 @@ func (c *benchCmd) config() bench.Config {
 		cfg.FireRates = c.FireRates
 	}
 	cfg.Phases = c.Phases
+	cfg.OwnProcess, cfg.ServerPID, cfg.TraceFile = c.OwnProcess, c.NATSPID, c.Trace
 	if c.Cluster && !slices.Contains(cfg.Phases, bench.PhaseCluster) {
 		cfg.Phases = append(slices.Clone(cfg.Phases), bench.PhaseCluster)
 	}
@@ -155,6 +159,12 @@ func (c *benchCmd) check() error {
 		if !slices.Contains(bench.Phases(), ph) {
 			p.add("--phases: %q: want some of %s", ph, strings.Join(bench.Phases(), ","))
 		}
+	}
+	if c.Trace != "" && c.OwnProcess {
+		p.add("--trace traces the bench process: it cannot show natsdelay with --own-process")
+	}
+	if c.NATSPID < 0 || (c.NATSPID > 0 && c.NATS == "") {
+		p.add("--nats-pid %d: want the process id of the server --nats names", c.NATSPID)
 	}
 	if c.JSONOut == "" || c.PNGOut == "" {
 		p.add("--json-out and --png-out: want file names")

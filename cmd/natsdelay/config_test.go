@@ -348,3 +348,17 @@ func TestParse_ClusterSettings_FlagEnvFile(t *testing.T) {
 		t.Fatalf("flag over env: %+v", s.clusterFlags)
 	}
 }
+
+// TestGCPercent_EnvironmentWins checks that serve's collector target is
+// its default only when the operator has not set GOGC: an operator's
+// GOGC, including off, is never overridden.
+func TestGCPercent_EnvironmentWins(t *testing.T) {
+	if pct, set := gcPercent(""); !set || pct != defaultGCPercent {
+		t.Errorf("gcPercent(\"\") = %d, %v; want %d, true", pct, set, defaultGCPercent)
+	}
+	for _, env := range []string{"100", "50", "off"} {
+		if _, set := gcPercent(env); set {
+			t.Errorf("gcPercent(%q) sets the target; want the environment's left alone", env)
+		}
+	}
+}

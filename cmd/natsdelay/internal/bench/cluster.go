@@ -238,7 +238,7 @@ func (e *env) clusterRuns(s *nodeSet, system string, n int, cr *ClusterResult) e
 	for _, mode := range []string{"pipelined", "requesters"} {
 		var done atomic.Int64
 		p := startProgress(e.cfg.Progress, "cluster ingest "+system+" "+mode, e.cfg.IngestMsgs, &done)
-		mark, svc0 := markCPU(0), s.cpu()
+		mark, svc0 := e.markCPU(0), s.cpu()
 		var el time.Duration
 		var failed int
 		var err error

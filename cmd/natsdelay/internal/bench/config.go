@@ -110,6 +110,21 @@ type Config struct {
 	//
 	// The waves phase runs natsdelay as the scale phase does.
 	ServiceCommand []string
+	// OwnProcess makes ingest, fire and end to end run natsdelay as
+	// ServiceCommand too, so their CPU time per message is natsdelay's
+	// apart from the server's and the clients'. It costs lateness on two
+	// cores (see ServiceCommand); it is for measuring cost, not lateness.
+	OwnProcess bool
+	// TraceFile, if set, receives a runtime execution trace of each of
+	// natsdelay's fire runs, from the first schedule to the last delivery:
+	// TraceFile itself for the first rate, TraceFile.<rate> for others.
+	// natsdelay must run in this process (not OwnProcess) for the trace to
+	// show it.
+	TraceFile string
+	// ServerPID is the process of the nats-server at NATSURL, on this
+	// machine; each phase then reports its CPU time apart, so that with
+	// OwnProcess the bench process's figure is the clients' alone.
+	ServerPID int
 
 	// Phases names the phases to run, among Phases(); empty runs them all.
 	Phases []string
@@ -293,6 +308,15 @@ func (c Config) Validate() error {
 	// the two systems on the same schedules.
 	if c.RecurEvery != 0 && (c.RecurEvery < time.Second || c.RecurEvery%time.Second != 0) {
 		bad("RecurEvery (%v) must be a whole number of seconds, at least 1s, as JetStream's @every takes", c.RecurEvery)
+	}
+	if c.OwnProcess && len(c.ServiceCommand) == 0 {
+		bad("OwnProcess needs ServiceCommand, the command line of natsdelay serve")
+	}
+	if c.TraceFile != "" && c.OwnProcess {
+		bad("TraceFile traces this process: it cannot show natsdelay with OwnProcess")
+	}
+	if c.ServerPID < 0 || (c.ServerPID > 0 && c.NATSURL == "") {
+		bad("ServerPID (%d) must name the process of the server at NATSURL", c.ServerPID)
 	}
 	for _, ph := range c.Phases {
 		if !slices.Contains(Phases(), ph) {

@@ -57,36 +57,51 @@ type CPU struct {
 	// Bench is the bench process: the embedded nats-server (none with
 	// --nats) and the clients, and natsdelay where it runs inside.
 	Bench float64 `json:"bench_process_s"`
+	// Server is the nats-server process at Config.NATSURL, where
+	// Config.ServerPID names it; -1 otherwise (an embedded server is in
+	// Bench).
+	Server float64 `json:"nats_server_process_s"`
 }
 
 // cpuMark is the CPU time of the bench process and of natsdelay's
 // process at the start of a run.
 type cpuMark struct {
 	pid         int // natsdelay's process, or 0
+	srvPID      int // the nats-server's process, or 0
 	svc, self   time.Duration
+	srv         time.Duration
 	okSvc, okMe bool
+	okSrv       bool
 }
 
 // markCPU reads the CPU times now; pid is natsdelay's process, 0 when it
 // runs inside this one.
-func markCPU(pid int) cpuMark {
-	m := cpuMark{pid: pid}
+func (e *env) markCPU(pid int) cpuMark {
+	m := cpuMark{pid: pid, srvPID: e.cfg.ServerPID}
 	m.self, m.okMe = procCPU("self")
 	if pid > 0 {
 		m.svc, m.okSvc = procCPU(strconv.Itoa(pid))
+	}
+	if m.srvPID > 0 {
+		m.srv, m.okSrv = procCPU(strconv.Itoa(m.srvPID))
 	}
 	return m
 }
 
 // since is the CPU time spent since m.
 func (m cpuMark) since() CPU {
-	c := CPU{Service: -1, Bench: -1}
+	c := CPU{Service: -1, Bench: -1, Server: -1}
 	if now, ok := procCPU("self"); ok && m.okMe {
 		c.Bench = (now - m.self).Seconds()
 	}
 	if m.pid > 0 && m.okSvc {
 		if now, ok := procCPU(strconv.Itoa(m.pid)); ok {
 			c.Service = (now - m.svc).Seconds()
+		}
+	}
+	if m.srvPID > 0 && m.okSrv {
+		if now, ok := procCPU(strconv.Itoa(m.srvPID)); ok {
+			c.Server = (now - m.srv).Seconds()
 		}
 	}
 	return c

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"sync"
@@ -105,8 +107,10 @@ func (r *recorder) result(system string, rate float64) FireResult {
 // a consumer that records and ACKs every delivery.
 type sysRun struct {
 	system string
-	msg    func(i int, at time.Time) *nats.Msg
-	ok     replyOK
+	// pid is natsdelay's own process, or 0.
+	pid int
+	msg func(i int, at time.Time) *nats.Msg
+	ok  replyOK
 	// settled reports whether every delivery of n has been ACKed and the
 	// ACK applied.
 	settled func(n int) (bool, error)
@@ -117,7 +121,7 @@ type sysRun struct {
 func (e *env) startSystem(ctx context.Context, system, phase string, rec *recorder) (*sysRun, error) {
 	switch system {
 	case SystemDelay:
-		d, err := e.openDelay(filepath.Join(e.dir, phase))
+		d, err := e.openMeasured(filepath.Join(e.dir, phase))
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +131,7 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		}
 		return &sysRun{
 			system: system,
+			pid:    d.pid(),
 			msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
 			ok:     delayOK,
 			settled: func(int) (bool, error) {
@@ -216,7 +221,7 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	}
 	p := startProgress(e.cfg.Progress, fmt.Sprintf("fire %s %.0f/s", run.system, rate), n, &rec.count)
 	defer p.done()
-	mark := markCPU(0)
+	mark := e.markCPU(run.pid)
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, at(i)) }, run.ok, new(atomic.Int64))
 	if err != nil {
@@ -241,7 +246,20 @@ func (e *env) runFire(ctx context.Context) (res []FireResult, err error) {
 			if err != nil {
 				return res, err
 			}
+			var stopTrace func() error
+			if e.cfg.TraceFile != "" && system == SystemDelay {
+				name := e.cfg.TraceFile
+				if i > 0 {
+					name += "." + strconv.FormatFloat(rate, 'f', -1, 64)
+				}
+				if stopTrace, err = startTrace(name); err != nil {
+					return res, errors.Join(err, run.stop())
+				}
+			}
 			r, err := e.fire(run, rec, e.cfg.FireMsgs, rate, e.cfg.FireLead)
+			if stopTrace != nil {
+				err = errors.Join(err, stopTrace())
+			}
 			if err = errors.Join(err, run.stop()); err != nil {
 				return res, fmt.Errorf("bench: fire %s at %.0f/s: %w", system, rate, err)
 			}
@@ -273,7 +291,7 @@ func (e *env) runEndToEnd(ctx context.Context) (res []EndToEndResult, err error)
 func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error) {
 	p := startProgress(e.cfg.Progress, "end to end "+run.system, n, &rec.count)
 	defer p.done()
-	mark := markCPU(0)
+	mark := e.markCPU(run.pid)
 	start := time.Now()
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return run.msg(i, time.Now().Truncate(time.Millisecond)) }, run.ok, new(atomic.Int64))
@@ -291,6 +309,21 @@ func (e *env) endToEnd(run *sysRun, rec *recorder, n int) (EndToEndResult, error
 	cpu := mark.since()
 	d := rec.result(run.system, 0).Delivered
 	return EndToEndResult{System: run.system, Msgs: n, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds(), CPU: cpu}, nil
+}
+
+// startTrace writes a runtime execution trace to file until stop.
+func startTrace(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench: trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: trace: %w", err), f.Close())
+	}
+	return func() error {
+		trace.Stop()
+		return f.Close()
+	}, nil
 }
 
 // poll calls cond every millisecond until it holds, fails, or timeout

@@ -21,31 +21,32 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 		system string
 		msg    func(i int) *nats.Msg
 		ok     replyOK
-		start  func() (stop func() error, err error)
+		// start returns, besides stop, natsdelay's own process, or 0.
+		start func() (stop func() error, pid int, err error)
 	}
 	echo := "bench." + e.id + ".echo"
 	targets := []target{
 		{SystemDelay, func(int) *nats.Msg { return e.delayMsg(e.plain+".ingest", time.Time{}) }, delayOK,
-			func() (func() error, error) {
-				d, err := e.openDelay(filepath.Join(e.dir, "ingest"))
+			func() (func() error, int, error) {
+				d, err := e.openMeasured(filepath.Join(e.dir, "ingest"))
 				if err != nil {
-					return nil, err
+					return nil, 0, err
 				}
-				return d.close, nil
+				return d.close, d.pid(), nil
 			}},
 		{SystemJS, func(i int) *nats.Msg { return e.jsMsg("ingest", i, future) }, jsOK,
-			func() (func() error, error) {
+			func() (func() error, int, error) {
 				s, err := e.stream(ctx, "ingest")
 				if err != nil {
-					return nil, err
+					return nil, 0, err
 				}
-				return func() error { return e.deleteStream(ctx, s) }, nil
+				return func() error { return e.deleteStream(ctx, s) }, 0, nil
 			}},
 		{SystemCore, func(int) *nats.Msg { return &nats.Msg{Subject: echo, Data: e.payload} }, anyOK,
-			func() (func() error, error) {
+			func() (func() error, int, error) {
 				nc, err := e.connect("bench-echo")
 				if err != nil {
-					return nil, err
+					return nil, 0, err
 				}
 				// The answer is as small as natsdelay's, so the baseline
 				// differs only in what the server side does.
@@ -57,19 +58,19 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 				}
 				if err != nil {
 					nc.Close()
-					return nil, fmt.Errorf("bench: echo responder: %w", err)
+					return nil, 0, fmt.Errorf("bench: echo responder: %w", err)
 				}
-				return func() error { nc.Close(); return nil }, nil
+				return func() error { nc.Close(); return nil }, 0, nil
 			}},
 	}
 	for _, t := range targets {
-		stop, err := t.start()
+		stop, pid, err := t.start()
 		if err != nil {
 			return res, err
 		}
 		var done atomic.Int64
 		p := startProgress(e.cfg.Progress, "ingest "+t.system+" pipelined", n, &done)
-		mark := markCPU(0)
+		mark := e.markCPU(pid)
 		el, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, t.msg, t.ok, &done)
 		cpu := mark.since()
 		p.done()
@@ -80,7 +81,7 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 			// ones rather than replacements of the pipelined run's.
 			msg := func(i int) *nats.Msg { return t.msg(n + i) }
 			p = startProgress(e.cfg.Progress, "ingest "+t.system+" requesters", n, &done)
-			mark = markCPU(0)
+			mark = e.markCPU(pid)
 			el, failed, err = requesters(e.conns, n, e.cfg.Requesters, e.cfg.Timeout, msg, t.ok, &done)
 			cpu = mark.since()
 			p.done()

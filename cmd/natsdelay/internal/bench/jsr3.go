@@ -136,7 +136,7 @@ func (e *env) runJSR3(ctx context.Context, cr *ClusterResult) error {
 			base = n
 		}
 		msg := func(i int) *nats.Msg { return je.jsMsg("r3ingest", base+i, future) }
-		mark := markCPU(0)
+		mark := e.markCPU(0)
 		var el time.Duration
 		var failed int
 		if mode == "pipelined" {

@@ -145,7 +145,7 @@ func (e *env) recurDelay() (_ RecurLateness, err error) {
 		h.Set(wire.HeaderAt, start.UTC().Format(time.RFC3339Nano))
 		return &nats.Msg{Subject: e.ingest + "." + prefix + strconv.Itoa(i), Header: h, Data: e.payload}
 	}
-	mark := markCPU(0)
+	mark := e.markCPU(0)
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))
 	if err == nil && failed > 0 {
 		err = fmt.Errorf("%d of %d schedules refused", failed, n)
@@ -234,7 +234,7 @@ func (e *env) recurJetStream(ctx context.Context) (_ RecurLateness, err error) {
 		h.Set(jetstream.ScheduleTargetHeader, e.fired+"."+phase)
 		return &nats.Msg{Subject: prefix + strconv.Itoa(i), Header: h, Data: e.payload}
 	}
-	mark := markCPU(0)
+	mark := e.markCPU(0)
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, msg, jsOK, new(atomic.Int64))
 	if err == nil && failed > 0 {
 		err = fmt.Errorf("%d of %d schedules refused", failed, n)
@@ -392,7 +392,7 @@ func (e *env) recurIdle() (_ *RecurIdleResult, err error) {
 	}
 	var done atomic.Int64
 	p := startProgress(e.cfg.Progress, "recurring idle fill", n, &done)
-	mark := markCPU(d.pid())
+	mark := e.markCPU(d.pid())
 	el, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, &done)
 	res.IngestCPU = mark.since()
 	p.done()
@@ -410,7 +410,7 @@ func (e *env) recurIdle() (_ *RecurIdleResult, err error) {
 
 	// Idle: nothing is due, nothing arrives; what it costs is the
 	// process's own timers and housekeeping.
-	mark = markCPU(d.pid())
+	mark = e.markCPU(d.pid())
 	time.Sleep(e.cfg.RecurIdleFor)
 	res.IdleCPU = mark.since()
 

@@ -43,7 +43,15 @@ func WriteTable(w io.Writer, res *Results) error {
 		}
 		for _, mode := range []string{"pipelined", "requesters"} {
 			d, j, b := ingestCPU(res, SystemDelay, mode), ingestCPU(res, SystemJS, mode), ingestCPU(res, SystemCore, mode)
-			p("%s: %s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), cpuBench, lower, dec(d), dec(j), versus(d, j, lower), dec(b), versus(d, b, lower))
+			p("%s: %s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), cpuLabel(c.OwnProcess, c.ServerProcess), lower, dec(d), dec(j), versus(d, j, lower), dec(b), versus(d, b, lower))
+			dr, jr, br := ingestRun(res, SystemDelay, mode), ingestRun(res, SystemJS, mode), ingestRun(res, SystemCore, mode)
+			if c.OwnProcess {
+				p("%s: CPU µs/msg, natsdelay process\t%s\t%s\t\t\t\t\t", ingestLabel(c, mode), lower, dec(perMsgUs(dr.CPU.Service, dr.Msgs)))
+			}
+			if c.ServerProcess {
+				ds, js, bs := perMsgUs(dr.CPU.Server, dr.Msgs), perMsgUs(jr.CPU.Server, jr.Msgs), perMsgUs(br.CPU.Server, br.Msgs)
+				p("%s: CPU µs/msg, nats-server process\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), lower, dec(ds), dec(js), versus(ds, js, lower), dec(bs), versus(ds, bs, lower))
+			}
 		}
 		p("\t")
 	}
@@ -66,8 +74,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("early\t\t%d\t%d\t\t", d.Early, j.Early)
 		p("delivered\t\t%d\t%d\t\t", d.Delivered, j.Delivered)
 		p("delivered msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.DeliveredRate), num(j.DeliveredRate), versus(d.DeliveredRate, j.DeliveredRate, higher))
-		dc, jc := perMsgUs(d.CPU.Bench, d.Scheduled), perMsgUs(j.CPU.Bench, j.Scheduled)
-		p("%s\t%s\t%s\t%s\t%s\t", cpuBench, lower, dec(dc), dec(jc), versus(dc, jc, lower))
+		writeSplitCPU(p, d.CPU, j.CPU, d.Scheduled, j.Scheduled, c.OwnProcess, c.ServerProcess)
 		if d.LeadMissed || j.LeadMissed {
 			p("ingest overran the %.0f ms lead\t\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
 		}
@@ -78,8 +85,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		d, j := res.EndToEnd[0], res.EndToEnd[1]
 		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
 		p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
-		dc, jc := perMsgUs(d.CPU.Bench, d.Msgs), perMsgUs(j.CPU.Bench, j.Msgs)
-		p("%s\t%s\t%s\t%s\t%s\t", cpuBench, lower, dec(dc), dec(jc), versus(dc, jc, lower))
+		writeSplitCPU(p, d.CPU, j.CPU, d.Msgs, j.Msgs, c.OwnProcess, c.ServerProcess)
 		p("\t")
 	}
 
@@ -143,9 +149,48 @@ const (
 	cpuBench = "CPU µs/msg, whole bench process"
 	cpuNote  = "CPU: user+system time per message from /proc/<pid>/stat (10 ms ticks). Ingest, fire and end to end run natsdelay\n" +
 		"  inside the bench process, beside the embedded nats-server and the clients, so their figure is that whole process\n" +
-		"  for either system; scale and waves run natsdelay as its own process, counted apart from the bench process\n" +
-		"  (nats-server and clients, which one process cannot tell apart)"
+		"  for either system, unless --own-process; scale and waves run natsdelay as its own process, counted apart from\n" +
+		"  the bench process (nats-server and clients, unless --nats-pid names the server's own process)"
 )
+
+// cpuLabel names what the bench process's CPU time holds: natsdelay
+// unless it ran as its own process (own), the server unless it ran as its
+// own process the bench could read (srv).
+func cpuLabel(own, srv bool) string {
+	switch {
+	case own && srv:
+		return "CPU µs/msg, bench process (clients)"
+	case own:
+		return "CPU µs/msg, bench process (nats-server, clients)"
+	}
+	return cpuBench
+}
+
+// writeSplitCPU prints the CPU rows of a fire or end-to-end table: the
+// bench process, and natsdelay's and the server's processes where they
+// ran apart, and for natsdelay the sum of what the run cost.
+func writeSplitCPU(p func(string, ...any), d, j CPU, dn, jn int, own, srv bool) {
+	dc, jc := perMsgUs(d.Bench, dn), perMsgUs(j.Bench, jn)
+	p("%s\t%s\t%s\t%s\t%s\t", cpuLabel(own, srv), lower, dec(dc), dec(jc), versus(dc, jc, lower))
+	if own {
+		p("CPU µs/msg, natsdelay process\t%s\t%s\t\t\t", lower, dec(perMsgUs(d.Service, dn)))
+	}
+	if srv {
+		ds, js := perMsgUs(d.Server, dn), perMsgUs(j.Server, jn)
+		p("CPU µs/msg, nats-server process\t%s\t%s\t%s\t%s\t", lower, dec(ds), dec(js), versus(ds, js, lower))
+		if own {
+			sv := perMsgUs(d.Service, dn) / ds
+			p("natsdelay process / nats-server process\t%s\t%s\t\t\t", lower, dec(sv))
+		}
+	}
+	if own {
+		ds, js := perMsgUs(d.Service+d.Bench, dn), perMsgUs(j.Bench, jn)
+		if srv {
+			ds, js = perMsgUs(d.Service+d.Bench+d.Server, dn), perMsgUs(j.Bench+j.Server, jn)
+		}
+		p("CPU µs/msg, all processes\t%s\t%s\t%s\t%s\t", lower, dec(ds), dec(js), versus(ds, js, lower))
+	}
+}
 
 // writeCPURows prints the CPU time per message of n messages: natsdelay's
 // process when it has its own, and the bench process. format places the
@@ -176,7 +221,7 @@ func writeWaves(p func(string, ...any), wv *WavesResult) {
 		p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", label, dec(mib(m.RSSBytes)), heap, count(m.DispatchSubjects), rate,
 			dec(perMsgUs(cpu.Service, wv.Subjects)), dec(perMsgUs(cpu.Bench, wv.Subjects)))
 	}
-	row("idle, before the first wave", wv.Idle, "", CPU{Service: -1, Bench: -1})
+	row("idle, before the first wave", wv.Idle, "", CPU{Service: -1, Bench: -1, Server: -1})
 	for i, w := range wv.Waves {
 		row(fmt.Sprintf("after wave %d, drained", i+1), w.Mem, num(w.Rate), w.CPU)
 	}
@@ -373,6 +418,16 @@ func ingestCPU(res *Results, system, mode string) float64 {
 	return math.NaN()
 }
 
+// ingestRun is the ingest run of system in mode, or one with no figures.
+func ingestRun(res *Results, system, mode string) IngestResult {
+	for _, r := range res.Ingest {
+		if r.System == system && r.Mode == mode {
+			return r
+		}
+	}
+	return IngestResult{Rate: math.NaN(), CPU: CPU{Service: -1, Bench: -1, Server: -1}}
+}
+
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func orDash(s string) string {
@@ -457,7 +512,7 @@ func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
 				return r
 			}
 		}
-		return IngestResult{Rate: math.NaN(), CPU: CPU{Service: -1, Bench: -1}}
+		return IngestResult{Rate: math.NaN(), CPU: CPU{Service: -1, Bench: -1, Server: -1}}
 	}
 	fire := func(system string) FireResult {
 		for _, f := range cr.Fire {

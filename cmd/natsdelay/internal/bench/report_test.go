@@ -249,3 +249,46 @@ func TestWriteTable_ScaleAndWaves(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTable_SplitCPU checks that with natsdelay and the nats-server
+// each in a process of its own, the end-to-end table shows each one's CPU
+// time per message and natsdelay's against the server's, so the cost
+// target (natsdelay at most the server that carries its messages) can be
+// read off the table.
+func TestWriteTable_SplitCPU(t *testing.T) {
+	res := sampleResults()
+	res.Config.OwnProcess, res.Config.ServerProcess = true, true
+	// 2,000 msgs: natsdelay 0.04 s, server 0.02 s, clients 0.01 s;
+	// JetStream's run: server 0.06 s, clients 0.01 s.
+	res.EndToEnd[0].CPU = CPU{Service: 0.04, Bench: 0.01, Server: 0.02}
+	res.EndToEnd[1].CPU = CPU{Service: -1, Bench: 0.01, Server: 0.06}
+	var b strings.Builder
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	_, e2e, ok := strings.Cut(b.String(), "end to end:")
+	if !ok {
+		t.Fatalf("no end-to-end table:\n%s", b.String())
+	}
+	for _, want := range [][]string{
+		{"CPU µs/msg, bench process (clients)", "lower", "5.00", "5.00", "same"},
+		{"CPU µs/msg, natsdelay process", "lower", "20.0"},
+		{"CPU µs/msg, nats-server process", "lower", "10.0", "30.0", "3.00x", "better"},
+		{"natsdelay process / nats-server process", "lower", "2.00"},
+		{"CPU µs/msg, all processes", "lower", "35.0", "35.0", "same"},
+	} {
+		found := false
+		for line := range strings.Lines(e2e) {
+			if rest, ok := strings.CutPrefix(line, want[0]+"  "); ok {
+				found = true
+				if got := strings.Fields(rest); !slices.Equal(got, want[1:]) {
+					t.Errorf("row %q: %q, want %q", want[0], got, want[1:])
+				}
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no row %q in:\n%s", want[0], e2e)
+		}
+	}
+}

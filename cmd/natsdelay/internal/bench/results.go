@@ -82,7 +82,13 @@ type ConfigSummary struct {
 	RecurIdle      int       `json:"recur_idle"`
 	RecurIdleFor   string    `json:"recur_idle_for"`
 	JSSyncAlways   bool      `json:"js_sync_always"`
-	Phases         []string  `json:"phases"`
+	// ServerProcess says the nats-server's CPU time was read from its own
+	// process (Config.ServerPID); the CPU figures' Server fields hold it.
+	ServerProcess bool `json:"nats_server_process"`
+	// OwnProcess says natsdelay ran as its own process in ingest, fire and
+	// end to end (Config.OwnProcess); their Service fields hold its CPU.
+	OwnProcess bool     `json:"own_process"`
+	Phases     []string `json:"phases"`
 }
 
 // IngestResult is one acknowledged-scheduling run.

@@ -129,8 +129,8 @@ func summary(c Config) ConfigSummary {
 		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), Waves: c.Waves, WaveSubjects: c.WaveSubjects,
 		RecurSchedules: c.RecurSchedules, RecurEvery: c.RecurEvery.String(), RecurDuration: c.RecurDuration.String(),
 		RecurIdle: c.RecurIdle, RecurIdleFor: c.RecurIdleFor.String(),
-		JSSyncAlways: c.JSSyncAlways,
-		Phases:       Phases(),
+		JSSyncAlways: c.JSSyncAlways, ServerProcess: c.ServerPID > 0, OwnProcess: c.OwnProcess,
+		Phases: Phases(),
 	}
 }
 

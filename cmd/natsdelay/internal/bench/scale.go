@@ -44,7 +44,7 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 
 	var done atomic.Int64
 	p := startProgress(e.cfg.Progress, "scale fill", e.cfg.ScalePending, &done)
-	mark := markCPU(d.pid())
+	mark := e.markCPU(d.pid())
 	el, failed, err := pipelined(e.conns[0], e.cfg.ScalePending, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg { return e.delayMsg(e.futureSubject(i), time.Time{}) }, delayOK, &done)
 	sr.FillCPU = mark.since()

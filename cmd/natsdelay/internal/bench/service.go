@@ -60,6 +60,16 @@ func (e *env) openService(dir string) (service, error) {
 	return e.startProcess(dir)
 }
 
+// openMeasured starts natsdelay for ingest, fire and end to end: in this
+// process, unless the config asks for its own so that its CPU time is
+// counted apart.
+func (e *env) openMeasured(dir string) (service, error) {
+	if e.cfg.OwnProcess {
+		return e.startProcess(dir)
+	}
+	return e.openDelay(dir)
+}
+
 // process is `natsdelay serve` as a child process, on the bench's server.
 type process struct {
 	e      *env

@@ -53,7 +53,7 @@ func (e *env) wave(d service, k int, idle int64) (WaveResult, error) {
 		return WaveResult{}, err
 	}
 	p := startProgress(e.cfg.Progress, fmt.Sprintf("wave %d of %d", k+1, e.cfg.Waves), n, &rec.count)
-	mark := markCPU(d.pid())
+	mark := e.markCPU(d.pid())
 	start := time.Now()
 	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
 		func(i int) *nats.Msg {
