@@ -167,7 +167,12 @@ type Dispatcher struct {
 		idle []*topic
 		// peaks are the most entries each map held since it was last
 		// copied; see shrunk.
-		peaks struct{ topics, flights, unsent, canceled int }
+		peaks struct{ topics, flights, unsent, canceled, ahead int }
+		// ahead holds the occurrences the planner planned before they
+		// fell due, until they are first published (see planLoop and
+		// publish), and planFrom is how far it has read the due index.
+		ahead    map[keys.Key]aheadPlan
+		planFrom *keys.Key
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
@@ -239,6 +244,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
 	d.mu.unsent = make(map[keys.Key]uint32)
+	d.mu.ahead = make(map[keys.Key]aheadPlan)
 	d.flushing.cond = sync.NewCond(&d.flushing.Mutex)
 	return d, nil
 }
@@ -267,6 +273,9 @@ func (d *Dispatcher) Start() error {
 	d.flushing.Unlock()
 	d.goFunc(d.run)
 	d.goFunc(d.flushLoop)
+	if d.cfg.PlanAhead > 0 {
+		d.goFunc(d.planLoop)
+	}
 	return nil
 }
 
@@ -304,7 +313,9 @@ func (d *Dispatcher) Stats() Stats {
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
-		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
+		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
+		Withdrawn: c.withdrawn.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
 	}
 }
 

@@ -1,0 +1,174 @@
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+// aheadPlan is an occurrence the planner planned before it fell due and
+// that this process has not published yet.
+type aheadPlan struct {
+	next   keys.Key // its successor, stored by the same commit
+	fireAt int64    // the occurrence's planned time, Unix ns
+}
+
+// aheadPruneAfter is how long past its time an occurrence planned ahead
+// and still not published (its subject backing off, say) keeps its entry
+// before the planner checks whether it is gone from the store.
+const aheadPruneAfter = time.Minute
+
+// planLoop plans, ahead of time, the occurrences of recurring schedules
+// that fall due within Config.PlanAhead, so that a pass publishes them
+// with no commit before them: the planning fsync, which used to come
+// between an occurrence falling due and its publish, happens up to
+// PlanAhead earlier, in one batch for all of them.
+//
+// It is only a head start. What it does not plan (a schedule taken in
+// after its read, a successor planned inside the window, a failed commit)
+// the pass plans before publishing, as it always did, and the two meet in
+// Advance, which plans an occurrence once (ErrPlanned for the other).
+func (d *Dispatcher) planLoop() {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-timer.C:
+		}
+		timer.Reset(d.planAhead())
+	}
+}
+
+// planAhead plans the unplanned occurrences due within the look-ahead
+// that the planner has not read yet, and returns how long to wait before
+// reading again.
+func (d *Dispatcher) planAhead() time.Duration {
+	ahead := d.cfg.PlanAhead
+	// NB: read again when half the window has passed, so each occurrence
+	// is planned between PlanAhead/2 and PlanAhead before its time.
+	wait := ahead / 2
+	now := d.nowNs()
+	horizon := after(now, ahead)
+	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
+	d.pruneAhead(now)
+
+	d.mu.Lock()
+	from := d.mu.planFrom
+	d.mu.Unlock()
+	if from == nil {
+		// NB: what is due already is the passes' to plan, as they deliver
+		// it; the planner starts at the current bucket, so a backlog after
+		// an outage costs it nothing.
+		k := keys.New(0, keys.Bucket(now/int64(time.Millisecond), d.bucketMs), 0)
+		from = &k
+	}
+	limit := d.cfg.PassLimit
+	var found []keys.Key
+	full := false
+	err := d.repo.ScanDue(from, maxBucket, func(k keys.Key) bool {
+		if len(found) == limit {
+			full = true
+			return false
+		}
+		found = append(found, k)
+		return true
+	})
+	if err != nil {
+		d.log.Warn("reading the due index to plan occurrences ahead", "err", err)
+		return wait
+	}
+	if len(found) == 0 {
+		return wait
+	}
+	if full {
+		wait = 0 // more within the window: read on at once
+	}
+
+	var plans []delaystore.Plan
+	for _, k := range found {
+		m, err := d.repo.Get(k)
+		if err != nil {
+			if !errors.Is(err, delaystore.ErrNotFound) {
+				d.log.Warn("reading an occurrence to plan it ahead", "tag", k, "err", err)
+			}
+			continue
+		}
+		r := m.GetRecurrence()
+		if r == nil || r.Planned || m.FireAtNs < now || m.FireAtNs > horizon {
+			// NB: one due already is being delivered by a pass, which
+			// plans it with the catch-up policy; one beyond the horizon
+			// (a coarse time bucket) is planned on delivery.
+			continue
+		}
+		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
+		if p.Drop {
+			continue // not possible for one in the future; the pass decides
+		}
+		plans = append(plans, p)
+	}
+	last := found[len(found)-1]
+	d.mu.Lock()
+	d.mu.planFrom = &last
+	d.mu.Unlock()
+	if len(plans) == 0 {
+		return wait
+	}
+
+	res, err := d.repo.Advance(plans, delaystore.Sync)
+	if err != nil {
+		// Nothing stored: the passes plan them on delivery.
+		d.log.Warn("planning occurrences ahead", "occurrences", len(plans), "err", err)
+		return wait
+	}
+	d.stats.plannedAhead.Add(uint64(len(plans)))
+	d.mu.Lock()
+	for j, p := range plans {
+		if res[j].Err != nil || p.Next == nil {
+			continue // planned meanwhile, gone, or the last
+		}
+		d.mu.ahead[p.Key] = aheadPlan{next: res[j].Next, fireAt: p.Cur.FireAtNs}
+	}
+	d.mu.Unlock()
+	for j, p := range plans {
+		if res[j].Err == nil && p.Next != nil {
+			d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
+		}
+	}
+	return wait
+}
+
+// pruneAhead forgets occurrences planned ahead long ago that are gone from
+// the store (canceled by tag, expired): nothing will publish them.
+func (d *Dispatcher) pruneAhead(now int64) {
+	old := now - int64(aheadPruneAfter)
+	var stale []keys.Key
+	d.mu.Lock()
+	for k, a := range d.mu.ahead {
+		if a.fireAt < old {
+			stale = append(stale, k)
+		}
+	}
+	d.mu.Unlock()
+	for _, k := range stale {
+		if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
+			d.mu.Lock()
+			delete(d.mu.ahead, k)
+			d.mu.Unlock()
+		}
+	}
+	d.mu.Lock()
+	d.mu.ahead = shrunk(d.mu.ahead, &d.mu.peaks.ahead)
+	d.mu.Unlock()
+}
+
+// successorGone reports whether the successor of an occurrence planned
+// ahead is gone from the store: canceled or replaced by (subject,
+// Delay-Id) before the occurrence went out.
+func (d *Dispatcher) successorGone(next keys.Key) bool {
+	_, err := d.repo.Get(next)
+	return errors.Is(err, delaystore.ErrNotFound)
+}
