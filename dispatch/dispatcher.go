@@ -167,12 +167,14 @@ type Dispatcher struct {
 		idle []*topic
 		// peaks are the most entries each map held since it was last
 		// copied; see shrunk.
-		peaks struct{ topics, flights, unsent, canceled, ahead int }
+		peaks struct{ topics, flights, unsent, canceled, ahead, aheadNext int }
 		// ahead holds the occurrences the planner planned before they
 		// fell due, until they are first published (see planLoop and
-		// publish), and planFrom is how far it has read the due index.
-		ahead    map[keys.Key]aheadPlan
-		planFrom *keys.Key
+		// publish), aheadNext each one's key by its successor's, and
+		// planFrom is how far the planner has read the due index.
+		ahead     map[keys.Key]aheadPlan
+		aheadNext map[keys.Key]keys.Key
+		planFrom  *keys.Key
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
@@ -245,6 +247,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.canceled = make(map[keys.Key]struct{})
 	d.mu.unsent = make(map[keys.Key]uint32)
 	d.mu.ahead = make(map[keys.Key]aheadPlan)
+	d.mu.aheadNext = make(map[keys.Key]keys.Key)
 	d.flushing.cond = sync.NewCond(&d.flushing.Mutex)
 	return d, nil
 }
@@ -406,6 +409,7 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		// the deleter's commits.
 		d.mu.canceled[s.Replaced] = struct{}{}
 		d.mu.committed = append(d.mu.committed, s.Replaced)
+		d.withdrawAheadLocked(s.Replaced)
 	}
 	at := d.scannableAt(s.Key, fireAtNs)
 	if s.Key.Bucket() >= d.mu.scannedUpTo {

@@ -304,12 +304,6 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 	sent := out[:0]
 	for _, o := range out {
 		f := o.f
-		d.mu.Lock()
-		a, ahead := d.mu.ahead[f.key]
-		d.mu.Unlock()
-		// NB: read before the check below, which sees a cancel or replace
-		// that commits after this read by its mark in canceled.
-		gone := ahead && d.successorGone(a.next)
 		// NB: pubMu is taken for each message, not for the whole loop: it
 		// only has to make the check and the publish of one key atomic
 		// against Ack and Cancel of that key, and holding it for a whole
@@ -322,20 +316,17 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.pubMu.Unlock()
 			continue
 		}
-		if ahead {
-			delete(d.mu.ahead, f.key)
-			if _, canceled := d.mu.canceled[a.next]; canceled || gone {
-				// Planned ahead, then its schedule was canceled or
-				// replaced by Delay-Id (which took the successor) before
-				// it fell due: it ends with the schedule, unsent, as it
-				// would have had it not been planned yet.
-				d.markSettlingLocked(f.key)
-				d.mu.Unlock()
-				d.pubMu.Unlock()
-				d.stats.withdrawn.Add(1)
-				d.deleteThen(f.key, nil)
-				continue
-			}
+		if d.takeAheadLocked(f.key) {
+			// Planned ahead, then its schedule was canceled or replaced
+			// by Delay-Id (which took the successor) before it fell due:
+			// it ends with the schedule, unsent, as it would have had it
+			// not been planned yet.
+			d.markSettlingLocked(f.key)
+			d.mu.Unlock()
+			d.pubMu.Unlock()
+			d.stats.withdrawn.Add(1)
+			d.deleteThen(f.key, nil)
+			continue
 		}
 		f.state = stateSent
 		f.pass = pass

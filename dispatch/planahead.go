@@ -13,6 +13,10 @@ import (
 type aheadPlan struct {
 	next   keys.Key // its successor, stored by the same commit
 	fireAt int64    // the occurrence's planned time, Unix ns
+	// withdrawn is set once the successor is canceled or replaced by
+	// (subject, Delay-Id): the schedule ended before the occurrence fell
+	// due, so it must not go out (see withdrawAheadLocked).
+	withdrawn bool
 }
 
 // aheadPruneAfter is how long past its time an occurrence planned ahead
@@ -125,20 +129,64 @@ func (d *Dispatcher) planAhead() time.Duration {
 		return wait
 	}
 	d.stats.plannedAhead.Add(uint64(len(plans)))
+	// NB: the successor is where Delay-Id points from the commit on, so a
+	// CANCEL or a replace by id may have taken it already. One whose mark
+	// came before the entry is seen in canceled here; one whose delete
+	// committed before the read below is seen by the read; any later one
+	// finds the entry (withdrawAheadLocked). The pass then needs no read.
 	d.mu.Lock()
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
 			continue // planned meanwhile, gone, or the last
 		}
-		d.mu.ahead[p.Key] = aheadPlan{next: res[j].Next, fireAt: p.Cur.FireAtNs}
+		next := res[j].Next
+		_, canceled := d.mu.canceled[next]
+		d.mu.ahead[p.Key] = aheadPlan{next: next, fireAt: p.Cur.FireAtNs, withdrawn: canceled}
+		d.mu.aheadNext[next] = p.Key
 	}
 	d.mu.Unlock()
 	for j, p := range plans {
-		if res[j].Err == nil && p.Next != nil {
-			d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
+		if res[j].Err != nil || p.Next == nil {
+			continue
 		}
+		if _, err := d.repo.Get(res[j].Next); errors.Is(err, delaystore.ErrNotFound) {
+			d.mu.Lock()
+			d.withdrawAheadLocked(res[j].Next)
+			d.mu.Unlock()
+			continue
+		}
+		d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
 	}
 	return wait
+}
+
+// withdrawAheadLocked is told that next, a pending occurrence, is canceled
+// or replaced. If it is the successor of an occurrence planned ahead and
+// not yet published, that occurrence is withdrawn: the pass that takes it
+// deletes it unsent. mu must be held.
+func (d *Dispatcher) withdrawAheadLocked(next keys.Key) {
+	x, ok := d.mu.aheadNext[next]
+	if !ok {
+		return
+	}
+	if a, ok := d.mu.ahead[x]; ok {
+		a.withdrawn = true
+		d.mu.ahead[x] = a
+	}
+}
+
+// takeAheadLocked forgets k's entry as an occurrence planned ahead, as it
+// goes out, and reports whether it was withdrawn. mu must be held.
+func (d *Dispatcher) takeAheadLocked(k keys.Key) (withdrawn bool) {
+	a, ok := d.mu.ahead[k]
+	if !ok {
+		return false
+	}
+	delete(d.mu.ahead, k)
+	if d.mu.aheadNext[a.next] == k {
+		delete(d.mu.aheadNext, a.next)
+	}
+	return a.withdrawn
 }
 
 // pruneAhead forgets occurrences planned ahead long ago that are gone from
@@ -156,19 +204,12 @@ func (d *Dispatcher) pruneAhead(now int64) {
 	for _, k := range stale {
 		if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
 			d.mu.Lock()
-			delete(d.mu.ahead, k)
+			d.takeAheadLocked(k)
 			d.mu.Unlock()
 		}
 	}
 	d.mu.Lock()
 	d.mu.ahead = shrunk(d.mu.ahead, &d.mu.peaks.ahead)
+	d.mu.aheadNext = shrunk(d.mu.aheadNext, &d.mu.peaks.aheadNext)
 	d.mu.Unlock()
-}
-
-// successorGone reports whether the successor of an occurrence planned
-// ahead is gone from the store: canceled or replaced by (subject,
-// Delay-Id) before the occurrence went out.
-func (d *Dispatcher) successorGone(next keys.Key) bool {
-	_, err := d.repo.Get(next)
-	return errors.Is(err, delaystore.ErrNotFound)
 }
