@@ -92,43 +92,39 @@ func (d *Dispatcher) planAhead() time.Duration {
 		wait = 0 // more within the window: read on at once
 	}
 
-	var plans []delaystore.Plan
-	for _, k := range found {
-		m, err := d.repo.Get(k)
-		if err != nil {
-			if !errors.Is(err, delaystore.ErrNotFound) {
-				d.log.Warn("reading an occurrence to plan it ahead", "tag", k, "err", err)
-			}
-			continue
-		}
-		r := m.GetRecurrence()
-		if r == nil || r.Planned || m.FireAtNs < now || m.FireAtNs > horizon {
-			// NB: one due already is being delivered by a pass, which
-			// plans it with the catch-up policy; one beyond the horizon
-			// (a coarse time bucket) is planned on delivery.
-			continue
-		}
-		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
-		if p.Drop {
-			continue // not possible for one in the future; the pass decides
-		}
-		plans = append(plans, p)
-	}
 	last := found[len(found)-1]
 	d.mu.Lock()
 	d.mu.planFrom = &last
 	d.mu.Unlock()
+
+	// NB: AdvanceEach reads each occurrence once, to plan and to write it.
+	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
+		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon {
+			// NB: one due already is being delivered by a pass, which
+			// plans it with the catch-up policy; one beyond the horizon
+			// (a coarse time bucket) is planned on delivery.
+			return delaystore.Plan{}, false
+		}
+		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
+		// NB: a catch-up skip is not possible for one in the future; if
+		// it were, the pass that delivers it decides.
+		return p, !p.Drop
+	}, delaystore.Sync)
+	if err != nil {
+		// Nothing stored: the passes plan them on delivery.
+		d.log.Warn("planning occurrences ahead", "occurrences", len(found), "err", err)
+		return wait
+	}
 	if len(plans) == 0 {
 		return wait
 	}
-
-	res, err := d.repo.Advance(plans, delaystore.Sync)
-	if err != nil {
-		// Nothing stored: the passes plan them on delivery.
-		d.log.Warn("planning occurrences ahead", "occurrences", len(plans), "err", err)
-		return wait
+	for _, r := range res {
+		if r.Err == nil {
+			d.stats.plannedAhead.Add(1)
+		} else {
+			d.log.Error("planning an occurrence ahead", "err", r.Err)
+		}
 	}
-	d.stats.plannedAhead.Add(uint64(len(plans)))
 	// NB: the successor is where Delay-Id points from the commit on, so a
 	// CANCEL or a replace by id may have taken it already. One whose mark
 	// came before the entry is seen in canceled here; one whose delete
