@@ -82,6 +82,10 @@ type topic struct {
 	// cursor is the inclusive lower bound of the next scan; nil means the
 	// topic's first key. Everything below it is in flight or settled.
 	cursor []byte
+	// single is the due-index entry that brought the topic into memory,
+	// while it is the only one known: its first scan reads just that key
+	// (see advanceFrontier and readSingle).
+	single *keys.Key
 	// rewind is the lowest key that became deliverable (committed, or
 	// bounced) since the scan under way began; nil if none. Such a key can
 	// sort below where the scan gets to, because the scan's snapshot did
