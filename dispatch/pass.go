@@ -98,17 +98,18 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, k := range found {
-		t, known := d.mu.topics[k.TopicHash()]
+		t := d.topicLocked(k.TopicHash())
 		switch {
-		case !known:
-			// NB: a topic not in memory has nothing pending below its
-			// first due-index entry but parked messages (see
-			// evictLongWaitsLocked): every other pending message has an
-			// entry the frontier passed before, whose scan kept the topic
-			// in memory until it was settled (same subject, so due order
-			// is key order). So its scan starts at the entry, and, while
-			// that entry is its only one, is a point read of it.
-			t = d.topicLocked(k.TopicHash())
+		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
+			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
+			// NB: a topic not waiting for a scan, with nothing arrived or
+			// bounced since its last one, has nothing pending from its
+			// cursor up to this entry but parked messages (see
+			// evictLongWaitsLocked): any other would have an entry the
+			// frontier passed before (same subject, so due order is key
+			// order), whose scan took it or left the topic waiting for
+			// another. So its scan starts at the entry, and, while that
+			// entry is its only one, is a point read of it.
 			t.cursor = k.Bytes()
 			single := k
 			t.single = &single

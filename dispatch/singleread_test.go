@@ -38,7 +38,8 @@ func (s *rangeCountingStore) scansOf(subject string) int {
 
 // TestDispatcher_SingleEntryTopic_PointRead checks that a subject brought
 // into memory by one due-index entry is read with a point lookup of that
-// entry's key, not a range scan, and that a subject with two messages due
+// entry's key, not a range scan, also for its next message once the
+// first is settled, and that a subject with two messages due
 // at once is still scanned as a range, delivering both in key order.
 func TestDispatcher_SingleEntryTopic_PointRead(t *testing.T) {
 	inner, err := pebblestore.Open(pebblestore.Config{InMemory: true})
@@ -91,6 +92,27 @@ func TestDispatcher_SingleEntryTopic_PointRead(t *testing.T) {
 	}
 	if n := st.scansOf("two"); n == 0 {
 		t.Fatal("the subject with two entries was not range-scanned")
+	}
+	// The next message of the same subject, after the first was ACKed,
+	// comes through the due index to a topic with nothing else pending:
+	// a point read again.
+	ackDone := make(chan error, 1)
+	d.Ack(res[0].Key, dispatch.Ack{Kind: dispatch.AckDone}, func(err error) { ackDone <- err })
+	if err := <-ackDone; err != nil {
+		t.Fatal(err)
+	}
+	later := clock.now().Add(100 * time.Millisecond)
+	res2, err := repo.Schedule([]*delaystore.StoredMessage{msgAt("one", later)}, delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Notify(res2[0], later.UnixNano())
+	clock.set(later.Add(10 * time.Millisecond))
+	if dl := <-pub.deliveries; dl.key != res2[0].Key {
+		t.Fatalf("delivered %v, want the later message %v", dl.key, res2[0].Key)
+	}
+	if n := st.scansOf("one"); n != 0 {
+		t.Fatalf("the subject was range-scanned %d times for its later message, want a point read", n)
 	}
 	if !bytes.Equal(res[0].Key[:8], binary.BigEndian.AppendUint64(nil, keys.TopicHash("one"))) {
 		t.Fatal("keys no longer start with the topic hash: the counting store needs changing")
