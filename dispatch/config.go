@@ -71,7 +71,9 @@ type Config struct {
 	// not published; one planned ahead is delivered even if a crash
 	// keeps it from going out on time (as one planned on delivery is).
 	// Negative disables it: occurrences are planned as they go out.
-	// Default 500ms.
+	// Each is planned between PlanAhead/2 and PlanAhead before its time,
+	// so a planning commit that takes up to PlanAhead/2 (a slow disk)
+	// still comes before it. Default 1s.
 	PlanAhead time.Duration
 
 	// Observer, if not nil, is told about every delivery.
@@ -95,7 +97,7 @@ func DefaultConfig() Config {
 		FlushTimeout:           5 * time.Second,
 		MaxPendingDeletes:      65536,
 		AttemptWriteDelay:      time.Second,
-		PlanAhead:              500 * time.Millisecond,
+		PlanAhead:              time.Second,
 	}
 }
 

@@ -136,6 +136,13 @@ func (d *Dispatcher) planAhead() time.Duration {
 			continue // planned meanwhile, gone, or the last
 		}
 		next := res[j].Next
+		if next.EventID() > 0 && dueBefore(next, *d.mu.planFrom) {
+			// A successor within the range read (an interval shorter
+			// than the look-ahead): read again from it, so it too is
+			// planned ahead.
+			from := keys.New(next.TopicHash(), next.Bucket(), next.EventID()-1)
+			d.mu.planFrom = &from
+		}
 		_, canceled := d.mu.canceled[next]
 		d.mu.ahead[p.Key] = aheadPlan{next: next, fireAt: p.Cur.FireAtNs, withdrawn: canceled}
 		d.mu.aheadNext[next] = p.Key
@@ -208,4 +215,16 @@ func (d *Dispatcher) pruneAhead(now int64) {
 	d.mu.ahead = shrunk(d.mu.ahead, &d.mu.peaks.ahead)
 	d.mu.aheadNext = shrunk(d.mu.aheadNext, &d.mu.peaks.aheadNext)
 	d.mu.Unlock()
+}
+
+// dueBefore reports whether a comes before b in the due index's order:
+// time bucket, then topic hash, then event ID.
+func dueBefore(a, b keys.Key) bool {
+	if a.Bucket() != b.Bucket() {
+		return a.Bucket() < b.Bucket()
+	}
+	if a.TopicHash() != b.TopicHash() {
+		return a.TopicHash() < b.TopicHash()
+	}
+	return a.EventID() < b.EventID()
 }

@@ -241,3 +241,27 @@ func TestDispatcher_PlanAhead_RestartDeliversPlannedOnce(t *testing.T) {
 		t.Fatalf("planned on delivery %d, want 0", st.PlannedOnDelivery)
 	}
 }
+
+// TestDispatcher_PlanAhead_ShortInterval checks that a successor planned
+// within the range the planner has read (an interval shorter than the
+// look-ahead) is planned ahead too, before its own time, not left for the
+// pass that delivers it.
+func TestDispatcher_PlanAhead_ShortInterval(t *testing.T) {
+	h := newPlanAheadHarness(t, func(c *dispatch.Config) { c.PlanAhead = time.Second })
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	// NB: another schedule due later in the window, in the same commit,
+	// so the planner has read past where the successor goes.
+	other := occurrenceAt("other", time.Hour, occ.Add(600*time.Millisecond), recur.One, 0)
+	h.schedule(occurrenceAt("rec", 200*time.Millisecond, occ, recur.One, 0), other)
+	h.waitCommit() // the first occurrences of both
+	h.waitCommit() // the successor, 200 ms later, still within the window
+	pend := h.pendingOf("rec")
+	if len(pend) < 3 || !pend[0].Recurrence.Planned || !pend[1].Recurrence.Planned || pend[1].FireAtNs != occ.Add(200*time.Millisecond).UnixNano() {
+		t.Fatalf("pending %v, want the first two occurrences planned and a third stored", pend)
+	}
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered before its time: %v", d)
+	default:
+	}
+}
