@@ -70,7 +70,9 @@ type Config struct {
 	// canceled or replaced by its Delay-Id after it was planned ahead is
 	// not published; one planned ahead is delivered even if a crash
 	// keeps it from going out on time (as one planned on delivery is).
-	// Negative disables it: occurrences are planned as they go out.
+	// Occurrences with a TTL are planned as they go out, since planning
+	// sets their expiry, which counts from then. Negative disables it:
+	// occurrences are planned as they go out.
 	// Each is planned between PlanAhead/2 and PlanAhead before its time,
 	// so a planning commit that takes up to PlanAhead/2 (a slow disk)
 	// still comes before it. Default 1s.

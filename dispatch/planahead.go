@@ -99,10 +99,13 @@ func (d *Dispatcher) planAhead() time.Duration {
 
 	// NB: AdvanceEach reads each occurrence once, to plan and to write it.
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
-		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon {
+		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 {
 			// NB: one due already is being delivered by a pass, which
 			// plans it with the catch-up policy; one beyond the horizon
-			// (a coarse time bucket) is planned on delivery.
+			// (a coarse time bucket) is planned on delivery. So is one
+			// with a TTL: planning sets its expiry, which counts from
+			// when it first goes out, and a pass late by more than the
+			// TTL must not find it expired unsent.
 			return delaystore.Plan{}, false
 		}
 		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)

@@ -265,3 +265,39 @@ func TestDispatcher_PlanAhead_ShortInterval(t *testing.T) {
 	default:
 	}
 }
+
+// TestDispatcher_PlanAhead_TTLCountsFromDelivery checks that an occurrence
+// with a TTL is not planned ahead: its expiry counts from when it first
+// goes out, so a pass that reaches it later than the TTL after its time
+// still delivers it instead of finding it expired.
+func TestDispatcher_PlanAhead_TTLCountsFromDelivery(t *testing.T) {
+	h := newPlanAheadHarness(t, nil)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	m := occurrenceAt("rec", time.Hour, occ, recur.One, 0)
+	m.TtlNs = int64(50 * time.Millisecond)
+	// A schedule without a TTL due at the same time, stored in the same
+	// commit: its planning tells that the planner has read past both.
+	companion := occurrenceAt("companion", time.Hour, occ, recur.One, 0)
+	k := h.schedule(m, companion)[0]
+	h.waitCommit()
+	if got, _ := h.repo.Get(k); got.Recurrence.Planned {
+		t.Fatal("the occurrence with a TTL was planned ahead")
+	}
+	h.clock.set(occ.Add(time.Second)) // the pass is a second late
+	for range 2 {
+		if d := h.next(10 * time.Second); d.subject == "rec" && d.key != k {
+			t.Fatalf("delivered %v, want the occurrence %v", d.key, k)
+		}
+	}
+	h.waitCommit() // planned by the pass, as it went out
+	if st := h.d.Stats(); st.PlannedOnDelivery != 1 || st.Expired != 0 {
+		t.Fatalf("planned on delivery %d, expired %d; want 1 and 0", st.PlannedOnDelivery, st.Expired)
+	}
+	got, err := h.repo.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := occ.Add(time.Second + 50*time.Millisecond).UnixNano(); got.ExpireAtNs != want {
+		t.Fatalf("expires at %d, want %d: the TTL after it went out", got.ExpireAtNs, want)
+	}
+}
