@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"natsdelay/keys"
@@ -57,23 +58,103 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 	if r.closed.Load() {
 		return nil, ErrClosed
 	}
+	r.resetScratch()
 	out := make([]Planned, len(plans))
+	stored := make([]*StoredMessage, len(plans))
+	for i := range plans {
+		m, err := r.get(plans[i].Key)
+		if err == nil {
+			err = check(&plans[i], m)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("delaystore: advance %v: %w", plans[i].Key, err)
+			continue
+		}
+		stored[i] = m
+	}
+	if err := r.advanceBatch(plans, stored, out, sync); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PlanFunc returns the plan of the occurrence stored under k, or false to
+// leave it be. It is called with the writers' lock held, so it must not
+// call the Repository; stored is the caller's to keep.
+type PlanFunc func(k keys.Key, stored *StoredMessage) (Plan, bool)
+
+// AdvanceEach is Advance for occurrences the caller has not read: it reads
+// the message under each of ks once, under the writers' lock, asks plan
+// for its Plan, and commits the plans in one batch with sync. Keys with
+// nothing pending, and those plan leaves be, are skipped; an occurrence
+// that was planned already is skipped too, whatever plan says. It returns
+// the plans carried out or refused, with what became of each, in the
+// order of ks; the error is for the whole batch, and then nothing is
+// stored.
+//
+// NB: reading the occurrence here, with the lock that keeps it from
+// changing until the commit, spares the caller a read of its own before
+// Advance reads it again to check it.
+func (r *Repository) AdvanceEach(ks []keys.Key, plan PlanFunc, sync SyncMode) ([]Plan, []Planned, error) {
+	if len(ks) == 0 {
+		return nil, nil, nil
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	r.resetScratch()
+	var plans []Plan
+	var stored []*StoredMessage
+	var out []Planned
+	for _, k := range ks {
+		m, err := r.get(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("delaystore: advance %v: %w", k, err)
+		}
+		if m.GetRecurrence().GetPlanned() {
+			continue
+		}
+		p, ok := plan(k, m)
+		if !ok {
+			continue
+		}
+		p.Key = k
+		plans = append(plans, p)
+		if err := check(&p, m); err != nil {
+			stored = append(stored, nil)
+			out = append(out, Planned{Err: fmt.Errorf("delaystore: advance %v: %w", k, err)})
+			continue
+		}
+		stored = append(stored, m)
+		out = append(out, Planned{})
+	}
+	if err := r.advanceBatch(plans, stored, out, sync); err != nil {
+		return nil, nil, err
+	}
+	return plans, out, nil
+}
+
+// advanceBatch writes plans[i] for every stored[i] that is not nil, in
+// one batch committed with sync, setting out[i].Next. wmu must be held and
+// the scratch reset.
+func (r *Repository) advanceBatch(plans []Plan, stored []*StoredMessage, out []Planned, sync SyncMode) error {
 	b := r.s.NewBatch()
 	defer b.Close()
-	r.resetScratch()
 	deltas := r.w.deltas
 	var last uint64
 	wrote := false
 	for i := range plans {
-		p := &plans[i]
-		stored, err := r.check(p)
-		if err != nil {
-			out[i].Err = fmt.Errorf("delaystore: advance %v: %w", p.Key, err)
+		if stored[i] == nil {
 			continue
 		}
-		k, ok, err := r.advance(b, deltas, p, stored)
+		k, ok, err := r.advance(b, deltas, &plans[i], stored[i])
 		if err != nil {
-			return nil, fmt.Errorf("delaystore: advance %v: %w", p.Key, err)
+			return fmt.Errorf("delaystore: advance %v: %w", plans[i].Key, err)
 		}
 		if ok {
 			out[i].Next = k
@@ -82,15 +163,15 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 		wrote = true
 	}
 	if !wrote {
-		return out, nil
+		return nil
 	}
 	counts, err := r.setCounts(b, deltas)
 	if err != nil {
-		return nil, fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
+		return fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
 	}
 	if last != 0 {
 		if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
-			return nil, fmt.Errorf("delaystore: advance batch of %d: record last id: %w", len(plans), err)
+			return fmt.Errorf("delaystore: advance batch of %d: record last id: %w", len(plans), err)
 		}
 	}
 	if err := r.leaseIDs(); err != nil {
@@ -100,37 +181,34 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 		r.advanceHook(AdvanceBeforeCommit)
 	}
 	if err := b.Commit(sync); err != nil {
-		return nil, fmt.Errorf("delaystore: advance batch of %d: commit: %w", len(plans), err)
+		return fmt.Errorf("delaystore: advance batch of %d: commit: %w", len(plans), err)
 	}
 	if r.advanceHook != nil {
 		r.advanceHook(AdvanceAfterCommit)
 	}
 	r.committed(counts, last)
 	r.trimScratch()
-	return out, nil
+	return nil
 }
 
-// check reads the occurrence p plans and checks that p fits it. wmu must
-// be held.
-func (r *Repository) check(p *Plan) (*StoredMessage, error) {
-	stored, err := r.get(p.Key)
-	if err != nil {
-		return nil, err
-	}
+// check checks that p fits the occurrence stored, as read under wmu.
+func check(p *Plan, stored *StoredMessage) error {
 	cur, next := p.Cur, p.Next
 	switch {
 	case stored.GetRecurrence() == nil:
-		return nil, fmt.Errorf("%w: not an occurrence of a recurring schedule", ErrInvalidMessage)
+		return fmt.Errorf("%w: not an occurrence of a recurring schedule", ErrInvalidMessage)
 	case stored.GetRecurrence().GetPlanned():
-		return nil, ErrPlanned
+		return ErrPlanned
+	case cur == nil:
+		return fmt.Errorf("%w: no rewrite of the occurrence", ErrInvalidMessage)
 	case cur.Subject != stored.Subject || (next != nil && next.Subject != stored.Subject):
-		return nil, fmt.Errorf("%w: subject differs from the occurrence's", ErrInvalidMessage)
+		return fmt.Errorf("%w: subject differs from the occurrence's", ErrInvalidMessage)
 	case next != nil && (next.ClientId != stored.ClientId || next.Recurrence == nil):
-		return nil, fmt.Errorf("%w: the successor must be an occurrence with the client id %q", ErrInvalidMessage, keys.Clip(stored.ClientId))
+		return fmt.Errorf("%w: the successor must be an occurrence with the client id %q", ErrInvalidMessage, keys.Clip(stored.ClientId))
 	case !p.Drop && (!cur.GetRecurrence().GetPlanned() || (next == nil && cur.ClientId != stored.ClientId)):
-		return nil, fmt.Errorf("%w: the rewrite must be planned and, without a successor, keep the client id", ErrInvalidMessage)
+		return fmt.Errorf("%w: the rewrite must be planned and, without a successor, keep the client id", ErrInvalidMessage)
 	}
-	return stored, nil
+	return nil
 }
 
 // advance adds p to b and returns the successor's key, if one is stored.

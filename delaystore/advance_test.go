@@ -2,11 +2,14 @@ package delaystore_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"natsdelay/delaystore"
+	"natsdelay/keys"
 )
 
 func occurrence(subject, id string, fireAtNs int64, seq uint64) *delaystore.StoredMessage {
@@ -171,5 +174,83 @@ func TestRepository_Schedules_Index(t *testing.T) {
 	r2 := openRepo(t, st, delaystore.RepositoryConfig{})
 	if r2.Schedules() != 1 {
 		t.Fatalf("after reopen: %d schedules, want 1", r2.Schedules())
+	}
+}
+
+// readCountingStore counts the reads of each key.
+type readCountingStore struct {
+	delaystore.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (s *readCountingStore) Get(key []byte) ([]byte, error) {
+	s.mu.Lock()
+	s.reads[string(key)]++
+	s.mu.Unlock()
+	return s.Store.Get(key)
+}
+
+func (s *readCountingStore) readsOf(k keys.Key) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[string(k[:])]
+}
+
+// TestRepository_AdvanceEach_ReadsOnce checks that AdvanceEach plans what
+// its PlanFunc plans, from one read of each occurrence, in one batch, and
+// skips keys with nothing pending, occurrences planned already, those the
+// PlanFunc leaves be, and a plan that does not fit its occurrence.
+func TestRepository_AdvanceEach_ReadsOnce(t *testing.T) {
+	st := &readCountingStore{Store: newStore(t), reads: map[string]int{}}
+	r := openRepo(t, st, delaystore.RepositoryConfig{})
+	s := schedule(t, r, occurrence("a", "x", t0, 1), occurrence("b", "y", t0, 1), occurrence("c", "z", t0, 1), occurrence("d", "w", t0, 1))
+	ks := []keys.Key{s[0].Key, s[1].Key, s[2].Key, s[3].Key}
+	if _, err := r.Apply([]delaystore.Op{{Key: ks[1]}}, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	planned, _ := r.Get(ks[3])
+	planned.Recurrence.Planned = true
+	advance(t, r, delaystore.Plan{Key: ks[3], Cur: planned, Next: occurrence("d", "w", t0+1e9, 2)})
+	before := st.readsOf(ks[0])
+
+	var asked []string
+	plans, res, err := r.AdvanceEach(append(ks, keys.New(keys.TopicHash("e"), 1, 999)), func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
+		asked = append(asked, m.Subject)
+		if m.Subject == "c" {
+			return delaystore.Plan{}, false
+		}
+		cur := proto.Clone(m).(*delaystore.StoredMessage)
+		cur.Recurrence.Planned = true
+		return delaystore.Plan{Cur: cur, Next: occurrence(m.Subject, m.ClientId, t0+1e9, 2)}, true
+	}, delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(asked) != "[a c]" {
+		t.Fatalf("PlanFunc asked for %v, want [a c]: not the deleted, the planned or the missing one", asked)
+	}
+	if len(plans) != 1 || plans[0].Key != ks[0] || res[0].Err != nil || res[0].Next.TopicHash() != keys.TopicHash("a") {
+		t.Fatalf("plans %v, results %v", plans, res)
+	}
+	if got := st.readsOf(ks[0]) - before; got != 1 {
+		t.Fatalf("the occurrence was read %d times, want once", got)
+	}
+	if m, _ := r.Get(ks[0]); !m.Recurrence.Planned {
+		t.Fatal("not planned")
+	}
+	if lk, err := r.Lookup("a", "x"); err != nil || lk != res[0].Next {
+		t.Fatalf("Lookup = %v, %v; want the successor", lk, err)
+	}
+
+	// A plan that does not fit (another subject) is refused, nothing stored.
+	pending := r.Pending()
+	_, res, err = r.AdvanceEach(ks[2:3], func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
+		cur := proto.Clone(m).(*delaystore.StoredMessage)
+		cur.Recurrence.Planned = true
+		return delaystore.Plan{Cur: cur, Next: occurrence("other", m.ClientId, t0+1e9, 2)}, true
+	}, delaystore.Sync)
+	if err != nil || len(res) != 1 || !errors.Is(res[0].Err, delaystore.ErrInvalidMessage) || r.Pending() != pending {
+		t.Fatalf("misfit plan: %v, %v; pending %d, want %d", res, err, r.Pending(), pending)
 	}
 }

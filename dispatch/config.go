@@ -64,6 +64,19 @@ type Config struct {
 	// waiting, so a redelivery after one may repeat an attempt number;
 	// Close writes them. Default 1s.
 	AttemptWriteDelay time.Duration
+	// PlanAhead is how far ahead occurrences of recurring schedules are
+	// planned (their successor stored, with a synced commit), so that one
+	// goes out when it falls due with no commit before it. An occurrence
+	// canceled or replaced by its Delay-Id after it was planned ahead is
+	// not published; one planned ahead is delivered even if a crash
+	// keeps it from going out on time (as one planned on delivery is).
+	// Occurrences with a TTL are planned as they go out, since planning
+	// sets their expiry, which counts from then. Negative disables it:
+	// occurrences are planned as they go out.
+	// Each is planned between PlanAhead/2 and PlanAhead before its time,
+	// so a planning commit that takes up to PlanAhead/2 (a slow disk)
+	// still comes before it. Default 1s.
+	PlanAhead time.Duration
 
 	// Observer, if not nil, is told about every delivery.
 	Observer Observer
@@ -86,6 +99,7 @@ func DefaultConfig() Config {
 		FlushTimeout:           5 * time.Second,
 		MaxPendingDeletes:      65536,
 		AttemptWriteDelay:      time.Second,
+		PlanAhead:              time.Second,
 	}
 }
 
@@ -118,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AttemptWriteDelay == 0 {
 		c.AttemptWriteDelay = d.AttemptWriteDelay
+	}
+	if c.PlanAhead == 0 {
+		c.PlanAhead = d.PlanAhead
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -82,6 +82,10 @@ type topic struct {
 	// cursor is the inclusive lower bound of the next scan; nil means the
 	// topic's first key. Everything below it is in flight or settled.
 	cursor []byte
+	// single is the due-index entry that brought the topic into memory,
+	// while it is the only one known: its first scan reads just that key
+	// (see advanceFrontier and readSingle).
+	single *keys.Key
 	// rewind is the lowest key that became deliverable (committed, or
 	// bounced) since the scan under way began; nil if none. Such a key can
 	// sort below where the scan gets to, because the scan's snapshot did
@@ -167,7 +171,14 @@ type Dispatcher struct {
 		idle []*topic
 		// peaks are the most entries each map held since it was last
 		// copied; see shrunk.
-		peaks struct{ topics, flights, unsent, canceled int }
+		peaks struct{ topics, flights, unsent, canceled, ahead, aheadNext int }
+		// ahead holds the occurrences the planner planned before they
+		// fell due, until they are first published (see planLoop and
+		// publish), aheadNext each one's key by its successor's, and
+		// planFrom is how far the planner has read the due index.
+		ahead     map[keys.Key]aheadPlan
+		aheadNext map[keys.Key]keys.Key
+		planFrom  *keys.Key
 		// evictCheckAt is when evictLongWaitsLocked may look again after
 		// it found nothing to evict.
 		evictCheckAt int64
@@ -239,6 +250,8 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
 	d.mu.unsent = make(map[keys.Key]uint32)
+	d.mu.ahead = make(map[keys.Key]aheadPlan)
+	d.mu.aheadNext = make(map[keys.Key]keys.Key)
 	d.flushing.cond = sync.NewCond(&d.flushing.Mutex)
 	return d, nil
 }
@@ -267,6 +280,9 @@ func (d *Dispatcher) Start() error {
 	d.flushing.Unlock()
 	d.goFunc(d.run)
 	d.goFunc(d.flushLoop)
+	if d.cfg.PlanAhead > 0 {
+		d.goFunc(d.planLoop)
+	}
 	return nil
 }
 
@@ -304,7 +320,9 @@ func (d *Dispatcher) Stats() Stats {
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
-		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
+		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
+		Withdrawn: c.withdrawn.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
 	}
 }
 
@@ -395,6 +413,7 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		// the deleter's commits.
 		d.mu.canceled[s.Replaced] = struct{}{}
 		d.mu.committed = append(d.mu.committed, s.Replaced)
+		d.withdrawAheadLocked(s.Replaced)
 	}
 	at := d.scannableAt(s.Key, fireAtNs)
 	if s.Key.Bucket() >= d.mu.scannedUpTo {

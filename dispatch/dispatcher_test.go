@@ -97,11 +97,17 @@ type harness struct {
 
 func newHarness(t *testing.T, bucket time.Duration, mod func(*dispatch.Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, delaystore.RepositoryConfig{TimeBucket: bucket}, mod)
+}
+
+// newHarnessWith is newHarness with the repository's whole configuration.
+func newHarnessWith(t *testing.T, rc delaystore.RepositoryConfig, mod func(*dispatch.Config)) *harness {
+	t.Helper()
 	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{TimeBucket: bucket})
+	repo, err := delaystore.OpenRepository(st, rc)
 	if err != nil {
 		t.Fatal(err)
 	}

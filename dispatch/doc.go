@@ -27,6 +27,20 @@
 // due index from its start. Work and memory are proportional to what is
 // due and in flight, not to what is stored.
 //
+// A topic brought into memory by a due-index entry, with nothing else
+// known to be in its range, is read with a point lookup of that entry's
+// key rather than a range scan: most subjects of recurring schedules have
+// one message due at a time, and a point read skips the per-level seeks
+// of an iterator.
+//
+// Occurrences of recurring schedules are planned ahead (Config.PlanAhead):
+// a planner goroutine reads the due index up to a second ahead and plans
+// the occurrences it finds in one synced batch, so that a pass publishes
+// them with no commit before them. A pass plans, before publishing, any
+// occurrence the planner did not reach. An occurrence planned ahead whose
+// successor is then canceled or replaced by Delay-Id is withdrawn: deleted
+// unsent when its pass takes it.
+//
 // Deletes and attempt counts go through a batched writer (the deleter) and are
 // committed without fsync: losing them in a crash only causes a redelivery,
 // which at-least-once allows.

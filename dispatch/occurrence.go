@@ -40,6 +40,7 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 			err := res[j].Err
 			switch {
 			case err == nil:
+				d.stats.plannedOnDelivery.Add(1)
 				if p.Next != nil {
 					d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
 				}

@@ -99,6 +99,23 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	defer d.mu.Unlock()
 	for _, k := range found {
 		t := d.topicLocked(k.TopicHash())
+		switch {
+		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
+			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
+			// NB: a topic not waiting for a scan, with nothing arrived or
+			// bounced since its last one, has nothing pending from its
+			// cursor up to this entry but parked messages (see
+			// evictLongWaitsLocked): any other would have an entry the
+			// frontier passed before (same subject, so due order is key
+			// order), whose scan took it or left the topic waiting for
+			// another. So its scan starts at the entry, and, while that
+			// entry is its only one, is a point read of it.
+			t.cursor = k.Bytes()
+			single := k
+			t.single = &single
+		case t.single != nil && *t.single != k:
+			t.single = nil // more than one entry: a range scan
+		}
 		at := max(msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)), t.blockedUntil)
 		if t.idx < 0 || at < t.next {
 			d.mu.due.schedule(t, at)
@@ -118,6 +135,14 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
 	from := t.cursor
+	// NB: a point read only while nothing but the entry can be in the
+	// range: no message arrived or bounced below it since (rewind), and
+	// the cursor is still at it.
+	var single *keys.Key
+	if t.single != nil && t.rewind == nil && bytes.Equal(from, t.single[:]) {
+		single = t.single
+	}
+	t.single = nil
 	t.rewind = nil
 	if t.probing {
 		limit = 1
@@ -138,7 +163,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		full       bool
 	)
 	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
-	err := d.repo.ScanTopic(t.hash, from, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
+	visit := func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if len(due) >= limit {
 			full = true
 			return false
@@ -168,7 +193,13 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 			lastPassed, passed = k, true
 		}
 		return true
-	})
+	}
+	var err error
+	if single != nil {
+		err = d.readSingle(*single, upper, visit)
+	} else {
+		err = d.repo.ScanTopic(t.hash, from, upper, visit)
+	}
 	if err != nil {
 		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
 		d.mu.Lock()
@@ -267,6 +298,25 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	return taken, probe
 }
 
+// readSingle is a scan of a topic whose only message in range is k: a
+// point read, which an engine answers from its filters and caches where a
+// range scan positions an iterator in every level. Nothing under k means
+// it was settled since its due-index entry was read.
+func (d *Dispatcher) readSingle(k keys.Key, upper []byte, visit func(keys.Key, *delaystore.StoredMessage) bool) error {
+	if upper != nil && bytes.Compare(k[:], upper) >= 0 {
+		return nil
+	}
+	m, err := d.repo.Get(k)
+	switch {
+	case errors.Is(err, delaystore.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	visit(k, m)
+	return nil
+}
+
 func (d *Dispatcher) maxDeliver(m *delaystore.StoredMessage) uint32 {
 	if m.MaxDeliver > 0 {
 		return m.MaxDeliver
@@ -314,6 +364,18 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			// Canceled, ACKed by an earlier process's delivery, or replaced.
 			d.mu.Unlock()
 			d.pubMu.Unlock()
+			continue
+		}
+		if d.takeAheadLocked(f.key) {
+			// Planned ahead, then its schedule was canceled or replaced
+			// by Delay-Id (which took the successor) before it fell due:
+			// it ends with the schedule, unsent, as it would have had it
+			// not been planned yet.
+			d.markSettlingLocked(f.key)
+			d.mu.Unlock()
+			d.pubMu.Unlock()
+			d.stats.withdrawn.Add(1)
+			d.deleteThen(f.key, nil)
 			continue
 		}
 		f.state = stateSent

@@ -179,6 +179,9 @@ func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 	d.pubMu.Lock()
 	d.mu.Lock()
 	d.markSettlingLocked(k)
+	// NB: canceling the successor of an occurrence planned ahead ends the
+	// schedule before that occurrence: it must not go out either.
+	d.withdrawAheadLocked(k)
 	d.mu.Unlock()
 	d.pubMu.Unlock()
 

@@ -43,8 +43,16 @@ type Stats struct {
 	Evicted uint64 `json:"evicted"`
 	// Skipped counts occurrences of recurring schedules that were missed
 	// and not delivered, under Delay-Catch-Up none.
-	Skipped  uint64 `json:"skipped"`
-	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
+	Skipped uint64 `json:"skipped"`
+	// PlannedAhead counts occurrences planned before they fell due (see
+	// Config.PlanAhead), and PlannedOnDelivery those planned by the pass
+	// that delivered them, with the planning commit before the publish.
+	PlannedAhead      uint64 `json:"planned_ahead"`
+	PlannedOnDelivery uint64 `json:"planned_on_delivery"`
+	// Withdrawn counts occurrences planned ahead and then not sent: their
+	// schedule was canceled or replaced by Delay-Id before they fell due.
+	Withdrawn uint64 `json:"withdrawn"`
+	InFlight  uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
 	Topics uint64 `json:"topics"`
@@ -54,4 +62,5 @@ type counters struct {
 	delivered, redelivered, acked, nacked, progress, termed atomic.Uint64
 	deadLettered, expired, canceled, noResponders           atomic.Uint64
 	undeliverable, evicted, skipped                         atomic.Uint64
+	plannedAhead, plannedOnDelivery, withdrawn              atomic.Uint64
 }

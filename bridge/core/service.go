@@ -219,6 +219,9 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.Undeliverable += b.Undeliverable
 	a.Evicted += b.Evicted
 	a.Skipped += b.Skipped
+	a.PlannedAhead += b.PlannedAhead
+	a.PlannedOnDelivery += b.PlannedOnDelivery
+	a.Withdrawn += b.Withdrawn
 }
 
 // Schedule hands msg to the group commit and returns at once; done is told

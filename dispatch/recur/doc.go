@@ -56,6 +56,13 @@
 //   - a delivery is never published before its successor is stored, so an
 //     ACK (which deletes it) can never end the schedule.
 //
+// The dispatcher makes that commit ahead of time where it can (see
+// dispatch.Config.PlanAhead): occurrences due within the look-ahead are
+// planned in one batch, so one that falls due goes out with no commit
+// before it. The reasoning above does not depend on when the commit is
+// made; a pass still plans, before publishing, any occurrence that was not
+// planned ahead.
+//
 // Replacing or canceling by (subject, Delay-Id) deletes the newest
 // occurrence, which ends the chain; an occurrence already out finishes its
 // delivery. Canceling by the tag of the pending occurrence does the same,

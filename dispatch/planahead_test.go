@@ -1,0 +1,303 @@
+package dispatch_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/dispatch"
+	"natsdelay/dispatch/recur"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// planAheadHarness is a harness on a fake clock whose repository reports
+// every committed Advance batch on commits.
+type planAheadHarness struct {
+	*harness
+	clock   *fakeClock
+	commits chan struct{}
+}
+
+func newPlanAheadHarness(t *testing.T, mod func(*dispatch.Config)) *planAheadHarness {
+	t.Helper()
+	clock := newFakeClock(time.Now().Truncate(time.Second))
+	commits := make(chan struct{}, 100)
+	rc := delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
+		if s == delaystore.AdvanceAfterCommit {
+			commits <- struct{}{}
+		}
+	}}
+	h := newHarnessWith(t, rc, func(c *dispatch.Config) {
+		c.Now = clock.now
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return &planAheadHarness{harness: h, clock: clock, commits: commits}
+}
+
+// waitCommit waits for the next committed Advance batch.
+func (h *planAheadHarness) waitCommit() {
+	h.t.Helper()
+	select {
+	case <-h.commits:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no Advance batch committed")
+	}
+}
+
+// noCommit checks that no Advance batch committed since the last one
+// waited for.
+func (h *planAheadHarness) noCommit(when string) {
+	h.t.Helper()
+	select {
+	case <-h.commits:
+		h.t.Fatalf("an Advance batch committed %s", when)
+	default:
+	}
+}
+
+// TestDispatcher_PlanAhead_PublishedWithNoCommitFirst checks that an
+// occurrence planned ahead (its successor stored, itself marked planned)
+// goes out once it falls due with no planning commit between its falling
+// due and its publish, and never before its planned time.
+func TestDispatcher_PlanAhead_PublishedWithNoCommitFirst(t *testing.T) {
+	h := newPlanAheadHarness(t, nil)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	k := h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))[0]
+
+	h.waitCommit() // the planner's batch, while the clock is short of occ
+	m, err := h.repo.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Recurrence.Planned || m.Recurrence.NextNs != occ.Add(time.Hour).UnixNano() {
+		t.Fatalf("before its time: planned %v, next %d; want planned, next an hour on", m.Recurrence.Planned, m.Recurrence.NextNs)
+	}
+	if pend := h.pendingOf("rec"); len(pend) != 2 {
+		t.Fatalf("pending %d, want the occurrence and its successor", len(pend))
+	}
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered before its time: %v", d)
+	default:
+	}
+
+	h.clock.set(occ)
+	d := h.next(10 * time.Second)
+	if d.key != k || d.fireAt != occ.UnixNano() {
+		t.Fatalf("delivered %v at %d, want %v at %d", d.key, d.fireAt, k, occ.UnixNano())
+	}
+	h.noCommit("between the occurrence falling due and its publish")
+	if st := h.d.Stats(); st.PlannedOnDelivery != 0 {
+		t.Fatalf("planned on delivery %d, want 0", st.PlannedOnDelivery)
+	}
+	if err := h.d.Close(); err != nil { // waits for the planner
+		t.Fatal(err)
+	}
+	if st := h.d.Stats(); st.PlannedAhead != 1 {
+		t.Fatalf("planned ahead %d, want 1", st.PlannedAhead)
+	}
+}
+
+// TestDispatcher_PlanAhead_Off checks that with planning ahead disabled an
+// occurrence is planned by the pass that delivers it, in a commit before
+// its publish, as the fallback for whatever the planner did not plan.
+func TestDispatcher_PlanAhead_Off(t *testing.T) {
+	h := newPlanAheadHarness(t, func(c *dispatch.Config) { c.PlanAhead = -1 })
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	k := h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))[0]
+	h.clock.set(occ)
+	d := h.next(10 * time.Second)
+	if d.key != k {
+		t.Fatalf("delivered %v, want %v", d.key, k)
+	}
+	h.waitCommit() // the pass's batch, committed before the publish
+	st := h.d.Stats()
+	if st.PlannedOnDelivery != 1 || st.PlannedAhead != 0 {
+		t.Fatalf("planned on delivery %d, ahead %d; want 1 and 0", st.PlannedOnDelivery, st.PlannedAhead)
+	}
+	if pend := h.pendingOf("rec"); len(pend) != 2 {
+		t.Fatalf("pending %d, want the occurrence and its successor", len(pend))
+	}
+}
+
+// TestDispatcher_PlanAhead_EndedByIDBeforeDue checks that a schedule
+// canceled or replaced by its Delay-Id after its next occurrence was
+// planned ahead, but before that occurrence fell due, sends nothing more
+// of the old schedule: the occurrence is withdrawn unsent and deleted, as
+// it would have been had it not been planned yet.
+func TestDispatcher_PlanAhead_EndedByIDBeforeDue(t *testing.T) {
+	for _, how := range []string{"cancel", "replace"} {
+		t.Run(how, func(t *testing.T) {
+			h := newPlanAheadHarness(t, nil)
+			occ := h.clock.now().Add(300 * time.Millisecond)
+			k := h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))[0]
+			h.waitCommit()
+
+			succ, err := h.repo.Lookup("rec", "job")
+			if err != nil || succ == k {
+				t.Fatalf("Delay-Id points at %v, %v; want the successor", succ, err)
+			}
+			switch how {
+			case "cancel":
+				ok, err := h.d.Cancel(context.Background(), succ)
+				if err != nil || !ok {
+					t.Fatalf("cancel: %v, %v", ok, err)
+				}
+			case "replace":
+				h.schedule(occurrenceAt("rec", time.Hour, occ.Add(2*time.Hour), recur.One, 0))
+			}
+			// A plain message just after it on the same subject: the
+			// pass that takes the occurrence takes it next, so its
+			// delivery says the occurrence's turn has come and gone.
+			after := msgAt("rec", occ.Add(time.Millisecond))
+			sentinel := h.schedule(after)[0]
+
+			h.clock.set(occ.Add(10 * time.Millisecond))
+			if d := h.next(10 * time.Second); d.key != sentinel {
+				t.Fatalf("delivered %v, want only the plain message %v", d.key, sentinel)
+			}
+			if err := h.d.Close(); err != nil { // commits the queued deletes
+				t.Fatal(err)
+			}
+			if st := h.d.Stats(); st.Withdrawn != 1 || st.Delivered+st.Redelivered > 1 {
+				t.Fatalf("withdrawn %d, delivered %d; want 1 withdrawn and only the plain message delivered", st.Withdrawn, st.Delivered)
+			}
+			if _, err := h.repo.Get(k); err == nil {
+				t.Fatal("the withdrawn occurrence is still stored")
+			}
+			var rest []int64
+			for _, m := range h.pendingOf("rec") {
+				if m.Recurrence != nil {
+					rest = append(rest, m.FireAtNs)
+				}
+			}
+			want := 0
+			if how == "replace" {
+				want = 1 // the new schedule's first occurrence
+			}
+			if len(rest) != want {
+				t.Fatalf("occurrences left %v, want %d", rest, want)
+			}
+		})
+	}
+}
+
+// TestDispatcher_PlanAhead_RestartDeliversPlannedOnce checks crash safety
+// of planning ahead: a process that stops after the planning commit and
+// before the occurrence fell due leaves it planned and its successor
+// stored; the next process delivers the occurrence under its tag, plans
+// nothing again, and the schedule goes on with the successor.
+func TestDispatcher_PlanAhead_RestartDeliversPlannedOnce(t *testing.T) {
+	h := newPlanAheadHarness(t, nil)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	k := h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))[0]
+	h.waitCommit()
+	if err := h.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	h.clock.set(occ.Add(time.Second))
+	pub := newFakePublisher()
+	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second, Now: h.clock.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.d = d
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	var got delivery
+	select {
+	case got = <-pub.deliveries:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery after the restart")
+	}
+	if got.key != k {
+		t.Fatalf("delivered %v, want the planned occurrence %v", got.key, k)
+	}
+	h.noCommit("for an occurrence planned before the restart")
+	if pend := h.pendingOf("rec"); len(pend) != 2 || pend[1].FireAtNs != occ.Add(time.Hour).UnixNano() || pend[1].Recurrence.Planned {
+		t.Fatalf("pending %v, want the occurrence and its unplanned successor", pend)
+	}
+	if st := d.Stats(); st.PlannedOnDelivery != 0 {
+		t.Fatalf("planned on delivery %d, want 0", st.PlannedOnDelivery)
+	}
+}
+
+// TestDispatcher_PlanAhead_ShortInterval checks that a successor planned
+// within the range the planner has read (an interval shorter than the
+// look-ahead) is planned ahead too, before its own time, not left for the
+// pass that delivers it.
+func TestDispatcher_PlanAhead_ShortInterval(t *testing.T) {
+	h := newPlanAheadHarness(t, func(c *dispatch.Config) { c.PlanAhead = time.Second })
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	// NB: another schedule due later in the window, in the same commit,
+	// so the planner has read past where the successor goes.
+	other := occurrenceAt("other", time.Hour, occ.Add(600*time.Millisecond), recur.One, 0)
+	h.schedule(occurrenceAt("rec", 200*time.Millisecond, occ, recur.One, 0), other)
+	h.waitCommit() // the first occurrences of both
+	h.waitCommit() // the successor, 200 ms later, still within the window
+	pend := h.pendingOf("rec")
+	if len(pend) < 3 || !pend[0].Recurrence.Planned || !pend[1].Recurrence.Planned || pend[1].FireAtNs != occ.Add(200*time.Millisecond).UnixNano() {
+		t.Fatalf("pending %v, want the first two occurrences planned and a third stored", pend)
+	}
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered before its time: %v", d)
+	default:
+	}
+}
+
+// TestDispatcher_PlanAhead_TTLCountsFromDelivery checks that an occurrence
+// with a TTL is not planned ahead: its expiry counts from when it first
+// goes out, so a pass that reaches it later than the TTL after its time
+// still delivers it instead of finding it expired.
+func TestDispatcher_PlanAhead_TTLCountsFromDelivery(t *testing.T) {
+	h := newPlanAheadHarness(t, nil)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	m := occurrenceAt("rec", time.Hour, occ, recur.One, 0)
+	m.TtlNs = int64(50 * time.Millisecond)
+	// A schedule without a TTL due at the same time, stored in the same
+	// commit: its planning tells that the planner has read past both.
+	companion := occurrenceAt("companion", time.Hour, occ, recur.One, 0)
+	k := h.schedule(m, companion)[0]
+	h.waitCommit()
+	if got, _ := h.repo.Get(k); got.Recurrence.Planned {
+		t.Fatal("the occurrence with a TTL was planned ahead")
+	}
+	h.clock.set(occ.Add(time.Second)) // the pass is a second late
+	for range 2 {
+		if d := h.next(10 * time.Second); d.subject == "rec" && d.key != k {
+			t.Fatalf("delivered %v, want the occurrence %v", d.key, k)
+		}
+	}
+	h.waitCommit() // planned by the pass, as it went out
+	if st := h.d.Stats(); st.PlannedOnDelivery != 1 || st.Expired != 0 {
+		t.Fatalf("planned on delivery %d, expired %d; want 1 and 0", st.PlannedOnDelivery, st.Expired)
+	}
+	got, err := h.repo.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := occ.Add(time.Second + 50*time.Millisecond).UnixNano(); got.ExpireAtNs != want {
+		t.Fatalf("expires at %d, want %d: the TTL after it went out", got.ExpireAtNs, want)
+	}
+}
