@@ -175,7 +175,7 @@ func (r *Repository) advanceBatch(plans []Plan, stored []*StoredMessage, out []P
 		}
 	}
 	if err := r.leaseIDs(); err != nil {
-		return nil, fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
+		return fmt.Errorf("delaystore: advance batch of %d: %w", len(plans), err)
 	}
 	if r.advanceHook != nil {
 		r.advanceHook(AdvanceBeforeCommit)
