@@ -143,7 +143,10 @@ func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 	}
 
 	// Cancel while an occurrence is out: the out one finishes, no more come.
-	schedule(t, h.nc, newMsg("rec.id", "three", "Delay-Every", "300ms", "Delay", "10ms", "Delay-Id", "J"))
+	// NB: an interval long enough that its successor is not yet planned
+	// ahead (up to 1s before its time) while the test looks at pending:
+	// a loaded machine takes a while between the steps.
+	schedule(t, h.nc, newMsg("rec.id", "three", "Delay-Every", "3s", "Delay", "10ms", "Delay-Id", "J"))
 	out := next(t, got, "occurrence")
 	waitPending(t, h.svc, 2) // the one out and its successor
 	apiCall(t, h.nc, "CANCEL", map[string]string{"subject": "rec.id", "id": "J"}, &r)
@@ -161,7 +164,7 @@ func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 
 	// Cancel by the tag of an occurrence already out: its successor goes
 	// too, so the schedule ends.
-	schedule(t, h.nc, newMsg("rec.id", "five", "Delay-Every", "300ms", "Delay", "10ms"))
+	schedule(t, h.nc, newMsg("rec.id", "five", "Delay-Every", "3s", "Delay", "10ms"))
 	out = next(t, got, "occurrence")
 	waitPending(t, h.svc, 2)
 	cancelTag(t, h.nc, out.Header.Get(wire.HeaderTag))
