@@ -60,7 +60,17 @@ func (d *Dispatcher) planAhead() time.Duration {
 	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
 	d.pruneAhead(now)
 
+	schedules := d.repo.Schedules()
 	d.mu.Lock()
+	if schedules == 0 {
+		// NB: with no recurring schedule there is nothing to plan, and
+		// reading every message due within the look-ahead (each one, under
+		// the repository's write lock) would only slow the deliveries and
+		// writes around it. The next read starts at the current bucket.
+		d.mu.planFrom = nil
+		d.mu.Unlock()
+		return wait
+	}
 	from := d.mu.planFrom
 	d.mu.Unlock()
 	if from == nil {
