@@ -43,6 +43,7 @@ type benchCmd struct {
 	ScalePending   int           `help:"Pending future messages of the scale and expiry runs (default 1000000)."`
 	ScaleSubjects  int           `help:"Distinct subjects the pending messages of the scale run are spread over (default 1)."`
 	ScaleDue       int           `help:"Messages of the due set timed with and without the pending ones (default 2000)."`
+	ScaleDueRuns   int           `help:"Times the due set is timed in each case; the run with the median p99 is reported (default 5)."`
 	ExpiredMsgs    int           `help:"Expired messages of the expiry run (default 10000)."`
 	ExpiryInterval time.Duration `help:"natsdelay's janitor interval (default 1s)."`
 	Waves          int           `help:"Waves of the waves run: each schedules one due-now message on each of --wave-subjects new subjects, drains them and reads natsdelay's memory (default 3)."`
@@ -81,6 +82,7 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.ScalePending, c.ScalePending)
 	set(&cfg.ScaleSubjects, c.ScaleSubjects)
 	set(&cfg.ScaleDue, c.ScaleDue)
+	set(&cfg.ScaleDueRuns, c.ScaleDueRuns)
 	set(&cfg.ExpiredMsgs, c.ExpiredMsgs)
 	set(&cfg.Waves, c.Waves)
 	set(&cfg.WaveSubjects, c.WaveSubjects)
@@ -127,6 +129,7 @@ func (c *benchCmd) check() error {
 		{"--payload-size", c.PayloadSize}, {"--ingest-msgs", c.IngestMsgs}, {"--outstanding", c.Outstanding},
 		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--e2e-msgs", c.E2EMsgs},
 		{"--scale-pending", c.ScalePending}, {"--scale-subjects", c.ScaleSubjects}, {"--scale-due", c.ScaleDue},
+		{"--scale-due-runs", c.ScaleDueRuns},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
 		{"--failovers", c.Failovers},

@@ -117,9 +117,15 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
 		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
 		p("INFO ms, slowest of 3\t%s\t%s\t\t", dec(s.InfoEmptyMs), dec(s.InfoMs))
-		p("due set of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
+		p("due set of %d, the run of median p99 of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, c.ScaleDueRuns, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
 		p("lateness p99 ms\t%s\t%s\t\t", dec(s.DueEmpty.P99Ms), dec(s.DuePending.P99Ms))
 		p("lateness max ms\t%s\t%s\t\t", dec(s.DueEmpty.MaxMs), dec(s.DuePending.MaxMs))
+		p("lateness p99 ms of each run\t%s\t%s\t\t", decs(s.DueEmptyP99s), decs(s.DuePendingP99s))
+		settled := dec(s.SettleS)
+		if s.SettleS < 0 {
+			settled = "not idle within " + settleLimit.String()
+		}
+		p("s until idle after the fill, before the due set\t\t%s\t\t", settled)
 		p("\t")
 	}
 	if x := res.Expiry; x != nil {
@@ -451,6 +457,15 @@ func num(v float64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// decs is dec of each of vs, space-separated.
+func decs(vs []float64) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = dec(v)
+	}
+	return strings.Join(s, " ")
 }
 
 func dec(v float64) string {

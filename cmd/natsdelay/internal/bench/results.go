@@ -72,6 +72,7 @@ type ConfigSummary struct {
 	ScalePending   int       `json:"scale_pending"`
 	ScaleSubjects  int       `json:"scale_subjects"`
 	ScaleDue       int       `json:"scale_due"`
+	ScaleDueRuns   int       `json:"scale_due_runs"`
 	ExpiredMsgs    int       `json:"expired_msgs"`
 	ExpiryInterval string    `json:"expiry_interval"`
 	Waves          int       `json:"waves"`
@@ -160,10 +161,19 @@ type ScaleResult struct {
 	RestartMs  float64 `json:"restart_to_first_delivery_ms"`
 	// InfoEmptyMs and InfoMs are how long an INFO request took before
 	// and after the fill, the slowest of three.
-	InfoEmptyMs float64    `json:"info_ms_before_fill"`
-	InfoMs      float64    `json:"info_ms"`
-	DueEmpty    FireResult `json:"due_with_none_pending"`
-	DuePending  FireResult `json:"due_with_pending"`
+	InfoEmptyMs float64 `json:"info_ms_before_fill"`
+	InfoMs      float64 `json:"info_ms"`
+	// DueEmpty and DuePending are the due set's runs with the median
+	// p99, before and after the fill; DueEmptyP99s and DuePendingP99s
+	// every run's p99 in the order they ran.
+	DueEmpty       FireResult `json:"due_with_none_pending"`
+	DuePending     FireResult `json:"due_with_pending"`
+	DueEmptyP99s   []float64  `json:"due_with_none_pending_p99s_ms"`
+	DuePendingP99s []float64  `json:"due_with_pending_p99s_ms"`
+	// SettleS is how long natsdelay took after the fill to become idle
+	// (compactions done), before the due set was timed; -1 if it did not
+	// within the limit.
+	SettleS float64 `json:"settle_after_fill_s"`
 }
 
 // ExpiryResult is how fast the janitor removes expired messages.
