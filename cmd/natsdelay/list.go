@@ -199,28 +199,14 @@ func allSubjects(cl *client, filter string) ([]wire.SubjectInfo, error) {
 // subjectPages returns the page req asks for, or with all that page and
 // every one after it, with Next the after of the page that follows, if any.
 func subjectPages(cl *client, req wire.SubjectsRequest, all bool) (wire.SubjectsReply, error) {
-	var out wire.SubjectsReply
-	for {
-		data, err := cl.call(wire.VerbSubjects, req)
-		if err != nil {
-			return out, err
-		}
-		var page wire.SubjectsReply
-		if err := decodeReply(wire.VerbSubjects, data, &page); err != nil {
-			return out, err
-		}
+	out := wire.SubjectsReply{Subjects: []wire.SubjectInfo{}}
+	next, err := fetchPages(cl, wire.VerbSubjects, &req, &req.After, all, func(page wire.SubjectsReply) string {
 		out.Filter = page.Filter
 		out.Subjects = append(out.Subjects, page.Subjects...)
-		out.Next = page.Next
-		// NB: a next that does not move on would loop forever; stop instead.
-		if !all || page.Next == "" || page.Next == req.After {
-			if out.Subjects == nil {
-				out.Subjects = []wire.SubjectInfo{}
-			}
-			return out, nil
-		}
-		req.After = page.Next
-	}
+		return page.Next
+	})
+	out.Next = next
+	return out, err
 }
 
 func (c *subjectsCmd) Run(e *env) error {

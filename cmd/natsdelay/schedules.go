@@ -34,23 +34,12 @@ func (c *schedulesCmd) check() error {
 // every one after it, with Next the after of the page that follows, if any.
 func schedulePages(cl *client, req wire.SchedulesRequest, all bool) (wire.SchedulesReply, error) {
 	out := wire.SchedulesReply{Subject: req.Subject, Schedules: []wire.MessageInfo{}}
-	for {
-		data, err := cl.call(wire.VerbSchedules, req)
-		if err != nil {
-			return out, err
-		}
-		var page wire.SchedulesReply
-		if err := decodeReply(wire.VerbSchedules, data, &page); err != nil {
-			return out, err
-		}
+	next, err := fetchPages(cl, wire.VerbSchedules, &req, &req.After, all, func(page wire.SchedulesReply) string {
 		out.Schedules = append(out.Schedules, page.Schedules...)
-		out.Next = page.Next
-		// NB: a next that does not move on would loop forever; stop instead.
-		if !all || page.Next == "" || page.Next == req.After {
-			return out, nil
-		}
-		req.After = page.Next
-	}
+		return page.Next
+	})
+	out.Next = next
+	return out, err
 }
 
 func (c *schedulesCmd) Run(e *env) error {
