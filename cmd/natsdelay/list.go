@@ -46,28 +46,14 @@ func isFilter(subj string) bool {
 // page to the end, with Next the after of the page that follows, if any.
 func (c *lsCmd) list(cl *client, subject, after string) (wire.ListReply, error) {
 	req := wire.ListRequest{Subject: subject, Limit: limit(c.Limit), After: after}
-	var all wire.ListReply
-	for {
-		data, err := cl.call(wire.VerbList, req)
-		if err != nil {
-			return all, err
-		}
-		var page wire.ListReply
-		if err := decodeReply(wire.VerbList, data, &page); err != nil {
-			return all, err
-		}
-		all.Subject = page.Subject
-		all.Messages = append(all.Messages, page.Messages...)
-		all.Next = page.Next
-		// NB: a next that does not move on would loop forever; stop instead.
-		if !c.All || page.Next == "" || page.Next == req.After {
-			if all.Messages == nil {
-				all.Messages = []wire.MessageInfo{}
-			}
-			return all, nil
-		}
-		req.After = page.Next
-	}
+	out := wire.ListReply{Messages: []wire.MessageInfo{}}
+	next, err := fetchPages(cl, wire.VerbList, &req, &req.After, c.All, func(page wire.ListReply) string {
+		out.Subject = page.Subject
+		out.Messages = append(out.Messages, page.Messages...)
+		return page.Next
+	})
+	out.Next = next
+	return out, err
 }
 
 // lsFilterReply is what ls --json prints for a filter: the LIST reply of

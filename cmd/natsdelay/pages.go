@@ -1,6 +1,6 @@
 package main
 
-// fetchPages calls verb with req and hands the decoded page to add, which
+// fetchPages serves LIST, SUBJECTS and SCHEDULES alike. It calls verb with req and hands the decoded page to add, which
 // returns the page's Next. With all it follows Next, setting *after (req's
 // After field) to it, until a page has none; it returns the Next of the
 // last page it fetched.
