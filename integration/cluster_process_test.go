@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,64 +250,20 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
 	c.startAll()
 
-	const subject = "clusterkill"
+	const subject, perRound = "clusterkill", 40
 	l := newCrashLoop()
-	consumer := connect(t, srv)
-	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := consumer.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	traffic := startCrashTraffic(t, srv, l, subject, 7, perRound)
+	consumer := traffic.consumer
 	leader := c.waitLeader(consumer, "")
 	l.setUp()
-
-	const publishers, perRound = 4, 40
-	pubConn := connect(t, srv)
-	tokens := make(chan ingestToken, 4*perRound)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.publish(pubConn, subject, rand.New(rand.NewPCG(7, uint64(p))), tokens, stop)
-		}()
-	}
-	var stopOnce sync.Once
-	stopPublishers := func() {
-		stopOnce.Do(func() { close(stop) })
-		wg.Wait()
-	}
-	defer stopPublishers()
-	feed := func(n int) {
-		for range n {
-			select {
-			case tokens <- ingestToken{}:
-			default:
-			}
-		}
-	}
-	waitFor := func(what string, counter *atomic.Int64, n int64) {
-		base := counter.Load()
-		checkFor(t, 60*time.Second, 2*time.Millisecond, func() error {
-			if got := counter.Load() - base; got < n {
-				return fmt.Errorf("%s: %d of %d since the round started", what, got, n)
-			}
-			return nil
-		})
-	}
 
 	r := rand.New(rand.NewPCG(7, 99))
 	kills := clusterKills()
 	var failovers []time.Duration
 	for round := range kills {
-		feed(perRound)
+		traffic.feed(ingestToken{}, perRound)
 		// Kill while requests wait for their quorum and deliveries go out.
-		waitFor("ingest replies", &l.replies, int64(perRound/4))
+		waitGrowth(t, "ingest replies", &l.replies, perRound/4)
 		time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
 		// Whichever leads now: an election of its own under load may have
 		// moved the leadership since.
@@ -326,9 +281,9 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 		c.restart(victim)
 		t.Logf("round %d: killed leader %s after %d acknowledged, %d delivered; %s leads", round+1, victim.id, l.replies.Load(), l.recv.Load(), leader)
 	}
-	feed(perRound)
-	waitFor("ingest replies after the last kill", &l.replies, int64(perRound/4))
-	stopPublishers()
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies after the last kill", &l.replies, perRound/4)
+	traffic.stopPublishers()
 	l.settle(t, consumer)
 	for _, n := range c.nodes {
 		n.proc.stop(t)
@@ -478,56 +433,15 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	}
 	c.startAll()
 
-	const subject = "partition"
+	const subject, perRound = "partition", 60
 	l := newCrashLoop()
-	consumer := connect(t, srv)
-	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := consumer.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	traffic := startCrashTraffic(t, srv, l, subject, 13, perRound)
+	consumer := traffic.consumer
 	old := c.waitLeader(consumer, "")
 	l.setUp()
 
-	const publishers, perRound = 4, 60
-	pubConn := connect(t, srv)
-	tokens := make(chan ingestToken, 4*perRound)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.publish(pubConn, subject, rand.New(rand.NewPCG(13, uint64(p))), tokens, stop)
-		}()
-	}
-	var stopOnce sync.Once
-	stopPublishers := func() {
-		stopOnce.Do(func() { close(stop) })
-		wg.Wait()
-	}
-	defer stopPublishers()
-	feed := func(n int) {
-		for range n {
-			tokens <- ingestToken{}
-		}
-	}
-	waitReplies := func(n int64) {
-		base := l.replies.Load()
-		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
-			if got := l.replies.Load() - base; got < n {
-				return fmt.Errorf("%d of %d ingest replies", got, n)
-			}
-			return nil
-		})
-	}
-
-	feed(perRound)
-	waitReplies(perRound / 4)
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
 	cutAt := time.Now()
 	part.cut(old)
 	// The old leader, cut off from any quorum, steps down by itself: its
@@ -542,8 +456,8 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	steppedDown := time.Since(cutAt)
 	leader := c.waitLeader(consumer, old)
 	tookOver := time.Since(cutAt)
-	feed(perRound)
-	waitReplies(perRound / 4)
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
 
 	part.heal()
 	// The old leader rejoins: it follows whichever node leads now (or,
@@ -566,9 +480,9 @@ func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 		}
 		return nil
 	})
-	feed(perRound)
-	waitReplies(perRound / 4)
-	stopPublishers()
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
+	traffic.stopPublishers()
 	l.settle(t, consumer)
 	for _, n := range c.nodes {
 		n.proc.stop(t)
@@ -835,56 +749,15 @@ func TestClusterProcess_SIGTERMLeader_HandsLeadershipOver(t *testing.T) {
 	c := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
 	c.startAll()
 
-	const subject = "clusterterm"
+	const subject, perRound = "clusterterm", 60
 	l := newCrashLoop()
-	consumer := connect(t, srv)
-	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := consumer.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	traffic := startCrashTraffic(t, srv, l, subject, 17, perRound)
+	consumer := traffic.consumer
 	c.waitLeader(consumer, "")
 	l.setUp()
 
-	const publishers, perRound = 4, 60
-	pubConn := connect(t, srv)
-	tokens := make(chan ingestToken, 4*perRound)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.publish(pubConn, subject, rand.New(rand.NewPCG(17, uint64(p))), tokens, stop)
-		}()
-	}
-	var stopOnce sync.Once
-	stopPublishers := func() {
-		stopOnce.Do(func() { close(stop) })
-		wg.Wait()
-	}
-	defer stopPublishers()
-	feed := func(n int) {
-		for range n {
-			tokens <- ingestToken{}
-		}
-	}
-	waitReplies := func(n int64) {
-		base := l.replies.Load()
-		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
-			if got := l.replies.Load() - base; got < n {
-				return fmt.Errorf("%d of %d ingest replies", got, n)
-			}
-			return nil
-		})
-	}
-
-	feed(perRound)
-	waitReplies(perRound / 4)
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
 	victim := c.node(c.waitLeader(consumer, ""))
 	l.setDown()
 	victim.proc.stop(t) // SIGTERM; a clean exit
@@ -896,9 +769,9 @@ func TestClusterProcess_SIGTERMLeader_HandsLeadershipOver(t *testing.T) {
 	}
 	leader := c.waitLeader(consumer, victim.id)
 	l.setUp()
-	feed(perRound)
-	waitReplies(perRound / 4)
-	stopPublishers()
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
+	traffic.stopPublishers()
 	l.settle(t, consumer)
 	for _, n := range c.nodes {
 		if n.proc != nil {

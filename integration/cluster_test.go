@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -281,55 +280,13 @@ func killLeaderInProcess(t *testing.T, size, kills int) {
 	nodes := startInProcessCluster(t, srv, size)
 	leader := serving(t, nodes)
 
-	const subject = "clusterinproc"
+	const subject, perRound = "clusterinproc", 60
 	l := newCrashLoop()
-	consumer := connect(t, srv)
-	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := consumer.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	traffic := startCrashTraffic(t, srv, l, subject, 11, perRound)
 	l.setUp()
-
-	const publishers, perRound = 4, 60
-	pubConn := connect(t, srv)
-	tokens := make(chan ingestToken, 4*perRound)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.publish(pubConn, subject, rand.New(rand.NewPCG(11, uint64(p))), tokens, stop)
-		}()
-	}
-	var stopOnce sync.Once
-	stopPublishers := func() {
-		stopOnce.Do(func() { close(stop) })
-		wg.Wait()
-	}
-	defer stopPublishers()
-	feed := func(n int) {
-		for range n {
-			tokens <- ingestToken{}
-		}
-	}
-	waitReplies := func(n int64) {
-		base := l.replies.Load()
-		checkFor(t, time.Minute, 2*time.Millisecond, func() error {
-			if got := l.replies.Load() - base; got < n {
-				return fmt.Errorf("%d of %d ingest replies", got, n)
-			}
-			return nil
-		})
-	}
 	for round := range kills {
-		feed(perRound)
-		waitReplies(perRound / 4)
+		traffic.feed(ingestToken{}, perRound)
+		waitGrowth(t, "ingest replies", &l.replies, perRound/4)
 		leader = serving(t, nodes) // whichever leads now, after an election of its own too
 		l.setDown()
 		killed := leader.id
@@ -338,10 +295,10 @@ func killLeaderInProcess(t *testing.T, size, kills int) {
 		l.setUp()
 		t.Logf("round %d: killed leader %s after %d acknowledged; %s leads", round+1, killed, l.replies.Load(), leader.id)
 	}
-	feed(perRound)
-	waitReplies(perRound / 4)
-	stopPublishers()
-	l.settle(t, consumer)
+	traffic.feed(ingestToken{}, perRound)
+	waitGrowth(t, "ingest replies", &l.replies, perRound/4)
+	traffic.stopPublishers()
+	l.settle(t, traffic.consumer)
 	lost, deliveries, redeliveries := l.verify(t)
 	t.Logf("acknowledged: %d, lost: %d, deliveries: %d, redeliveries: %d", l.replies.Load(), lost, deliveries, redeliveries)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge/wire"
@@ -278,40 +279,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	dir := t.TempDir()
 	subject := "crashloop." + engine
 	l := newCrashLoop()
-
-	consumer := connect(t, srv)
-	sub, err := consumer.Subscribe(subject+".>", l.onDelivery)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := consumer.Flush(); err != nil {
-		t.Fatal(err)
-	}
-
-	// Several publishers on one connection, so ingest batches group
-	// commits, as real load does.
-	const publishers = 4
-	pubConn := connect(t, srv)
-	// NB: large enough for every round's tokens; a round that finds it full
-	// drops the rest, which only makes that round lighter.
-	tokens := make(chan ingestToken, 4*perRound)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.publish(pubConn, subject, rand.New(rand.NewPCG(seed, uint64(p))), tokens, stop)
-		}()
-	}
-	var stopOnce sync.Once
-	stopPublishers := func() {
-		stopOnce.Do(func() { close(stop) })
-		wg.Wait()
-	}
-	defer stopPublishers()
+	traffic := startCrashTraffic(t, srv, l, subject, seed, perRound)
 
 	var proc *serviceProcess
 	defer func() {
@@ -321,24 +289,6 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		}
 	}()
 	r := rand.New(rand.NewPCG(seed, 99))
-	feed := func(tok ingestToken, n int) {
-		for range n {
-			select {
-			case tokens <- tok:
-			default:
-			}
-		}
-	}
-	// waitFor waits until counter has grown by n from its value now.
-	waitFor := func(what string, counter *atomic.Int64, n int64) {
-		base := counter.Load()
-		checkFor(t, 60*time.Second, 2*time.Millisecond, func() error {
-			if got := counter.Load() - base; got < n {
-				return fmt.Errorf("%s: %d of %d since the round started", what, got, n)
-			}
-			return nil
-		})
-	}
 	moments := [killMoments]int{}
 	for round := range kills {
 		proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
@@ -348,18 +298,18 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		moments[moment]++
 		switch moment {
 		case killDuringIngest:
-			feed(ingestToken{}, perRound)
-			waitFor("ingest replies", &l.replies, int64(perRound/4))
+			traffic.feed(ingestToken{}, perRound)
+			waitGrowth(t, "ingest replies", &l.replies, int64(perRound/4))
 			// Random, so the kill lands anywhere in the commits that follow.
 			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
 		case killDuringDelivery:
-			feed(ingestToken{}, perRound)
-			waitFor("deliveries", &l.recv, int64(perRound/2))
+			traffic.feed(ingestToken{}, perRound)
+			waitGrowth(t, "deliveries", &l.recv, int64(perRound/2))
 			time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
 		case killAfterAckBurst:
 			// One fire time for the whole round, so the ACKs come in a burst.
-			feed(ingestToken{at: time.Now().Add(300 * time.Millisecond)}, perRound)
-			waitFor("ACKs", &l.acks, int64(perRound/5))
+			traffic.feed(ingestToken{at: time.Now().Add(300 * time.Millisecond)}, perRound)
+			waitGrowth(t, "ACKs", &l.acks, int64(perRound/5))
 			time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
 		}
 		l.setDown()
@@ -374,8 +324,8 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
 		"--engine", engine, "--ack-wait", "1s")
 	l.setUp()
-	stopPublishers()
-	l.settle(t, consumer)
+	traffic.stopPublishers()
+	l.settle(t, traffic.consumer)
 	proc.stop(t)
 	proc = nil
 	lost, deliveries, redeliveries := l.verify(t)
@@ -462,4 +412,74 @@ func (l *crashLoop) verify(t *testing.T) (lost, deliveries, redeliveries int) {
 		t.Errorf("%d acknowledged messages lost, %d delivered early", lost, early)
 	}
 	return lost, deliveries, redeliveries
+}
+
+// crashTraffic is a crash loop's load: a consumer of subject.> that
+// answers as the loop says, and publishers that schedule one message per
+// token fed to them.
+type crashTraffic struct {
+	consumer *nats.Conn
+	tokens   chan ingestToken
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// startCrashTraffic subscribes a consumer of subject.> for l and starts
+// four publishers, seeded from seed, on one connection, so that ingest
+// batches group commits as real load does. The tokens have room for four
+// rounds of perRound. The publishers stop when the test ends, if not
+// before.
+func startCrashTraffic(t *testing.T, srv *server.Server, l *crashLoop, subject string, seed uint64, perRound int) *crashTraffic {
+	t.Helper()
+	c := &crashTraffic{consumer: connect(t, srv), tokens: make(chan ingestToken, 4*perRound), stop: make(chan struct{})}
+	sub, err := c.consumer.Subscribe(subject+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := c.consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pubConn := connect(t, srv)
+	const publishers = 4
+	for p := range publishers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			l.publish(pubConn, subject, rand.New(rand.NewPCG(seed, uint64(p))), c.tokens, c.stop)
+		}()
+	}
+	t.Cleanup(c.stopPublishers) // before pubConn closes: cleanups run last first
+	return c
+}
+
+// feed offers n tokens to the publishers. NB: a round that finds the
+// tokens full drops the rest, which only makes that round lighter, and
+// never blocks a test whose publishers wait for a leader.
+func (c *crashTraffic) feed(tok ingestToken, n int) {
+	for range n {
+		select {
+		case c.tokens <- tok:
+		default:
+		}
+	}
+}
+
+// stopPublishers stops the publishers and waits for them.
+func (c *crashTraffic) stopPublishers() {
+	c.stopOnce.Do(func() { close(c.stop) })
+	c.wg.Wait()
+}
+
+// waitGrowth waits until counter has grown by n from its value now.
+func waitGrowth(t *testing.T, what string, counter *atomic.Int64, n int64) {
+	t.Helper()
+	base := counter.Load()
+	checkFor(t, time.Minute, 2*time.Millisecond, func() error {
+		if got := counter.Load() - base; got < n {
+			return fmt.Errorf("%s: %d of %d", what, got, n)
+		}
+		return nil
+	})
 }
