@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/bridgetest"
+)
+
+// The bench's timeout is a bound on a stall, not on a run: a fill of
+// millions takes far longer than one timeout and must not fail for that,
+// while a service that stops replying must fail the run.
+func TestPipelined_FailsWhenRepliesStopNotWhenSlow(t *testing.T) {
+	srv := bridgetest.RunServer(t)
+	nc := bridgetest.Connect(t, srv)
+	responder := bridgetest.Connect(t, srv)
+	const timeout = 500 * time.Millisecond
+
+	var answered atomic.Int64
+	stopAt := int64(-1) // answer everything
+	sub, err := responder.Subscribe("slow", func(m *nats.Msg) {
+		if s := atomic.LoadInt64(&stopAt); s >= 0 && answered.Load() >= s {
+			return
+		}
+		// Steady progress, one reply every tenth of the timeout, so the
+		// whole run lasts three timeouts.
+		time.Sleep(timeout / 10)
+		answered.Add(1)
+		_ = m.Respond(nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	always := func(*nats.Msg) bool { return true }
+	msg := func(int) *nats.Msg { return nats.NewMsg("slow") }
+
+	const n = 30
+	el, failed, err := pipelined(nc, n, 4, timeout, msg, always, new(atomic.Int64))
+	if err != nil || failed != 0 {
+		t.Fatalf("slow but steady replies: %d failed, err %v", failed, err)
+	}
+	if el < timeout {
+		t.Fatalf("the run took %v, under one timeout: it does not show a run longer than the timeout passing", el)
+	}
+
+	// Now the responder goes quiet after 5 more replies.
+	atomic.StoreInt64(&stopAt, answered.Load()+5)
+	_, _, err = pipelined(nc, n, 4, timeout, msg, always, new(atomic.Int64))
+	if err == nil || !strings.Contains(err.Error(), "none for") {
+		t.Fatalf("replies stopped: err %v, want a stall error", err)
+	}
+	_ = sub.Unsubscribe()
+}
