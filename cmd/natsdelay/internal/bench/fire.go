@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"natsdelay/bridge/wire"
 )
 
 // recorder collects the lateness of deliveries: arrival time minus the
@@ -129,6 +131,14 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		if err != nil {
 			return nil, errors.Join(err, d.close())
 		}
+		if e.cfg.FireRecurring > 0 {
+			stopRecur, err := e.fireRecurring(e.plain + "." + phase + ".rec")
+			if err != nil {
+				return nil, errors.Join(err, stopSub(), d.close())
+			}
+			stopFire := stopSub
+			stopSub = func() error { return errors.Join(stopRecur(), stopFire()) }
+		}
 		return &sysRun{
 			system: system,
 			pid:    d.pid(),
@@ -181,6 +191,46 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown system %q", system)
+}
+
+// fireRecurring schedules FireRecurring recurring schedules in natsdelay,
+// every second from a second on, one on each subject prefix.<i>, and
+// ACKs their occurrences on a connection of its own until stop. They
+// share the store with the fire run's messages, so the planner, which
+// plans occurrences ahead, works among them.
+func (e *env) fireRecurring(prefix string) (stop func() error, err error) {
+	nc, err := e.connect("bench-fire-recurring")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) { _ = m.Respond(nil) })
+	if err == nil {
+		_ = sub.SetPendingLimits(-1, -1)
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: subscribe %s.*: %w", prefix, err)
+	}
+	msg := func(i int) *nats.Msg {
+		h := nats.Header{}
+		h.Set(wire.HeaderEvery, time.Second.String())
+		h.Set(wire.HeaderDelay, time.Second.String())
+		return &nats.Msg{Subject: e.ingest + "." + prefix + "." + strconv.Itoa(i), Header: h, Data: e.payload}
+	}
+	_, failed, err := pipelined(e.conns[0], e.cfg.FireRecurring, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d recurring schedules refused", failed, e.cfg.FireRecurring)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return func() error {
+		err := nc.FlushTimeout(5 * time.Second)
+		nc.Close()
+		return err
+	}, nil
 }
 
 // delayConsumer subscribes to natsdelay's deliveries on subj on a
