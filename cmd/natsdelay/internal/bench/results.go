@@ -68,6 +68,7 @@ type ConfigSummary struct {
 	FireMsgs       int       `json:"fire_msgs"`
 	FireRates      []float64 `json:"fire_rates"`
 	FireLeadMs     float64   `json:"fire_lead_ms"`
+	FireRecurring  int       `json:"fire_recurring"`
 	EndToEndMsgs   int       `json:"end_to_end_msgs"`
 	ScalePending   int       `json:"scale_pending"`
 	ScaleSubjects  int       `json:"scale_subjects"`
