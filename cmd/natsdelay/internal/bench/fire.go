@@ -117,6 +117,9 @@ type sysRun struct {
 	// ACK applied.
 	settled func(n int) (bool, error)
 	stop    func() error
+	// occurrences counts the deliveries of the FireRecurring schedules;
+	// nil without them.
+	occurrences *atomic.Int64
 }
 
 // startSystem sets up system for phase, delivering to rec.
@@ -131,8 +134,10 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		if err != nil {
 			return nil, errors.Join(err, d.close())
 		}
+		var occurrences *atomic.Int64
 		if e.cfg.FireRecurring > 0 {
-			stopRecur, err := e.fireRecurring(e.plain + "." + phase + ".rec")
+			occurrences = new(atomic.Int64)
+			stopRecur, err := e.fireRecurring(e.plain+"."+phase+".rec", occurrences)
 			if err != nil {
 				return nil, errors.Join(err, stopSub(), d.close())
 			}
@@ -140,10 +145,11 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 			stopSub = func() error { return errors.Join(stopRecur(), stopFire()) }
 		}
 		return &sysRun{
-			system: system,
-			pid:    d.pid(),
-			msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
-			ok:     delayOK,
+			occurrences: occurrences,
+			system:      system,
+			pid:         d.pid(),
+			msg:         func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
+			ok:          delayOK,
 			settled: func(int) (bool, error) {
 				some, err := d.hasPending(e.plain + "." + phase)
 				return !some, err
@@ -195,15 +201,19 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 
 // fireRecurring schedules FireRecurring recurring schedules in natsdelay,
 // every second from a second on, one on each subject prefix.<i>, and
-// ACKs their occurrences on a connection of its own until stop. They
+// ACKs their occurrences, counting them in delivered, on a connection of
+// its own until stop. They
 // share the store with the fire run's messages, so the planner, which
 // plans occurrences ahead, works among them.
-func (e *env) fireRecurring(prefix string) (stop func() error, err error) {
+func (e *env) fireRecurring(prefix string, delivered *atomic.Int64) (stop func() error, err error) {
 	nc, err := e.connect("bench-fire-recurring")
 	if err != nil {
 		return nil, err
 	}
-	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) { _ = m.Respond(nil) })
+	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
+		_ = m.Respond(nil)
+		delivered.Add(1)
+	})
 	if err == nil {
 		_ = sub.SetPendingLimits(-1, -1)
 		err = nc.Flush()
@@ -284,6 +294,9 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	rec.wait(time.Until(start.Add(window)) + e.cfg.Timeout)
 	res := rec.result(run.system, rate)
 	res.LeadMissed, res.CPU = missed, mark.since()
+	if run.occurrences != nil {
+		res.Occurrences = run.occurrences.Load()
+	}
 	return res, nil
 }
 

@@ -120,6 +120,9 @@ type FireResult struct {
 	MaxMs      float64 `json:"max_ms"`
 	// DeliveredRate is deliveries per second from the first to the last.
 	DeliveredRate float64 `json:"delivered_per_s"`
+	// Occurrences is how many occurrences of the FireRecurring schedules
+	// natsdelay delivered from their start to the run's last delivery.
+	Occurrences int64 `json:"recurring_delivered"`
 	// CPU is from the first schedule until the last delivery, lead
 	// included; natsdelay runs inside the bench process.
 	CPU CPU `json:"cpu"`
