@@ -130,8 +130,8 @@ type Topic struct {
 // Schedule and Apply are serialised: one runs at a time, including its
 // commit. Reads (Get, Lookup, ScanTopic, ScanDue, ScanOccurrences,
 // ScanTopics, PendingFor, CountDueAll, Expired) go straight to the Store
-// and do not wait for writes; Pending, Subjects and LastID serve from memory and reflect only
-// committed writes.
+// and do not wait for writes; Pending, Subjects and LastID serve from
+// memory and reflect only committed writes.
 type Repository struct {
 	s        Store
 	log      *slog.Logger
