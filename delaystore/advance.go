@@ -223,7 +223,7 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 		}
 		deltas[stored.Subject]--
 	} else {
-		if err := r.unindexSchedule(b, stored); err != nil {
+		if err := r.unindexSchedule(b, k, stored); err != nil {
 			return keys.Key{}, false, fmt.Errorf("move schedule entry: %w", err)
 		}
 		if next != nil {

@@ -23,9 +23,10 @@
 //	metadata/event-repo/due-at/<bucket><hash><id>      one entry per message, in time order
 //	metadata/event-repo/due-count/<second>             messages whose bucket starts in that second
 //	metadata/event-repo/pending, .../subjects          totals of the subject registry
-//	metadata/event-repo/index-version                  the due index is complete
+//	metadata/event-repo/index-version                  which indexes are complete (1: due, 2: and occurrences)
 //	metadata/event-repo/schedule/<subject>\x00<name>  next occurrence of a recurring schedule
 //	metadata/event-repo/schedules                      number of recurring schedules
+//	metadata/event-repo/recur-at/<bucket><hash><id>    one entry per occurrence still to plan, in time order
 //
 // # Why a due index
 //
@@ -53,7 +54,11 @@
 // An occurrence of a recurring schedule is an ordinary pending message
 // whose Recurrence field carries the schedule; Advance stores its successor
 // in the batch that marks it planned (see package recur for why that keeps
-// schedules whole across crashes).
+// schedules whole across crashes). The occurrences still to plan have an
+// index of their own in the due index's order, so the dispatcher, which
+// plans them ahead of their time, reads them and not every message due
+// with them; a store written before it gets it at its first open, as for
+// the due index.
 //
 // The time bucket is written once, when a store is first opened, and
 // checked at every later open. Numbers are big-endian uint64, so the expiry

@@ -18,7 +18,7 @@ import (
 //	metadata/event-repo/due-count/<BE uint64 second>                 -> BE uint64 count
 //	metadata/event-repo/pending                                      -> BE uint64 total pending
 //	metadata/event-repo/subjects                                     -> BE uint64 subjects with pending messages
-//	metadata/event-repo/index-version                                -> BE uint64 dueIndexVersion
+//	metadata/event-repo/index-version                                -> BE uint64 index version
 //
 // A due entry is the event key with its first two fields swapped: time
 // first, so everything due by a time is one range read in time order over
@@ -42,7 +42,10 @@ const (
 	dueCountKeyLen = len(dueCountPrefix) + 8
 
 	// dueIndexVersion is what index-version holds once the due index, the
-	// due counts and the totals are complete.
+	// due counts and the totals are complete; recurIndexVersion (see
+	// recurindex.go) once the index of recurring occurrences is too. An
+	// older version refuses a store with a version it does not know,
+	// rather than write messages without the index it cannot keep.
 	dueIndexVersion = 1
 )
 
@@ -373,13 +376,18 @@ func (r *Repository) openIndexes() error {
 	if err != nil {
 		return fmt.Errorf("read index version: %w", err)
 	}
-	switch {
-	case v == 0:
+	if v > recurIndexVersion {
+		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, recurIndexVersion, ErrCorrupt)
+	}
+	if v < dueIndexVersion {
 		if err := r.buildIndexes(); err != nil {
 			return fmt.Errorf("build due index: %w", err)
 		}
-	case v > dueIndexVersion:
-		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, dueIndexVersion, ErrCorrupt)
+	}
+	if v < recurIndexVersion {
+		if err := r.buildRecurIndex(); err != nil {
+			return fmt.Errorf("build index of recurring occurrences: %w", err)
+		}
 	}
 	if r.mu.pending, err = r.readCount([]byte(pendingTotalKey)); err != nil {
 		return fmt.Errorf("read pending total: %w", err)

@@ -268,7 +268,8 @@ func stripDueIndex(tb testing.TB, s delaystore.Store) {
 
 // TestRepository_DueCounts_FailedCommit checks that a schedule, an apply
 // and an advance whose commits fail leave no trace in the due counts of
-// the next batch that commits: the counts stay exact, as the registry's do.
+// the next batch that commits: the counts stay exact, as the registry's do,
+// and so does the index of occurrences.
 func TestRepository_DueCounts_FailedCommit(t *testing.T) {
 	fs := &failStore{Store: openDisk(t, t.TempDir(), nil)}
 	r := openRepo(t, fs, delaystore.RepositoryConfig{})
@@ -296,6 +297,7 @@ func TestRepository_DueCounts_FailedCommit(t *testing.T) {
 	schedule(t, r, msg("e", t0+int64(time.Second)))
 	ms := t0 / 1e6
 	wantDueIndexExact(t, r, fs, ms, ms+1000, ms+60_000, ms+3_600_000)
+	wantOccurrenceIndexExact(t, r, fs)
 	if r.Pending() != 4 || r.Subjects() != 4 || r.Schedules() != 1 {
 		t.Fatalf("after failed commits: pending %d, subjects %d, schedules %d; want 4, 4, 1", r.Pending(), r.Subjects(), r.Schedules())
 	}

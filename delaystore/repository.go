@@ -118,7 +118,9 @@ type Topic struct {
 //     second, so the dispatcher finds what is due, and INFO counts it,
 //     without a seek or a count per subject (see dueindex.go);
 //   - a schedule index with each recurring schedule's next occurrence, and
-//     their count (see Advance and ScheduleRefs).
+//     their count (see Advance and ScheduleRefs), and the same occurrences
+//     in time order, so planning them ahead reads only them (see
+//     recurindex.go).
 //
 // Every such key is longer than keys.Len bytes, and scans of events skip
 // keys of any other length.
@@ -126,10 +128,10 @@ type Topic struct {
 // # Writes
 //
 // Schedule and Apply are serialised: one runs at a time, including its
-// commit. Reads (Get, Lookup, ScanTopic, ScanDue, ScanTopics, PendingFor,
-// CountDueAll, Expired) go straight to the Store and do not wait for
-// writes; Pending, Subjects and LastID serve from memory and reflect only
-// committed writes.
+// commit. Reads (Get, Lookup, ScanTopic, ScanDue, ScanOccurrences,
+// ScanTopics, PendingFor, CountDueAll, Expired) go straight to the Store
+// and do not wait for writes; Pending, Subjects and LastID serve from
+// memory and reflect only committed writes.
 type Repository struct {
 	s        Store
 	log      *slog.Logger
@@ -606,7 +608,7 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 			return fmt.Errorf("delete expiry entry of %v: %w", k, err)
 		}
 	}
-	if err := r.unindexSchedule(b, m); err != nil {
+	if err := r.unindexSchedule(b, *k, m); err != nil {
 		return fmt.Errorf("delete schedule entry of %v: %w", k, err)
 	}
 	if withClientID && m.ClientId != "" {
@@ -729,7 +731,8 @@ func (r *Repository) trimScratch() {
 // A delete also removes the message's index entries. An update keeps them
 // in step: a changed expiry time moves its expiry entry. An update that
 // would change what the indexes are built from (the subject, the client id,
-// or a non-zero event id other than the key's), or that does not encode, is
+// a non-zero event id other than the key's, or whether it is an occurrence
+// of a recurring schedule still to plan), or that does not encode, is
 // a caller's bug: it is dropped and logged, not failed, so one bad op cannot
 // block a batch of deletes that its caller retries. Apply does not modify or
 // keep Msg; it stores it with the key's event id.
@@ -823,6 +826,11 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 		bad = fmt.Sprintf("changes client id %q to %q", keys.Clip(cur.ClientId), keys.Clip(m.ClientId))
 	case m.EventId != 0 && m.EventId != id:
 		bad = fmt.Sprintf("has event id %d, want %d (the key's) or 0", m.EventId, id)
+	case toPlan(m) != toPlan(cur) || (toPlan(m) && m.Recurrence.Name != cur.Recurrence.Name):
+		// NB: planning goes through Advance, which stores the successor
+		// in the same batch; an update that plans an occurrence, or
+		// unplans one, would end its schedule or plan it twice.
+		bad = fmt.Sprintf("changes whether it is an occurrence still to plan, or of which schedule (planned %v to %v)", cur.GetRecurrence().GetPlanned(), m.GetRecurrence().GetPlanned())
 	}
 	if bad == "" {
 		var err error

@@ -17,7 +17,9 @@ import (
 //
 // A schedule's name is its Delay-Id, or the tag of its first occurrence.
 // An occurrence that is planned, or the last, is not indexed: a schedule
-// whose last occurrence went out is over.
+// whose last occurrence went out is over. The index of occurrences (see
+// recurindex.go) holds the same occurrences in time order, written and
+// deleted with these entries.
 const (
 	schedulePrefix   = "metadata/event-repo/schedule/"
 	scheduleCountKey = "metadata/event-repo/schedules"
@@ -52,29 +54,36 @@ func appendScheduleKey(dst []byte, subject, name string) []byte {
 	return append(dst, name...)
 }
 
-// indexSchedule adds to b the index entry of m, stored under k, if it is
-// an occurrence still to plan. wmu must be held.
+// indexSchedule adds to b the entries of m, stored under k, if it is an
+// occurrence still to plan: in the schedule index and in the index of
+// occurrences (see recurindex.go). wmu must be held.
 func (r *Repository) indexSchedule(b Batch, k keys.Key, m *StoredMessage) error {
-	rec := m.GetRecurrence()
-	if rec == nil || rec.Planned {
+	if !toPlan(m) {
 		return nil
 	}
-	r.w.key = appendScheduleKey(r.w.key[:0], m.Subject, rec.Name)
+	r.w.key = appendScheduleKey(r.w.key[:0], m.Subject, m.Recurrence.Name)
 	if err := b.Set(r.w.key, k[:]); err != nil {
 		return fmt.Errorf("index schedule: %w", err)
+	}
+	r.w.key = appendRecurKey(r.w.key[:0], k)
+	if err := b.Set(r.w.key, nil); err != nil {
+		return fmt.Errorf("index occurrence: %w", err)
 	}
 	r.w.schedules++
 	return nil
 }
 
-// unindexSchedule adds to b the removal of m's index entry, if it has one.
-// wmu must be held.
-func (r *Repository) unindexSchedule(b Batch, m *StoredMessage) error {
-	rec := m.GetRecurrence()
-	if rec == nil || rec.Planned {
+// unindexSchedule adds to b the removal of the entries of m, stored under
+// k, if it has them. wmu must be held.
+func (r *Repository) unindexSchedule(b Batch, k keys.Key, m *StoredMessage) error {
+	if !toPlan(m) {
 		return nil
 	}
-	r.w.key = appendScheduleKey(r.w.key[:0], m.Subject, rec.Name)
+	r.w.key = appendScheduleKey(r.w.key[:0], m.Subject, m.Recurrence.Name)
+	if err := b.Delete(r.w.key); err != nil {
+		return err
+	}
+	r.w.key = appendRecurKey(r.w.key[:0], k)
 	if err := b.Delete(r.w.key); err != nil {
 		return err
 	}

@@ -175,7 +175,8 @@ type Dispatcher struct {
 		// ahead holds the occurrences the planner planned before they
 		// fell due, until they are first published (see planLoop and
 		// publish), aheadNext each one's key by its successor's, and
-		// planFrom is how far the planner has read the due index.
+		// planFrom is how far the planner has read the index of
+		// occurrences (in the due index's order).
 		ahead     map[keys.Key]aheadPlan
 		aheadNext map[keys.Key]keys.Key
 		planFrom  *keys.Key

@@ -34,8 +34,9 @@
 // of an iterator.
 //
 // Occurrences of recurring schedules are planned ahead (Config.PlanAhead):
-// a planner goroutine reads the due index up to a second ahead and plans
-// the occurrences it finds in one synced batch, so that a pass publishes
+// a planner goroutine reads the repository's index of occurrences still to
+// plan up to a second ahead (never the one-shot messages due with them)
+// and plans them in one synced batch, so that a pass publishes
 // them with no commit before them. A pass plans, before publishing, any
 // occurrence the planner did not reach. An occurrence planned ahead whose
 // successor is then canceled or replaced by Delay-Id is withdrawn: deleted

@@ -60,17 +60,7 @@ func (d *Dispatcher) planAhead() time.Duration {
 	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
 	d.pruneAhead(now)
 
-	schedules := d.repo.Schedules()
 	d.mu.Lock()
-	if schedules == 0 {
-		// NB: with no recurring schedule there is nothing to plan, and
-		// reading every message due within the look-ahead (each one, under
-		// the repository's write lock) would only slow the deliveries and
-		// writes around it. The next read starts at the current bucket.
-		d.mu.planFrom = nil
-		d.mu.Unlock()
-		return wait
-	}
 	from := d.mu.planFrom
 	d.mu.Unlock()
 	if from == nil {
@@ -83,7 +73,11 @@ func (d *Dispatcher) planAhead() time.Duration {
 	limit := d.cfg.PassLimit
 	var found []keys.Key
 	full := false
-	err := d.repo.ScanDue(from, maxBucket, func(k keys.Key) bool {
+	// NB: the index of occurrences holds only occurrences still to plan,
+	// so the planner reads them and not the one-shot messages due with
+	// them: each message it reads, it reads under the repository's write
+	// lock, which ingest and deletes wait for.
+	err := d.repo.ScanOccurrences(from, maxBucket, func(k keys.Key) bool {
 		if len(found) == limit {
 			full = true
 			return false
@@ -92,7 +86,7 @@ func (d *Dispatcher) planAhead() time.Duration {
 		return true
 	})
 	if err != nil {
-		d.log.Warn("reading the due index to plan occurrences ahead", "err", err)
+		d.log.Warn("reading the index of occurrences to plan them ahead", "err", err)
 		return wait
 	}
 	if len(found) == 0 {

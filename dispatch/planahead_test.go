@@ -2,14 +2,17 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"natsdelay/delaystore"
+	"natsdelay/delaystore/pebblestore"
 	"natsdelay/dispatch"
 	"natsdelay/dispatch/recur"
+	"natsdelay/keys"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -299,5 +302,98 @@ func TestDispatcher_PlanAhead_TTLCountsFromDelivery(t *testing.T) {
 	}
 	if want := occ.Add(time.Second + 50*time.Millisecond).UnixNano(); got.ExpireAtNs != want {
 		t.Fatalf("expires at %d, want %d: the TTL after it went out", got.ExpireAtNs, want)
+	}
+}
+
+// readCountStore wraps a Store and counts the messages read from it (the
+// values of 24-byte event keys, by Get or by Scan); index entries and
+// counts are not messages.
+type readCountStore struct {
+	delaystore.Store
+	reads atomic.Int64
+}
+
+func (s *readCountStore) Get(k []byte) ([]byte, error) {
+	if len(k) == keys.Len {
+		s.reads.Add(1)
+	}
+	return s.Store.Get(k)
+}
+
+func (s *readCountStore) Scan(opts delaystore.IterOptions, yield func(k, v []byte) bool) error {
+	return s.Store.Scan(opts, func(k, v []byte) bool {
+		if len(k) == keys.Len {
+			s.reads.Add(1)
+		}
+		return yield(k, v)
+	})
+}
+
+// TestDispatcher_PlanAhead_ReadsOnlyOccurrences checks that what the
+// planner reads follows the occurrences due within its look-ahead, not
+// the messages due there: with two recurring schedules and thousands of
+// one-shot messages due within the window, it reads each occurrence to
+// plan it and its successor to check that it is still there, and no
+// one-shot message, since each read is made under the repository's write
+// lock that ingest and deletes wait for.
+func TestDispatcher_PlanAhead_ReadsOnlyOccurrences(t *testing.T) {
+	const schedules = 2
+	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cs := &readCountStore{Store: st}
+	commits := make(chan struct{}, 10)
+	repo, err := delaystore.OpenRepository(cs, delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
+		if s == delaystore.AdvanceAfterCommit {
+			commits <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = repo.Close() })
+
+	clock := newFakeClock(time.Now().Truncate(time.Second))
+	now := clock.now()
+	const oneShots = 3000
+	var msgs []*delaystore.StoredMessage
+	for i := range oneShots {
+		msgs = append(msgs, msgAt(fmt.Sprintf("one.%d", i%300), now.Add(100*time.Millisecond+time.Duration(i)*200*time.Microsecond)))
+	}
+	for i := range schedules {
+		msgs = append(msgs, occurrenceAt(fmt.Sprintf("rec.%d", i), time.Hour, now.Add(300*time.Millisecond+time.Duration(i)*100*time.Millisecond), recur.One, 0))
+	}
+	if _, err := repo.Schedule(msgs, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	cs.reads.Store(0)
+
+	pub := newFakePublisher()
+	d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second, PlanAhead: time.Second, Now: clock.now,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.d = d
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	select {
+	case <-commits: // the planner's batch: both are within its first read
+	case <-time.After(10 * time.Second):
+		t.Fatal("no occurrence planned ahead")
+	}
+	if err := d.Close(); err != nil { // waits for the planner
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.PlannedAhead != uint64(schedules) {
+		t.Fatalf("planned ahead %d, want %d", st.PlannedAhead, schedules)
+	}
+	if got, want := cs.reads.Load(), int64(2*schedules); got != want {
+		t.Fatalf("the dispatcher read %d messages with %d one-shot messages and %d occurrences due within the look-ahead, want %d: each occurrence and its successor",
+			got, oneShots, schedules, want)
 	}
 }

@@ -39,6 +39,7 @@ type benchCmd struct {
 	FireMsgs       int           `help:"Messages per fire run (default 50000)."`
 	FireRates      []float64     `help:"Offered rates of the fire runs in msgs/s (default 25000,100000)." placeholder:"RATE,..."`
 	FireLead       time.Duration `help:"How far ahead the first message of a fire run is due (default 1s + time to ingest at 20k/s)."`
+	FireRecurring  int           `name:"fire-recurring" help:"Recurring schedules, every second on subjects of their own, that natsdelay holds during its fire runs, delivered and ACKed beside the measured messages (default 0)."`
 	E2EMsgs        int           `name:"e2e-msgs" help:"Due-now messages of the end-to-end run (default 100000)."`
 	ScalePending   int           `help:"Pending future messages of the scale and expiry runs (default 1000000)."`
 	ScaleSubjects  int           `help:"Distinct subjects the pending messages of the scale run are spread over (default 1)."`
@@ -78,6 +79,7 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.Outstanding, c.Outstanding)
 	set(&cfg.Requesters, c.Requesters)
 	set(&cfg.FireMsgs, c.FireMsgs)
+	set(&cfg.FireRecurring, c.FireRecurring)
 	set(&cfg.EndToEndMsgs, c.E2EMsgs)
 	set(&cfg.ScalePending, c.ScalePending)
 	set(&cfg.ScaleSubjects, c.ScaleSubjects)
@@ -127,7 +129,7 @@ func (c *benchCmd) check() error {
 		v    int
 	}{
 		{"--payload-size", c.PayloadSize}, {"--ingest-msgs", c.IngestMsgs}, {"--outstanding", c.Outstanding},
-		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--e2e-msgs", c.E2EMsgs},
+		{"--requesters", c.Requesters}, {"--fire-msgs", c.FireMsgs}, {"--fire-recurring", c.FireRecurring}, {"--e2e-msgs", c.E2EMsgs},
 		{"--scale-pending", c.ScalePending}, {"--scale-subjects", c.ScaleSubjects}, {"--scale-due", c.ScaleDue},
 		{"--scale-due-runs", c.ScaleDueRuns},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},

@@ -78,6 +78,32 @@ func TestParse_Bench_ScaleAndWaves(t *testing.T) {
 	}
 }
 
+// TestParse_Bench_FireRecurring checks that --fire-recurring sets the
+// recurring schedules of the fire runs, that none is the default, and that
+// a negative count is a usage error naming the flag.
+func TestParse_Bench_FireRecurring(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"bench"}, 0},
+		{[]string{"bench", "--quick"}, 0},
+		{[]string{"bench", "--fire-recurring", "3"}, 3},
+	} {
+		c, _, err := parse(tc.args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := c.Bench.config(); cfg.FireRecurring != tc.want {
+			t.Errorf("%v: fire recurring %d, want %d", tc.args, cfg.FireRecurring, tc.want)
+		}
+	}
+	_, _, err := parse([]string{"bench", "--fire-recurring=-1"}, io.Discard, io.Discard)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--fire-recurring -1") {
+		t.Fatalf("--fire-recurring=-1: %v, want a usage error naming it", err)
+	}
+}
+
 // TestParse_Bench_BadValues checks that every bad bench flag is reported at
 // once, as a usage error naming the flag.
 func TestParse_Bench_BadValues(t *testing.T) {

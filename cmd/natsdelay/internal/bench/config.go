@@ -46,6 +46,12 @@ type Config struct {
 	// so that ingest is done before anything is due. Default 1s plus the
 	// time to ingest FireMsgs at 20,000 msgs/s.
 	FireLead time.Duration
+	// FireRecurring is how many recurring schedules, every second on a
+	// subject each apart from the measured one, natsdelay holds during its
+	// fire runs, delivered and ACKed beside the measured messages: with
+	// one or more, the runs measure the cost of planning occurrences ahead
+	// among a stream of one-shot messages. Default 0.
+	FireRecurring int
 
 	// EndToEndMsgs is how many due-now messages the end-to-end run
 	// schedules, delivers and ACKs. Default 100,000.
@@ -284,7 +290,7 @@ func (c Config) Validate() error {
 		v    int
 	}{
 		{"PayloadSize", c.PayloadSize}, {"IngestMsgs", c.IngestMsgs}, {"Outstanding", c.Outstanding},
-		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"EndToEndMsgs", c.EndToEndMsgs},
+		{"Requesters", c.Requesters}, {"FireMsgs", c.FireMsgs}, {"FireRecurring", c.FireRecurring}, {"EndToEndMsgs", c.EndToEndMsgs},
 		{"ScalePending", c.ScalePending}, {"ScaleSubjects", c.ScaleSubjects}, {"ScaleDue", c.ScaleDue},
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},

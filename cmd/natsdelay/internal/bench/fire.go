@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"natsdelay/bridge/wire"
 )
 
 // recorder collects the lateness of deliveries: arrival time minus the
@@ -115,6 +117,9 @@ type sysRun struct {
 	// ACK applied.
 	settled func(n int) (bool, error)
 	stop    func() error
+	// occurrences counts the deliveries of the FireRecurring schedules;
+	// nil without them.
+	occurrences *atomic.Int64
 }
 
 // startSystem sets up system for phase, delivering to rec.
@@ -129,11 +134,22 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		if err != nil {
 			return nil, errors.Join(err, d.close())
 		}
+		var occurrences *atomic.Int64
+		if e.cfg.FireRecurring > 0 {
+			occurrences = new(atomic.Int64)
+			stopRecur, err := e.fireRecurring(e.plain+"."+phase+".rec", occurrences)
+			if err != nil {
+				return nil, errors.Join(err, stopSub(), d.close())
+			}
+			stopFire := stopSub
+			stopSub = func() error { return errors.Join(stopRecur(), stopFire()) }
+		}
 		return &sysRun{
-			system: system,
-			pid:    d.pid(),
-			msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
-			ok:     delayOK,
+			occurrences: occurrences,
+			system:      system,
+			pid:         d.pid(),
+			msg:         func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
+			ok:          delayOK,
 			settled: func(int) (bool, error) {
 				some, err := d.hasPending(e.plain + "." + phase)
 				return !some, err
@@ -181,6 +197,50 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown system %q", system)
+}
+
+// fireRecurring schedules FireRecurring recurring schedules in natsdelay,
+// every second from a second on, one on each subject prefix.<i>, and
+// ACKs their occurrences, counting them in delivered, on a connection of
+// its own until stop. They
+// share the store with the fire run's messages, so the planner, which
+// plans occurrences ahead, works among them.
+func (e *env) fireRecurring(prefix string, delivered *atomic.Int64) (stop func() error, err error) {
+	nc, err := e.connect("bench-fire-recurring")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
+		_ = m.Respond(nil)
+		delivered.Add(1)
+	})
+	if err == nil {
+		_ = sub.SetPendingLimits(-1, -1)
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: subscribe %s.*: %w", prefix, err)
+	}
+	msg := func(i int) *nats.Msg {
+		h := nats.Header{}
+		h.Set(wire.HeaderEvery, time.Second.String())
+		h.Set(wire.HeaderDelay, time.Second.String())
+		return &nats.Msg{Subject: e.ingest + "." + prefix + "." + strconv.Itoa(i), Header: h, Data: e.payload}
+	}
+	_, failed, err := pipelined(e.conns[0], e.cfg.FireRecurring, e.cfg.Outstanding, e.cfg.Timeout, msg, delayOK, new(atomic.Int64))
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d recurring schedules refused", failed, e.cfg.FireRecurring)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return func() error {
+		err := nc.FlushTimeout(5 * time.Second)
+		nc.Close()
+		return err
+	}, nil
 }
 
 // delayConsumer subscribes to natsdelay's deliveries on subj on a
@@ -234,6 +294,9 @@ func (e *env) fire(run *sysRun, rec *recorder, n int, rate float64, lead time.Du
 	rec.wait(time.Until(start.Add(window)) + e.cfg.Timeout)
 	res := rec.result(run.system, rate)
 	res.LeadMissed, res.CPU = missed, mark.since()
+	if run.occurrences != nil {
+		res.Occurrences = run.occurrences.Load()
+	}
 	return res, nil
 }
 

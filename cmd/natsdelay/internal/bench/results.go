@@ -68,6 +68,7 @@ type ConfigSummary struct {
 	FireMsgs       int       `json:"fire_msgs"`
 	FireRates      []float64 `json:"fire_rates"`
 	FireLeadMs     float64   `json:"fire_lead_ms"`
+	FireRecurring  int       `json:"fire_recurring"`
 	EndToEndMsgs   int       `json:"end_to_end_msgs"`
 	ScalePending   int       `json:"scale_pending"`
 	ScaleSubjects  int       `json:"scale_subjects"`
@@ -120,6 +121,9 @@ type FireResult struct {
 	MaxMs      float64 `json:"max_ms"`
 	// DeliveredRate is deliveries per second from the first to the last.
 	DeliveredRate float64 `json:"delivered_per_s"`
+	// Occurrences is how many occurrences of the FireRecurring schedules
+	// natsdelay delivered from their start to the run's last delivery.
+	Occurrences int64 `json:"recurring_delivered"`
 	// CPU is from the first schedule until the last delivery, lead
 	// included; natsdelay runs inside the bench process.
 	CPU CPU `json:"cpu"`

@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 func summary(c Config) ConfigSummary {
 	return ConfigSummary{
 		PayloadSize: c.PayloadSize, IngestMsgs: c.IngestMsgs, Outstanding: c.Outstanding, Requesters: c.Requesters,
-		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond),
+		FireMsgs: c.FireMsgs, FireRates: c.FireRates, FireLeadMs: float64(c.FireLead) / float64(time.Millisecond), FireRecurring: c.FireRecurring,
 		EndToEndMsgs: c.EndToEndMsgs, ScalePending: c.ScalePending, ScaleSubjects: c.ScaleSubjects, ScaleDue: c.ScaleDue, ScaleDueRuns: c.ScaleDueRuns,
 		ExpiredMsgs: c.ExpiredMsgs, ExpiryInterval: c.ExpiryInterval.String(), Waves: c.Waves, WaveSubjects: c.WaveSubjects,
 		RecurSchedules: c.RecurSchedules, RecurEvery: c.RecurEvery.String(), RecurDuration: c.RecurDuration.String(),
