@@ -109,3 +109,41 @@ func TestDispatcher_AckBeforeFlush_NoAttemptWrite(t *testing.T) {
 		t.Fatal("the deleter holds an attempt write of a, ACKed and deleted")
 	}
 }
+
+// Guarantee: the service goes idle (and hands memory back) only when
+// the dispatcher has nothing under way or soon: Busy is false with
+// nothing due within the horizon, true with a message due within it, and
+// true while a delivery is in flight, until its ACK has settled it.
+func TestDispatcher_Busy(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	checkFor(t, 10*time.Second, func() error {
+		if h.d.Busy(10 * time.Second) {
+			return fmt.Errorf("busy with nothing stored")
+		}
+		return nil
+	})
+	h.schedule(msgAt("busy.later", time.Now().Add(time.Hour)))
+	checkFor(t, 10*time.Second, func() error {
+		if !h.d.Busy(2 * time.Hour) {
+			return fmt.Errorf("not busy with a message due within the horizon")
+		}
+		return nil
+	})
+	if h.d.Busy(10 * time.Second) {
+		t.Fatal("busy with the only message due in an hour")
+	}
+	h.schedule(msgAt("busy.now", time.Now()))
+	d := h.next(10 * time.Second)
+	if !h.d.Busy(10 * time.Second) {
+		t.Fatal("not busy with a delivery in flight")
+	}
+	if err := h.ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if h.d.Busy(10 * time.Second) {
+			return fmt.Errorf("still busy after the ACK settled the delivery")
+		}
+		return nil
+	})
+}

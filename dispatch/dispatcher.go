@@ -326,6 +326,19 @@ func (d *Dispatcher) Stats() Stats {
 	}
 }
 
+// Busy reports whether the dispatcher has work under way or soon: a
+// delivery in flight, a subject with something due or backing off, a pass
+// under way, or one due within the next within (the next message known to
+// fall due, or a flight's deadline). A service goes idle only when it is
+// not busy.
+func (d *Dispatcher) Busy(within time.Duration) bool {
+	now := d.nowNs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mu.flights) > 0 || len(d.mu.topics) > 0 || d.mu.passStart != 0 ||
+		d.mu.wakeBy != 0 && d.mu.wakeBy <= after(now, within)
+}
+
 // Attempt is the number of the last delivery of k known to have reached a
 // subscriber, while k is in flight, and 0 otherwise. The count in the store
 // may lag it by up to Config.AttemptWriteDelay.

@@ -87,10 +87,9 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 		g.idle = idle.Start(idle.Config{
 			Quiet:       s.cfg.IdleRelease,
 			MinActivity: IdleReleaseMinWrites,
-			InUse: func() bool {
-				st := g.disp.Stats()
-				return st.InFlight > 0 || st.Topics > 0
-			},
+			// NB: a message due within the quiet period would find the
+			// memtable just rotated and the heap just collected: wait.
+			InUse:   func() bool { return g.disp.Busy(s.cfg.IdleRelease) },
 			Release: func() { s.releaseMemory(g) },
 		})
 		g.store.(*watchedStore).idle.Store(g.idle)
@@ -126,8 +125,8 @@ func (s *Service) idleGeneration(st delaystore.Store) *generation {
 }
 
 // stopWork stops the idle watcher, the writer, the janitor and the
-// dispatcher, in that order. Nothing may hand the writer messages any more: see Service.retire
-// and Service.Stop. Safe to call twice.
+// dispatcher, in that order. Nothing may hand the writer messages any
+// more: see Service.retire and Service.Stop. Safe to call twice.
 func (g *generation) stopWork() {
 	g.stopWorkOnce.Do(func() {
 		if g.idle != nil {

@@ -72,8 +72,8 @@ func (h *harness) sleeps() bool {
 	}
 }
 
-// asleep checks that the loop asks for no timer until the next Touch:
-// after Close, which returns once the loop has, nothing was asked.
+// closeAsleep closes the Watcher and checks that, asleep, it asked for no
+// timer and released nothing more: Close returns once the loop has.
 func (h *harness) closeAsleep() {
 	h.t.Helper()
 	h.w.Close()
