@@ -59,8 +59,9 @@ type Config struct {
 	MaxBatchBytes int
 
 	// IdleRelease is how long the Service waits, once quiet after a burst
-	// of writes (no commit to the store, nothing in flight, no subject with
-	// anything due), before it hands memory back to the operating system:
+	// of writes (no commit to the store, nothing in flight, nothing due
+	// within IdleRelease: see dispatch.Dispatcher.Busy), before it hands
+	// memory back to the operating system:
 	// the store's memory for writes (delaystore.MemoryReleaser: Pebble's
 	// memtables) and the Go heap's free pages (runtime/debug.FreeOSMemory,
 	// which is process-wide). It does so once per burst, and only after
