@@ -717,10 +717,19 @@ func (r *Repository) trimScratch() {
 	if cap(r.w.key) > maxKeptScratch {
 		r.w.key = nil
 	}
+	// NB: a map keeps its buckets when cleared, so one that a batch of
+	// many subjects grew is dropped rather than kept for good.
+	if len(r.w.deltas) > maxKeptDeltas {
+		r.w.deltas = make(map[string]int64)
+	}
 	clear(r.w.deltas)
 	clear(r.w.due)
 	r.w.schedules = 0
 }
+
+// maxKeptDeltas bounds the subjects whose count changes the scratch map
+// keeps room for between writes.
+const maxKeptDeltas = 1024
 
 // Apply commits ops in one batch: deletes (Msg nil) and updates, such as a
 // new attempt count. Each op is applied to the message as left by the ops

@@ -123,3 +123,13 @@ type Iterator interface {
 	// Close releases the iterator and returns its error, if any.
 	Close() error
 }
+
+// MemoryReleaser is a Store that keeps memory for writes beyond what it
+// holds (such as Pebble's memtables) and can hand it back. A service calls
+// ReleaseMemory when it has gone idle after a burst of writes; it must
+// leave every committed write as it was, readable and as durable as
+// before. It returns an error wrapping ErrClosed or ErrFailed as other
+// calls do.
+type MemoryReleaser interface {
+	ReleaseMemory() error
+}

@@ -327,6 +327,19 @@ func (d *Dispatcher) Stats() Stats {
 	}
 }
 
+// Busy reports whether the dispatcher has work under way or soon: a
+// delivery in flight, a subject with something due or backing off, a pass
+// under way, or one due within the next within (the next message known to
+// fall due, or a flight's deadline). A service goes idle only when it is
+// not busy.
+func (d *Dispatcher) Busy(within time.Duration) bool {
+	now := d.nowNs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mu.flights) > 0 || len(d.mu.topics) > 0 || d.mu.passStart != 0 ||
+		d.mu.wakeBy != 0 && d.mu.wakeBy <= after(now, within)
+}
+
 // Attempt is the number of the last delivery of k known to have reached a
 // subscriber, while k is in flight, and 0 otherwise. The count in the store
 // may lag it by up to Config.AttemptWriteDelay.
@@ -542,12 +555,45 @@ func (d *Dispatcher) dropIdleLocked(now int64) {
 			delete(d.mu.topics, t.hash)
 		}
 	}
-	clear(d.mu.idle)
-	d.mu.idle = d.mu.idle[:0]
+	d.mu.idle = emptied(d.mu.idle)
 	d.mu.topics = shrunk(d.mu.topics, &d.mu.peaks.topics)
 	d.mu.flights = shrunk(d.mu.flights, &d.mu.peaks.flights)
 	d.mu.unsent = shrunk(d.mu.unsent, &d.mu.peaks.unsent)
 	d.mu.canceled = shrunk(d.mu.canceled, &d.mu.peaks.canceled)
+	// NB: the heaps clear the slots they give up, so only their arrays
+	// are left over from a burst.
+	if len(d.mu.due) == 0 && cap(d.mu.due) > keptCap {
+		d.mu.due = nil
+	}
+	if len(d.mu.timers) == 0 && cap(d.mu.timers) > keptCap {
+		d.mu.timers = nil
+	}
+}
+
+// notePeaksLocked records how many entries the maps hold, at the start of
+// a pass, before it forgets what was settled since the last: a burst of
+// ACKs fills canceled between passes and the pass empties it, so shrunk,
+// which runs after, would not see how large it grew. mu must be held.
+func (d *Dispatcher) notePeaksLocked() {
+	p := &d.mu.peaks
+	p.topics = max(p.topics, len(d.mu.topics))
+	p.flights = max(p.flights, len(d.mu.flights))
+	p.unsent = max(p.unsent, len(d.mu.unsent))
+	p.canceled = max(p.canceled, len(d.mu.canceled))
+}
+
+// keptCap is the size up to which a map or an array grown by a burst is
+// kept for reuse once the burst is over; a larger one is given back.
+const keptCap = 1024
+
+// emptied returns s cleared and empty, or nil if its array is larger
+// than keptCap, so a burst does not keep its memory.
+func emptied[T any](s []T) []T {
+	if cap(s) > keptCap {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 // shrunk returns m, or a copy of it once it holds less than a quarter of
@@ -560,7 +606,7 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 		*peak = n
 		return m
 	}
-	if *peak <= 1024 || n >= *peak/4 {
+	if *peak <= keptCap || n >= *peak/4 {
 		return m
 	}
 	c := make(map[K]V, n)
@@ -601,6 +647,7 @@ func (d *Dispatcher) pass() time.Duration {
 	d.mu.passStart = now
 	d.mu.pass++
 	pass := d.mu.pass
+	d.notePeaksLocked()
 	for _, k := range d.mu.committed {
 		if f := d.mu.flights[k]; f != nil && f.state == stateSettling {
 			d.forgetLocked(f)
@@ -608,10 +655,7 @@ func (d *Dispatcher) pass() time.Duration {
 		delete(d.mu.canceled, k)
 		delete(d.mu.unsent, k)
 	}
-	d.mu.committed = d.mu.committed[:0]
-	if cap(d.mu.committed) > 4096 {
-		d.mu.committed = nil // a burst of deletes gives its memory back
-	}
+	d.mu.committed = emptied(d.mu.committed) // a burst of deletes gives its memory back
 	d.dropIdleLocked(now)
 
 	// NB: a redelivery needs no room in the in-flight window: its flight

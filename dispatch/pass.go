@@ -553,8 +553,18 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 			settle = append(settle, f.key)
 			continue
 		}
-		o.msg.Attempt = f.attempt
 		f.counted = f.attempt
+		if f.state == stateSettling {
+			// NB: its delete is queued or committed (an ACK, a cancel,
+			// expiry) and its flight not yet forgotten. Writing its count
+			// would read it under the write lock only to find it gone,
+			// and keep the message in the deleter's queue for the
+			// AttemptWriteDelay until then: after a burst ACKed as fast
+			// as it went out, that was most of the messages of the
+			// burst's last second.
+			continue
+		}
+		o.msg.Attempt = f.attempt
 		updates = append(updates, o)
 	}
 	for _, t := range b.probed {

@@ -58,6 +58,17 @@ type Config struct {
 	// Default 64 MiB.
 	MaxBatchBytes int
 
+	// IdleRelease is how long the Service waits, once quiet after a burst
+	// of writes (no commit to the store, nothing in flight, nothing due
+	// within IdleRelease: see dispatch.Dispatcher.Busy), before it hands
+	// memory back to the operating system:
+	// the store's memory for writes (delaystore.MemoryReleaser: Pebble's
+	// memtables) and the Go heap's free pages (runtime/debug.FreeOSMemory,
+	// which is process-wide). It does so once per burst, and only after
+	// IdleReleaseMinWrites writes since the last time. Negative turns it
+	// off. Default 10s.
+	IdleRelease time.Duration
+
 	// Metrics, if not nil, is told about commits and storage faults.
 	Metrics Metrics
 
@@ -91,8 +102,15 @@ func DefaultConfig() Config {
 		MaxBatchBytes:    64 << 20,
 		ReopenBackoff:    100 * time.Millisecond,
 		ReopenMaxBackoff: 5 * time.Second,
+		IdleRelease:      10 * time.Second,
 	}
 }
+
+// IdleReleaseMinWrites is how many writes (operations of committed
+// batches; a message scheduled and then ACKed is four to five) make a burst
+// worth handing memory back after: a trickle of messages makes the store
+// keep little, and a release costs three memtable flushes.
+const IdleReleaseMinWrites = 10_000
 
 // Validate reports every bad setting at once, the nested configs'
 // included, each wrapping ErrInvalidConfig. It does not ask for Store or
@@ -141,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReopenMaxBackoff == 0 {
 		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
+	}
+	if c.IdleRelease == 0 {
+		c.IdleRelease = d.IdleRelease
 	}
 	if c.AckWait == 0 {
 		c.AckWait = d.AckWait // INFO reports it

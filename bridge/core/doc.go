@@ -17,8 +17,10 @@
 //
 // A Service owns one goroutine of its own, the recovery loop, started by
 // Open and stopped by Stop. Each generation owns the goroutines of its
-// writer, dispatcher and janitor; they stop when the generation is
-// retired (a storage fault, Suspend) or by Stop.
+// writer, dispatcher and janitor, and of its idle watcher (package idle),
+// which hands memory back once the generation goes quiet after a burst of
+// writes (Config.IdleRelease); they stop when the generation is retired
+// (a storage fault, Suspend) or by Stop, the idle watcher first.
 //
 // # Shutdown
 //

@@ -3,9 +3,12 @@ package core
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"natsdelay/bridge/idle"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
 	"natsdelay/janitor"
@@ -23,6 +26,9 @@ type generation struct {
 	disp  *dispatch.Dispatcher
 	jan   *janitor.Janitor
 	w     *writer
+	// idle hands memory back once the generation goes quiet after a
+	// burst of writes; nil when Config.IdleRelease turns that off.
+	idle *idle.Watcher
 
 	// failed is set by the first call that met delaystore.ErrFailed.
 	failed atomic.Bool
@@ -77,7 +83,34 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	}
 	g.jan.Start()
 	g.w = newWriter(g.repo, g.disp, s.cfg.MaxBatch, s.cfg.MaxBatchBytes, s.log, s.committed)
+	if s.cfg.IdleRelease > 0 {
+		g.idle = idle.Start(idle.Config{
+			Quiet:       s.cfg.IdleRelease,
+			MinActivity: IdleReleaseMinWrites,
+			// NB: a message due within the quiet period would find the
+			// memtable just rotated and the heap just collected: wait.
+			InUse:   func() bool { return g.disp.Busy(s.cfg.IdleRelease) },
+			Release: func() { s.releaseMemory(g) },
+		})
+		g.store.(*watchedStore).idle.Store(g.idle)
+	}
 	return nil
+}
+
+// releaseMemory hands back what the burst that just ended made the
+// process keep: the store's memory for writes, then the Go heap's free
+// pages. It runs on g's idle watcher, which stopWork stops first, so
+// never on a closed store.
+func (s *Service) releaseMemory(g *generation) {
+	start := time.Now()
+	if err := g.store.(*watchedStore).ReleaseMemory(); err != nil {
+		s.log.Warn("handing the store's memory back", "err", err)
+	}
+	// NB: once per burst, not periodically: it collects and scavenges
+	// the whole heap, a few milliseconds on an idle service.
+	debug.FreeOSMemory()
+	s.memReleases.Add(1)
+	s.log.Debug("idle after a burst of writes: memory handed back", "took", time.Since(start).Round(time.Microsecond))
 }
 
 // idleGeneration is the generation of a Service opened suspended: st,
@@ -91,11 +124,16 @@ func (s *Service) idleGeneration(st delaystore.Store) *generation {
 	return g
 }
 
-// stopWork stops the writer, the janitor and the dispatcher, in that
-// order. Nothing may hand the writer messages any more: see Service.retire
-// and Service.Stop. Safe to call twice.
+// stopWork stops the idle watcher, the writer, the janitor and the
+// dispatcher, in that order. Nothing may hand the writer messages any
+// more: see Service.retire and Service.Stop. Safe to call twice.
 func (g *generation) stopWork() {
 	g.stopWorkOnce.Do(func() {
+		if g.idle != nil {
+			// NB: first, and waited for: a release under way uses the
+			// store.
+			g.idle.Close()
+		}
 		if g.w != nil {
 			g.w.close()
 		}
@@ -135,6 +173,8 @@ type watchedStore struct {
 	// onFail is called on the caller's goroutine, possibly inside a commit:
 	// it must not block.
 	onFail func(error)
+	// idle, once set, is told the writes of every commit.
+	idle atomic.Pointer[idle.Watcher]
 }
 
 var _ delaystore.Store = (*watchedStore)(nil)
@@ -166,6 +206,15 @@ func (w *watchedStore) Scan(opts delaystore.IterOptions, yield func(key, value [
 
 func (w *watchedStore) Flush() error { return w.check(w.Store.Flush()) }
 
+// ReleaseMemory hands back the store's memory for writes, if it keeps
+// any (see delaystore.MemoryReleaser).
+func (w *watchedStore) ReleaseMemory() error {
+	if r, ok := w.Store.(delaystore.MemoryReleaser); ok {
+		return w.check(r.ReleaseMemory())
+	}
+	return nil
+}
+
 // watchedBatch reports the failure of its Commit, and of Set and Delete on
 // a batch the failed store made.
 type watchedBatch struct {
@@ -176,5 +225,10 @@ type watchedBatch struct {
 func (b *watchedBatch) Set(key, value []byte) error { return b.w.check(b.Batch.Set(key, value)) }
 func (b *watchedBatch) Delete(key []byte) error     { return b.w.check(b.Batch.Delete(key)) }
 func (b *watchedBatch) Commit(sync delaystore.SyncMode) error {
-	return b.w.check(b.Batch.Commit(sync))
+	n := b.Batch.Len()
+	err := b.w.check(b.Batch.Commit(sync))
+	if w := b.w.idle.Load(); w != nil && err == nil {
+		w.Touch(n)
+	}
+	return err
 }

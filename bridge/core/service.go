@@ -51,6 +51,9 @@ type Service struct {
 	// keptMu.
 	keptMu sync.Mutex
 	kept   dispatch.Stats
+	// memReleases counts the times memory was handed back after a burst
+	// (see Config.IdleRelease), over every generation.
+	memReleases atomic.Uint64
 
 	// workMu orders handing work to a generation against retiring it:
 	// Schedule holds it shared, Stop takes it to set stopping, and retire
@@ -123,6 +126,10 @@ func (s *Service) goFunc(f func()) {
 		f()
 	}()
 }
+
+// MemoryReleases is how many times the Service has handed memory back
+// after a burst of writes since Open (see Config.IdleRelease).
+func (s *Service) MemoryReleases() uint64 { return s.memReleases.Load() }
 
 // Config returns the configuration in use, with the defaults filled in.
 // Its slices must not be modified.

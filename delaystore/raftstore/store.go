@@ -218,3 +218,17 @@ func (n *Node) notLeader(cause error) error {
 	}
 	return &delaystore.NotLeaderError{Leader: leader, Err: cause}
 }
+
+// ReleaseMemory hands back the memory the local store keeps for writes,
+// if it keeps any (see delaystore.MemoryReleaser). It is this node's
+// alone: the other nodes keep theirs.
+func (s *store) ReleaseMemory() error {
+	return s.gate.Call(func() error {
+		if r, ok := s.n.local.(delaystore.MemoryReleaser); ok {
+			return r.ReleaseMemory()
+		}
+		return nil
+	})
+}
+
+var _ delaystore.MemoryReleaser = (*store)(nil)

@@ -230,6 +230,9 @@ func writeWaves(p func(string, ...any), wv *WavesResult) {
 	row("idle, before the first wave", wv.Idle, "", CPU{Service: -1, Bench: -1, Server: -1})
 	for i, w := range wv.Waves {
 		row(fmt.Sprintf("after wave %d, drained", i+1), w.Mem, num(w.Rate), w.CPU)
+		if w.Released != nil {
+			row(fmt.Sprintf("after wave %d, idle: memory handed back", i+1), *w.Released, "", CPU{Service: -1, Bench: -1, Server: -1})
+		}
 	}
 }
 

@@ -49,7 +49,8 @@ func sampleResults() *Results {
 			Subjects: cfg.WaveSubjects, OwnProcess: true,
 			Idle: MemSample{RSSBytes: 48 << 20, HeapBytes: 3 << 20, DispatchSubjects: 0},
 			Waves: []WaveResult{
-				{Rate: 12_000, CPU: CPU{Service: 0.02, Bench: 0.01}, Mem: MemSample{RSSBytes: 51 << 20, HeapBytes: 4 << 20, DispatchSubjects: 0}},
+				{Rate: 12_000, CPU: CPU{Service: 0.02, Bench: 0.01}, Mem: MemSample{RSSBytes: 51 << 20, HeapBytes: 4 << 20, DispatchSubjects: 0},
+					Released: &MemSample{RSSBytes: 49 << 20, HeapBytes: 3 << 20, DispatchSubjects: 0, Releases: 1}},
 				{Rate: 17_000, CPU: CPU{Service: 0.01, Bench: -1}, Mem: MemSample{RSSBytes: 50 << 20, HeapBytes: -1, DispatchSubjects: -1}},
 			},
 		},
@@ -186,7 +187,8 @@ func TestWriteTable_EveryRowWithDirection(t *testing.T) {
 // TestWriteTable_ScaleAndWaves checks the rows of natsdelay's own process:
 // the fill's CPU time per message for natsdelay and for the bench process
 // apart, memory per pending message and per subject, and a row of memory
-// per wave after the idle one, with "-" where a figure is unknown.
+// per wave after the idle one, with "-" where a figure is unknown, and
+// one more for a wave after which natsdelay handed memory back.
 func TestWriteTable_ScaleAndWaves(t *testing.T) {
 	res := sampleResults()
 	var b strings.Builder
@@ -212,6 +214,8 @@ func TestWriteTable_ScaleAndWaves(t *testing.T) {
 		{"idle, before the first wave", "48.0", "3.00", "0"},
 		// 0.02 s and 0.01 s over 500 msgs.
 		{"after wave 1, drained", "51.0", "4.00", "12,000", "40.0", "20.0"},
+		// The memory once handed back, after wave 1 only.
+		{"after wave 1, idle: memory handed back", "49.0", "3.00", "0"},
 		{"after wave 2, drained", "50.0", "17,000", "20.0", "-"},
 	} {
 		row := ""
@@ -242,7 +246,10 @@ func TestWriteTable_ScaleAndWaves(t *testing.T) {
 		t.Errorf("with one subject: want \"on 1 subject\" and no row per subject:\n%s", one)
 	}
 	// The second wave's unknown heap and gauge: two dashes besides the
-	// unknown bench CPU.
+	// unknown bench CPU. It handed nothing back: no row says so.
+	if strings.Contains(scale, "after wave 2, idle") {
+		t.Error("a row of memory handed back after wave 2, which has none")
+	}
 	for line := range strings.Lines(scale) {
 		if strings.HasPrefix(line, "after wave 2") && strings.Count(line, " - ")+strings.Count(line, " -\n") < 3 {
 			t.Errorf("row %q: want - for the unknown heap, gauge and bench CPU", line)

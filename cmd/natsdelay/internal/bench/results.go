@@ -204,6 +204,10 @@ type MemSample struct {
 	// DispatchSubjects is the natsdelay_dispatch_subjects gauge: the
 	// subjects the dispatcher keeps state for. -1 where unknown.
 	DispatchSubjects int64 `json:"dispatch_subjects"`
+	// Releases is the natsdelay_memory_releases_total counter: how many
+	// times natsdelay handed memory back once idle after a burst. -1
+	// where unknown (in this process, or a version without it).
+	Releases int64 `json:"memory_releases"`
 }
 
 // WavesResult is natsdelay's memory over waves of subjects that come and
@@ -226,6 +230,10 @@ type WaveResult struct {
 	Rate float64   `json:"msgs_per_s"`
 	CPU  CPU       `json:"cpu"`
 	Mem  MemSample `json:"mem_after"`
+	// Released is the memory once natsdelay, idle after the wave, handed
+	// memory back (natsdelay_memory_releases_total went up); nil where it
+	// did not within releaseWait, or cannot tell.
+	Released *MemSample `json:"mem_released,omitempty"`
 }
 
 // RecurringResult is recurring schedules in both systems, then natsdelay

@@ -44,7 +44,7 @@ func (d *delay) pending() (uint64, error) { return d.svc.Repository().Pending(),
 
 func (d *delay) mem() (MemSample, error) {
 	rss, _ := d.rss()
-	return MemSample{RSSBytes: rss, HeapBytes: -1, DispatchSubjects: int64(d.svc.Stats().Topics)}, nil
+	return MemSample{RSSBytes: rss, HeapBytes: -1, DispatchSubjects: int64(d.svc.Stats().Topics), Releases: -1}, nil
 }
 
 func (d *delay) pid() int { return 0 }
@@ -169,7 +169,7 @@ func (p *process) pending() (uint64, error) {
 // mem asks natsdelay for a garbage collection, so the heap is what is
 // live, then reads its RSS and its /metrics.
 func (p *process) mem() (MemSample, error) {
-	m := MemSample{HeapBytes: -1, DispatchSubjects: -1}
+	m := MemSample{HeapBytes: -1, DispatchSubjects: -1, Releases: -1}
 	c := http.Client{Timeout: p.e.cfg.Timeout}
 	get := func(path string) ([]byte, error) {
 		resp, err := c.Get(p.http + path)
@@ -196,6 +196,9 @@ func (p *process) mem() (MemSample, error) {
 	}
 	if v, ok := metric(b, "natsdelay_dispatch_subjects"); ok {
 		m.DispatchSubjects = int64(v)
+	}
+	if v, ok := metric(b, "natsdelay_memory_releases_total"); ok {
+		m.Releases = int64(v)
 	}
 	return m, nil
 }

@@ -17,6 +17,11 @@ import (
 // starts, so this is slack rather than a cost.
 const forgetWait = 10 * time.Second
 
+// releaseWait bounds how long a wave waits, once drained, for natsdelay to
+// hand memory back: it does so once quiet for its --idle-release (10s by
+// default), between one and two of those after the wave's last write.
+const releaseWait = 45 * time.Second
+
 // runWaves measures whether natsdelay's memory follows the subjects with
 // work or every subject it has seen: Waves times, it schedules one due-now
 // message on each of WaveSubjects subjects never used before, a consumer
@@ -32,19 +37,27 @@ func (e *env) runWaves() (wr *WavesResult, err error) {
 	if wr.Idle, err = d.mem(); err != nil {
 		return nil, err
 	}
+	last := wr.Idle
 	for k := range e.cfg.Waves {
-		w, err := e.wave(d, k, wr.Idle.DispatchSubjects)
+		w, err := e.wave(d, k, wr.Idle.DispatchSubjects, last.Releases)
 		if err != nil {
 			return nil, fmt.Errorf("bench: wave %d: %w", k+1, err)
 		}
 		wr.Waves = append(wr.Waves, w)
+		last = w.Mem
+		if w.Released != nil {
+			last = *w.Released
+		}
 	}
 	return wr, nil
 }
 
 // wave runs wave k on subjects <plain>.wave<k>.<i>, and waits for the
 // dispatch subjects gauge to come down to idle before it reads memory.
-func (e *env) wave(d service, k int, idle int64) (WaveResult, error) {
+// Where natsdelay counts its memory releases (released, the count before
+// the wave, is not -1), it then waits for the release that follows the
+// wave and reads memory again.
+func (e *env) wave(d service, k int, idle, released int64) (WaveResult, error) {
 	n := e.cfg.WaveSubjects
 	prefix := e.plain + ".wave" + strconv.Itoa(k)
 	rec := newRecorder(n)
@@ -97,5 +110,21 @@ func (e *env) wave(d service, k int, idle int64) (WaveResult, error) {
 		}
 		<-tick.C
 	}
-	return WaveResult{Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPU: cpu, Mem: mem}, nil
+	w := WaveResult{Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPU: cpu, Mem: mem}
+	if released < 0 || mem.Releases < 0 {
+		return w, nil
+	}
+	// NB: not handing memory back is a finding too: Released stays nil.
+	// Each reading asks for a collection, so once a second.
+	deadline = time.Now().Add(releaseWait)
+	for mem.Releases <= released && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		if mem, err = d.mem(); err != nil {
+			return WaveResult{}, err
+		}
+	}
+	if mem.Releases > released {
+		w.Released = &mem
+	}
+	return w, nil
 }

@@ -1,0 +1,33 @@
+package dispatch
+
+import "natsdelay/keys"
+
+// Held is what a Dispatcher keeps in memory between passes, for tests of
+// what a burst leaves behind: the most entries each map held since it was
+// last copied, the capacity of each array, and the deleter's queue.
+type Held struct {
+	Topics, Flights, Unsent, Canceled   int // map peaks
+	Due, Timers, Idle, Committed        int // array capacities
+	DeleterOps, DeleterDue, DeleterWait int
+}
+
+// HeldForTest reports what d holds.
+func (d *Dispatcher) HeldForTest() Held {
+	d.mu.Lock()
+	h := Held{
+		Topics: d.mu.peaks.topics, Flights: d.mu.peaks.flights, Unsent: d.mu.peaks.unsent, Canceled: d.mu.peaks.canceled,
+		Due: cap(d.mu.due), Timers: cap(d.mu.timers), Idle: cap(d.mu.idle), Committed: cap(d.mu.committed),
+	}
+	d.mu.Unlock()
+	d.del.mu.Lock()
+	h.DeleterOps, h.DeleterDue, h.DeleterWait = len(d.del.mu.ops), cap(d.del.mu.due), cap(d.del.mu.waiting)
+	d.del.mu.Unlock()
+	return h
+}
+
+// QueuedWriteForTest reports whether the deleter holds a write of k.
+func (d *Dispatcher) QueuedWriteForTest(k keys.Key) bool {
+	d.del.mu.Lock()
+	defer d.del.mu.Unlock()
+	return d.del.mu.ops[k] != nil
+}
