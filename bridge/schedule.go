@@ -435,7 +435,8 @@ func checkTarget(subj string, reserved []string) error {
 		return badRequest("target subject %q has an empty token", keys.Clip(subj))
 	}
 	for _, p := range reserved {
-		if subj == p || strings.HasPrefix(subj, p+".") {
+		// NB: not HasPrefix(subj, p+"."), which allocates per message.
+		if strings.HasPrefix(subj, p) && (len(subj) == len(p) || subj[len(p)] == '.') {
 			return badRequest("target subject %q is inside the service's own prefix %q", keys.Clip(subj), p)
 		}
 	}

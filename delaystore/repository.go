@@ -177,8 +177,12 @@ type Repository struct {
 // scratch is memory that writers reuse so a batch of messages does not
 // allocate per message.
 type scratch struct {
-	val    []byte
-	key    []byte
+	val []byte
+	key []byte
+	// ref holds an event key written as a value. NB: a copy, because
+	// slicing a key passed by value would move every caller's key to the
+	// heap, occurrence or not.
+	ref    []byte
 	deltas map[string]int64
 	// due is the change this batch makes to the due count of each second
 	// (see dueindex.go).

@@ -62,7 +62,8 @@ func (r *Repository) indexSchedule(b Batch, k keys.Key, m *StoredMessage) error 
 		return nil
 	}
 	r.w.key = appendScheduleKey(r.w.key[:0], m.Subject, m.Recurrence.Name)
-	if err := b.Set(r.w.key, k[:]); err != nil {
+	r.w.ref = append(r.w.ref[:0], k[:]...)
+	if err := b.Set(r.w.key, r.w.ref); err != nil {
 		return fmt.Errorf("index schedule: %w", err)
 	}
 	r.w.key = appendRecurKey(r.w.key[:0], k)
