@@ -348,7 +348,13 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	}
 	clear(p.header)
 	// NB: the tag is the tail of the reply subject, one allocation for both.
-	reply := p.ackPrefix + "." + key.Tag()
+	var tag [keys.TagLen]byte
+	var b strings.Builder
+	b.Grow(len(p.ackPrefix) + 1 + keys.TagLen)
+	b.WriteString(p.ackPrefix)
+	b.WriteByte('.')
+	b.Write(key.AppendTag(tag[:0]))
+	reply := b.String()
 	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
 	p.msg = nats.Msg{Subject: msg.Subject, Reply: reply, Header: p.header, Data: msg.Payload}
 	err := p.publish(&p.msg)

@@ -96,6 +96,9 @@ func (k Key) Bytes() []byte {
 // Tag returns the key as 48 lowercase hex characters, the delivery tag.
 func (k Key) Tag() string { return hex.EncodeToString(k[:]) }
 
+// AppendTag appends the tag form to dst.
+func (k Key) AppendTag(dst []byte) []byte { return hex.AppendEncode(dst, k[:]) }
+
 // String returns the tag form.
 func (k Key) String() string { return k.Tag() }
 

@@ -68,6 +68,9 @@ func TestKey_RoundTrip(t *testing.T) {
 	if len(k.Tag()) != keys.TagLen || strings.ToLower(k.Tag()) != k.Tag() {
 		t.Fatalf("tag %q is not 48 lowercase hex characters", k.Tag())
 	}
+	if got := string(k.AppendTag([]byte("x."))); got != "x."+k.Tag() {
+		t.Fatalf("AppendTag = %q, want %q", got, "x."+k.Tag())
+	}
 }
 
 func TestBucket(t *testing.T) {
