@@ -57,9 +57,9 @@ func TestParse_Bench_ScaleAndWaves(t *testing.T) {
 		scaleSubjects, waves, waveSubjects int
 	}{
 		{"defaults", []string{"bench"}, 1, 3, 20_000},
-		{"quick", []string{"bench", "--quick"}, 100, 2, 500},
+		{"quick", []string{"bench", "--quick"}, 100, 2, 2_000},
 		{"set", []string{"bench", "--scale-pending", "200000", "--scale-subjects", "200000", "--waves", "5", "--wave-subjects", "50000"}, 200_000, 5, 50_000},
-		{"zero keeps the preset", []string{"bench", "--quick", "--scale-subjects", "0", "--waves", "0"}, 100, 2, 500},
+		{"zero keeps the preset", []string{"bench", "--quick", "--scale-subjects", "0", "--waves", "0"}, 100, 2, 2_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, err := parse(tc.args, io.Discard, io.Discard)
@@ -157,12 +157,19 @@ func TestBench_Quick_OwnProcess(t *testing.T) {
 	switch w := res.Waves; {
 	case w == nil:
 		t.Error("no waves result")
-	case !w.OwnProcess || len(w.Waves) != 2 || w.Subjects != 500:
-		t.Errorf("waves: own process %v, %d waves of %d subjects; want true, 2 of 500", w.OwnProcess, len(w.Waves), w.Subjects)
+	case !w.OwnProcess || len(w.Waves) != 2 || w.Subjects != 2_000:
+		t.Errorf("waves: own process %v, %d waves of %d subjects; want true, 2 of 2000", w.OwnProcess, len(w.Waves), w.Subjects)
 	default:
 		for i, m := range append([]bench.MemSample{w.Idle}, w.Waves[0].Mem, w.Waves[1].Mem) {
 			if m.RSSBytes <= 0 || m.HeapBytes <= 0 || m.DispatchSubjects < 0 {
 				t.Errorf("waves sample %d (0 is idle): %+v, want every figure known", i, m)
+			}
+		}
+		// The service, quiet after each wave, handed its memory back:
+		// the release goes through a real serve process and its metric.
+		for i, wv := range w.Waves {
+			if wv.Released == nil {
+				t.Errorf("wave %d: no memory handed back", i+1)
 			}
 		}
 	}

@@ -120,6 +120,12 @@ type Config struct {
 	//
 	// The waves phase runs natsdelay as the scale phase does.
 	ServiceCommand []string
+	// IdleRelease, if not 0, is passed to the child process as
+	// --idle-release, how long it waits quiet before it hands memory
+	// back; the waves phase waits for that. 0 leaves serve's default
+	// (10s). The quick preset shortens it so a quick run does not wait
+	// out the default after every wave.
+	IdleRelease time.Duration
 	// OwnProcess makes ingest, fire and end to end run natsdelay as
 	// ServiceCommand too, so their CPU time per message is natsdelay's
 	// apart from the server's and the clients'. It costs lateness on two
@@ -217,7 +223,11 @@ func Quick() Config {
 		ExpiredMsgs:    500,
 		ExpiryInterval: 100 * time.Millisecond,
 		Waves:          2,
-		WaveSubjects:   500,
+		// NB: enough writes for the service to hand memory back after
+		// each wave (see core.IdleReleaseMinWrites), so a quick run
+		// shows the release too.
+		WaveSubjects:   2_000,
+		IdleRelease:    500 * time.Millisecond,
 		RecurSchedules: 20,
 		RecurEvery:     time.Second,
 		RecurDuration:  2 * time.Second,
@@ -253,6 +263,7 @@ func (c Config) withDefaults() Config {
 	def(&c.RecurIdle, d.RecurIdle)
 	for _, f := range []struct{ v, dv *time.Duration }{
 		{&c.RecurEvery, &d.RecurEvery}, {&c.RecurDuration, &d.RecurDuration}, {&c.RecurIdleFor, &d.RecurIdleFor},
+		{&c.IdleRelease, &d.IdleRelease},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.dv

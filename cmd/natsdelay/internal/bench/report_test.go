@@ -11,6 +11,7 @@ import (
 // natsdelay ahead on some rows and behind on others.
 func sampleResults() *Results {
 	cfg := Quick().withDefaults()
+	cfg.WaveSubjects = 500 // the figures below are per message of 500
 	lat := func(system string, rate, p50, p99, delivered float64) FireResult {
 		return FireResult{
 			System: system, OfferedRate: rate, Scheduled: cfg.FireMsgs, Delivered: cfg.FireMsgs,

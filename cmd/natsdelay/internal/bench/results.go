@@ -232,7 +232,7 @@ type WaveResult struct {
 	Mem  MemSample `json:"mem_after"`
 	// Released is the memory once natsdelay, idle after the wave, handed
 	// memory back (natsdelay_memory_releases_total went up); nil where it
-	// did not within releaseWait, or cannot tell.
+	// did not within the wave's wait (see releaseWait), or cannot tell.
 	Released *MemSample `json:"mem_released,omitempty"`
 }
 

@@ -91,6 +91,9 @@ func (e *env) startProcess(dir string) (*process, error) {
 		"--ingest-prefix", e.ingest, "--ack-prefix", e.ack, "--api-prefix", e.api,
 		"--expiry-interval", e.cfg.ExpiryInterval.String(), "--http", "127.0.0.1:0", "--pprof",
 		"--log-format", "text")
+	if e.cfg.IdleRelease != 0 {
+		args = append(args, "--idle-release", e.cfg.IdleRelease.String())
+	}
 	p := &process{e: e, cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	ready := &readyLine{found: make(chan string, 1)}
 	p.cmd.Stderr = io.MultiWriter(p.stderr, ready)

@@ -20,7 +20,12 @@ const forgetWait = 10 * time.Second
 // releaseWait bounds how long a wave waits, once drained, for natsdelay to
 // hand memory back: it does so once quiet for its --idle-release (10s by
 // default), between one and two of those after the wave's last write.
-const releaseWait = 45 * time.Second
+func (e *env) releaseWait() time.Duration {
+	if e.cfg.IdleRelease > 0 {
+		return 3*e.cfg.IdleRelease + 5*time.Second
+	}
+	return 45 * time.Second
+}
 
 // runWaves measures whether natsdelay's memory follows the subjects with
 // work or every subject it has seen: Waves times, it schedules one due-now
@@ -116,7 +121,7 @@ func (e *env) wave(d service, k int, idle, released int64) (WaveResult, error) {
 	}
 	// NB: not handing memory back is a finding too: Released stays nil.
 	// Each reading asks for a collection, so once a second.
-	deadline = time.Now().Add(releaseWait)
+	deadline = time.Now().Add(e.releaseWait())
 	for mem.Releases <= released && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 		if mem, err = d.mem(); err != nil {
