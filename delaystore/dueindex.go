@@ -38,7 +38,6 @@ const (
 	subjectsTotalKey = "metadata/event-repo/subjects"
 	indexVersionKey  = "metadata/event-repo/index-version"
 
-	dueKeyLen      = len(duePrefix) + keys.Len
 	dueCountKeyLen = len(dueCountPrefix) + 8
 
 	// dueIndexVersion is what index-version holds once the due index, the
@@ -57,32 +56,72 @@ var (
 	_ [len(indexVersionKey) - keys.Len - 1]struct{}
 )
 
-// appendDueKey appends the due index key of the event key k to dst.
-func appendDueKey(dst []byte, k keys.Key) []byte {
-	dst = append(dst, duePrefix...)
+// timeOrder is an index of event keys in due order, the prefix its
+// entries share: an entry is the event key with its first two fields
+// swapped, time bucket first, so everything due by a time is one range
+// read. The due index and the index of occurrences (see recurindex.go)
+// are two of them.
+type timeOrder string
+
+const (
+	dueIndex   timeOrder = duePrefix
+	recurIndex timeOrder = recurPrefix
+)
+
+// appendKey appends the entry of the event key k to dst.
+func (ix timeOrder) appendKey(dst []byte, k keys.Key) []byte {
+	dst = append(dst, ix...)
 	dst = append(dst, k[8:16]...) // bucket
 	dst = append(dst, k[0:8]...)  // topic hash
 	return append(dst, k[16:24]...)
 }
 
-// dueBucketBound is the due index key below every entry of bucket and above
-// every entry of the buckets before it.
-func dueBucketBound(bucket uint64) []byte {
-	dst := append(make([]byte, 0, len(duePrefix)+8), duePrefix...)
+// bucketBound is the key below every entry of bucket and above every
+// entry of the buckets before it.
+func (ix timeOrder) bucketBound(bucket uint64) []byte {
+	dst := append(make([]byte, 0, len(ix)+8), ix...)
 	return binary.BigEndian.AppendUint64(dst, bucket)
 }
 
-// dueEntryKey is the event key a due index entry stands for.
-func dueEntryKey(entry []byte) (keys.Key, error) {
-	if len(entry) != dueKeyLen {
-		return keys.Key{}, fmt.Errorf("due entry %x is %d bytes, want %d: %w", entry, len(entry), dueKeyLen, ErrCorrupt)
+// entryKey is the event key an entry stands for.
+func (ix timeOrder) entryKey(entry []byte) (keys.Key, error) {
+	if len(entry) != len(ix)+keys.Len {
+		return keys.Key{}, fmt.Errorf("entry %x under %q is %d bytes, want %d: %w", entry, string(ix), len(entry), len(ix)+keys.Len, ErrCorrupt)
 	}
-	e := entry[len(duePrefix):]
+	e := entry[len(ix):]
 	var k keys.Key
 	copy(k[0:8], e[8:16])
 	copy(k[8:16], e[0:8])
 	copy(k[16:24], e[16:24])
 	return k, nil
+}
+
+// scan yields the event keys of ix's entries, in due order, from the first
+// after *after (all of them when after is nil) to the last whose bucket is
+// at or before maxBucket, until yield returns false. It reads entries
+// only, on one consistent snapshot of s, never a message.
+func (ix timeOrder) scan(s Store, after *keys.Key, maxBucket uint64, yield func(keys.Key) bool) error {
+	lo := []byte(ix)
+	if after != nil {
+		lo = append(ix.appendKey(nil, *after), 0)
+	}
+	hi := prefixEnd(string(ix))
+	if maxBucket < math.MaxUint64 {
+		hi = ix.bucketBound(maxBucket + 1)
+	}
+	var entryErr error
+	err := s.Scan(IterOptions{LowerBound: lo, UpperBound: hi}, func(kb, _ []byte) bool {
+		k, err := ix.entryKey(kb)
+		if err != nil {
+			entryErr = err
+			return false
+		}
+		return yield(k)
+	})
+	if err == nil {
+		err = entryErr
+	}
+	return err
 }
 
 // DueCompare orders event keys as the due index does: by bucket, then
@@ -112,7 +151,7 @@ func (r *Repository) dueSecond(k keys.Key) int64 {
 // indexDue adds to b the due entry of the message stored under k, and
 // counts it. wmu must be held.
 func (r *Repository) indexDue(b Batch, k *keys.Key) error {
-	r.w.key = appendDueKey(r.w.key[:0], *k)
+	r.w.key = dueIndex.appendKey(r.w.key[:0], *k)
 	if err := b.Set(r.w.key, nil); err != nil {
 		return fmt.Errorf("index due time of %v: %w", k, err)
 	}
@@ -123,7 +162,7 @@ func (r *Repository) indexDue(b Batch, k *keys.Key) error {
 // unindexDue adds to b the removal of the due entry of the message under
 // k, and uncounts it. wmu must be held.
 func (r *Repository) unindexDue(b Batch, k *keys.Key) error {
-	r.w.key = appendDueKey(r.w.key[:0], *k)
+	r.w.key = dueIndex.appendKey(r.w.key[:0], *k)
 	if err := b.Delete(r.w.key); err != nil {
 		return fmt.Errorf("delete due entry of %v: %w", k, err)
 	}
@@ -184,27 +223,7 @@ func (r *Repository) ScanDue(after *keys.Key, maxBucket uint64, yield func(keys.
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	lo := []byte(duePrefix)
-	if after != nil {
-		lo = append(appendDueKey(nil, *after), 0)
-	}
-	hi := prefixEnd(duePrefix)
-	if maxBucket < math.MaxUint64 {
-		hi = dueBucketBound(maxBucket + 1)
-	}
-	var entryErr error
-	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: hi}, func(kb, _ []byte) bool {
-		k, err := dueEntryKey(kb)
-		if err != nil {
-			entryErr = err
-			return false
-		}
-		return yield(k)
-	})
-	if err == nil {
-		err = entryErr
-	}
-	if err != nil {
+	if err := dueIndex.scan(r.s, after, maxBucket, yield); err != nil {
 		return fmt.Errorf("delaystore: scan due index: %w", err)
 	}
 	return nil
@@ -259,7 +278,7 @@ func (r *Repository) CountDueAll(dueMs ...int64) ([]uint64, error) {
 		if first > last {
 			continue
 		}
-		opts := IterOptions{LowerBound: dueBucketBound(first), UpperBound: dueBucketBound(last + 1)}
+		opts := IterOptions{LowerBound: dueIndex.bucketBound(first), UpperBound: dueIndex.bucketBound(last + 1)}
 		if err := r.s.Scan(opts, func([]byte, []byte) bool { n[i]++; return true }); err != nil {
 			return nil, fmt.Errorf("delaystore: count due: %w", err)
 		}
@@ -300,7 +319,7 @@ func (r *Repository) buildIndexes() error {
 		}
 		b := r.s.NewBatch()
 		for _, k := range ks {
-			if err := b.Set(appendDueKey(nil, k), nil); err != nil {
+			if err := b.Set(dueIndex.appendKey(nil, k), nil); err != nil {
 				b.Close()
 				return fmt.Errorf("index due time of %v: %w", k, err)
 			}

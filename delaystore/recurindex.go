@@ -3,7 +3,6 @@ package delaystore
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"google.golang.org/protobuf/proto"
 
@@ -29,7 +28,6 @@ import (
 // then records index-version 2 (see buildRecurIndex).
 const (
 	recurPrefix = "metadata/event-repo/recur-at/"
-	recurKeyLen = len(recurPrefix) + keys.Len
 
 	// recurIndexVersion is what index-version holds once the index of
 	// occurrences is complete too.
@@ -45,28 +43,6 @@ func toPlan(m *StoredMessage) bool {
 	return r != nil && !r.Planned
 }
 
-// appendRecurKey appends the key of the entry of the occurrence under k.
-func appendRecurKey(dst []byte, k keys.Key) []byte {
-	dst = append(dst, recurPrefix...)
-	dst = append(dst, k[8:16]...) // bucket
-	dst = append(dst, k[0:8]...)  // topic hash
-	return append(dst, k[16:24]...)
-}
-
-// recurEntryKey is the event key an entry of the index of occurrences
-// stands for.
-func recurEntryKey(entry []byte) (keys.Key, error) {
-	if len(entry) != recurKeyLen {
-		return keys.Key{}, fmt.Errorf("occurrence entry %x is %d bytes, want %d: %w", entry, len(entry), recurKeyLen, ErrCorrupt)
-	}
-	e := entry[len(recurPrefix):]
-	var k keys.Key
-	copy(k[0:8], e[8:16])
-	copy(k[8:16], e[0:8])
-	copy(k[16:24], e[16:24])
-	return k, nil
-}
-
 // ScanOccurrences yields the keys of the occurrences of recurring
 // schedules still to plan, in due order (see DueCompare), from the first
 // after *after (all of them when after is nil) to the last whose bucket is
@@ -78,27 +54,7 @@ func (r *Repository) ScanOccurrences(after *keys.Key, maxBucket uint64, yield fu
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	lo := []byte(recurPrefix)
-	if after != nil {
-		lo = append(appendRecurKey(nil, *after), 0)
-	}
-	hi := prefixEnd(recurPrefix)
-	if maxBucket < math.MaxUint64 {
-		hi = binary.BigEndian.AppendUint64(append(make([]byte, 0, len(recurPrefix)+8), recurPrefix...), maxBucket+1)
-	}
-	var entryErr error
-	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: hi}, func(kb, _ []byte) bool {
-		k, err := recurEntryKey(kb)
-		if err != nil {
-			entryErr = err
-			return false
-		}
-		return yield(k)
-	})
-	if err == nil {
-		err = entryErr
-	}
-	if err != nil {
+	if err := recurIndex.scan(r.s, after, maxBucket, yield); err != nil {
 		return fmt.Errorf("delaystore: scan occurrences: %w", err)
 	}
 	return nil
@@ -149,7 +105,7 @@ func (r *Repository) buildRecurIndex() error {
 		if len(found) > 0 {
 			b := r.s.NewBatch()
 			for _, k := range found {
-				if err := b.Set(appendRecurKey(nil, k), nil); err != nil {
+				if err := b.Set(recurIndex.appendKey(nil, k), nil); err != nil {
 					b.Close()
 					return fmt.Errorf("index occurrence %v: %w", k, err)
 				}

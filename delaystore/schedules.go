@@ -66,7 +66,7 @@ func (r *Repository) indexSchedule(b Batch, k keys.Key, m *StoredMessage) error 
 	if err := b.Set(r.w.key, r.w.ref); err != nil {
 		return fmt.Errorf("index schedule: %w", err)
 	}
-	r.w.key = appendRecurKey(r.w.key[:0], k)
+	r.w.key = recurIndex.appendKey(r.w.key[:0], k)
 	if err := b.Set(r.w.key, nil); err != nil {
 		return fmt.Errorf("index occurrence: %w", err)
 	}
@@ -84,7 +84,7 @@ func (r *Repository) unindexSchedule(b Batch, k keys.Key, m *StoredMessage) erro
 	if err := b.Delete(r.w.key); err != nil {
 		return err
 	}
-	r.w.key = appendRecurKey(r.w.key[:0], k)
+	r.w.key = recurIndex.appendKey(r.w.key[:0], k)
 	if err := b.Delete(r.w.key); err != nil {
 		return err
 	}
