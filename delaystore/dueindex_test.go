@@ -29,12 +29,19 @@ func pendingKeysDueOrder(tb testing.TB, s delaystore.Store) []keys.Key {
 // dueKeys reads the due index whole, in its order.
 func dueKeys(tb testing.TB, r *delaystore.Repository) []keys.Key {
 	tb.Helper()
+	return indexKeys(tb, r.ScanDue)
+}
+
+// indexKeys reads a time-ordered index whole through scan (ScanDue or
+// ScanOccurrences), in its order.
+func indexKeys(tb testing.TB, scan func(*keys.Key, uint64, func(keys.Key) bool) error) []keys.Key {
+	tb.Helper()
 	var out []keys.Key
-	if err := r.ScanDue(nil, ^uint64(0), func(k keys.Key) bool {
+	if err := scan(nil, ^uint64(0), func(k keys.Key) bool {
 		out = append(out, k)
 		return true
 	}); err != nil {
-		tb.Fatalf("ScanDue: %v", err)
+		tb.Fatalf("scan: %v", err)
 	}
 	return out
 }

@@ -42,14 +42,7 @@ func occurrencesToPlan(tb testing.TB, s delaystore.Store) []keys.Key {
 // occurrenceKeys reads the index of occurrences whole, in its order.
 func occurrenceKeys(tb testing.TB, r *delaystore.Repository) []keys.Key {
 	tb.Helper()
-	var out []keys.Key
-	if err := r.ScanOccurrences(nil, ^uint64(0), func(k keys.Key) bool {
-		out = append(out, k)
-		return true
-	}); err != nil {
-		tb.Fatalf("ScanOccurrences: %v", err)
-	}
-	return out
+	return indexKeys(tb, r.ScanOccurrences)
 }
 
 // wantOccurrenceIndexExact checks that the index of occurrences holds
