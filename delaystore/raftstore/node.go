@@ -34,6 +34,9 @@ type Node struct {
 	snaps     raft.SnapshotStore
 	fsm       *fsm
 	raft      *raft.Raft
+	// lease is what the node checks before effects others observe; see
+	// lease.go.
+	lease *lease
 
 	// cluster is the name of the cluster, empty while a fresh node waits
 	// for its peers.
@@ -118,6 +121,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh: make(chan bool, 1),
 		failCh:   make(chan error, 1),
 		done:     make(chan struct{}),
+		lease:    newLease(cfg.LeaderLeaseTimeout),
 	}
 	n.mu.watchers = make(map[*watcher]struct{})
 	if st.node != nil && st.hasLog {
@@ -326,12 +330,16 @@ func (n *Node) setLeader(leader bool) {
 	epoch := n.mu.epoch
 	n.wakeWatchers()
 	if !leader {
+		n.lease.revoke()
 		n.log.Info("lost leadership")
 		return
 	}
 	n.log.Info("became leader; applying what was committed before")
+	term := n.lease.grant()
 	n.goFunc(func() {
-		if err := n.raft.Barrier(0).Error(); err != nil {
+		// The barrier both applies what was committed before and proves
+		// the leadership: ready implies the lease is held.
+		if err := n.proveLeadership(); err != nil {
 			n.log.Info("barrier as new leader failed", "err", err)
 			return
 		}
@@ -344,6 +352,7 @@ func (n *Node) setLeader(leader bool) {
 			n.mu.ready = true
 			n.wakeWatchers()
 			n.log.Info("leader ready", "applied_index", n.raft.AppliedIndex())
+			n.goFunc(func() { n.renewLease(term) })
 		}
 	})
 }
@@ -515,7 +524,11 @@ func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
 	})
 	n.raft.RegisterObserver(obs)
 	defer n.raft.DeregisterObserver(obs)
+	// A transfer lets the target be elected at once, without waiting for
+	// this node's lease to run out: end it first.
+	n.lease.revoke()
 	if err := n.wait(ctx, "transfer leadership", n.raft.LeadershipTransfer()); err != nil {
+		n.regainLease()
 		return "", err
 	}
 	for {
@@ -529,6 +542,18 @@ func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
 			return "", nil
 		}
 	}
+}
+
+// regainLease grants the lease again after a transfer that failed, if
+// this node still leads and serves.
+func (n *Node) regainLease() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.mu.ready || n.mu.closed {
+		return
+	}
+	term := n.lease.grant()
+	n.goFunc(func() { n.renewLease(term) })
 }
 
 // snapshotNow takes a snapshot at once; tests use it.
@@ -545,6 +570,7 @@ func (n *Node) Close() error {
 				errs = append(errs, fmt.Errorf("raftstore: shut raft down: %w", err))
 			}
 		}
+		n.lease.revoke()
 		n.mu.Lock()
 		n.mu.closed = true
 		n.mu.leader, n.mu.ready = false, false

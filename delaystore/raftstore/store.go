@@ -182,10 +182,12 @@ func (b *batch) Close() error {
 func (n *Node) apply(entry []byte) error {
 	// No enqueue timeout: the future resolves when the entry is applied,
 	// when leadership is lost, or when Raft shuts down.
+	term, start := n.lease.begin()
 	f := n.raft.Apply(entry, 0)
 	if err := f.Error(); err != nil {
 		return n.raftError("commit", err)
 	}
+	n.lease.extend(term, start)
 	if err, ok := f.Response().(error); ok && err != nil {
 		return fmt.Errorf("raftstore: commit: %w", err)
 	}
