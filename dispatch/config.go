@@ -17,6 +17,13 @@ type Config struct {
 	Repo *delaystore.Repository
 	// Publisher sends deliveries and dead letters. Required.
 	Publisher Publisher
+	// Fence, if set, reports whether this process may publish now: on a
+	// node of a cluster, whether it holds the leadership lease, which a
+	// process that was paused has lost. It is checked before every
+	// delivery; while it reports false the dispatcher publishes nothing
+	// and looks again every FenceRetry, and a delivery it held back goes
+	// out, in order, once it reports true. Nil: always.
+	Fence func() bool
 
 	// AckWait is how long a delivery waits for an answer before it counts as
 	// failed and is redelivered. Default 30s.

@@ -323,7 +323,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
 	}
 }
 
@@ -623,12 +623,37 @@ func (d *Dispatcher) committed(ks []keys.Key) {
 	d.signal()
 }
 
+// fenceRetry is how often a fenced dispatcher looks at its fence again: a
+// leader whose lease renewal was slow holds it again within a round trip.
+const fenceRetry = 5 * time.Millisecond
+
+// fenceHeld reports whether the dispatcher may publish now (see
+// Config.Fence).
+func (d *Dispatcher) fenceHeld() bool { return d.cfg.Fence == nil || d.cfg.Fence() }
+
+// fenced is the loop's turn while the fence is down: nothing is done, and
+// the loop looks again soon. It counts as a wait the loop wakes from, for
+// Health.
+func (d *Dispatcher) fenced() time.Duration {
+	now := d.nowNs()
+	d.mu.Lock()
+	d.mu.passStart = 0
+	d.mu.wakeBy = after(now, fenceRetry)
+	d.mu.Unlock()
+	d.signaledAt.Store(0)
+	return fenceRetry
+}
+
 func (d *Dispatcher) run() {
 	defer d.stopFlushing()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		timer.Reset(d.pass())
+		wait := d.fenced
+		if d.fenceHeld() {
+			wait = d.pass
+		}
+		timer.Reset(wait())
 		select {
 		case <-d.done:
 			return

@@ -26,3 +26,7 @@ var (
 	// expires, or the service restarts.
 	ErrUndeliverable = errors.New("dispatch: undeliverable")
 )
+
+// errFenced stands for a delivery held back because the fence was down
+// (see Config.Fence); it never leaves the package.
+var errFenced = errors.New("dispatch: fenced")

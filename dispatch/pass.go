@@ -382,10 +382,27 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		f.pass = pass
 		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.mu.Unlock()
-		err := d.pub.Deliver(f.key, o.msg, f.attempt)
+		// NB: checked per message, right before it goes out, so that a
+		// pause anywhere in a long pass is noticed at the next message.
+		err := errFenced
+		if d.fenceHeld() {
+			err = d.pub.Deliver(f.key, o.msg, f.attempt)
+		}
 		d.pubMu.Unlock()
 		if errors.Is(err, ErrUndeliverable) {
 			d.undeliverable(f, o.msg, err)
+			continue
+		}
+		if err == errFenced {
+			// Held back, not failed: it goes out as it was once the
+			// fence is held again, with no back-off.
+			d.mu.Lock()
+			if d.mu.flights[f.key] == f && f.state == stateSent {
+				d.unsendLocked(f)
+				d.rescheduleLocked(f.topic, now)
+			}
+			d.mu.Unlock()
+			d.stats.fenced.Add(1)
 			continue
 		}
 		if err != nil {

@@ -52,7 +52,11 @@ type Stats struct {
 	// Withdrawn counts occurrences planned ahead and then not sent: their
 	// schedule was canceled or replaced by Delay-Id before they fell due.
 	Withdrawn uint64 `json:"withdrawn"`
-	InFlight  uint64 `json:"in_flight"` // gauge: delivered and not yet settled
+	// Fenced counts deliveries held back because the fence was down at the
+	// moment of publishing (see Config.Fence): a node of a cluster that
+	// did not hold its leadership lease. Each goes out later, unchanged.
+	Fenced   uint64 `json:"fenced"`
+	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
 	Topics uint64 `json:"topics"`
@@ -63,4 +67,5 @@ type counters struct {
 	deadLettered, expired, canceled, noResponders           atomic.Uint64
 	undeliverable, evicted, skipped                         atomic.Uint64
 	plannedAhead, plannedOnDelivery, withdrawn              atomic.Uint64
+	fenced                                                  atomic.Uint64
 }
