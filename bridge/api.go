@@ -33,7 +33,7 @@ func (s *Service) register() error {
 		Name:        wire.ServiceName,
 		Version:     Version,
 		Description: "Durable delayed delivery for core NATS",
-		QueueGroup:  s.cfg.QueueGroup,
+		QueueGroup:  s.queueGroup(),
 		Metadata:    map[string]string{"engine": s.cfg.Engine},
 	})
 	if err != nil {
@@ -69,6 +69,9 @@ func (s *Service) register() error {
 		h, tooLarge := ep.h, ep.tooLarge
 		name := strings.ToLower(strings.ReplaceAll(ep.verb, ".", "_"))
 		err := svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
+			if !s.mayAnswer() {
+				return
+			}
 			v, err := h(req)
 			if err != nil {
 				respondError(req, err)

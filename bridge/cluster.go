@@ -26,6 +26,14 @@ type Cluster interface {
 	// it stops being leader; serially, never two trues in a row. cancel
 	// stops the watch and waits for a call under way.
 	WatchLeadership(f func(leader bool)) (cancel func())
+	// HoldsLease reports whether this node holds the leadership lease now:
+	// no other node can lead, however long this process was paused. It is
+	// checked before every effect others observe.
+	HoldsLease() bool
+	// AwaitLease waits up to timeout for the lease while this node leads,
+	// and reports whether it holds it: a leader whose renewal was slow
+	// gets it back within a round trip, a deposed one never does.
+	AwaitLease(timeout time.Duration) bool
 	// Status is this node's own view of the cluster.
 	Status() wire.NodeStatus
 	// AddVoter and RemoveServer change the membership, on the leader; on
@@ -125,9 +133,39 @@ func (s *Service) stopServing(reason error) error {
 
 // Leader reports whether this Service serves ingest, acks and the API: a
 // Service that is not a node of a cluster always does, a node only while
-// it is the leader.
+// it is the leader and holds its lease, so that at most one node says so
+// at any moment, a node resumed from a pause included.
 func (s *Service) Leader() bool {
-	return s.cfg.Cluster == nil || s.leading.Load()
+	return s.cfg.Cluster == nil || (s.leading.Load() && s.cfg.Cluster.HoldsLease())
+}
+
+// leaseWait bounds how long a request waits for a lease that lapsed
+// while this node leads: about a lease renewal's round trip.
+const leaseWait = 500 * time.Millisecond
+
+// mayAnswer reports whether this Service may answer a request now. A node
+// of a cluster answers only under its leadership lease: a request that
+// reached a node that was paused meanwhile, and no longer leads, gets no
+// answer from it (the leader, which subscribes in a queue group of its own
+// term, answers it), rather than one read from a store that may be stale.
+func (s *Service) mayAnswer() bool {
+	if s.cfg.Cluster == nil || s.cfg.Cluster.HoldsLease() {
+		return true
+	}
+	return s.cfg.Cluster.AwaitLease(leaseWait)
+}
+
+// queueGroup is the queue group of the ingest and API subscriptions. A
+// node of a cluster subscribes in a group of its own for each term it
+// leads: a leader that was paused still holds its subscriptions until it
+// notices it no longer leads, and in a group of its own it cannot take
+// requests away from the new leader, which gets every one as well.
+func (s *Service) queueGroup() string {
+	if s.cfg.Cluster == nil {
+		return s.cfg.QueueGroup
+	}
+	st := s.cfg.Cluster.Status()
+	return fmt.Sprintf("%s.%s.%d", s.cfg.QueueGroup, st.ID, st.Term)
 }
 
 // Role is the node's role in its cluster (leader, follower, candidate),

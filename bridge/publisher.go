@@ -36,6 +36,10 @@ type publisher struct {
 	// they arrive on the ack subscription after every 503 sent before them.
 	markerPrefix string
 
+	// fence, if set, reports whether a dead letter may go out now (see
+	// dispatch.Config.Fence, which guards deliveries).
+	fence func() bool
+
 	seq     atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]chan struct{}
@@ -60,6 +64,10 @@ func newPublisher(nc *nats.Conn, ackPrefix string, maxControlLine int) *publishe
 		waiting:        make(map[uint64]chan struct{}),
 	}
 }
+
+// errFenced refuses a dead letter while this node does not hold its
+// leadership lease: the message stays pending and is tried again.
+var errFenced = errors.New("not the verified cluster leader: publishing nothing until the leadership lease is held again")
 
 func formatTime(ns int64) string { return string(appendTime(nil, ns)) }
 
@@ -366,6 +374,9 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 }
 
 func (p *publisher) DeadLetter(subject string, key keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string) error {
+	if p.fence != nil && !p.fence() {
+		return errFenced
+	}
 	return p.publish(deadLetterMsg(subject, key, msg, attempt, reason))
 }
 

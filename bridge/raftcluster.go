@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore/raftstore"
@@ -16,6 +17,10 @@ func RaftCluster(n *raftstore.Node) Cluster { return raftCluster{n} }
 type raftCluster struct{ n *raftstore.Node }
 
 func (c raftCluster) WatchLeadership(f func(bool)) func() { return c.n.WatchLeadership(f) }
+
+func (c raftCluster) HoldsLease() bool { return c.n.HoldsLease() }
+
+func (c raftCluster) AwaitLease(timeout time.Duration) bool { return c.n.AwaitLease(timeout) }
 
 func (c raftCluster) Status() wire.NodeStatus {
 	st := c.n.Status()

@@ -265,6 +265,9 @@ func (s *Service) start() error {
 	cc := s.cfg.Config
 	cc.Publisher, cc.Observer, cc.Metrics = s.pub, s.m, s.m
 	if s.cfg.Cluster != nil {
+		// Deliveries and dead letters go out only under the lease.
+		cc.Fence = s.cfg.Cluster.HoldsLease
+		s.pub.fence = s.cfg.Cluster.HoldsLease
 		return s.startNode(cc)
 	}
 	// NB: the ack subscriptions come first: deliveries rely on them for
@@ -507,6 +510,12 @@ func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
 }
 
 func (s *Service) handleIngest(req micro.Request) {
+	// NB: a write would fail on a node that no longer leads (Raft refuses
+	// it), but its 503 could reach the publisher before the leader's
+	// answer: a node without its lease stays silent.
+	if !s.mayAnswer() {
+		return
+	}
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
 	lim := s.lim
 	// NB: read per message: a reconnect may reach a server with another.

@@ -229,6 +229,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.PlannedAhead += b.PlannedAhead
 	a.PlannedOnDelivery += b.PlannedOnDelivery
 	a.Withdrawn += b.Withdrawn
+	a.Fenced += b.Fenced
 }
 
 // Schedule hands msg to the group commit and returns at once; done is told
