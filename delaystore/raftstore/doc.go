@@ -124,6 +124,12 @@
 // Commits fail with ErrNotLeader and may or may not commit later, which the
 // service's at-least-once delivery allows.
 //
+// Raft's leadership is a belief that a paused process keeps while it is
+// paused. HoldsLease is the fact that effects others observe are checked
+// against: a lease on the monotonic clock, granted by commits and renewed
+// by barriers, that ends before any other node can be elected (see
+// lease.go). WatchLeadership reports true only once the lease is held.
+//
 // TransferLeadership hands the leadership to the most up-to-date other
 // voter before a planned stop (serve does so on SIGTERM), so that the
 // others need no election timeout.
