@@ -83,6 +83,12 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 
+	// MaxLag bounds how far a node that does not lead may fall behind its
+	// leader before Status.Lag says it is behind: an entry the leader
+	// committed MaxLag ago still not applied here, or no contact from a
+	// leader for MaxLag (see lag.go).
+	MaxLag time.Duration
+
 	// listener, when set, is used instead of binding Listen. Tests set it
 	// to an ephemeral port bound before the peer list is known.
 	listener net.Listener
@@ -101,6 +107,9 @@ func DefaultConfig() Config {
 		SnapshotInterval:  60 * time.Second,
 		SnapshotThreshold: 8192,
 		TrailingLogs:      2048,
+		// Well above an election, and above the seconds a restarted node
+		// takes to catch up from its log.
+		MaxLag: 10 * time.Second,
 	}
 }
 
@@ -117,6 +126,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	setDur(&c.MaxLag, d.MaxLag)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
@@ -193,6 +203,7 @@ func (c Config) Validate() error {
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
 		{"CommitTimeout", c.CommitTimeout},
 		{"SnapshotInterval", c.SnapshotInterval},
+		{"MaxLag", c.MaxLag},
 	} {
 		if d.v < 0 {
 			bad("%s (%v) must be >= 0", d.name, d.v)
