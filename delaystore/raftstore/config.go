@@ -86,7 +86,9 @@ type Config struct {
 	// MaxLag bounds how far a node that does not lead may fall behind its
 	// leader before Status.Lag says it is behind: an entry the leader
 	// committed MaxLag ago still not applied here, or no contact from a
-	// leader for MaxLag (see lag.go).
+	// leader for MaxLag (see lag.go). The default is 10 s, or three times
+	// HeartbeatTimeout plus ElectionTimeout if that is longer, so that an
+	// election is never taken for it.
 	MaxLag time.Duration
 
 	// listener, when set, is used instead of binding Listen. Tests set it
@@ -126,7 +128,10 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
-	setDur(&c.MaxLag, d.MaxLag)
+	if c.MaxLag == 0 {
+		// NB: never within a few elections, however long they take.
+		c.MaxLag = max(d.MaxLag, 3*(c.HeartbeatTimeout+c.ElectionTimeout))
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
