@@ -198,12 +198,19 @@ var (
 		"On the leader: each member's applied index, as it answered CLUSTER.STATUS at the scrape.", []string{"peer"}, nil)
 	clusterLagDesc = prometheus.NewDesc(namespace+"_cluster_peer_lag_entries",
 		"On the leader: each member's replication lag, the leader's commit index minus the member's applied index.", []string{"peer"}, nil)
+	clusterLagEntriesDesc = prometheus.NewDesc(namespace+"_cluster_lag_entries",
+		"On a node that does not lead: the leader's commit index it last heard minus its applied index; 0 on the leader.", nil, nil)
+	clusterLagSecondsDesc = prometheus.NewDesc(namespace+"_cluster_lag_seconds",
+		"On a node that does not lead: how long an entry the leader committed has waited here unapplied; 0 on the leader.", nil, nil)
+	clusterBehindDesc = prometheus.NewDesc(namespace+"_cluster_behind",
+		"1 while this node is too far behind its leader to be ready (an entry committed over the bound ago unapplied, or no leader heard for as long), else 0.", nil, nil)
 	clusterPeerUpDesc = prometheus.NewDesc(namespace+"_cluster_peer_answered",
 		"On the leader: 1 if the member answered CLUSTER.STATUS at the scrape, else 0.", []string{"peer"}, nil)
 )
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{clusterRoleDesc, clusterTermDesc, clusterCommitDesc, clusterAppliedDesc, clusterPeerAppliedDesc, clusterLagDesc, clusterPeerUpDesc} {
+	for _, d := range []*prometheus.Desc{clusterRoleDesc, clusterTermDesc, clusterCommitDesc, clusterAppliedDesc, clusterPeerAppliedDesc, clusterLagDesc, clusterPeerUpDesc,
+		clusterLagEntriesDesc, clusterLagSecondsDesc, clusterBehindDesc} {
 		ch <- d
 	}
 }
@@ -220,6 +227,13 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(clusterTermDesc, prometheus.GaugeValue, float64(st.Term))
 	ch <- prometheus.MustNewConstMetric(clusterCommitDesc, prometheus.GaugeValue, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(clusterAppliedDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
+	behind := 0.0
+	if st.Behind != "" {
+		behind = 1
+	}
+	ch <- prometheus.MustNewConstMetric(clusterLagEntriesDesc, prometheus.GaugeValue, float64(st.LagEntries))
+	ch <- prometheus.MustNewConstMetric(clusterLagSecondsDesc, prometheus.GaugeValue, st.LagSeconds)
+	ch <- prometheus.MustNewConstMetric(clusterBehindDesc, prometheus.GaugeValue, behind)
 	if st.Role != wire.RoleLeader {
 		return
 	}

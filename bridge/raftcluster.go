@@ -28,6 +28,7 @@ func (c raftCluster) Status() wire.NodeStatus {
 		ID: st.ID, Addr: st.Addr, Role: st.Role, LeaderID: st.LeaderID, LeaderAddr: st.LeaderAddr,
 		Term: st.Term, LastLogIndex: st.LastLogIndex, CommitIndex: st.CommitIndex,
 		AppliedIndex: st.AppliedIndex, LastSnapshotIndex: st.LastSnapshotIndex, Err: st.Err,
+		LagEntries: st.Lag.Entries, LagSeconds: st.Lag.Age.Seconds(), Behind: st.Lag.Behind,
 		Peers: make([]wire.ClusterPeer, len(st.Peers)),
 	}
 	for i, p := range st.Peers {

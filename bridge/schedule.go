@@ -19,7 +19,7 @@ import (
 
 // maxFireAt is the latest fire or expiry time that can be stored: times are
 // kept as int64 Unix nanoseconds, which end in 2262.
-var maxFireAt = time.Date(2262, time.January, 1, 0, 0, 0, 0, time.UTC)
+var maxFireAt = delaystore.MaxTime
 
 const maxClientIDLen = 256
 

@@ -372,8 +372,9 @@ func (s *Service) closeUnstarted() {
 // which.
 //
 // A node of a cluster that does not lead is ready while its connection is
-// up and its node runs: a follower is healthy, it just does not serve;
-// Leader tells them apart.
+// up, its node runs, and its store keeps up with the leader (see
+// raftstore.Config.MaxLag): a follower is healthy, it just does not
+// serve; Leader tells them apart.
 func (s *Service) Ready() error {
 	switch {
 	case s.closing.Load():
@@ -390,6 +391,8 @@ func (s *Service) Ready() error {
 			return unavailable("cluster node stopped: %s", st.Err)
 		case st.Role == wire.RoleShutdown:
 			return unavailable("cluster node shut down")
+		case st.Behind != "":
+			return unavailable("cluster node %s", st.Behind)
 		}
 		return nil
 	}

@@ -340,6 +340,9 @@ func (r *Repository) buildIndexes() error {
 	var pending, subjects uint64
 	var entryErr error
 	err := r.s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
+		if isFence(string(k[len(topicPrefix):])) {
+			return true
+		}
 		if len(v) != 8 {
 			entryErr = fmt.Errorf("pending count of %q is %d bytes, want 8: %w", keys.Clip(string(k[len(topicPrefix):])), len(v), ErrCorrupt)
 			return false
@@ -395,8 +398,8 @@ func (r *Repository) openIndexes() error {
 	if err != nil {
 		return fmt.Errorf("read index version: %w", err)
 	}
-	if v > recurIndexVersion {
-		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, recurIndexVersion, ErrCorrupt)
+	if v > fenceVersion {
+		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, fenceVersion, ErrCorrupt)
 	}
 	if v < dueIndexVersion {
 		if err := r.buildIndexes(); err != nil {
@@ -406,6 +409,11 @@ func (r *Repository) openIndexes() error {
 	if v < recurIndexVersion {
 		if err := r.buildRecurIndex(); err != nil {
 			return fmt.Errorf("build index of recurring occurrences: %w", err)
+		}
+	}
+	if v < fenceVersion {
+		if err := r.writeFence(); err != nil {
+			return err
 		}
 	}
 	if r.mu.pending, err = r.readCount([]byte(pendingTotalKey)); err != nil {

@@ -9,3 +9,7 @@ func (r *Repository) ScratchDeltas() uintptr {
 	defer r.wmu.Unlock()
 	return uintptr(reflect.ValueOf(r.w.deltas).UnsafePointer())
 }
+
+// FenceKey is the subject registry entry that keeps earlier versions from
+// opening a store (see fence.go).
+const FenceKey = fenceKey

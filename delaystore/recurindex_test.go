@@ -370,6 +370,7 @@ func stripOccurrenceIndex(tb testing.TB, s delaystore.Store) {
 	if len(drop) == 0 {
 		tb.Fatal("no index of occurrences to strip")
 	}
+	drop = append(drop, []byte(delaystore.FenceKey))
 	b := s.NewBatch()
 	defer b.Close()
 	for _, k := range drop {
@@ -394,13 +395,13 @@ func TestRepository_NewerIndexVersionRefused(t *testing.T) {
 	r.Close()
 	b := s.NewBatch()
 	defer b.Close()
-	if err := b.Set([]byte("metadata/event-repo/index-version"), binary.BigEndian.AppendUint64(nil, 3)); err != nil {
+	if err := b.Set([]byte("metadata/event-repo/index-version"), binary.BigEndian.AppendUint64(nil, 4)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Commit(delaystore.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := delaystore.OpenRepository(s, delaystore.RepositoryConfig{}); !errors.Is(err, delaystore.ErrCorrupt) {
-		t.Fatalf("OpenRepository with index-version 3: %v, want ErrCorrupt", err)
+		t.Fatalf("OpenRepository with index-version 4: %v, want ErrCorrupt", err)
 	}
 }

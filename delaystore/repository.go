@@ -1043,6 +1043,9 @@ func (r *Repository) ScanTopics(from string, yield func(Topic) bool) error {
 	var entryErr error
 	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
 		subject := string(k[len(topicPrefix):])
+		if isFence(subject) {
+			return true
+		}
 		if len(v) != 8 {
 			entryErr = fmt.Errorf("pending count of %q is %d bytes, want 8: %w", keys.Clip(subject), len(v), ErrCorrupt)
 			return false

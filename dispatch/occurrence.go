@@ -114,7 +114,7 @@ func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
 		// catch-up delivery after an outage is not born expired. Until it
 		// is planned it has no expiry: expiring unplanned would end the
 		// schedule.
-		cur.ExpireAtNs = max(cur.FireAtNs, now) + cur.TtlNs
+		cur.ExpireAtNs = occurrenceExpiry(max(cur.FireAtNs, now), cur.TtlNs)
 	}
 	p := delaystore.Plan{Key: o.f.key, Cur: cur}
 	sched, err := recur.Of(r)
@@ -143,4 +143,16 @@ func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
 		p.Next = next
 	}
 	return p
+}
+
+// occurrenceExpiry is the expiry of an occurrence that goes out at from
+// with a TTL of ttl nanoseconds, at most delaystore.MaxTimeNs. NB: ingest
+// checks the TTL against the first occurrence only; a later one, closer
+// to the end of storable time, would otherwise overflow to a time in the
+// past and expire at once.
+func occurrenceExpiry(from, ttl int64) int64 {
+	if ttl > delaystore.MaxTimeNs-from {
+		return delaystore.MaxTimeNs
+	}
+	return from + ttl
 }

@@ -51,7 +51,8 @@ func (n *inProcessNode) kill(t *testing.T) {
 
 // startInProcessCluster starts n nodes over srv, each bootstrapping once
 // all answer, with short Raft timeouts; every node is stopped when t ends.
-func startInProcessCluster(t *testing.T, srv *server.Server, n int) []*inProcessNode {
+// Each of opts may change node i's Raft configuration before it opens.
+func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func(i int, rc *raftstore.Config)) []*inProcessNode {
 	t.Helper()
 	addrs := freeAddrs(t, n)
 	nodes := make([]*inProcessNode, n)
@@ -69,6 +70,9 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int) []*inProcess
 		// machine under -race rarely elects without cause (the tests
 		// follow such an election wherever it happens).
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+		for _, opt := range opts {
+			opt(i, &rc)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -30,6 +30,14 @@ type NodeStatus struct {
 	// Err says why the node stopped, when it could not apply the log;
 	// empty otherwise.
 	Err string `json:"err,omitempty"`
+	// LagEntries and LagSeconds are, on a node that does not lead, how
+	// far its store is behind the leader: the leader's commit index it
+	// last heard minus its applied index, and how long an entry the
+	// leader committed has waited unapplied. Behind says why it is too
+	// far behind to be ready; empty when it is not.
+	LagEntries uint64  `json:"lag_entries"`
+	LagSeconds float64 `json:"lag_seconds"`
+	Behind     string  `json:"behind,omitempty"`
 }
 
 // ClusterPeer is one member of a cluster's configuration.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -138,6 +140,10 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 	// Labelled series appear once they have a value.
 	schedule(t, url, "docs.metrics", "x", "--delay", "1h")
 	series := exposed(t, base)
+	// A node of a cluster has the cluster's series too: one of one node.
+	clusterAddr := freeAddr(t)
+	_, _, clusterBase := serveHTTP(t, t.TempDir(), "--cluster-listen", clusterAddr, "--cluster-peers", clusterAddr, "--node-id", "docs")
+	maps.Copy(series, exposed(t, clusterBase))
 
 	b, err := os.ReadFile("../../docs/alerts.yml")
 	if err != nil {
@@ -240,4 +246,15 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 			}
 		}
 	}
+}
+
+// freeAddr is a 127.0.0.1 address with a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

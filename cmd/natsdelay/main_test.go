@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_CONFIG_HOME", cfg)
 	code := m.Run()
 	os.RemoveAll(cfg)
+	removeOlderBuild()
 	os.Exit(code)
 }
 
@@ -67,10 +68,17 @@ func startIn(t testing.TB, stdin string, args ...string) *proc {
 // startEnv is startIn with env, KEY=VALUE pairs, added to the environment.
 func startEnv(t testing.TB, env []string, stdin string, args ...string) *proc {
 	t.Helper()
+	return startExe(t, os.Args[0], env, stdin, args...)
+}
+
+// startExe is startEnv for the executable exe: the test binary, which
+// runs main, or another build of natsdelay.
+func startExe(t testing.TB, exe string, env []string, stdin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: strings.Join(args, " "), done: make(chan struct{})}
 	p.stdout.init()
 	p.stderr.init()
-	p.cmd = exec.Command(os.Args[0], args...)
+	p.cmd = exec.Command(exe, args...)
 	// NB: a race-enabled binary sleeps a second at exit unless told not to.
 	// NB: serve's HTTP listener takes any free port unless a test says
 	// otherwise, so that tests running in parallel do not fight over 7070.

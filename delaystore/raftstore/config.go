@@ -83,6 +83,14 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 
+	// MaxLag bounds how far a node that does not lead may fall behind its
+	// leader before Status.Lag says it is behind: an entry the leader
+	// committed MaxLag ago still not applied here, or no contact from a
+	// leader for MaxLag (see lag.go). The default is 10 s, or three times
+	// HeartbeatTimeout plus ElectionTimeout if that is longer, so that an
+	// election is never taken for it.
+	MaxLag time.Duration
+
 	// listener, when set, is used instead of binding Listen. Tests set it
 	// to an ephemeral port bound before the peer list is known.
 	listener net.Listener
@@ -101,6 +109,9 @@ func DefaultConfig() Config {
 		SnapshotInterval:  60 * time.Second,
 		SnapshotThreshold: 8192,
 		TrailingLogs:      2048,
+		// Well above an election, and above the seconds a restarted node
+		// takes to catch up from its log.
+		MaxLag: 10 * time.Second,
 	}
 }
 
@@ -117,6 +128,10 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	if c.MaxLag == 0 {
+		// NB: never within a few elections, however long they take.
+		c.MaxLag = max(d.MaxLag, 3*(c.HeartbeatTimeout+c.ElectionTimeout))
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
@@ -193,6 +208,7 @@ func (c Config) Validate() error {
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
 		{"CommitTimeout", c.CommitTimeout},
 		{"SnapshotInterval", c.SnapshotInterval},
+		{"MaxLag", c.MaxLag},
 	} {
 		if d.v < 0 {
 			bad("%s (%v) must be >= 0", d.name, d.v)

@@ -150,6 +150,13 @@
 // reports a commit index of 0, and an applied index at its latest
 // snapshot, for up to about 10 s; its log is whole (Status.LastLogIndex).
 //
+// A follower's own commit index stops with its log, so it cannot tell
+// from it that it is behind. The node therefore notes the leader's
+// commit index from each AppendEntries as it arrives, and Status.Lag says
+// the node is behind once an entry the leader committed has waited
+// unapplied longer than Config.MaxLag, or no leader was heard for as long
+// (see lag.go for why that rule does not flap).
+//
 // # Caveats
 //
 // The Raft port has neither authentication nor TLS: anyone who reaches it

@@ -45,6 +45,12 @@ type Node struct {
 	// peers: it says so to identify.
 	bootstrapping atomic.Bool
 
+	// lag follows how far the local store is behind the leader (see
+	// lag.go); started is when Raft started, the start of the wait for a
+	// first contact.
+	lag     lagMark
+	started time.Time
+
 	// notifyCh receives Raft's leadership changes, in order.
 	notifyCh chan bool
 	// failCh receives, once, the error that makes the FSM stop.
@@ -217,10 +223,13 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	if st.restored {
 		n.log.Warn("a snapshot restore was cut short; restoring the latest snapshot again")
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, n.transport)
+	commits := newCommitWatch(n.transport, n.noteCommit)
+	n.started = time.Now()
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, commits)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
+	n.goFunc(func() { commits.watch(n.done) })
 	n.goFunc(n.watchRaft)
 
 	if bootstrap != nil {
@@ -403,6 +412,9 @@ type Status struct {
 	// Err says why the node stopped, if it could not apply the log
 	// (ErrApplyFailed); empty otherwise.
 	Err string
+	// Lag is how far a node that does not lead is behind its leader
+	// (see lag.go); zero on the leader.
+	Lag Lag
 }
 
 // Peer is one member of the configuration.
@@ -427,6 +439,9 @@ func (n *Node) Status() Status {
 	s.LastLogIndex = n.raft.LastIndex()
 	s.CommitIndex = n.raft.CommitIndex()
 	s.AppliedIndex = n.raft.AppliedIndex()
+	if s.Role != "leader" && s.Role != "shutdown" {
+		s.Lag = n.followerLag(s.AppliedIndex, time.Now())
+	}
 	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
 		s.LastSnapshotIndex = metas[0].Index
 	}

@@ -10,6 +10,8 @@ import (
 	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
+
+	"natsdelay/delaystore"
 )
 
 // MinEvery is the shortest Delay-Every interval.
@@ -147,7 +149,9 @@ func (s Spec) String() string {
 // After returns the first planned time strictly after t, for a schedule
 // whose occurrence at prev is planned (prev matters for an interval only:
 // the plan is prev + k*Every). It returns the zero time if the cron spec
-// matches nothing within five years of t.
+// matches nothing within five years of t, or if that time would be after
+// delaystore.MaxTime, the last that can be stored: a schedule ends there,
+// as at a Delay-Until.
 //
 // A cron spec is matched on wall-clock time in Loc, and each matching wall
 // time fires once: a wall time that does not exist (daylight saving starts)
@@ -155,11 +159,7 @@ func (s Spec) String() string {
 // (daylight saving ends) fires at its first instance only.
 func (s Spec) After(prev, t time.Time) time.Time {
 	if s.Cron == "" {
-		if t.Before(prev) {
-			return prev
-		}
-		n := t.Sub(prev)/s.Every + 1
-		return prev.Add(n * s.Every)
+		return s.every(prev, t)
 	}
 	w := wallOf(t.In(s.Loc))
 	// NB: bounded: repeated wall times (a fold) can map before t; a second
@@ -170,10 +170,35 @@ func (s Spec) After(prev, t time.Time) time.Time {
 			return time.Time{}
 		}
 		if at := instant(w, s.Loc); at.After(t) {
-			return at
+			return storable(at)
 		}
 	}
 	return time.Time{}
+}
+
+// every is After for an interval: prev plus the fewest whole intervals
+// that pass t. NB: the count is checked against the room left before
+// MaxTime first, because k*Every overflows a Duration, and UnixNano
+// wraps, long before a time.Time does.
+func (s Spec) every(prev, t time.Time) time.Time {
+	if t.Before(prev) {
+		return storable(prev)
+	}
+	room := delaystore.MaxTime.Sub(prev)
+	n := t.Sub(prev)/s.Every + 1
+	if room < 0 || n > room/s.Every {
+		return time.Time{}
+	}
+	return prev.Add(n * s.Every)
+}
+
+// storable is t, or the zero time (no next occurrence) when t is after
+// delaystore.MaxTime.
+func storable(t time.Time) time.Time {
+	if t.After(delaystore.MaxTime) {
+		return time.Time{}
+	}
+	return t
 }
 
 // wallOf is the wall-clock reading of t written as a UTC time.

@@ -2,8 +2,11 @@ package recur
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
+
+	"natsdelay/delaystore"
 )
 
 func mustZone(t *testing.T, name string) *time.Location {
@@ -223,6 +226,86 @@ func FuzzSpec_After(f *testing.F) {
 			}
 			if !n.After(at) {
 				t.Fatalf("After(%v) = %v, not after it", at, n)
+			}
+			at = n
+		}
+	})
+}
+
+// TestSpec_After_EndsAtMaxTime checks that no planned time is ever after
+// the last time that can be stored: the schedule ends there, as at a
+// Delay-Until, rather than plan a time that wraps around to 1677 once
+// stored as Unix nanoseconds.
+func TestSpec_After_EndsAtMaxTime(t *testing.T) {
+	every := func(d time.Duration) Spec {
+		s, err := ParseEvery(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	yearly, err := ParseCron("@yearly", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	end := delaystore.MaxTime
+	for _, tt := range []struct {
+		name     string
+		s        Spec
+		prev, at time.Time
+		want     time.Time
+	}{
+		{"every, the next past the end", every(2300000 * time.Hour), now, now, time.Time{}},
+		{"every, two intervals overflow a duration", every(2300000 * time.Hour), now, now.Add(2400000 * time.Hour), time.Time{}},
+		{"every, the next at the end", every(24 * time.Hour), end.Add(-24 * time.Hour), end.Add(-time.Hour), end},
+		{"every, the next after the end", every(24 * time.Hour), end.Add(-23 * time.Hour), end.Add(-time.Hour), time.Time{}},
+		{"cron, the next at the end", yearly, end.Add(-time.Hour), end.Add(-time.Hour), end},
+		{"cron, the next after the end", yearly, end, end, time.Time{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.After(tt.prev, tt.at); !got.Equal(tt.want) {
+				t.Fatalf("After(%v, %v) = %v, want %v", tt.prev, tt.at, got, tt.want)
+			}
+		})
+	}
+	if got := (Plan{Spec: yearly}).Upcoming(end.Add(-24*time.Hour), 1, 5); len(got) != 1 || !got[0].Equal(end) {
+		t.Fatalf("upcoming from the day before the end: %v, want the end alone", got)
+	}
+}
+
+// FuzzSpec_After_NeverPastMaxTime checks that a planned time is after the
+// time asked about, never after delaystore.MaxTime, and survives the trip
+// through Unix nanoseconds that storing it takes, for intervals and cron
+// specs alike, asked about up to 290 years before the end.
+func FuzzSpec_After_NeverPastMaxTime(f *testing.F) {
+	f.Add("", int64(2300000*time.Hour), int64(262*365*86400))
+	f.Add("", int64(100*time.Millisecond), int64(1))
+	f.Add("", int64(math.MaxInt64), int64(0))
+	f.Add("@yearly", int64(0), int64(86400))
+	f.Add("0 0 * * *", int64(0), int64(3*86400))
+	f.Add("*/20 * * * * *", int64(0), int64(50))
+	f.Fuzz(func(t *testing.T, spec string, everyNs int64, beforeEndSec int64) {
+		var s Spec
+		var err error
+		if spec == "" {
+			s, err = ParseEvery(time.Duration(everyNs))
+		} else {
+			s, err = ParseCron(spec, "Europe/Berlin")
+		}
+		if err != nil {
+			return
+		}
+		back := time.Duration(uint64(beforeEndSec)%(290*365*86400)) * time.Second
+		prev := delaystore.MaxTime.Add(-back)
+		at := prev
+		for range 5 {
+			n := s.After(prev, at)
+			if n.IsZero() {
+				return
+			}
+			if !n.After(at) || n.After(delaystore.MaxTime) || !time.Unix(0, n.UnixNano()).Equal(n) {
+				t.Fatalf("%v: After(%v, %v) = %v: want after it, by %v, and storable", s, prev, at, n, delaystore.MaxTime)
 			}
 			at = n
 		}
