@@ -23,8 +23,8 @@
 //	metadata/event-repo/due-at/<bucket><hash><id>      one entry per message, in time order
 //	metadata/event-repo/due-count/<second>             messages whose bucket starts in that second
 //	metadata/event-repo/pending, .../subjects          totals of the subject registry
-//	metadata/event-repo/index-version                  which indexes are complete (1: due, 2: and occurrences, 3: and the fence)
-//	metadata/event-repo/topic/\x00written by a newer...  the fence: earlier versions refuse the store (see fence.go)
+//	metadata/event-repo/index-version                  which indexes are complete (1: due, 2: and occurrences, 3: and the version guard)
+//	metadata/event-repo/topic/\x00written by a newer...  the version guard: earlier versions refuse the store (see versionguard.go)
 //	metadata/event-repo/schedule/<subject>\x00<name>  next occurrence of a recurring schedule
 //	metadata/event-repo/schedules                      number of recurring schedules
 //	metadata/event-repo/recur-at/<bucket><hash><id>    one entry per occurrence still to plan, in time order

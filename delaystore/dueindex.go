@@ -340,7 +340,7 @@ func (r *Repository) buildIndexes() error {
 	var pending, subjects uint64
 	var entryErr error
 	err := r.s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
-		if isFence(string(k[len(topicPrefix):])) {
+		if isVersionGuard(string(k[len(topicPrefix):])) {
 			return true
 		}
 		if len(v) != 8 {
@@ -398,8 +398,8 @@ func (r *Repository) openIndexes() error {
 	if err != nil {
 		return fmt.Errorf("read index version: %w", err)
 	}
-	if v > fenceVersion {
-		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, fenceVersion, ErrCorrupt)
+	if v > guardVersion {
+		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, guardVersion, ErrCorrupt)
 	}
 	if v < dueIndexVersion {
 		if err := r.buildIndexes(); err != nil {
@@ -411,8 +411,8 @@ func (r *Repository) openIndexes() error {
 			return fmt.Errorf("build index of recurring occurrences: %w", err)
 		}
 	}
-	if v < fenceVersion {
-		if err := r.writeFence(); err != nil {
+	if v < guardVersion {
+		if err := r.writeVersionGuard(); err != nil {
 			return err
 		}
 	}

@@ -258,7 +258,7 @@ func stripDueIndex(tb testing.TB, s delaystore.Store) {
 	if len(drop) == 0 {
 		tb.Fatal("no due index to strip")
 	}
-	for _, k := range []string{"metadata/event-repo/pending", "metadata/event-repo/subjects", "metadata/event-repo/index-version", delaystore.FenceKey} {
+	for _, k := range []string{"metadata/event-repo/pending", "metadata/event-repo/subjects", "metadata/event-repo/index-version", delaystore.VersionGuardKey} {
 		drop = append(drop, []byte(k))
 	}
 	b := s.NewBatch()

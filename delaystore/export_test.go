@@ -10,6 +10,6 @@ func (r *Repository) ScratchDeltas() uintptr {
 	return uintptr(reflect.ValueOf(r.w.deltas).UnsafePointer())
 }
 
-// FenceKey is the subject registry entry that keeps earlier versions from
-// opening a store (see fence.go).
-const FenceKey = fenceKey
+// VersionGuardKey is the subject registry entry that keeps earlier versions from
+// opening a store (see versionguard.go).
+const VersionGuardKey = guardKey

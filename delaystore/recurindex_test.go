@@ -370,7 +370,7 @@ func stripOccurrenceIndex(tb testing.TB, s delaystore.Store) {
 	if len(drop) == 0 {
 		tb.Fatal("no index of occurrences to strip")
 	}
-	drop = append(drop, []byte(delaystore.FenceKey))
+	drop = append(drop, []byte(delaystore.VersionGuardKey))
 	b := s.NewBatch()
 	defer b.Close()
 	for _, k := range drop {

@@ -1043,7 +1043,7 @@ func (r *Repository) ScanTopics(from string, yield func(Topic) bool) error {
 	var entryErr error
 	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
 		subject := string(k[len(topicPrefix):])
-		if isFence(subject) {
+		if isVersionGuard(subject) {
 			return true
 		}
 		if len(v) != 8 {

@@ -6,19 +6,19 @@ import (
 	"strings"
 )
 
-// The fence keeps every earlier version from opening a store this version
+// The version guard keeps every earlier version from opening a store this version
 // wrote. A version that keeps index-version refuses one newer than it
 // knows; a version from before index-version existed does not read it,
 // and would take messages without the due index, which this version then
 // never delivers. What every such version does read at open is the whole
 // subject registry, and it refuses an entry whose value is not an 8-byte
 // count, quoting the entry's subject (up to 64 bytes) in its error. The
-// fence is that entry:
+// version guard is that entry:
 //
 //	metadata/event-repo/topic/\x00written by a newer natsdelay; ...  -> empty
 //
-// No subject holds a NUL byte, so no subject's entry is the fence, and
-// the fence sorts before every subject's. An earlier version's serve
+// No subject holds a NUL byte, so no subject's entry is the version guard, and
+// the version guard sorts before every subject's. An earlier version's serve
 // exits with code 1 and ends its error with:
 //
 //	delaystore: open repository: pending count of "\x00written by a newer
@@ -27,36 +27,36 @@ import (
 //
 // The store is not corrupt, and the earlier version wrote nothing to it.
 const (
-	fenceSubject = "\x00written by a newer natsdelay; run that version or a later one"
-	fenceKey     = topicPrefix + fenceSubject
+	guardSubject = "\x00written by a newer natsdelay; run that version or a later one"
+	guardKey     = topicPrefix + guardSubject
 
-	// fenceVersion is what index-version holds once the fence is in
+	// guardVersion is what index-version holds once the version guard is in
 	// place, on top of everything recurIndexVersion says.
-	fenceVersion = 3
+	guardVersion = 3
 )
 
 // NB: fails to compile if the text grows past the 64 bytes an earlier
 // version quotes of a subject.
-var _ [64 - len(fenceSubject)]struct{}
+var _ [64 - len(guardSubject)]struct{}
 
-// isFence reports whether the subject of a registry entry is the fence's,
+// isVersionGuard reports whether the subject of a registry entry is the version guard's,
 // which no subject can be: registry scans skip it.
-func isFence(subject string) bool { return strings.HasPrefix(subject, "\x00") }
+func isVersionGuard(subject string) bool { return strings.HasPrefix(subject, "\x00") }
 
-// writeFence puts the fence in the store and records index-version 3, in
+// writeVersionGuard puts the version guard in the store and records index-version 3, in
 // one synced batch. It runs in OpenRepository, before any other write,
 // after the indexes were built if they needed to be.
-func (r *Repository) writeFence() error {
+func (r *Repository) writeVersionGuard() error {
 	b := r.s.NewBatch()
 	defer b.Close()
-	if err := b.Set([]byte(fenceKey), nil); err != nil {
-		return fmt.Errorf("write fence: %w", err)
+	if err := b.Set([]byte(guardKey), nil); err != nil {
+		return fmt.Errorf("write version guard: %w", err)
 	}
-	if err := b.Set([]byte(indexVersionKey), binary.BigEndian.AppendUint64(nil, fenceVersion)); err != nil {
+	if err := b.Set([]byte(indexVersionKey), binary.BigEndian.AppendUint64(nil, guardVersion)); err != nil {
 		return fmt.Errorf("record index version: %w", err)
 	}
 	if err := b.Commit(Sync); err != nil {
-		return fmt.Errorf("write fence: %w", err)
+		return fmt.Errorf("write version guard: %w", err)
 	}
 	return nil
 }
