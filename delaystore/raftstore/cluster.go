@@ -146,7 +146,7 @@ func (d discovery) answers(timeout time.Duration, skip map[string]identity) (map
 			continue
 		}
 		wg.Go(func() {
-			id, err := identify(addr, timeout)
+			id, err := identify(addr, timeout, d.cfg.TLS)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

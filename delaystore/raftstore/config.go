@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,12 @@ type Config struct {
 
 	// Logger receives the node's logs and Raft's. Nil discards them.
 	Logger *slog.Logger
+
+	// TLS, if set, makes the cluster port speak mutual TLS: every node
+	// presents its certificate and accepts only peers whose certificate
+	// the cluster's CA signed (see LoadTLS). Nil: plain TCP, for a
+	// cluster on one host or a network nobody else reaches.
+	TLS *tls.Config
 
 	// HeartbeatTimeout is how long a follower goes without hearing from the
 	// leader before it starts an election.

@@ -141,7 +141,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftstore: listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, n.whoami)
+	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, cfg.TLS, n.whoami)
 
 	if err := n.start(ctx, st); err != nil {
 		return nil, errors.Join(err, n.Close())
@@ -469,7 +469,7 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	who, err := identify(addr, max(timeout, time.Millisecond))
+	who, err := identify(addr, max(timeout, time.Millisecond), n.cfg.TLS)
 	if err != nil {
 		return fmt.Errorf("raftstore: add voter %s: %s does not answer: %w", id, addr, err)
 	}

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,12 @@ type mux struct {
 	ln        net.Listener
 	advertise net.Addr
 	log       *slog.Logger
+	// tls, if set, is the cluster's mutual TLS: every connection, either
+	// way, is a TLS connection between members (see tls.go).
+	tls *tls.Config
+	// refusals limits the warnings about connections refused in the
+	// handshake: a port scan must not flood the log.
+	refusals warnLimit
 	// whoami returns the node's identity as it stands now.
 	whoami func() identity
 
@@ -73,11 +80,12 @@ type mux struct {
 
 var _ raft.StreamLayer = (*mux)(nil)
 
-func newMux(ln net.Listener, advertise net.Addr, log *slog.Logger, whoami func() identity) *mux {
+func newMux(ln net.Listener, advertise net.Addr, log *slog.Logger, tlsConf *tls.Config, whoami func() identity) *mux {
 	m := &mux{
 		ln:        ln,
 		advertise: advertise,
 		log:       log,
+		tls:       tlsConf,
 		whoami:    whoami,
 		// Unbuffered: a Raft connection waits, in its sorting goroutine,
 		// until Raft accepts it or the mux closes.
@@ -116,9 +124,22 @@ func (m *mux) acceptLoop() {
 	}
 }
 
-// sort reads the first byte of c and hands it on.
+// sort reads the first byte of c and hands it on. With TLS, the
+// handshake comes first: a peer that is not a member is refused before
+// anything is read.
 func (m *mux) sort(c net.Conn) {
 	defer m.wg.Done()
+	if m.tls != nil {
+		tc, err := serverTLS(c, m.tls)
+		if err != nil {
+			if ok, n := m.refusals.allow(); ok {
+				m.log.Warn("connection to the cluster port refused in the TLS handshake", "remote", c.RemoteAddr().String(), "err", err, "suppressed", n)
+			}
+			c.Close()
+			return
+		}
+		c = tc
+	}
 	var first [1]byte
 	c.SetReadDeadline(time.Now().Add(firstByteTimeout))
 	if _, err := c.Read(first[:]); err != nil {
@@ -177,7 +198,7 @@ func (m *mux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn,
 	if m.isolated.Load() {
 		return nil, fmt.Errorf("raftstore: dial %s: node isolated", address)
 	}
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := dialPeer(string(address), timeout, m.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -241,9 +262,9 @@ func (a advertisedAddr) Network() string { return "tcp" }
 func (a advertisedAddr) String() string  { return string(a) }
 
 // identify asks the node at addr who it is.
-func identify(addr string, timeout time.Duration) (identity, error) {
+func identify(addr string, timeout time.Duration, tlsConf *tls.Config) (identity, error) {
 	var id identity
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	c, err := dialPeer(addr, timeout, tlsConf)
 	if err != nil {
 		return id, err
 	}
@@ -280,4 +301,27 @@ func (r *limitedReader) Read(p []byte) (int, error) {
 	n, err := r.c.Read(p)
 	r.n -= n
 	return n, err
+}
+
+// warnLimit lets one warning through per warnEvery and counts the others.
+type warnLimit struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+const warnEvery = 10 * time.Second
+
+// allow reports whether to warn now, and how many warnings it suppressed
+// since the last.
+func (w *warnLimit) allow() (bool, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now := time.Now(); now.Sub(w.last) >= warnEvery {
+		n := w.suppressed
+		w.last, w.suppressed = now, 0
+		return true, n
+	}
+	w.suppressed++
+	return false, 0
 }
