@@ -35,6 +35,8 @@ type clusterChild struct {
 	proc   *serviceProcess
 	// natsArgs replace --nats URL, for a node that embeds its server.
 	natsArgs []string
+	// flags are more serve flags for this node alone.
+	flags []string
 }
 
 // processCluster is a cluster of natsdelay serve child processes over one
@@ -132,6 +134,7 @@ func (c *processCluster) args(n *clusterChild) []string {
 	if n.addr != n.listen {
 		args = append(args, "--cluster-advertise", n.addr)
 	}
+	args = append(args, n.flags...)
 	return append(args, c.extra...)
 }
 

@@ -21,6 +21,7 @@ type clusterCmd struct {
 	Status clusterStatusCmd `cmd:"" help:"Print every node's own view: id, role, leader, term, commit and applied index."`
 	Add    clusterAddCmd    `cmd:"" help:"Add a node as a voting member; the cluster must have a leader."`
 	Remove clusterRemoveCmd `cmd:"" help:"Remove a member by its node id; the cluster must have a leader."`
+	Certs  clusterCertsCmd  `cmd:"" help:"Make a CA for a cluster and a certificate per node, for mutual TLS on the cluster port (--cluster-tls-*)."`
 }
 
 // clusterStatusCmd prints what each node answers to CLUSTER.STATUS.

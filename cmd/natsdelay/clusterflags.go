@@ -19,6 +19,11 @@ type clusterFlags struct {
 	ClusterTimeout   time.Duration `name:"cluster-timeout" help:"How long a follower goes without hearing from the leader before it calls an election; a leader that hears from no quorum for half of it steps down. A failover takes about one to two of it." default:"1s" group:"Cluster"`
 	NodeID           string        `name:"node-id" help:"This node's id, unique in the cluster and never reused for another data dir." placeholder:"NAME" group:"Cluster"`
 
+	ClusterTLSCert  string `name:"cluster-tls-cert" help:"This node's certificate (PEM) for mutual TLS on the cluster port; with --cluster-tls-key and --cluster-tls-ca. natsdelay cluster certs makes a set for a test cluster." type:"path" placeholder:"FILE" group:"Cluster"`
+	ClusterTLSKey   string `name:"cluster-tls-key" help:"The private key (PEM) of --cluster-tls-cert." type:"path" placeholder:"FILE" group:"Cluster"`
+	ClusterTLSCA    string `name:"cluster-tls-ca" help:"The cluster's CA certificate (PEM): peers are accepted only with a certificate it signed." type:"path" placeholder:"FILE" group:"Cluster"`
+	ClusterInsecure bool   `name:"cluster-insecure" help:"Let a node whose cluster address is not a loopback address run without TLS: whoever reaches the port can then replace the data." group:"Cluster"`
+
 	NATSClusterListen string   `name:"nats-cluster-listen" help:"Let the embedded nats-server take routes from other servers on this address, making one NATS cluster with them." placeholder:"HOST:PORT" group:"Cluster"`
 	NATSRoutes        []string `name:"nats-routes" help:"The route URLs of the other embedded nats-servers, such as nats://b:6222,nats://c:6222." placeholder:"URL" group:"Cluster"`
 	NATSClusterName   string   `name:"nats-cluster-name" help:"The NATS cluster name the embedded nats-servers share." default:"natsdelay" group:"Cluster"`
@@ -79,6 +84,7 @@ func (c *clusterFlags) checkCluster(p *problems, engine string, embedded bool) {
 	} else if h, _, err := net.SplitHostPort(c.ClusterListen); err == nil && unspecified(h) {
 		p.add("--cluster-listen %q binds every interface: give --cluster-advertise, the address the other nodes reach this one at", c.ClusterListen)
 	}
+	c.checkClusterTLS(p)
 	if c.ClusterTimeout < 50*time.Millisecond {
 		p.add("--cluster-timeout %v: want at least 50ms: shorter, a busy node misses heartbeats and the cluster keeps electing", c.ClusterTimeout)
 	}
@@ -108,6 +114,53 @@ func (c *clusterFlags) checkCluster(p *problems, engine string, embedded bool) {
 		}
 		p.add("--cluster-peers %s: does not list this node's own address %s (%s %s): list every member, this one included, as each node lists them", strings.Join(c.ClusterPeers, ","), c.advertised(), flag, c.advertised())
 	}
+}
+
+// tlsSet reports whether serve's cluster port speaks mutual TLS.
+func (c *clusterFlags) tlsSet() bool {
+	return c.ClusterTLSCert != "" || c.ClusterTLSKey != "" || c.ClusterTLSCA != ""
+}
+
+// checkClusterTLS adds a problem for an incomplete TLS setting, and for a
+// cluster reachable from other hosts without TLS, unless --cluster-insecure
+// says so: whoever reaches a Raft port can replace the data or keep the
+// cluster leaderless.
+func (c *clusterFlags) checkClusterTLS(p *problems) {
+	if c.tlsSet() {
+		if c.ClusterTLSCert == "" || c.ClusterTLSKey == "" || c.ClusterTLSCA == "" {
+			p.add("--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together: give all three (natsdelay cluster certs makes a set)")
+		}
+		if c.ClusterInsecure {
+			p.add("--cluster-insecure with --cluster-tls-*: choose one")
+		}
+		return
+	}
+	if c.ClusterInsecure {
+		return
+	}
+	addrs := append([]string{c.ClusterListen, c.ClusterAdvertise}, c.ClusterPeers...)
+	for _, a := range addrs {
+		if a == "" || loopback(a) {
+			continue
+		}
+		p.add("cluster address %s is not a loopback address: anyone who reaches a cluster port can replace the data, so a cluster on a network needs "+
+			"mutual TLS (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca; natsdelay cluster certs makes a set), or --cluster-insecure on a network nobody else reaches", a)
+		return
+	}
+}
+
+// loopback reports whether the host of addr is a loopback address or
+// localhost. A listen address that binds every interface is not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkHostPort adds a problem if v is not host:port with a port from 1

@@ -234,6 +234,18 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 			want: []string{"--nats-routes only apply to the embedded"}},
 		{name: "nats routes without listen", args: []string{"--nats-routes", "nats://127.0.0.1:6223"},
 			want: []string{"--nats-routes nats://127.0.0.1:6223", "needs --nats-cluster-listen"}},
+		// Whoever reaches a cluster port can replace the data: off the
+		// loopback, a node needs TLS or says the network is closed.
+		{name: "cluster on a network without TLS", args: []string{"--cluster-listen", "10.0.0.1:7001", "--cluster-peers", "10.0.0.1:7001,10.0.0.2:7001", "--node-id", "a"},
+			want: []string{"cluster address 10.0.0.1:7001 is not a loopback address", "--cluster-tls-cert", "--cluster-insecure"}},
+		{name: "cluster bound to every interface without TLS", args: []string{"--cluster-listen", "0.0.0.0:7001", "--cluster-advertise", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a"},
+			want: []string{"cluster address 0.0.0.0:7001 is not a loopback address"}},
+		{name: "cluster TLS incomplete", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a", "--cluster-tls-cert", "a.pem"},
+			want: []string{"--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together"}},
+		{name: "cluster TLS and insecure", args: []string{"--cluster-listen", "127.0.0.1:7001", "--cluster-peers", "127.0.0.1:7001", "--node-id", "a",
+			"--cluster-tls-cert", "a.pem", "--cluster-tls-key", "a-key.pem", "--cluster-tls-ca", "ca.pem", "--cluster-insecure"},
+			want: []string{"--cluster-insecure with --cluster-tls-*: choose one"}},
+		{name: "cluster certs bad node id", args: []string{"cluster", "certs", "a b"}, want: []string{`node id "a b"`}},
 		{name: "nats bad route", args: []string{"--nats-cluster-listen", "127.0.0.1:0", "--nats-routes", "http://x"},
 			want: []string{`--nats-routes "http://x"`, "nats://10.0.0.2:6222"}},
 		{name: "every problem at once", args: []string{"--ack-wait", "0s", "--max-payload=-1"}, want: []string{"--ack-wait 0s", "--max-payload -1"}},
@@ -246,7 +258,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			args := tt.args
-			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects"}, args[0]) {
+			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects", "cluster"}, args[0]) {
 				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
 					args = append(slices.Clone(free), args...)
 				}

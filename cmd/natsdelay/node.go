@@ -38,7 +38,14 @@ func (c *serveCmd) openNode(ctx context.Context, dataDir string, local delaystor
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = c.ClusterTimeout, c.ClusterTimeout, c.ClusterTimeout/2
 	rc.Dir = filepath.Join(dataDir, raftDir)
 	rc.Local, rc.Logger = local, log.With("component", "raft")
-	log.Info("cluster node starting", "node_id", c.NodeID, "cluster_listen", c.ClusterListen, "peers", c.ClusterPeers)
+	if c.tlsSet() {
+		tlsConf, err := raftstore.LoadTLS(c.ClusterTLSCert, c.ClusterTLSKey, c.ClusterTLSCA)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("cluster node %s: %w", c.NodeID, err)}
+		}
+		rc.TLS = tlsConf
+	}
+	log.Info("cluster node starting", "node_id", c.NodeID, "cluster_listen", c.ClusterListen, "peers", c.ClusterPeers, "tls", rc.TLS != nil)
 	n, err := raftstore.Open(ctx, rc)
 	switch {
 	case errors.Is(err, raftstore.ErrInvalidConfig), errors.Is(err, raftstore.ErrClusterMismatch), errors.Is(err, raftstore.ErrLocalNotEmpty):
