@@ -159,9 +159,10 @@
 //
 // # Caveats
 //
-// The Raft port has neither authentication nor TLS: anyone who reaches it
-// can ask a node who it is, or speak Raft to it. Keep it on a private
-// network.
+// Without Config.TLS the Raft port has no authentication: anyone who
+// reaches it can ask a node who it is, or speak Raft to it and replace its
+// data. With it, only holders of a certificate from the cluster's CA get
+// past the handshake (see tls.go).
 //
 // Commit waits for a quorum whatever its sync mode: NoSync writes (deletes,
 // attempt counts) cost a round trip too, so callers keep them off the
