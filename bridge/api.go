@@ -150,12 +150,13 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 		cluster = s.clusterInfo()
 	}
 	return wire.InfoReply{
-		Cluster: cluster,
-		Version: Version,
-		Engine:  s.cfg.Engine,
-		Storage: storage,
-		Counts:  counts,
-		Stats:   c.Stats(),
+		Cluster:         cluster,
+		Version:         Version,
+		Engine:          s.cfg.Engine,
+		Storage:         storage,
+		Counts:          counts,
+		Stats:           c.Stats(),
+		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: c.Config().AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
@@ -458,7 +459,8 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+		st := c.SubjectState(t.Subject)
+		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited})
 	}
 	if more {
 		out.Next = out.Subjects[len(out.Subjects)-1].Subject

@@ -112,6 +112,12 @@ type topic struct {
 	// scanPass is the last pass that scanned it: a pass scans each topic
 	// once, for fairness.
 	scanPass uint64
+	// limited is set while the topic is held out of the due heap at its
+	// in-flight limit, with more due (see fairness.go).
+	limited bool
+	// subject is the subject of the first message a scan took, for logs
+	// and limits.
+	subject string
 }
 
 // outgoing is one delivery prepared by a pass.
@@ -187,6 +193,12 @@ type Dispatcher struct {
 		// evictedUnlogged counts those since the last line.
 		evictLogAt      int64
 		evictedUnlogged int
+		// held are the topics held at their in-flight limit (see
+		// fairness.go); limitLogAt is when the next of them may be
+		// logged, and limitedUnlogged counts those since the last line.
+		held            map[*topic]struct{}
+		limitLogAt      int64
+		limitedUnlogged int
 		started         bool
 		closed          bool
 		// passStart is when the pass under way began, 0 between passes;
@@ -250,6 +262,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.topics = make(map[uint64]*topic)
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
+	d.mu.held = make(map[*topic]struct{})
 	d.mu.unsent = make(map[keys.Key]uint32)
 	d.mu.ahead = make(map[keys.Key]aheadPlan)
 	d.mu.aheadNext = make(map[keys.Key]keys.Key)
@@ -314,7 +327,7 @@ func (d *Dispatcher) Close() error {
 // Stats returns the counters.
 func (d *Dispatcher) Stats() Stats {
 	d.mu.Lock()
-	inFlight, topics := len(d.mu.flights), len(d.mu.topics)
+	inFlight, topics, limited := len(d.mu.flights), len(d.mu.topics), len(d.mu.held)
 	d.mu.Unlock()
 	c := &d.stats
 	return Stats{
@@ -323,7 +336,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		Withdrawn: c.withdrawn.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited),
 	}
 }
 
@@ -442,6 +455,9 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	}
 	t := d.topicLocked(s.Key.TopicHash())
 	t.rewindLocked(s.Key)
+	if t.limited {
+		return // its cursor is at it or before; room brings it back
+	}
 	at = max(at, t.blockedUntil)
 	if at < t.next {
 		d.mu.due.schedule(t, at)
@@ -474,6 +490,7 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 	if f.topic.flights--; f.topic.flights == 0 {
 		d.mu.idle = append(d.mu.idle, f.topic)
 	}
+	d.roomFreedLocked(f.topic)
 	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && (len(d.mu.due) > 0 || d.mu.frontierNext != never) {
 		d.signal()
 	}
@@ -771,9 +788,16 @@ timers:
 			d.mu.Unlock()
 			continue
 		}
+		room := d.roomOfLocked(t)
+		if room <= 0 {
+			d.holdLocked(t, now)
+			d.mu.Unlock()
+			continue
+		}
+		d.unholdLocked(t)
 		t.scanPass = pass
 		d.mu.Unlock()
-		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
+		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, room), &out)
 		budget -= n
 		if probe {
 			probed = append(probed, t)

@@ -100,6 +100,10 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	for _, k := range found {
 		t := d.topicLocked(k.TopicHash())
 		switch {
+		case t.limited:
+			// NB: held at its limit, its cursor is at or below this
+			// entry, and room brings it back (see roomFreedLocked).
+			continue
 		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
 			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
 			// NB: a topic not waiting for a scan, with nothing arrived or
@@ -281,10 +285,16 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	for _, g := range gone {
 		d.mu.canceled[g.k] = struct{}{}
 	}
+	if t.subject == "" && len(due) > 0 {
+		t.subject = due[0].msg.Subject
+	}
 	probe := t.probing && taken > 0
-	if probe {
+	switch {
+	case probe:
 		t.probeOpen = true
-	} else {
+	case full && d.roomOfLocked(t) <= 0:
+		d.holdLocked(t, now)
+	default:
 		d.rescheduleLocked(t, next)
 	}
 	if t.idx < 0 && t.flights == 0 {
