@@ -61,6 +61,12 @@ func (s *Service) register() error {
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
 		{wire.VerbSchedules, s.apiSchedules, ""},
+		{wire.VerbLimitsSet, s.apiLimitsSet, ""},
+		{wire.VerbLimitsGet, s.apiLimitsGet, ""},
+		{wire.VerbLimitsList, s.apiLimitsList, ""},
+		{wire.VerbLimitsDelete, s.apiLimitsDelete, ""},
+		{wire.VerbPause, s.apiPause, ""},
+		{wire.VerbResume, s.apiResume, ""},
 	}
 	if s.cfg.Cluster != nil {
 		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})

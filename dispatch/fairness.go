@@ -24,11 +24,17 @@ import (
 const limitWarnInterval = 10 * time.Second
 
 // maxInFlightOf is the most flights topic t may hold. mu must be held.
-func (d *Dispatcher) maxInFlightOf(*topic) int { return d.cfg.SubjectMaxInFlight }
+func (d *Dispatcher) maxInFlightOf(t *topic) int { return d.ruleOfLocked(t).maxInFlight }
 
-// roomOfLocked is how many more first deliveries t may have now. mu must
-// be held.
-func (d *Dispatcher) roomOfLocked(t *topic) int { return d.maxInFlightOf(t) - t.flights }
+// roomOfLocked is how many more first deliveries t may have now: none
+// while it is paused. mu must be held.
+func (d *Dispatcher) roomOfLocked(t *topic) int {
+	r := d.ruleOfLocked(t)
+	if r.paused {
+		return 0
+	}
+	return r.maxInFlight - t.flights
+}
 
 // holdLocked takes t, at its limit with more due, out of the due heap
 // until a flight of its own makes room. now is the pass's time. mu must
@@ -41,11 +47,16 @@ func (d *Dispatcher) holdLocked(t *topic, now int64) {
 	}
 	t.limited = true
 	d.mu.held[t] = struct{}{}
+	if d.ruleOfLocked(t).paused {
+		t.pausedHeld = true
+		d.mu.paused++
+		return // paused on purpose: nothing to warn about
+	}
 	d.mu.limitedUnlogged++
 	if now >= d.mu.limitLogAt {
 		d.log.Warn("subject at its in-flight limit: its next deliveries wait for answers to those in flight",
 			"subject", t.subject, "in_flight", t.flights, "max_in_flight", d.maxInFlightOf(t),
-			"subjects_limited", len(d.mu.held), "suppressed", d.mu.limitedUnlogged-1)
+			"subjects_limited", len(d.mu.held)-d.mu.paused, "suppressed", d.mu.limitedUnlogged-1)
 		d.mu.limitedUnlogged, d.mu.limitLogAt = 0, after(now, limitWarnInterval)
 	}
 }
@@ -57,6 +68,10 @@ func (d *Dispatcher) unholdLocked(t *topic) {
 	if t.limited {
 		t.limited = false
 		delete(d.mu.held, t)
+	}
+	if t.pausedHeld {
+		t.pausedHeld = false
+		d.mu.paused--
 	}
 }
 
@@ -79,6 +94,8 @@ type SubjectState struct {
 	// Limited is set while it is at its in-flight limit with more due:
 	// its next first deliveries wait for answers to those in flight.
 	Limited bool
+	// Paused is set while it is held back by a pause, with due messages.
+	Paused bool
 }
 
 // Subject reports the state of subject. A subject the dispatcher holds
@@ -91,7 +108,7 @@ func (d *Dispatcher) Subject(subject string) SubjectState {
 	if t == nil {
 		return SubjectState{}
 	}
-	return SubjectState{InFlight: t.flights, Limited: t.limited}
+	return SubjectState{InFlight: t.flights, Limited: t.limited && !t.pausedHeld, Paused: t.pausedHeld}
 }
 
 // LimitedSubjects returns up to n of the subjects held at their in-flight
@@ -100,7 +117,9 @@ func (d *Dispatcher) LimitedSubjects(n int) []string {
 	d.mu.Lock()
 	out := make([]string, 0, len(d.mu.held))
 	for t := range d.mu.held {
-		out = append(out, t.subject)
+		if !t.pausedHeld {
+			out = append(out, t.subject)
+		}
 	}
 	d.mu.Unlock()
 	slices.Sort(out)

@@ -231,6 +231,20 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 
 	d.mu.Lock()
+	if t.subject == "" && len(due) > 0 {
+		t.subject = due[0].msg.Subject
+	}
+	// NB: a topic read for the first time learns its subject, and so its
+	// limits, only now; and the limits may have changed during the scan.
+	// What they do not allow stays behind the cursor for a later pass.
+	if allow := d.allowLocked(t, now); len(due) > allow {
+		for _, f := range due[allow:] {
+			if held == nil || bytes.Compare(f.k[:], held) < 0 {
+				held = f.k.Bytes()
+			}
+		}
+		due, full, next = due[:allow], true, now
+	}
 	cursor := from
 	switch {
 	case held != nil:
@@ -284,9 +298,6 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 	for _, g := range gone {
 		d.mu.canceled[g.k] = struct{}{}
-	}
-	if t.subject == "" && len(due) > 0 {
-		t.subject = due[0].msg.Subject
 	}
 	probe := t.probing && taken > 0
 	switch {

@@ -60,6 +60,9 @@ type Stats struct {
 	// more due, whose next first deliveries wait for answers (see
 	// Config.SubjectMaxInFlight).
 	Limited uint64 `json:"subjects_limited"`
+	// Paused is a gauge: the subjects held back by a pause with messages
+	// due.
+	Paused uint64 `json:"subjects_paused"`
 }
 
 type counters struct {
