@@ -214,9 +214,9 @@ type Dispatcher struct {
 		limitLogAt      int64
 		limitedUnlogged int
 		// limits are the limits set by pattern (see limits.go).
-		limits limitTable
-		started         bool
-		closed          bool
+		limits  limitTable
+		started bool
+		closed  bool
 		// passStart is when the pass under way began, 0 between passes;
 		// wakeBy is when the loop, between passes, is due to run again.
 		// Health reads them.
