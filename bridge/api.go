@@ -61,6 +61,12 @@ func (s *Service) register() error {
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
 		{wire.VerbSchedules, s.apiSchedules, ""},
+		{wire.VerbLimitsSet, s.apiLimitsSet, ""},
+		{wire.VerbLimitsGet, s.apiLimitsGet, ""},
+		{wire.VerbLimitsList, s.apiLimitsList, ""},
+		{wire.VerbLimitsDelete, s.apiLimitsDelete, ""},
+		{wire.VerbPause, s.apiPause, ""},
+		{wire.VerbResume, s.apiResume, ""},
 	}
 	if s.cfg.Cluster != nil {
 		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
@@ -153,12 +159,13 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 		cluster = s.clusterInfo()
 	}
 	return wire.InfoReply{
-		Cluster: cluster,
-		Version: Version,
-		Engine:  s.cfg.Engine,
-		Storage: storage,
-		Counts:  counts,
-		Stats:   c.Stats(),
+		Cluster:         cluster,
+		Version:         Version,
+		Engine:          s.cfg.Engine,
+		Storage:         storage,
+		Counts:          counts,
+		Stats:           c.Stats(),
+		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: c.Config().AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
@@ -461,7 +468,8 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due})
+		st := c.SubjectState(t.Subject)
+		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited})
 	}
 	if more {
 		out.Next = out.Subjects[len(out.Subjects)-1].Subject

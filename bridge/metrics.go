@@ -129,6 +129,8 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(s.dispatchStats().Topics) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},
 			func() float64 { return float64(s.dispatchStats().InFlight) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "subjects_limited", Help: "Subjects at their in-flight limit with more due: their next deliveries wait for answers to those in flight (INFO names them)."},
+			func() float64 { return float64(s.dispatchStats().Limited) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "memory_releases_total", Help: "Times the service handed memory back to the OS once quiet after a burst of writes (--idle-release)."},
 			func() float64 { return float64(s.core.Load().MemoryReleases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "store_recovering", Help: "1 while the store has failed and is being reopened: ingest answers 503."},

@@ -51,6 +51,15 @@ type Config struct {
 	// freed of them, furthest deadline first, and their subjects wait
 	// until those deadlines (see Stats.Evicted). Default 65536.
 	MaxInFlight int
+	// SubjectMaxInFlight bounds the flights of one subject, so that no
+	// subject holds more than its share of the window: one whose
+	// consumers never answer fills its share and no more, and is
+	// redelivered within it, while every other subject's first
+	// deliveries go out. Default MaxInFlight/16 (4096 of 65536), at
+	// least 1: a subject alone can still keep thousands of deliveries
+	// waiting for answers, and sixteen must be stuck at once before the
+	// window is full.
+	SubjectMaxInFlight int
 	// PassLimit bounds the deliveries of one pass between flushes. Default 4096.
 	PassLimit int
 	// TopicPassLimit bounds one topic's share of a pass, for fairness.
@@ -119,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = d.MaxInFlight
 	}
+	if c.SubjectMaxInFlight == 0 {
+		c.SubjectMaxInFlight = max(1, c.MaxInFlight/16)
+	}
 	if c.PassLimit == 0 {
 		c.PassLimit = d.PassLimit
 	}
@@ -171,7 +183,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxInFlight", c.MaxInFlight}, {"PassLimit", c.PassLimit}, {"TopicPassLimit", c.TopicPassLimit}, {"MaxPendingDeletes", c.MaxPendingDeletes}} {
+	}{{"MaxInFlight", c.MaxInFlight}, {"SubjectMaxInFlight", c.SubjectMaxInFlight}, {"PassLimit", c.PassLimit}, {"TopicPassLimit", c.TopicPassLimit}, {"MaxPendingDeletes", c.MaxPendingDeletes}} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
 		}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"natsdelay/delaystore"
 	"natsdelay/keys"
 )
@@ -48,6 +50,9 @@ type flight struct {
 	term    *pendingTerm
 	bounced bool
 	ackNone bool
+	// pausedWait is set while its redelivery waits for its subject's
+	// pause to end.
+	pausedWait bool
 	// parked is set for a message the publisher can never publish (see
 	// ErrUndeliverable); it waits with no deadline.
 	parked bool
@@ -112,6 +117,20 @@ type topic struct {
 	// scanPass is the last pass that scanned it: a pass scans each topic
 	// once, for fairness.
 	scanPass uint64
+	// limited is set while the topic is held out of the due heap at its
+	// in-flight limit, with more due (see fairness.go).
+	limited bool
+	// subject is the subject of the first message a scan took, for logs
+	// and limits.
+	subject string
+	// rule is its flow control, resolved from the limits of generation
+	// ruleGen (see limits.go), and bucket its rate's tokens, if it has a
+	// rate.
+	rule    rule
+	ruleGen uint64
+	bucket  *rate.Limiter
+	// pausedHeld is set while it is held because it is paused.
+	pausedHeld bool
 }
 
 // outgoing is one delivery prepared by a pass.
@@ -187,8 +206,17 @@ type Dispatcher struct {
 		// evictedUnlogged counts those since the last line.
 		evictLogAt      int64
 		evictedUnlogged int
-		started         bool
-		closed          bool
+		// held are the topics held at their in-flight limit (see
+		// fairness.go); limitLogAt is when the next of them may be
+		// logged, and limitedUnlogged counts those since the last line.
+		held            map[*topic]struct{}
+		paused          int // of held, those held because paused
+		limitLogAt      int64
+		limitedUnlogged int
+		// limits are the limits set by pattern (see limits.go).
+		limits  limitTable
+		started bool
+		closed  bool
 		// passStart is when the pass under way began, 0 between passes;
 		// wakeBy is when the loop, between passes, is due to run again.
 		// Health reads them.
@@ -250,6 +278,8 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.mu.topics = make(map[uint64]*topic)
 	d.mu.flights = make(map[keys.Key]*flight)
 	d.mu.canceled = make(map[keys.Key]struct{})
+	d.mu.held = make(map[*topic]struct{})
+	d.mu.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	d.mu.unsent = make(map[keys.Key]uint32)
 	d.mu.ahead = make(map[keys.Key]aheadPlan)
 	d.mu.aheadNext = make(map[keys.Key]keys.Key)
@@ -268,6 +298,10 @@ func (d *Dispatcher) Start() error {
 	d.mu.started = true
 	d.mu.Unlock()
 
+	// NB: before the first pass, so that nothing paused goes out.
+	if err := d.ReloadLimits(); err != nil {
+		return err
+	}
 	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
 	now := d.nowNs()
 	d.mu.Lock()
@@ -314,7 +348,7 @@ func (d *Dispatcher) Close() error {
 // Stats returns the counters.
 func (d *Dispatcher) Stats() Stats {
 	d.mu.Lock()
-	inFlight, topics := len(d.mu.flights), len(d.mu.topics)
+	inFlight, topics, limited, paused := len(d.mu.flights), len(d.mu.topics), len(d.mu.held)-d.mu.paused, d.mu.paused
 	d.mu.Unlock()
 	c := &d.stats
 	return Stats{
@@ -323,7 +357,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), InFlight: uint64(inFlight), Topics: uint64(topics),
+		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
 	}
 }
 
@@ -390,7 +424,7 @@ func (d *Dispatcher) signal() {
 func (d *Dispatcher) topicLocked(hash uint64) *topic {
 	t := d.mu.topics[hash]
 	if t == nil {
-		t = &topic{hash: hash, next: never, idx: -1}
+		t = &topic{hash: hash, next: never, idx: -1, rule: rule{maxInFlight: d.cfg.SubjectMaxInFlight}}
 		d.mu.topics[hash] = t
 	}
 	return t
@@ -442,6 +476,9 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	}
 	t := d.topicLocked(s.Key.TopicHash())
 	t.rewindLocked(s.Key)
+	if t.limited {
+		return // its cursor is at it or before; room brings it back
+	}
 	at = max(at, t.blockedUntil)
 	if at < t.next {
 		d.mu.due.schedule(t, at)
@@ -474,6 +511,7 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 	if f.topic.flights--; f.topic.flights == 0 {
 		d.mu.idle = append(d.mu.idle, f.topic)
 	}
+	d.roomFreedLocked(f.topic)
 	if len(d.mu.flights) == d.cfg.MaxInFlight-1 && (len(d.mu.due) > 0 || d.mu.frontierNext != never) {
 		d.signal()
 	}
@@ -551,7 +589,7 @@ func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
 // a pass, when no scan is under way. mu must be held.
 func (d *Dispatcher) dropIdleLocked(now int64) {
 	for _, t := range d.mu.idle {
-		if t.flights == 0 && t.idx < 0 && !t.probing && !t.probeOpen && t.blockedUntil <= now && d.mu.topics[t.hash] == t {
+		if t.flights == 0 && t.idx < 0 && !t.limited && !t.probing && !t.probeOpen && t.blockedUntil <= now && d.mu.topics[t.hash] == t {
 			delete(d.mu.topics, t.hash)
 		}
 	}
@@ -727,6 +765,14 @@ timers:
 				d.mu.timers.schedule(f, t.blockedUntil)
 				continue
 			}
+			if d.ruleOfLocked(f.topic).paused {
+				// Paused: not redelivered either. ReloadLimits brings it
+				// back at a resume; until then it looks again every ack
+				// wait, which no eviction takes for a long wait.
+				f.state, f.pausedWait = stateRetry, true
+				d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
+				continue
+			}
 			if passBudget <= 0 {
 				// This pass is full; it stays due, so the next pass starts
 				// at once and takes it.
@@ -796,9 +842,25 @@ timers:
 			d.mu.Unlock()
 			continue
 		}
+		room := d.roomOfLocked(t)
+		if room <= 0 {
+			d.holdLocked(t, now)
+			d.mu.Unlock()
+			continue
+		}
+		d.unholdLocked(t)
+		tokens, notBefore := d.tokensLocked(t, now)
+		if tokens == 0 {
+			d.rescheduleLocked(t, notBefore) // its rate allows none yet
+			d.mu.Unlock()
+			continue
+		}
 		t.scanPass = pass
 		d.mu.Unlock()
-		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit), &out)
+		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, room, tokens), &out)
+		d.mu.Lock()
+		d.spendLocked(t, now, n)
+		d.mu.Unlock()
 		budget -= n
 		if probe {
 			probed = append(probed, t)

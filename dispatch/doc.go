@@ -55,6 +55,12 @@
 //   - A delivery that reached no subscriber (NoResponders) is not an attempt:
 //     the message stays pending, its topic backs off and is then probed with
 //     one message before delivery resumes, so nobody listening costs nothing.
+//   - No subject holds more than its share of the in-flight window
+//     (Config.SubjectMaxInFlight): at it, with more due, the subject is
+//     held out of the due heap, not read again, until one of its own
+//     flights settles, and then resumes at its cursor, in order. Its
+//     redeliveries go on within its share, so a subject whose consumers
+//     never answer delays no other subject's first deliveries.
 //   - A full in-flight window (Config.MaxInFlight) holds back first
 //     deliveries only: redeliveries go on, since each flight holds its
 //     slot, and the loop sleeps until a settled flight makes room. Flights

@@ -190,7 +190,7 @@ func TestDispatcher_Health_FlushFailing(t *testing.T) {
 // is healthy: the loop is waiting for answers, not stuck.
 func TestDispatcher_Health_FullWindowIsNotAStall(t *testing.T) {
 	const window = 5
-	h, _ := healthHarness(t, func(c *dispatch.Config) { c.MaxInFlight = window; c.AckWait = time.Hour })
+	h, _ := healthHarness(t, func(c *dispatch.Config) { windowAlone(c, window); c.AckWait = time.Hour })
 	for range 2 * window {
 		h.schedule(msgAt("h", time.Now()))
 	}

@@ -100,6 +100,10 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	for _, k := range found {
 		t := d.topicLocked(k.TopicHash())
 		switch {
+		case t.limited:
+			// NB: held at its limit, its cursor is at or below this
+			// entry, and room brings it back (see roomFreedLocked).
+			continue
 		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
 			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
 			// NB: a topic not waiting for a scan, with nothing arrived or
@@ -227,6 +231,20 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 
 	d.mu.Lock()
+	if t.subject == "" && len(due) > 0 {
+		t.subject = due[0].msg.Subject
+	}
+	// NB: a topic read for the first time learns its subject, and so its
+	// limits, only now; and the limits may have changed during the scan.
+	// What they do not allow stays behind the cursor for a later pass.
+	if allow := d.allowLocked(t, now); len(due) > allow {
+		for _, f := range due[allow:] {
+			if held == nil || bytes.Compare(f.k[:], held) < 0 {
+				held = f.k.Bytes()
+			}
+		}
+		due, full, next = due[:allow], true, now
+	}
 	cursor := from
 	switch {
 	case held != nil:
@@ -282,9 +300,12 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		d.mu.canceled[g.k] = struct{}{}
 	}
 	probe := t.probing && taken > 0
-	if probe {
+	switch {
+	case probe:
 		t.probeOpen = true
-	} else {
+	case full && d.roomOfLocked(t) <= 0:
+		d.holdLocked(t, now)
+	default:
 		d.rescheduleLocked(t, next)
 	}
 	if t.idx < 0 && t.flights == 0 {

@@ -276,7 +276,7 @@ func BenchmarkDispatcher_InFlightMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				pub := newFakePublisher()
-				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: time.Hour, MaxInFlight: 2 * inFlightSet})
+				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: time.Hour, MaxInFlight: 2 * inFlightSet, SubjectMaxInFlight: 2 * inFlightSet})
 				if err != nil {
 					b.Fatal(err)
 				}

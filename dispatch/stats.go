@@ -60,6 +60,13 @@ type Stats struct {
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
 	Topics uint64 `json:"topics"`
+	// Limited is a gauge: the subjects at their in-flight limit with
+	// more due, whose next first deliveries wait for answers (see
+	// Config.SubjectMaxInFlight).
+	Limited uint64 `json:"subjects_limited"`
+	// Paused is a gauge: the subjects held back by a pause with messages
+	// due.
+	Paused uint64 `json:"subjects_paused"`
 }
 
 type counters struct {

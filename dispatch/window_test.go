@@ -18,6 +18,10 @@ type countingClock struct{ n atomic.Int64 }
 
 func (c *countingClock) now() time.Time { c.n.Add(1); return time.Now() }
 
+// windowAlone sets the in-flight window to n and lets one subject take
+// all of it, for tests of the window rather than of the subjects' shares.
+func windowAlone(c *dispatch.Config, n int) { c.MaxInFlight, c.SubjectMaxInFlight = n, n }
+
 // maxIdleReads bounds the clock reads of a dispatcher with nothing to do
 // over the observation window; a loop that spins makes thousands.
 const maxIdleReads = 200
@@ -40,7 +44,7 @@ func idleFor(t *testing.T, c *countingClock, window time.Duration, what string) 
 func TestDispatcher_FullWindow_NoBusyLoop(t *testing.T) {
 	const window = 10
 	clock := &countingClock{}
-	h := newHarness(t, 0, func(c *dispatch.Config) { c.MaxInFlight = window; c.AckWait = time.Hour; c.Now = clock.now })
+	h := newHarness(t, 0, func(c *dispatch.Config) { windowAlone(c, window); c.AckWait = time.Hour; c.Now = clock.now })
 	for i := range 2 * window {
 		h.schedule(msgAt(fmt.Sprintf("w.%d", i%3), time.Now()))
 	}
@@ -68,7 +72,7 @@ func TestDispatcher_FullWindow_NoBusyLoop(t *testing.T) {
 func TestDispatcher_FullWindow_RedeliversAndRefills(t *testing.T) {
 	const window, total = 10, 25
 	clock := &countingClock{}
-	h := newHarness(t, 0, func(c *dispatch.Config) { c.MaxInFlight = window; c.AckWait = time.Hour; c.Now = clock.now })
+	h := newHarness(t, 0, func(c *dispatch.Config) { windowAlone(c, window); c.AckWait = time.Hour; c.Now = clock.now })
 	for i := range total {
 		h.schedule(msgAt(fmt.Sprintf("r.%d", i%3), time.Now()))
 	}

@@ -717,13 +717,19 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, wire.ServiceName, bridge.Version, ping.ID)
 	}
 	wantSubjects := map[string]string{
-		"ingest":    wire.DefaultIngestPrefix + ".>",
-		"info":      wire.DefaultAPIPrefix + ".INFO",
-		"get":       wire.DefaultAPIPrefix + ".GET",
-		"list":      wire.DefaultAPIPrefix + ".LIST",
-		"cancel":    wire.DefaultAPIPrefix + ".CANCEL",
-		"subjects":  wire.DefaultAPIPrefix + ".SUBJECTS",
-		"schedules": wire.DefaultAPIPrefix + ".SCHEDULES",
+		"ingest":        wire.DefaultIngestPrefix + ".>",
+		"info":          wire.DefaultAPIPrefix + ".INFO",
+		"get":           wire.DefaultAPIPrefix + ".GET",
+		"list":          wire.DefaultAPIPrefix + ".LIST",
+		"cancel":        wire.DefaultAPIPrefix + ".CANCEL",
+		"subjects":      wire.DefaultAPIPrefix + ".SUBJECTS",
+		"schedules":     wire.DefaultAPIPrefix + ".SCHEDULES",
+		"limits_set":    wire.DefaultAPIPrefix + ".LIMITS.SET",
+		"limits_get":    wire.DefaultAPIPrefix + ".LIMITS.GET",
+		"limits_list":   wire.DefaultAPIPrefix + ".LIMITS.LIST",
+		"limits_delete": wire.DefaultAPIPrefix + ".LIMITS.DELETE",
+		"pause":         wire.DefaultAPIPrefix + ".PAUSE",
+		"resume":        wire.DefaultAPIPrefix + ".RESUME",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {

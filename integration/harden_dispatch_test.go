@@ -65,6 +65,11 @@ func scheduleSpread(tb testing.TB, nc *nats.Conn, prefix string, k, n int) {
 	scheduleMany(tb, nc, msgs)
 }
 
+// windowAlone sets the in-flight window to n and lets one subject take
+// all of it, for tests of the window rather than of the subjects' shares
+// (see TestWindow_SilentSubject_DoesNotStarveOthers).
+func windowAlone(c *bridge.Config, n int) { c.MaxInFlight, c.SubjectMaxInFlight = n, n }
+
 // TestWindow_Full_NakThenAck checks that a full in-flight window
 // keeps redeliveries and ACKs flowing: with MaxInFlight 100 and 150 due
 // messages over three subjects, a consumer that NAKs the first 300
@@ -74,7 +79,7 @@ func scheduleSpread(tb testing.TB, nc *nats.Conn, prefix string, k, n int) {
 func TestWindow_Full_NakThenAck(t *testing.T) {
 	t.Parallel()
 	const window, n, naks = 100, 150, 300
-	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = time.Minute })
 	a := startAckAll(t, h.nc, "win.nak.*", func(i int) string {
 		if i <= naks {
 			return "-NAK"
@@ -98,7 +103,7 @@ func TestWindow_Full_NakThenAck(t *testing.T) {
 func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 	t.Parallel()
 	const window, n = 100, 150
-	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = 200 * time.Millisecond })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = 200 * time.Millisecond })
 	a := startAckAll(t, h.nc, "win.silent.*", func(i int) string {
 		if i <= window {
 			return "" // no answer
@@ -126,7 +131,7 @@ func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 func TestWindow_Full_LongNaksDoNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	const window, stuck, others = 10, 20, 15
-	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = time.Minute })
 	naked := startAckAll(t, h.nc, "win.longnak.*", func(int) string { return "-NAK 1h" })
 	scheduleSpread(t, h.nc, "win.longnak", 1, stuck)
 	checkFor(t, wait, 10*time.Millisecond, func() error {

@@ -196,6 +196,24 @@ func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo
 // counters that survive a new generation. Nil as Repository is.
 func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
 
+// SubjectState is what the current dispatcher knows of subject now: its
+// deliveries in flight, and whether it is held at its in-flight limit.
+func (s *Service) SubjectState(subject string) dispatch.SubjectState {
+	if d := s.gen.Load().disp; d != nil {
+		return d.Subject(subject)
+	}
+	return dispatch.SubjectState{}
+}
+
+// LimitedSubjects returns up to n of the subjects held at their in-flight
+// limit, in subject order.
+func (s *Service) LimitedSubjects(n int) []string {
+	if d := s.gen.Load().disp; d != nil {
+		return d.LimitedSubjects(n)
+	}
+	return nil
+}
+
 // Stats returns the dispatch counters since Open, across generations, and
 // the deliveries in flight now.
 func (s *Service) Stats() dispatch.Stats {
@@ -210,8 +228,8 @@ func (s *Service) Stats() dispatch.Stats {
 	return st
 }
 
-// addStats adds the counters of b to a; the gauges (InFlight, Topics) are
-// a's.
+// addStats adds the counters of b to a; the gauges (InFlight, Topics,
+// Limited) are a's.
 func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.Delivered += b.Delivered
 	a.Redelivered += b.Redelivered

@@ -57,6 +57,9 @@ type Counts struct {
 	Schedules uint64 `json:"schedules"`
 }
 
+// MaxLimitedShown is how many limited subjects INFO names at most.
+const MaxLimitedShown = 20
+
 // InfoReply is the body of INFO.
 type InfoReply struct {
 	Version string `json:"version"`
@@ -67,6 +70,10 @@ type InfoReply struct {
 	Counts  Counts         `json:"counts"`
 	Stats   dispatch.Stats `json:"stats"`
 	Config  ConfigSummary  `json:"config"`
+	// LimitedSubjects names up to MaxLimitedShown subjects at their
+	// in-flight limit with more due, in subject order; Stats counts them
+	// all (subjects_limited).
+	LimitedSubjects []string `json:"limited_subjects,omitempty"`
 	// Cluster is set when the service runs as a node of a cluster.
 	Cluster *ClusterInfo `json:"cluster,omitempty"`
 }
@@ -124,6 +131,11 @@ type SubjectInfo struct {
 	// INFO's due_now is. NB: subjects whose topic hashes collide share a
 	// key range, and each is given the due count of both.
 	DueNow uint64 `json:"due_now"`
+	// InFlight is how many of them are delivered and not yet settled.
+	InFlight int `json:"in_flight"`
+	// Limited is set while the subject is at its in-flight limit with
+	// more due: its next deliveries wait for answers to those in flight.
+	Limited bool `json:"limited"`
 }
 
 // SubjectsReply is the body of SUBJECTS.

@@ -1,0 +1,52 @@
+package core
+
+import (
+	"natsdelay/delaystore"
+)
+
+// SetLimit stores l, replacing the limit of its pattern, and puts it in
+// force. It returns once the write is committed (by a quorum, in a
+// cluster), so the limit survives a restart and a change of leader.
+func (s *Service) SetLimit(l delaystore.Limit) error {
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	g := s.gen.Load()
+	if err := g.repo.SetLimit(l); err != nil {
+		return unavailable("storing the limit of %q: %v", l.Pattern, err)
+	}
+	return s.reloadLimits(g)
+}
+
+// DeleteLimit removes the limit of pattern, and reports whether there
+// was one.
+func (s *Service) DeleteLimit(pattern string) (bool, error) {
+	if err := s.unavailable(); err != nil {
+		return false, err
+	}
+	g := s.gen.Load()
+	ok, err := g.repo.DeleteLimit(pattern)
+	if err != nil {
+		return false, unavailable("deleting the limit of %q: %v", pattern, err)
+	}
+	return ok, s.reloadLimits(g)
+}
+
+// Limits returns every stored limit, in pattern order.
+func (s *Service) Limits() ([]delaystore.Limit, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	ls, err := s.gen.Load().repo.Limits()
+	if err != nil {
+		return nil, unavailable("reading the limits: %v", err)
+	}
+	return ls, nil
+}
+
+func (s *Service) reloadLimits(g *generation) error {
+	if err := g.disp.ReloadLimits(); err != nil {
+		return unavailable("%v", err)
+	}
+	return nil
+}

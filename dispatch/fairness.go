@@ -1,0 +1,127 @@
+package dispatch
+
+import (
+	"slices"
+	"time"
+
+	"natsdelay/keys"
+)
+
+// Fairness: no topic holds more than its share of the in-flight window.
+//
+// A topic at its limit (Config.SubjectMaxInFlight) with more due is held:
+// taken out of the due heap, its cursor kept at its first message not yet
+// delivered, so no pass reads it again, nor pays for it, until one of its
+// own flights is settled (see roomFreedLocked). It then goes back in the
+// due heap and its scan resumes at the cursor, so its messages still go
+// out in fire order. Its redeliveries need no room (their flights hold
+// their slots), so a subject whose consumers never answer is redelivered
+// on its own schedule, within its own limit, while the rest of the window
+// stays open to every other subject's first deliveries.
+
+// limitWarnInterval is how often, at most, a WARN names a subject held at
+// its limit; the gauge (Stats.Limited) has them all.
+const limitWarnInterval = 10 * time.Second
+
+// maxInFlightOf is the most flights topic t may hold. mu must be held.
+func (d *Dispatcher) maxInFlightOf(t *topic) int { return d.ruleOfLocked(t).maxInFlight }
+
+// roomOfLocked is how many more first deliveries t may have now: none
+// while it is paused. mu must be held.
+func (d *Dispatcher) roomOfLocked(t *topic) int {
+	r := d.ruleOfLocked(t)
+	if r.paused {
+		return 0
+	}
+	return r.maxInFlight - t.flights
+}
+
+// holdLocked takes t, at its limit with more due, out of the due heap
+// until a flight of its own makes room. now is the pass's time. mu must
+// be held.
+func (d *Dispatcher) holdLocked(t *topic, now int64) {
+	d.mu.due.unschedule(t)
+	t.next = never
+	if t.limited {
+		return
+	}
+	t.limited = true
+	d.mu.held[t] = struct{}{}
+	if d.ruleOfLocked(t).paused {
+		t.pausedHeld = true
+		d.mu.paused++
+		return // paused on purpose: nothing to warn about
+	}
+	d.mu.limitedUnlogged++
+	if now >= d.mu.limitLogAt {
+		d.log.Warn("subject at its in-flight limit: its next deliveries wait for answers to those in flight",
+			"subject", t.subject, "in_flight", t.flights, "max_in_flight", d.maxInFlightOf(t),
+			"subjects_limited", len(d.mu.held)-d.mu.paused, "suppressed", d.mu.limitedUnlogged-1)
+		d.mu.limitedUnlogged, d.mu.limitLogAt = 0, after(now, limitWarnInterval)
+	}
+}
+
+// unholdLocked clears t's mark of being held at its limit, when something
+// else put it back in the due heap (a back-off, a probe's flush). mu must
+// be held.
+func (d *Dispatcher) unholdLocked(t *topic) {
+	if t.limited {
+		t.limited = false
+		delete(d.mu.held, t)
+	}
+	if t.pausedHeld {
+		t.pausedHeld = false
+		d.mu.paused--
+	}
+}
+
+// roomFreedLocked is told that t lost a flight: if that takes a held topic
+// below its limit, it goes back in the due heap, due now, and the loop is
+// woken for it. mu must be held.
+func (d *Dispatcher) roomFreedLocked(t *topic) {
+	if !t.limited || d.roomOfLocked(t) <= 0 {
+		return
+	}
+	d.unholdLocked(t)
+	d.rescheduleLocked(t, d.nowNs())
+	d.signal()
+}
+
+// SubjectState is what the dispatcher knows of one subject now.
+type SubjectState struct {
+	// InFlight counts its deliveries not yet settled.
+	InFlight int
+	// Limited is set while it is at its in-flight limit with more due:
+	// its next first deliveries wait for answers to those in flight.
+	Limited bool
+	// Paused is set while it is held back by a pause, with due messages.
+	Paused bool
+}
+
+// Subject reports the state of subject. A subject the dispatcher holds
+// nothing of has the zero state. Subjects whose hashes collide share it.
+func (d *Dispatcher) Subject(subject string) SubjectState {
+	hash := keys.TopicHash(subject)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.mu.topics[hash]
+	if t == nil {
+		return SubjectState{}
+	}
+	return SubjectState{InFlight: t.flights, Limited: t.limited && !t.pausedHeld, Paused: t.pausedHeld}
+}
+
+// LimitedSubjects returns up to n of the subjects held at their in-flight
+// limit, in subject order.
+func (d *Dispatcher) LimitedSubjects(n int) []string {
+	d.mu.Lock()
+	out := make([]string, 0, len(d.mu.held))
+	for t := range d.mu.held {
+		if !t.pausedHeld {
+			out = append(out, t.subject)
+		}
+	}
+	d.mu.Unlock()
+	slices.Sort(out)
+	return out[:min(n, len(out))]
+}

@@ -1,0 +1,203 @@
+package dispatch
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"natsdelay/delaystore"
+)
+
+// Limits set by users, per subject pattern (see delaystore.Limit), on top
+// of the default share of the window (fairness.go). A topic resolves its
+// rule from the table once it knows its subject (from its first scan) and
+// again after each change of the table; the rule of the most specific
+// pattern that matches wins whole (see MoreSpecific), and a field it
+// leaves unset takes the default, not another pattern's value.
+
+// limitTable is the limits in force, most specific pattern first. gen
+// counts its changes, so a topic knows when its rule is stale.
+type limitTable struct {
+	gen    uint64
+	limits []delaystore.Limit
+}
+
+// rule is the flow control of one topic.
+type rule struct {
+	maxInFlight int
+	paused      bool
+	rate        rate.Limit // 0: no rate
+	burst       int
+}
+
+// ReloadLimits reads the limits from the repository and puts them in
+// force: each topic resolves its rule again before its next scan, and
+// those held at a limit or paused are looked at again at once. Call it
+// after a change to the stored limits.
+func (d *Dispatcher) ReloadLimits() error {
+	ls, err := d.repo.Limits()
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	slices.SortStableFunc(ls, func(a, b delaystore.Limit) int { return MoreSpecific(a.Pattern, b.Pattern) })
+	now := d.nowNs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.limits = limitTable{gen: d.mu.limits.gen + 1, limits: ls}
+	for t := range d.mu.held {
+		d.unholdLocked(t)
+		d.rescheduleLocked(t, now)
+	}
+	var waiting []*flight
+	for _, f := range d.mu.timers {
+		if f.pausedWait {
+			waiting = append(waiting, f)
+		}
+	}
+	for _, f := range waiting {
+		f.pausedWait = false
+		d.mu.timers.schedule(f, now) // the pass checks its pause again
+	}
+	d.signal()
+	return nil
+}
+
+// ruleOfLocked is t's rule, resolved again if the table changed since.
+// mu must be held.
+func (d *Dispatcher) ruleOfLocked(t *topic) rule {
+	if t.ruleGen == d.mu.limits.gen || t.subject == "" {
+		return t.rule
+	}
+	t.ruleGen = d.mu.limits.gen
+	r := rule{maxInFlight: d.cfg.SubjectMaxInFlight}
+	for _, l := range d.mu.limits.limits {
+		if !subjectMatches(l.Pattern, t.subject) {
+			continue
+		}
+		if l.MaxInFlight > 0 {
+			r.maxInFlight = l.MaxInFlight
+		}
+		r.paused = l.Paused
+		if l.Rate > 0 {
+			r.rate, r.burst = rate.Limit(l.Rate), DefaultBurst(l.Rate, l.Burst)
+		}
+		break
+	}
+	t.rule = r
+	t.bucket = nil
+	if r.rate > 0 {
+		// NB: a new bucket starts full; a topic dropped and made again
+		// starts full too, after at least a quiet pass.
+		t.bucket = rate.NewLimiter(r.rate, r.burst)
+	}
+	return r
+}
+
+// DefaultBurst is the burst of a rate set without one: a tenth of a
+// second's worth, at least 1, so a pass that wakes a little late still
+// finds the tokens that accrued meanwhile.
+func DefaultBurst(r float64, burst int) int {
+	if burst > 0 {
+		return burst
+	}
+	return max(1, int(math.Ceil(r/10)))
+}
+
+// tokensLocked is how many deliveries t's rate allows now, and if none,
+// when the next is allowed. A topic without a rate has no bound
+// (math.MaxInt). mu must be held.
+func (d *Dispatcher) tokensLocked(t *topic, now int64) (int, int64) {
+	d.ruleOfLocked(t)
+	if t.bucket == nil {
+		return math.MaxInt, 0
+	}
+	at := time.Unix(0, now)
+	tok := t.bucket.TokensAt(at)
+	if tok >= 1 {
+		return int(tok), 0
+	}
+	wait := time.Duration((1 - tok) / float64(t.bucket.Limit()) * float64(time.Second))
+	return 0, after(now, max(wait, time.Millisecond))
+}
+
+// allowLocked is how many first deliveries t may have now, by its
+// in-flight limit, its pause and its rate. mu must be held.
+func (d *Dispatcher) allowLocked(t *topic, now int64) int {
+	tokens, _ := d.tokensLocked(t, now)
+	return max(0, min(d.roomOfLocked(t), tokens))
+}
+
+// spendLocked takes n tokens of t's rate, for n deliveries taken now. mu
+// must be held.
+func (d *Dispatcher) spendLocked(t *topic, now int64, n int) {
+	if t.bucket != nil && n > 0 {
+		t.bucket.AllowN(time.Unix(0, now), n)
+	}
+}
+
+// MoreSpecific orders subject patterns, most specific first: it is
+// negative when a is more specific than b. The rule, in order: more
+// literal tokens; then without > before with it; then the longer run of
+// literal tokens before the first wildcard; then byte order, so that the
+// order is total. orders.eu.paid beats orders.eu.*, which beats
+// orders.*.paid, which beats orders.>, which beats >.
+func MoreSpecific(a, b string) int {
+	la, gta, pa := patternShape(a)
+	lb, gtb, pb := patternShape(b)
+	switch {
+	case la != lb:
+		return cmp.Compare(lb, la)
+	case gta != gtb:
+		if gta {
+			return 1
+		}
+		return -1
+	case pa != pb:
+		return cmp.Compare(pb, pa)
+	}
+	return strings.Compare(a, b)
+}
+
+// patternShape is what MoreSpecific compares of pattern p: its literal
+// tokens, whether it ends in >, and the literal tokens before its first
+// wildcard.
+func patternShape(p string) (literals int, gt bool, prefix int) {
+	wild := false
+	for tok := range strings.SplitSeq(p, ".") {
+		switch tok {
+		case ">":
+			gt, wild = true, true
+		case "*":
+			wild = true
+		default:
+			literals++
+			if !wild {
+				prefix++
+			}
+		}
+	}
+	return literals, gt, prefix
+}
+
+// subjectMatches reports whether the subject subj matches the NATS
+// subject filter f.
+func subjectMatches(f, subj string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(f, ".")
+		st, srest, smore := strings.Cut(subj, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		f, subj = frest, srest
+	}
+}

@@ -1,0 +1,296 @@
+package integration_test
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge"
+	"natsdelay/bridge/wire"
+)
+
+// setLimit sets l and fails tb unless the service took it.
+func setLimit(tb testing.TB, nc *nats.Conn, l wire.Limit) {
+	tb.Helper()
+	var got wire.Limit
+	apiCall(tb, nc, wire.VerbLimitsSet, l, &got)
+	if got != l {
+		tb.Fatalf("LIMITS.SET %+v answered %+v", l, got)
+	}
+}
+
+// subjectState is the SUBJECTS entry of subject.
+func subjectState(tb testing.TB, nc *nats.Conn, subject string) wire.SubjectInfo {
+	tb.Helper()
+	var r wire.SubjectsReply
+	apiCall(tb, nc, wire.VerbSubjects, wire.SubjectsRequest{Filter: subject}, &r)
+	if len(r.Subjects) != 1 {
+		tb.Fatalf("SUBJECTS %s: %+v, want one entry", subject, r.Subjects)
+	}
+	return r.Subjects[0]
+}
+
+// scheduleDue schedules n messages due now on subject, with payloads 0
+// to n-1.
+func scheduleDue(tb testing.TB, nc *nats.Conn, subject string, n int) {
+	tb.Helper()
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		msgs[i] = newMsg(subject, strconv.Itoa(i))
+	}
+	scheduleMany(tb, nc, msgs)
+}
+
+// arrivals records when each delivery on a subject arrived, ACKing it.
+type arrivals struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func ackArrivals(tb testing.TB, nc *nats.Conn, subject string) *arrivals {
+	tb.Helper()
+	a := &arrivals{}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		a.mu.Lock()
+		a.at = append(a.at, time.Now())
+		a.mu.Unlock()
+		_ = m.Respond([]byte(wire.AnswerAck))
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+func (a *arrivals) times() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at...)
+}
+
+// TestLimits_Rate_HoldsItsRate checks a rate limit: a subject with a
+// backlog and a rate of 50/s with a burst of 50 gets, in the 10 s after
+// its first delivery, what the token bucket allows (the burst, then 50 a
+// second: 550) within 5% of the 500 the rate adds, while another subject,
+// due meanwhile, is delivered within a second of its fire time.
+func TestLimits_Rate_HoldsItsRate(t *testing.T) {
+	t.Parallel()
+	const rate, burst, span = 50, 50, 10 * time.Second
+	h := newHarness(t, nil)
+	setLimit(t, h.nc, wire.Limit{Pattern: "rated.>", Rate: rate, Burst: burst})
+	rated := ackArrivals(t, h.nc, "rated.a")
+	free := subscribe(t, h.nc, "free.b")
+	scheduleDue(t, h.nc, "rated.a", 1000)
+	scheduleDue(t, h.nc, "free.b", 100)
+	for i := range 100 {
+		r := next(t, free, "the unlimited subject")
+		if late := r.at.Sub(parseTime(t, r.Header.Get(wire.HeaderFireAt))); late > time.Second {
+			t.Fatalf("unlimited delivery %d arrived %v late, want within 1s", i, late)
+		}
+		_ = r.Respond([]byte(wire.AnswerAck))
+	}
+	var first time.Time
+	checkFor(t, span+wait, 50*time.Millisecond, func() error {
+		at := rated.times()
+		if len(at) == 0 {
+			return fmt.Errorf("no delivery of the rated subject yet")
+		}
+		first = at[0]
+		if last := at[len(at)-1]; last.Sub(first) < span {
+			return fmt.Errorf("%d deliveries over %v, want %v of them", len(at), last.Sub(first), span)
+		}
+		return nil
+	})
+	n := 0
+	for _, at := range rated.times() {
+		if at.Sub(first) < span {
+			n++
+		}
+	}
+	want := burst + rate*int(span/time.Second)
+	if tol := rate * int(span/time.Second) / 20; n < want-tol || n > want+tol {
+		t.Fatalf("%d deliveries in the %v after the first, want %d ± %d", n, span, want, tol)
+	}
+	t.Logf("%d deliveries in %v at rate %d/s, burst %d (the bucket allows %d)", n, span, rate, burst, want)
+}
+
+// TestLimits_MaxInFlight_PerPattern checks a pattern's max_in_flight:
+// each subject it matches holds at most that many deliveries unanswered
+// and is shown as limited, while a subject it does not match holds its
+// default share.
+func TestLimits_MaxInFlight_PerPattern(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	setLimit(t, h.nc, wire.Limit{Pattern: "mif.*", MaxInFlight: 5})
+	for _, s := range []string{"mif.a", "mif.b", "other.c"} {
+		subscribe(t, h.nc, s) // never answers
+		scheduleDue(t, h.nc, s, 20)
+	}
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		for _, want := range []wire.SubjectInfo{
+			{Subject: "mif.a", Pending: 20, DueNow: 20, InFlight: 5, Limited: true},
+			{Subject: "mif.b", Pending: 20, DueNow: 20, InFlight: 5, Limited: true},
+			{Subject: "other.c", Pending: 20, DueNow: 20, InFlight: 20},
+		} {
+			if got := subjectState(t, h.nc, want.Subject); got != want {
+				return fmt.Errorf("SUBJECTS %s = %+v, want %+v", want.Subject, got, want)
+			}
+		}
+		return nil
+	})
+}
+
+// TestLimits_MostSpecificPatternWins checks the rule that picks the limit
+// of a subject: of the patterns that match it, the most specific wins
+// whole (more literal tokens, then without >), and a pause of a wider
+// pattern does not reach a subject a narrower one matches.
+func TestLimits_MostSpecificPatternWins(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	setLimit(t, h.nc, wire.Limit{Pattern: "ms.>", MaxInFlight: 2, Paused: true})
+	setLimit(t, h.nc, wire.Limit{Pattern: "ms.a.*", MaxInFlight: 3})
+	setLimit(t, h.nc, wire.Limit{Pattern: "ms.*.b", MaxInFlight: 4})
+	setLimit(t, h.nc, wire.Limit{Pattern: "ms.a.b", MaxInFlight: 5})
+	var list wire.LimitsReply
+	apiCall(t, h.nc, wire.VerbLimitsList, nil, &list)
+	var order []string
+	for _, l := range list.Limits {
+		order = append(order, l.Pattern)
+	}
+	if fmt.Sprint(order) != "[ms.a.b ms.a.* ms.*.b ms.>]" {
+		t.Fatalf("LIMITS.LIST in %v, want the most specific first: [ms.a.b ms.a.* ms.*.b ms.>]", order)
+	}
+	cases := []struct {
+		subject  string
+		inFlight int
+	}{{"ms.a.b", 5}, {"ms.a.c", 3}, {"ms.z.b", 4}, {"ms.z.z", 0}}
+	for _, c := range cases {
+		subscribe(t, h.nc, c.subject) // never answers
+		scheduleDue(t, h.nc, c.subject, 10)
+	}
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		for _, c := range cases {
+			got := subjectState(t, h.nc, c.subject)
+			if got.InFlight != c.inFlight || got.Limited != (c.inFlight > 0) {
+				return fmt.Errorf("SUBJECTS %s = %+v, want %d in flight, limited %v (paused by ms.> if 0)", c.subject, got, c.inFlight, c.inFlight > 0)
+			}
+		}
+		return nil
+	})
+}
+
+// TestLimits_BadInput_400 checks that every bad LIMITS or PAUSE request is
+// a 400 that says what is wrong, and stores nothing.
+func TestLimits_BadInput_400(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = 1000 })
+	for _, c := range []struct {
+		verb string
+		body any
+		want string
+	}{
+		{wire.VerbLimitsSet, `{"max_in_flight":5}`, `"pattern" is required`},
+		{wire.VerbLimitsSet, `{"pattern":"orders..eu","max_in_flight":5}`, `"pattern" "orders..eu" has an empty token`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>.eu"}`, `> must be the last token`},
+		{wire.VerbLimitsSet, `{"pattern":"orders*"}`, `a wildcard must be a whole token`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","max_in_flight":-1}`, `"max_in_flight" -1: want 1 to the in-flight window, 1000`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","max_in_flight":1001}`, `"max_in_flight" 1001`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","rate":-5}`, `"rate" -5: want messages per second`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","rate":1e12}`, `"rate" 1e+12`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","burst":10}`, `"burst" 10 without "rate"`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","rate":"fast"}`, `request body`},
+		{wire.VerbLimitsSet, `{"pattern":"orders.>","max_inflight":5}`, `unknown field "max_inflight"`},
+		{wire.VerbPause, `{}`, `"pattern" is required`},
+		{wire.VerbResume, `{"pattern":"a b"}`, `white space`},
+		{wire.VerbLimitsGet, `{"pattern":"orders.>"}`, `no limit`},
+		{wire.VerbLimitsDelete, `{"pattern":"orders.>"}`, `no limit`},
+	} {
+		code := 400
+		if c.verb == wire.VerbLimitsGet || c.verb == wire.VerbLimitsDelete {
+			code = 404
+		}
+		apiError(t, h.nc, c.verb, c.body, code, c.want)
+	}
+	var list wire.LimitsReply
+	apiCall(t, h.nc, wire.VerbLimitsList, nil, &list)
+	if len(list.Limits) != 0 {
+		t.Fatalf("LIMITS.LIST after bad requests = %+v, want none stored", list.Limits)
+	}
+}
+
+// TestLimits_PauseResume_AcrossRestart checks pause and resume: a paused
+// pattern keeps accepting and storing messages and delivers none of them,
+// also after a restart, which keeps the pause; another subject goes on;
+// once resumed, the held messages go out in fire order, each once, with
+// fire times as scheduled (their lateness is honest).
+func TestLimits_PauseResume_AcrossRestart(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	dir := t.TempDir()
+	e := engines[1] // pebble-disk
+	srv := startServer(t)
+	nc := connect(t, srv)
+	paused := subscribe(t, nc, "paused.a")
+	other := subscribe(t, nc, "other.a")
+	svc := startService(t, srv, e.open(t, dir), nil)
+	var got wire.Limit
+	apiCall(t, nc, wire.VerbPause, wire.PatternRequest{Pattern: "paused.>"}, &got)
+	if !got.Paused || got.Pattern != "paused.>" {
+		t.Fatalf("PAUSE answered %+v", got)
+	}
+	var sent []scheduled
+	for i := range n {
+		sent = append(sent, schedule(t, nc, newMsg("paused.a", strconv.Itoa(i))))
+	}
+	o := schedule(t, nc, newMsg("other.a", "other"))
+	r := next(t, other, "the subject that is not paused")
+	if r.Header.Get(wire.HeaderTag) != o.Tag {
+		t.Fatalf("delivered %v, want %s", r.Header, o.Tag)
+	}
+	ackSync(t, nc, r.Msg, wire.AnswerAck)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if st := svc.Stats(); st.Paused != 1 {
+			return fmt.Errorf("%d subjects held by a pause, want 1", st.Paused)
+		}
+		return nil
+	})
+	quiet(t, paused, 200*time.Millisecond, "a paused subject before the restart")
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	svc = startService(t, srv, e.open(t, dir), nil)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if st := svc.Stats(); st.Paused != 1 {
+			return fmt.Errorf("%d subjects held by a pause after the restart, want 1", st.Paused)
+		}
+		return nil
+	})
+	quiet(t, paused, 200*time.Millisecond, "a paused subject after the restart")
+	apiCall(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "paused.>"}, &got)
+	if !got.Paused {
+		t.Fatalf("LIMITS.GET after the restart = %+v, want paused", got)
+	}
+	apiCall(t, nc, wire.VerbResume, wire.PatternRequest{Pattern: "paused.>"}, &got)
+	for i, s := range sent {
+		r := next(t, paused, "a resumed message")
+		if r.Header.Get(wire.HeaderTag) != s.Tag {
+			t.Fatalf("resumed delivery %d is %q, want %q: out of fire order", i, r.Data, strconv.Itoa(i))
+		}
+		wantAttempt(t, r.Msg, 1)
+		if fire := parseTime(t, r.Header.Get(wire.HeaderFireAt)); !fire.Equal(s.FireAt) || r.at.Before(fire) {
+			t.Fatalf("resumed delivery %d: fire time %v arrived %v, want its own %v, and not before it", i, fire, r.at, s.FireAt)
+		}
+		ackSync(t, nc, r.Msg, wire.AnswerAck)
+	}
+	waitPending(t, svc, 0)
+	apiError(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "paused.>"}, 404, "no limit")
+}
