@@ -59,6 +59,13 @@ type Config struct {
 	// Logger receives the node's logs and Raft's. Nil discards them.
 	Logger *slog.Logger
 
+	// MaxEntryBytes bounds one log entry, one Commit's batch encoded: a
+	// larger batch is refused. The nodes drop a connection that sends a
+	// field larger than this (see frames.go), so it must be the same on
+	// every node. Default 128 MiB, twice the service's largest group
+	// commit.
+	MaxEntryBytes int
+
 	// TLS, if set, makes the cluster port speak mutual TLS: every node
 	// presents its certificate and accepts only peers whose certificate
 	// the cluster's CA signed (see LoadTLS). Nil: plain TCP, for a
@@ -118,7 +125,8 @@ func DefaultConfig() Config {
 		TrailingLogs:      2048,
 		// Well above an election, and above the seconds a restarted node
 		// takes to catch up from its log.
-		MaxLag: 10 * time.Second,
+		MaxLag:        10 * time.Second,
+		MaxEntryBytes: 128 << 20,
 	}
 }
 
@@ -135,6 +143,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = d.MaxEntryBytes
+	}
 	if c.MaxLag == 0 {
 		// NB: never within a few elections, however long they take.
 		c.MaxLag = max(d.MaxLag, 3*(c.HeartbeatTimeout+c.ElectionTimeout))

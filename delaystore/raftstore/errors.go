@@ -15,6 +15,11 @@ var (
 	// this node knows of.
 	ErrNotLeader = delaystore.ErrNotLeader
 
+	// ErrEntryTooLarge is wrapped by Commit when the batch would make a log
+	// entry larger than Config.MaxEntryBytes, which the other nodes would
+	// refuse to read. Nothing is written.
+	ErrEntryTooLarge = errors.New("raftstore: entry too large")
+
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raftstore: invalid config")
 

@@ -141,7 +141,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftstore: listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, cfg.TLS, n.whoami)
+	n.mux = newMux(ln, advertisedAddr(cfg.addr()), log, cfg.TLS, newFrameLimits(cfg.MaxEntryBytes), n.whoami)
 
 	if err := n.start(ctx, st); err != nil {
 		return nil, errors.Join(err, n.Close())
@@ -255,6 +255,9 @@ func (c Config) raftConfig() *raft.Config {
 	rc.SnapshotInterval = c.SnapshotInterval
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.TrailingLogs = c.TrailingLogs
+	// NB: the frame guard of the receiving nodes bounds an AppendEntries
+	// by this many entries of at most MaxEntryBytes.
+	rc.MaxAppendEntries = maxAppendEntries
 	return rc
 }
 

@@ -168,7 +168,12 @@ func (b *batch) Commit(delaystore.SyncMode) error {
 		if b.cmd.n == 0 {
 			return nil
 		}
-		return b.s.n.apply(b.cmd.bytes())
+		entry := b.cmd.bytes()
+		if limit := b.s.n.cfg.MaxEntryBytes; len(entry) > limit {
+			return fmt.Errorf("%w: a batch of %d operations encodes to %d bytes, over MaxEntryBytes (%d): commit it in smaller batches",
+				ErrEntryTooLarge, b.cmd.n, len(entry), limit)
+		}
+		return b.s.n.apply(entry)
 	})
 }
 

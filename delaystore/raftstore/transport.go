@@ -58,8 +58,15 @@ type mux struct {
 	// way, is a TLS connection between members (see tls.go).
 	tls *tls.Config
 	// refusals limits the warnings about connections refused in the
-	// handshake: a port scan must not flood the log.
-	refusals warnLimit
+	// handshake: a port scan must not flood the log. badFrames and
+	// acceptErrs do the same for connections the frame guard dropped and
+	// for failed accepts.
+	refusals, badFrames, acceptErrs, tooMany warnLimit
+	// frames bounds what an accepted Raft connection may send (frames.go).
+	frames frameLimits
+	// raftIn counts the accepted Raft connections open now, at most
+	// maxRaftConns.
+	raftIn atomic.Int64
 	// whoami returns the node's identity as it stands now.
 	whoami func() identity
 
@@ -80,12 +87,18 @@ type mux struct {
 
 var _ raft.StreamLayer = (*mux)(nil)
 
-func newMux(ln net.Listener, advertise net.Addr, log *slog.Logger, tlsConf *tls.Config, whoami func() identity) *mux {
+// maxRaftConns bounds the Raft connections a node accepts at once: each
+// member opens a few (a pool, a pipeline, heartbeats), and each holds a
+// goroutine and a read buffer.
+const maxRaftConns = 128
+
+func newMux(ln net.Listener, advertise net.Addr, log *slog.Logger, tlsConf *tls.Config, frames frameLimits, whoami func() identity) *mux {
 	m := &mux{
 		ln:        ln,
 		advertise: advertise,
 		log:       log,
 		tls:       tlsConf,
+		frames:    frames,
 		whoami:    whoami,
 		// Unbuffered: a Raft connection waits, in its sorting goroutine,
 		// until Raft accepts it or the mux closes.
@@ -98,8 +111,13 @@ func newMux(ln net.Listener, advertise net.Addr, log *slog.Logger, tlsConf *tls.
 	return m
 }
 
+// acceptLoop accepts until the mux closes. A failed Accept (out of file
+// descriptors, a connection reset before it was accepted) is waited out,
+// 5 ms doubling to a second, not taken for the end: the node must go on
+// taking its peers' connections once the condition passes.
 func (m *mux) acceptLoop() {
 	defer m.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
@@ -108,13 +126,22 @@ func (m *mux) acceptLoop() {
 				return
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				m.log.Error("cluster listener closed", "err", err)
+				return
 			}
-			m.log.Error("cluster listener failed", "err", err)
-			return
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if ok, n := m.acceptErrs.allow(); ok {
+				m.log.Warn("accepting on the cluster port failed; trying again", "err", err, "wait", backoff, "suppressed", n)
+			}
+			select {
+			case <-m.done:
+				return
+			case <-time.After(backoff):
+			}
+			continue
 		}
+		backoff = 0
 		if m.isolated.Load() {
 			c.Close()
 			continue
@@ -149,7 +176,21 @@ func (m *mux) sort(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	switch first[0] {
 	case protoRaft:
-		tc := m.track(c)
+		if m.raftIn.Add(1) > maxRaftConns {
+			m.raftIn.Add(-1)
+			if ok, n := m.tooMany.allow(); ok {
+				m.log.Warn("too many Raft connections: refused one", "remote", c.RemoteAddr().String(), "limit", maxRaftConns, "suppressed", n)
+			}
+			c.Close()
+			return
+		}
+		remote := c.RemoteAddr().String()
+		guarded := guardFrames(c, m.frames, func(err error) {
+			if ok, n := m.badFrames.allow(); ok {
+				m.log.Warn("dropped a Raft connection that sent a frame beyond the bounds", "remote", remote, "err", err, "suppressed", n)
+			}
+		}, func() { m.raftIn.Add(-1) })
+		tc := m.track(guarded)
 		select {
 		case m.raftConns <- tc:
 		case <-m.done:
@@ -235,6 +276,11 @@ func (m *mux) track(c net.Conn) net.Conn {
 	m.mu.Lock()
 	m.mu.conns[tc] = struct{}{}
 	m.mu.Unlock()
+	if m.isolated.Load() {
+		// Isolated while this one was being dialed or sorted: closeAll
+		// may have run before it was tracked.
+		tc.Close()
+	}
 	return tc
 }
 
