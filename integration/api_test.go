@@ -854,6 +854,11 @@ func TestAPI_Subjects(t *testing.T) {
 	} {
 		for _, limit := range []int{1, 2, 1000} {
 			got := subjectsAll(t, h.nc, c.filter, limit)
+			for i := range got {
+				// NB: a due subject's probe is in flight until its bounce
+				// comes back: in_flight moves under the test.
+				got[i].InFlight = 0
+			}
 			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("SUBJECTS %s with limit %d: %+v, want %+v", c.filter, limit, got, c.want)
 			}

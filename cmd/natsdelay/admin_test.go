@@ -232,6 +232,13 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		"cancel":    "$DELAY.API.CANCEL",
 		"subjects":  "$DELAY.API.SUBJECTS",
 		"schedules": "$DELAY.API.SCHEDULES",
+		// Flow control.
+		"limits_set":    "$DELAY.API.LIMITS.SET",
+		"limits_get":    "$DELAY.API.LIMITS.GET",
+		"limits_list":   "$DELAY.API.LIMITS.LIST",
+		"limits_delete": "$DELAY.API.LIMITS.DELETE",
+		"pause":         "$DELAY.API.PAUSE",
+		"resume":        "$DELAY.API.RESUME",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+wire.ServiceName, &info)
