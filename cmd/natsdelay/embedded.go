@@ -19,11 +19,10 @@ import (
 // moves it: loopback only, since it has no auth.
 const defaultListen = "127.0.0.1:4222"
 
-// checkListen adds a problem to p if the embedded server could not listen
-// on addr, so a port in use is a clear usage error rather than a
-// nats-server failure.
+// checkListen adds a problem to p if addr is not a host:port for
+// --nats-listen.
 func checkListen(p *problems, addr string) {
-	host, port, err := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		p.add("--nats-listen %q: want host:port, such as %s: %v", addr, defaultListen, err)
 		return
@@ -33,11 +32,18 @@ func checkListen(p *problems, addr string) {
 		p.add("--nats-listen %q: port %q: want a number from 0 (any free port) to 65535", addr, port)
 		return
 	}
-	if n == 0 {
+}
+
+// probeListen adds a problem to p if the port of addr, a valid
+// --nats-listen, is taken now, so a port in use is a clear usage error
+// rather than a nats-server failure. NB: the port may be taken between
+// this probe and the server's listen; startEmbedded reports that case
+// with the same hint.
+func probeListen(p *problems, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" {
 		return
 	}
-	// NB: the port may be taken between this check and the server's listen;
-	// startEmbedded reports that case with the same hint.
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		p.add("%w", listenError(addr, err))

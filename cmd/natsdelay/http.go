@@ -61,11 +61,20 @@ func checkHTTP(p *problems, addr string) {
 		p.add("--http %q: port %q: want a number from 0 (any free port) to 65535", addr, port)
 		return
 	}
-	if n == 0 {
+}
+
+// probeHTTP adds a problem to p if the port of addr, a valid --http, is
+// taken now. NB: serve probes when it starts, not when it parses its
+// settings, which depend on nothing else running; and the port may still
+// be taken between this probe and the listen: startHTTP reports that case
+// the same way.
+func probeHTTP(p *problems, addr string) {
+	if addr == "" {
 		return
 	}
-	// NB: the port may be taken between this check and the listen;
-	// startHTTP reports that case the same way.
+	if _, port, _ := net.SplitHostPort(addr); port == "0" {
+		return
+	}
 	ln, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		p.add("--http %s: the port is already in use: choose another with --http HOST:PORT, or turn the listener off with --http \"\"", addr)

@@ -161,6 +161,20 @@ func gcPercent(env string) (pct int, set bool) {
 // Run starts the service and stops it on SIGINT or SIGTERM: first the
 // service (it answers what it accepted and closes the store), then the
 // NATS connection, then the embedded server. A second signal exits at once.
+// probePorts reports, as one usage error, the ports serve would listen on
+// that are taken now: the HTTP listener's and the embedded server's.
+func (c *serveCmd) probePorts() error {
+	var p problems
+	probeHTTP(&p, c.HTTP)
+	if c.embedded() {
+		probeListen(&p, c.listen())
+	}
+	if err := p.err(); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
 func (c *serveCmd) Run(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -196,6 +210,9 @@ func (c *serveCmd) Run(e *env) error {
 			return err
 		}
 		defer unlock()
+	}
+	if err := c.probePorts(); err != nil {
+		return err
 	}
 
 	// The HTTP listener comes next: a port in use fails before anything
