@@ -17,6 +17,7 @@ import (
 type metrics struct {
 	ingest        *prometheus.CounterVec
 	badAnswers    *prometheus.CounterVec
+	streamAnswers *prometheus.CounterVec
 	storeFailures prometheus.Counter
 	reopenFails   prometheus.Counter
 	scheduled     prometheus.Counter
@@ -34,6 +35,10 @@ func newMetrics() *metrics {
 			Namespace: namespace, Name: "bad_answers_total",
 			Help: "Answers to deliveries the service did not understand, which settle nothing, by reason: payload (not an ack word), tag (not a delivery tag) or no_tag (on the ack prefix without Delay-Tag).",
 		}, []string{"reason"}),
+		streamAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_answers_total",
+			Help: "Deliveries answered by a JetStream stream that captures their subject, by result: stored (a PubAck: settled as an ACK), duplicate (a PubAck for a message the stream had already: settled) or error (the stream refused it: delivered again after the ack wait, with the back-off).",
+		}, []string{"result"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
 			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
@@ -73,6 +78,9 @@ func newMetrics() *metrics {
 	for _, r := range []string{badAnswerPayload, badAnswerTag, badAnswerNoTag} {
 		m.badAnswers.WithLabelValues(r)
 	}
+	for _, r := range []string{streamStored, streamDuplicate, streamError} {
+		m.streamAnswers.WithLabelValues(r)
+	}
 	return m
 }
 
@@ -106,7 +114,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.badAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.badAnswers, m.streamAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

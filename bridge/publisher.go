@@ -114,7 +114,7 @@ func appendDigits(b []byte, v, width int) []byte {
 
 // ownSlots is how many of the service's own headers one delivery or dead
 // letter carries at most.
-const ownSlots = 10
+const ownSlots = 11
 
 // ownValues hold the one-value slices of the service's own headers, so a
 // reused header map needs no new slice per header.
@@ -151,6 +151,9 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 		n++
 	}
 	set(wire.HeaderTag, tag)
+	if !hasMsgID(msg) {
+		set(headerMsgID, tag)
+	}
 	set(wire.HeaderAttempt, strconv.FormatUint(uint64(attempt), 10))
 	set(wire.HeaderFireAt, fire)
 	set(wire.HeaderEnqueuedAt, enq)
@@ -190,6 +193,9 @@ func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool)
 		}
 	}
 	add(wire.HeaderTag, keys.TagLen)
+	if !hasMsgID(msg) {
+		add(headerMsgID, keys.TagLen)
+	}
 	add(wire.HeaderAttempt, decimalLen(uint64(attempt)))
 	add(wire.HeaderFireAt, timeLen)
 	add(wire.HeaderEnqueuedAt, timeLen)
@@ -228,6 +234,25 @@ func scheduleSpec(r *delaystore.Recurrence) string {
 		return r.Cron
 	}
 	return "@every " + time.Duration(r.EveryNs).String()
+}
+
+// headerMsgID is JetStream's de-duplication header. Every delivery
+// carries it, set to the delivery's tag unless the message came with one
+// of its own: a stream that captures the subject then stores a message
+// once within its duplicate window, however many times a lost PubAck, a
+// crash or a leader change make the service deliver it. A recurring
+// schedule's occurrences are messages of their own, each with its tag.
+const headerMsgID = "Nats-Msg-Id"
+
+// hasMsgID reports whether msg came with a Nats-Msg-Id of its own, which
+// then stands: the publisher chose what a duplicate is.
+func hasMsgID(msg *delaystore.StoredMessage) bool {
+	for _, kv := range msg.Headers {
+		if strings.EqualFold(kv.Name, headerMsgID) {
+			return true
+		}
+	}
+	return false
 }
 
 // isOwnHeader reports whether name is, in any case, a header the service

@@ -219,6 +219,8 @@ type Service struct {
 	// publishes and bad answers to deliveries.
 	invalidWarn rateLimit
 	answerWarn  rateLimit
+	// streamWarn limits the warnings about streams that refuse deliveries.
+	streamWarn rateLimit
 
 	// started is closed once New has opened the core; done when Close
 	// begins.
@@ -631,6 +633,10 @@ func (s *Service) handleAnswer(m *nats.Msg, key keys.Key) {
 	}
 	ack, err := parseAck(m.Data)
 	if err != nil {
+		if a, ok := parseStreamAnswer(m.Data); ok {
+			s.handleStreamAnswer(c, key, a)
+			return
+		}
 		s.badAnswer(m, badAnswerPayload, err)
 		return
 	}

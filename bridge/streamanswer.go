@@ -1,0 +1,76 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"natsdelay/bridge/core"
+	"natsdelay/dispatch"
+	"natsdelay/keys"
+)
+
+// A delivery to a subject that a JetStream stream captures is answered by
+// the stream, not by a consumer: with a PubAck once it stored the message,
+// or with an error when it did not (no space, a limit, a wrong expected
+// sequence). The PubAck settles the delivery as an ACK does; the error
+// settles nothing, so the message is delivered again after the ack wait,
+// with the back-off, and the stream's words are logged. With Nats-Msg-Id
+// on every delivery (see headerMsgID), the stream stores it once however
+// often it comes.
+
+// Stream answer results, the label of stream_answers_total.
+const (
+	streamStored    = "stored"
+	streamDuplicate = "duplicate"
+	streamError     = "error"
+)
+
+// streamAnswer is what a stream answers a publish with.
+type streamAnswer struct {
+	Stream    string   `json:"stream"`
+	Seq       *uint64  `json:"seq"`
+	Duplicate bool     `json:"duplicate"`
+	Error     *jsError `json:"error"`
+}
+
+// jsError is a JetStream API error.
+type jsError struct {
+	Code        int    `json:"code"`
+	ErrCode     int    `json:"err_code"`
+	Description string `json:"description"`
+}
+
+// parseStreamAnswer reports whether p is a stream's answer: a JSON object
+// with a stream and a sequence (a PubAck), or with an error.
+func parseStreamAnswer(p []byte) (streamAnswer, bool) {
+	var a streamAnswer
+	p = bytes.TrimSpace(p)
+	if len(p) == 0 || p[0] != '{' || json.Unmarshal(p, &a) != nil {
+		return a, false
+	}
+	if a.Error != nil {
+		return a, a.Error.Code != 0 || a.Error.Description != ""
+	}
+	return a, a.Stream != "" && a.Seq != nil
+}
+
+// handleStreamAnswer settles the delivery key on a stream's PubAck, and
+// leaves it to be delivered again on a stream's error.
+func (s *Service) handleStreamAnswer(c *core.Service, key keys.Key, a streamAnswer) {
+	if a.Error != nil {
+		s.m.streamAnswers.WithLabelValues(streamError).Inc()
+		if ok, n := s.streamWarn.allow(s.cfg.Now()); ok {
+			s.log.Warn("a stream refused a delivery: it is delivered again after the ack wait",
+				"tag", key, "code", a.Error.Code, "err_code", a.Error.ErrCode, "error", keys.Clip(a.Error.Description), "suppressed", n)
+		}
+		return
+	}
+	result := streamStored
+	if a.Duplicate {
+		result = streamDuplicate
+	}
+	s.m.streamAnswers.WithLabelValues(result).Inc()
+	if err := c.Ack(key, dispatch.Ack{Kind: dispatch.AckDone}, nil); err != nil {
+		s.log.Debug("settling a delivery the stream stored", "tag", key, "err", err)
+	}
+}
