@@ -73,6 +73,9 @@ type cli struct {
 	Schedules schedulesCmd `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Get       getCmd       `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cancel    cancelCmd    `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Limits    limitsCmd    `cmd:"" help:"Set, list or delete the flow control of subject patterns: max in flight, rate, burst." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Pause     pauseCmd     `cmd:"" help:"Hold back every delivery of the subjects a pattern matches; they keep taking messages." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Resume    resumeCmd    `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cluster   clusterCmd   `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Bench     benchCmd     `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 
