@@ -82,7 +82,7 @@ func TestParseSchedule_RecurrenceErrors(t *testing.T) {
 	}{
 		{"bad cron", nats.Header{"Delay-Cron": {"* * *"}}, "want 5 fields"},
 		{"cron out of range", nats.Header{"Delay-Cron": {"61 * * * *"}}, "want 5 fields"},
-		{"cron never", nats.Header{"Delay-Cron": {"0 0 30 2 *"}}, "want 5 fields"},
+		{"cron never", nats.Header{"Delay-Cron": {"0 0 30 2 *"}}, "matches no date, so it would never fire"},
 		{"cron @every", nats.Header{"Delay-Cron": {"@every 5m"}}, "@yearly @monthly"},
 		{"unknown zone", nats.Header{"Delay-Cron": {"@daily"}, "Delay-TZ": {"Europe/Atlantis"}}, "IANA zone name such as Europe/Berlin"},
 		{"empty zone", nats.Header{"Delay-Cron": {"@daily"}, "Delay-TZ": {""}}, "IANA zone name"},

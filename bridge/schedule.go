@@ -519,6 +519,9 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 		}
 		var err error
 		if p.Spec, err = recur.ParseCron(cron, tz); err != nil {
+			if errors.Is(err, recur.ErrNeverFires) {
+				return nil, badRequest("%s %q: matches no date, so it would never fire (such as day 30 of February): check the day-of-month and month fields", wire.HeaderCron, keys.Clip(cron))
+			}
 			return nil, badRequest("%s %q: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
 		}
 		r.Cron, r.Zone = cron, tz

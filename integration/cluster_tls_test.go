@@ -48,6 +48,11 @@ func TestClusterProcess_TLS_CertsFromTheCommand(t *testing.T) {
 	if d.Header.Get(wire.HeaderTag) != s.Tag {
 		t.Fatalf("delivered %s, want %s", d.Header.Get(wire.HeaderTag), s.Tag)
 	}
+	// A new leader opens its store as a matter of course: that is no
+	// recovery from a fault, and its log says so.
+	if out := c.node(leader).proc.output(); strings.Contains(out, "storage recovered") || !strings.Contains(out, "resumed on the store") {
+		t.Fatalf("the leader's log calls its start a recovery, or does not say it resumed:\n%s", out)
+	}
 	sts := gatherStatus(nc, time.Second, 3)
 	for _, n := range c.nodes {
 		if st, ok := sts[n.id]; !ok || st.LeaderID != leader {

@@ -169,7 +169,7 @@ func (s *Service) recoverLoop() {
 		} else {
 			wait = 0
 		}
-		last, ok := s.reopen(first)
+		last, ok := s.reopen(first, g.failed.Load())
 		if !ok {
 			return
 		}
@@ -195,8 +195,10 @@ func (s *Service) retire(g *generation) {
 // reopen waits first, then opens the store again until it works, the
 // Service is suspended or it stops, and swaps in a new generation. It
 // returns the last wait between attempts (0 if the first worked) and false
-// if the Service stopped first.
-func (s *Service) reopen(first time.Duration) (time.Duration, bool) {
+// if the Service stopped first. afterFault says why the store was closed:
+// a storage fault, or a suspension (a node of a cluster that stopped
+// leading) that was lifted.
+func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, bool) {
 	wait, last := s.cfg.ReopenBackoff, first
 	timer := time.NewTimer(first)
 	defer timer.Stop()
@@ -215,7 +217,11 @@ func (s *Service) reopen(first time.Duration) (time.Duration, bool) {
 			g, err = s.startGeneration(st, true)
 		}
 		if err == nil && s.swap(g) {
-			s.log.Info("storage recovered: the store is open again", "attempts", attempt)
+			if afterFault {
+				s.log.Info("storage recovered: the store is open again", "attempts", attempt)
+			} else {
+				s.log.Info("resumed on the store", "attempts", attempt)
+			}
 			return last, true
 		}
 		if d := s.down.Load(); err == nil && d != nil && d.suspended {

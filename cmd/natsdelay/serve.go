@@ -158,9 +158,6 @@ func gcPercent(env string) (pct int, set bool) {
 	return defaultGCPercent, true
 }
 
-// Run starts the service and stops it on SIGINT or SIGTERM: first the
-// service (it answers what it accepted and closes the store), then the
-// NATS connection, then the embedded server. A second signal exits at once.
 // probePorts reports, as one usage error, the ports serve would listen on
 // that are taken now: the HTTP listener's and the embedded server's.
 func (c *serveCmd) probePorts() error {
@@ -175,6 +172,9 @@ func (c *serveCmd) probePorts() error {
 	return nil
 }
 
+// Run starts the service and stops it on SIGINT or SIGTERM: first the
+// service (it answers what it accepted and closes the store), then the
+// NATS connection, then the embedded server. A second signal exits at once.
 func (c *serveCmd) Run(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -186,7 +186,7 @@ func (c *serveCmd) Run(e *env) error {
 
 	if pct, set := gcPercent(os.Getenv("GOGC")); set {
 		debug.SetGCPercent(pct)
-		log.Info("garbage collector target set", "gogc", pct, "override", "GOGC environment variable")
+		log.Info("garbage collector target set", "gogc", pct, "source", "serve's default; the GOGC environment variable overrides it")
 	}
 
 	dataDir := c.DataDir

@@ -124,7 +124,7 @@ func parseCron(spec, tz string) (Spec, error) {
 	wall := *ss
 	wall.Location = time.UTC
 	if wall.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
-		return Spec{}, fmt.Errorf("%w: cron %q never fires (such as 30 February): %s", ErrInvalid, spec, CronForm)
+		return Spec{}, fmt.Errorf("%w: %w: cron %q matches no date (such as 30 February)", ErrInvalid, ErrNeverFires, spec)
 	}
 	return Spec{Cron: spec, Loc: loc, wall: &wall}, nil
 }
