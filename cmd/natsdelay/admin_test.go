@@ -295,6 +295,9 @@ func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
 		!strings.HasSuffix(out, "2 subjects matching shop.*: 3 pending, 1 due now\n") {
 		t.Errorf("subjects shop.* printed\n%s\nwant shop.orders and shop.refunds only", out)
 	}
+	if out := mustRun(t, append([]string{"subjects", "mail.*"}, at...)...); !strings.HasSuffix(out, "\n1 subject matching mail.*: 1 pending, 0 due now\n") {
+		t.Errorf("subjects mail.* printed\n%s\nwant one subject counted in the singular", out)
+	}
 	out = mustRun(t, append([]string{"subjects", "shop.>", "--limit", "1"}, at...)...)
 	if !strings.Contains(out, "shop.eu.orders") || strings.Contains(out, "shop.orders") || !strings.HasSuffix(out, "more: natsdelay subjects shop.> --after shop.eu.orders, or --all\n") {
 		t.Errorf("subjects shop.> --limit 1 printed\n%s\nwant the first subject and how to get the next page", out)

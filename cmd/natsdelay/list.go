@@ -141,7 +141,7 @@ func (c *lsCmd) print(e *env, rs []wire.ListReply, filter bool) error {
 	case !filter && rs[0].Next == "":
 		_, err = fmt.Fprintf(e.stdout, "%d pending on %s\n", n, c.Subject)
 	case filter:
-		_, err = fmt.Fprintf(e.stdout, "%d listed on %d subjects matching %s\n", n, len(rs), c.Subject)
+		_, err = fmt.Fprintf(e.stdout, "%d listed on %s matching %s\n", n, counted(len(rs), "subject"), c.Subject)
 	}
 	return err
 }
@@ -231,7 +231,7 @@ func (c *subjectsCmd) Run(e *env) error {
 	if r.Next != "" {
 		_, err = fmt.Fprintf(e.stdout, "more: natsdelay subjects %s --after %s, or --all\n", r.Filter, r.Next)
 	} else {
-		_, err = fmt.Fprintf(e.stdout, "%d subjects matching %s: %d pending, %d due now\n", len(r.Subjects), r.Filter, pending, due)
+		_, err = fmt.Fprintf(e.stdout, "%s matching %s: %d pending, %d due now\n", counted(len(r.Subjects), "subject"), r.Filter, pending, due)
 	}
 	return err
 }
@@ -243,4 +243,13 @@ func limit(n int) *int {
 		return nil
 	}
 	return &n
+}
+
+// counted is n and noun, in the plural unless n is 1: "1 subject", "2
+// subjects".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -87,7 +87,7 @@ func (c *schedulesCmd) Run(e *env) error {
 		}
 		_, err = fmt.Fprintf(e.stdout, "more: %s --after '%s', or --all\n", strings.Join(args, " "), r.Next)
 	} else {
-		_, err = fmt.Fprintf(e.stdout, "%d schedules\n", len(r.Schedules))
+		_, err = fmt.Fprintf(e.stdout, "%s\n", counted(len(r.Schedules), "schedule"))
 	}
 	return err
 }
