@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -220,6 +221,14 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 		}
 		leader = c.waitLeader(nc, old.id)
 		tookOver := time.Since(stoppedAt)
+		if round == 0 {
+			// cluster status shows the stopped member, not only those
+			// that answer.
+			code, out := runCLI(t, bin, "cluster", "status", "--nats", srv.ClientURL(), "--timeout", "1s")
+			if code != 0 || !regexp.MustCompile(`(?m)^`+old.id+`\s+\S+\s+no answer`).MatchString(out) {
+				t.Errorf("cluster status with %s stopped: exit %d\n%s\nwant it listed with no answer", old.id, code, out)
+			}
+		}
 		// Every request reaches the new leader, none is lost to the
 		// stopped node's subscriptions: a client that timed out asks
 		// again, and the timeout is counted.
