@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAck$$' -fuzztime $(FUZZTIME) ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzSpec_After$$' -fuzztime $(FUZZTIME) ./dispatch/recur
+	$(GO) test -run '^$$' -fuzz '^FuzzSpec_After_NeverPastMaxTime$$' -fuzztime $(FUZZTIME) ./dispatch/recur
 
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
