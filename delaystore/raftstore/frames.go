@@ -34,12 +34,14 @@ import (
 // passes in copies of a bounded buffer, however large.
 //
 // The guard also puts deadlines on reads: a new connection must start its
-// first request within firstRequestTimeout, a request under way must keep
-// arriving (each read within requestStallTimeout), and a connection idle
-// between requests is closed after idleTimeout; hashicorp/raft dials again
-// when it next needs one. A connection that says it speaks Raft and then
-// sends nothing, or half a request, cannot hold a goroutine and a buffer
-// for good.
+// first request within firstRequestTimeout, and a request under way must
+// keep arriving (each read within requestStallTimeout). A connection that
+// says it speaks Raft and then sends nothing, or half a request, cannot
+// hold a goroutine and a buffer for good. Between requests there is no
+// deadline: hashicorp/raft keeps a pool of connections to each peer, idle
+// for as long as no election needs them, and one closed under it would
+// cost the next election a vote. What bounds idle connections is
+// maxRaftConns, and, on a network, TLS: only members get that far.
 
 const (
 	// maxAppendEntries is Raft's MaxAppendEntries: the most entries one
@@ -56,7 +58,6 @@ const (
 
 	firstRequestTimeout = 5 * time.Second
 	requestStallTimeout = 10 * time.Second
-	idleTimeout         = 10 * time.Minute
 )
 
 // RPC types, as hashicorp/raft's NetworkTransport numbers them.
@@ -74,7 +75,9 @@ var errFrame = errors.New("raftstore: refused a Raft frame")
 // frameLimits are the bounds of one node's guard.
 type frameLimits struct {
 	maxFieldBytes, maxRequestBytes uint64
-	firstRequest, stall, idle      time.Duration
+	// firstRequest and stall bound the reads of a new connection and of a
+	// request under way; idle, between requests, 0 for no bound.
+	firstRequest, stall, idle time.Duration
 }
 
 func newFrameLimits(maxEntryBytes int) frameLimits {
@@ -84,7 +87,6 @@ func newFrameLimits(maxEntryBytes int) frameLimits {
 		maxRequestBytes: maxAppendEntries*field + 1<<20,
 		firstRequest:    firstRequestTimeout,
 		stall:           requestStallTimeout,
-		idle:            idleTimeout,
 	}
 }
 
@@ -148,7 +150,11 @@ type frameParser struct {
 type deadlineReader struct{ p *frameParser }
 
 func (r deadlineReader) Read(b []byte) (int, error) {
-	_ = r.p.conn.SetReadDeadline(time.Now().Add(r.p.timeout))
+	var deadline time.Time
+	if r.p.timeout > 0 {
+		deadline = time.Now().Add(r.p.timeout)
+	}
+	_ = r.p.conn.SetReadDeadline(deadline)
 	return r.p.conn.Read(b)
 }
 
