@@ -294,3 +294,47 @@ func TestLimits_PauseResume_AcrossRestart(t *testing.T) {
 	waitPending(t, svc, 0)
 	apiError(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "paused.>"}, 404, "no limit")
 }
+
+// TestCluster_InProcess_PauseResume_AcrossLeaderChange checks that a pause
+// is replicated with the data: set on one leader, which is then killed,
+// the new leader holds the subject's due messages back too (its
+// dispatcher counts it held by a pause, LIMITS.GET says paused, and
+// nothing arrives); RESUME on the new leader delivers them in fire order.
+func TestCluster_InProcess_PauseResume_AcrossLeaderChange(t *testing.T) {
+	const n = 5
+	srv := startServer(t)
+	nodes := startInProcessCluster(t, srv, 3)
+	nc := connect(t, srv)
+	paused := subscribe(t, nc, "cpaused.a")
+	leader := serving(t, nodes)
+	var got wire.Limit
+	apiCall(t, nc, wire.VerbPause, wire.PatternRequest{Pattern: "cpaused.>"}, &got)
+	if !got.Paused {
+		t.Fatalf("PAUSE answered %+v", got)
+	}
+	var sent []scheduled
+	for i := range n {
+		sent = append(sent, scheduleInCluster(t, nc, newMsg("cpaused.a", strconv.Itoa(i))))
+	}
+	leader.kill(t)
+	leader = serving(t, nodes)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if st := leader.svc.Stats(); st.Paused != 1 {
+			return fmt.Errorf("%d subjects held by a pause on the new leader %s, want 1", st.Paused, leader.id)
+		}
+		return nil
+	})
+	quiet(t, paused, 200*time.Millisecond, "a paused subject after the leader change")
+	apiCall(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "cpaused.>"}, &got)
+	if !got.Paused {
+		t.Fatalf("LIMITS.GET on the new leader = %+v, want paused", got)
+	}
+	apiCall(t, nc, wire.VerbResume, wire.PatternRequest{Pattern: "cpaused.>"}, &got)
+	for i, s := range sent {
+		r := next(t, paused, "a resumed message")
+		if r.Header.Get(wire.HeaderTag) != s.Tag {
+			t.Fatalf("resumed delivery %d is %q: out of fire order", i, r.Data)
+		}
+		ackSync(t, nc, r.Msg, wire.AnswerAck)
+	}
+}
