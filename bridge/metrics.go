@@ -24,6 +24,7 @@ type metrics struct {
 	commitBatch   prometheus.Histogram
 	commitLatency prometheus.Histogram
 	lateness      prometheus.Histogram
+	heldLateness  prometheus.Histogram
 	leaderChanges prometheus.Counter
 }
 
@@ -67,8 +68,13 @@ func newMetrics() *metrics {
 		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "fire_lateness_seconds",
-			Help:    "Delivery time minus fire time, for every delivery that reached a subscriber.",
+			Help:    "Delivery time minus fire time, for every delivery that reached a subscriber, but those held back by a limit or a pause (fire_held_lateness_seconds).",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
+		}),
+		heldLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "fire_held_lateness_seconds",
+			Help:    "Delivery time minus fire time, for deliveries whose subject was held back by its in-flight limit, its rate or a pause when they fell due.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 24),
 		}),
 	}
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
@@ -85,7 +91,11 @@ func newMetrics() *metrics {
 }
 
 // Delivered implements dispatch.Observer.
-func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time.Duration) {
+func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time.Duration, held bool) {
+	if held {
+		m.heldLateness.Observe(lateness.Seconds())
+		return
+	}
 	m.lateness.Observe(lateness.Seconds())
 }
 
@@ -114,7 +124,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.badAnswers, m.streamAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness,
+		m.ingest, m.badAnswers, m.streamAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

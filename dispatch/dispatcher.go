@@ -81,6 +81,10 @@ type pendingTerm struct {
 // hash collisions, which merely share a range and stay correctly ordered).
 type topic struct {
 	hash uint64
+	// heldAt is the last time the topic was held back by its in-flight
+	// limit, its rate or a pause (Unix ns; 0: never): a message due at or
+	// before it waited for the limit, and its lateness says so.
+	heldAt int64
 	next int64 // Unix ns when the next message is due and scannable
 	idx  int   // in the due heap; -1 when not in it
 
@@ -141,6 +145,8 @@ type outgoing struct {
 	// for counting it once its flush tells that it reached someone.
 	attempt  uint32
 	lateness time.Duration
+	// held: the message fell due while its topic was held back.
+	held bool
 }
 
 // Dispatcher publishes due messages and tracks them until they are settled.
@@ -845,12 +851,14 @@ timers:
 		room := d.roomOfLocked(t)
 		if room <= 0 {
 			d.holdLocked(t, now)
+			t.heldAt = now
 			d.mu.Unlock()
 			continue
 		}
 		d.unholdLocked(t)
 		tokens, notBefore := d.tokensLocked(t, now)
 		if tokens == 0 {
+			t.heldAt = now
 			d.rescheduleLocked(t, notBefore) // its rate allows none yet
 			d.mu.Unlock()
 			continue

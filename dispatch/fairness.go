@@ -66,6 +66,7 @@ func (d *Dispatcher) holdLocked(t *topic, now int64) {
 // be held.
 func (d *Dispatcher) unholdLocked(t *topic) {
 	if t.limited {
+		t.heldAt = d.nowNs() // held until now
 		t.limited = false
 		delete(d.mu.held, t)
 	}

@@ -437,6 +437,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			continue
 		}
 		o.attempt, o.lateness = f.attempt, time.Duration(d.nowNs()-o.msg.FireAtNs)
+		d.mu.Lock()
+		o.held = f.topic.heldAt != 0 && o.msg.FireAtNs <= f.topic.heldAt
+		d.mu.Unlock()
 		sent = append(sent, o)
 	}
 	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
@@ -642,7 +645,7 @@ func (d *Dispatcher) countReached(reached []outgoing) {
 			d.stats.delivered.Add(1)
 		}
 		if obs != nil {
-			obs.Delivered(o.msg, o.attempt, o.lateness)
+			obs.Delivered(o.msg, o.attempt, o.lateness, o.held)
 		}
 	}
 }

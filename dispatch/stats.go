@@ -14,7 +14,10 @@ type Observer interface {
 	// once the flush after it has told so (see Stats.Delivered); lateness
 	// is the time from the message's fire time to the publish. msg must
 	// not be modified or kept.
-	Delivered(msg *delaystore.StoredMessage, attempt uint32, lateness time.Duration)
+	// held is set when the message fell due while its subject was held
+	// back by its in-flight limit, its rate or a pause: its lateness is
+	// then the limit's doing, not the service's.
+	Delivered(msg *delaystore.StoredMessage, attempt uint32, lateness time.Duration, held bool)
 }
 
 // Stats are counters since the dispatcher started. Each field is read

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
@@ -337,4 +338,56 @@ func TestCluster_InProcess_PauseResume_AcrossLeaderChange(t *testing.T) {
 		}
 		ackSync(t, nc, r.Msg, wire.AnswerAck)
 	}
+}
+
+// histogramCount is the sample count of the histogram name in reg.
+func histogramCount(tb testing.TB, reg *prometheus.Registry, name string) uint64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	tb.Fatalf("no histogram %s", name)
+	return 0
+}
+
+// TestLimits_HeldLateness_ApartFromLateness checks that lateness caused
+// by a pause is not reported as the service's: the deliveries of a
+// subject paused, then resumed, land in fire_held_lateness_seconds, and
+// the deliveries of a subject that nothing holds back in
+// fire_lateness_seconds, so that an alert on the latter does not fire for
+// a pause.
+func TestLimits_HeldLateness_ApartFromLateness(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg })
+	paused := subscribe(t, h.nc, "hl.paused")
+	free := subscribe(t, h.nc, "hl.free")
+	var got wire.Limit
+	apiCall(t, h.nc, wire.VerbPause, wire.PatternRequest{Pattern: "hl.paused"}, &got)
+	scheduleDue(t, h.nc, "hl.paused", 3)
+	scheduleDue(t, h.nc, "hl.free", 1)
+	ackSync(t, h.nc, next(t, free, "the free subject").Msg, wire.AnswerAck)
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if st := h.svc.Stats(); st.Paused != 1 {
+			return fmt.Errorf("%d subjects held by a pause, want 1", st.Paused)
+		}
+		return nil
+	})
+	apiCall(t, h.nc, wire.VerbResume, wire.PatternRequest{Pattern: "hl.paused"}, &got)
+	for range 3 {
+		ackSync(t, h.nc, next(t, paused, "a resumed message").Msg, wire.AnswerAck)
+	}
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		held, late := histogramCount(t, reg, "natsdelay_fire_held_lateness_seconds"), histogramCount(t, reg, "natsdelay_fire_lateness_seconds")
+		if held != 3 || late != 1 {
+			return fmt.Errorf("held %d, late %d: want the 3 paused deliveries held and the free one late", held, late)
+		}
+		return nil
+	})
 }
