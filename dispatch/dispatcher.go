@@ -85,8 +85,8 @@ type topic struct {
 	// limit, its rate or a pause (Unix ns; 0: never): a message due at or
 	// before it waited for the limit, and its lateness says so.
 	heldAt int64
-	next int64 // Unix ns when the next message is due and scannable
-	idx  int   // in the due heap; -1 when not in it
+	next   int64 // Unix ns when the next message is due and scannable
+	idx    int   // in the due heap; -1 when not in it
 
 	// cursor is the inclusive lower bound of the next scan; nil means the
 	// topic's first key. Everything below it is in flight or settled.
