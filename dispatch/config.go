@@ -55,10 +55,11 @@ type Config struct {
 	// subject holds more than its share of the window: one whose
 	// consumers never answer fills its share and no more, and is
 	// redelivered within it, while every other subject's first
-	// deliveries go out. Default MaxInFlight/16 (4096 of 65536), at
+	// deliveries go out. Default MaxInFlight/8 (8192 of 65536), at
 	// least 1: a subject alone can still keep thousands of deliveries
-	// waiting for answers, and sixteen must be stuck at once before the
-	// window is full.
+	// waiting for their settlement (in a cluster, until the ACK's delete
+	// is committed by a quorum), and eight must be stuck at once before
+	// the window is full.
 	SubjectMaxInFlight int
 	// PassLimit bounds the deliveries of one pass between flushes. Default 4096.
 	PassLimit int
@@ -129,7 +130,7 @@ func (c Config) withDefaults() Config {
 		c.MaxInFlight = d.MaxInFlight
 	}
 	if c.SubjectMaxInFlight == 0 {
-		c.SubjectMaxInFlight = max(1, c.MaxInFlight/16)
+		c.SubjectMaxInFlight = max(1, c.MaxInFlight/8)
 	}
 	if c.PassLimit == 0 {
 		c.PassLimit = d.PassLimit

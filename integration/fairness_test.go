@@ -30,14 +30,14 @@ func fairnessSize() (window, silent int) {
 // TestWindow_SilentSubject_DoesNotStarveOthers checks fairness by default:
 // one subject whose consumer never answers, with more messages due than
 // the whole in-flight window holds, cannot delay another subject. Its
-// deliveries stay within its own in-flight limit (a sixteenth of the
+// deliveries stay within its own in-flight limit (an eighth of the
 // window by default) and are redelivered every ack wait on their own,
 // while each of the healthy subject's 100 messages, due once the silent
 // one has filled its share, is delivered within a second of its fire time.
 func TestWindow_SilentSubject_DoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	window, silent := fairnessSize()
-	limit := window / 16 // the default per-subject limit
+	limit := window / 8 // the default per-subject limit
 	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = 5 * time.Second })
 
 	var unanswered atomic.Int64

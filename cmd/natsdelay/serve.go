@@ -52,7 +52,7 @@ type serveCmd struct {
 	MaxControlLine     int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096" config:"MaxControlLine"`
 	ExpiryInterval     time.Duration   `help:"How often expired messages are removed." default:"1s" config:"Expiry.Interval"`
 	MaxInFlight        int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"MaxInFlight"`
-	SubjectMaxInFlight int             `name:"subject-max-in-flight" help:"Deliveries of one subject waiting for an answer at most, so that no subject takes the whole window. 0 is the default, a sixteenth of --max-in-flight." default:"0" config:"SubjectMaxInFlight"`
+	SubjectMaxInFlight int             `name:"subject-max-in-flight" help:"Deliveries of one subject waiting for an answer at most, so that no subject takes the whole window. 0 is the default, an eighth of --max-in-flight." default:"0" config:"SubjectMaxInFlight"`
 	IdleRelease        time.Duration   `help:"How long the service waits, once quiet after a burst of writes, before it hands memory back to the OS (the store's memtables, Go's free pages); negative turns it off. 0 is the default, 10s." default:"0s" config:"IdleRelease"`
 	HTTP               string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf              bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
