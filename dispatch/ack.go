@@ -15,6 +15,12 @@ const (
 	// AckTerm (+TERM) stops redelivery: the message is dead-lettered and
 	// deleted.
 	AckTerm
+	// AckFailed reports that the attempt failed at the consumer: a
+	// JetStream stream refused to store the delivery (no space, a limit
+	// reached). It is redelivered after the back-off of this attempt, or
+	// the ack wait without one, as if the ack wait had run out: a stream
+	// that refuses refuses again at once.
+	AckFailed
 )
 
 func (k AckKind) String() string {
@@ -27,6 +33,8 @@ func (k AckKind) String() string {
 		return "+WPI"
 	case AckTerm:
 		return "+TERM"
+	case AckFailed:
+		return "failed"
 	}
 	return "unknown"
 }
@@ -36,6 +44,6 @@ type Ack struct {
 	Kind AckKind
 	// Delay is the -NAK redelivery delay; 0 means now.
 	Delay time.Duration
-	// Reason is the +TERM reason, if any.
+	// Reason is the +TERM reason, if any, or why an attempt failed.
 	Reason string
 }

@@ -360,6 +360,7 @@ func (d *Dispatcher) Stats() Stats {
 	return Stats{
 		Delivered: c.delivered.Load(), Redelivered: c.redelivered.Load(), Acked: c.acked.Load(),
 		Nacked: c.nacked.Load(), Progress: c.progress.Load(), Termed: c.termed.Load(),
+		Failed:       c.failed.Load(),
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),

@@ -455,3 +455,39 @@ func TestDispatcher_Topics_ForgottenWhenDrained(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatcher_Failed_WaitsBackoff checks that an attempt the consumer
+// reports as failed (a JetStream stream's error answer) is not
+// redelivered before the back-off of that attempt, nor, without a
+// back-off, before the ack wait: a full stream is not hammered. It counts
+// as an attempt, and as Failed.
+func TestDispatcher_Failed_WaitsBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backoff []time.Duration
+		want    time.Duration
+	}{
+		{"backoff", []time.Duration{300 * time.Millisecond}, 300 * time.Millisecond},
+		{"ack wait", nil, 400 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 0, func(c *dispatch.Config) {
+				c.AckWait = 400 * time.Millisecond
+				c.Backoff = tc.backoff
+			})
+			k := h.schedule(msgAt("f", time.Now()))[0]
+			h.next(10 * time.Second)
+			failedAt := time.Now()
+			if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckFailed, Reason: "maximum messages exceeded"}); err != nil {
+				t.Fatal(err)
+			}
+			d := h.next(10 * time.Second)
+			if d.attempt != 2 || d.at.Sub(failedAt) < tc.want {
+				t.Fatalf("redelivered attempt %d after %v, want attempt 2 after >= %v", d.attempt, d.at.Sub(failedAt), tc.want)
+			}
+			if s := h.d.Stats(); s.Failed != 1 || s.Nacked != 0 {
+				t.Fatalf("stats failed %d nacked %d, want 1 and 0", s.Failed, s.Nacked)
+			}
+		})
+	}
+}

@@ -52,7 +52,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			}
 		})
 
-	case AckNak, AckProgress:
+	case AckNak, AckProgress, AckFailed:
 		d.mu.Lock()
 		f := d.mu.flights[k]
 		if f == nil || f.state != stateSent {
@@ -60,11 +60,20 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 			done(ErrNotInFlight)
 			return
 		}
-		if a.Kind == AckNak {
+		switch a.Kind {
+		case AckNak:
 			f.state = stateRetry
 			d.mu.timers.schedule(f, after(now, a.Delay))
 			d.stats.nacked.Add(1)
-		} else {
+		case AckFailed:
+			wait := d.backoffAfter(f.attempt)
+			if wait == 0 {
+				wait = d.cfg.AckWait
+			}
+			f.state = stateRetry
+			d.mu.timers.schedule(f, after(now, wait))
+			d.stats.failed.Add(1)
+		default:
 			d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 			d.stats.progress.Add(1)
 		}

@@ -29,11 +29,14 @@ type Stats struct {
 	// NoResponders instead, and one whose flush failed in neither.
 	Delivered uint64 `json:"delivered"`
 	// Redelivered counts the same for deliveries with attempt > 1.
-	Redelivered  uint64 `json:"redelivered"`
-	Acked        uint64 `json:"acked"` // +ACK that settled a pending message
-	Nacked       uint64 `json:"nacked"`
-	Progress     uint64 `json:"progress"`
-	Termed       uint64 `json:"termed"`
+	Redelivered uint64 `json:"redelivered"`
+	Acked       uint64 `json:"acked"` // +ACK that settled a pending message
+	Nacked      uint64 `json:"nacked"`
+	Progress    uint64 `json:"progress"`
+	Termed      uint64 `json:"termed"`
+	// Failed counts attempts the consumer reported as failed: a JetStream
+	// stream's error answer (see AckFailed).
+	Failed       uint64 `json:"failed"`
 	DeadLettered uint64 `json:"dead_lettered"`
 	Expired      uint64 `json:"expired"`
 	Canceled     uint64 `json:"canceled"`
@@ -73,9 +76,9 @@ type Stats struct {
 }
 
 type counters struct {
-	delivered, redelivered, acked, nacked, progress, termed atomic.Uint64
-	deadLettered, expired, canceled, noResponders           atomic.Uint64
-	undeliverable, evicted, skipped                         atomic.Uint64
-	plannedAhead, plannedOnDelivery, withdrawn              atomic.Uint64
-	fenced                                                  atomic.Uint64
+	delivered, redelivered, acked, nacked, progress, termed, failed atomic.Uint64
+	deadLettered, expired, canceled, noResponders                   atomic.Uint64
+	undeliverable, evicted, skipped                                 atomic.Uint64
+	plannedAhead, plannedOnDelivery, withdrawn                      atomic.Uint64
+	fenced                                                          atomic.Uint64
 }
