@@ -63,6 +63,12 @@ func deliveryCases() map[string]*delaystore.StoredMessage {
 	m = base()
 	m.Recurrence = &delaystore.Recurrence{Cron: " 0 9 * * MON-FRI ", Zone: "Europe/Berlin", OccurrenceNs: now, Seq: 3}
 	cases["recurring cron, no id"] = m
+	m = base()
+	m.Headers = []*delaystore.Header{{Name: "Nats-Msg-Id", Values: []string{"the publisher's"}}}
+	cases["own Nats-Msg-Id"] = m
+	m = proto.Clone(cases["recurring every"]).(*delaystore.StoredMessage)
+	m.Headers = []*delaystore.Header{{Name: "nats-msg-id", Values: []string{"the publisher's"}}}
+	cases["recurring, own Nats-Msg-Id"] = m
 	return cases
 }
 
@@ -176,6 +182,26 @@ func TestScheduleReply_AsJSONMarshal(t *testing.T) {
 		}
 		if got := scheduleReply(k, m); string(got) != string(want) {
 			t.Errorf("subject %q: reply %s, want %s", subj, got, want)
+		}
+	}
+}
+
+// TestDeliveryHeader_MsgID checks which Nats-Msg-Id a delivery carries, the
+// id a stream de-duplicates on: the tag, or a one-off message's own id;
+// never a recurring schedule's own, which would make a stream keep only
+// its first occurrence.
+func TestDeliveryHeader_MsgID(t *testing.T) {
+	cases := deliveryCases()
+	k := keys.Key{1, 2, 3}
+	for name, want := range map[string]string{
+		"plain":                      k.Tag(),
+		"recurring every":            k.Tag(),
+		"own Nats-Msg-Id":            "the publisher's",
+		"recurring, own Nats-Msg-Id": k.Tag(),
+	} {
+		h := deliveryHeader(k, cases[name], 1, 0)
+		if got := h.Values(headerMsgID); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: Nats-Msg-Id %q, want only %q", name, got, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ type metrics struct {
 	ingest        *prometheus.CounterVec
 	badAnswers    *prometheus.CounterVec
 	streamAnswers *prometheus.CounterVec
+	streamErrors  *prometheus.CounterVec
 	storeFailures prometheus.Counter
 	reopenFails   prometheus.Counter
 	scheduled     prometheus.Counter
@@ -38,8 +40,12 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		streamAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "stream_answers_total",
-			Help: "Deliveries answered by a JetStream stream that captures their subject, by result: stored (a PubAck: settled as an ACK), duplicate (a PubAck for a message the stream had already: settled) or error (the stream refused it: delivered again after the ack wait, with the back-off).",
+			Help: "Deliveries answered by a JetStream stream that captures their subject, by result: stored (a PubAck: settled as an ACK), duplicate (a PubAck for a message the stream had already: settled) or error (the stream refused it: a failed attempt, delivered again after its back-off).",
 		}, []string{"result"}),
+		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "jetstream_errors_total",
+			Help: "Deliveries a JetStream stream refused to store, each a failed attempt delivered again after its back-off, by the stream's err_code (10077 maximum messages exceeded, 10047 insufficient resources, ...; other outside JetStream's range).",
+		}, []string{"err_code"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
 			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
@@ -90,6 +96,16 @@ func newMetrics() *metrics {
 	return m
 }
 
+// errCodeLabel is the err_code label of a stream's error answer: the code
+// within JetStream's range of them, else other, so that an answer from
+// outside JetStream cannot grow the label's values without bound.
+func errCodeLabel(code int) string {
+	if code < 10000 || code > 10999 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
+
 // Delivered implements dispatch.Observer.
 func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time.Duration, held bool) {
 	if held {
@@ -124,7 +140,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.badAnswers, m.streamAnswers, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
+		m.ingest, m.badAnswers, m.streamAnswers, m.streamErrors, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

@@ -134,8 +134,9 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 // values in vals. The returned count of vals used lets a dead letter add
 // its own after them.
 func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delaystore.StoredMessage, attempt uint32) int {
+	ownID := keepsMsgID(msg)
 	for _, kv := range msg.Headers {
-		if isOwnHeader(kv.Name) {
+		if isOwnHeader(kv.Name) || (!ownID && strings.EqualFold(kv.Name, headerMsgID)) {
 			continue
 		}
 		h[kv.Name] = kv.Values
@@ -151,7 +152,7 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 		n++
 	}
 	set(wire.HeaderTag, tag)
-	if !hasMsgID(msg) {
+	if !ownID {
 		set(headerMsgID, tag)
 	}
 	set(wire.HeaderAttempt, strconv.FormatUint(uint64(attempt), 10))
@@ -184,8 +185,9 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool) int {
 	n := len("NATS/1.0\r\n\r\n")
 	add := func(name string, vlen int) { n += len(name) + vlen + len(": \r\n") }
+	ownID := keepsMsgID(msg)
 	for _, kv := range msg.Headers {
-		if isOwnHeader(kv.Name) {
+		if isOwnHeader(kv.Name) || (!ownID && strings.EqualFold(kv.Name, headerMsgID)) {
 			continue
 		}
 		for _, v := range kv.Values {
@@ -193,7 +195,7 @@ func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool)
 		}
 	}
 	add(wire.HeaderTag, keys.TagLen)
-	if !hasMsgID(msg) {
+	if !ownID {
 		add(headerMsgID, keys.TagLen)
 	}
 	add(wire.HeaderAttempt, decimalLen(uint64(attempt)))
@@ -244,9 +246,15 @@ func scheduleSpec(r *delaystore.Recurrence) string {
 // schedule's occurrences are messages of their own, each with its tag.
 const headerMsgID = "Nats-Msg-Id"
 
-// hasMsgID reports whether msg came with a Nats-Msg-Id of its own, which
-// then stands: the publisher chose what a duplicate is.
-func hasMsgID(msg *delaystore.StoredMessage) bool {
+// keepsMsgID reports whether msg's deliveries carry the Nats-Msg-Id it
+// came with: a one-off message's stands, as the publisher chose what a
+// duplicate is. A recurring schedule's does not: the same id on every
+// occurrence would make a stream drop each after the first within its
+// duplicate window, so each occurrence carries its own tag.
+func keepsMsgID(msg *delaystore.StoredMessage) bool {
+	if msg.GetRecurrence() != nil {
+		return false
+	}
 	for _, kv := range msg.Headers {
 		if strings.EqualFold(kv.Name, headerMsgID) {
 			return true

@@ -12,9 +12,9 @@ import (
 // A delivery to a subject that a JetStream stream captures is answered by
 // the stream, not by a consumer: with a PubAck once it stored the message,
 // or with an error when it did not (no space, a limit, a wrong expected
-// sequence). The PubAck settles the delivery as an ACK does; the error
-// settles nothing, so the message is delivered again after the ack wait,
-// with the back-off, and the stream's words are logged. With Nats-Msg-Id
+// sequence). The PubAck settles the delivery as an ACK does; the error is
+// a failed attempt, delivered again after its back-off (the ack wait
+// without one), counted by the stream's err_code, and its words logged. With Nats-Msg-Id
 // on every delivery (see headerMsgID), the stream stores it once however
 // often it comes.
 
@@ -55,13 +55,18 @@ func parseStreamAnswer(p []byte) (streamAnswer, bool) {
 }
 
 // handleStreamAnswer settles the delivery key on a stream's PubAck, and
-// leaves it to be delivered again on a stream's error.
+// fails the attempt on a stream's error.
 func (s *Service) handleStreamAnswer(c *core.Service, key keys.Key, a streamAnswer) {
 	if a.Error != nil {
 		s.m.streamAnswers.WithLabelValues(streamError).Inc()
+		s.m.streamErrors.WithLabelValues(errCodeLabel(a.Error.ErrCode)).Inc()
 		if ok, n := s.streamWarn.allow(s.cfg.Now()); ok {
-			s.log.Warn("a stream refused a delivery: it is delivered again after the ack wait",
+			s.log.Warn("a stream refused a delivery: it is delivered again after its back-off",
 				"tag", key, "code", a.Error.Code, "err_code", a.Error.ErrCode, "error", keys.Clip(a.Error.Description), "suppressed", n)
+		}
+		failed := dispatch.Ack{Kind: dispatch.AckFailed, Reason: keys.Clip(a.Error.Description)}
+		if err := c.Ack(key, failed, nil); err != nil {
+			s.log.Debug("failing an attempt the stream refused", "tag", key, "err", err)
 		}
 		return
 	}
