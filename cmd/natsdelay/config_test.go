@@ -186,6 +186,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "wildcard dead letter", args: []string{"--dead-letter", "dead.>"}, want: []string{"--dead-letter", `"dead.>"`}},
 		{name: "port out of range", args: []string{"--nats-listen", "127.0.0.1:70000"}, want: []string{"--nats-listen", `"70000"`, "65535"}},
 		{name: "listen and url", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-listen", "127.0.0.1:5222"}, want: []string{"--nats-listen", "only applies to the embedded"}},
+		{name: "jetstream with url", args: []string{"--nats", "nats://127.0.0.1:4222", "--nats-jetstream"}, want: []string{"--nats-jetstream", "only applies to the embedded", "enable JetStream in that server"}},
 		{name: "bad url scheme", args: []string{"--nats", "http://127.0.0.1:4222"}, want: []string{"--nats", `"http://127.0.0.1:4222"`, "nats://"}},
 		{name: "auth without url", args: []string{"--token", "s3cret"}, want: []string{"--token", "only apply with --nats"}},
 		{name: "missing creds file", args: []string{"--nats", "nats://h:4222", "--creds", "no-such.creds"}, want: []string{"--creds", `"no-such.creds"`}},

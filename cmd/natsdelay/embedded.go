@@ -84,9 +84,10 @@ type embeddedRoutes struct {
 }
 
 // startEmbedded runs a nats-server listening on addr, which checkListen
-// has accepted, routing as rc says. Its logs go to log at debug level,
-// except warnings and errors. The caller shuts it down.
-func startEmbedded(addr string, log *slog.Logger, rc embeddedRoutes) (*server.Server, error) {
+// has accepted, routing as rc says, with JetStream keeping its streams in
+// jsDir unless jsDir is empty. Its logs go to log at debug level, except
+// warnings and errors. The caller shuts it down.
+func startEmbedded(addr string, log *slog.Logger, rc embeddedRoutes, jsDir string) (*server.Server, error) {
 	host, port, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(port)
 	if n == 0 {
@@ -102,6 +103,10 @@ func startEmbedded(addr string, log *slog.Logger, rc embeddedRoutes) (*server.Se
 		// Signals are ours: serve shuts the server down after the service.
 		NoSigs: true,
 		Debug:  debug,
+		// JetStream is off unless asked for: it takes memory, a
+		// directory and, in a NATS cluster, a quorum of its own.
+		JetStream: jsDir != "",
+		StoreDir:  jsDir,
 	}
 	if rc.listen != "" {
 		ch, cp, _ := net.SplitHostPort(rc.listen)

@@ -37,6 +37,8 @@ type serveCmd struct {
 	// alongside --nats; listen applies the default.
 	NATSListen string `name:"nats-listen" help:"Address of the embedded nats-server, when there is no --nats; port 0 picks a free one. Default ${listen}." placeholder:"HOST:PORT"`
 
+	NATSJetStream bool `name:"nats-jetstream" help:"Enable JetStream in the embedded nats-server, its streams kept in <data-dir>/jetstream, so that delayed messages can be delivered into a stream. Not with --nats: enable JetStream in that server."`
+
 	DataDir            string          `help:"Directory of the message store (not used by the memory engine)." default:"${data_dir}"`
 	Engine             string          `help:"Storage engine: pebble, bolt or memory. memory keeps nothing across restarts." default:"pebble" config:"Engine"`
 	TimeBucket         time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s" config:"TimeBucket"`
@@ -70,6 +72,15 @@ func (c *serveCmd) listen() string {
 	return c.NATSListen
 }
 
+// jetStreamDir is where the embedded server's JetStream keeps its
+// streams, or "" when it has none: beside the store, in the data dir.
+func (c *serveCmd) jetStreamDir() string {
+	if !c.NATSJetStream {
+		return ""
+	}
+	return filepath.Join(c.DataDir, "jetstream")
+}
+
 // embedded reports whether serve runs its own nats-server.
 func (c *serveCmd) embedded() bool { return c.NATS == "" }
 
@@ -87,6 +98,9 @@ func (c *serveCmd) check() error {
 		checkListen(&p, c.listen())
 	} else if c.NATSListen != "" {
 		p.add("--nats-listen %q: only applies to the embedded nats-server, and --nats %q uses another: give one of them", c.NATSListen, redact(c.NATS))
+	}
+	if c.NATSJetStream && !c.embedded() {
+		p.add("--nats-jetstream: only applies to the embedded nats-server, and --nats %q uses another: enable JetStream in that server", redact(c.NATS))
 	}
 	// NB: the engine names are engine.Config's to judge, so that a bad
 	// one is reported with every other problem.
@@ -380,7 +394,7 @@ func (c *serveCmd) connectOrEmbed(log *slog.Logger, extra ...nats.Option) (srv *
 	if c.NodeID != "" {
 		rc.serverName = "natsdelay-" + c.NodeID
 	}
-	if srv, err = startEmbedded(c.listen(), log, rc); err != nil {
+	if srv, err = startEmbedded(c.listen(), log, rc, c.jetStreamDir()); err != nil {
 		return nil, nil, "", err
 	}
 	url = embeddedURL(srv)
