@@ -67,8 +67,11 @@ func deliveryCases() map[string]*delaystore.StoredMessage {
 	m.Headers = []*delaystore.Header{{Name: "Nats-Msg-Id", Values: []string{"the publisher's"}}}
 	cases["own Nats-Msg-Id"] = m
 	m = proto.Clone(cases["recurring every"]).(*delaystore.StoredMessage)
-	m.Headers = []*delaystore.Header{{Name: "nats-msg-id", Values: []string{"the publisher's"}}}
+	m.Headers = []*delaystore.Header{{Name: "Nats-Msg-Id", Values: []string{"the publisher's"}}}
 	cases["recurring, own Nats-Msg-Id"] = m
+	m = base()
+	m.Headers = []*delaystore.Header{{Name: "nats-msg-id", Values: []string{"not read by the server"}}}
+	cases["Nats-Msg-Id in another case"] = m
 	return cases
 }
 
@@ -194,14 +197,21 @@ func TestDeliveryHeader_MsgID(t *testing.T) {
 	cases := deliveryCases()
 	k := keys.Key{1, 2, 3}
 	for name, want := range map[string]string{
-		"plain":                      k.Tag(),
-		"recurring every":            k.Tag(),
-		"own Nats-Msg-Id":            "the publisher's",
-		"recurring, own Nats-Msg-Id": k.Tag(),
+		"plain":                       k.Tag(),
+		"recurring every":             k.Tag(),
+		"own Nats-Msg-Id":             "the publisher's",
+		"recurring, own Nats-Msg-Id":  k.Tag(),
+		"Nats-Msg-Id in another case": k.Tag(),
 	} {
 		h := deliveryHeader(k, cases[name], 1, 0)
 		if got := h.Values(headerMsgID); len(got) != 1 || got[0] != want {
 			t.Errorf("%s: Nats-Msg-Id %q, want only %q", name, got, want)
+		}
+		// A dead letter must not be dropped as a duplicate of its delivery
+		// by a stream that captures both subjects.
+		dl := deadLetterMsg("dead", k, cases[name], 1, "term")
+		if got := dl.Header.Values(headerMsgID); len(got) != 1 || got[0] != want+".dead" {
+			t.Errorf("%s: dead letter's Nats-Msg-Id %q, want only %q", name, got, want+".dead")
 		}
 	}
 }

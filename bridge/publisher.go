@@ -136,7 +136,7 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delaystore.StoredMessage, attempt uint32) int {
 	ownID := keepsMsgID(msg)
 	for _, kv := range msg.Headers {
-		if isOwnHeader(kv.Name) || (!ownID && strings.EqualFold(kv.Name, headerMsgID)) {
+		if isOwnHeader(kv.Name) || (!ownID && kv.Name == headerMsgID) {
 			continue
 		}
 		h[kv.Name] = kv.Values
@@ -187,7 +187,7 @@ func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool)
 	add := func(name string, vlen int) { n += len(name) + vlen + len(": \r\n") }
 	ownID := keepsMsgID(msg)
 	for _, kv := range msg.Headers {
-		if isOwnHeader(kv.Name) || (!ownID && strings.EqualFold(kv.Name, headerMsgID)) {
+		if isOwnHeader(kv.Name) || (!ownID && kv.Name == headerMsgID) {
 			continue
 		}
 		for _, v := range kv.Values {
@@ -238,7 +238,8 @@ func scheduleSpec(r *delaystore.Recurrence) string {
 	return "@every " + time.Duration(r.EveryNs).String()
 }
 
-// headerMsgID is JetStream's de-duplication header. Every delivery
+// headerMsgID is JetStream's de-duplication header, matched in this case
+// alone, as nats-server reads it. Every delivery
 // carries it, set to the delivery's tag unless the message came with one
 // of its own: a stream that captures the subject then stores a message
 // once within its duplicate window, however many times a lost PubAck, a
@@ -256,7 +257,7 @@ func keepsMsgID(msg *delaystore.StoredMessage) bool {
 		return false
 	}
 	for _, kv := range msg.Headers {
-		if strings.EqualFold(kv.Name, headerMsgID) {
+		if kv.Name == headerMsgID {
 			return true
 		}
 	}
@@ -300,8 +301,18 @@ func deadLetterMsg(subject string, key keys.Key, msg *delaystore.StoredMessage, 
 	h := deliveryHeader(key, msg, attempt, 2)
 	h[wire.HeaderSubject] = []string{msg.Subject}
 	h[wire.HeaderReason] = []string{reason}
+	// The dead letter's own id: a stream that captures both the subject and
+	// the dead-letter subject would otherwise drop it as a duplicate of the
+	// delivery it had stored.
+	if id := h[headerMsgID]; len(id) > 0 {
+		h[headerMsgID] = append([]string{id[0] + deadLetterIDSuffix}, id[1:]...)
+	}
 	return &nats.Msg{Subject: subject, Header: h, Data: msg.Payload}
 }
+
+// deadLetterIDSuffix ends a dead letter's Nats-Msg-Id: its delivery's id
+// and the suffix, stable across tries to publish it.
+const deadLetterIDSuffix = ".dead"
 
 const (
 	// DefaultMaxControlLine is nats-server's default max_control_line.
@@ -466,7 +477,8 @@ func (p *publisher) marker(subject string) bool {
 // deadLetterExtraLen is what a dead letter's header adds to its delivery's:
 // Delay-Subject and a Delay-Reason of reasonLen bytes.
 func deadLetterExtraLen(subject string, reasonLen int) int {
-	return len(wire.HeaderSubject) + len(textproto.TrimString(subject)) + len(": \r\n") +
+	// NB: every delivery has a Nats-Msg-Id, the tag or the publisher's.
+	return len(deadLetterIDSuffix) + len(wire.HeaderSubject) + len(textproto.TrimString(subject)) + len(": \r\n") +
 		len(wire.HeaderReason) + reasonLen + len(": \r\n")
 }
 
