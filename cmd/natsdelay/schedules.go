@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"natsdelay/bridge/wire"
 )
@@ -64,20 +67,7 @@ func (c *schedulesCmd) Run(e *env) error {
 		r.Next = ""
 		return printValue(e, r)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tNAME\tSPEC\tZONE\tNEXT\tFIRED\tTAG")
-	for _, m := range r.Schedules {
-		s := m.Schedule
-		if s == nil {
-			continue
-		}
-		next := "-"
-		if len(s.Next) > 0 {
-			next = s.Next[0]
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Subject, s.Name, s.Spec, s.Zone, next, s.Fired, m.Tag)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := writeSchedules(e.stdout, r.Schedules); err != nil {
 		return err
 	}
 	if r.Next != "" {
@@ -91,3 +81,47 @@ func (c *schedulesCmd) Run(e *env) error {
 	}
 	return err
 }
+
+// writeSchedules writes the table of natsdelay schedules: each schedule's
+// next time in its own zone, as its spec reads, and in UTC, and what ends
+// it: its limit, its until, and how many occurrences the limit leaves.
+func writeSchedules(w io.Writer, schedules []wire.MessageInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBJECT\tNAME\tSPEC\tZONE\tNEXT\tNEXT (UTC)\tFIRED\tLIMIT\tUNTIL\tREMAINING\tTAG")
+	for _, m := range schedules {
+		s := m.Schedule
+		if s == nil {
+			continue
+		}
+		next, local := "-", "-"
+		if len(s.Next) > 0 {
+			next, local = s.Next[0], inZone(s.Next[0], s.Zone)
+		}
+		limit, remaining, until := "-", "-", "-"
+		if s.Limit > 0 {
+			limit = strconv.FormatUint(s.Limit, 10)
+			remaining = strconv.FormatUint(s.Limit-min(s.Fired, s.Limit), 10)
+		}
+		if s.Until != "" {
+			until = s.Until
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.Subject, s.Name, s.Spec, s.Zone, local, next, s.Fired, limit, until, remaining, m.Tag)
+	}
+	return tw.Flush()
+}
+
+// inZone is the time t, as the service writes it, in the IANA zone: the
+// wall clock the schedule's spec speaks of. t itself if either does not
+// parse.
+func inZone(t, zone string) string {
+	at, err := time.Parse(time.RFC3339Nano, t)
+	if err != nil {
+		return t
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return t
+	}
+	return at.In(loc).Format("2006-01-02 15:04:05 MST")
+}
+

@@ -65,3 +65,37 @@ func TestAdmin_SchedulesAndGet(t *testing.T) {
 		t.Fatalf("info printed\n%s\nwant schedules 3", out)
 	}
 }
+
+// TestSchedules_Table checks the table of natsdelay schedules: NEXT in
+// the schedule's own zone beside UTC, and what ends the schedule, LIMIT,
+// UNTIL and the occurrences REMAINING under the limit.
+func TestSchedules_Table(t *testing.T) {
+	var b strings.Builder
+	err := writeSchedules(&b, []wire.MessageInfo{
+		{Subject: "reports.daily", Tag: "t1", Schedule: &wire.ScheduleInfo{Name: "nightly", Spec: "30 2 * * *", Zone: "America/New_York",
+			Until: "2030-01-01T00:00:00.000Z", Fired: 3, Next: []string{"2026-12-05T07:30:00.000Z"}}},
+		{Subject: "beat", Tag: "t2", Schedule: &wire.ScheduleInfo{Name: "b", Spec: "@every 1m30s", Zone: "UTC", Limit: 5, Fired: 2, Next: []string{"2026-12-05T07:31:30.000Z"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	for i, re := range []string{
+		`^SUBJECT\s+NAME\s+SPEC\s+ZONE\s+NEXT\s+NEXT \(UTC\)\s+FIRED\s+LIMIT\s+UNTIL\s+REMAINING\s+TAG$`,
+		`^reports\.daily\s+nightly\s+30 2 \* \* \*\s+America/New_York\s+2026-12-05 02:30:00 EST\s+2026-12-05T07:30:00\.000Z\s+3\s+-\s+2030-01-01T00:00:00\.000Z\s+-\s+t1$`,
+		`^beat\s+b\s+@every 1m30s\s+UTC\s+2026-12-05 07:31:30 UTC\s+2026-12-05T07:31:30\.000Z\s+2\s+5\s+-\s+3\s+t2$`,
+	} {
+		if i >= len(lines) || !regexp.MustCompile(re).MatchString(lines[i]) {
+			t.Fatalf("schedules printed\n%s\nwant line %d to match %s", b.String(), i, re)
+		}
+	}
+}
+
+// TestCounted checks the counts the client commands print.
+func TestCounted(t *testing.T) {
+	for n, want := range map[int]string{0: "0 schedules", 1: "1 schedule", 2: "2 schedules"} {
+		if got := counted(n, "schedule"); got != want {
+			t.Errorf("counted(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
