@@ -560,7 +560,7 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 	case given || !p.Until.IsZero():
 		return nil, badRequest("%s %s is before the first occurrence: want an end after the start", wire.HeaderUntil, keys.Clip(until))
 	default:
-		return nil, badRequest("%s %q matches no time in the next five years: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
+		return nil, badRequest("%s %q: the spec is well formed, but no date within five years matches it: check its day of month, month and day of week", wire.HeaderCron, keys.Clip(cron))
 	}
 	r.OccurrenceNs, r.Seq = first.UnixNano(), 1
 	return r, nil

@@ -3,6 +3,7 @@ package recur
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,6 +124,11 @@ func TestParseCron_Forms(t *testing.T) {
 		if _, err := ParseCron(bad.spec, bad.tz); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseCron(%q, %q) = %v, want ErrInvalid", bad.spec, bad.tz, err)
 		}
+	}
+	// A date that never comes is a spec well formed: the error says so
+	// rather than how to write one.
+	if _, err := ParseCron("0 0 30 2 *", ""); !errors.Is(err, ErrNeverFires) || strings.Contains(err.Error(), "want 5 fields") {
+		t.Errorf("ParseCron(0 0 30 2 *) = %v, want ErrNeverFires without the forms", err)
 	}
 	if _, err := ParseEvery(99 * time.Millisecond); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseEvery(99ms) = %v, want ErrInvalid", err)
