@@ -176,7 +176,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "bad duration", args: []string{"--ack-wait", "30x"}, want: []string{"--ack-wait", `"30x"`, "Go duration such as"}},
 		{name: "bare number duration", args: []string{"--expiry-interval", "5"}, want: []string{"--expiry-interval", `"5"`, "Go duration"}},
 		{name: "bad backoff list", args: []string{"--backoff", "1s,soon"}, want: []string{"--backoff", `"soon"`, "Go duration"}},
-		{name: "negative backoff", args: []string{"--backoff=1s,-2s"}, want: []string{"--backoff 1s,-2s", "Backoff[1] (-2s)", ">= 0"}},
+		{name: "negative backoff", args: []string{"--backoff=1s,-2s"}, want: []string{"--backoff 1s,-2s", "value 2 (-2s)", ">= 0"}},
 		{name: "negative max payload", args: []string{"--max-payload=-1"}, want: []string{"--max-payload -1", "must be > 0"}},
 		{name: "zero ack wait", args: []string{"--ack-wait", "0s"}, want: []string{"--ack-wait 0s", "other than 0"}},
 		{name: "time bucket not whole ms", args: []string{"--time-bucket", "1500us"}, want: []string{"--time-bucket 1.5ms", "whole number of milliseconds"}},
@@ -379,6 +379,31 @@ func TestGCPercent_EnvironmentWins(t *testing.T) {
 	for _, env := range []string{"100", "50", "off"} {
 		if _, set := gcPercent(env); set {
 			t.Errorf("gcPercent(%q) sets the target; want the environment's left alone", env)
+		}
+	}
+}
+
+// TestParse_BadValue_NamesNoGoField checks that a bad setting is told in
+// the words of the command line: the flag and the value the user wrote,
+// never the name of the Go field behind it.
+func TestParse_BadValue_NamesNoGoField(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--engine", "rocks"}, `--engine "rocks": must be one of pebble, bolt, memory`},
+		{[]string{"--dead-letter", "dlq.*"}, `--dead-letter "dlq.*": must be a concrete subject without wildcards`},
+		{[]string{"--backoff=1s,-2s"}, `--backoff 1s,-2s: value 2 (-2s) must be >= 0`},
+		{[]string{"--max-in-flight=-1"}, `--max-in-flight -1: must be > 0`},
+	} {
+		_, _, err := parse(append([]string{"--nats-listen", "127.0.0.1:0"}, tc.args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want it to say %q", tc.args, err, tc.want)
+		}
+		for _, field := range []string{"Engine (", "DeadLetterSubject", "Backoff[", "MaxInFlight"} {
+			if err != nil && strings.Contains(err.Error(), field) {
+				t.Errorf("%q: %v names the Go field %s", tc.args, err, field)
+			}
 		}
 	}
 }

@@ -106,7 +106,7 @@ func (c *serveCmd) check() error {
 	// one is reported with every other problem.
 	if err := (engine.Config{Engine: c.Engine, Dir: "."}).Validate(); err != nil {
 		for _, e := range leaves(err) {
-			p.add("--engine %q: %s", c.Engine, strings.TrimPrefix(e.Error(), "engine: "+delaystore.ErrInvalidConfig.Error()+": "))
+			p.add("--engine %q: %s", c.Engine, withoutField(strings.TrimPrefix(e.Error(), "engine: "+delaystore.ErrInvalidConfig.Error()+": ")))
 		}
 	} else if c.Engine != "memory" {
 		if c.DataDir == "" {

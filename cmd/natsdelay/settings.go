@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,7 +122,7 @@ func (c *serveCmd) settingProblems(b bridge.Config) []error {
 			if loc == nil {
 				continue
 			}
-			out = append(out, fmt.Errorf("%s %v: %s", s.flag, show(s.value), msg[loc[0]:]))
+			out = append(out, fmt.Errorf("%s %v: %s", s.flag, show(s.value), withoutField(msg[loc[0]:])))
 			found = true
 			break
 		}
@@ -130,6 +131,39 @@ func (c *serveCmd) settingProblems(b bridge.Config) []error {
 		}
 	}
 	return out
+}
+
+// fieldRef is how a config's Validate names a field and its value:
+// Name (value) or Name[i] (value).
+var fieldRef = regexp.MustCompile(`^\w+(?:\[(\d+)\])? \(`)
+
+// withoutField is msg, which starts with a config field and its value as
+// Validate writes them, in the words of the command line, which has named
+// the flag and its value already: the field and value go, and an index
+// becomes the place of the value in the list: "MaxInFlight (-1) must be
+// > 0" is "must be > 0", "Backoff[1] (-2s) must be >= 0" is "value 2
+// (-2s) must be >= 0". Any other msg is returned as it is.
+func withoutField(msg string) string {
+	m := fieldRef.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg
+	}
+	rest := msg[m[1]:]
+	// NB: a quoted value may hold a parenthesis.
+	if q, err := strconv.QuotedPrefix(rest); err == nil {
+		rest = rest[len(q):]
+	}
+	end := strings.Index(rest, ") ")
+	if end < 0 {
+		return msg
+	}
+	value := msg[m[1] : len(msg)-len(rest)+end]
+	rest = rest[end+2:]
+	if m[2] < 0 {
+		return rest
+	}
+	i, _ := strconv.Atoi(msg[m[2]:m[3]])
+	return fmt.Sprintf("value %d (%s) %s", i+1, value, rest)
 }
 
 // show writes a flag's value as it is given: durations joined by commas,
