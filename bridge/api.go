@@ -175,6 +175,12 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	}, nil
 }
 
+// badTag is the 400 for err, keys.ParseTag's, about the tag given as
+// field: what is wrong with it, in the words of the request.
+func badTag(field string, err error) error {
+	return badRequest("%s %s", field, strings.TrimPrefix(err.Error(), keys.ErrTag.Error()+": "))
+}
+
 func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 	switch {
 	case ref.Tag != "" && (ref.Subject != "" || ref.ID != ""):
@@ -182,7 +188,7 @@ func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 	case ref.Tag != "":
 		k, err := keys.ParseTag(ref.Tag)
 		if err != nil {
-			return k, badRequest("%v", err)
+			return k, badTag("tag", err)
 		}
 		return k, nil
 	case ref.Subject == "" || ref.ID == "":
@@ -356,7 +362,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	if r.After != "" {
 		k, err := keys.ParseTag(r.After)
 		if err != nil {
-			return nil, badRequest(`"after": %v`, err)
+			return nil, badTag(`"after"`, err)
 		}
 		if k.TopicHash() != hash {
 			return nil, badRequest(`"after" %s is not a tag of subject %q`, k, keys.Clip(r.Subject))

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"natsdelay/bridge/wire"
 )
 
 // TestDocs_Limits_ControlHeaders checks the row of docs/limits.md about
@@ -28,5 +30,16 @@ func TestDocs_Limits_ControlHeaders(t *testing.T) {
 		if !strings.Contains(row, "`"+h+"`") {
 			t.Errorf("docs/limits.md reserved prefix row does not name `%s`", h)
 		}
+	}
+}
+
+// TestResolve_BadTag_NamesTheField checks that a tag that is not one is a
+// 400 in the words of the request, the "tag" the user sent, not the name
+// of a Go package.
+func TestResolve_BadTag_NamesTheField(t *testing.T) {
+	_, err := (&Service{}).resolve(wire.MessageRef{Tag: "zzz"})
+	want := `tag "zzz" is 3 characters, want 48 lowercase hex characters`
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "keys:") {
+		t.Fatalf("resolve of a bad tag: %v, want %q", err, want)
 	}
 }

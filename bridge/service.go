@@ -594,7 +594,7 @@ func (s *Service) handleAckHeader(m *nats.Msg) {
 func (s *Service) handleTag(m *nats.Msg, tag string) {
 	key, err := keys.ParseTag(tag)
 	if err != nil {
-		s.badAnswer(m, badAnswerTag, badRequest("%v", err))
+		s.badAnswer(m, badAnswerTag, badTag("delivery tag", err))
 		return
 	}
 	if isNoResponders(m) {
