@@ -166,7 +166,7 @@ func (d discovery) checkIDs(peers map[string]identity) error {
 	for _, addr := range sortedKeys(peers) {
 		id := peers[addr].ID
 		if other, ok := byID[id]; ok {
-			return fmt.Errorf("%w: node id %q is used by both %s and %s; every node needs its own NodeID", ErrClusterMismatch, id, other, addr)
+			return fmt.Errorf("%w: node id %q is used by both %s and %s; every node needs its own node id (--node-id)", ErrClusterMismatch, id, other, addr)
 		}
 		byID[id] = addr
 	}

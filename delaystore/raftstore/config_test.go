@@ -123,7 +123,8 @@ func TestOpen_DuplicateID_Refused(t *testing.T) {
 	refused := 0
 	for i, err := range errs {
 		switch {
-		case errors.Is(err, ErrClusterMismatch) && strings.Contains(err.Error(), `node id "dup" is used by both`):
+		case errors.Is(err, ErrClusterMismatch) && strings.Contains(err.Error(), `node id "dup" is used by both`) &&
+			strings.Contains(err.Error(), "every node needs its own node id (--node-id)"):
 			refused++
 		case errors.Is(err, context.Canceled):
 		default:
