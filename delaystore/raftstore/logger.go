@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 
@@ -45,5 +46,19 @@ func (s *slogSink) Accept(name string, level hclog.Level, msg string, args ...an
 	default:
 		l = slog.LevelError
 	}
-	s.log.Log(context.Background(), l, msg, append(args, "logger", name)...)
+	s.log.Log(context.Background(), l, msg, append(formatArgs(args), "logger", name)...)
+}
+
+// formatArgs formats the values given as hclog.Fmt, a verb and its
+// arguments, which hclog's own output formats and slog would print as a
+// list. args is changed in place.
+func formatArgs(args []any) []any {
+	for i, a := range args {
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if verb, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(verb, f[1:]...)
+			}
+		}
+	}
+	return args
 }
