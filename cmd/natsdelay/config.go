@@ -31,6 +31,12 @@ func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path, bad *badV
 		return err
 	}
 	r.bad = bad
+	r.command = ctx.Selected()
+	for _, f := range ctx.Flags() {
+		if fromFile(f) {
+			r.own = append(r.own, f.Name)
+		}
+	}
 	ctx.AddResolver(r)
 	return nil
 }
@@ -48,6 +54,10 @@ type fileResolver struct {
 	// bad is told to fail at once while the resolver parses a value, so
 	// that a bad value in the file is blamed on the file.
 	bad *badValues
+	// command is the command run, and own the flags of it (and of those
+	// above it) that the file may set.
+	command *kong.Node
+	own     []string
 }
 
 func loadConfigFile(path string) (*fileResolver, error) {
@@ -161,15 +171,27 @@ func jsonKind(v any) string {
 
 // Validate implements kong.Resolver: it rejects keys that name no setting,
 // so a typo is an error rather than a setting silently left at its default.
+// serve takes only its own settings: a key of the bench's there is a
+// mistake. A client command takes any command's, since one file (named by
+// NATSDELAY_CONFIG) may serve a deployment's serve and its client
+// commands. Either way the error lists the keys of the command run.
 func (r *fileResolver) Validate(app *kong.Application) error {
 	known := map[string]bool{}
-	_ = kong.Visit(app, func(n kong.Visitable, next kong.Next) error {
-		if f, ok := n.(*kong.Flag); ok && fromFile(f) {
-			known[f.Name] = true
-			known[strings.ReplaceAll(f.Name, "-", "_")] = true
-		}
-		return next(nil)
-	})
+	add := func(name string) {
+		known[name] = true
+		known[strings.ReplaceAll(name, "-", "_")] = true
+	}
+	for _, name := range r.own {
+		add(name)
+	}
+	if r.command == nil || r.command.Name != "serve" {
+		_ = kong.Visit(app, func(n kong.Visitable, next kong.Next) error {
+			if f, ok := n.(*kong.Flag); ok && fromFile(f) {
+				add(f.Name)
+			}
+			return next(nil)
+		})
+	}
 	var bad []string
 	for k := range r.values {
 		if !known[k] {
@@ -181,12 +203,11 @@ func (r *fileResolver) Validate(app *kong.Application) error {
 	}
 	slices.Sort(bad)
 	var keys []string
-	for k := range known {
-		if !strings.Contains(k, "-") {
-			keys = append(keys, k)
-		}
+	for _, name := range r.own {
+		keys = append(keys, strings.ReplaceAll(name, "-", "_"))
 	}
 	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	return fmt.Errorf("config file %s: unknown key %s; the keys are flag names: %s", r.path, strings.Join(bad, ", "), strings.Join(keys, ", "))
 }
 

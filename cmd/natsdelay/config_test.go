@@ -407,3 +407,27 @@ func TestParse_BadValue_NamesNoGoField(t *testing.T) {
 		}
 	}
 }
+
+// TestParse_ConfigFile_ServeTakesOnlyItsKeys checks that serve's config
+// file takes only serve's settings: a bench-only key is an unknown key,
+// and the error lists serve's keys only. A client command still takes a
+// file written for serve (NATSDELAY_CONFIG set for both).
+func TestParse_ConfigFile_ServeTakesOnlyItsKeys(t *testing.T) {
+	file := writeConfig(t, `{"waves": 3, "quick": true}`)
+	var err error
+	for _, cmd := range [][]string{{"serve"}, {}} {
+		_, _, err = parse(append(cmd, "--nats-listen", "127.0.0.1:0", "--config", file), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `unknown key "quick", "waves"`) {
+			t.Fatalf("%q with bench keys: %v, want them refused", cmd, err)
+		}
+	}
+	_, list, _ := strings.Cut(err.Error(), "the keys are flag names: ")
+	keys := strings.Split(list, ", ")
+	if !slices.Contains(keys, "ack_wait") || slices.Contains(keys, "waves") || slices.Contains(keys, "recur_schedules") {
+		t.Fatalf("serve's unknown-key error lists %q, want serve's keys only", keys)
+	}
+	serveFile := writeConfig(t, `{"ack_wait": "5s", "nats": "nats://127.0.0.1:4222"}`)
+	if _, _, err := parse([]string{"info", "--config", serveFile}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("info with serve's config file: %v", err)
+	}
+}
