@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +72,21 @@ func TestClient_NATSURLAndContext(t *testing.T) {
 		})
 	}
 
+}
+
+// TestParse_ContextBeforeCommand checks that --context may come before the
+// command, where nats CLI users write it (nats --context X stream ls): it
+// is the client command's flag, so an unknown context is that command's
+// error, not an unknown flag.
+func TestParse_ContextBeforeCommand(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, args := range [][]string{{"--context", "nope", "info"}, {"--context=nope", "info"}, {"--log-level", "debug", "--context", "nope", "subjects", ">"}} {
+		_, _, err := parse(args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `--context "nope"`) || strings.Contains(err.Error(), "unknown flag") {
+			t.Errorf("%q: %v, want the command's error about context nope", args, err)
+		}
+	}
+	if got := hoistContext([]string{"--context", "x", "serve"}, []string{"info"}); !slices.Equal(got, []string{"--context", "x", "serve"}) {
+		t.Errorf("hoisted before a command without --context: %q", got)
+	}
 }

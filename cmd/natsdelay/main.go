@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,13 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		// NB: only a mistake in the struct tags above gets here.
 		panic(err)
 	}
-	kctx, err := p.Parse(args)
+	var withContext []string
+	for _, n := range p.Model.Children {
+		if hasFlag(n, "context") {
+			withContext = append(withContext, n.Name)
+		}
+	}
+	kctx, err := p.Parse(hoistContext(args, withContext))
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
@@ -181,4 +188,45 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// hoistContext moves a --context given before the command to after it,
+// when the command is one of commands, which have the flag: nats CLI users
+// write it first (nats --context X stream ls). Anything else is left for
+// kong to judge.
+func hoistContext(args, commands []string) []string {
+	for i := 0; i < len(args); i++ {
+		if !slices.Contains(commands, args[i]) {
+			continue
+		}
+		var ctx, rest []string
+		for j := 0; j < i; j++ {
+			switch a := args[j]; {
+			case a == "--context" && j+1 < i:
+				ctx = append(ctx, a, args[j+1])
+				j++
+			case strings.HasPrefix(a, "--context="):
+				ctx = append(ctx, a)
+			default:
+				rest = append(rest, a)
+			}
+		}
+		if len(ctx) == 0 {
+			return args
+		}
+		out := append(rest, args[i])
+		out = append(out, ctx...)
+		return append(out, args[i+1:]...)
+	}
+	return args
+}
+
+// hasFlag reports whether the command n has the flag name.
+func hasFlag(n *kong.Node, name string) bool {
+	for _, f := range n.Flags {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
 }
