@@ -51,6 +51,13 @@ var errNotLeader error = &delaystore.NotLeaderError{}
 // answers to CLUSTER.STATUS.
 const defaultClusterStatusWait = 500 * time.Millisecond
 
+// clusterStatusGrace is how long INFO waits for the other members once a
+// quorum of them answered: a member that is down costs that, not the
+// whole ClusterStatusWait, so that INFO answers within a client's short
+// timeout while the cluster serves. A live member slower than that shows
+// as not answered.
+const clusterStatusGrace = 100 * time.Millisecond
+
 // resumeWait bounds how long a new leader waits for its store to open
 // before it lets clients in anyway (they then get 503s until it is up).
 const resumeWait = 30 * time.Second
@@ -193,7 +200,8 @@ func (s *Service) handleClusterStatus(m *nats.Msg) {
 }
 
 // gatherStatus asks every node for its status and returns the answers by
-// node id: until every member in peers answered, or wait passed.
+// node id: until every member in peers answered, wait passed, or
+// clusterStatusGrace passed after a quorum of them answered.
 func (s *Service) gatherStatus(peers []wire.ClusterPeer, wait time.Duration) map[string]wire.NodeStatus {
 	got := map[string]wire.NodeStatus{}
 	inbox := s.nc.NewInbox()
@@ -206,14 +214,20 @@ func (s *Service) gatherStatus(peers []wire.ClusterPeer, wait time.Duration) map
 	if err := s.nc.PublishRequest(s.cfg.APIPrefix+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
 		return got
 	}
+	deadline := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	graced := false
 	for len(got) < len(peers) {
 		select {
 		case m := <-ch:
 			var st wire.NodeStatus
 			if json.Unmarshal(m.Data, &st) == nil && st.ID != "" {
 				got[st.ID] = st
+			}
+			if !graced && len(got) >= len(peers)/2+1 {
+				graced = true
+				timer.Reset(min(clusterStatusGrace, time.Until(deadline)))
 			}
 		case <-timer.C:
 			return got
