@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -44,7 +45,7 @@ func (c *clusterStatusCmd) Run(e *env) error {
 		return err
 	}
 	defer cl.close()
-	nodes, err := cl.gatherStatus()
+	nodes, missing, err := cl.gatherStatus()
 	if err != nil {
 		return err
 	}
@@ -56,6 +57,12 @@ func (c *clusterStatusCmd) Run(e *env) error {
 		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
 		return err
 	}
+	return writeClusterStatus(e.stdout, nodes, missing)
+}
+
+// writeClusterStatus writes the table of cluster status: each node's
+// answer, and each member that did not answer as "no answer".
+func writeClusterStatus(w io.Writer, nodes []wire.NodeStatus, missing []wire.ClusterPeer) error {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tADDRESS\tROLE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tPEERS")
@@ -70,10 +77,13 @@ func (c *clusterStatusCmd) Run(e *env) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", n.ID, n.Addr, n.Role, orNone(n.LeaderID == "", "none", n.LeaderID),
 			n.Term, n.CommitIndex, n.AppliedIndex, strings.Join(ids, ","))
 	}
+	for _, p := range missing {
+		fmt.Fprintf(tw, "%s\t%s\tno answer\t-\t-\t-\t-\t-\n", p.ID, p.Addr)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return trimLines(e.stdout, buf.Bytes())
+	return trimLines(w, buf.Bytes())
 }
 
 // silentMembers are the members that the answering nodes list but that
@@ -98,29 +108,33 @@ func silentMembers(nodes []wire.NodeStatus) []wire.ClusterPeer {
 }
 
 // gatherStatus collects the nodes' answers to CLUSTER.STATUS, sorted by
-// id.
-func (cl *client) gatherStatus() ([]wire.NodeStatus, error) {
+// id, and the members in their configurations that did not answer: within
+// --timeout, and no longer than statusGrace once a quorum of the members
+// answered, so that a member that is down does not cost the whole timeout.
+func (cl *client) gatherStatus() ([]wire.NodeStatus, []wire.ClusterPeer, error) {
 	subj := cl.prefix + "." + wire.VerbClusterStatus
 	inbox := cl.nc.NewInbox()
 	ch := make(chan *nats.Msg, 64)
 	sub, err := cl.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := cl.nc.PublishRequest(subj, inbox, nil); err != nil {
-		return nil, fmt.Errorf("request on %s: %w", subj, err)
+		return nil, nil, fmt.Errorf("request on %s: %w", subj, err)
 	}
 	got := map[string]wire.NodeStatus{}
-	members := map[string]bool{}
+	members := map[string]wire.ClusterPeer{}
+	deadline := time.Now().Add(cl.timeout)
 	timer := time.NewTimer(cl.timeout)
 	defer timer.Stop()
+	graced := false
 wait:
 	for len(got) == 0 || len(got) < len(members) {
 		select {
 		case m := <-ch:
 			if isNoResponders(m) {
-				return nil, fmt.Errorf("nothing answers on %s: is natsdelay serve running there as a node of a cluster, with --api-prefix %s?", subj, cl.prefix)
+				return nil, nil, fmt.Errorf("nothing answers on %s: is natsdelay serve running there as a node of a cluster, with --api-prefix %s?", subj, cl.prefix)
 			}
 			var st wire.NodeStatus
 			if err := json.Unmarshal(m.Data, &st); err != nil || st.ID == "" {
@@ -128,22 +142,37 @@ wait:
 			}
 			got[st.ID] = st
 			for _, p := range st.Peers {
-				members[p.ID] = true
+				members[p.ID] = p
+			}
+			if !graced && len(members) > 0 && len(got) >= len(members)/2+1 {
+				graced = true
+				timer.Reset(min(statusGrace, time.Until(deadline)))
 			}
 		case <-timer.C:
 			break wait
 		}
 	}
 	if len(got) == 0 {
-		return nil, fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
+		return nil, nil, fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
 	}
 	out := make([]wire.NodeStatus, 0, len(got))
 	for _, st := range got {
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b wire.NodeStatus) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	var missing []wire.ClusterPeer
+	for id, p := range members {
+		if _, ok := got[id]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	slices.SortFunc(missing, func(a, b wire.ClusterPeer) int { return strings.Compare(a.ID, b.ID) })
+	return out, missing, nil
 }
+
+// statusGrace is how long cluster status waits for the other members once
+// a quorum of them answered (as INFO does on the service).
+const statusGrace = 200 * time.Millisecond
 
 // isNoResponders reports whether m is the server's no-responders notice.
 func isNoResponders(m *nats.Msg) bool {
