@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"text/template"
@@ -159,6 +160,7 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 		t.Fatal("docs/alerts.yml has no groups")
 	}
 	groups, alerts := map[string]bool{}, 0
+	var alertExprs, panelExprs []string
 	for _, g := range rf.Groups {
 		if g.Name == "" || groups[g.Name] {
 			t.Errorf("group name %q: empty or given twice", g.Name)
@@ -200,6 +202,9 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 				}
 			}
 			checkExpr(t, where, r.Expr, series)
+			if r.Alert != "" {
+				alertExprs = append(alertExprs, r.Expr)
+			}
 		}
 	}
 	if alerts == 0 {
@@ -243,7 +248,40 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 			}
 			for _, q := range p.Targets {
 				checkExpr(t, filepath.Base(path)+" "+p.Title, q.Expr, series)
+				panelExprs = append(panelExprs, q.Expr)
 			}
+		}
+	}
+	checkCoverage(t, series, alertExprs, panelExprs)
+}
+
+// checkCoverage checks that the dashboards chart every natsdelay metric
+// family serve exposes, a cluster node's included, and that docs/alerts.yml
+// has the alerts docs/operations.md and docs/cluster.md recommend: on bad
+// answers, and on a cluster without exactly one leader.
+func checkCoverage(t *testing.T, series map[string]map[string]bool, alertExprs, panelExprs []string) {
+	t.Helper()
+	panels := strings.Join(panelExprs, "\n")
+	missing := map[string]bool{}
+	for name := range series {
+		if !strings.HasPrefix(name, "natsdelay_") {
+			continue
+		}
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			family = strings.TrimSuffix(family, suffix)
+		}
+		if !regexp.MustCompile(`\b` + family + `(_bucket|_sum|_count)?\b`).MatchString(panels) {
+			missing[family] = true
+		}
+	}
+	for _, family := range slices.Sorted(maps.Keys(missing)) {
+		t.Errorf("docs/grafana: no panel charts %s", family)
+	}
+	alerts := strings.Join(alertExprs, "\n")
+	for _, want := range []string{"natsdelay_bad_answers_total", `natsdelay_cluster_role{role="leader"}`} {
+		if !strings.Contains(alerts, want) {
+			t.Errorf("docs/alerts.yml: no alert on %s", want)
 		}
 	}
 }
