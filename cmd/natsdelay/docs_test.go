@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"natsdelay/bridge/wire"
+)
+
+// TestDocs_Operations_AdminCommands checks section 3 of docs/operations.md
+// against the API: every endpoint the service registers as a micro
+// service is named, and every admin command has a line.
+func TestDocs_Operations_AdminCommands(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(b), "\n## 3. Admin commands\n")
+	sec, _, _ = strings.Cut(sec, "\n## 4.")
+	for _, verb := range []string{wire.VerbInfo, wire.VerbGet, wire.VerbList, wire.VerbCancel, wire.VerbSubjects, wire.VerbSchedules} {
+		if name := strings.ToLower(verb); !strings.Contains(sec, "`"+name+"`") {
+			t.Errorf("docs/operations.md section 3 does not name the endpoint `%s`", name)
+		}
+	}
+	for _, cmd := range []string{"info", "subjects", "ls", "get", "cancel", "schedules"} {
+		if !strings.Contains(sec, "    natsdelay "+cmd) {
+			t.Errorf("docs/operations.md section 3 has no line for natsdelay %s", cmd)
+		}
+	}
+}
