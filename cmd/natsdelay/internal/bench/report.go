@@ -33,7 +33,16 @@ func WriteTable(w io.Writer, res *Results) error {
 	// tabwriter pads it with trailing spaces: trimLines drops them.
 	t := &trimLines{w: w}
 	tw := tabwriter.NewWriter(t, 0, 0, 2, ' ', 0)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	// NB: p("") ends a table: a blank line, and a flush, so that the next
+	// table's columns get widths of their own.
+	p := func(format string, args ...any) {
+		if format == "" {
+			fmt.Fprintln(tw)
+			_ = tw.Flush()
+			return
+		}
+		fmt.Fprintf(tw, format+"\n", args...)
+	}
 
 	if len(res.Ingest) > 0 {
 		p("ingest (acked scheduling, %d msgs)\tbetter\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay vs jetstream\tcore req/reply msgs/s\tnatsdelay vs core\t", c.IngestMsgs)
@@ -53,7 +62,7 @@ func WriteTable(w io.Writer, res *Results) error {
 				p("%s: CPU µs/msg, nats-server process\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), lower, dec(ds), dec(js), versus(ds, js, lower), dec(bs), versus(ds, bs, lower))
 			}
 		}
-		p("\t")
+		p("")
 	}
 
 	for _, rate := range c.FireRates {
@@ -78,7 +87,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		if d.LeadMissed || j.LeadMissed {
 			p("ingest overran the %.0f ms lead\t\t%v\t%v\t\t", c.FireLeadMs, d.LeadMissed, j.LeadMissed)
 		}
-		p("\t")
+		p("")
 	}
 
 	if len(res.EndToEnd) == 2 {
@@ -86,7 +95,7 @@ func WriteTable(w io.Writer, res *Results) error {
 		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
 		p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
 		writeSplitCPU(p, d.CPU, j.CPU, d.Msgs, j.Msgs, c.OwnProcess, c.ServerProcess)
-		p("\t")
+		p("")
 	}
 
 	if s := res.Scale; s != nil {
@@ -104,9 +113,13 @@ func WriteTable(w io.Writer, res *Results) error {
 		}
 		p("dispatcher subjects (natsdelay_dispatch_subjects)\t%s\t%s\t\t", count(s.MemEmpty.DispatchSubjects), count(s.MemPending.DispatchSubjects))
 		per := func(name string, n int) {
-			p("RSS growth per %s, bytes\t\t%s\t\t", name, num(growth(s.RSSEmpty, s.RSSBytes, n)))
+			rss, heap := num(growth(s.RSSEmpty, s.RSSBytes, n)), num(growth(s.MemEmpty.HeapBytes, s.MemPending.HeapBytes, n))
+			if n < minGrowthItems {
+				rss, heap = tooFew(n), tooFew(n)
+			}
+			p("RSS growth per %s, bytes\t\t%s\t\t", name, rss)
 			if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
-				p("Go heap growth per %s, bytes\t\t%s\t\t", name, num(growth(s.MemEmpty.HeapBytes, s.MemPending.HeapBytes, n)))
+				p("Go heap growth per %s, bytes\t\t%s\t\t", name, heap)
 			}
 		}
 		per("pending message", s.Pending)
@@ -126,13 +139,13 @@ func WriteTable(w io.Writer, res *Results) error {
 			settled = "not idle within " + settleLimit.String()
 		}
 		p("s until idle after the fill, before the due set\t\t%s\t\t", settled)
-		p("\t")
+		p("")
 	}
 	if x := res.Expiry; x != nil {
 		p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
 		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
 		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
-		p("\t")
+		p("")
 	}
 	if wv := res.Waves; wv != nil {
 		writeWaves(p, wv)
@@ -234,6 +247,7 @@ func writeWaves(p func(string, ...any), wv *WavesResult) {
 			row(fmt.Sprintf("after wave %d, idle: memory handed back", i+1), *w.Released, "", CPU{Service: -1, Bench: -1, Server: -1})
 		}
 	}
+	p("")
 }
 
 // recurMethod says how each system's planned times are known; the table
@@ -272,14 +286,18 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 		}{{"lateness p50 ms", d.P50Ms, j.P50Ms}, {"lateness p99 ms", d.P99Ms, j.P99Ms}, {"lateness max ms", d.MaxMs, j.MaxMs}} {
 			p("%s\t%s\t%s\t%s\t%s\t", row.name, lower, dec(row.d), dec(row.j), versus(row.d, row.j, lower))
 		}
-		p("lateness p99, jetstream's over natsdelay's (target: 50 or more)\thigher\t%s\t\t\t", dec(rr.P99Ratio))
-		dc, jc := perMsgUs(d.CPU.Bench, d.Delivered), perMsgUs(j.CPU.Bench, j.Delivered)
-		p("CPU µs/occurrence, whole bench process\t%s\t%s\t%s\t%s\t", lower, dec(dc), dec(jc), versus(dc, jc, lower))
+		p("lateness p99, jetstream's over natsdelay's\thigher\t%s\t\t\t", dec(rr.P99Ratio))
+		if cpu := min(d.CPU.Bench, j.CPU.Bench); cpu < minCPUSeconds {
+			p("CPU µs/occurrence, whole bench process\t\t%s\t\t\t", fewTicks(cpu))
+		} else {
+			dc, jc := perMsgUs(d.CPU.Bench, d.Delivered), perMsgUs(j.CPU.Bench, j.Delivered)
+			p("CPU µs/occurrence, whole bench process\t%s\t%s\t%s\t%s\t", lower, dec(dc), dec(jc), versus(dc, jc, lower))
+		}
 		if d.LeadMissed {
 			p("taking the schedules in ran past their start\t\t%v\t\t\t", d.LeadMissed)
 		}
 		p("%s\t", recurMethod)
-		p("\t")
+		p("")
 	}
 	x := rr.Idle
 	if x == nil {
@@ -295,9 +313,16 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 		p("natsdelay Go heap MiB, live after a GC\t%s\t%s\t\t", dec(mib(x.MemBefore.HeapBytes)), dec(mib(x.MemAfter.HeapBytes)))
 	}
 	per := float64(x.Schedules) / 100_000
-	p("RSS growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.RSSBytes-x.MemBefore.RSSBytes)/per))
-	if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
-		p("Go heap growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.HeapBytes-x.MemBefore.HeapBytes)/per))
+	if x.Schedules < minGrowthItems {
+		p("RSS growth per 100,000 schedules, MiB\t\t%s\t\t", tooFew(x.Schedules))
+		if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
+			p("Go heap growth per 100,000 schedules, MiB\t\t%s\t\t", tooFew(x.Schedules))
+		}
+	} else {
+		p("RSS growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.RSSBytes-x.MemBefore.RSSBytes)/per))
+		if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
+			p("Go heap growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.HeapBytes-x.MemBefore.HeapBytes)/per))
+		}
 	}
 	p("schedules taken in per s\t\t%s\t\t", num(x.IngestRate))
 	cpuS := x.IngestCPU.Service
@@ -306,13 +331,38 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 	if !x.OwnProcess {
 		cpuS, idle, whoCPU = x.IngestCPU.Bench, x.IdleCPU.Bench, "bench process"
 	}
-	p("CPU s to take in 100,000 schedules, %s\t\t%s\t\t", whoCPU, dec(cpuS/per))
+	if cpuS < minCPUSeconds {
+		p("CPU s to take in 100,000 schedules, %s\t\t%s\t\t", whoCPU, fewTicks(cpuS))
+	} else {
+		p("CPU s to take in 100,000 schedules, %s\t\t%s\t\t", whoCPU, dec(cpuS/per))
+	}
 	if idle >= 0 && x.IdleS > 0 {
 		p("CPU s per minute idle, %s (over %.0f s)\t\t%s\t\t", whoCPU, x.IdleS, dec(idle*60/x.IdleS))
 	}
 	p("restart until the API answers ms\t\t%s\t\t", dec(x.RestartMs))
 	p("pending after the restart (INFO, answered in %s ms)\t\t%s\t\t", dec(x.InfoMs), num(float64(x.PendingAfterRestart)))
-	p("\t")
+	p("")
+}
+
+// minGrowthItems is the fewest items (messages, subjects, schedules) of
+// which the table gives the memory per item: the resident set moves by a
+// MiB or so whatever the service holds, which over a few thousand items is
+// hundreds of bytes each, over 50,000 twenty.
+const minGrowthItems = 50_000
+
+// tooFew is a per-item figure's place when the sample has n items, too few
+// for one (see minGrowthItems).
+func tooFew(n int) string {
+	return fmt.Sprintf("- (%s too few to tell; docs/operations.md, section 4)", num(float64(n)))
+}
+
+// minCPUSeconds is the least CPU time the table divides into a per-item
+// figure: /proc counts it in 10 ms ticks, so half a second is 50 of them.
+const minCPUSeconds = 0.5
+
+// fewTicks is a CPU figure's place when only s seconds were measured.
+func fewTicks(s float64) string {
+	return fmt.Sprintf("- (%.2f s of CPU in all: a few 10 ms ticks)", max(s, 0))
 }
 
 // growth is the bytes from before to after per one of n; NaN for no n.
@@ -568,5 +618,5 @@ func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
 			p("jetstream R3: shutdown of the stream leader's server %d\t\t%s\t%s\t\t\t\t", i+1, dec(f.ToAckMs), dec(f.ToDeliveryMs))
 		}
 	}
-	p("\t")
+	p("")
 }

@@ -206,11 +206,12 @@ func TestWriteTable_ScaleAndWaves(t *testing.T) {
 		{"fill CPU µs/msg, bench process (nats-server, clients)", "10.0"},
 		{"natsdelay Go heap MiB, live after a GC", "3.00", "4.00"},
 		{"dispatcher subjects (natsdelay_dispatch_subjects)", "0", "100"},
-		// 10 MiB over 5,000 messages and over 100 subjects; 1 MiB of heap.
-		{"RSS growth per pending message, bytes", "2,097"},
-		{"Go heap growth per pending message, bytes", "210"},
-		{"RSS growth per subject, bytes", "104,858"},
-		{"Go heap growth per subject, bytes", "10,486"},
+		// 5,000 messages and 100 subjects are too few for a figure per
+		// item (TestWriteTable_SmallSamples).
+		{"RSS growth per pending message, bytes", "too few to tell"},
+		{"Go heap growth per pending message, bytes", "too few to tell"},
+		{"RSS growth per subject, bytes", "too few to tell"},
+		{"Go heap growth per subject, bytes", "too few to tell"},
 		{"waves: 2 of 500 new subjects, one due-now msg each", "natsdelay process RSS MiB", "Go heap MiB", "dispatcher subjects", "natsdelay CPU µs/msg", "bench CPU µs/msg"},
 		{"idle, before the first wave", "48.0", "3.00", "0"},
 		// 0.02 s and 0.01 s over 500 msgs.
