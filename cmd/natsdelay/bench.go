@@ -20,7 +20,7 @@ type benchCmd struct {
 	Dir          string   `help:"Directory for the data dirs and the embedded JetStream store; default a temp dir, removed at the end." placeholder:"DIR"`
 	JSONOut      string   `name:"json-out" help:"File to write every figure to, as JSON." default:"bench.json" placeholder:"FILE"`
 	PNGOut       string   `name:"png-out" help:"File to draw the chart of fire lateness and throughput to." default:"bench.png" placeholder:"FILE"`
-	Quick        bool     `help:"Tiny sizes that run in a few seconds; size flags still override them."`
+	Quick        bool     `help:"Tiny sizes, a smoke check that runs in ${quick_takes} on two cores; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
 	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring and cluster; default all but cluster." placeholder:"PHASE,..."`

@@ -30,6 +30,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
+	"natsdelay/cmd/natsdelay/internal/bench"
 )
 
 const (
@@ -129,6 +130,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 			"data_dir":         defaultDataDir,
 			"http":             defaultHTTP,
 			"version":          version(),
+			"quick_takes":      bench.QuickTakes,
 			"client_nats_help": "URL of the NATS server where natsdelay runs; default $NATS_URL, else the nats context's URL, else " + defaultClientURL + ".",
 		},
 	)
