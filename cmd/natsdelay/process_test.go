@@ -213,7 +213,7 @@ func TestClient_BadArguments_SayWhatIsWrong(t *testing.T) {
 		want string
 	}{
 		{[]string{"pub", "", "x"}, "natsdelay: error: invalid settings:\n  subject is empty: want a subject such as orders.reminder\n"},
-		{[]string{"serve", "--ack-wait", "-1s"}, "--ack-wait -1s: AckWait (-1s) must be > 0\n"},
+		{[]string{"serve", "--ack-wait", "-1s"}, "--ack-wait -1s: must be > 0\n"},
 		{[]string{"cancel"}, "natsdelay: error: cancel: which message? natsdelay cancel TAG, or natsdelay cancel --subject SUBJECT --id ID; natsdelay help cancel tells more\n"},
 	} {
 		code, out, errOut := runCmd(t, tt.args...)
