@@ -124,4 +124,3 @@ func inZone(t, zone string) string {
 	}
 	return at.In(loc).Format("2006-01-02 15:04:05 MST")
 }
-
