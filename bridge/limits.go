@@ -37,7 +37,25 @@ func (s *Service) checkLimit(l wire.Limit) error {
 	if err := checkPattern(l.Pattern); err != nil {
 		return err
 	}
-	window := s.cfg.MaxInFlight
+	if bad := limitProblems(l, s.cfg.MaxInFlight); len(bad) > 0 {
+		return badRequest("limit of %q: %s", keys.Clip(l.Pattern), strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// CheckLimit reports what is wrong with l, one problem each, worded as
+// LIMITS.SET words them, for a service whose in-flight window is window
+// (0: the default): for a program that checks limits before it starts a
+// service, as serve does those of its config file. Nil means l is fine.
+func CheckLimit(l wire.Limit, window int) []string {
+	if err := checkPattern(l.Pattern); err != nil {
+		return []string{strings.TrimPrefix(err.Error(), wire.ErrBadRequest.Error()+": ")}
+	}
+	return limitProblems(l, window)
+}
+
+// limitProblems is what is wrong with the fields of l, its pattern aside.
+func limitProblems(l wire.Limit, window int) []string {
 	if window == 0 {
 		window = dispatch.DefaultConfig().MaxInFlight
 	}
@@ -53,10 +71,7 @@ func (s *Service) checkLimit(l wire.Limit) error {
 	} else if l.Burst > 0 && l.Rate == 0 {
 		bad = append(bad, fmt.Sprintf(`"burst" %d without "rate": a burst is of a rate`, l.Burst))
 	}
-	if len(bad) > 0 {
-		return badRequest("limit of %q: %s", keys.Clip(l.Pattern), strings.Join(bad, "; "))
-	}
-	return nil
+	return bad
 }
 
 func (s *Service) apiLimitsSet(req micro.Request) (any, error) {
@@ -67,7 +82,7 @@ func (s *Service) apiLimitsSet(req micro.Request) (any, error) {
 	if err := s.checkLimit(l); err != nil {
 		return nil, err
 	}
-	if err := s.core.Load().SetLimit(storedLimit(l)); err != nil {
+	if err := s.core.Load().SetLimit(StoredLimit(l)); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -168,7 +183,8 @@ func (s *Service) limitOf(req micro.Request) (string, *delaystore.Limit, error) 
 	return r.Pattern, nil, nil
 }
 
-func storedLimit(l wire.Limit) delaystore.Limit {
+// StoredLimit is l as the store keeps it.
+func StoredLimit(l wire.Limit) delaystore.Limit {
 	return delaystore.Limit{Pattern: l.Pattern, MaxInFlight: l.MaxInFlight, Rate: l.Rate, Burst: l.Burst, Paused: l.Paused}
 }
 

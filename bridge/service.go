@@ -162,6 +162,16 @@ func (c Config) Validate() error {
 			bad("DeadLetterSubject is %d bytes: a dead letter would need a %d-byte protocol line, over MaxControlLine %d", len(dl), n, mcl)
 		}
 	}
+	seen := map[string]int{}
+	for i, l := range c.Limits {
+		for _, p := range CheckLimit(wireLimit(l), c.MaxInFlight) {
+			bad("Limits[%d] (pattern %q): %s", i, keys.Clip(l.Pattern), p)
+		}
+		if j, ok := seen[l.Pattern]; ok {
+			bad("Limits[%d] (pattern %q): given twice, first as Limits[%d]", i, keys.Clip(l.Pattern), j)
+		}
+		seen[l.Pattern] = i
+	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, invalidConfig{err})
 	}

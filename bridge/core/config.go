@@ -30,6 +30,14 @@ type Config struct {
 	// often (default 1s). Source and Remover are set by the Service.
 	Expiry janitor.Config
 
+	// Limits are limits that exist from the start: at the start of each
+	// generation (Open, a reopen after a fault, each time a node of a
+	// cluster becomes leader), each one whose pattern has no stored limit
+	// is stored. A limit stored already, set or changed through the API
+	// since, is kept as it is; one deleted is stored again at the next
+	// start. The caller checks them (bridge.CheckLimit).
+	Limits []delaystore.Limit
+
 	// Store is where messages are kept. Required. The Service owns it from
 	// Open on: Close closes it, also when Open fails.
 	Store delaystore.Store

@@ -68,6 +68,9 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 			return fmt.Errorf("core: reopened store: %w", err)
 		}
 	}
+	if err := seedLimits(g.repo, s.cfg.Limits); err != nil {
+		return err
+	}
 	dc := s.cfg.Config
 	dc.Repo = g.repo
 	if g.disp, err = dispatch.New(dc); err != nil {

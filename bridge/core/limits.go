@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+
 	"natsdelay/delaystore"
 )
 
@@ -42,6 +44,31 @@ func (s *Service) Limits() ([]delaystore.Limit, error) {
 		return nil, unavailable("reading the limits: %v", err)
 	}
 	return ls, nil
+}
+
+// seedLimits stores each of ls whose pattern has no stored limit (see
+// Config.Limits), before the dispatcher reads them.
+func seedLimits(repo *delaystore.Repository, ls []delaystore.Limit) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	stored, err := repo.Limits()
+	if err != nil {
+		return fmt.Errorf("core: seed the limits: %w", err)
+	}
+	have := make(map[string]bool, len(stored))
+	for _, l := range stored {
+		have[l.Pattern] = true
+	}
+	for _, l := range ls {
+		if have[l.Pattern] {
+			continue
+		}
+		if err := repo.SetLimit(l); err != nil {
+			return fmt.Errorf("core: seed the limit of %q: %w", l.Pattern, err)
+		}
+	}
+	return nil
 }
 
 func (s *Service) reloadLimits(g *generation) error {

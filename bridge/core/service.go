@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,7 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	cfg.Limits = slices.Clone(cfg.Limits)
 	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	s.up = make(chan struct{})
 	if cfg.StartSuspended != nil {

@@ -21,13 +21,16 @@ type configFile string
 
 // BeforeResolve loads the file; kong calls it when the flag is set, from
 // the command line or from NATSDELAY_CONFIG.
-func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path, bad *badValues) error {
+func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path, bad *badValues, limits *configLimits) error {
 	path, _ := ctx.FlagValue(trace.Flag).(configFile)
 	if path == "" {
 		return nil
 	}
 	r, err := loadConfigFile(string(path))
 	if err != nil {
+		return err
+	}
+	if err := limits.take(r.path, r.values); err != nil {
 		return err
 	}
 	r.bad = bad
@@ -44,6 +47,8 @@ func (f configFile) BeforeResolve(ctx *kong.Context, trace *kong.Path, bad *badV
 // fileResolver resolves flags from a JSON object whose keys are flag names,
 // in kebab case (data-dir) or snake case (data_dir). Values are strings,
 // numbers or booleans, or for list flags such as --backoff also arrays.
+// The one key that is not a flag, limits, is taken out first (see
+// configLimits).
 //
 // Only flags that have an env var may be set in the file: those are the
 // settings of a deployment. Per-invocation flags such as pub's --delay have

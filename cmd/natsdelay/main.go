@@ -115,13 +115,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error) {
 	var c cli
 	bad := &badValues{}
+	limits := &configLimits{}
 	p, err := kong.New(&c,
 		kong.Name("natsdelay"),
 		kong.Description("Durable delayed delivery for core NATS."),
 		kong.Writers(stdout, stderr),
 		kong.DefaultEnvars("NATSDELAY"),
 		kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(bad.decodeDuration)),
-		kong.Bind(bad),
+		kong.Bind(bad, limits),
 		kong.Vars{
 			"ingest_prefix":    wire.DefaultIngestPrefix,
 			"ack_prefix":       wire.DefaultAckPrefix,
@@ -149,7 +150,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		return nil, nil, usageError{err}
 	}
 	if sc, ok := kctx.Selected().Target.Addr().Interface().(*serveCmd); ok {
-		sc.bad = bad
+		sc.bad, sc.limits = bad, limits
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
 		err := ch.check()

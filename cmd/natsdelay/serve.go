@@ -62,6 +62,9 @@ type serveCmd struct {
 	// bad holds the setting flags' values that did not parse; see
 	// badValues. Nil when parse did not set it.
 	bad *badValues
+	// limits are the config file's limits, that exist from the start.
+	// Nil when parse did not set it.
+	limits *configLimits
 }
 
 // listen is where the embedded server listens.
@@ -133,6 +136,9 @@ func (c *serveCmd) check() error {
 	}
 	// Every other rule lives with the setting, in the config that owns it;
 	// its complaints are reported under the flags that set them.
+	if c.limits != nil {
+		c.limits.check(&p, c.MaxInFlight)
+	}
 	var b bridge.Config
 	p = append(p, c.applySettings(&b)...)
 	p = append(p, c.settingProblems(b)...)
@@ -150,7 +156,12 @@ func joinDurations(ds []time.Duration) string {
 
 // apply copies the service settings into b; check has reported any that
 // do not fit.
-func (c *serveCmd) apply(b *bridge.Config) { _ = c.applySettings(b) }
+func (c *serveCmd) apply(b *bridge.Config) {
+	_ = c.applySettings(b)
+	if c.limits != nil {
+		b.Limits = c.limits.stored()
+	}
+}
 
 // defaultGCPercent is serve's GOGC unless the environment gives one. The
 // service's Go heap is small (the store's memtables and block cache are
