@@ -68,6 +68,7 @@ func TestLimits_BadInput_ExitsTwo(t *testing.T) {
 		}
 	}
 }
+
 // TestParse_ConfigLimits checks the limits key of the config file: a
 // list of limits, each a pattern with max_in_flight, rate (a number per
 // second, or a string as --rate takes it), burst and paused.
