@@ -98,6 +98,14 @@ type Config struct {
 	// RecurIdleFor is the idle interval whose CPU time it measures with
 	// them. Default 5s.
 	RecurIdleFor time.Duration
+	// FlowMsgs is how many messages the flow phase fires, at FlowRate
+	// msgs/s, on an unlimited subject: alone, then beside a paused subject
+	// with FlowPaused messages due and a rate-limited one with FlowRated
+	// due. Defaults 50,000 at 25,000/s, beside 1,000,000 and 10,000.
+	FlowMsgs   int
+	FlowRate   float64
+	FlowPaused int
+	FlowRated  int
 	// Failovers is how many times the cluster phase kills the leader of
 	// its three-node cluster. Default 5.
 	Failovers int
@@ -162,16 +170,19 @@ const (
 	// PhaseCluster runs natsdelay as one node and as a cluster of three
 	// child processes, and times failovers. It runs only when asked for.
 	PhaseCluster = "cluster"
+	// PhaseFlow measures the fire lateness of an unlimited subject beside
+	// a paused one and a rate-limited one. It runs only when asked for.
+	PhaseFlow = "flow"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseCluster}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseCluster}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
-	if phase == PhaseCluster {
+	if phase == PhaseCluster || phase == PhaseFlow {
 		return slices.Contains(c.Phases, phase)
 	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
@@ -200,6 +211,10 @@ func DefaultConfig() Config {
 		RecurDuration:  30 * time.Second,
 		RecurIdle:      100_000,
 		RecurIdleFor:   5 * time.Second,
+		FlowMsgs:       50_000,
+		FlowRate:       25_000,
+		FlowPaused:     1_000_000,
+		FlowRated:      10_000,
 		Failovers:      5,
 		Timeout:        2 * time.Minute,
 	}
@@ -239,6 +254,10 @@ func Quick() Config {
 		RecurDuration:  2 * time.Second,
 		RecurIdle:      500,
 		RecurIdleFor:   500 * time.Millisecond,
+		FlowMsgs:       5_000,
+		FlowRate:       5_000,
+		FlowPaused:     20_000,
+		FlowRated:      1_000,
 		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}
@@ -264,6 +283,12 @@ func (c Config) withDefaults() Config {
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
 	def(&c.Waves, d.Waves)
 	def(&c.Failovers, d.Failovers)
+	def(&c.FlowMsgs, d.FlowMsgs)
+	def(&c.FlowPaused, d.FlowPaused)
+	def(&c.FlowRated, d.FlowRated)
+	if c.FlowRate == 0 {
+		c.FlowRate = d.FlowRate
+	}
 	def(&c.WaveSubjects, d.WaveSubjects)
 	def(&c.RecurSchedules, d.RecurSchedules)
 	def(&c.RecurIdle, d.RecurIdle)
@@ -312,7 +337,7 @@ func (c Config) Validate() error {
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
-		{"Failovers", c.Failovers},
+		{"Failovers", c.Failovers}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
@@ -320,6 +345,9 @@ func (c Config) Validate() error {
 	}
 	if d := c.withDefaults(); d.ScaleSubjects > 0 && d.ScaleSubjects > d.ScalePending {
 		bad("ScaleSubjects (%d) must be at most ScalePending (%d)", d.ScaleSubjects, d.ScalePending)
+	}
+	if c.FlowRate < 0 {
+		bad("FlowRate (%v) must be > 0", c.FlowRate)
 	}
 	for i, r := range c.FireRates {
 		if !(r > 0) {

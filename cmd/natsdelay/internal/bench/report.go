@@ -153,6 +153,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if rr := res.Recurring; rr != nil {
 		writeRecurring(p, rr)
 	}
+	if fr := res.Flow; fr != nil {
+		writeFlow(p, fr, c.OwnProcess)
+	}
 	if cr := res.Cluster; cr != nil {
 		writeCluster(p, c, cr)
 	}
@@ -248,6 +251,33 @@ func writeWaves(p func(string, ...any), wv *WavesResult) {
 		}
 	}
 	p("")
+}
+
+// writeFlow prints the flow phase: the unlimited subject's lateness alone
+// and beside the paused and the rate-limited subjects, the ratio of their
+// p99s, and the CPU time per measured message.
+func writeFlow(p func(string, ...any), fr *FlowResult, own bool) {
+	p("flow control: %s msgs at %s/s on an unlimited subject\tbetter\talone\tbeside a paused and a limited subject\tbeside vs alone\t", num(float64(fr.Msgs)), num(fr.Rate))
+	a, b := fr.Alone, fr.Beside
+	for _, q := range []struct {
+		label  string
+		av, bv float64
+	}{{"p50 ms", a.P50Ms, b.P50Ms}, {"p99 ms", a.P99Ms, b.P99Ms}, {"max ms", a.MaxMs, b.MaxMs}} {
+		p("  %s\t%s\t%s\t%s\t%s\t", q.label, lower, dec(q.av), dec(q.bv), versus(q.bv, q.av, lower))
+	}
+	p("  delivered\t%s\t%d\t%d\t\t", higher, a.Delivered, b.Delivered)
+	cpu := func(label string, av, bv float64) {
+		ap, bp := perMsgUs(av, a.Scheduled), perMsgUs(bv, b.Scheduled)
+		p("  %s\t%s\t%s\t%s\t%s\t", label, lower, dec(ap), dec(bp), versus(bp, ap, lower))
+	}
+	if own {
+		cpu("CPU µs/msg, natsdelay process", a.CPU.Service, b.CPU.Service)
+	}
+	cpu(cpuLabel(own, false), a.CPU.Bench, b.CPU.Bench)
+	// NB: no tab, so that this long line does not widen the first column.
+	p("  beside: %s due on a paused subject, %s due on a subject limited to %s/s (%d of them delivered meanwhile); p99 ratio %.2f",
+		num(float64(fr.Paused)), num(float64(fr.Rated)), num(fr.RatedRate), fr.RatedDelivered, fr.P99Ratio)
+	p("\t")
 }
 
 // recurMethod says how each system's planned times are known; the table

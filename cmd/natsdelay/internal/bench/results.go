@@ -21,6 +21,7 @@ type Results struct {
 	Waves     *WavesResult     `json:"waves,omitempty"`
 	Recurring *RecurringResult `json:"recurring,omitempty"`
 	Cluster   *ClusterResult   `json:"cluster,omitempty"`
+	Flow      *FlowResult      `json:"flow,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 

@@ -111,6 +111,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}); err != nil {
 		return res, err
 	}
+	if err := phase(PhaseFlow, func(e *env) (err error) {
+		cfg.Logger.Info("flow")
+		res.Flow, err = e.runFlow(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
 	if err := phase(PhaseCluster, func(e *env) (err error) {
 		cfg.Logger.Info("cluster")
 		res.Cluster, err = e.runCluster(ctx)
