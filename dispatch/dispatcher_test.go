@@ -37,6 +37,7 @@ type fakePublisher struct {
 	dead       chan delivery
 	bounced    int
 	passes     []int // bounces per Flush, in order
+	flushes    int   // Flush calls
 }
 
 func newFakePublisher() *fakePublisher {
@@ -64,6 +65,7 @@ func (p *fakePublisher) DeadLetter(subject string, k keys.Key, m *delaystore.Sto
 
 func (p *fakePublisher) Flush(context.Context) error {
 	p.mu.Lock()
+	p.flushes++
 	bounced := p.unflushed
 	p.unflushed = nil
 	if len(bounced) > 0 {
@@ -74,6 +76,13 @@ func (p *fakePublisher) Flush(context.Context) error {
 		p.d.NoResponders(k)
 	}
 	return nil
+}
+
+// flushCount is how many times Flush was called.
+func (p *fakePublisher) flushCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flushes
 }
 
 func (p *fakePublisher) setAbsent(subject string, absent bool) {

@@ -185,3 +185,35 @@ func TestDispatcher_SubjectAtLimit_RedeliveredWithinItsShare(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatcher_Rate_WokenForGroups checks that a subject held by its
+// rate is woken for a group of tokens, not for each one: at 1,000/s with
+// a burst of 10, the 300 messages after the burst take at most 60 passes
+// (one per token was 300, each a wake-up, a pass and a flush), and all go
+// out, in fire order. A slow host only makes the groups larger.
+func TestDispatcher_Rate_WokenForGroups(t *testing.T) {
+	h, _ := newCountingHarness(t, nil)
+	if err := h.repo.SetLimit(delaystore.Limit{Pattern: "rated", Rate: 1000, Burst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.ReloadLimits(); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Minute)
+	var want []keys.Key
+	for i := range 310 {
+		want = append(want, h.schedule(msgAt("rated", base.Add(time.Duration(i)*time.Millisecond)))...)
+	}
+	for i, k := range want {
+		d := h.next(10 * time.Second)
+		if d.key != k {
+			t.Fatalf("delivery %d is %v, want %v: in fire order", i, d.key, k)
+		}
+		if err := h.ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.pub.flushCount(); n > 60 {
+		t.Fatalf("%d passes flushed deliveries for 310 messages at 1,000/s, want 60 or fewer", n)
+	}
+}

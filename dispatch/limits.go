@@ -121,9 +121,18 @@ func (d *Dispatcher) tokensLocked(t *topic, now int64) (int, int64) {
 	if tok >= 1 {
 		return int(tok), 0
 	}
-	wait := time.Duration((1 - tok) / float64(t.bucket.Limit()) * float64(time.Second))
+	// NB: the topic waits for a hundredth of a second's worth of tokens
+	// (at most its burst), not for one: woken for each token, a subject at
+	// 1,000/s cost a pass, and a read of its messages, every millisecond.
+	// The rate is the same; its deliveries go out in small groups.
+	r := float64(t.bucket.Limit())
+	want := min(float64(t.bucket.Burst()), max(1, r/rateWakesPerSecond))
+	wait := time.Duration((want - tok) / r * float64(time.Second))
 	return 0, after(now, max(wait, time.Millisecond))
 }
+
+// rateWakesPerSecond bounds how often a topic held by its rate is woken.
+const rateWakesPerSecond = 100
 
 // allowLocked is how many first deliveries t may have now, by its
 // in-flight limit, its pause and its rate. mu must be held.

@@ -31,9 +31,15 @@ type FlowResult struct {
 	Rated     int     `json:"rated_due"`
 	RatedRate float64 `json:"rated_rate"`
 	// RatedDelivered is how many of Rated were delivered during the run.
-	RatedDelivered int64      `json:"rated_delivered"`
-	Alone          FireResult `json:"alone"`
-	Beside         FireResult `json:"beside"`
+	RatedDelivered int64 `json:"rated_delivered"`
+	// SettleS is how long natsdelay took, after the paused and rated
+	// messages were written, to become idle before the measured run (-1:
+	// not within settleLimit): the store's flushes and compactions of a
+	// million writes are the aftermath of writing them, not of flow
+	// control, and would be measured otherwise.
+	SettleS float64    `json:"settle_s"`
+	Alone   FireResult `json:"alone"`
+	Beside  FireResult `json:"beside"`
 	// P99Ratio is Beside's p99 over Alone's.
 	P99Ratio float64 `json:"p99_ratio"`
 }
@@ -54,7 +60,7 @@ func (e *env) runFlow(ctx context.Context) (*FlowResult, error) {
 		stopLoad := func() error { return nil }
 		var rated atomic.Int64
 		if beside {
-			stopLoad, err = e.flowLoad(phase, &rated)
+			stopLoad, res.SettleS, err = e.flowLoad(phase, run.pid, &rated)
 			if err != nil {
 				return res, errors.Join(err, run.stop())
 			}
@@ -76,19 +82,27 @@ func (e *env) runFlow(ctx context.Context) (*FlowResult, error) {
 }
 
 // flowLoad pauses <phase>.paused and schedules FlowPaused due now there,
-// limits <phase>.rated to flowRatedRate and schedules FlowRated due now
-// there, with a consumer that ACKs them, counting them in delivered.
-func (e *env) flowLoad(phase string, delivered *atomic.Int64) (stop func() error, err error) {
+// waits for natsdelay (process pid, 0 for this one) to settle and returns
+// how long that took (see FlowResult.SettleS), then limits <phase>.rated
+// to flowRatedRate and schedules FlowRated due now there, with a consumer
+// that ACKs them, counting them in delivered. The rated ones come last so
+// that their subject is still held by its rate when the measured run
+// starts, whatever the settling took.
+func (e *env) flowLoad(phase string, pid int, delivered *atomic.Int64) (stop func() error, settleS float64, err error) {
 	paused, rated := e.plain+"."+phase+".paused", e.plain+"."+phase+".rated"
 	if err := e.apiRequest(wire.VerbPause, wire.PatternRequest{Pattern: paused}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	if err := e.schedulePipelined(paused, e.cfg.FlowPaused); err != nil {
+		return nil, 0, err
+	}
+	settleS = e.settle(pid)
 	if err := e.apiRequest(wire.VerbLimitsSet, wire.Limit{Pattern: rated, Rate: flowRatedRate}); err != nil {
-		return nil, err
+		return nil, settleS, err
 	}
 	nc, err := e.connect("bench-flow-rated")
 	if err != nil {
-		return nil, err
+		return nil, settleS, err
 	}
 	sub, err := nc.Subscribe(rated, func(m *nats.Msg) {
 		_ = m.Respond(nil)
@@ -100,29 +114,29 @@ func (e *env) flowLoad(phase string, delivered *atomic.Int64) (stop func() error
 	}
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("bench: subscribe %s: %w", rated, err)
+		return nil, settleS, fmt.Errorf("bench: subscribe %s: %w", rated, err)
 	}
 	stop = func() error {
 		err := nc.FlushTimeout(5 * time.Second)
 		nc.Close()
 		return err
 	}
-	for _, s := range []struct {
-		subj string
-		n    int
-	}{{paused, e.cfg.FlowPaused}, {rated, e.cfg.FlowRated}} {
-		p := startProgress(e.cfg.Progress, "flow: schedule "+s.subj, s.n, new(atomic.Int64))
-		_, failed, err := pipelined(e.conns[0], s.n, e.cfg.Outstanding, e.cfg.Timeout,
-			func(int) *nats.Msg { return e.delayMsg(s.subj, time.Now().Truncate(time.Millisecond)) }, delayOK, new(atomic.Int64))
-		p.done()
-		if err == nil && failed > 0 {
-			err = fmt.Errorf("bench: %d of %d schedules on %s refused", failed, s.n, s.subj)
-		}
-		if err != nil {
-			return nil, errors.Join(err, stop())
-		}
+	if err := e.schedulePipelined(rated, e.cfg.FlowRated); err != nil {
+		return nil, settleS, errors.Join(err, stop())
 	}
-	return stop, nil
+	return stop, settleS, nil
+}
+
+// schedulePipelined schedules n messages due now on subj, pipelined.
+func (e *env) schedulePipelined(subj string, n int) error {
+	p := startProgress(e.cfg.Progress, "flow: schedule "+subj, n, new(atomic.Int64))
+	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout,
+		func(int) *nats.Msg { return e.delayMsg(subj, time.Now().Truncate(time.Millisecond)) }, delayOK, new(atomic.Int64))
+	p.done()
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d schedules on %s refused", failed, n, subj)
+	}
+	return err
 }
 
 // apiRequest makes one request of natsdelay's API, failing on an error answer.

@@ -275,8 +275,12 @@ func writeFlow(p func(string, ...any), fr *FlowResult, own bool) {
 	}
 	cpu(cpuLabel(own, false), a.CPU.Bench, b.CPU.Bench)
 	// NB: no tab, so that this long line does not widen the first column.
-	p("  beside: %s due on a paused subject, %s due on a subject limited to %s/s (%d of them delivered meanwhile); p99 ratio %.2f",
-		num(float64(fr.Paused)), num(float64(fr.Rated)), num(fr.RatedRate), fr.RatedDelivered, fr.P99Ratio)
+	settled := fmt.Sprintf("idle %.0f s after writing them", fr.SettleS)
+	if fr.SettleS < 0 {
+		settled = "not idle within " + settleLimit.String() + " after writing them"
+	}
+	p("  beside: %s due on a paused subject (%s), %s due on a subject limited to %s/s (%d of them delivered meanwhile); p99 ratio %.2f",
+		num(float64(fr.Paused)), settled, num(float64(fr.Rated)), num(fr.RatedRate), fr.RatedDelivered, fr.P99Ratio)
 	p("\t")
 }
 
