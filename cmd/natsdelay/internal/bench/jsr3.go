@@ -29,7 +29,7 @@ type jsCluster struct {
 }
 
 // startJSCluster starts the three servers under dir and waits until
-// JetStream has a meta leader.
+// JetStream has a meta leader that can place a stream on all three.
 func (e *env) startJSCluster(dir string) (*jsCluster, error) {
 	var routes []*url.URL
 	var ports []int
@@ -71,15 +71,18 @@ func (e *env) startJSCluster(dir string) (*jsCluster, error) {
 		}
 		c.urls = append(c.urls, s.ClientURL())
 	}
+	// NB: a meta leader is not enough: an R3 stream is placed only on peers
+	// it has heard stats from, and until it has from all three, creating
+	// one fails with "no suitable peers for placement".
 	if err := poll(e.cfg.Timeout, func() (bool, error) {
 		for _, s := range c.servers {
 			if s.JetStreamIsLeader() {
-				return true, nil
+				return len(s.JetStreamClusterPeers()) == len(c.servers), nil
 			}
 		}
 		return false, nil
 	}); err != nil {
-		return nil, errors.Join(fmt.Errorf("bench: JetStream cluster has no meta leader: %w", err), c.close())
+		return nil, errors.Join(fmt.Errorf("bench: JetStream cluster has no meta leader that knows all %d peers: %w", len(c.servers), err), c.close())
 	}
 	return c, nil
 }
