@@ -1,6 +1,6 @@
 # natsdelay build and test entry points.
 #
-#   make test            go vet, then every test with the race detector
+#   make test            go vet and staticcheck, then every test with the race detector
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay bench against JetStream
@@ -14,11 +14,12 @@ T       ?=
 BENCH   ?= .
 FUZZTIME ?= 30s
 PROTOC_GEN_GO_VERSION := v1.36.12
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
 
-.PHONY: build test vet bench proto fuzz soak
+.PHONY: build test vet lint bench proto fuzz soak
 
 build:
 	$(GO) build -o bin/natsdelay ./cmd/natsdelay
@@ -26,7 +27,12 @@ build:
 vet:
 	$(GO) vet $(PKG)
 
-test: vet
+# lint runs staticcheck at a pinned version, fetched through the module
+# proxy on first use; it is not a dependency of the module.
+lint:
+	$(GO) run $(STATICCHECK) $(PKG)
+
+test: vet lint
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
 
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at

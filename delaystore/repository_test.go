@@ -119,18 +119,6 @@ func eventKeys(tb testing.TB, s delaystore.Store) []keys.Key {
 	return out
 }
 
-func scanAll(tb testing.TB, r *delaystore.Repository, subject string) []*delaystore.StoredMessage {
-	tb.Helper()
-	var out []*delaystore.StoredMessage
-	if err := r.ScanTopic(keys.TopicHash(subject), nil, nil, func(_ keys.Key, m *delaystore.StoredMessage) bool {
-		out = append(out, m)
-		return true
-	}); err != nil {
-		tb.Fatalf("ScanTopic(%q): %v", subject, err)
-	}
-	return out
-}
-
 // TestRepository_Schedule_IDsIncrease checks that event IDs start at 1 and
 // strictly increase across calls, and that each message's key and EventId
 // carry its ID.

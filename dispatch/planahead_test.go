@@ -24,9 +24,8 @@ func newFakeClock(t time.Time) *fakeClock {
 	return c
 }
 
-func (c *fakeClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
-func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *fakeClock) now() time.Time  { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
 
 // planAheadHarness is a harness on a fake clock whose repository reports
 // every committed Advance batch on commits.

@@ -282,7 +282,7 @@ func TestCluster_InProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 func killLeaderInProcess(t *testing.T, size, kills int) {
 	srv := startServer(t)
 	nodes := startInProcessCluster(t, srv, size)
-	leader := serving(t, nodes)
+	serving(t, nodes) // traffic starts once a leader serves
 
 	const subject, perRound = "clusterinproc", 60
 	l := newCrashLoop()
@@ -291,7 +291,7 @@ func killLeaderInProcess(t *testing.T, size, kills int) {
 	for round := range kills {
 		traffic.feed(ingestToken{}, perRound)
 		waitGrowth(t, "ingest replies", &l.replies, perRound/4)
-		leader = serving(t, nodes) // whichever leads now, after an election of its own too
+		leader := serving(t, nodes) // whichever leads now, after an election of its own too
 		l.setDown()
 		killed := leader.id
 		leader.kill(t)

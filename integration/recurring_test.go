@@ -365,7 +365,7 @@ func TestRecurring_CatchUp_AfterRestart(t *testing.T) {
 			})
 			got := subscribe(t, nc, subj)
 			restarted := time.Now()
-			svc = open()
+			open()
 			var occs []time.Time
 			for {
 				r := next(t, got, "occurrence after the restart")

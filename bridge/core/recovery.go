@@ -181,11 +181,11 @@ func (s *Service) recoverLoop() {
 // are not lost: they are delivered again from the reopened store.
 func (s *Service) retire(g *generation) {
 	// NB: down was set before, so Schedule calls that take workMu from now
-	// on do not hand the writer anything; taking it once waits for those
-	// that got in before.
+	// on do not hand the writer anything; taking it waits for those that
+	// got in before.
 	s.workMu.Lock()
-	s.workMu.Unlock()
 	g.retired.Store(true)
+	s.workMu.Unlock()
 	g.stopWork()
 	if err := g.closeStore(); err != nil {
 		s.log.Warn("closing the store", "err", err)

@@ -179,7 +179,7 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 			if r.Alert != "" {
 				alerts++
 			}
-			if r.Record != "" && !model.IsValidLegacyMetricName(r.Record) {
+			if r.Record != "" && !model.LegacyValidation.IsValidMetricName(r.Record) {
 				t.Errorf("%s: record %q is not a metric name", where, r.Record)
 			}
 			if r.Record != "" && (r.For != "" || len(r.Annotations) > 0) {
@@ -191,7 +191,7 @@ func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 				}
 			}
 			for k := range r.Labels {
-				if !model.LabelName(k).IsValidLegacy() {
+				if !model.LegacyValidation.IsValidLabelName(k) {
 					t.Errorf("%s: label name %q", where, k)
 				}
 			}

@@ -15,6 +15,8 @@
 // configuration error.
 package main
 
+//lint:file-ignore SA5008 kong reads a set tag given more than once, one variable each.
+
 import (
 	"errors"
 	"fmt"

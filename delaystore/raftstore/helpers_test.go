@@ -146,13 +146,6 @@ func (n *testNode) open(ctx context.Context, cfg Config, ln net.Listener) error 
 	return nil
 }
 
-// restart closes the node and opens it again on the same port and Dir.
-func (n *testNode) restart(ctx context.Context) {
-	n.t.Helper()
-	n.stop()
-	n.reopen(ctx)
-}
-
 func (n *testNode) reopen(ctx context.Context) {
 	n.t.Helper()
 	ln, err := net.Listen("tcp", n.addr)

@@ -222,7 +222,7 @@ func TestTransport_ForgedTermBump_RefusedWithoutMembership(t *testing.T) {
 			var resp raft.AppendEntriesResponse
 			req := &raft.AppendEntriesRequest{
 				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("forger"), Addr: []byte("127.0.0.1:1")},
-				Term:      term + uint64(100+i), Leader: []byte("127.0.0.1:1"),
+				Term:      term + uint64(100+i),
 			}
 			if err := tr.AppendEntries(raft.ServerID(n.id), raft.ServerAddress(n.addr), req, &resp); err == nil {
 				t.Fatalf("a forged AppendEntries to %s was answered: %+v", n.id, resp)

@@ -10,15 +10,6 @@ import (
 	"natsdelay/delaystore"
 )
 
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
-}
-
 func mustCron(t *testing.T, spec, tz string) Spec {
 	t.Helper()
 	s, err := ParseCron(spec, tz)
