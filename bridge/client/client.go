@@ -1,0 +1,171 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/wire"
+)
+
+// Client talks to one natsdelay service (or cluster) over a connection it
+// does not own. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	api     string
+	ingest  string
+	timeout time.Duration
+	retries int
+	backoff time.Duration
+}
+
+// Option sets up a Client.
+type Option func(*Client)
+
+// WithAPIPrefix is the service's --api-prefix (default $DELAY.API).
+func WithAPIPrefix(prefix string) Option { return func(c *Client) { c.api = prefix } }
+
+// WithIngestPrefix is the service's --ingest-prefix (default delay).
+func WithIngestPrefix(prefix string) Option { return func(c *Client) { c.ingest = prefix } }
+
+// WithTimeout bounds each request's wait for its answer (default 5s),
+// within the context's own deadline.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithRetry sends a request that failed in a way that may pass up to
+// attempts times in all, waiting backoff after the first failure and twice
+// as long after each next one (see the package doc for what is retried).
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(c *Client) { c.retries, c.backoff = max(attempts, 1)-1, backoff }
+}
+
+// DefaultTimeout is how long a request waits for its answer by default.
+const DefaultTimeout = 5 * time.Second
+
+// New returns a client of the service on nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	c := &Client{nc: nc, api: wire.DefaultAPIPrefix, ingest: wire.DefaultIngestPrefix, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// IsRetryable reports whether err may pass if the request is sent again:
+// nothing answered (no service there, or a cluster between leaders), no
+// answer in time, or the service answered 503 (shutting down, its store
+// failing, not the leader any more).
+func IsRetryable(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, wire.ErrUnavailable)
+}
+
+// Request sends req as JSON to <api prefix>.<verb> and returns the body of
+// the answer, or the error: a *wire.ServiceError for an error answer, and
+// for no answer an error that wraps nats.ErrNoResponders or
+// nats.ErrTimeout and names the subject. A nil req sends an empty body.
+// It is the call every method makes, for programs (such as a CLI that
+// prints the JSON as it came) that want the body itself.
+func (c *Client) Request(ctx context.Context, verb string, req any) ([]byte, error) {
+	var body []byte
+	if req != nil {
+		var err error
+		if body, err = json.Marshal(req); err != nil {
+			return nil, fmt.Errorf("encode the %s request: %w", verb, err)
+		}
+	}
+	m := nats.NewMsg(c.api + "." + verb)
+	m.Data = body
+	return c.retry(ctx, true, func() ([]byte, error) { return c.roundTrip(ctx, m) })
+}
+
+// requestNoRetry is Request for a verb that must not be sent twice.
+func (c *Client) requestNoRetry(ctx context.Context, verb string, req any) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode the %s request: %w", verb, err)
+	}
+	m := nats.NewMsg(c.api + "." + verb)
+	m.Data = body
+	return c.roundTrip(ctx, m)
+}
+
+// call is Request, decoding the answer into out.
+func (c *Client) call(ctx context.Context, verb string, req, out any) error {
+	data, err := c.Request(ctx, verb, req)
+	if err != nil {
+		return err
+	}
+	return decode(verb, data, out)
+}
+
+func decode(verb string, data []byte, out any) error {
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("unexpected %s answer %q: %w", verb, data, err)
+	}
+	return nil
+}
+
+// roundTrip sends m and waits for its answer within the client's timeout.
+func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	rep, err := c.nc.RequestMsgWithContext(rctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("nothing answers on %s: %w", m.Subject, nats.ErrNoResponders)
+	case err != nil && ctx.Err() == nil && rctx.Err() != nil:
+		return nil, fmt.Errorf("no answer on %s within %v: %w", m.Subject, c.timeout, nats.ErrTimeout)
+	case err != nil:
+		return nil, fmt.Errorf("request on %s: %w", m.Subject, err)
+	}
+	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
+		return nil, err
+	}
+	return rep.Data, nil
+}
+
+// retry runs try, and again while it fails retryably and allowed says so,
+// up to the client's retries.
+func (c *Client) retry(ctx context.Context, allowed bool, try func() ([]byte, error)) ([]byte, error) {
+	wait := c.backoff
+	for n := 0; ; n++ {
+		data, err := try()
+		if err == nil || !allowed || n >= c.retries || !IsRetryable(err) {
+			return data, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// Info is the service's INFO: version, counts, stats and settings.
+func (c *Client) Info(ctx context.Context) (*wire.InfoReply, error) {
+	var r wire.InfoReply
+	return &r, c.call(ctx, wire.VerbInfo, nil, &r)
+}
+
+// Get is one pending message, by tag or by subject and id; ref.Payload
+// asks for its payload too. A message that is not pending is a
+// *wire.ServiceError matching wire.ErrNotFound.
+func (c *Client) Get(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
+	var r wire.MessageInfo
+	return &r, c.call(ctx, wire.VerbGet, ref, &r)
+}
+
+// Cancel deletes one pending message, by tag or by subject and id (a
+// recurring schedule by its name). One that is not pending is a
+// *wire.ServiceError matching wire.ErrNotFound. It is never retried.
+func (c *Client) Cancel(ctx context.Context, ref wire.MessageRef) error {
+	_, err := c.requestNoRetry(ctx, wire.VerbCancel, ref)
+	return err
+}

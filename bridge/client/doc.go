@@ -1,0 +1,22 @@
+// Package client is natsdelay's Go client: it schedules messages and calls
+// the service's API over a nats.go connection, with the wire types of
+// package wire, and hands deliveries to consumers with the ack vocabulary
+// as methods.
+//
+// Nothing here is needed to use natsdelay: any NATS client can publish to
+// delay.<subject> with a Delay header and answer +ACK. The package saves a
+// Go program the protocol's details: the error answers, which come back as
+// *wire.ServiceError values that match wire.ErrBadRequest, wire.ErrNotFound
+// and wire.ErrUnavailable with errors.Is; which errors are worth a retry
+// (IsRetryable); and the paging of LIST, SUBJECTS and SCHEDULES, walked as
+// iterators.
+//
+// Retries: with WithRetry, a request that failed in a way that may pass
+// (no responders, no answer in time, a 503) is sent again, after a pause
+// that doubles each time. Schedule retries only a message with an ID: the
+// service replaces a pending message of the same subject and Delay-Id, so
+// a retry after an answer that was lost stores the message once; without
+// an ID it could be stored twice, and the first error is returned. Cancel
+// and DeleteLimit are not retried, since a retry after a lost answer
+// would be told 404 for what the first did.
+package client

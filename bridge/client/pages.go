@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"iter"
+
+	"natsdelay/bridge/wire"
+)
+
+// ListPage is one page of LIST: a subject's pending messages in fire
+// order, after req.After.
+func (c *Client) ListPage(ctx context.Context, req wire.ListRequest) (*wire.ListReply, error) {
+	var r wire.ListReply
+	return &r, c.call(ctx, wire.VerbList, req, &r)
+}
+
+// SubjectsPage is one page of SUBJECTS: the subjects with pending messages
+// that match req.Filter, in subject order, after req.After.
+func (c *Client) SubjectsPage(ctx context.Context, req wire.SubjectsRequest) (*wire.SubjectsReply, error) {
+	var r wire.SubjectsReply
+	return &r, c.call(ctx, wire.VerbSubjects, req, &r)
+}
+
+// SchedulesPage is one page of SCHEDULES: the recurring schedules, each as
+// its next occurrence, after req.After.
+func (c *Client) SchedulesPage(ctx context.Context, req wire.SchedulesRequest) (*wire.SchedulesReply, error) {
+	var r wire.SchedulesReply
+	return &r, c.call(ctx, wire.VerbSchedules, req, &r)
+}
+
+// List walks a subject's pending messages in fire order, from req.After,
+// a page of req.Limit (the service's default if nil) at a time. An error
+// ends the walk as its last element.
+func (c *Client) List(ctx context.Context, req wire.ListRequest) iter.Seq2[wire.MessageInfo, error] {
+	return walk(func(after string) ([]wire.MessageInfo, string, error) {
+		req.After = after
+		r, err := c.ListPage(ctx, req)
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Messages, r.Next, nil
+	}, req.After)
+}
+
+// Subjects walks the subjects with pending messages that match req.Filter
+// (every subject if empty), as List does.
+func (c *Client) Subjects(ctx context.Context, req wire.SubjectsRequest) iter.Seq2[wire.SubjectInfo, error] {
+	return walk(func(after string) ([]wire.SubjectInfo, string, error) {
+		req.After = after
+		r, err := c.SubjectsPage(ctx, req)
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Subjects, r.Next, nil
+	}, req.After)
+}
+
+// Schedules walks the recurring schedules (of req.Subject if set), as
+// List does.
+func (c *Client) Schedules(ctx context.Context, req wire.SchedulesRequest) iter.Seq2[wire.MessageInfo, error] {
+	return walk(func(after string) ([]wire.MessageInfo, string, error) {
+		req.After = after
+		r, err := c.SchedulesPage(ctx, req)
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Schedules, r.Next, nil
+	}, req.After)
+}
+
+// walk yields the items of the pages page returns, from the cursor after
+// on, until a page has no next cursor, the loop stops or a page fails.
+func walk[T any](page func(after string) ([]T, string, error), after string) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for {
+			items, next, err := page(after)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, it := range items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			after = next
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"natsdelay/bridge/wire"
+)
+
+// Message is a message to schedule: its target subject, payload and
+// headers, and when and how the service delivers it. Each field that is
+// set becomes its control header (docs/protocol.md, sections 1 and 6); the
+// zero value of a field sets nothing.
+type Message struct {
+	// Subject is the target subject the message is delivered to.
+	Subject string
+	Data    []byte
+	// Header holds the headers delivered with the message. Names in the
+	// reserved Delay- prefix are refused by the service; use the fields.
+	Header nats.Header
+
+	// Delay is how long from now it is due (Delay); At is when (Delay-At).
+	// Neither: due now.
+	Delay time.Duration
+	At    time.Time
+	// ID is the Delay-Id: scheduling again with the same subject and ID
+	// replaces the pending message, which makes Schedule safe to retry.
+	ID string
+	// TTL expires the message that long after its fire time (Delay-TTL).
+	TTL time.Duration
+	// MaxDeliver dead-letters it after that many deliveries without an
+	// ACK (Delay-Max-Deliver).
+	MaxDeliver int
+	// NoAck delivers it once and deletes it, with no answer awaited
+	// (Delay-Ack: none).
+	NoAck bool
+
+	// Every or Cron make it a recurring schedule (Delay-Every,
+	// Delay-Cron), in Zone (Delay-TZ, an IANA name), ended by Until
+	// (Delay-Until) or after Limit occurrences (Delay-Limit); CatchUp is
+	// one, all or none (Delay-Catch-Up).
+	Every   time.Duration
+	Cron    string
+	Zone    string
+	Until   time.Time
+	Limit   uint64
+	CatchUp string
+}
+
+// msg is m as the NATS message to publish on ingest.
+func (c *Client) msg(m Message) *nats.Msg {
+	nm := nats.NewMsg(c.ingest + "." + m.Subject)
+	nm.Data = m.Data
+	for k, vs := range m.Header {
+		nm.Header[k] = append([]string(nil), vs...)
+	}
+	set := func(name string, v string, ok bool) {
+		if ok {
+			nm.Header.Set(name, v)
+		}
+	}
+	set(wire.HeaderDelay, m.Delay.String(), m.Delay != 0)
+	set(wire.HeaderAt, m.At.UTC().Format(time.RFC3339Nano), !m.At.IsZero())
+	set(wire.HeaderID, m.ID, m.ID != "")
+	set(wire.HeaderTTL, m.TTL.String(), m.TTL != 0)
+	set(wire.HeaderMaxDeliver, strconv.Itoa(m.MaxDeliver), m.MaxDeliver != 0)
+	set(wire.HeaderAck, "none", m.NoAck)
+	set(wire.HeaderEvery, m.Every.String(), m.Every != 0)
+	set(wire.HeaderCron, m.Cron, m.Cron != "")
+	set(wire.HeaderTZ, m.Zone, m.Zone != "")
+	set(wire.HeaderUntil, m.Until.UTC().Format(time.RFC3339Nano), !m.Until.IsZero())
+	set(wire.HeaderLimit, strconv.FormatUint(m.Limit, 10), m.Limit != 0)
+	set(wire.HeaderCatchUp, m.CatchUp, m.CatchUp != "")
+	return nm
+}
+
+// Scheduled is the service's answer to a message it stored durably: its
+// tag (for Get, Cancel and the deliveries' Delay-Tag) and its fire time.
+type Scheduled struct {
+	Tag     string
+	Subject string
+	FireAt  time.Time
+}
+
+// Schedule stores m with the service and returns once it is durable. A
+// message the service refuses is a *wire.ServiceError matching
+// wire.ErrBadRequest, with what is wrong; nothing was stored. With
+// WithRetry, a message with an ID is sent again after a retryable error.
+func (c *Client) Schedule(ctx context.Context, m Message) (*Scheduled, error) {
+	if m.Subject == "" {
+		return nil, fmt.Errorf("schedule: %w: no target subject", wire.ErrBadRequest)
+	}
+	nm := c.msg(m)
+	data, err := c.retry(ctx, m.ID != "", func() ([]byte, error) { return c.roundTrip(ctx, nm) })
+	if err != nil {
+		return nil, err
+	}
+	var r wire.ScheduleReply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("unexpected answer to a schedule %q: %w", data, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, r.FireAt)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("unexpected fire_at %q in the answer to a schedule", r.FireAt), err)
+	}
+	return &Scheduled{Tag: r.Tag, Subject: r.Subject, FireAt: at}, nil
+}
