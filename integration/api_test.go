@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/client"
 	"natsdelay/bridge/wire"
 	"natsdelay/keys"
 )
@@ -44,16 +46,17 @@ func apiRequest(tb testing.TB, nc *nats.Conn, verb string, body any) *nats.Msg {
 	return rep
 }
 
-// apiCall sends body to verb, fails tb unless the reply is a success, and
-// decodes it into out.
+// apiCall sends body to verb through the client package, fails tb unless
+// the reply is a success, and decodes it into out. Tests of the error
+// answers' wire form use apiRequest.
 func apiCall(tb testing.TB, nc *nats.Conn, verb string, body, out any) {
 	tb.Helper()
-	rep := apiRequest(tb, nc, verb, body)
-	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
-		tb.Fatalf("%s %v: error %s: %s", verb, body, code, rep.Header.Get(wire.HeaderServiceError))
+	data, err := client.New(nc, client.WithTimeout(wait)).Request(context.Background(), verb, body)
+	if err != nil {
+		tb.Fatalf("%s %v: %v", verb, body, err)
 	}
-	if err := json.Unmarshal(rep.Data, out); err != nil {
-		tb.Fatalf("%s reply %q: %v", verb, rep.Data, err)
+	if err := json.Unmarshal(data, out); err != nil {
+		tb.Fatalf("%s reply %q: %v", verb, data, err)
 	}
 }
 

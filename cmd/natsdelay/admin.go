@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"natsdelay/bridge/client"
 	"natsdelay/bridge/wire"
 	"slices"
 	"strconv"
@@ -39,48 +41,49 @@ func (c *apiFlags) checkAPI(p *problems) {
 	}
 }
 
-// client is one connection to the API.
-type client struct {
+// apiClient is one connection to the API, through the client package,
+// with the command line's words for a service that does not answer.
+type apiClient struct {
 	nc      *nats.Conn
+	api     *client.Client
 	prefix  string
 	timeout time.Duration
 }
 
+// newAPIClient is the API client of the command line on nc.
+func newAPIClient(nc *nats.Conn, prefix string, timeout time.Duration) *apiClient {
+	return &apiClient{nc: nc, prefix: prefix, timeout: timeout,
+		api: client.New(nc, client.WithAPIPrefix(prefix), client.WithTimeout(timeout))}
+}
+
 // dial connects for the command name.
-func (c *apiFlags) dial(name string, e *env) (*client, error) {
+func (c *apiFlags) dial(name string, e *env) (*apiClient, error) {
 	nc, err := c.connect("natsdelay "+name, e.log)
 	if err != nil {
 		return nil, err
 	}
-	return &client{nc: nc, prefix: c.APIPrefix, timeout: c.Timeout}, nil
+	return newAPIClient(nc, c.APIPrefix, c.Timeout), nil
 }
 
-func (cl *client) close() { cl.nc.Close() }
+func (cl *apiClient) close() { cl.nc.Close() }
 
 // call sends req as JSON to <prefix>.<verb> and returns the reply body, or
-// the error the service answered with.
-func (cl *client) call(verb string, req any) ([]byte, error) {
+// the error the service answered with, printed as "<code> <description>".
+func (cl *apiClient) call(verb string, req any) ([]byte, error) {
+	data, err := cl.api.Request(context.Background(), verb, req)
+	return data, cl.explain(verb, err)
+}
+
+// explain adds to err, when nothing answered, where the command looked.
+func (cl *apiClient) explain(verb string, err error) error {
 	subj := cl.prefix + "." + verb
-	var body []byte
-	if req != nil {
-		var err error
-		if body, err = json.Marshal(req); err != nil {
-			return nil, fmt.Errorf("encode the %s request: %w", verb, err)
-		}
-	}
-	rep, err := cl.nc.Request(subj, body, cl.timeout)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("nothing answers on %s: is natsdelay serve running there, with --api-prefix %s?", subj, cl.prefix)
+		return fmt.Errorf("nothing answers on %s: is natsdelay serve running there, with --api-prefix %s?", subj, cl.prefix)
 	case errors.Is(err, nats.ErrTimeout):
-		return nil, fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
-	case err != nil:
-		return nil, fmt.Errorf("request on %s: %w", subj, err)
+		return fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
 	}
-	if err := replyError(rep); err != nil {
-		return nil, err
-	}
-	return rep.Data, nil
+	return err
 }
 
 // replyError returns the error that m carries in the NATS micro

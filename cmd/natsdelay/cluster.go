@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -108,75 +109,17 @@ func silentMembers(nodes []wire.NodeStatus) []wire.ClusterPeer {
 }
 
 // gatherStatus collects the nodes' answers to CLUSTER.STATUS, sorted by
-// id, and the members in their configurations that did not answer: within
-// --timeout, and no longer than statusGrace once a quorum of the members
-// answered, so that a member that is down does not cost the whole timeout.
-func (cl *client) gatherStatus() ([]wire.NodeStatus, []wire.ClusterPeer, error) {
-	subj := cl.prefix + "." + wire.VerbClusterStatus
-	inbox := cl.nc.NewInbox()
-	ch := make(chan *nats.Msg, 64)
-	sub, err := cl.nc.ChanSubscribe(inbox, ch)
+// id, and the members in their configurations that did not answer (see
+// client.ClusterStatus).
+func (cl *apiClient) gatherStatus() ([]wire.NodeStatus, []wire.ClusterPeer, error) {
+	st, err := cl.api.ClusterStatus(context.Background())
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, nil, fmt.Errorf("nothing answers on %s.%s: is natsdelay serve running there as a node of a cluster, with --api-prefix %s?", cl.prefix, wire.VerbClusterStatus, cl.prefix)
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, cl.explain(wire.VerbClusterStatus, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := cl.nc.PublishRequest(subj, inbox, nil); err != nil {
-		return nil, nil, fmt.Errorf("request on %s: %w", subj, err)
-	}
-	got := map[string]wire.NodeStatus{}
-	members := map[string]wire.ClusterPeer{}
-	deadline := time.Now().Add(cl.timeout)
-	timer := time.NewTimer(cl.timeout)
-	defer timer.Stop()
-	graced := false
-wait:
-	for len(got) == 0 || len(got) < len(members) {
-		select {
-		case m := <-ch:
-			if isNoResponders(m) {
-				return nil, nil, fmt.Errorf("nothing answers on %s: is natsdelay serve running there as a node of a cluster, with --api-prefix %s?", subj, cl.prefix)
-			}
-			var st wire.NodeStatus
-			if err := json.Unmarshal(m.Data, &st); err != nil || st.ID == "" {
-				continue
-			}
-			got[st.ID] = st
-			for _, p := range st.Peers {
-				members[p.ID] = p
-			}
-			if !graced && len(members) > 0 && len(got) >= len(members)/2+1 {
-				graced = true
-				timer.Reset(min(statusGrace, time.Until(deadline)))
-			}
-		case <-timer.C:
-			break wait
-		}
-	}
-	if len(got) == 0 {
-		return nil, nil, fmt.Errorf("no answer on %s within %v", subj, cl.timeout)
-	}
-	out := make([]wire.NodeStatus, 0, len(got))
-	for _, st := range got {
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b wire.NodeStatus) int { return strings.Compare(a.ID, b.ID) })
-	var missing []wire.ClusterPeer
-	for id, p := range members {
-		if _, ok := got[id]; !ok {
-			missing = append(missing, p)
-		}
-	}
-	slices.SortFunc(missing, func(a, b wire.ClusterPeer) int { return strings.Compare(a.ID, b.ID) })
-	return out, missing, nil
-}
-
-// statusGrace is how long cluster status waits for the other members once
-// a quorum of them answered (as INFO does on the service).
-const statusGrace = 200 * time.Millisecond
-
-// isNoResponders reports whether m is the server's no-responders notice.
-func isNoResponders(m *nats.Msg) bool {
-	return m.Header.Get("Status") == "503" && len(m.Data) == 0
+	return st.Nodes, st.Silent, nil
 }
 
 // clusterAddCmd adds a voting member.

@@ -44,7 +44,7 @@ func isFilter(subj string) bool {
 
 // list returns the first page of subject after after, or with all every
 // page to the end, with Next the after of the page that follows, if any.
-func (c *lsCmd) list(cl *client, subject, after string) (wire.ListReply, error) {
+func (c *lsCmd) list(cl *apiClient, subject, after string) (wire.ListReply, error) {
 	req := wire.ListRequest{Subject: subject, Limit: limit(c.Limit), After: after}
 	out := wire.ListReply{Messages: []wire.MessageInfo{}}
 	next, err := fetchPages(cl, wire.VerbList, &req, &req.After, c.All, func(page wire.ListReply) string {
@@ -177,14 +177,14 @@ func (c *subjectsCmd) check() error {
 
 // allSubjects returns every subject with pending messages that matches
 // filter, following the pages.
-func allSubjects(cl *client, filter string) ([]wire.SubjectInfo, error) {
+func allSubjects(cl *apiClient, filter string) ([]wire.SubjectInfo, error) {
 	r, err := subjectPages(cl, wire.SubjectsRequest{Filter: filter, Limit: limit(1000)}, true)
 	return r.Subjects, err
 }
 
 // subjectPages returns the page req asks for, or with all that page and
 // every one after it, with Next the after of the page that follows, if any.
-func subjectPages(cl *client, req wire.SubjectsRequest, all bool) (wire.SubjectsReply, error) {
+func subjectPages(cl *apiClient, req wire.SubjectsRequest, all bool) (wire.SubjectsReply, error) {
 	out := wire.SubjectsReply{Subjects: []wire.SubjectInfo{}}
 	next, err := fetchPages(cl, wire.VerbSubjects, &req, &req.After, all, func(page wire.SubjectsReply) string {
 		out.Filter = page.Filter

@@ -4,7 +4,7 @@ package main
 // returns the page's Next. With all it follows Next, setting *after (req's
 // After field) to it, until a page has none; it returns the Next of the
 // last page it fetched.
-func fetchPages[Req, Page any](cl *client, verb string, req *Req, after *string, all bool, add func(Page) string) (string, error) {
+func fetchPages[Req, Page any](cl *apiClient, verb string, req *Req, after *string, all bool, add func(Page) string) (string, error) {
 	for {
 		data, err := cl.call(verb, *req)
 		if err != nil {

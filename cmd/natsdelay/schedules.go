@@ -35,7 +35,7 @@ func (c *schedulesCmd) check() error {
 
 // schedulePages returns the page req asks for, or with all that page and
 // every one after it, with Next the after of the page that follows, if any.
-func schedulePages(cl *client, req wire.SchedulesRequest, all bool) (wire.SchedulesReply, error) {
+func schedulePages(cl *apiClient, req wire.SchedulesRequest, all bool) (wire.SchedulesReply, error) {
 	out := wire.SchedulesReply{Subject: req.Subject, Schedules: []wire.MessageInfo{}}
 	next, err := fetchPages(cl, wire.VerbSchedules, &req, &req.After, all, func(page wire.SchedulesReply) string {
 		out.Schedules = append(out.Schedules, page.Schedules...)

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -133,34 +132,24 @@ func (s *nodeSet) waitServing() error {
 			default:
 			}
 		}
-		rep, err := s.e.conns[0].Request(s.e.api+"."+wire.VerbInfo, nil, time.Second)
-		return err == nil && wire.ParseError(rep.Header, rep.Data) == nil, nil
+		_, err := s.e.client(time.Second).Info(context.Background())
+		return err == nil, nil
 	})
 }
 
 // leader is the node that says it leads, gathered over CLUSTER.STATUS.
 func (s *nodeSet) leader() (*benchNode, error) {
-	inbox := nats.NewInbox()
-	sub, err := s.e.conns[0].SubscribeSync(inbox)
+	st, err := s.e.client(time.Second).ClusterStatus(context.Background())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: cluster status: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := s.e.conns[0].PublishRequest(s.e.api+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		m, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break
+	for _, ns := range st.Nodes {
+		if ns.Role != wire.RoleLeader {
+			continue
 		}
-		var st wire.NodeStatus
-		if json.Unmarshal(m.Data, &st) == nil && st.Role == wire.RoleLeader {
-			for _, n := range s.nodes {
-				if n.id == st.ID {
-					return n, nil
-				}
+		for _, n := range s.nodes {
+			if n.id == ns.ID {
+				return n, nil
 			}
 		}
 	}
@@ -366,35 +355,20 @@ func raftAddrs(s *nodeSet) []string {
 // waitAll waits until every node answers CLUSTER.STATUS as leader or
 // follower of one leader, and that leader serves.
 func (s *nodeSet) waitAll() error {
+	api := s.e.client(300 * time.Millisecond)
 	return poll(s.e.cfg.Timeout, func() (bool, error) {
-		inbox := nats.NewInbox()
-		ch := make(chan *nats.Msg, 8)
-		sub, err := s.e.conns[0].ChanSubscribe(inbox, ch)
-		if err != nil {
-			return false, err
-		}
-		defer sub.Unsubscribe()
-		if err := s.e.conns[0].PublishRequest(s.e.api+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
-			return false, err
+		st, err := api.ClusterStatus(context.Background())
+		if err != nil || len(st.Nodes) != len(s.nodes) {
+			return false, nil
 		}
 		leaders := map[string]int{}
-		timer := time.NewTimer(300 * time.Millisecond)
-		defer timer.Stop()
-		for got := 0; got < len(s.nodes); got++ {
-			select {
-			case m := <-ch:
-				var st wire.NodeStatus
-				if json.Unmarshal(m.Data, &st) == nil {
-					leaders[st.LeaderID]++
-				}
-			case <-timer.C:
-				return false, nil
-			}
+		for _, ns := range st.Nodes {
+			leaders[ns.LeaderID]++
 		}
 		if len(leaders) != 1 || leaders[""] > 0 {
 			return false, nil
 		}
-		rep, err := s.e.conns[0].Request(s.e.api+"."+wire.VerbInfo, nil, time.Second)
-		return err == nil && wire.ParseError(rep.Header, rep.Data) == nil, nil
+		_, err = s.e.client(time.Second).Info(context.Background())
+		return err == nil, nil
 	})
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -90,15 +89,16 @@ func (e *env) runFlow(ctx context.Context) (*FlowResult, error) {
 // starts, whatever the settling took.
 func (e *env) flowLoad(phase string, pid int, delivered *atomic.Int64) (stop func() error, settleS float64, err error) {
 	paused, rated := e.plain+"."+phase+".paused", e.plain+"."+phase+".rated"
-	if err := e.apiRequest(wire.VerbPause, wire.PatternRequest{Pattern: paused}); err != nil {
-		return nil, 0, err
+	api := e.client(e.cfg.Timeout)
+	if _, err := api.Pause(context.Background(), paused); err != nil {
+		return nil, 0, fmt.Errorf("bench: pause %s: %w", paused, err)
 	}
 	if err := e.schedulePipelined(paused, e.cfg.FlowPaused); err != nil {
 		return nil, 0, err
 	}
 	settleS = e.settle(pid)
-	if err := e.apiRequest(wire.VerbLimitsSet, wire.Limit{Pattern: rated, Rate: flowRatedRate}); err != nil {
-		return nil, settleS, err
+	if _, err := api.SetLimit(context.Background(), wire.Limit{Pattern: rated, Rate: flowRatedRate}); err != nil {
+		return nil, settleS, fmt.Errorf("bench: limit %s: %w", rated, err)
 	}
 	nc, err := e.connect("bench-flow-rated")
 	if err != nil {
@@ -137,20 +137,4 @@ func (e *env) schedulePipelined(subj string, n int) error {
 		err = fmt.Errorf("bench: %d of %d schedules on %s refused", failed, n, subj)
 	}
 	return err
-}
-
-// apiRequest makes one request of natsdelay's API, failing on an error answer.
-func (e *env) apiRequest(verb string, body any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	rep, err := e.conns[0].Request(e.api+"."+verb, data, e.cfg.Timeout)
-	if err != nil {
-		return fmt.Errorf("bench: %s: %w", verb, err)
-	}
-	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
-		return fmt.Errorf("bench: %s: %w", verb, err)
-	}
-	return nil
 }

@@ -2,16 +2,18 @@ package bench
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"natsdelay/bridge/wire"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )
@@ -123,11 +125,8 @@ func (e *env) timeInfo() (float64, error) {
 	var slowest time.Duration
 	for range 3 {
 		t0 := time.Now()
-		rep, err := e.conns[0].Request(e.api+"."+wire.VerbInfo, nil, e.cfg.Timeout)
+		_, err := e.client(e.cfg.Timeout).Info(context.Background())
 		el := time.Since(t0)
-		if err == nil {
-			err = wire.ParseError(rep.Header, rep.Data)
-		}
 		if err != nil {
 			return 0, fmt.Errorf("bench: INFO: %w", err)
 		}

@@ -3,11 +3,10 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"natsdelay/bridge/wire"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"natsdelay/bridge/wire"
 )
 
 // service is a natsdelay the scale and expiry phases run against: in this
@@ -127,33 +128,12 @@ func (e *env) startProcess(dir string) (*process, error) {
 	}
 }
 
-// request asks the API and decodes the answer into out, waiting at most
-// timeout.
-func (p *process) request(verb string, body any, out any, timeout time.Duration) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	rep, err := p.e.conns[0].Request(p.e.api+"."+verb, data, timeout)
-	if err != nil {
-		return err
-	}
-	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
-		return fmt.Errorf("bench: %s: %w", verb, err)
-	}
-	if err := json.Unmarshal(rep.Data, out); err != nil {
-		return fmt.Errorf("bench: %s reply: %w", verb, err)
-	}
-	return nil
-}
-
 // NB: LIST with a limit of 1 reads one key; INFO would count every
 // message due within a day, which is all of them in the scale phase.
 func (p *process) hasPending(subject string) (bool, error) {
-	var list wire.ListReply
 	one := 1
-	err := p.request(wire.VerbList, wire.ListRequest{Subject: subject, Limit: &one}, &list, time.Second)
-	return len(list.Messages) > 0, err
+	list, err := p.e.client(time.Second).ListPage(context.Background(), wire.ListRequest{Subject: subject, Limit: &one})
+	return err == nil && len(list.Messages) > 0, err
 }
 
 func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Process.Pid)) }
@@ -164,9 +144,11 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 // INFO's counts by due window read every subject, so it is given the
 // run's timeout.
 func (p *process) pending() (uint64, error) {
-	var info wire.InfoReply
-	err := p.request(wire.VerbInfo, struct{}{}, &info, p.e.cfg.Timeout)
-	return info.Counts.Pending, err
+	info, err := p.e.client(p.e.cfg.Timeout).Info(context.Background())
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO: %w", err)
+	}
+	return info.Counts.Pending, nil
 }
 
 // mem asks natsdelay for a garbage collection, so the heap is what is
