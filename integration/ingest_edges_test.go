@@ -75,13 +75,13 @@ func wantServing(tb testing.TB, h *harness) {
 	ackSync(tb, h.nc, r.Msg, "+ACK")
 }
 
-// TestHarden_LongSubject_RefusedAtIngest checks that one publish cannot
+// TestIngest_LongSubject_Refused checks that one publish cannot
 // take the service off NATS: a target subject whose delivery's protocol
 // line (subject, the $DELAY.ACK.<tag> reply, header and total sizes) would
 // exceed the server's max_control_line is refused with a 400 that states
 // the limit and the overage, and the longest subject that is accepted is
 // delivered without the server closing the service's connection.
-func TestHarden_LongSubject_RefusedAtIngest(t *testing.T) {
+func TestIngest_LongSubject_Refused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	const maxControlLine = 4096 // nats-server's default
@@ -147,14 +147,14 @@ func storedTooLong(t *testing.T) (*server.Server, delaystore.Store, string) {
 	return srv, st, subj
 }
 
-// TestHarden_LongSubject_StoredBefore checks that a message stored by an
+// TestDelivery_LongSubjectStoredBefore_Parked checks that a message stored by an
 // older version, whose delivery would exceed the server's
 // max_control_line, does not take the service off NATS when it is due:
 // it is not published, it is parked once (counted in
 // natsdelay_messages_undeliverable_total, not retried in a loop) and stays
 // pending, so it can be found and canceled, and every other subject is
 // still delivered.
-func TestHarden_LongSubject_StoredBefore(t *testing.T) {
+func TestDelivery_LongSubjectStoredBefore_Parked(t *testing.T) {
 	t.Parallel()
 	srv, st, subj := storedTooLong(t)
 	nc := connect(t, srv)
@@ -196,11 +196,11 @@ func TestHarden_LongSubject_StoredBefore(t *testing.T) {
 	waitPending(t, svc, 0)
 }
 
-// TestHarden_LongSubject_StoredBefore_DeadLettered checks the same message
+// TestDeadLetter_LongSubjectStoredBefore_Published checks the same message
 // with a dead-letter subject set: the dead letter fits (the long subject
 // travels in a header there), so the message is dead-lettered once, with
 // the reason "undeliverable: ...", and deleted.
-func TestHarden_LongSubject_StoredBefore_DeadLettered(t *testing.T) {
+func TestDeadLetter_LongSubjectStoredBefore_Published(t *testing.T) {
 	t.Parallel()
 	srv, st, subj := storedTooLong(t)
 	nc := connect(t, srv)
@@ -218,12 +218,12 @@ func TestHarden_LongSubject_StoredBefore_DeadLettered(t *testing.T) {
 	quiet(t, dead, 100*time.Millisecond, "a second dead letter")
 }
 
-// TestHarden_PayloadNearMax_RefusedAtIngest checks that every message the
+// TestIngest_PayloadNearMax_Refused checks that every message the
 // service accepts can be delivered: a payload that fits max_payload alone
 // but not with the headers the delivery adds is refused with a 400 that
 // states the limit and the overage, and a payload that is smaller by that
 // overage is accepted and delivered.
-func TestHarden_PayloadNearMax_RefusedAtIngest(t *testing.T) {
+func TestIngest_PayloadNearMax_Refused(t *testing.T) {
 	t.Parallel()
 	const maxPayload = 8192
 	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
@@ -250,11 +250,11 @@ func TestHarden_PayloadNearMax_RefusedAtIngest(t *testing.T) {
 	wantServing(t, h)
 }
 
-// TestHarden_PayloadNearMax_DeadLetter checks that with a dead-letter
+// TestDeadLetter_PayloadNearMax_Published checks that with a dead-letter
 // subject every accepted message can also be dead-lettered: the dead
 // letter adds Delay-Subject and Delay-Reason, so the largest accepted
 // payload is smaller, and that one is dead-lettered when TERMed.
-func TestHarden_PayloadNearMax_DeadLetter(t *testing.T) {
+func TestDeadLetter_PayloadNearMax_Published(t *testing.T) {
 	t.Parallel()
 	const maxPayload = 8192
 	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
@@ -365,14 +365,14 @@ func counterValue(tb testing.TB, reg *prometheus.Registry, name string, labels m
 	return 0
 }
 
-// TestHarden_BadAnswer_Visible checks that a consumer that answers a
+// TestAnswer_Bad_CountedAndLogged checks that a consumer that answers a
 // delivery with something the service does not understand (ACK without
 // the plus, sent as a plain publish as `nats reply` does) is told about:
 // a WARN log at most once per interval with the count of those
 // suppressed, a bad-answers metric with the reason, no longer counted as
 // an invalid ingest, and a 400 when the answer was a request. The
 // message is not settled by it: it is delivered again.
-func TestHarden_BadAnswer_Visible(t *testing.T) {
+func TestAnswer_Bad_CountedAndLogged(t *testing.T) {
 	t.Parallel()
 	var offset atomic.Int64
 	reg := prometheus.NewRegistry()
@@ -456,12 +456,12 @@ func TestHarden_BadAnswer_Visible(t *testing.T) {
 	ackSync(t, nc, r2.Msg, "+ACK")
 }
 
-// TestHarden_Ingest_HeaderRules checks the header rules of ingest: an
+// TestIngest_HeaderRules checks the header rules of ingest: an
 // unknown header in the reserved Delay- prefix, under any spelling, is a
 // 400 that lists the known ones instead of being passed on silently, and
 // so is a header name nats.go cannot publish, which would make the
 // message undeliverable; the known ones still work in any case.
-func TestHarden_Ingest_HeaderRules(t *testing.T) {
+func TestIngest_HeaderRules(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	const known = "Delay, Delay-At, Delay-TTL, Delay-Id, Delay-Ack, Delay-Max-Deliver"
@@ -535,11 +535,11 @@ func rawRequest(tb testing.TB, srv *server.Server, subject, hdr, data string) st
 	}
 }
 
-// TestHarden_DelayAt_Edges checks the time rules of ingest against the
+// TestIngest_DelayAt_Edges checks the time rules of ingest against the
 // instant, not the local calendar: 1970 means the Unix epoch in UTC, a
 // zone offset must be within RFC 3339's ±23:59, and a duration too large
 // for the service says so and what the maximum is.
-func TestHarden_DelayAt_Edges(t *testing.T) {
+func TestIngest_DelayAt_Edges(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	for _, c := range []struct{ name, value, want string }{
@@ -566,10 +566,10 @@ func TestHarden_DelayAt_Edges(t *testing.T) {
 	ackSync(t, h.nc, r.Msg, "+ACK")
 }
 
-// TestHarden_OwnHeaders_Replace checks that a delivery carries exactly one
+// TestDelivery_OwnHeaders_ReplaceStored checks that a delivery carries exactly one
 // of each of the service's own headers, its own values, whatever the case
 // of a publisher header of the same name stored by an older version.
-func TestHarden_OwnHeaders_Replace(t *testing.T) {
+func TestDelivery_OwnHeaders_ReplaceStored(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
 	st := memStore(t)
@@ -604,11 +604,11 @@ func TestHarden_OwnHeaders_Replace(t *testing.T) {
 	ackSync(t, nc, r.Msg, "+ACK")
 }
 
-// TestHarden_InvalidPlainIngest_Warns checks that an invalid message
+// TestIngest_InvalidPlainPublish_Warns checks that an invalid message
 // published without a reply subject, which nobody can be told about, is
 // not dropped silently: it is logged at WARN (rate-limited, with the count
 // of those held back) and counted, and nothing is stored.
-func TestHarden_InvalidPlainIngest_Warns(t *testing.T) {
+func TestIngest_InvalidPlainPublish_Warns(t *testing.T) {
 	t.Parallel()
 	logs := newWarnings(t, "invalid message")
 	srv := startServer(t)
@@ -630,12 +630,12 @@ func TestHarden_InvalidPlainIngest_Warns(t *testing.T) {
 	}
 }
 
-// TestHarden_API_LargeReplies checks that an API request whose reply
+// TestAPI_LargeReplies_FitMaxPayload checks that an API request whose reply
 // would exceed the server's max_payload is answered rather than left to
 // time out: GET of a large payload gets a 400 that says so and how to ask
 // instead, and LIST returns fewer messages per page, so that every page
 // fits, and pages through all of them.
-func TestHarden_API_LargeReplies(t *testing.T) {
+func TestAPI_LargeReplies_FitMaxPayload(t *testing.T) {
 	t.Parallel()
 	const maxPayload = 8192
 	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
