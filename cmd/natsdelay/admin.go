@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +15,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"natsdelay/bridge/client"
+	"natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

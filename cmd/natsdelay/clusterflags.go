@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"natsdelay/delaystore/raftstore"
 )
 
 // clusterFlags are serve's flags for running as a node of a cluster, and
@@ -184,4 +187,21 @@ func checkHostPort(p *problems, flag, v string, anyPort bool) {
 func unspecified(host string) bool {
 	ip := net.ParseIP(host)
 	return host == "" || (ip != nil && ip.IsUnspecified())
+}
+
+// raftConfig is this node's Raft configuration from the cluster flags;
+// the server sets where it keeps its state and what it applies to.
+func (c *serveCmd) raftConfig() (raftstore.Config, error) {
+	rc := raftstore.DefaultConfig()
+	rc.NodeID, rc.Listen, rc.Advertise, rc.Peers = c.NodeID, c.ClusterListen, c.ClusterAdvertise, c.ClusterPeers
+	rc.Join = c.ClusterJoin
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = c.ClusterTimeout, c.ClusterTimeout, c.ClusterTimeout/2
+	if c.tlsSet() {
+		tlsConf, err := raftstore.LoadTLS(c.ClusterTLSCert, c.ClusterTLSKey, c.ClusterTLSCA)
+		if err != nil {
+			return rc, usageError{fmt.Errorf("cluster node %s: %w", c.NodeID, err)}
+		}
+		rc.TLS = tlsConf
+	}
+	return rc, nil
 }

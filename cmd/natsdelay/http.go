@@ -1,50 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"strconv"
-	"sync/atomic"
 	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // defaultHTTP is where serve's HTTP listener binds unless --http moves it:
 // loopback only, since the endpoints have no auth.
 const defaultHTTP = "127.0.0.1:7070"
-
-// httpShutdownTimeout bounds how long a scrape in progress may hold up exit.
-const httpShutdownTimeout = 5 * time.Second
-
-// readiness is what /readyz and /leader ask; *bridge.Service implements
-// it.
-type readiness interface {
-	Ready() error
-	// Leader reports whether the service serves ingest, acks and the API:
-	// always, unless it is a node of a cluster that is not the leader.
-	Leader() bool
-	// Role is the node's role in its cluster, "" outside a cluster.
-	Role() string
-}
-
-// httpServer serves /metrics, /healthz, /readyz and /leader. It owns its listener
-// and the one goroutine that serves it.
-type httpServer struct {
-	srv   *http.Server
-	addr  string
-	ready atomic.Pointer[readiness] // nil until the service is up
-	done  chan struct{}             // closed when the serving goroutine returns
-	err   error                     // Serve's error, set before done is closed
-}
 
 // checkHTTP adds a problem to p if addr is not a host:port for --http.
 func checkHTTP(p *problems, addr string) {
@@ -83,119 +48,4 @@ func probeHTTP(p *problems, addr string) {
 	if err == nil {
 		_ = ln.Close()
 	}
-}
-
-// startHTTP listens on addr and serves reg's metrics and the health checks.
-// /readyz answers 503 until setReady is called. The caller calls close.
-//
-// With pprof, it also serves Go's profiles on /debug/pprof/. They are off
-// by default: the listener has no auth, and a profile shows the
-// process's internals and costs CPU while it runs.
-func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Logger) (*httpServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, usagef("--http %s: the port is already in use: choose another with --http HOST:PORT, or turn the listener off with --http \"\"", addr)
-		}
-		return nil, usagef("--http %s: cannot listen there: %w", addr, err)
-	}
-	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		// NB: a failing collector should not hide every other metric.
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// The process answers, so it is alive; readiness is /readyz.
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.HandleFunc("GET /leader", h.leader)
-	if pprofOn {
-		// NB: the pprof package registers on http.DefaultServeMux when
-		// imported; this mux only has what is added here.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	h.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	go func() {
-		defer close(h.done)
-		if err := h.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			h.err = err
-			log.Error("http listener stopped", "err", err)
-		}
-	}()
-	return h, nil
-}
-
-// newRegistry returns the registry that /metrics serves: the service's
-// metrics go in later, the Go runtime and process metrics are in from the start.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
-// setReady makes /readyz ask r.
-func (h *httpServer) setReady(r readiness) { h.ready.Store(&r) }
-
-func (h *httpServer) readyz(w http.ResponseWriter, _ *http.Request) {
-	r := h.ready.Load()
-	if r == nil {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-		return
-	}
-	if err := (*r).Ready(); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	// NB: a follower is ready: it replicates and would take over; the
-	// body says which it is, and /leader tells load balancers apart.
-	if role := (*r).Role(); role != "" {
-		fmt.Fprintf(w, "ok: %s\n", role)
-		return
-	}
-	fmt.Fprintln(w, "ok")
-}
-
-// leader answers 200 on the node that serves ingest, acks and the API (a
-// service outside a cluster always does), and 503 with the node's role
-// elsewhere: a load balancer in front of a cluster's HTTP listeners sends
-// to the leader only.
-func (h *httpServer) leader(w http.ResponseWriter, _ *http.Request) {
-	r := h.ready.Load()
-	if r == nil {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-		return
-	}
-	if (*r).Leader() {
-		fmt.Fprintln(w, "leader")
-		return
-	}
-	role := (*r).Role()
-	if role == "" {
-		role = "not serving"
-	}
-	http.Error(w, role, http.StatusServiceUnavailable)
-}
-
-// close stops the listener, lets requests in progress finish for up to
-// httpShutdownTimeout, and waits for the serving goroutine.
-func (h *httpServer) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-	defer cancel()
-	err := h.srv.Shutdown(ctx)
-	<-h.done
-	if err != nil {
-		return fmt.Errorf("stop the http listener: %w", err)
-	}
-	return h.err
 }

@@ -3,9 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"natsdelay/bridge/wire"
 	"strings"
 	"text/tabwriter"
+
+	"natsdelay/bridge/wire"
 )
 
 // lsCmd lists the pending messages of one subject in fire order, or of

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"natsdelay/bridge/wire"
 	"strconv"
 	"strings"
 	"time"
+
+	"natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

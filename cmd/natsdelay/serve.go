@@ -10,13 +10,12 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
+
+	"natsdelay/cmd/natsdelay/internal/server"
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
@@ -197,9 +196,9 @@ func (c *serveCmd) probePorts() error {
 	return nil
 }
 
-// Run starts the service and stops it on SIGINT or SIGTERM: first the
-// service (it answers what it accepted and closes the store), then the
-// NATS connection, then the embedded server. A second signal exits at once.
+// Run starts the service and stops it on SIGINT or SIGTERM, or when its
+// NATS connection closes for good (see server.Server.Lost), in the order
+// server.Close says. A second signal exits at once.
 func (c *serveCmd) Run(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -208,17 +207,20 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-
 	if pct, set := gcPercent(os.Getenv("GOGC")); set {
 		debug.SetGCPercent(pct)
 		log.Info("garbage collector target set", "gogc", pct, "source", "serve's default; the GOGC environment variable overrides it")
 	}
-
+	o, err := c.serverOptions(log)
+	if err != nil {
+		return err
+	}
+	o.Service.AdvanceHook = crashHook
 	dataDir := c.DataDir
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	if c.Engine == "memory" {
+	if c.Engine == engine.Memory {
 		dataDir = ""
 	}
 	if c.embedded() {
@@ -226,149 +228,18 @@ func (c *serveCmd) Run(e *env) error {
 	} else {
 		log.Info("natsdelay starting", "nats_url", redact(c.NATS), "data_dir", dataDir, "engine", c.Engine)
 	}
-
-	// The data dir comes first: a second serve on it stops here, before
-	// it starts a NATS server or takes a port.
-	if c.Engine != engine.Memory {
-		unlock, err := lockDataDir(dataDir)
-		if err != nil {
-			return err
+	srv, err := server.Open(ctx, o)
+	if err != nil {
+		if errors.Is(err, server.ErrSettings) {
+			return usageError{err}
 		}
-		defer unlock()
-	}
-	if err := c.probePorts(); err != nil {
 		return err
 	}
-
-	// The HTTP listener comes next: a port in use fails before anything
-	// else starts, and /healthz answers while the rest starts.
-	var hs *httpServer
-	var reg prometheus.Registerer
-	httpAddr := "off"
-	if c.HTTP != "" {
-		r := newRegistry()
-		var err error
-		if hs, err = startHTTP(c.HTTP, r, c.PProf, log); err != nil {
-			return err
-		}
-		reg, httpAddr = r, hs.addr
-	}
-	stopHTTP := func() {
-		if hs == nil {
-			return
-		}
-		if err := hs.close(); err != nil {
-			log.Warn("stopping the http listener", "err", err)
-		}
-	}
-	// lost hears when the connection closes for good while the service
-	// runs: nats.go gives up on some errors (the server's "maximum control
-	// line exceeded", an authorization error twice in a row) however many
-	// reconnects it is allowed. A service without a connection can neither
-	// take nor deliver messages, so it exits non-zero for its supervisor
-	// to restart it rather than stay up, unready, forever.
-	lost := make(chan error, 1)
-	var stopping atomic.Bool
-	onClosed := nats.ClosedHandler(func(nc *nats.Conn) {
-		if stopping.Load() {
-			return
-		}
-		err := nc.LastError()
-		if err == nil {
-			err = errors.New("closed")
-		}
-		select {
-		case lost <- err:
-		default:
-		}
-	})
-	srv, nc, url, err := c.connectOrEmbed(log, onClosed)
-	if err != nil {
-		stopHTTP()
-		return err
-	}
-	// stopNATS closes what connectOrEmbed started, after the service, and
-	// then the HTTP listener, so /readyz says 503 to the end.
-	stopNATS := func() {
-		stopping.Store(true)
-		closeConn(nc, log)
-		if srv != nil {
-			shutdownEmbedded(srv, log)
-		}
-		stopHTTP()
-	}
-	clustered := c.clustered()
-	st, err := openStore(c.Engine, c.DataDir, log, clustered)
-	if err != nil {
-		stopNATS()
-		return err
-	}
-	cfg := bridge.Config{Conn: nc, Registerer: reg}
-	cfg.Store, cfg.Logger = st, log
-	// closeLocal closes what the service does not own in a cluster: the
-	// node, then the local store it applies to.
-	closeLocal := func() {}
-	if clustered {
-		node, err := c.openNode(ctx, dataDir, st, log)
-		if err != nil {
-			if cerr := st.Close(); cerr != nil {
-				log.Warn("closing the store", "err", cerr)
-			}
-			stopNATS()
-			return err
-		}
-		closeLocal = func() {
-			// A leader that stops hands its leadership over first: the
-			// others then need no election timeout to go on serving.
-			// NB: after the service stopped, so that every request it took
-			// was answered while it still led.
-			if node.Status().Role == "leader" {
-				tctx, cancel := context.WithTimeout(context.Background(), transferTimeout(c.ClusterTimeout))
-				if leader, err := node.TransferLeadership(tctx); err != nil {
-					log.Warn("could not hand the cluster leadership over before stopping: the others elect a leader after --cluster-timeout", "err", err)
-				} else {
-					log.Info("cluster leadership handed over", "leader", leader)
-				}
-				cancel()
-			}
-			if err := node.Close(); err != nil {
-				log.Warn("stopping the cluster node", "err", err)
-			}
-			if err := st.Close(); err != nil {
-				log.Warn("closing the store", "err", err)
-			}
-		}
-		// NB: the service suspends its core while this node follows,
-		// closing the store it holds, and resumes on the replicated store
-		// again when it leads: Close of node.Store() leaves the node and
-		// the local store running.
-		cfg.Store = node.Store()
-		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
-		cfg.Cluster = bridge.RaftCluster(node)
-	} else if c.Engine != engine.Memory {
-		// After a write to disk fails, the service closes the store and
-		// opens it again with the same settings, until the disk takes
-		// writes again. NB: not in memory, where a reopen starts empty.
-		cfg.Reopen = func() (delaystore.Store, error) { return openStore(c.Engine, c.DataDir, log, false) }
-	}
-	c.apply(&cfg)
-	cfg.AdvanceHook = crashHook
-	svc, err := bridge.New(cfg)
-	if err != nil {
-		closeLocal()
-		stopNATS()
-		return fmt.Errorf("start the service: %w", err)
-	}
-	if hs != nil {
-		hs.setReady(svc)
-	}
-	log.Info("natsdelay ready", "nats_url", url, "data_dir", dataDir, "engine", c.Engine,
-		"ingest", c.IngestPrefix+".>", "max_payload", nc.MaxPayload(), "http", httpAddr)
 
 	var lostErr error
 	select {
 	case <-ctx.Done():
-	case lostErr = <-lost:
+	case lostErr = <-srv.Lost():
 		log.Error("the NATS connection closed for good: stopping, so that a supervisor restarts natsdelay", "err", lostErr)
 	}
 	// NB: listen for the second signal before the first handler goes, so
@@ -378,49 +249,46 @@ func (c *serveCmd) Run(e *env) error {
 	exitOnSecondSignal(done, log)
 	stop()
 	log.Info("natsdelay stopping")
-	err = svc.Close()
-	closeLocal()
-	stopNATS()
+	err = srv.Close()
 	if lostErr != nil {
 		return errors.Join(fmt.Errorf("the NATS connection closed for good: %w", lostErr), err)
 	}
 	if err != nil {
-		return fmt.Errorf("stop the service: %w", err)
+		return err
 	}
 	log.Info("natsdelay stopped")
 	return nil
 }
 
-// connectOrEmbed connects to --nats, or starts the embedded server and
-// connects to it in process. srv is nil when there is no embedded server.
-func (c *serveCmd) connectOrEmbed(log *slog.Logger, extra ...nats.Option) (srv *server.Server, nc *nats.Conn, url string, err error) {
-	extra = append(reconnectForever(), extra...)
+// serverOptions are the server's options from serve's settings.
+func (c *serveCmd) serverOptions(log *slog.Logger) (server.Options, error) {
+	o := server.Options{
+		Logger: log, Engine: c.Engine, DataDir: c.DataDir, HTTP: c.HTTP, PProf: c.PProf,
+		NATSListen: c.listen(), JetStreamDir: c.jetStreamDir(),
+		Preflight: c.probePorts,
+	}
+	c.apply(&o.Service)
 	if !c.embedded() {
-		if nc, err = c.connect("natsdelay", log, extra...); err != nil {
-			return nil, nil, "", err
+		o.Connect = func(extra ...nats.Option) (*nats.Conn, error) { return c.connect("natsdelay", log, extra...) }
+	} else {
+		opts, err := c.options("natsdelay", log)
+		if err != nil {
+			return o, err
 		}
-		return nil, nc, nc.ConnectedUrlRedacted(), nil
+		o.NATSOptions = opts
+		o.NATSCluster = server.EmbeddedCluster{Name: c.NATSClusterName, Listen: c.NATSClusterListen, Routes: c.NATSRoutes, ServerName: "natsdelay-" + c.NATSClusterListen}
+		if c.NodeID != "" {
+			o.NATSCluster.ServerName = "natsdelay-" + c.NodeID
+		}
 	}
-	rc := embeddedRoutes{name: c.NATSClusterName, listen: c.NATSClusterListen, routes: c.NATSRoutes, serverName: "natsdelay-" + c.NATSClusterListen}
-	if c.NodeID != "" {
-		rc.serverName = "natsdelay-" + c.NodeID
+	if c.clustered() {
+		rc, err := c.raftConfig()
+		if err != nil {
+			return o, err
+		}
+		o.Cluster = &rc
 	}
-	if srv, err = startEmbedded(c.listen(), log, rc, c.jetStreamDir()); err != nil {
-		return nil, nil, "", err
-	}
-	url = embeddedURL(srv)
-	log.Info("embedded nats-server listening", "client_url", url)
-	opts, err := c.options("natsdelay", log)
-	if err == nil {
-		// In process: the service's own traffic skips TCP.
-		opts = append(opts, nats.InProcessServer(srv))
-		nc, err = nats.Connect(url, append(opts, extra...)...)
-	}
-	if err != nil {
-		shutdownEmbedded(srv, log)
-		return nil, nil, "", fmt.Errorf("connect to the embedded nats-server: %w", err)
-	}
-	return srv, nc, url, nil
+	return o, nil
 }
 
 // exitOnSecondSignal exits the process at the next SIGINT or SIGTERM, for
@@ -437,35 +305,4 @@ func exitOnSecondSignal(done <-chan struct{}, log *slog.Logger) {
 		case <-done:
 		}
 	}()
-}
-
-// openStore opens the engine named by --engine. A data dir that holds the
-// other engine's store is a usage error: opening it would start empty and
-// leave the messages there undelivered. In a cluster Pebble runs with its
-// WAL off: the Raft log is the WAL, and the node replays it into the store.
-func openStore(name, dir string, log *slog.Logger, clustered bool) (delaystore.Store, error) {
-	ec := engine.Config{Engine: name, Dir: dir, Logger: log}
-	ec.Pebble.DisableWAL = clustered
-	st, err := engine.Open(ec)
-	switch {
-	case errors.Is(err, delaystore.ErrInvalidConfig):
-		return nil, usagef("--engine %s --data-dir %s: %v", name, dir, err)
-	case err != nil:
-		return nil, fmt.Errorf("open the %s store in %s: %w", name, dir, err)
-	}
-	return st, nil
-}
-
-// closeConn sends what the service still buffers, then closes nc.
-func closeConn(nc *nats.Conn, log *slog.Logger) {
-	if err := nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		log.Warn("flushing the NATS connection", "err", err)
-	}
-	nc.Close()
-}
-
-func shutdownEmbedded(s *server.Server, log *slog.Logger) {
-	s.Shutdown()
-	s.WaitForShutdown()
-	log.Debug("embedded nats-server stopped")
 }

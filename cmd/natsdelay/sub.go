@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"natsdelay/bridge/wire"
 	"os"
 	"os/signal"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package server
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, usagef("the data dir %s is in use by another natsdelay: stop it, or give this one its own --data-dir", dir)
+			return nil, settingsf("the data dir %s is in use by another natsdelay: stop it, or give this one its own --data-dir", dir)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"io"
@@ -15,7 +15,7 @@ import (
 func TestStartEmbedded_JetStream(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, dir := range []string{"", filepath.Join(t.TempDir(), "jetstream")} {
-		srv, err := startEmbedded("127.0.0.1:0", log, embeddedRoutes{}, dir)
+		srv, err := startEmbedded("127.0.0.1:0", log, EmbeddedCluster{}, dir)
 		if err != nil {
 			t.Fatal(err)
 		}

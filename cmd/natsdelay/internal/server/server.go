@@ -1,0 +1,351 @@
+// Package server assembles a running natsdelay: the data dir's lock, the
+// HTTP listener, the NATS connection (and the embedded nats-server), the
+// store, the cluster node and the service, opened in that order by Open
+// and closed in the reverse order by Close. The command line's serve is
+// its settings, Open, and a wait for a signal.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"natsdelay/bridge"
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/engine"
+	"natsdelay/delaystore/raftstore"
+)
+
+// ErrSettings is matched by every error of Open that other settings would
+// fix: a port in use, a data dir another natsdelay holds, a store of the
+// other engine, a cluster that does not fit this node.
+var ErrSettings = errors.New("settings")
+
+type settingsError struct{ err error }
+
+func (e settingsError) Error() string        { return e.err.Error() }
+func (e settingsError) Unwrap() error        { return e.err }
+func (e settingsError) Is(target error) bool { return target == ErrSettings }
+
+func settingsf(format string, args ...any) error {
+	return settingsError{fmt.Errorf(format, args...)}
+}
+
+// Options are a server's settings and what it cannot build itself.
+type Options struct {
+	Logger *slog.Logger
+
+	// Connect connects to the NATS server to use, with the options the
+	// server adds (reconnecting forever, its handler of a connection
+	// closed for good). Nil embeds a nats-server that listens on
+	// NATSListen, routed as NATSCluster says, with JetStream keeping its
+	// streams in JetStreamDir if that is set, and connects to it in
+	// process with NATSOptions (the connection's name, credentials, TLS).
+	Connect      func(opts ...nats.Option) (*nats.Conn, error)
+	NATSListen   string
+	NATSCluster  EmbeddedCluster
+	JetStreamDir string
+	NATSOptions  []nats.Option
+
+	// Engine and DataDir say where messages are kept; the memory engine
+	// keeps none across restarts and takes no data dir.
+	Engine  string
+	DataDir string
+
+	// HTTP is the address of the listener of /metrics, /healthz, /readyz
+	// and /leader; empty turns it off. PProf adds Go's profiles to it.
+	HTTP  string
+	PProf bool
+
+	// Cluster, if not nil, makes this a node of a cluster: its Dir, Local
+	// and Logger are set by Open.
+	Cluster *raftstore.Config
+
+	// Service holds the service's settings; Open sets its connection,
+	// store, reopen, cluster, registerer and logger.
+	Service bridge.Config
+
+	// Preflight, if set, runs once the data dir is locked and before
+	// anything listens: serve probes its ports there, so that a second
+	// serve on the same data dir is told about the data dir.
+	Preflight func() error
+}
+
+// Server is a running natsdelay.
+type Server struct {
+	log *slog.Logger
+	// closers stop what Open started, in the order they must stop: the
+	// reverse of the start.
+	closers []closer
+
+	svc      *bridge.Service
+	nc       *nats.Conn
+	url      string
+	httpAddr string
+
+	lost     chan error
+	stopping atomic.Bool
+}
+
+type closer struct {
+	what string
+	stop func() error
+}
+
+// Open starts a natsdelay as o says and returns once it serves (or, in a
+// cluster, follows). ctx bounds the start, a cluster's wait for its peers
+// included. On error, what was started is stopped again.
+func Open(ctx context.Context, o Options) (*Server, error) {
+	s := &Server{log: o.Logger, lost: make(chan error, 1)}
+	if err := s.open(ctx, o); err != nil {
+		if cerr := s.Close(); cerr != nil {
+			s.log.Warn("stopping what started", "err", cerr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// open starts what o says, pushing on s.closers what stops each part.
+func (s *Server) open(ctx context.Context, o Options) (err error) {
+	dataDir := o.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	memory := o.Engine == engine.Memory
+	if memory {
+		dataDir = ""
+	}
+
+	// The data dir comes first: a second serve on it stops here, before
+	// it starts a NATS server or takes a port.
+	if !memory {
+		unlock, err := lockDataDir(dataDir)
+		if err != nil {
+			return err
+		}
+		s.push("data dir lock", func() error { unlock(); return nil })
+	}
+	if o.Preflight != nil {
+		if err := o.Preflight(); err != nil {
+			return err
+		}
+	}
+
+	// The HTTP listener comes next: a port in use fails before anything
+	// else starts, and /healthz answers while the rest starts.
+	var hs *httpServer
+	var reg prometheus.Registerer
+	s.httpAddr = "off"
+	if o.HTTP != "" {
+		r := newRegistry()
+		if hs, err = startHTTP(o.HTTP, r, o.PProf, s.log); err != nil {
+			return err
+		}
+		reg, s.httpAddr = r, hs.addr
+		s.push("http listener", hs.close)
+	}
+
+	if err := s.connect(o); err != nil {
+		return err
+	}
+
+	st, err := openStore(o.Engine, o.DataDir, s.log, o.Cluster != nil)
+	if err != nil {
+		return err
+	}
+	cfg := o.Service
+	cfg.Conn, cfg.Registerer, cfg.Logger = s.nc, reg, s.log
+	cfg.Store = st
+	if o.Cluster != nil {
+		// The service does not own the local store of a node: the node
+		// applies to it, and it is closed after the node.
+		s.push("store", st.Close)
+		rc := *o.Cluster
+		rc.Dir = filepath.Join(dataDir, RaftDir)
+		rc.Local, rc.Logger = st, s.log.With("component", "raft")
+		node, err := openNode(ctx, rc, s.log)
+		if err != nil {
+			return err
+		}
+		s.push("cluster node", func() error { return s.closeNode(node, transferTimeout(rc.ElectionTimeout)) })
+		// NB: the service suspends its core while this node follows,
+		// closing the store it holds, and resumes on the replicated store
+		// again when it leads: Close of node.Store() leaves the node and
+		// the local store running.
+		cfg.Store = node.Store()
+		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
+		cfg.Cluster = bridge.RaftCluster(node)
+	} else if !memory {
+		// After a write to disk fails, the service closes the store and
+		// opens it again with the same settings, until the disk takes
+		// writes again. NB: not in memory, where a reopen starts empty.
+		cfg.Reopen = func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }
+	}
+	// NB: from here the service owns the store, and closes it also when
+	// New fails.
+	if s.svc, err = bridge.New(cfg); err != nil {
+		return fmt.Errorf("start the service: %w", err)
+	}
+	s.push("service", s.svc.Close)
+	if hs != nil {
+		hs.setReady(s.svc)
+	}
+	s.log.Info("natsdelay ready", "nats_url", s.url, "data_dir", dataDir, "engine", o.Engine,
+		"ingest", cfg.IngestPrefix+".>", "max_payload", s.nc.MaxPayload(), "http", s.httpAddr)
+	return nil
+}
+
+// connect connects with o.Connect, or starts the embedded server and
+// connects to it in process.
+func (s *Server) connect(o Options) error {
+	// A connection that nats.go gives up on for good (the server's
+	// "maximum control line exceeded", an authorization error twice in a
+	// row) while the service runs is reported on Lost: a service without
+	// one can neither take nor deliver messages.
+	onClosed := nats.ClosedHandler(func(nc *nats.Conn) {
+		if s.stopping.Load() {
+			return
+		}
+		err := nc.LastError()
+		if err == nil {
+			err = errors.New("closed")
+		}
+		select {
+		case s.lost <- err:
+		default:
+		}
+	})
+	if o.Connect != nil {
+		nc, err := o.Connect(append(reconnectForever(), onClosed)...)
+		if err != nil {
+			return err
+		}
+		s.nc, s.url = nc, nc.ConnectedUrlRedacted()
+		s.push("nats connection", s.closeConn)
+		return nil
+	}
+	srv, err := startEmbedded(o.NATSListen, s.log, o.NATSCluster, o.JetStreamDir)
+	if err != nil {
+		return err
+	}
+	s.push("embedded nats-server", func() error { shutdownEmbedded(srv, s.log); return nil })
+	s.url = embeddedURL(srv)
+	s.log.Info("embedded nats-server listening", "client_url", s.url)
+	// In process: the service's own traffic skips TCP.
+	opts := append(append(append([]nats.Option(nil), o.NATSOptions...), reconnectForever()...), onClosed, nats.InProcessServer(srv))
+	nc, err := nats.Connect(s.url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to the embedded nats-server: %w", err)
+	}
+	s.nc = nc
+	s.push("nats connection", s.closeConn)
+	return nil
+}
+
+// reconnectForever keeps the service's connection through a NATS restart
+// instead of giving up after nats.go's 60 attempts: the service holds
+// messages that must go out when NATS is back.
+func reconnectForever() []nats.Option {
+	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+}
+
+// Service is the running service.
+func (s *Server) Service() *bridge.Service { return s.svc }
+
+// URL is the NATS server's client URL, redacted.
+func (s *Server) URL() string { return s.url }
+
+// HTTPAddr is where the HTTP listener listens, or "off".
+func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// Lost receives the error of a NATS connection closed for good while the
+// server runs; the server should then be closed and the process exit, for
+// its supervisor to start it again.
+func (s *Server) Lost() <-chan error { return s.lost }
+
+// Close stops everything Open started, in the reverse order: the service
+// first (it answers what it accepted and closes its store), then the
+// cluster node (a leader hands its leadership over first) and its local
+// store, the NATS connection, the embedded server, the HTTP listener (so
+// that /readyz says 503 to the end), and the data dir's lock. It returns
+// the service's error; the others are logged.
+func (s *Server) Close() error {
+	var err error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		c := s.closers[i]
+		if cerr := c.stop(); cerr != nil {
+			if c.what == "service" {
+				err = fmt.Errorf("stop the service: %w", cerr)
+				continue
+			}
+			s.log.Warn("stopping the "+c.what, "err", cerr)
+		}
+	}
+	s.closers = nil
+	return err
+}
+
+func (s *Server) push(what string, stop func() error) {
+	s.closers = append(s.closers, closer{what: what, stop: stop})
+}
+
+// closeNode hands a leader's leadership over, then stops the node. NB:
+// after the service stopped, so that every request it took was answered
+// while it still led; the others then need no election timeout to go on
+// serving.
+func (s *Server) closeNode(node *raftstore.Node, timeout time.Duration) error {
+	if node.Status().Role == "leader" {
+		tctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if leader, err := node.TransferLeadership(tctx); err != nil {
+			s.log.Warn("could not hand the cluster leadership over before stopping: the others elect a leader after --cluster-timeout", "err", err)
+		} else {
+			s.log.Info("cluster leadership handed over", "leader", leader)
+		}
+		cancel()
+	}
+	return node.Close()
+}
+
+// closeConn sends what the service still buffers, then closes the
+// connection; its closing is no longer news for Lost.
+func (s *Server) closeConn() error {
+	s.stopping.Store(true)
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		s.log.Warn("flushing the NATS connection", "err", err)
+	}
+	s.nc.Close()
+	return nil
+}
+
+func shutdownEmbedded(srv *server.Server, log *slog.Logger) {
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	log.Debug("embedded nats-server stopped")
+}
+
+// openStore opens the engine name in dir. A data dir that holds the other
+// engine's store is an error of the settings: opening it would start empty
+// and leave the messages there undelivered. In a cluster Pebble runs with
+// its WAL off: the Raft log is the WAL, and the node replays it into the
+// store.
+func openStore(name, dir string, log *slog.Logger, clustered bool) (delaystore.Store, error) {
+	ec := engine.Config{Engine: name, Dir: dir, Logger: log}
+	ec.Pebble.DisableWAL = clustered
+	st, err := engine.Open(ec)
+	switch {
+	case errors.Is(err, delaystore.ErrInvalidConfig):
+		return nil, settingsf("--engine %s --data-dir %s: %v", name, dir, err)
+	case err != nil:
+		return nil, fmt.Errorf("open the %s store in %s: %w", name, dir, err)
+	}
+	return st, nil
+}
