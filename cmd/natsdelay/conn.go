@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -179,12 +178,6 @@ func (c *connFlags) connect(name string, log *slog.Logger, extra ...nats.Option)
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redact(c.NATS), err)
 	}
 	return nc, nil
-}
-
-// reconnectForever are the options of a long-lived connection: it rides
-// out a NATS restart instead of giving up after nats.go's 60 attempts.
-func reconnectForever() []nats.Option {
-	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
 }
 
 // redact hides passwords and tokens in URLs before they are logged.
