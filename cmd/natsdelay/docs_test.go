@@ -1,7 +1,12 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -44,5 +49,59 @@ func TestDocs_BenchQuick_HowLong(t *testing.T) {
 	code, out, _ := runCmd(t, "bench", "--help")
 	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), bench.QuickTakes) {
 		t.Errorf("bench --help (exit %d) does not say %q:\n%s", code, bench.QuickTakes, out)
+	}
+}
+
+// TestArchitecture_NamedFunctionsExist checks docs/architecture.md: every
+// function it names as `file.go` `(*Type).Method` or `file.go` `Func`
+// exists in that file, so that the page's message path and goroutine
+// owners cannot name code that moved or was renamed.
+func TestArchitecture_NamedFunctionsExist(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := regexp.MustCompile("`([a-z0-9_/]+\\.go)`\\s+`(?:\\(\\*?(\\w+)\\)\\.)?(\\w+)`")
+	refs := ref.FindAllStringSubmatch(string(doc), -1)
+	if len(refs) < 25 {
+		t.Fatalf("docs/architecture.md names %d functions, want the path's and the owners' (25 or more)", len(refs))
+	}
+	files := map[string]map[string]bool{}
+	for _, r := range refs {
+		file, recv, name := r[1], r[2], r[3]
+		funcs, ok := files[file]
+		if !ok {
+			funcs = map[string]bool{}
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("../..", file), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Errorf("docs/architecture.md names %s: %v", file, err)
+				continue
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok {
+					continue
+				}
+				key := fd.Name.Name
+				if fd.Recv != nil && len(fd.Recv.List) == 1 {
+					typ := fd.Recv.List[0].Type
+					if star, ok := typ.(*ast.StarExpr); ok {
+						typ = star.X
+					}
+					if id, ok := typ.(*ast.Ident); ok {
+						key = id.Name + "." + key
+					}
+				}
+				funcs[key] = true
+			}
+			files[file] = funcs
+		}
+		key := name
+		if recv != "" {
+			key = recv + "." + name
+		}
+		if !funcs[key] {
+			t.Errorf("docs/architecture.md names %s in %s, which has no such function", key, file)
+		}
 	}
 }
