@@ -229,15 +229,11 @@ watch:
 		t.Fatal(err)
 	}
 	drainStart := time.Now()
-	checkFor(t, 3*wait, 20*time.Millisecond, func() error {
+	waitProgress(t, wait, nC, func() int {
 		muC.Lock()
-		n := len(firstC)
-		muC.Unlock()
-		if n != nC {
-			return fmt.Errorf("C received %d of %d messages", n, nC)
-		}
-		return nil
-	})
+		defer muC.Unlock()
+		return len(firstC)
+	}, "C's backlog delivered")
 	t.Logf("C's backlog of %d delivered in %v", nC, time.Since(drainStart))
 	muC.Lock()
 	for i := range nC {

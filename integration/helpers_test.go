@@ -225,6 +225,26 @@ func checkFor(tb testing.TB, timeout, interval time.Duration, f func() error) {
 	}
 }
 
+// waitProgress waits until count reaches want, failing tb only when it
+// stops growing for stall: a liveness check of a long drain, whose pace
+// is the host's, not the service's promise.
+func waitProgress(tb testing.TB, stall time.Duration, want int, count func() int, what string) {
+	tb.Helper()
+	last, since := -1, time.Now()
+	for {
+		n := count()
+		if n >= want {
+			return
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			tb.Fatalf("%s: %d of %d, and none more for %v", what, n, want, stall)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // attempt is a delivery's Delay-Attempt.
 func attempt(tb testing.TB, m *nats.Msg) int {
 	tb.Helper()

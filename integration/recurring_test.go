@@ -352,9 +352,15 @@ func TestRecurring_CatchUp_AfterRestart(t *testing.T) {
 			open := func() *bridge.Service { return startService(t, srv, openPebble(t, pebblestore.Config{Dir: dir}), nil) }
 			svc := open()
 			subj := "rec.catchup." + policy
-			rep := schedule(t, nc, newMsg(subj, "x", "Delay-Every", every.String(), "Delay", "200ms", "Delay-Catch-Up", policy))
+			// NB: the first occurrence is a second away, so that the
+			// service is down before it even on a loaded host; one that
+			// went out before the close would come back as a redelivery.
+			rep := schedule(t, nc, newMsg(subj, "x", "Delay-Every", every.String(), "Delay", "1s", "Delay-Catch-Up", policy))
 			if err := svc.Close(); err != nil {
 				t.Fatal(err)
+			}
+			if late := time.Since(rep.FireAt); late >= 0 {
+				t.Fatalf("the service closed %v after the first occurrence was due: the test needs it down before", late)
 			}
 			down := rep.FireAt.Add(5*every + every/2)
 			checkFor(t, wait, 10*time.Millisecond, func() error {
