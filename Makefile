@@ -3,7 +3,7 @@
 #   make test            go vet and staticcheck, then every test with the race detector
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
-#   make bench           the Go benchmarks, then natsdelay bench against JetStream
+#   make bench           the Go benchmarks, then natsdelay-bench against JetStream
 #   make soak            the crash loop, outage, adversarial and cluster tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
@@ -51,7 +51,8 @@ soak:
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)
-	$(GO) run ./cmd/natsdelay bench
+	$(GO) build -o bin/ ./cmd/natsdelay ./cmd/natsdelay-bench
+	bin/natsdelay-bench
 
 # NB: go test -fuzz takes one target and one package at a time, so each
 # target runs on its own; make test already runs their seed corpora.

@@ -29,7 +29,7 @@ func benchLimits() scheduleLimits {
 }
 
 // BenchmarkParseSchedule is ingest's parsing and size checks of a message
-// as natsdelay bench sends it: Delay-At, one header passed on, 256 bytes.
+// as natsdelay-bench sends it: Delay-At, one header passed on, 256 bytes.
 func BenchmarkParseSchedule(b *testing.B) {
 	now := time.Now()
 	at := now.Add(time.Hour)

@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"strings"
+
+	"natsdelay/cmd/internal/natsurl"
 
 	"github.com/nats-io/nats.go"
 )
@@ -79,29 +80,7 @@ func (c *connFlags) check(p *problems) {
 
 // checkURL accepts what nats.Connect accepts: nats, tls, ws or wss URLs,
 // or a bare host:port.
-func checkURL(s string) error {
-	if !strings.Contains(s, "://") {
-		s = "nats://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return fmt.Errorf("not a URL: %v", err)
-	}
-	switch u.Scheme {
-	case "nats", "tls", "ws", "wss":
-	default:
-		return fmt.Errorf("scheme %q: want nats://, tls://, ws:// or wss://", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return fmt.Errorf("no host: want a URL such as nats://127.0.0.1:4222")
-	}
-	if p := u.Port(); p != "" {
-		if _, err := net.LookupPort("tcp", p); err != nil {
-			return fmt.Errorf("port %q: want a number from 1 to 65535", p)
-		}
-	}
-	return nil
-}
+func checkURL(s string) error { return natsurl.Check(s) }
 
 // options returns the nats.go options for these flags, with the
 // connection's events logged to log.

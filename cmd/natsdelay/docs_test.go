@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"natsdelay/bridge/wire"
-	"natsdelay/cmd/natsdelay/internal/bench"
 )
 
 // TestDocs_Operations_AdminCommands checks section 3 of docs/operations.md
@@ -33,22 +32,6 @@ func TestDocs_Operations_AdminCommands(t *testing.T) {
 		if !strings.Contains(sec, "    natsdelay "+cmd) {
 			t.Errorf("docs/operations.md section 3 has no line for natsdelay %s", cmd)
 		}
-	}
-}
-
-// TestDocs_BenchQuick_HowLong checks that --help and docs/performance.md
-// say how long bench --quick takes as the bench package does.
-func TestDocs_BenchQuick_HowLong(t *testing.T) {
-	b, err := os.ReadFile("../../docs/performance.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "bench --quick         # tiny sizes, " + bench.QuickTakes; !strings.Contains(string(b), want) {
-		t.Errorf("docs/performance.md does not say %q", want)
-	}
-	code, out, _ := runCmd(t, "bench", "--help")
-	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), bench.QuickTakes) {
-		t.Errorf("bench --help (exit %d) does not say %q:\n%s", code, bench.QuickTakes, out)
 	}
 }
 

@@ -32,7 +32,6 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
-	"natsdelay/cmd/natsdelay/internal/bench"
 )
 
 const (
@@ -81,7 +80,6 @@ type cli struct {
 	Pause     pauseCmd     `cmd:"" help:"Hold back every delivery of the subjects a pattern matches; they keep taking messages." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Resume    resumeCmd    `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cluster   clusterCmd   `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Bench     benchCmd     `cmd:"" help:"Benchmark natsdelay beside JetStream message schedules; prints a table, writes JSON and a chart."`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
 	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`
@@ -133,7 +131,6 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 			"data_dir":         defaultDataDir,
 			"http":             defaultHTTP,
 			"version":          version(),
-			"quick_takes":      bench.QuickTakes,
 			"client_nats_help": "URL of the NATS server where natsdelay runs; default $NATS_URL, else the nats context's URL, else " + defaultClientURL + ".",
 		},
 	)

@@ -19,7 +19,7 @@ import (
 // by how many times, so no ratio needs reading against its row.
 func WriteTable(w io.Writer, res *Results) error {
 	c := res.Config
-	fmt.Fprintf(w, "natsdelay bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
+	fmt.Fprintf(w, "natsdelay-bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
 		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
 	steal := "-"
 	if res.Host.StealPct >= 0 {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
 
-	"natsdelay/cmd/natsdelay/internal/bench"
+	"natsdelay/cmd/internal/bench"
+	"natsdelay/cmd/internal/natsurl"
 )
 
 // benchCmd runs natsdelay beside JetStream message schedules and reports
@@ -24,7 +27,7 @@ type benchCmd struct {
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
 	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow and cluster; default all but flow and cluster." placeholder:"PHASE,..."`
-	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale and waves phases run (default this one), to measure another version with the same bench." placeholder:"FILE"`
+	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale, waves and cluster phases run (default the natsdelay next to this binary, else on the PATH), also to measure another version with the same bench." placeholder:"FILE"`
 	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
 	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
 	Flow         bool     `help:"Run the flow phase: the fire lateness of an unlimited subject alone and beside a paused subject with many due and a rate-limited one; alone unless --phases names others."`
@@ -126,7 +129,7 @@ func (c *benchCmd) config() bench.Config {
 func (c *benchCmd) check() error {
 	var p problems
 	if c.NATS != "" {
-		if err := checkURL(c.NATS); err != nil {
+		if err := natsurl.Check(c.NATS); err != nil {
 			p.add("--nats %q: %v", c.NATS, err)
 		}
 	}
@@ -188,14 +191,13 @@ func (c *benchCmd) check() error {
 func (c *benchCmd) Run(e *env) (err error) {
 	cfg := c.config()
 	cfg.Logger = e.log.With("component", "bench")
-	// The scale phase runs natsdelay as a process of its own, this very
-	// binary, so the memory it reports is natsdelay's alone.
-	if exe, err := os.Executable(); err == nil {
-		cfg.ServiceCommand = []string{exe, "serve"}
+	// The scale phase runs natsdelay as a process of its own, so the
+	// memory it reports is natsdelay's alone.
+	serve, err := c.serveBinary()
+	if err != nil {
+		return err
 	}
-	if c.ServeBinary != "" {
-		cfg.ServiceCommand = []string{c.ServeBinary, "serve"}
-	}
+	cfg.ServiceCommand = []string{serve, "serve"}
 	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
 	}
@@ -226,6 +228,25 @@ func (c *benchCmd) Run(e *env) (err error) {
 	}
 	fmt.Fprintf(e.stdout, "\nwrote %s and %s\n", c.JSONOut, c.PNGOut)
 	return nil
+}
+
+// serveBinary is the natsdelay binary whose serve the phases run as a
+// process of its own: --serve-binary, else natsdelay next to this binary,
+// else natsdelay on the PATH.
+func (c *benchCmd) serveBinary() (string, error) {
+	if c.ServeBinary != "" {
+		return c.ServeBinary, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		next := filepath.Join(filepath.Dir(exe), "natsdelay")
+		if fi, err := os.Stat(next); err == nil && !fi.IsDir() {
+			return next, nil
+		}
+	}
+	if p, err := exec.LookPath("natsdelay"); err == nil {
+		return p, nil
+	}
+	return "", usageError{errors.New("no natsdelay binary next to natsdelay-bench nor on the PATH: build both (go build -o bin/ ./cmd/natsdelay ./cmd/natsdelay-bench), or name one with --serve-binary")}
 }
 
 // startCPUProfile profiles the process into file until stop is called.

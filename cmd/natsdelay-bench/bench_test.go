@@ -1,16 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"natsdelay/cmd/natsdelay/internal/bench"
+	"natsdelay/cmd/internal/bench"
 )
 
 // TestParse_Bench_Sizes checks that bench's size flags override the preset
@@ -25,18 +27,18 @@ func TestParse_Bench_Sizes(t *testing.T) {
 		fireLead  time.Duration
 		ingestMsg int
 	}{
-		{"defaults", []string{"bench"}, 50_000, 1_000_000, []float64{25_000, 100_000}, 0, 100_000},
-		{"quick", []string{"bench", "--quick"}, 1_000, 5_000, []float64{2_000, 5_000}, 300 * time.Millisecond, 2_000},
-		{"quick with sizes", []string{"bench", "--quick", "--scale-pending", "7", "--fire-rates", "10,20"}, 1_000, 7, []float64{10, 20}, 300 * time.Millisecond, 2_000},
+		{"defaults", []string{}, 50_000, 1_000_000, []float64{25_000, 100_000}, 0, 100_000},
+		{"quick", []string{"--quick"}, 1_000, 5_000, []float64{2_000, 5_000}, 300 * time.Millisecond, 2_000},
+		{"quick with sizes", []string{"--quick", "--scale-pending", "7", "--fire-rates", "10,20"}, 1_000, 7, []float64{10, 20}, 300 * time.Millisecond, 2_000},
 		// A new FireMsgs without a lead lets bench size the lead to it.
-		{"more fire msgs", []string{"bench", "--quick", "--fire-msgs", "9000"}, 9_000, 5_000, []float64{2_000, 5_000}, 0, 2_000},
+		{"more fire msgs", []string{"--quick", "--fire-msgs", "9000"}, 9_000, 5_000, []float64{2_000, 5_000}, 0, 2_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _, err := parse(tc.args, io.Discard, io.Discard)
+			c, err := parse(tc.args, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := c.Bench.config()
+			cfg := c.config()
 			if cfg.FireMsgs != tc.fireMsgs || cfg.ScalePending != tc.pending || cfg.FireLead != tc.fireLead || cfg.IngestMsgs != tc.ingestMsg {
 				t.Errorf("got fire %d, pending %d, lead %v, ingest %d; want %d, %d, %v, %d",
 					cfg.FireMsgs, cfg.ScalePending, cfg.FireLead, cfg.IngestMsgs, tc.fireMsgs, tc.pending, tc.fireLead, tc.ingestMsg)
@@ -56,17 +58,17 @@ func TestParse_Bench_ScaleAndWaves(t *testing.T) {
 		args                               []string
 		scaleSubjects, waves, waveSubjects int
 	}{
-		{"defaults", []string{"bench"}, 1, 3, 20_000},
-		{"quick", []string{"bench", "--quick"}, 100, 2, 2_000},
-		{"set", []string{"bench", "--scale-pending", "200000", "--scale-subjects", "200000", "--waves", "5", "--wave-subjects", "50000"}, 200_000, 5, 50_000},
-		{"zero keeps the preset", []string{"bench", "--quick", "--scale-subjects", "0", "--waves", "0"}, 100, 2, 2_000},
+		{"defaults", []string{}, 1, 3, 20_000},
+		{"quick", []string{"--quick"}, 100, 2, 2_000},
+		{"set", []string{"--scale-pending", "200000", "--scale-subjects", "200000", "--waves", "5", "--wave-subjects", "50000"}, 200_000, 5, 50_000},
+		{"zero keeps the preset", []string{"--quick", "--scale-subjects", "0", "--waves", "0"}, 100, 2, 2_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _, err := parse(tc.args, io.Discard, io.Discard)
+			c, err := parse(tc.args, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := c.Bench.config()
+			cfg := c.config()
 			if cfg.ScaleSubjects != tc.scaleSubjects || cfg.Waves != tc.waves || cfg.WaveSubjects != tc.waveSubjects {
 				t.Errorf("got scale subjects %d, waves %d of %d; want %d, %d of %d",
 					cfg.ScaleSubjects, cfg.Waves, cfg.WaveSubjects, tc.scaleSubjects, tc.waves, tc.waveSubjects)
@@ -86,19 +88,19 @@ func TestParse_Bench_FireRecurring(t *testing.T) {
 		args []string
 		want int
 	}{
-		{[]string{"bench"}, 0},
-		{[]string{"bench", "--quick"}, 0},
-		{[]string{"bench", "--fire-recurring", "3"}, 3},
+		{[]string{}, 0},
+		{[]string{"--quick"}, 0},
+		{[]string{"--fire-recurring", "3"}, 3},
 	} {
-		c, _, err := parse(tc.args, io.Discard, io.Discard)
+		c, err := parse(tc.args, io.Discard, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg := c.Bench.config(); cfg.FireRecurring != tc.want {
+		if cfg := c.config(); cfg.FireRecurring != tc.want {
 			t.Errorf("%v: fire recurring %d, want %d", tc.args, cfg.FireRecurring, tc.want)
 		}
 	}
-	_, _, err := parse([]string{"bench", "--fire-recurring=-1"}, io.Discard, io.Discard)
+	_, err := parse([]string{"--fire-recurring=-1"}, io.Discard, io.Discard)
 	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--fire-recurring -1") {
 		t.Fatalf("--fire-recurring=-1: %v, want a usage error naming it", err)
 	}
@@ -107,7 +109,7 @@ func TestParse_Bench_FireRecurring(t *testing.T) {
 // TestParse_Bench_BadValues checks that every bad bench flag is reported at
 // once, as a usage error naming the flag.
 func TestParse_Bench_BadValues(t *testing.T) {
-	_, _, err := parse([]string{"bench", "--fire-msgs=-1", "--fire-rates=0", "--timeout=-1s", "--phases=fire,nope"}, io.Discard, io.Discard)
+	_, err := parse([]string{"--fire-msgs=-1", "--fire-rates=0", "--timeout=-1s", "--phases=fire,nope"}, io.Discard, io.Discard)
 	if !errors.Is(err, errUsage) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
@@ -116,7 +118,7 @@ func TestParse_Bench_BadValues(t *testing.T) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
 	}
-	_, _, err = parse([]string{"bench", "--quick", "--scale-subjects", "6000", "--waves=-2", "--wave-subjects=-1"}, io.Discard, io.Discard)
+	_, err = parse([]string{"--quick", "--scale-subjects", "6000", "--waves=-2", "--wave-subjects=-1"}, io.Discard, io.Discard)
 	if !errors.Is(err, errUsage) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
@@ -200,15 +202,33 @@ func TestBench_Phases_OnlyThose(t *testing.T) {
 	}
 }
 
-// runBench runs the real bench command at quick sizes with extra flags,
-// writing bench.json and bench.png to dir, and returns what it measured.
+// runBench runs the real bench command, this test binary as
+// natsdelay-bench and a natsdelay built from this tree as its serve, at
+// quick sizes with extra flags, writing bench.json and bench.png to dir,
+// and returns what it measured.
 func runBench(t *testing.T, dir string, extra ...string) bench.Results {
 	t.Helper()
 	jsonOut := filepath.Join(dir, "bench.json")
-	args := append([]string{"bench", "--quick", "--quiet", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png")}, extra...)
-	p := start(t, args...)
-	if code := p.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("bench exited with %d:\n%s", code, p.stderr.String())
+	args := append([]string{"--quick", "--quiet", "--json-out", jsonOut, "--png-out", filepath.Join(dir, "bench.png"),
+		"--serve-binary", natsdelayBinary(t)}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), execEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("natsdelay-bench %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("natsdelay-bench still running after 3m:\n%s", stderr.String())
 	}
 	b, err := os.ReadFile(jsonOut)
 	if err != nil {
