@@ -285,3 +285,32 @@ func TestSchedulesLimitsInfo(t *testing.T) {
 		t.Fatalf("ClusterStatus of a single node: %v, want no responders", err)
 	}
 }
+
+// A page whose next cursor is the one it was asked with would have a walk
+// ask for it forever: the walk ends with an error instead.
+func TestIterators_NextThatDoesNotMoveOn_EndsWithError(t *testing.T) {
+	srv := bridgetest.RunServer(t)
+	nc := bridgetest.Connect(t, srv)
+	var asked atomic.Int64
+	// A stand-in for a service whose pages all name the tag t as next.
+	sub, err := nc.Subscribe(wire.DefaultAPIPrefix+"."+wire.VerbList, func(m *nats.Msg) {
+		asked.Add(1)
+		_ = m.Respond([]byte(`{"subject":"pages.a","messages":[{"tag":"t"}],"next":"t"}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var tags []string
+	var last error
+	for m, err := range client.New(nc).List(context.Background(), wire.ListRequest{Subject: "pages.a"}) {
+		if err != nil {
+			last = err
+			continue
+		}
+		tags = append(tags, m.Tag)
+	}
+	if last == nil || len(tags) != 2 || asked.Load() != 2 {
+		t.Fatalf("walked %v with %d pages and error %v, want t twice from 2 pages, then an error", tags, asked.Load(), last)
+	}
+}

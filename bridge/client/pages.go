@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"iter"
 
 	"natsdelay/bridge/wire"
@@ -69,7 +70,8 @@ func (c *Client) Schedules(ctx context.Context, req wire.SchedulesRequest) iter.
 }
 
 // walk yields the items of the pages page returns, from the cursor after
-// on, until a page has no next cursor, the loop stops or a page fails.
+// on, until a page has no next cursor, the loop stops, a page fails, or a
+// page's next cursor is the one it was asked with.
 func walk[T any](page func(after string) ([]T, string, error), after string) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for {
@@ -85,6 +87,13 @@ func walk[T any](page func(after string) ([]T, string, error), after string) ite
 				}
 			}
 			if next == "" {
+				return
+			}
+			// NB: a next that does not move on would ask for the same
+			// page forever; end the walk with an error instead.
+			if next == after {
+				var zero T
+				yield(zero, fmt.Errorf("the page after %q names it as the next again", after))
 				return
 			}
 			after = next
