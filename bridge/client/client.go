@@ -63,6 +63,11 @@ func IsRetryable(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, wire.ErrUnavailable)
 }
 
+// unreceived reports whether err says that nothing received the request:
+// no responders. Unlike after a timeout or a 503, sending it again cannot
+// apply it twice.
+func unreceived(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+
 // Request sends req as JSON to <api prefix>.<verb> and returns the body of
 // the answer, or the error: a *wire.ServiceError for an error answer, and
 // for no answer an error that wraps nats.ErrNoResponders or
@@ -79,7 +84,7 @@ func (c *Client) Request(ctx context.Context, verb string, req any) ([]byte, err
 	}
 	m := nats.NewMsg(c.api + "." + verb)
 	m.Data = body
-	return c.retry(ctx, true, func() ([]byte, error) { return c.roundTrip(ctx, m) })
+	return c.retry(ctx, IsRetryable, func() ([]byte, error) { return c.roundTrip(ctx, m) })
 }
 
 // requestNoRetry is Request for a verb that must not be sent twice.
@@ -128,13 +133,13 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) ([]byte, error) {
 	return rep.Data, nil
 }
 
-// retry runs try, and again while it fails retryably and allowed says so,
-// up to the client's retries.
-func (c *Client) retry(ctx context.Context, allowed bool, try func() ([]byte, error)) ([]byte, error) {
+// retry runs try, and again while its error is one retryable says may
+// pass, up to the client's retries.
+func (c *Client) retry(ctx context.Context, retryable func(error) bool, try func() ([]byte, error)) ([]byte, error) {
 	wait := c.backoff
 	for n := 0; ; n++ {
 		data, err := try()
-		if err == nil || !allowed || n >= c.retries || !IsRetryable(err) {
+		if err == nil || n >= c.retries || !retryable(err) {
 			return data, err
 		}
 		t := time.NewTimer(wait)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge/bridgetest"
@@ -104,57 +105,84 @@ func TestErrors_AreServiceErrors(t *testing.T) {
 }
 
 // With nothing answering, a request fails with nats.ErrNoResponders,
-// which is retryable; with WithRetry and an ID, Schedule keeps trying and
-// succeeds once a service is there, and the message is stored once.
-func TestSchedule_RetriesWithAnIDUntilAServiceAnswers(t *testing.T) {
-	srv := bridgetest.RunServer(t)
-	nc := bridgetest.Connect(t, srv)
-	ctx := context.Background()
-	_, err := client.New(nc).Schedule(ctx, client.Message{Subject: "jobs.x", ID: "once"})
-	if !errors.Is(err, nats.ErrNoResponders) || !client.IsRetryable(err) {
-		t.Fatalf("Schedule with no service: %v, want no responders, retryable", err)
-	}
-	inMsgs := func() int64 {
-		v, err := srv.Varz(nil)
-		if err != nil {
-			t.Error(err)
-			return 0
-		}
-		return v.InMsgs
-	}
-	before := inMsgs()
-	c := client.New(nc, client.WithRetry(1000, time.Millisecond))
-	type result struct {
-		s   *client.Scheduled
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		s, err := c.Schedule(ctx, client.Message{Subject: "jobs.x", ID: "once", Delay: time.Hour})
-		done <- result{s, err}
-	}()
-	// The service starts once the server has seen two more attempts.
-	for inMsgs() < before+2 {
-		time.Sleep(time.Millisecond)
-	}
-	svc := bridgetest.Start(t, srv, bridgetest.MemStore(t), nil)
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("Schedule with retries: %v", r.err)
-	}
-	if n := svc.Repository().Pending(); n != 1 {
-		t.Fatalf("%d pending after retries, want 1", n)
-	}
-	if _, err := c.Schedule(ctx, client.Message{Subject: "jobs.x", ID: "once", Delay: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if n := svc.Repository().Pending(); n != 1 {
-		t.Fatalf("%d pending after scheduling the ID again, want 1: an ID makes a retry replace", n)
+// which is retryable; with WithRetry, Schedule keeps trying and succeeds
+// once a service is there, and the message is stored once. No responders
+// says that nothing received the message, so a message without an ID is
+// retried too.
+func TestSchedule_RetriesUntilAServiceAnswers(t *testing.T) {
+	for _, id := range []string{"once", ""} {
+		t.Run(fmt.Sprintf("id=%q", id), func(t *testing.T) {
+			srv := bridgetest.RunServer(t)
+			nc := bridgetest.Connect(t, srv)
+			ctx := context.Background()
+			_, err := client.New(nc).Schedule(ctx, client.Message{Subject: "jobs.x", ID: id})
+			if !errors.Is(err, nats.ErrNoResponders) || !client.IsRetryable(err) {
+				t.Fatalf("Schedule with no service: %v, want no responders, retryable", err)
+			}
+			before := inMsgs(t, srv)
+			c := client.New(nc, client.WithRetry(1000, time.Millisecond))
+			type result struct {
+				s   *client.Scheduled
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				s, err := c.Schedule(ctx, client.Message{Subject: "jobs.x", ID: id, Delay: time.Hour})
+				done <- result{s, err}
+			}()
+			// The service starts once the server has seen two more attempts.
+			waitFor(t, "two attempts", func() bool { return inMsgs(t, srv) >= before+2 })
+			svc := bridgetest.Start(t, srv, bridgetest.MemStore(t), nil)
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Schedule did not return within 10s of the service starting")
+			}
+			if r.err != nil {
+				t.Fatalf("Schedule with retries: %v", r.err)
+			}
+			if n := svc.Repository().Pending(); n != 1 {
+				t.Fatalf("%d pending after retries, want 1", n)
+			}
+			if id == "" {
+				return
+			}
+			if _, err := c.Schedule(ctx, client.Message{Subject: "jobs.x", ID: id, Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if n := svc.Repository().Pending(); n != 1 {
+				t.Fatalf("%d pending after scheduling the ID again, want 1: an ID makes a retry replace", n)
+			}
+		})
 	}
 }
 
-// Without an ID, Schedule is not retried: a retry after a lost answer
-// could store the message twice. The first error is returned.
+// inMsgs is the number of messages the server has received.
+func inMsgs(tb testing.TB, srv *server.Server) int64 {
+	tb.Helper()
+	v, err := srv.Varz(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v.InMsgs
+}
+
+// waitFor polls cond until it holds, failing tb after 10s.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %s within 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Without an ID, Schedule is not retried after a 503 or a timeout: the
+// message may have been stored before it, and a retry could store it
+// twice. The first error is returned.
 func TestSchedule_NoRetryWithoutAnID(t *testing.T) {
 	srv := bridgetest.RunServer(t)
 	nc := bridgetest.Connect(t, srv)
@@ -179,6 +207,33 @@ func TestSchedule_NoRetryWithoutAnID(t *testing.T) {
 	_, err = c.Schedule(context.Background(), client.Message{Subject: "jobs.x", ID: "a"})
 	if !errors.Is(err, wire.ErrUnavailable) || attempts.Load() != 6 {
 		t.Fatalf("Schedule with an ID: %v after %d attempts in all, want 503 after 5 more", err, attempts.Load())
+	}
+
+	// And a stand-in that takes the message and never answers: a timeout.
+	silent, err := nc.SubscribeSync("delay.jobs.silent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := func() int {
+		// NB: the subscription is on the client's connection: once the
+		// server answered the flush, it has handed it every attempt.
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := silent.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c = client.New(nc, client.WithRetry(5, time.Millisecond), client.WithTimeout(20*time.Millisecond))
+	_, err = c.Schedule(context.Background(), client.Message{Subject: "jobs.silent"})
+	if n := received(); !errors.Is(err, nats.ErrTimeout) || n != 1 {
+		t.Fatalf("Schedule without an ID to a silent service: %v after %d attempts, want one timeout", err, n)
+	}
+	_, err = c.Schedule(context.Background(), client.Message{Subject: "jobs.silent", ID: "a"})
+	if n := received(); !errors.Is(err, nats.ErrTimeout) || n != 6 {
+		t.Fatalf("Schedule with an ID to a silent service: %v after %d attempts in all, want a timeout after 5 more", err, n)
 	}
 }
 

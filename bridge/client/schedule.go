@@ -91,13 +91,20 @@ type Scheduled struct {
 // Schedule stores m with the service and returns once it is durable. A
 // message the service refuses is a *wire.ServiceError matching
 // wire.ErrBadRequest, with what is wrong; nothing was stored. With
-// WithRetry, a message with an ID is sent again after a retryable error.
+// WithRetry, a message with an ID is sent again after a retryable error,
+// and one without only after no responders: no service received it, so
+// it cannot be stored twice, as it could after a timeout or a 503 that
+// followed the commit.
 func (c *Client) Schedule(ctx context.Context, m Message) (*Scheduled, error) {
 	if m.Subject == "" {
 		return nil, fmt.Errorf("schedule: %w: no target subject", wire.ErrBadRequest)
 	}
 	nm := c.msg(m)
-	data, err := c.retry(ctx, m.ID != "", func() ([]byte, error) { return c.roundTrip(ctx, nm) })
+	retryable := unreceived
+	if m.ID != "" {
+		retryable = IsRetryable
+	}
+	data, err := c.retry(ctx, retryable, func() ([]byte, error) { return c.roundTrip(ctx, nm) })
 	if err != nil {
 		return nil, err
 	}
