@@ -240,7 +240,7 @@ func TestSchedule_NoRetryWithoutAnID(t *testing.T) {
 // The iterators walk every page in order, from the cursor given, and stop
 // reading pages when the loop breaks.
 func TestIterators_WalkEveryPage(t *testing.T) {
-	_, c := newClient(t)
+	h, c := newClient(t)
 	ctx := context.Background()
 	base := time.Now().Add(time.Hour)
 	var tags []string
@@ -275,15 +275,26 @@ func TestIterators_WalkEveryPage(t *testing.T) {
 	if len(subjects) != 8 || subjects[0] != "pages.a" || subjects[7] != "pages.s6" {
 		t.Fatalf("Subjects walked %v, want pages.a and pages.s0-6", subjects)
 	}
+	// The LIST requests the client sends, seen on its own connection.
+	lists, err := h.Conn.SubscribeSync(wire.DefaultAPIPrefix + "." + wire.VerbList)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	for range c.List(ctx, wire.ListRequest{Subject: "pages.a", Limit: &two}) {
 		if n++; n == 3 {
 			break
 		}
 	}
-	if n != 3 {
-		t.Fatalf("a loop that broke at 3 saw %d", n)
+	// NB: once the server answered the flush, it has handed the
+	// subscription every request the client sent before it.
+	if err := h.Conn.Flush(); err != nil {
+		t.Fatal(err)
 	}
+	if pages, _, err := lists.Pending(); n != 3 || pages != 2 || err != nil {
+		t.Fatalf("a loop that broke at 3 saw %d from %d pages (%v), want 3 from 2: no page asked for after the break", n, pages, err)
+	}
+	_ = lists.Unsubscribe()
 	for _, err := range c.List(ctx, wire.ListRequest{Subject: "pages.*"}) {
 		if !errors.Is(err, wire.ErrBadRequest) {
 			t.Fatalf("List of a wildcard: %v, want its 400 as the walk's last element", err)
