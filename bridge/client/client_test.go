@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -378,5 +379,23 @@ func TestIterators_NextThatDoesNotMoveOn_EndsWithError(t *testing.T) {
 	}
 	if last == nil || len(tags) != 2 || asked.Load() != 2 {
 		t.Fatalf("walked %v with %d pages and error %v, want t twice from 2 pages, then an error", tags, asked.Load(), last)
+	}
+}
+
+// AckSync returns only once the service answered +OK: an answer that is
+// neither +OK nor an error answer (something else took the reply subject)
+// is an error, since the ACK may not have been applied.
+func TestDelivery_AckSync_WantsOK(t *testing.T) {
+	srv := bridgetest.RunServer(t)
+	nc := bridgetest.Connect(t, srv)
+	sub, err := nc.Subscribe("not.the.ack.prefix", func(m *nats.Msg) { _ = m.Respond([]byte("hello")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	m := nats.NewMsg("orders.x")
+	m.Reply = "not.the.ack.prefix"
+	if err := client.NewDelivery(nc, m).AckSync(context.Background()); err == nil || !strings.Contains(err.Error(), `"hello"`) {
+		t.Fatalf("AckSync answered hello: %v, want an error naming the answer", err)
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -39,16 +40,28 @@ func (d Delivery) FireAt() time.Time {
 func (d Delivery) Ack() error { return d.Respond([]byte(wire.AnswerAck)) }
 
 // AckSync settles the message and waits until the service confirms that
-// the delete is committed; an error means the ACK may not have been
+// the delete is committed, at most until ctx is done, or DefaultTimeout
+// if ctx has no deadline; an error means the ACK may not have been
 // applied, and the message may come again.
 func (d Delivery) AckSync(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
 	m := nats.NewMsg(d.Reply)
 	m.Data = []byte(wire.AnswerAck)
 	rep, err := d.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return err
 	}
-	return wire.ParseError(rep.Header, rep.Data)
+	if err := wire.ParseError(rep.Header, rep.Data); err != nil {
+		return err
+	}
+	if string(rep.Data) != wire.ReplyOK {
+		return fmt.Errorf("unexpected answer %q to %s on %s, want %s", rep.Data, wire.AnswerAck, d.Reply, wire.ReplyOK)
+	}
+	return nil
 }
 
 // Nak asks for the message again after delay (at once if 0).
