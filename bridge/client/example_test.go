@@ -162,3 +162,58 @@ func ExampleClient_List() {
 	// r1
 	// r2
 }
+
+// A recurring schedule, named by its ID, and read back with Get.
+func ExampleClient_Schedule_recurring() {
+	nc, stop := runService()
+	defer stop()
+	ctx := context.Background()
+	c := client.New(nc)
+	_, err := c.Schedule(ctx, client.Message{
+		Subject: "reports.daily", Data: []byte(`{}`), ID: "daily-report",
+		Cron: "0 9 * * MON-FRI", Zone: "Europe/Berlin", Limit: 10,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	m, err := c.Get(ctx, wire.MessageRef{Subject: "reports.daily", ID: "daily-report"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.Schedule.Spec, "in", m.Schedule.Zone, "at most", m.Schedule.Limit, "times")
+	// Output: 0 9 * * MON-FRI in Europe/Berlin at most 10 times
+}
+
+// Cancel by subject and ID; a second cancel finds nothing pending.
+func ExampleClient_Cancel() {
+	nc, stop := runService()
+	defer stop()
+	ctx := context.Background()
+	c := client.New(nc)
+	if _, err := c.Schedule(ctx, client.Message{Subject: "orders.reminder", ID: "order-42", Delay: time.Hour}); err != nil {
+		log.Fatal(err)
+	}
+	ref := wire.MessageRef{Subject: "orders.reminder", ID: "order-42"}
+	fmt.Println(c.Cancel(ctx, ref))
+	fmt.Println(errors.Is(c.Cancel(ctx, ref), wire.ErrNotFound))
+	// Output:
+	// <nil>
+	// true
+}
+
+// With no service on the server, a request gets no responders: nothing
+// received it, and asking again may pass.
+func ExampleIsRetryable() {
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	srv := natsserver.RunServer(&opts)
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = client.New(nc).Schedule(context.Background(), client.Message{Subject: "orders.reminder", Delay: time.Minute})
+	fmt.Println(errors.Is(err, nats.ErrNoResponders), client.IsRetryable(err))
+	// Output: true true
+}
