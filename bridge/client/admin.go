@@ -34,9 +34,10 @@ func (c *Client) Limits(ctx context.Context) ([]wire.Limit, error) {
 }
 
 // DeleteLimit deletes the limit of pattern; none is a *wire.ServiceError
-// matching wire.ErrNotFound. It is never retried.
+// matching wire.ErrNotFound. With WithRetry it is sent again only after
+// no responders.
 func (c *Client) DeleteLimit(ctx context.Context, pattern string) error {
-	_, err := c.requestNoRetry(ctx, wire.VerbLimitsDelete, wire.PatternRequest{Pattern: pattern})
+	_, err := c.requestOnce(ctx, wire.VerbLimitsDelete, wire.PatternRequest{Pattern: pattern})
 	return err
 }
 

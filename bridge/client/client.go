@@ -87,15 +87,17 @@ func (c *Client) Request(ctx context.Context, verb string, req any) ([]byte, err
 	return c.retry(ctx, IsRetryable, func() ([]byte, error) { return c.roundTrip(ctx, m) })
 }
 
-// requestNoRetry is Request for a verb that must not be sent twice.
-func (c *Client) requestNoRetry(ctx context.Context, verb string, req any) ([]byte, error) {
+// requestOnce is Request for a verb whose second application would be
+// told apart from the first (a 404 for what the first deleted): it is
+// sent again only after no responders, which nothing received.
+func (c *Client) requestOnce(ctx context.Context, verb string, req any) ([]byte, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode the %s request: %w", verb, err)
 	}
 	m := nats.NewMsg(c.api + "." + verb)
 	m.Data = body
-	return c.roundTrip(ctx, m)
+	return c.retry(ctx, unreceived, func() ([]byte, error) { return c.roundTrip(ctx, m) })
 }
 
 // call is Request, decoding the answer into out.
@@ -169,8 +171,9 @@ func (c *Client) Get(ctx context.Context, ref wire.MessageRef) (*wire.MessageInf
 
 // Cancel deletes one pending message, by tag or by subject and id (a
 // recurring schedule by its name). One that is not pending is a
-// *wire.ServiceError matching wire.ErrNotFound. It is never retried.
+// *wire.ServiceError matching wire.ErrNotFound. With WithRetry it is sent
+// again only after no responders.
 func (c *Client) Cancel(ctx context.Context, ref wire.MessageRef) error {
-	_, err := c.requestNoRetry(ctx, wire.VerbCancel, ref)
+	_, err := c.requestOnce(ctx, wire.VerbCancel, ref)
 	return err
 }

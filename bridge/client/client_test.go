@@ -399,3 +399,43 @@ func TestDelivery_AckSync_WantsOK(t *testing.T) {
 		t.Fatalf("AckSync answered hello: %v, want an error naming the answer", err)
 	}
 }
+
+// Cancel is retried after no responders, which nothing received, and
+// reaches the service once it is there; it is not retried after a 503,
+// since a retry after an answer that was lost would be told 404.
+func TestCancel_RetriedOnlyAfterNoResponders(t *testing.T) {
+	srv := bridgetest.RunServer(t)
+	nc := bridgetest.Connect(t, srv)
+	c := client.New(nc, client.WithRetry(1000, time.Millisecond))
+	ref := wire.MessageRef{Subject: "jobs.x", ID: "never"}
+	before := inMsgs(t, srv)
+	done := make(chan error, 1)
+	go func() { done <- c.Cancel(context.Background(), ref) }()
+	waitFor(t, "two attempts", func() bool { return inMsgs(t, srv) >= before+2 })
+	bridgetest.Start(t, srv, bridgetest.MemStore(t), nil)
+	select {
+	case err := <-done:
+		if !errors.Is(err, wire.ErrNotFound) {
+			t.Fatalf("Cancel once the service is up: %v, want its 404", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Cancel did not return within 10s of the service starting")
+	}
+
+	var attempts atomic.Int64
+	busy, err := nc.Subscribe(wire.DefaultAPIPrefix+".BUSY."+wire.VerbCancel, func(m *nats.Msg) {
+		attempts.Add(1)
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(wire.HeaderServiceError, "unavailable: shutting down")
+		r.Header.Set(wire.HeaderServiceErrorCode, "503")
+		_ = nc.PublishMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Unsubscribe() }()
+	c = client.New(nc, client.WithAPIPrefix(wire.DefaultAPIPrefix+".BUSY"), client.WithRetry(5, time.Millisecond))
+	if err := c.Cancel(context.Background(), ref); !errors.Is(err, wire.ErrUnavailable) || attempts.Load() != 1 {
+		t.Fatalf("Cancel answered 503: %v after %d attempts, want one", err, attempts.Load())
+	}
+}

@@ -19,7 +19,7 @@
 // once. A message without an ID is retried only after no responders,
 // which says that no service received it (none runs there, or a cluster
 // is between leaders); after a timeout or a 503 it may have been stored,
-// a retry could store it twice, and the error is returned. Cancel
-// and DeleteLimit are not retried, since a retry after a lost answer
-// would be told 404 for what the first did.
+// a retry could store it twice, and the error is returned. Cancel and
+// DeleteLimit are likewise retried only after no responders, since a
+// retry after a lost answer would be told 404 for what the first did.
 package client
