@@ -13,6 +13,7 @@ import (
 
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
+	"natsdelay/dispatch"
 	"natsdelay/dispatch/recur"
 	"natsdelay/keys"
 )
@@ -456,7 +457,7 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		if !strings.HasPrefix(t.Subject, prefix) {
 			return false
 		}
-		if !subjectMatches(r.Filter, t.Subject) {
+		if !dispatch.SubjectMatches(r.Filter, t.Subject) {
 			return true
 		}
 		if len(page) == limit {
@@ -518,8 +519,6 @@ func checkFilter(f string) error {
 	return nil
 }
 
-// subjectMatches reports whether the concrete subject subj matches the
-// filter f, which checkFilter accepted.
 // literalPrefix is the start of filter before its first wildcard token:
 // every subject the filter matches starts with it.
 func literalPrefix(filter string) string {
@@ -536,20 +535,4 @@ func literalPrefix(filter string) string {
 		end++ // the dot
 	}
 	return filter[:end]
-}
-
-func subjectMatches(f, subj string) bool {
-	for {
-		ft, frest, fmore := strings.Cut(f, ".")
-		st, srest, smore := strings.Cut(subj, ".")
-		switch {
-		case ft == ">":
-			return true
-		case ft != "*" && ft != st:
-			return false
-		case !fmore || !smore:
-			return fmore == smore
-		}
-		f, subj = frest, srest
-	}
 }

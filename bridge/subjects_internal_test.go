@@ -3,6 +3,8 @@ package bridge
 import (
 	"strings"
 	"testing"
+
+	"natsdelay/dispatch"
 )
 
 // TestLiteralPrefix_StartsEveryMatch checks that SUBJECTS may start its
@@ -18,7 +20,7 @@ func TestLiteralPrefix_StartsEveryMatch(t *testing.T) {
 	subjects := []string{"a", "ab", "a.b", "a.bc", "a.b.c", "a.x.c", "b", "b.b", "a.b.c.d"}
 	for f := range want {
 		for _, s := range subjects {
-			if subjectMatches(f, s) && !strings.HasPrefix(s, literalPrefix(f)) {
+			if dispatch.SubjectMatches(f, s) && !strings.HasPrefix(s, literalPrefix(f)) {
 				t.Errorf("%q matches %q but does not start with %q", f, s, literalPrefix(f))
 			}
 		}

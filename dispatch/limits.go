@@ -76,7 +76,7 @@ func (d *Dispatcher) ruleOfLocked(t *topic) rule {
 	t.ruleGen = d.mu.limits.gen
 	r := rule{maxInFlight: d.cfg.SubjectMaxInFlight}
 	for _, l := range d.mu.limits.limits {
-		if !subjectMatches(l.Pattern, t.subject) {
+		if !SubjectMatches(l.Pattern, t.subject) {
 			continue
 		}
 		if l.MaxInFlight > 0 {
@@ -193,9 +193,9 @@ func patternShape(p string) (literals int, gt bool, prefix int) {
 	return literals, gt, prefix
 }
 
-// subjectMatches reports whether the subject subj matches the NATS
+// SubjectMatches reports whether the subject subj matches the NATS
 // subject filter f.
-func subjectMatches(f, subj string) bool {
+func SubjectMatches(f, subj string) bool {
 	for {
 		ft, frest, fmore := strings.Cut(f, ".")
 		st, srest, smore := strings.Cut(subj, ".")
