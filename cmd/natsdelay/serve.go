@@ -175,6 +175,17 @@ const defaultGCPercent = 200
 // gcPercent is the GOGC serve sets given the environment's GOGC: its
 // default when there is none, and none (set false) when the operator
 // chose one, which the Go runtime has applied already.
+// applyGCPercent sets serve's collector target unless env, the GOGC of
+// the environment, gives one, and logs which it is and where it came from.
+func applyGCPercent(log *slog.Logger, env string) {
+	if pct, set := gcPercent(env); set {
+		debug.SetGCPercent(pct)
+		log.Info("garbage collector target set", "gogc", pct, "source", "serve's default; the GOGC environment variable overrides it")
+		return
+	}
+	log.Info("garbage collector target from the environment", "gogc", env)
+}
+
 func gcPercent(env string) (pct int, set bool) {
 	if env != "" {
 		return 0, false
@@ -207,10 +218,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if pct, set := gcPercent(os.Getenv("GOGC")); set {
-		debug.SetGCPercent(pct)
-		log.Info("garbage collector target set", "gogc", pct, "source", "serve's default; the GOGC environment variable overrides it")
-	}
+	applyGCPercent(log, os.Getenv("GOGC"))
 	o, err := c.serverOptions(log)
 	if err != nil {
 		return err
