@@ -16,7 +16,7 @@
 // is due sooner. Redeliveries come from a heap of in-flight deadlines with
 // point lookups.
 //
-// Why not a heap of every subject's next message, as before: that costs
+// Why not a heap of every subject's next message: that costs
 // memory for every subject with anything pending and a seek per subject
 // at start, which with millions of subjects of one message each is most of
 // the service's memory and seconds of start-up. With the due index, a

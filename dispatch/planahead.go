@@ -26,13 +26,13 @@ const aheadPruneAfter = time.Minute
 
 // planLoop plans, ahead of time, the occurrences of recurring schedules
 // that fall due within Config.PlanAhead, so that a pass publishes them
-// with no commit before them: the planning fsync, which used to come
-// between an occurrence falling due and its publish, happens up to
+// with no commit before them: the planning fsync, which would otherwise
+// come between an occurrence falling due and its publish, happens up to
 // PlanAhead earlier, in one batch for all of them.
 //
 // It is only a head start. What it does not plan (a schedule taken in
 // after its read, a successor planned inside the window, a failed commit)
-// the pass plans before publishing, as it always did, and the two meet in
+// the pass plans before publishing, and the two meet in
 // Advance, which plans an occurrence once (ErrPlanned for the other).
 func (d *Dispatcher) planLoop() {
 	timer := time.NewTimer(0)

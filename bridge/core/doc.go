@@ -5,13 +5,10 @@
 // by replacing the generation, and stops and starts a generation when told
 // to for any other reason (Suspend and Resume).
 //
-// It lives under bridge because it is the half of the running service that
-// bridge used to hold: it sits above dispatch and janitor, which it wires
-// together, and below the NATS adapter (package bridge), which is its only
-// user. Keeping it here leaves the top-level layout (keys, delaystore,
-// dispatch, janitor, bridge, cmd, integration) and its import order as
-// they are. It speaks the error vocabulary of package wire: its errors wrap
-// wire.ErrBadRequest, wire.ErrNotFound or wire.ErrUnavailable.
+// It sits above dispatch and janitor, which it wires together, and below
+// the NATS adapter (package bridge), which is its only user. It speaks the
+// error vocabulary of package wire: its errors wrap wire.ErrBadRequest,
+// wire.ErrNotFound or wire.ErrUnavailable.
 //
 // # Goroutines
 //

@@ -4,10 +4,9 @@
 // replies, and the error replies with their codes. The service (package
 // bridge), the client commands and the bench all speak it from here.
 //
-// It lives under bridge because bridge is the one package that serves the
-// protocol; clients import only this small, NATS-free package, not the
-// service. It imports nothing of the project but dispatch's Stats, which
-// INFO reports as they are. It starts no goroutines.
+// Clients import only this small, NATS-free package, not the service. It
+// imports nothing of the project but dispatch's Stats, which INFO reports
+// as they are. It starts no goroutines.
 package wire
 
 // ServiceName is the name under which natsdelay registers as a NATS micro

@@ -5,9 +5,8 @@
 // argument and read no clock, so tests run them on any date.
 //
 // It sits between delaystore, whose Recurrence it reads, and dispatch and
-// bridge, which use it: keys <- delaystore <- recur <- dispatch, bridge. It
-// lives under dispatch, whose planning of occurrences is its main use,
-// because the top-level layout is fixed; it imports nothing of dispatch.
+// bridge, which use it: keys <- delaystore <- recur <- dispatch, bridge;
+// it imports nothing of dispatch.
 //
 // # Time zones and daylight saving
 //
