@@ -337,7 +337,10 @@ func TestAck_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 func TestStats_Delivered_CountsOnlyReached(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.AckWait = 200 * time.Millisecond })
+	// NB: the ack wait is the time the counters are read in after the
+	// first delivery, before a redelivery would change them: long enough
+	// for a loaded host, short enough for the bounces later on.
+	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.AckWait = 3 * time.Second })
 	metric := func(name string) uint64 {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n != 1 {
