@@ -80,11 +80,10 @@ func (p *gatedPublisher) Flush(ctx context.Context) error {
 // queued as before.
 func TestDispatcher_AckBeforeFlush_NoAttemptWrite(t *testing.T) {
 	gp := &gatedPublisher{gate: make(chan struct{})}
-	h := newHarness(t, 0, func(c *dispatch.Config) {
+	wrap := func(p *fakePublisher) dispatch.Publisher { gp.fakePublisher = p; return gp }
+	h := newWrappedHarness(t, delaystore.RepositoryConfig{}, wrap, func(c *dispatch.Config) {
 		c.AttemptWriteDelay = time.Hour
 		c.PassLimit = 1 // the second pass waits for the first one's flush
-		gp.fakePublisher = c.Publisher.(*fakePublisher)
-		c.Publisher = gp
 	})
 	a := h.schedule(msgAt("gate.a", time.Now()))[0]
 	h.next(10 * time.Second) // pass 1 published a; its flush waits at the gate

@@ -5,18 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"natsdelay/delaystore"
 )
 
-// Config configures a Dispatcher. A zero field means the default shown by
-// DefaultConfig.
+// Config holds a Dispatcher's settings, and the optional hooks it calls
+// (Fence, Observer, Now, Logger); what it cannot run without, New takes.
+// A zero field means the default shown by DefaultConfig.
 type Config struct {
-	// Repo is where messages are read, and deleted through the deleter.
-	// Required.
-	Repo *delaystore.Repository
-	// Publisher sends deliveries and dead letters. Required.
-	Publisher Publisher
 	// Fence, if set, reports whether this process may publish now: on a
 	// node of a cluster, whether it holds the leadership lease, which a
 	// process that was paused has lost. It is checked before every

@@ -259,14 +259,16 @@ type Dispatcher struct {
 	closeOnce sync.Once
 }
 
-// New validates cfg and returns a Dispatcher that is not running yet.
-func New(cfg Config) (*Dispatcher, error) {
+// New returns a Dispatcher, not running yet, of the messages in repo,
+// which it reads and deletes through its deleter, publishing through pub,
+// with the settings cfg, which it validates.
+func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, error) {
 	err := cfg.Validate()
-	if cfg.Repo == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Repo is required", ErrInvalidConfig))
+	if repo == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no repository", ErrInvalidConfig))
 	}
-	if cfg.Publisher == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Publisher is required", ErrInvalidConfig))
+	if pub == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no publisher", ErrInvalidConfig))
 	}
 	if err != nil {
 		return nil, err
@@ -274,10 +276,10 @@ func New(cfg Config) (*Dispatcher, error) {
 	cfg = cfg.withDefaults()
 	d := &Dispatcher{
 		cfg:      cfg,
-		repo:     cfg.Repo,
-		pub:      cfg.Publisher,
+		repo:     repo,
+		pub:      pub,
 		log:      cfg.Logger.With("component", "dispatch"),
-		bucketMs: cfg.Repo.TimeBucket().Milliseconds(),
+		bucketMs: repo.TimeBucket().Milliseconds(),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}

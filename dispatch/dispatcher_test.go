@@ -112,6 +112,13 @@ func newHarness(t *testing.T, bucket time.Duration, mod func(*dispatch.Config)) 
 // newHarnessWith is newHarness with the repository's whole configuration.
 func newHarnessWith(t *testing.T, rc delaystore.RepositoryConfig, mod func(*dispatch.Config)) *harness {
 	t.Helper()
+	return newWrappedHarness(t, rc, nil, mod)
+}
+
+// newWrappedHarness is newHarnessWith whose dispatcher publishes through
+// wrap(the fake publisher), unless wrap is nil.
+func newWrappedHarness(t *testing.T, rc delaystore.RepositoryConfig, wrap func(*fakePublisher) dispatch.Publisher, mod func(*dispatch.Config)) *harness {
+	t.Helper()
 	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -121,11 +128,15 @@ func newHarnessWith(t *testing.T, rc delaystore.RepositoryConfig, mod func(*disp
 		t.Fatal(err)
 	}
 	pub := newFakePublisher()
-	cfg := dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	cfg := dispatch.Config{AckWait: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	if mod != nil {
 		mod(&cfg)
 	}
-	d, err := dispatch.New(cfg)
+	var p dispatch.Publisher = pub
+	if wrap != nil {
+		p = wrap(pub)
+	}
+	d, err := dispatch.New(repo, p, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func TestDispatcher_FutureSubjects_CostNothing(t *testing.T) {
 	_, repo := fillFuture(t, 1000) // before Start: found in the due index alone
 	pub := newFakePublisher()
-	d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+	d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestDispatcher_DueIndex_OrderAfterStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			pub := newFakePublisher()
-			d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second})
+			d, err := dispatch.New(h.repo, pub, dispatch.Config{AckWait: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestDispatcher_Backlog_TakenInSlices(t *testing.T) {
 	}
 	pub := &topicsPublisher{fakePublisher: newFakePublisher()}
 	const passLimit, window = 16, 64
-	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second, PassLimit: passLimit, MaxInFlight: window})
+	d, err := dispatch.New(h.repo, pub, dispatch.Config{AckWait: 10 * time.Second, PassLimit: passLimit, MaxInFlight: window})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestDispatcher_BackingOff_DoesNotStopTheDueIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second, PassLimit: passLimit,
+	d, err := dispatch.New(h.repo, pub, dispatch.Config{AckWait: 10 * time.Second, PassLimit: passLimit,
 		NoRespondersBackoff: time.Hour, NoRespondersMaxBackoff: time.Hour})
 	if err != nil {
 		t.Fatal(err)

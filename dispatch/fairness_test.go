@@ -26,11 +26,11 @@ func newCountingHarness(t *testing.T, mod func(*dispatch.Config)) (*harness, *ra
 		t.Fatal(err)
 	}
 	pub := newFakePublisher()
-	cfg := dispatch.Config{Repo: repo, Publisher: pub, AckWait: time.Hour, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	cfg := dispatch.Config{AckWait: time.Hour, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	if mod != nil {
 		mod(&cfg)
 	}
-	d, err := dispatch.New(cfg)
+	d, err := dispatch.New(repo, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

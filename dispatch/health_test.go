@@ -53,9 +53,8 @@ func (p *hookPublisher) Flush(ctx context.Context) error {
 func healthHarness(t *testing.T, mod func(*dispatch.Config)) (*harness, *hookPublisher) {
 	t.Helper()
 	var hp *hookPublisher
-	h := newHarness(t, 0, func(c *dispatch.Config) {
-		hp = &hookPublisher{fakePublisher: c.Publisher.(*fakePublisher)}
-		c.Publisher = hp
+	wrap := func(p *fakePublisher) dispatch.Publisher { hp = &hookPublisher{fakePublisher: p}; return hp }
+	h := newWrappedHarness(t, delaystore.RepositoryConfig{}, wrap, func(c *dispatch.Config) {
 		c.FlushTimeout = 20 * time.Millisecond
 		c.NoRespondersBackoff = 10 * time.Millisecond
 		c.NoRespondersMaxBackoff = 20 * time.Millisecond
@@ -109,7 +108,7 @@ func TestDispatcher_Health_Lifecycle(t *testing.T) {
 		t.Fatalf("Health after Close = %v, want ErrClosed", err)
 	}
 
-	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: h.pub})
+	d, err := dispatch.New(h.repo, h.pub, dispatch.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

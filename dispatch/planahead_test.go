@@ -217,7 +217,7 @@ func TestDispatcher_PlanAhead_RestartDeliversPlannedOnce(t *testing.T) {
 
 	h.clock.set(occ.Add(time.Second))
 	pub := newFakePublisher()
-	d, err := dispatch.New(dispatch.Config{Repo: h.repo, Publisher: pub, AckWait: 10 * time.Second, Now: h.clock.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	d, err := dispatch.New(h.repo, pub, dispatch.Config{AckWait: 10 * time.Second, Now: h.clock.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestDispatcher_PlanAhead_ReadsOnlyOccurrences(t *testing.T) {
 	cs.reads.Store(0)
 
 	pub := newFakePublisher()
-	d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second, PlanAhead: time.Second, Now: clock.now,
+	d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second, PlanAhead: time.Second, Now: clock.now,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func BenchmarkDispatcher_Start(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: newFakePublisher(), AckWait: 10 * time.Second})
+				d, err := dispatch.New(repo, newFakePublisher(), dispatch.Config{AckWait: 10 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -103,7 +103,7 @@ func BenchmarkDispatcher_DueScan(b *testing.B) {
 		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) {
 			_, repo := fillFuture(b, subjects)
 			pub := newFakePublisher()
-			d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+			d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func BenchmarkDispatcher_FirstDelivery(b *testing.B) {
 					b.Fatal(err)
 				}
 				pub := newFakePublisher()
-				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+				d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -227,7 +227,7 @@ func BenchmarkDispatcher_DueIndexScan(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				pub := newFakePublisher()
-				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second})
+				d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -276,7 +276,7 @@ func BenchmarkDispatcher_InFlightMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				pub := newFakePublisher()
-				d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: time.Hour, MaxInFlight: 2 * inFlightSet, SubjectMaxInFlight: 2 * inFlightSet})
+				d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: time.Hour, MaxInFlight: 2 * inFlightSet, SubjectMaxInFlight: 2 * inFlightSet})
 				if err != nil {
 					b.Fatal(err)
 				}

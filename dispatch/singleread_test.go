@@ -56,7 +56,7 @@ func TestDispatcher_SingleEntryTopic_PointRead(t *testing.T) {
 	clock := newFakeClock(time.Now())
 	start := clock.now()
 	pub := newFakePublisher()
-	d, err := dispatch.New(dispatch.Config{Repo: repo, Publisher: pub, AckWait: 10 * time.Second, Now: clock.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second, Now: clock.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,11 @@ var ErrInvalidConfig = errors.New("core: invalid config")
 // delaystore.RepositoryConfig's, and expiry janitor.Config's.
 type Config struct {
 	// Config holds the delivery settings (AckWait, MaxDeliver, Backoff,
-	// DeadLetterSubject, MaxInFlight, ...). Publisher is required. Repo is
-	// set by the Service for each generation; leave it nil.
+	// DeadLetterSubject, MaxInFlight, ...).
 	dispatch.Config
+	// Publisher sends the deliveries and dead letters of every
+	// generation's dispatcher. Required.
+	Publisher dispatch.Publisher
 	// RepositoryConfig holds TimeBucket, the width of the time bucket in
 	// keys. It must not change for an existing store.
 	delaystore.RepositoryConfig

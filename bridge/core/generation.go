@@ -71,9 +71,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	if err := seedLimits(g.repo, s.cfg.Limits); err != nil {
 		return err
 	}
-	dc := s.cfg.Config
-	dc.Repo = g.repo
-	if g.disp, err = dispatch.New(dc); err != nil {
+	if g.disp, err = dispatch.New(g.repo, s.cfg.Publisher, s.cfg.Config); err != nil {
 		return err
 	}
 	jc := s.cfg.Expiry
