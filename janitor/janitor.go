@@ -34,12 +34,9 @@ type Remover interface {
 	Expire(ctx context.Context, ks []keys.Key) error
 }
 
-// Config configures a Janitor. A zero field means the default.
+// Config holds a Janitor's settings and optional hooks (Now, Logger);
+// what it cannot run without, New takes. A zero field means the default.
 type Config struct {
-	// Source finds expired messages. Required.
-	Source Source
-	// Remover removes them. Required.
-	Remover Remover
 	// Interval is the time between runs. Default 1s.
 	Interval time.Duration
 	// BatchSize bounds the keys handed to the Remover at once. Default 1024.
@@ -57,8 +54,7 @@ func DefaultConfig() Config {
 	return Config{Interval: time.Second, BatchSize: 1024, Timeout: 30 * time.Second}
 }
 
-// Validate reports every bad setting at once. It does not ask for Source
-// and Remover, so settings can be checked before they exist; New does.
+// Validate reports every bad setting at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Interval < 0 {
@@ -77,6 +73,8 @@ func (c Config) Validate() error {
 // Close; RunOnce may be called at any time.
 type Janitor struct {
 	cfg       Config
+	source    Source
+	remover   Remover
 	log       *slog.Logger
 	ctx       context.Context // canceled by Close, so a run under way stops
 	cancel    context.CancelFunc
@@ -86,14 +84,16 @@ type Janitor struct {
 	closeOnce sync.Once
 }
 
-// New validates cfg and returns a Janitor that is not running yet.
-func New(cfg Config) (*Janitor, error) {
+// New returns a Janitor, not running yet, that finds expired messages in
+// source and hands them to remover, with the settings cfg, which it
+// validates.
+func New(source Source, remover Remover, cfg Config) (*Janitor, error) {
 	err := cfg.Validate()
-	if cfg.Source == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Source is required", ErrInvalidConfig))
+	if source == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no Source", ErrInvalidConfig))
 	}
-	if cfg.Remover == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Remover is required", ErrInvalidConfig))
+	if remover == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no Remover", ErrInvalidConfig))
 	}
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func New(cfg Config) (*Janitor, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Janitor{cfg: cfg, log: cfg.Logger.With("component", "janitor"), ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+	return &Janitor{cfg: cfg, source: source, remover: remover, log: cfg.Logger.With("component", "janitor"), ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
 }
 
 // Start runs the janitor every Interval until Close.
@@ -164,7 +164,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
 	total := 0
 	var prevFirst keys.Key
 	for round := 0; ; round++ {
-		ks, err := j.cfg.Source.Expired(now, j.cfg.BatchSize)
+		ks, err := j.source.Expired(now, j.cfg.BatchSize)
 		if err != nil {
 			return total, fmt.Errorf("janitor: find expired: %w", err)
 		}
@@ -175,7 +175,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
 		}
 		prevFirst = ks[0]
 		rctx, cancel := context.WithTimeout(ctx, j.cfg.Timeout)
-		err = j.cfg.Remover.Expire(rctx, ks)
+		err = j.remover.Expire(rctx, ks)
 		cancel()
 		total += len(ks)
 		if err != nil {

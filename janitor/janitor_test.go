@@ -71,7 +71,7 @@ func TestJanitor_RunOnce_OnlyExpired(t *testing.T) {
 		}
 		return now.Add(time.Hour).UnixNano()
 	})
-	j, err := janitor.New(janitor.Config{Source: idx, Remover: idx, BatchSize: 1000, Now: func() time.Time { return now }})
+	j, err := janitor.New(idx, idx, janitor.Config{BatchSize: 1000, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestJanitor_RunOnce_OnlyExpired(t *testing.T) {
 func TestJanitor_RunOnce_RemoverKeeps(t *testing.T) {
 	idx := newIndex(10, func(i int) int64 { return int64(i) })
 	idx.keep = true
-	j, _ := janitor.New(janitor.Config{Source: idx, Remover: idx, BatchSize: 5})
+	j, _ := janitor.New(idx, idx, janitor.Config{BatchSize: 5})
 	if _, err := j.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestJanitor_RunOnce_RemoverKeeps(t *testing.T) {
 func TestJanitor_Start_RunsOnInterval(t *testing.T) {
 	idx := newIndex(3, func(int) int64 { return 0 })
 	idx.removed = make(chan []keys.Key, 10)
-	j, _ := janitor.New(janitor.Config{Source: idx, Remover: idx, Interval: time.Millisecond})
+	j, _ := janitor.New(idx, idx, janitor.Config{Interval: time.Millisecond})
 	j.Start()
 	select {
 	case ks := <-idx.removed:
@@ -122,7 +122,7 @@ func TestJanitor_Start_RunsOnInterval(t *testing.T) {
 // TestConfig_Validate checks that every bad setting is reported at once,
 // and that New also asks for Source and Remover.
 func TestConfig_Validate(t *testing.T) {
-	_, err := janitor.New(janitor.Config{Interval: -1, BatchSize: -2})
+	_, err := janitor.New(nil, nil, janitor.Config{Interval: -1, BatchSize: -2})
 	if !errors.Is(err, janitor.ErrInvalidConfig) {
 		t.Fatalf("New = %v", err)
 	}

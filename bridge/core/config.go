@@ -29,7 +29,7 @@ type Config struct {
 	// keys. It must not change for an existing store.
 	delaystore.RepositoryConfig
 	// Expiry configures the removal of expired messages: Interval is how
-	// often (default 1s). Source and Remover are set by the Service.
+	// often (default 1s).
 	Expiry janitor.Config
 
 	// Limits are limits that exist from the start: at the start of each

@@ -74,9 +74,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	if g.disp, err = dispatch.New(g.repo, s.cfg.Publisher, s.cfg.Config); err != nil {
 		return err
 	}
-	jc := s.cfg.Expiry
-	jc.Source, jc.Remover = g.repo, g.disp
-	if g.jan, err = janitor.New(jc); err != nil {
+	if g.jan, err = janitor.New(g.repo, g.disp, s.cfg.Expiry); err != nil {
 		return err
 	}
 	if err := g.disp.Start(); err != nil {
