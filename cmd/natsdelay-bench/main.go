@@ -22,6 +22,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"natsdelay/cmd/internal/bench"
+	"natsdelay/cmd/internal/gogc"
 )
 
 // Exit codes: 2 for a command line that is wrong, 1 for a run that failed.
@@ -60,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK // --help
 	}
 	e := &env{stdout: stdout, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	// The service runs in this process in most phases: with serve's
+	// collector target, so that it is measured as it runs.
+	gogc.Apply(e.log, os.Getenv("GOGC"))
 	if err := c.Run(e); err != nil {
 		return fail(stderr, err)
 	}

@@ -3,11 +3,9 @@ package main
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -371,20 +369,6 @@ func TestParse_ClusterSettings_FlagEnvFile(t *testing.T) {
 	}
 }
 
-// TestGCPercent_EnvironmentWins checks that serve's collector target is
-// its default only when the operator has not set GOGC: an operator's
-// GOGC, including off, is never overridden.
-func TestGCPercent_EnvironmentWins(t *testing.T) {
-	if pct, set := gcPercent(""); !set || pct != defaultGCPercent {
-		t.Errorf("gcPercent(\"\") = %d, %v; want %d, true", pct, set, defaultGCPercent)
-	}
-	for _, env := range []string{"100", "50", "off"} {
-		if _, set := gcPercent(env); set {
-			t.Errorf("gcPercent(%q) sets the target; want the environment's left alone", env)
-		}
-	}
-}
-
 // TestParse_BadValue_NamesNoGoField checks that a bad setting is told in
 // the words of the command line: the flag and the value the user wrote,
 // never the name of the Go field behind it.
@@ -431,22 +415,5 @@ func TestParse_ConfigFile_ServeTakesOnlyItsKeys(t *testing.T) {
 	serveFile := writeConfig(t, `{"ack_wait": "5s", "nats": "nats://127.0.0.1:4222"}`)
 	if _, _, err := parse([]string{"info", "--config", serveFile}, io.Discard, io.Discard); err != nil {
 		t.Fatalf("info with serve's config file: %v", err)
-	}
-}
-
-// TestGCPercent_LogSaysWhere checks the start-up line about the collector
-// target: serve's default is not said to come from GOGC, which is not set
-// then, and an operator's GOGC is reported as the environment's.
-func TestGCPercent_LogSaysWhere(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	for env, want := range map[string]string{
-		"":    `gogc=200 source="serve's default; the GOGC environment variable overrides it"`,
-		"150": `msg="garbage collector target from the environment" gogc=150`,
-	} {
-		var b strings.Builder
-		applyGCPercent(slog.New(slog.NewTextHandler(&b, nil)), env)
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("GOGC %q: logged %q, want %q", env, b.String(), want)
-		}
 	}
 }

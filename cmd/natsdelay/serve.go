@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"natsdelay/cmd/internal/gogc"
 	"natsdelay/cmd/natsdelay/internal/server"
 
 	"natsdelay/bridge"
@@ -162,37 +162,6 @@ func (c *serveCmd) apply(b *bridge.Config) {
 	}
 }
 
-// defaultGCPercent is serve's GOGC unless the environment gives one. The
-// service's Go heap is small (the store's memtables and block cache are
-// outside it), so each collection has little to scan, and under load Go's
-// default of 100 collected every ~150 ms. On two cores every mark phase
-// took CPU from the dispatcher and the NATS client and showed as the
-// lateness tail; 200 halves the collections (and took ~10% off the CPU per
-// delivered message) for a heap peak of three times the live heap instead
-// of two, a few tens of MB at most. See docs/performance.md.
-const defaultGCPercent = 200
-
-// gcPercent is the GOGC serve sets given the environment's GOGC: its
-// default when there is none, and none (set false) when the operator
-// chose one, which the Go runtime has applied already.
-// applyGCPercent sets serve's collector target unless env, the GOGC of
-// the environment, gives one, and logs which it is and where it came from.
-func applyGCPercent(log *slog.Logger, env string) {
-	if pct, set := gcPercent(env); set {
-		debug.SetGCPercent(pct)
-		log.Info("garbage collector target set", "gogc", pct, "source", "serve's default; the GOGC environment variable overrides it")
-		return
-	}
-	log.Info("garbage collector target from the environment", "gogc", env)
-}
-
-func gcPercent(env string) (pct int, set bool) {
-	if env != "" {
-		return 0, false
-	}
-	return defaultGCPercent, true
-}
-
 // probePorts reports, as one usage error, the ports serve would listen on
 // that are taken now: the HTTP listener's and the embedded server's.
 func (c *serveCmd) probePorts() error {
@@ -218,7 +187,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	applyGCPercent(log, os.Getenv("GOGC"))
+	gogc.Apply(log, os.Getenv("GOGC"))
 	o, err := c.serverOptions(log)
 	if err != nil {
 		return err
