@@ -151,8 +151,8 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 			return nil, err
 		}
 	}
-	backoff := make([]string, len(s.cfg.Backoff))
-	for i, b := range s.cfg.Backoff {
+	backoff := make([]string, len(s.cfg.Delivery.Backoff))
+	for i, b := range s.cfg.Delivery.Backoff {
 		backoff[i] = b.String()
 	}
 	var cluster *wire.ClusterInfo
@@ -169,9 +169,9 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
-			AckWait: c.Config().AckWait.String(), MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff,
-			DeadLetterSubject: s.cfg.DeadLetterSubject, DeadLetterExpired: s.cfg.DeadLetterExpired,
-			TimeBucket: s.cfg.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
+			AckWait: c.Config().Delivery.AckWait.String(), MaxDeliver: s.cfg.Delivery.MaxDeliver, Backoff: backoff,
+			DeadLetterSubject: s.cfg.Delivery.DeadLetterSubject, DeadLetterExpired: s.cfg.Delivery.DeadLetterExpired,
+			TimeBucket: s.cfg.Repository.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
 		},
 	}, nil
 }

@@ -16,7 +16,7 @@ import (
 func TestConfig_PrefixesTooLongForTheControlLine(t *testing.T) {
 	cfg := func(ack, dead string) bridge.Config {
 		var c bridge.Config
-		c.AckPrefix, c.DeadLetterSubject = ack, dead
+		c.AckPrefix, c.Delivery.DeadLetterSubject = ack, dead
 		return c
 	}
 	for _, c := range []struct {

@@ -37,7 +37,7 @@ func (s *Service) checkLimit(l wire.Limit) error {
 	if err := checkPattern(l.Pattern); err != nil {
 		return err
 	}
-	if bad := limitProblems(l, s.cfg.MaxInFlight); len(bad) > 0 {
+	if bad := limitProblems(l, s.cfg.Delivery.MaxInFlight); len(bad) > 0 {
 		return badRequest("limit of %q: %s", keys.Clip(l.Pattern), strings.Join(bad, "; "))
 	}
 	return nil

@@ -135,9 +135,9 @@ func (c Config) Validate() error {
 			bad("%s (%q) must be a concrete subject without wildcards", p.name, p.v)
 		}
 	}
-	if c.DeadLetterSubject != "" {
-		if err := checkTarget(c.DeadLetterSubject, nil); err != nil {
-			bad("DeadLetterSubject (%q) must be a concrete subject without wildcards", c.DeadLetterSubject)
+	if c.Delivery.DeadLetterSubject != "" {
+		if err := checkTarget(c.Delivery.DeadLetterSubject, nil); err != nil {
+			bad("DeadLetterSubject (%q) must be a concrete subject without wildcards", c.Delivery.DeadLetterSubject)
 		}
 	}
 	if c.MaxPayload < 0 {
@@ -157,14 +157,14 @@ func (c Config) Validate() error {
 	if n := controlLineLen("x", ack+"."+strings.Repeat("0", keys.TagLen), hdrSize, totalSize); n > mcl {
 		bad("AckPrefix is %d bytes: a delivery to a one-byte subject would need a %d-byte protocol line, over MaxControlLine %d", len(ack), n, mcl)
 	}
-	if dl := c.DeadLetterSubject; dl != "" {
+	if dl := c.Delivery.DeadLetterSubject; dl != "" {
 		if n := controlLineLen(dl, "", hdrSize, totalSize); n > mcl {
 			bad("DeadLetterSubject is %d bytes: a dead letter would need a %d-byte protocol line, over MaxControlLine %d", len(dl), n, mcl)
 		}
 	}
 	seen := map[string]int{}
 	for i, l := range c.Limits {
-		for _, p := range CheckLimit(wireLimit(l), c.MaxInFlight) {
+		for _, p := range CheckLimit(wireLimit(l), c.Delivery.MaxInFlight) {
 			bad("Limits[%d] (pattern %q): %s", i, keys.Clip(l.Pattern), p)
 		}
 		if j, ok := seen[l.Pattern]; ok {
@@ -264,7 +264,7 @@ func New(cfg Config) (*Service, error) {
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
-		ackPrefix: cfg.AckPrefix, deadLetter: cfg.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
+		ackPrefix: cfg.AckPrefix, deadLetter: cfg.Delivery.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
 	}
 	if err := s.start(); err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -275,10 +275,10 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
-	cc.Publisher, cc.Observer, cc.Metrics = s.pub, s.m, s.m
+	cc.Publisher, cc.Delivery.Observer, cc.Metrics = s.pub, s.m, s.m
 	if s.cfg.Cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
-		cc.Fence = s.cfg.Cluster.HoldsLease
+		cc.Delivery.Fence = s.cfg.Cluster.HoldsLease
 		s.pub.fence = s.cfg.Cluster.HoldsLease
 		return s.startNode(cc)
 	}
@@ -351,7 +351,7 @@ func (s *Service) registerMetrics() error {
 // markers queued behind it for minutes. A dropped answer or notice
 // only means a redelivery: at least once holds.
 func (s *Service) subscribeAcks() error {
-	window := s.cfg.MaxInFlight
+	window := s.cfg.Delivery.MaxInFlight
 	if window == 0 {
 		window = dispatch.DefaultConfig().MaxInFlight
 	}

@@ -41,7 +41,7 @@ func TestAck_Done_Deletes(t *testing.T) {
 // attempt 2 with the same tag, well before the ack wait would have.
 func TestAck_Nak_RedeliversNow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	got := subscribe(t, h.nc, "ack.nak")
 	rep := schedule(t, h.nc, newMsg("ack.nak", "x"))
 	r1 := next(t, got, "first delivery")
@@ -66,7 +66,7 @@ func TestAck_NakDelay_NotBefore(t *testing.T) {
 	for _, payload := range []string{"-NAK 300ms", `-NAK {"delay": 300000000}`} {
 		t.Run(payload, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+			h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 			got := subscribe(t, h.nc, "ack.nakdelay")
 			schedule(t, h.nc, newMsg("ack.nakdelay", "x"))
 			r1 := next(t, got, "first delivery")
@@ -89,7 +89,7 @@ func TestAck_NakDelay_NotBefore(t *testing.T) {
 func TestAck_NoAnswer_RedeliversAfterAckWait(t *testing.T) {
 	t.Parallel()
 	const ackWait = 300 * time.Millisecond
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 	got := subscribe(t, h.nc, "ack.silent")
 	rep := schedule(t, h.nc, newMsg("ack.silent", "x"))
 	r1 := next(t, got, "first delivery")
@@ -119,7 +119,7 @@ func TestAck_Progress_ExtendsAckWait(t *testing.T) {
 		interval = ackWait / 4
 		rounds   = 6 // 1.5 ack waits in all
 	)
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 	got := subscribe(t, h.nc, "ack.wpi")
 	rep := schedule(t, h.nc, newMsg("ack.wpi", "x"))
 	r := next(t, got, "delivery")
@@ -148,7 +148,7 @@ func TestAck_Progress_ExtendsAckWait(t *testing.T) {
 // answered 400 and leave the message in flight.
 func TestAck_Sync(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	got := subscribe(t, h.nc, "ack.sync")
 	bystander := schedule(t, h.nc, newMsg("ack.bystander", "stays", "Delay", "1h"))
 
@@ -283,7 +283,7 @@ func TestAck_Backoff_AfterAckWait(t *testing.T) {
 	t.Parallel()
 	const ackWait = 100 * time.Millisecond
 	backoff := []time.Duration{300 * time.Millisecond, 150 * time.Millisecond}
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait; c.Backoff = backoff })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait; c.Delivery.Backoff = backoff })
 	got := subscribe(t, h.nc, "ack.backoff")
 	rep := schedule(t, h.nc, newMsg("ack.backoff", "x"))
 	// The first delivery goes out at its fire time at the earliest, and

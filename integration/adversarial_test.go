@@ -96,10 +96,10 @@ func TestAdversarial_Mix_GoodStreamUnharmed(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	st := engines[1].open(t, filepath.Join(t.TempDir(), "data"))
 	svc := startService(t, srv, st, func(c *bridge.Config) {
-		c.MaxInFlight = 64
-		c.AckWait = 300 * time.Millisecond
-		c.MaxDeliver = 4
-		c.DeadLetterSubject = "adv.dead"
+		c.Delivery.MaxInFlight = 64
+		c.Delivery.AckWait = 300 * time.Millisecond
+		c.Delivery.MaxDeliver = 4
+		c.Delivery.DeadLetterSubject = "adv.dead"
 	})
 	good, span := adversarialSize()
 	seed := uint64(time.Now().UnixNano())

@@ -159,10 +159,10 @@ func TestAPI_Info(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) {
 		c.Engine = "pebble-memory"
-		c.AckWait = time.Minute
-		c.MaxDeliver = 5
-		c.Backoff = []time.Duration{time.Second, 10 * time.Second}
-		c.DeadLetterSubject = "api.dlq"
+		c.Delivery.AckWait = time.Minute
+		c.Delivery.MaxDeliver = 5
+		c.Delivery.Backoff = []time.Duration{time.Second, 10 * time.Second}
+		c.Delivery.DeadLetterSubject = "api.dlq"
 		c.MaxPayload = 4096
 	})
 	empty := info(t, h.nc)
@@ -279,7 +279,7 @@ func TestAPI_Get(t *testing.T) {
 // of the last delivery once a message has been redelivered.
 func TestAPI_Get_AttemptAfterRedelivery(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = 300 * time.Millisecond })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = 300 * time.Millisecond })
 	got := subscribe(t, h.nc, "get.attempt")
 	rep := schedule(t, h.nc, newMsg("get.attempt", "x"))
 	wantAttempt(t, next(t, got, "attempt 1").Msg, 1)
@@ -647,7 +647,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 func TestAPI_Cancel_InFlight(t *testing.T) {
 	t.Parallel()
 	const ackWait = 300 * time.Millisecond
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 	got := subscribe(t, h.nc, "cancel.inflight")
 	rep := schedule(t, h.nc, newMsg("cancel.inflight", "x"))
 	wantAttempt(t, next(t, got, "delivery").Msg, 1)

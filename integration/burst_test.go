@@ -127,7 +127,7 @@ func TestDelivery_WhileIngesting_NoneLost(t *testing.T) {
 		n      = 4000
 		rounds = 20
 	)
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	cons := connect(t, h.srv)
 	var (
 		mu    sync.Mutex

@@ -93,7 +93,7 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 		cfg.Store = node.node.Store()
 		rn := node.node
 		cfg.Reopen = func() (delaystore.Store, error) { return rn.Store(), nil }
-		cfg.AckWait = time.Second
+		cfg.Delivery.AckWait = time.Second
 		cfg.Logger = testLogger(t).With("node_id", node.id)
 		svc, err := bridge.New(cfg)
 		if err != nil {

@@ -46,7 +46,7 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 	// dispatch's default, and that is the bound memory must respect.
 	maxInFlight := uint64(dispatch.DefaultConfig().MaxInFlight)
 
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 	disp := h.svc.Dispatcher()
 
 	// The in-flight gauge is sampled for the whole test, so a peak between

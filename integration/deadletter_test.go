@@ -45,8 +45,8 @@ func TestDeadLetter_Term(t *testing.T) {
 	t.Parallel()
 	const ackWait = 300 * time.Millisecond
 	h := newHarness(t, func(c *bridge.Config) {
-		c.DeadLetterSubject = deadLetters
-		c.AckWait = ackWait
+		c.Delivery.DeadLetterSubject = deadLetters
+		c.Delivery.AckWait = ackWait
 	})
 	got := subscribe(t, h.nc, "dl.term")
 	dead := subscribe(t, h.nc, deadLetters)
@@ -95,9 +95,9 @@ func TestDeadLetter_MaxDeliver(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, func(cfg *bridge.Config) {
-				cfg.DeadLetterSubject = deadLetters
-				cfg.AckWait = ackWait
-				cfg.MaxDeliver = c.maxDeliver
+				cfg.Delivery.DeadLetterSubject = deadLetters
+				cfg.Delivery.AckWait = ackWait
+				cfg.Delivery.MaxDeliver = c.maxDeliver
 			})
 			subj := fmt.Sprintf("dl.max.%d", i)
 			got := subscribe(t, h.nc, subj)
@@ -126,7 +126,7 @@ func TestDeadLetter_MaxDeliver(t *testing.T) {
 func TestDeadLetter_MaxDeliver_NoSubject(t *testing.T) {
 	t.Parallel()
 	const ackWait = 200 * time.Millisecond
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait; c.MaxDeliver = 1 })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait; c.Delivery.MaxDeliver = 1 })
 	got := subscribe(t, h.nc, "dl.nosubj")
 	rep := schedule(t, h.nc, newMsg("dl.nosubj", "x"))
 	wantAttempt(t, next(t, got, "delivery").Msg, 1)
@@ -149,10 +149,10 @@ func TestExpiry_TTL(t *testing.T) {
 	)
 	opts := func(dlq bool) func(*bridge.Config) {
 		return func(c *bridge.Config) {
-			c.AckWait = ackWait
+			c.Delivery.AckWait = ackWait
 			c.Expiry.Interval = 50 * time.Millisecond
-			c.DeadLetterSubject = deadLetters
-			c.DeadLetterExpired = dlq
+			c.Delivery.DeadLetterSubject = deadLetters
+			c.Delivery.DeadLetterExpired = dlq
 		}
 	}
 
@@ -233,7 +233,7 @@ func TestExpiry_TTL(t *testing.T) {
 // dead-lettered with no attempts counted, deleted, and never delivered.
 func TestDeadLetter_TermByTag(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.DeadLetterSubject = deadLetters })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.DeadLetterSubject = deadLetters })
 	got := subscribe(t, h.nc, "dl.bytag")
 	dead := subscribe(t, h.nc, deadLetters)
 	rep := schedule(t, h.nc, newMsg("dl.bytag", "x", "Delay", "300ms", "X-Trace", "t1"))

@@ -38,7 +38,7 @@ func TestWindow_SilentSubject_DoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	window, silent := fairnessSize()
 	limit := window / 8 // the default per-subject limit
-	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = window; c.AckWait = 5 * time.Second })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.MaxInFlight = window; c.Delivery.AckWait = 5 * time.Second })
 
 	var unanswered atomic.Int64
 	sub, err := h.nc.Subscribe("fair.silent", func(*nats.Msg) { unanswered.Add(1) })

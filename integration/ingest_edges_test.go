@@ -205,7 +205,7 @@ func TestDeadLetter_LongSubjectStoredBefore_Published(t *testing.T) {
 	srv, st, subj := storedTooLong(t)
 	nc := connect(t, srv)
 	dead := subscribe(t, nc, "dead.letters")
-	svc := startService(t, srv, st, func(c *bridge.Config) { c.DeadLetterSubject = "dead.letters" })
+	svc := startService(t, srv, st, func(c *bridge.Config) { c.Delivery.DeadLetterSubject = "dead.letters" })
 	r := next(t, dead, "the dead letter of the undeliverable message")
 	if got := r.Header.Get(wire.HeaderSubject); got != subj {
 		t.Fatalf("dead letter's %s is %d bytes, want the %d-byte subject", wire.HeaderSubject, len(got), len(subj))
@@ -258,7 +258,7 @@ func TestDeadLetter_PayloadNearMax_Published(t *testing.T) {
 	t.Parallel()
 	const maxPayload = 8192
 	srv := startServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
-	svc := startService(t, srv, memStore(t), func(c *bridge.Config) { c.DeadLetterSubject = "dead.t" })
+	svc := startService(t, srv, memStore(t), func(c *bridge.Config) { c.Delivery.DeadLetterSubject = "dead.t" })
 	h := &harness{srv: srv, svc: svc, nc: connect(t, srv)}
 	ch := subscribe(t, h.nc, "big.dl.t")
 	dead := subscribe(t, h.nc, "dead.t")
@@ -379,7 +379,7 @@ func TestAnswer_Bad_CountedAndLogged(t *testing.T) {
 	logs := newWarnings(t, "bad answer")
 	srv := startServer(t)
 	startService(t, srv, memStore(t), func(c *bridge.Config) {
-		c.Registerer, c.AckWait, c.Logger = reg, 200*time.Millisecond, slog.New(logs)
+		c.Registerer, c.Delivery.AckWait, c.Logger = reg, 200*time.Millisecond, slog.New(logs)
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	})
 	nc := connect(t, srv)

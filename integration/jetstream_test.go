@@ -32,9 +32,9 @@ func newStreamHarness(t *testing.T) *streamHarness {
 	reg := prometheus.NewRegistry()
 	svc := bridgetest.Start(t, srv, bridgetest.MemStore(t), func(c *bridge.Config) {
 		c.Registerer = reg
-		c.AckWait = 500 * time.Millisecond
-		c.NoRespondersBackoff = 20 * time.Millisecond
-		c.NoRespondersMaxBackoff = 100 * time.Millisecond
+		c.Delivery.AckWait = 500 * time.Millisecond
+		c.Delivery.NoRespondersBackoff = 20 * time.Millisecond
+		c.Delivery.NoRespondersMaxBackoff = 100 * time.Millisecond
 	})
 	nc := connect(t, srv)
 	js, err := jetstream.New(nc)

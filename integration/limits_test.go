@@ -192,7 +192,7 @@ func TestLimits_MostSpecificPatternWins(t *testing.T) {
 // a 400 that says what is wrong, and stores nothing.
 func TestLimits_BadInput_400(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.MaxInFlight = 1000 })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.MaxInFlight = 1000 })
 	for _, c := range []struct {
 		verb string
 		body any

@@ -53,7 +53,7 @@ func waitNoResponders(tb testing.TB, h *harness, backlog int) {
 // subscriber appears.
 func TestNoResponders_NotCounted(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = 200 * time.Millisecond; c.MaxDeliver = 1 })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = 200 * time.Millisecond; c.Delivery.MaxDeliver = 1 })
 	rep := schedule(t, h.nc, newMsg("nobody.home", "x"))
 	waitNoResponders(t, h, 1)
 	// MaxDeliver 1 with a short ack wait: had a bounce counted, the message
@@ -76,7 +76,7 @@ func TestNoResponders_NotCounted(t *testing.T) {
 // when one is back the next delivery is attempt 2, not more.
 func TestNoResponders_Redelivery(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = 200 * time.Millisecond })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = 200 * time.Millisecond })
 	sub, err := h.nc.SubscribeSync("nobody.later")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 
 	t.Run("subscriber", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+		h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 		got := subscribe(t, h.nc, "none.here")
 		rep := schedule(t, h.nc, newMsg("none.here", "x", "Delay-Ack", "none", "Delay", "100ms"))
 		r := next(t, got, "delivery")
@@ -123,7 +123,7 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 
 	t.Run("no subscriber yet", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+		h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 		rep := schedule(t, h.nc, newMsg("none.later", "x", "Delay-Ack", "NONE"))
 		waitNoResponders(t, h, 1)
 		stored(t, h.svc, rep.Key)

@@ -405,7 +405,7 @@ func TestOutage_ForceReconnect_InProcess(t *testing.T) {
 	svcConn := reconnecting(t, srv.ClientURL())
 	svc := startService(t, srv, engines[1].open(t, t.TempDir()), func(c *bridge.Config) {
 		c.Conn = svcConn
-		c.AckWait = time.Second
+		c.Delivery.AckWait = time.Second
 	})
 
 	l := newOutageLog()

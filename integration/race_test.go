@@ -25,7 +25,7 @@ import (
 func TestAck_BeforeDelivery_NeverAfterOK(t *testing.T) {
 	t.Parallel()
 	const n = 3000
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	events := make(chan *nats.Msg, 2*n+16)
 	dsub, err := h.nc.ChanSubscribe("race.s", events)
 	if err != nil {
@@ -110,7 +110,7 @@ func TestAck_BeforeDelivery_NeverAfterOK(t *testing.T) {
 func TestDelayID_Replace_NeverAfterReply(t *testing.T) {
 	t.Parallel()
 	const n = 3000
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	events := make(chan *nats.Msg, 2*n+16)
 	dsub, err := h.nc.ChanSubscribe("race.r", events)
 	if err != nil {

@@ -125,7 +125,7 @@ func TestRecurring_NakRedeliversTheOccurrence(t *testing.T) {
 // out.
 func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Hour })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Hour })
 	got := subscribe(t, h.nc, "rec.id")
 	first := schedule(t, h.nc, newMsg("rec.id", "one", "Delay-Every", "1h", "Delay-Id", "J"))
 	second := schedule(t, h.nc, newMsg("rec.id", "two", "Delay-Cron", "@daily", "Delay-Id", "J"))
@@ -417,9 +417,9 @@ func TestRecurring_CatchUp_AfterRestart(t *testing.T) {
 func TestRecurring_MaxDeliverAndTTL(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) {
-		c.AckWait = 200 * time.Millisecond
-		c.DeadLetterSubject = deadLetters
-		c.DeadLetterExpired = true
+		c.Delivery.AckWait = 200 * time.Millisecond
+		c.Delivery.DeadLetterSubject = deadLetters
+		c.Delivery.DeadLetterExpired = true
 		c.Expiry.Interval = 50 * time.Millisecond
 	})
 	dead := subscribe(t, h.nc, deadLetters)

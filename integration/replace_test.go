@@ -60,7 +60,7 @@ func TestDelayID_Replace(t *testing.T) {
 
 	t.Run("while in flight", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, func(c *bridge.Config) { c.AckWait = ackWait })
+		h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 		got := subscribe(t, h.nc, "replace.c")
 		first := schedule(t, h.nc, newMsg("replace.c", "first", "Delay-Id", "X"))
 		r1 := next(t, got, "first delivery")

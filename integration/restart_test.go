@@ -35,8 +35,8 @@ func TestRestart_PendingSurvive(t *testing.T) {
 			// 2, and after that nothing goes out before the restart, so the
 			// next attempt is the restarted service's.
 			svc := startService(t, srv, e.open(t, dir), func(c *bridge.Config) {
-				c.AckWait = 300 * time.Millisecond
-				c.Backoff = []time.Duration{0, time.Hour}
+				c.Delivery.AckWait = 300 * time.Millisecond
+				c.Delivery.Backoff = []time.Duration{0, time.Hour}
 			})
 			a := schedule(t, nc, newMsg("restart.a", "a", "X-Trace", "t1"))
 			// Nobody listens on restart.b yet, so it stays pending across
@@ -56,7 +56,7 @@ func TestRestart_PendingSurvive(t *testing.T) {
 				t.Fatalf("a delivery after attempt 2 before the restart: %v", (<-gotA).Header)
 			}
 
-			svc = startService(t, srv, e.open(t, dir), func(c *bridge.Config) { c.AckWait = time.Minute })
+			svc = startService(t, srv, e.open(t, dir), func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 			repo := svc.Repository()
 			if p, id := repo.Pending(), repo.LastID(); p != 3 || id != lastID {
 				t.Fatalf("after restart: pending %d, last id %d; want 3, %d", p, id, lastID)
@@ -210,7 +210,7 @@ func TestRestart_AnswerEarlierDelivery(t *testing.T) {
 			dir := t.TempDir()
 			srv := startServer(t)
 			nc := connect(t, srv)
-			mod := func(c *bridge.Config) { c.AckWait = time.Minute; c.DeadLetterSubject = deadLetters }
+			mod := func(c *bridge.Config) { c.Delivery.AckWait = time.Minute; c.Delivery.DeadLetterSubject = deadLetters }
 			svc := startService(t, srv, e.open(t, dir), mod)
 			sub, err := nc.SubscribeSync("restart.old")
 			if err != nil {
@@ -267,8 +267,8 @@ func TestRestart_ExpiredWhileDown(t *testing.T) {
 			srv := startServer(t)
 			nc := connect(t, srv)
 			mod := func(c *bridge.Config) {
-				c.DeadLetterSubject = deadLetters
-				c.DeadLetterExpired = true
+				c.Delivery.DeadLetterSubject = deadLetters
+				c.Delivery.DeadLetterExpired = true
 				c.Expiry.Interval = 50 * time.Millisecond
 			}
 			svc := startService(t, srv, e.open(t, dir), mod)

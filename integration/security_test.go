@@ -571,7 +571,7 @@ func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
 		nc := connectWith(t, srv, nats.UserInfo("narrow", "p"), svcErrs.option())
 		cfg := bridge.Config{Conn: nc}
 		cfg.Store, cfg.Logger = memStore(t), testLogger(t)
-		cfg.AckWait, cfg.MaxDeliver, cfg.DeadLetterSubject = 100*time.Millisecond, 2, "dead.letters"
+		cfg.Delivery.AckWait, cfg.Delivery.MaxDeliver, cfg.Delivery.DeadLetterSubject = 100*time.Millisecond, 2, "dead.letters"
 		svc, err := bridge.New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -68,7 +68,9 @@ func scheduleSpread(tb testing.TB, nc *nats.Conn, prefix string, k, n int) {
 // windowAlone sets the in-flight window to n and lets one subject take
 // all of it, for tests of the window rather than of the subjects' shares
 // (see TestWindow_SilentSubject_DoesNotStarveOthers).
-func windowAlone(c *bridge.Config, n int) { c.MaxInFlight, c.SubjectMaxInFlight = n, n }
+func windowAlone(c *bridge.Config, n int) {
+	c.Delivery.MaxInFlight, c.Delivery.SubjectMaxInFlight = n, n
+}
 
 // TestWindow_Full_NakThenAck checks that a full in-flight window
 // keeps redeliveries and ACKs flowing: with MaxInFlight 100 and 150 due
@@ -79,7 +81,7 @@ func windowAlone(c *bridge.Config, n int) { c.MaxInFlight, c.SubjectMaxInFlight 
 func TestWindow_Full_NakThenAck(t *testing.T) {
 	t.Parallel()
 	const window, n, naks = 100, 150, 300
-	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.Delivery.AckWait = time.Minute })
 	a := startAckAll(t, h.nc, "win.nak.*", func(i int) string {
 		if i <= naks {
 			return "-NAK"
@@ -103,7 +105,7 @@ func TestWindow_Full_NakThenAck(t *testing.T) {
 func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 	t.Parallel()
 	const window, n = 100, 150
-	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = 200 * time.Millisecond })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.Delivery.AckWait = 200 * time.Millisecond })
 	a := startAckAll(t, h.nc, "win.silent.*", func(i int) string {
 		if i <= window {
 			return "" // no answer
@@ -131,7 +133,7 @@ func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 func TestWindow_Full_LongNaksDoNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	const window, stuck, others = 10, 20, 15
-	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { windowAlone(c, window); c.Delivery.AckWait = time.Minute })
 	naked := startAckAll(t, h.nc, "win.longnak.*", func(int) string { return "-NAK 1h" })
 	scheduleSpread(t, h.nc, "win.longnak", 1, stuck)
 	checkFor(t, wait, 10*time.Millisecond, func() error {
@@ -213,7 +215,7 @@ func TestAck_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 	for _, payload := range []string{`-NAK {"delay": 9223372036854775807}`, "-NAK 2562047h", "-NAK 2562047h47m16.854775807s", "-NAK 2100000h"} {
 		t.Run(payload, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+			h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 			got := subscribe(t, h.nc, "nak.huge")
 			first := schedule(t, h.nc, newMsg("nak.huge", "first"))
 			r1 := expectNext(t, got, first.Tag, "first delivery")
@@ -228,7 +230,7 @@ func TestAck_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 	}
 	// A delay that is not even a duration is refused, saying what is the
 	// largest one.
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	got := subscribe(t, h.nc, "nak.toolong")
 	schedule(t, h.nc, newMsg("nak.toolong", "x"))
 	r := next(t, got, "delivery")
@@ -255,9 +257,12 @@ func TestAck_HugeDurations_NoImmediateRedelivery(t *testing.T) {
 		answer string
 		delay  string // of the second message: after the first one's ack wait
 	}{
-		{name: "ack wait", mod: func(c *bridge.Config) { c.AckWait = huge }},
-		{name: "progress", mod: func(c *bridge.Config) { c.AckWait = huge }, answer: "+WPI"},
-		{name: "backoff", mod: func(c *bridge.Config) { c.AckWait = 50 * time.Millisecond; c.Backoff = []time.Duration{huge} }, delay: "300ms"},
+		{name: "ack wait", mod: func(c *bridge.Config) { c.Delivery.AckWait = huge }},
+		{name: "progress", mod: func(c *bridge.Config) { c.Delivery.AckWait = huge }, answer: "+WPI"},
+		{name: "backoff", mod: func(c *bridge.Config) {
+			c.Delivery.AckWait = 50 * time.Millisecond
+			c.Delivery.Backoff = []time.Duration{huge}
+		}, delay: "300ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -288,7 +293,7 @@ func TestAck_HugeDurations_NoImmediateRedelivery(t *testing.T) {
 // beyond Delay-Max-Deliver, and, sent as a request, it gets a 400.
 func TestAck_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *bridge.Config) { c.AckWait = time.Minute })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
 	got := subscribe(t, h.nc, "status.503")
 	rep := schedule(t, h.nc, newMsg("status.503", "x", "Delay-Max-Deliver", "1"))
 	r := expectNext(t, got, rep.Tag, "delivery")
@@ -340,7 +345,7 @@ func TestStats_Delivered_CountsOnlyReached(t *testing.T) {
 	// NB: the ack wait is the time the counters are read in after the
 	// first delivery, before a redelivery would change them: long enough
 	// for a loaded host, short enough for the bounces later on.
-	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.AckWait = 3 * time.Second })
+	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.Delivery.AckWait = 3 * time.Second })
 	metric := func(name string) uint64 {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n != 1 {

@@ -88,7 +88,7 @@ func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
 			planned := make(chan struct{}, 16)
 			p := newPublisher()
 			s := open(t, st, p, func(c *core.Config) {
-				c.AdvanceHook = func(at delaystore.AdvanceStage) {
+				c.Repository.AdvanceHook = func(at delaystore.AdvanceStage) {
 					if at == delaystore.AdvanceAfterCommit {
 						planned <- struct{}{}
 					}

@@ -19,15 +19,15 @@ var ErrInvalidConfig = errors.New("core: invalid config")
 // configures: the delivery settings are dispatch.Config's, the key layout
 // delaystore.RepositoryConfig's, and expiry janitor.Config's.
 type Config struct {
-	// Config holds the delivery settings (AckWait, MaxDeliver, Backoff,
+	// Delivery holds the delivery settings (AckWait, MaxDeliver, Backoff,
 	// DeadLetterSubject, MaxInFlight, ...).
-	dispatch.Config
+	Delivery dispatch.Config
 	// Publisher sends the deliveries and dead letters of every
 	// generation's dispatcher. Required.
 	Publisher dispatch.Publisher
-	// RepositoryConfig holds TimeBucket, the width of the time bucket in
-	// keys. It must not change for an existing store.
-	delaystore.RepositoryConfig
+	// Repository holds TimeBucket, the width of the time bucket in keys.
+	// It must not change for an existing store.
+	Repository delaystore.RepositoryConfig
 	// Expiry configures the removal of expired messages: Interval is how
 	// often (default 1s).
 	Expiry janitor.Config
@@ -105,8 +105,8 @@ type Metrics interface {
 // included.
 func DefaultConfig() Config {
 	return Config{
-		Config:           dispatch.DefaultConfig(),
-		RepositoryConfig: delaystore.DefaultRepositoryConfig(),
+		Delivery:         dispatch.DefaultConfig(),
+		Repository:       delaystore.DefaultRepositoryConfig(),
 		Expiry:           janitor.DefaultConfig(),
 		MaxBatch:         4096,
 		MaxBatchBytes:    64 << 20,
@@ -131,7 +131,7 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	for _, err := range []error{c.Config.Validate(), c.RepositoryConfig.Validate(), c.Expiry.Validate()} {
+	for _, err := range []error{c.Delivery.Validate(), c.Repository.Validate(), c.Expiry.Validate()} {
 		if err != nil {
 			errs = append(errs, invalidConfig{err})
 		}
@@ -173,8 +173,8 @@ func (c Config) withDefaults() Config {
 	if c.IdleRelease == 0 {
 		c.IdleRelease = d.IdleRelease
 	}
-	if c.AckWait == 0 {
-		c.AckWait = d.AckWait // INFO reports it
+	if c.Delivery.AckWait == 0 {
+		c.Delivery.AckWait = d.Delivery.AckWait // INFO reports it
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -182,10 +182,10 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	c.Delivery.Backoff = append([]time.Duration(nil), c.Delivery.Backoff...)
 	// NB: one clock and one logger for every component.
-	c.Config.Now, c.Config.Logger = c.Now, c.Logger
-	c.RepositoryConfig.Logger = c.Logger
+	c.Delivery.Now, c.Delivery.Logger = c.Now, c.Logger
+	c.Repository.Logger = c.Logger
 	c.Expiry.Now, c.Expiry.Logger = c.Now, c.Logger
 	return c
 }

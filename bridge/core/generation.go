@@ -56,7 +56,7 @@ func (s *Service) startGeneration(st delaystore.Store, probe bool) (*generation,
 
 func (s *Service) buildGeneration(g *generation, probe bool) error {
 	var err error
-	g.repo, err = delaystore.OpenRepository(g.store, s.cfg.RepositoryConfig)
+	g.repo, err = delaystore.OpenRepository(g.store, s.cfg.Repository)
 	if err != nil {
 		return fmt.Errorf("core: open repository: %w", err)
 	}
@@ -71,7 +71,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	if err := seedLimits(g.repo, s.cfg.Limits); err != nil {
 		return err
 	}
-	if g.disp, err = dispatch.New(g.repo, s.cfg.Publisher, s.cfg.Config); err != nil {
+	if g.disp, err = dispatch.New(g.repo, s.cfg.Publisher, s.cfg.Delivery); err != nil {
 		return err
 	}
 	if g.jan, err = janitor.New(g.repo, g.disp, s.cfg.Expiry); err != nil {

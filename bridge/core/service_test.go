@@ -311,7 +311,7 @@ func (keepOpen) Close() error { return nil }
 func TestService_Open_ReportsEverySetting(t *testing.T) {
 	var cfg core.Config
 	cfg.Store = memStore(t)
-	cfg.AckWait, cfg.TimeBucket, cfg.Expiry.Interval, cfg.MaxBatch = -1, -1, -1, -1
+	cfg.Delivery.AckWait, cfg.Repository.TimeBucket, cfg.Expiry.Interval, cfg.MaxBatch = -1, -1, -1, -1
 	_, err := core.Open(cfg)
 	if !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Open = %v, want ErrInvalidConfig", err)

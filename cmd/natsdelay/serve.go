@@ -40,20 +40,20 @@ type serveCmd struct {
 
 	DataDir            string          `help:"Directory of the message store (not used by the memory engine)." default:"${data_dir}"`
 	Engine             string          `help:"Storage engine: pebble, bolt or memory. memory keeps nothing across restarts." default:"pebble" config:"Engine"`
-	TimeBucket         time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s" config:"TimeBucket"`
-	AckWait            time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s" config:"AckWait"`
-	MaxDeliver         int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0" config:"MaxDeliver"`
-	Backoff            []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION" config:"Backoff"`
-	DeadLetter         string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT" config:"DeadLetterSubject"`
-	DeadLetterExp      bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)." config:"DeadLetterExpired"`
+	TimeBucket         time.Duration   `help:"Width of the time bucket in keys, whole milliseconds; 0 is raw milliseconds. Never change it for an existing data dir." default:"0s" config:"Repository.TimeBucket"`
+	AckWait            time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s" config:"Delivery.AckWait"`
+	MaxDeliver         int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0" config:"Delivery.MaxDeliver"`
+	Backoff            []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION" config:"Delivery.Backoff"`
+	DeadLetter         string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT" config:"Delivery.DeadLetterSubject"`
+	DeadLetterExp      bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)." config:"Delivery.DeadLetterExpired"`
 	IngestPrefix       string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}" config:"IngestPrefix"`
 	AckPrefix          string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}" config:"AckPrefix"`
 	APIPrefix          string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}" config:"APIPrefix"`
 	MaxPayload         int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0" config:"MaxPayload"`
 	MaxControlLine     int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096" config:"MaxControlLine"`
 	ExpiryInterval     time.Duration   `help:"How often expired messages are removed." default:"1s" config:"Expiry.Interval"`
-	MaxInFlight        int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"MaxInFlight"`
-	SubjectMaxInFlight int             `name:"subject-max-in-flight" help:"Deliveries of one subject waiting for an answer at most, so that no subject takes the whole window. 0 is the default, an eighth of --max-in-flight." default:"0" config:"SubjectMaxInFlight"`
+	MaxInFlight        int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"Delivery.MaxInFlight"`
+	SubjectMaxInFlight int             `name:"subject-max-in-flight" help:"Deliveries of one subject waiting for an answer at most, so that no subject takes the whole window. 0 is the default, an eighth of --max-in-flight." default:"0" config:"Delivery.SubjectMaxInFlight"`
 	IdleRelease        time.Duration   `help:"How long the service waits, once quiet after a burst of writes, before it hands memory back to the OS (the store's memtables, Go's free pages); negative turns it off. 0 is the default, 10s." default:"0s" config:"IdleRelease"`
 	HTTP               string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf              bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
@@ -192,7 +192,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	o.Service.AdvanceHook = crashHook
+	o.Service.Repository.AdvanceHook = crashHook
 	dataDir := c.DataDir
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
