@@ -2,20 +2,22 @@ package bridge
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/dispatch"
 )
 
 var (
-	// ErrInvalidConfig is wrapped by every Config validation error.
-	ErrInvalidConfig = errors.New("bridge: invalid config")
+	// ErrInvalidConfig is wrapped by every Config validation error, of
+	// the service's own settings and of those it hands to its core: it is
+	// core's, so one value matches both.
+	ErrInvalidConfig = core.ErrInvalidConfig
 	// ErrTooLarge is wrapped when a delivery or dead letter is not published
 	// because the server would not take it: its protocol line would exceed
 	// the server's max_control_line (which would close the connection) or

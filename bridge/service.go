@@ -100,12 +100,8 @@ func (c Config) withDefaults() Config {
 	def(&c.AckPrefix, d.AckPrefix)
 	def(&c.APIPrefix, d.APIPrefix)
 	def(&c.QueueGroup, d.QueueGroup)
-	if c.MaxControlLine == 0 {
-		c.MaxControlLine = d.MaxControlLine
-	}
-	if c.ClusterStatusWait == 0 {
-		c.ClusterStatusWait = defaultClusterStatusWait
-	}
+	c.MaxControlLine = cmp.Or(c.MaxControlLine, d.MaxControlLine)
+	c.ClusterStatusWait = cmp.Or(c.ClusterStatusWait, defaultClusterStatusWait)
 	if c.MaxPayload == 0 && c.Conn != nil {
 		c.MaxPayload = int(c.Conn.MaxPayload())
 	}
@@ -173,17 +169,10 @@ func (c Config) Validate() error {
 		seen[l.Pattern] = i
 	}
 	if err := c.Config.Validate(); err != nil {
-		errs = append(errs, invalidConfig{err})
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
-
-// invalidConfig marks an error of core's validation as ErrInvalidConfig
-// too, without adding to its text.
-type invalidConfig struct{ error }
-
-func (e invalidConfig) Unwrap() error        { return e.error }
-func (e invalidConfig) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Service is a running natsdelay on NATS: it takes messages on the ingest
 // prefix and hands them to its core, publishes deliveries, takes the

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,39 +118,19 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.AckWait == 0 {
-		c.AckWait = d.AckWait
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = d.MaxInFlight
-	}
+	c.AckWait = cmp.Or(c.AckWait, d.AckWait)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
 	if c.SubjectMaxInFlight == 0 {
 		c.SubjectMaxInFlight = max(1, c.MaxInFlight/8)
 	}
-	if c.PassLimit == 0 {
-		c.PassLimit = d.PassLimit
-	}
-	if c.TopicPassLimit == 0 {
-		c.TopicPassLimit = d.TopicPassLimit
-	}
-	if c.NoRespondersBackoff == 0 {
-		c.NoRespondersBackoff = d.NoRespondersBackoff
-	}
-	if c.NoRespondersMaxBackoff == 0 {
-		c.NoRespondersMaxBackoff = d.NoRespondersMaxBackoff
-	}
-	if c.FlushTimeout == 0 {
-		c.FlushTimeout = d.FlushTimeout
-	}
-	if c.MaxPendingDeletes == 0 {
-		c.MaxPendingDeletes = d.MaxPendingDeletes
-	}
-	if c.AttemptWriteDelay == 0 {
-		c.AttemptWriteDelay = d.AttemptWriteDelay
-	}
-	if c.PlanAhead == 0 {
-		c.PlanAhead = d.PlanAhead
-	}
+	c.PassLimit = cmp.Or(c.PassLimit, d.PassLimit)
+	c.TopicPassLimit = cmp.Or(c.TopicPassLimit, d.TopicPassLimit)
+	c.NoRespondersBackoff = cmp.Or(c.NoRespondersBackoff, d.NoRespondersBackoff)
+	c.NoRespondersMaxBackoff = cmp.Or(c.NoRespondersMaxBackoff, d.NoRespondersMaxBackoff)
+	c.FlushTimeout = cmp.Or(c.FlushTimeout, d.FlushTimeout)
+	c.MaxPendingDeletes = cmp.Or(c.MaxPendingDeletes, d.MaxPendingDeletes)
+	c.AttemptWriteDelay = cmp.Or(c.AttemptWriteDelay, d.AttemptWriteDelay)
+	c.PlanAhead = cmp.Or(c.PlanAhead, d.PlanAhead)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -7,6 +7,7 @@
 package janitor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,15 +100,9 @@ func New(source Source, remover Remover, cfg Config) (*Janitor, error) {
 		return nil, err
 	}
 	d := DefaultConfig()
-	if cfg.Interval == 0 {
-		cfg.Interval = d.Interval
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = d.BatchSize
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = d.Timeout
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, d.BatchSize)
+	cfg.Timeout = cmp.Or(cfg.Timeout, d.Timeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

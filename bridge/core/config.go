@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,7 @@ import (
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.
-var ErrInvalidConfig = errors.New("core: invalid config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config configures a Service. A zero field means the default shown by
 // DefaultConfig. Each setting is declared once, by the package it
@@ -155,12 +156,8 @@ func (c Config) Validate() error {
 // configs fill their own.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.MaxBatch == 0 {
-		c.MaxBatch = d.MaxBatch
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = d.MaxBatchBytes
-	}
+	c.MaxBatch = cmp.Or(c.MaxBatch, d.MaxBatch)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, d.MaxBatchBytes)
 	if c.ReopenBackoff == 0 {
 		c.ReopenBackoff = d.ReopenBackoff
 		if c.ReopenMaxBackoff > 0 {
@@ -170,9 +167,7 @@ func (c Config) withDefaults() Config {
 	if c.ReopenMaxBackoff == 0 {
 		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
 	}
-	if c.IdleRelease == 0 {
-		c.IdleRelease = d.IdleRelease
-	}
+	c.IdleRelease = cmp.Or(c.IdleRelease, d.IdleRelease)
 	if c.Delivery.AckWait == 0 {
 		c.Delivery.AckWait = d.Delivery.AckWait // INFO reports it
 	}

@@ -1,10 +1,11 @@
 package boltstore
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"natsdelay/delaystore"
@@ -79,9 +80,9 @@ func DefaultConfig() Config {
 // Validate reports every invalid field at once, in an error that wraps
 // delaystore.ErrInvalidConfig. Zero fields are valid: they mean the default.
 func (c Config) Validate() error {
-	var problems []string
+	var errs []error
 	bad := func(format string, args ...any) {
-		problems = append(problems, fmt.Sprintf(format, args...))
+		errs = append(errs, fmt.Errorf("boltstore: %w: "+format, append([]any{delaystore.ErrInvalidConfig}, args...)...))
 	}
 	if c.Path == "" {
 		bad(`Path ("") must name the database file`)
@@ -95,24 +96,15 @@ func (c Config) Validate() error {
 	if c.MinFree < -1 {
 		bad("MinFree (%d) must be >= 0, or -1 to skip the check", c.MinFree)
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	return fmt.Errorf("boltstore: %w: %s", delaystore.ErrInvalidConfig, strings.Join(problems, "; "))
+	return errors.Join(errs...)
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.InitialMmapSize == 0 {
-		c.InitialMmapSize = d.InitialMmapSize
-	}
-	if c.MinFree == 0 {
-		c.MinFree = d.MinFree
-	}
+	c.Timeout = cmp.Or(c.Timeout, d.Timeout)
+	c.InitialMmapSize = cmp.Or(c.InitialMmapSize, d.InitialMmapSize)
+	c.MinFree = cmp.Or(c.MinFree, d.MinFree)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

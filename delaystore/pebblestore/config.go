@@ -1,9 +1,10 @@
 package pebblestore
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -93,9 +94,9 @@ func DefaultConfig() Config {
 // Validate reports every invalid field at once, in an error that wraps
 // delaystore.ErrInvalidConfig. Zero fields are valid: they mean the default.
 func (c Config) Validate() error {
-	var problems []string
+	var errs []error
 	bad := func(format string, args ...any) {
-		problems = append(problems, fmt.Sprintf(format, args...))
+		errs = append(errs, fmt.Errorf("pebblestore: %w: "+format, append([]any{delaystore.ErrInvalidConfig}, args...)...))
 	}
 	switch {
 	case c.InMemory && c.Dir != "":
@@ -115,24 +116,15 @@ func (c Config) Validate() error {
 	if c.MemTableSize < 0 || c.MemTableSize >= maxMemTableSize {
 		bad("MemTableSize (%d) must be >= 0 and < %d (4 GiB)", c.MemTableSize, int64(maxMemTableSize))
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	return fmt.Errorf("pebblestore: %w: %s", delaystore.ErrInvalidConfig, strings.Join(problems, "; "))
+	return errors.Join(errs...)
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.BlockCacheSize == 0 {
-		c.BlockCacheSize = d.BlockCacheSize
-	}
-	if c.MemTableSize == 0 {
-		c.MemTableSize = d.MemTableSize
-	}
-	if c.DiskFullReserve == 0 {
-		c.DiskFullReserve = d.DiskFullReserve
-	}
+	c.BlockCacheSize = cmp.Or(c.BlockCacheSize, d.BlockCacheSize)
+	c.MemTableSize = cmp.Or(c.MemTableSize, d.MemTableSize)
+	c.DiskFullReserve = cmp.Or(c.DiskFullReserve, d.DiskFullReserve)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -143,19 +144,13 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
-	if c.MaxEntryBytes == 0 {
-		c.MaxEntryBytes = d.MaxEntryBytes
-	}
+	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, d.MaxEntryBytes)
 	if c.MaxLag == 0 {
 		// NB: never within a few elections, however long they take.
 		c.MaxLag = max(d.MaxLag, 3*(c.HeartbeatTimeout+c.ElectionTimeout))
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = d.SnapshotThreshold
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = d.TrailingLogs
-	}
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
+	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
 	c.Peers = slices.Clone(c.Peers)
 	return c
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -286,9 +287,7 @@ func (c Config) withDefaults() Config {
 	def(&c.FlowMsgs, d.FlowMsgs)
 	def(&c.FlowPaused, d.FlowPaused)
 	def(&c.FlowRated, d.FlowRated)
-	if c.FlowRate == 0 {
-		c.FlowRate = d.FlowRate
-	}
+	c.FlowRate = cmp.Or(c.FlowRate, d.FlowRate)
 	def(&c.WaveSubjects, d.WaveSubjects)
 	def(&c.RecurSchedules, d.RecurSchedules)
 	def(&c.RecurIdle, d.RecurIdle)
@@ -307,12 +306,8 @@ func (c Config) withDefaults() Config {
 	if c.FireLead == 0 {
 		c.FireLead = time.Second + time.Duration(float64(c.FireMsgs)/20_000*float64(time.Second))
 	}
-	if c.ExpiryInterval == 0 {
-		c.ExpiryInterval = d.ExpiryInterval
-	}
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
+	c.ExpiryInterval = cmp.Or(c.ExpiryInterval, d.ExpiryInterval)
+	c.Timeout = cmp.Or(c.Timeout, d.Timeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
