@@ -22,109 +22,125 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 		done(ErrClosed)
 		return
 	}
-	now := d.nowNs()
 	switch a.Kind {
 	case AckDone:
-		// NB: pubMu, as in Cancel, so that no publish of k can follow the
-		// +OK: the pass checks and publishes under it.
-		d.pubMu.Lock()
-		d.mu.Lock()
-		// NB: only the first answer that settles a flight may delete it
-		// unread: until then nothing else has queued a delete of it.
-		var pending *delaystore.StoredMessage
-		if f := d.mu.flights[k]; f != nil && f.state != stateSettling {
-			pending = f.pending
-		}
-		// Mark it as Cancel does, so that a scan which read the message
-		// before the delete commits does not deliver it after the +OK.
-		d.markSettlingLocked(k)
-		d.mu.Unlock()
-		d.pubMu.Unlock()
-		d.del.deletePending(k, pending, func(applied bool, err error) {
-			switch {
-			case err != nil:
-				done(err)
-			case !applied:
-				done(ErrUnknownTag)
-			default:
-				d.stats.acked.Add(1)
-				done(nil)
-			}
-		})
-
+		d.ackDone(k, done)
 	case AckNak, AckProgress, AckFailed:
-		d.mu.Lock()
-		f := d.mu.flights[k]
-		if f == nil || f.state != stateSent {
-			d.mu.Unlock()
-			done(ErrNotInFlight)
-			return
-		}
-		switch a.Kind {
-		case AckNak:
-			f.state = stateRetry
-			d.mu.timers.schedule(f, after(now, a.Delay))
-			d.stats.nacked.Add(1)
-		case AckFailed:
-			wait := d.backoffAfter(f.attempt)
-			if wait == 0 {
-				wait = d.cfg.AckWait
-			}
-			f.state = stateRetry
-			d.mu.timers.schedule(f, after(now, wait))
-			d.stats.failed.Add(1)
-		default:
-			d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
-			d.stats.progress.Add(1)
-		}
-		first := f.idx == 0 || d.waitingLongLocked(f, now)
-		d.mu.Unlock()
-		if first {
-			d.signal()
-		}
-		done(nil)
-
+		d.ackRetry(k, a, done)
 	case AckTerm:
-		reason := "term"
-		if a.Reason != "" {
-			reason = "term: " + a.Reason
-		}
-		var attempt uint32
-		d.pubMu.Lock() // as for AckDone
-		d.mu.Lock()
-		if f := d.mu.flights[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
-			// NB: a delivery of it is under way, and whether that was an
-			// attempt is known only once its pass has flushed: it may yet
-			// bounce. The pass dead-letters it then (see publish).
-			d.markSettlingLocked(k)
-			f.term = &pendingTerm{reason: reason, done: done}
-			d.mu.Unlock()
-			d.pubMu.Unlock()
-			d.stats.termed.Add(1)
-			return
-		}
-		if f := d.markSettlingLocked(k); f != nil {
-			attempt = f.counted
-		}
-		d.mu.Unlock()
-		d.pubMu.Unlock()
-		msg, err := d.repo.Get(k)
-		if err != nil {
-			// Still queue the delete: it lets the flight be forgotten.
-			d.del.delete(k, nil)
-			if errors.Is(err, delaystore.ErrNotFound) {
-				err = ErrUnknownTag
-			}
-			done(err)
-			return
-		}
-		attempt = max(attempt, msg.Attempt)
-		d.stats.termed.Add(1)
-		d.deadLetter(k, msg, attempt, reason, done)
-
+		d.ackTerm(k, a.Reason, done)
 	default:
 		done(fmt.Errorf("dispatch: unknown ack kind %d", a.Kind))
 	}
+}
+
+// ackDone settles k for good: it is deleted, and done is told once the
+// delete is committed.
+func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
+	// NB: pubMu, as in Cancel, so that no publish of k can follow the
+	// +OK: the pass checks and publishes under it.
+	d.pubMu.Lock()
+	d.mu.Lock()
+	// NB: only the first answer that settles a flight may delete it
+	// unread: until then nothing else has queued a delete of it.
+	var pending *delaystore.StoredMessage
+	if f := d.mu.flights[k]; f != nil && f.state != stateSettling {
+		pending = f.pending
+	}
+	// Mark it as Cancel does, so that a scan which read the message
+	// before the delete commits does not deliver it after the +OK.
+	d.markSettlingLocked(k)
+	d.mu.Unlock()
+	d.pubMu.Unlock()
+	d.del.deletePending(k, pending, func(applied bool, err error) {
+		switch {
+		case err != nil:
+			done(err)
+		case !applied:
+			done(ErrUnknownTag)
+		default:
+			d.stats.acked.Add(1)
+			done(nil)
+		}
+	})
+}
+
+// ackRetry applies an answer that keeps the delivery of k in flight with
+// a new deadline: -NAK (redelivered after its delay), +WPI (a new ack
+// wait) or a failed attempt (its back-off, or the ack wait).
+func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
+	now := d.nowNs()
+	d.mu.Lock()
+	f := d.mu.flights[k]
+	if f == nil || f.state != stateSent {
+		d.mu.Unlock()
+		done(ErrNotInFlight)
+		return
+	}
+	switch a.Kind {
+	case AckNak:
+		f.state = stateRetry
+		d.mu.timers.schedule(f, after(now, a.Delay))
+		d.stats.nacked.Add(1)
+	case AckFailed:
+		wait := d.backoffAfter(f.attempt)
+		if wait == 0 {
+			wait = d.cfg.AckWait
+		}
+		f.state = stateRetry
+		d.mu.timers.schedule(f, after(now, wait))
+		d.stats.failed.Add(1)
+	default:
+		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
+		d.stats.progress.Add(1)
+	}
+	first := f.idx == 0 || d.waitingLongLocked(f, now)
+	d.mu.Unlock()
+	if first {
+		d.signal()
+	}
+	done(nil)
+}
+
+// ackTerm ends k without a redelivery: it is dead-lettered with the
+// reason, if any, and deleted.
+func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
+	reason := "term"
+	if why != "" {
+		reason = "term: " + why
+	}
+	var attempt uint32
+	d.pubMu.Lock() // as for ackDone
+	d.mu.Lock()
+	if f := d.mu.flights[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
+		// NB: a delivery of it is under way, and whether that was an
+		// attempt is known only once its pass has flushed: it may yet
+		// bounce. The pass dead-letters it then (see publish).
+		d.markSettlingLocked(k)
+		f.term = &pendingTerm{reason: reason, done: done}
+		d.mu.Unlock()
+		d.pubMu.Unlock()
+		d.stats.termed.Add(1)
+		return
+	}
+	if f := d.markSettlingLocked(k); f != nil {
+		attempt = f.counted
+	}
+	d.mu.Unlock()
+	d.pubMu.Unlock()
+	msg, err := d.repo.Get(k)
+	if err != nil {
+		// Still queue the delete: it lets the flight be forgotten.
+		d.del.delete(k, nil)
+		if errors.Is(err, delaystore.ErrNotFound) {
+			err = ErrUnknownTag
+		}
+		done(err)
+		return
+	}
+	attempt = max(attempt, msg.Attempt)
+	d.stats.termed.Add(1)
+	d.deadLetter(k, msg, attempt, reason, done)
 }
 
 // markSettlingLocked marks k so that no scan, redelivery or publish sends
