@@ -716,9 +716,35 @@ func (d *Dispatcher) pass() time.Duration {
 	now := d.nowNs()
 	d.advanceFrontier(now)
 	d.mu.Lock()
+	pass := d.beginPassLocked(now)
+	// NB: a redelivery needs no room in the in-flight window: its flight
+	// holds a slot already. Only first deliveries wait for room, so a
+	// window full of NAKed or unanswered deliveries still redelivers them.
+	budget := d.cfg.PassLimit
+	room := d.cfg.MaxInFlight - len(d.mu.flights)
+	if room <= 0 && len(d.mu.due) > 0 && d.mu.due[0].next <= now {
+		room += d.evictLongWaitsLocked(now)
+	}
+	redeliver, deadLetter := d.expiredTimersLocked(now, &budget)
+	d.mu.Unlock()
+
+	out := d.redeliveries(redeliver, now)
+	for _, f := range deadLetter {
+		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
+	}
+	probed := d.scanDue(now, pass, min(budget, room), &out)
+	if len(out) > 0 { // a probe is always among out
+		d.publish(out, now, pass, probed)
+	}
+	return d.untilNext()
+}
+
+// beginPassLocked starts pass number d.mu.pass+1 at now and returns its
+// number: it forgets the flights whose deletes committed since the last
+// pass, and the topics with nothing left. mu must be held.
+func (d *Dispatcher) beginPassLocked(now int64) uint64 {
 	d.mu.passStart = now
 	d.mu.pass++
-	pass := d.mu.pass
 	d.notePeaksLocked()
 	for _, k := range d.mu.committed {
 		if f := d.mu.flights[k]; f != nil && f.state == stateSettling {
@@ -729,17 +755,15 @@ func (d *Dispatcher) pass() time.Duration {
 	}
 	d.mu.committed = emptied(d.mu.committed) // a burst of deletes gives its memory back
 	d.dropIdleLocked(now)
+	return d.mu.pass
+}
 
-	// NB: a redelivery needs no room in the in-flight window: its flight
-	// holds a slot already. Only first deliveries wait for room, so a
-	// window full of NAKed or unanswered deliveries still redelivers them.
-	passBudget := d.cfg.PassLimit
-	room := d.cfg.MaxInFlight - len(d.mu.flights)
-	if room <= 0 && len(d.mu.due) > 0 && d.mu.due[0].next <= now {
-		room += d.evictLongWaitsLocked(now)
-	}
-	var redeliver, deadLetter []*flight
-timers:
+// expiredTimersLocked takes the flights whose deadlines passed by now:
+// those to deliver again, at most *budget of them (spent from it), and
+// those at their Delay-Max-Deliver, to dead-letter. A flight whose topic
+// is blocked, paused or backing off gets a new deadline instead. mu must
+// be held.
+func (d *Dispatcher) expiredTimersLocked(now int64, budget *int) (redeliver, deadLetter []*flight) {
 	for len(d.mu.timers) > 0 && d.mu.timers[0].deadline <= now {
 		f := d.mu.timers[0]
 		switch f.state {
@@ -782,13 +806,13 @@ timers:
 				d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
 				continue
 			}
-			if passBudget <= 0 {
+			if *budget <= 0 {
 				// This pass is full; it stays due, so the next pass starts
 				// at once and takes it.
 				f.state = stateRetry
-				break timers
+				return redeliver, deadLetter
 			}
-			passBudget--
+			*budget--
 			d.mu.timers.unschedule(f)
 			f.state = stateRetry
 			redeliver = append(redeliver, f)
@@ -796,8 +820,14 @@ timers:
 			d.mu.timers.unschedule(f)
 		}
 	}
-	d.mu.Unlock()
+	return redeliver, deadLetter
+}
 
+// redeliveries reads the messages of the flights to deliver again and
+// returns them to publish, each with its attempt counted; a message gone
+// is forgotten, one expired is settled as such, and one that cannot be
+// read now is tried again after the no-responders back-off.
+func (d *Dispatcher) redeliveries(redeliver []*flight, now int64) []outgoing {
 	var out []outgoing
 	for _, f := range redeliver {
 		msg, err := d.repo.Get(f.key)
@@ -825,15 +855,17 @@ timers:
 		d.mu.Unlock()
 		out = append(out, outgoing{f: f, msg: msg})
 	}
-	for _, f := range deadLetter {
-		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
-	}
-	// NB: due topics are taken one at a time, and only while there is
-	// budget: the rest stay in the heap as they are, so a pass costs what
-	// it delivers, not what is due. With the window full it takes none, and
-	// untilNext does not count them; the flight that frees room wakes the
-	// loop.
-	budget := min(passBudget, room)
+	return out
+}
+
+// scanDue scans due topics for first deliveries into out, up to budget,
+// and returns the topics it sent a probe to.
+//
+// NB: due topics are taken one at a time, and only while there is budget:
+// the rest stay in the heap as they are, so a pass costs what it delivers,
+// not what is due. With the window full it takes none, and untilNext does
+// not count them; the flight that frees room wakes the loop.
+func (d *Dispatcher) scanDue(now int64, pass uint64, budget int, out *[]outgoing) []*topic {
 	var probed []*topic
 	for budget > 0 {
 		d.mu.Lock()
@@ -868,7 +900,7 @@ timers:
 		}
 		t.scanPass = pass
 		d.mu.Unlock()
-		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, room, tokens), &out)
+		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, room, tokens), out)
 		d.mu.Lock()
 		d.spendLocked(t, now, n)
 		d.mu.Unlock()
@@ -877,10 +909,7 @@ timers:
 			probed = append(probed, t)
 		}
 	}
-	if len(out) > 0 { // a probe is always among out
-		d.publish(out, now, pass, probed)
-	}
-	return d.untilNext()
+	return probed
 }
 
 func expired(msg *delaystore.StoredMessage, now int64) bool {
