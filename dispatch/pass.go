@@ -154,22 +154,88 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 	d.mu.Unlock()
 
-	type found struct {
-		k   keys.Key
-		msg *delaystore.StoredMessage
+	r, err := d.readDue(t, from, single, now, limit)
+	if err != nil {
+		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
+		d.mu.Lock()
+		d.rescheduleLocked(t, after(now, d.cfg.NoRespondersBackoff))
+		d.mu.Unlock()
+		return 0, false
 	}
-	var (
-		due, gone  []found
-		held       []byte // first key not yet due: the cursor stops there
-		lastPassed keys.Key
-		passed     bool
-		notDue     = int64(never)
-		full       bool
-	)
+
+	// NB: no seek past the due range for the topic's next message: the
+	// due index brings that to the topic when it is due (advanceFrontier),
+	// so a topic with nothing due now leaves memory at the next pass.
+	next := r.notDue
+	if r.full {
+		next = now
+	}
+
+	d.mu.Lock()
+	if t.subject == "" && len(r.due) > 0 {
+		t.subject = r.due[0].msg.Subject
+	}
+	// NB: a topic read for the first time learns its subject, and so its
+	// limits, only now; and the limits may have changed during the scan.
+	// What they do not allow stays behind the cursor for a later pass.
+	if allow := d.allowLocked(t, now); len(r.due) > allow {
+		for _, f := range r.due[allow:] {
+			if r.held == nil || bytes.Compare(f.k[:], r.held) < 0 {
+				r.held = f.k.Bytes()
+			}
+		}
+		r.due, r.full, next = r.due[:allow], true, now
+	}
+	d.moveCursorLocked(t, from, r)
+	taken := d.takeLocked(t, r.due, out)
+	for _, g := range r.gone {
+		d.mu.canceled[g.k] = struct{}{}
+	}
+	probe := t.probing && taken > 0
+	switch {
+	case probe:
+		t.probeOpen = true
+	case r.full && d.roomOfLocked(t) <= 0:
+		d.holdLocked(t, now)
+	default:
+		d.rescheduleLocked(t, next)
+	}
+	if t.idx < 0 && t.flights == 0 {
+		d.mu.idle = append(d.mu.idle, t)
+	}
+	d.mu.Unlock()
+
+	for _, g := range r.gone {
+		d.settleExpired(g.k, g.msg, nil)
+	}
+	return taken, probe
+}
+
+// found is a message a scan read, under its key.
+type found struct {
+	k   keys.Key
+	msg *delaystore.StoredMessage
+}
+
+// dueRead is what readDue found in a topic's due range.
+type dueRead struct {
+	due, gone  []found // to deliver, in order; expired
+	held       []byte  // first key not yet due: the cursor stops there
+	lastPassed keys.Key
+	passed     bool
+	notDue     int64 // when the first message not yet due is scannable
+	full       bool  // limit reached before the end of the range
+}
+
+// readDue reads t's messages from from to the end of what is due at now,
+// at most limit of them to deliver (a point read of single when it is
+// set), skipping those in flight or canceled.
+func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64, limit int) (dueRead, error) {
+	r := dueRead{notDue: int64(never)}
 	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
 	visit := func(k keys.Key, m *delaystore.StoredMessage) bool {
-		if len(due) >= limit {
-			full = true
+		if len(r.due) >= limit {
+			r.full = true
 			return false
 		}
 		d.mu.Lock()
@@ -183,18 +249,18 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		case m.FireAtNs > now:
 			// Only possible with a coarse time bucket: the range includes
 			// the whole current bucket.
-			notDue = min(notDue, d.scannableAt(k, m.FireAtNs))
-			if held == nil {
-				held = k.Bytes()
+			r.notDue = min(r.notDue, d.scannableAt(k, m.FireAtNs))
+			if r.held == nil {
+				r.held = k.Bytes()
 			}
 			return true
 		case expired(m, now):
-			gone = append(gone, found{k, m})
+			r.gone = append(r.gone, found{k, m})
 		default:
-			due = append(due, found{k, m})
+			r.due = append(r.due, found{k, m})
 		}
-		if held == nil {
-			lastPassed, passed = k, true
+		if r.held == nil {
+			r.lastPassed, r.passed = k, true
 		}
 		return true
 	}
@@ -205,52 +271,31 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		err = d.repo.ScanTopic(t.hash, from, upper, visit)
 	}
 	if err != nil {
-		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
-		d.mu.Lock()
-		d.rescheduleLocked(t, after(now, d.cfg.NoRespondersBackoff))
-		d.mu.Unlock()
-		return 0, false
+		return r, err
 	}
 	if d.bucketMs > 0 {
 		// Within a coarse bucket keys are in publish order; deliver in
 		// (fire time, publish order) like raw-millisecond keys would.
-		slices.SortStableFunc(due, func(a, b found) int {
+		slices.SortStableFunc(r.due, func(a, b found) int {
 			if c := keys.FireAtMs(a.msg.FireAtNs) - keys.FireAtMs(b.msg.FireAtNs); c != 0 {
 				return int(min(max(c, -1), 1))
 			}
 			return int(min(max(int64(a.k.EventID())-int64(b.k.EventID()), -1), 1))
 		})
 	}
+	return r, nil
+}
 
-	// NB: no seek past the due range for the topic's next message: the
-	// due index brings that to the topic when it is due (advanceFrontier),
-	// so a topic with nothing due now leaves memory at the next pass.
-	next := notDue
-	if full {
-		next = now
-	}
-
-	d.mu.Lock()
-	if t.subject == "" && len(due) > 0 {
-		t.subject = due[0].msg.Subject
-	}
-	// NB: a topic read for the first time learns its subject, and so its
-	// limits, only now; and the limits may have changed during the scan.
-	// What they do not allow stays behind the cursor for a later pass.
-	if allow := d.allowLocked(t, now); len(due) > allow {
-		for _, f := range due[allow:] {
-			if held == nil || bytes.Compare(f.k[:], held) < 0 {
-				held = f.k.Bytes()
-			}
-		}
-		due, full, next = due[:allow], true, now
-	}
+// moveCursorLocked moves t's cursor past what a scan from from read, as r
+// says, but not past a message that arrived or bounced below it during
+// the scan. mu must be held.
+func (d *Dispatcher) moveCursorLocked(t *topic, from []byte, r dueRead) {
 	cursor := from
 	switch {
-	case held != nil:
-		cursor = held
-	case passed:
-		cursor = lastPassed.Successor()
+	case r.held != nil:
+		cursor = r.held
+	case r.passed:
+		cursor = r.lastPassed.Successor()
 	}
 	if !bytes.Equal(t.cursor, from) && (t.cursor == nil || bytes.Compare(t.cursor, cursor) < 0) {
 		// A sooner message arrived, or a delivery bounced, during the scan.
@@ -263,6 +308,12 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 	t.rewind = nil
 	t.cursor = cursor
+}
+
+// takeLocked makes a flight of each message of due that is not canceled
+// since the scan read it, and adds it to out; it returns how many. mu
+// must be held.
+func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 	taken := 0
 	for _, f := range due {
 		if _, ok := d.mu.canceled[f.k]; ok {
@@ -296,27 +347,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		t.flights++
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
 	}
-	for _, g := range gone {
-		d.mu.canceled[g.k] = struct{}{}
-	}
-	probe := t.probing && taken > 0
-	switch {
-	case probe:
-		t.probeOpen = true
-	case full && d.roomOfLocked(t) <= 0:
-		d.holdLocked(t, now)
-	default:
-		d.rescheduleLocked(t, next)
-	}
-	if t.idx < 0 && t.flights == 0 {
-		d.mu.idle = append(d.mu.idle, t)
-	}
-	d.mu.Unlock()
-
-	for _, g := range gone {
-		d.settleExpired(g.k, g.msg, nil)
-	}
-	return taken, probe
+	return taken
 }
 
 // readSingle is a scan of a topic whose only message in range is k: a
