@@ -57,34 +57,9 @@ func (d *Dispatcher) planAhead() time.Duration {
 	wait := ahead / 2
 	now := d.nowNs()
 	horizon := after(now, ahead)
-	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
 	d.pruneAhead(now)
 
-	d.mu.Lock()
-	from := d.mu.planFrom
-	d.mu.Unlock()
-	if from == nil {
-		// NB: what is due already is the passes' to plan, as they deliver
-		// it; the planner starts at the current bucket, so a backlog after
-		// an outage costs it nothing.
-		k := keys.New(0, keys.Bucket(now/int64(time.Millisecond), d.bucketMs), 0)
-		from = &k
-	}
-	limit := d.cfg.PassLimit
-	var found []keys.Key
-	full := false
-	// NB: the index of occurrences holds only occurrences still to plan,
-	// so the planner reads them and not the one-shot messages due with
-	// them: each message it reads, it reads under the repository's write
-	// lock, which ingest and deletes wait for.
-	err := d.repo.ScanOccurrences(from, maxBucket, func(k keys.Key) bool {
-		if len(found) == limit {
-			full = true
-			return false
-		}
-		found = append(found, k)
-		return true
-	})
+	found, full, err := d.occurrencesToPlan(now, horizon)
 	if err != nil {
 		d.log.Warn("reading the index of occurrences to plan them ahead", "err", err)
 		return wait
@@ -95,7 +70,6 @@ func (d *Dispatcher) planAhead() time.Duration {
 	if full {
 		wait = 0 // more within the window: read on at once
 	}
-
 	last := found[len(found)-1]
 	d.mu.Lock()
 	d.mu.planFrom = &last
@@ -122,9 +96,45 @@ func (d *Dispatcher) planAhead() time.Duration {
 		d.log.Warn("planning occurrences ahead", "occurrences", len(found), "err", err)
 		return wait
 	}
-	if len(plans) == 0 {
-		return wait
+	d.notePlannedAhead(plans, res)
+	return wait
+}
+
+// occurrencesToPlan reads, from where the last read ended, the keys of the
+// occurrences due by horizon, at most a pass's worth; full says there are
+// more.
+func (d *Dispatcher) occurrencesToPlan(now, horizon int64) (found []keys.Key, full bool, err error) {
+	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
+	d.mu.Lock()
+	from := d.mu.planFrom
+	d.mu.Unlock()
+	if from == nil {
+		// NB: what is due already is the passes' to plan, as they deliver
+		// it; the planner starts at the current bucket, so a backlog after
+		// an outage costs it nothing.
+		k := keys.New(0, keys.Bucket(now/int64(time.Millisecond), d.bucketMs), 0)
+		from = &k
 	}
+	limit := d.cfg.PassLimit
+	// NB: the index of occurrences holds only occurrences still to plan,
+	// so the planner reads them and not the one-shot messages due with
+	// them: each message it reads, it reads under the repository's write
+	// lock, which ingest and deletes wait for.
+	err = d.repo.ScanOccurrences(from, maxBucket, func(k keys.Key) bool {
+		if len(found) == limit {
+			full = true
+			return false
+		}
+		found = append(found, k)
+		return true
+	})
+	return found, full, err
+}
+
+// notePlannedAhead records the successors that plans stored (res says
+// which), so that a pass publishes their occurrences with no read, and
+// tells the loop about each successor still pending.
+func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.Planned) {
 	for _, r := range res {
 		if r.Err == nil {
 			d.stats.plannedAhead.Add(1)
@@ -167,7 +177,6 @@ func (d *Dispatcher) planAhead() time.Duration {
 		}
 		d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
 	}
-	return wait
 }
 
 // withdrawAheadLocked is told that next, a pending occurrence, is canceled
