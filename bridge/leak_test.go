@@ -24,9 +24,7 @@ func TestMain(m *testing.M) {
 func TestService_New_FailureStopsEverything(t *testing.T) {
 	nc := bridgetest.Connect(t, bridgetest.RunServer(t))
 	nc.Close()
-	cfg := bridge.Config{Conn: nc}
-	cfg.Store = bridgetest.MemStore(t)
-	if s, err := bridge.New(cfg); err == nil {
+	if s, err := bridge.New(nc, bridgetest.MemStore(t), bridge.Config{}); err == nil {
 		s.Close()
 		t.Fatal("New on a closed connection succeeded")
 	}
@@ -38,9 +36,7 @@ func TestService_Close_AfterServerGone(t *testing.T) {
 	srv := bridgetest.RunServer(t)
 	// The error handler keeps the expected write errors off the output.
 	nc := bridgetest.Connect(t, srv, nats.MaxReconnects(0), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	cfg := bridge.Config{Conn: nc}
-	cfg.Store = bridgetest.MemStore(t)
-	s, err := bridge.New(cfg)
+	s, err := bridge.New(nc, bridgetest.MemStore(t), bridge.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

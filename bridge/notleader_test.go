@@ -37,11 +37,9 @@ func (b *deposedBatch) Commit(sync delaystore.SyncMode) error {
 // fault: the service does not enter storage recovery, stays ready, and
 // takes writes again once its store does (here: once it leads again).
 func TestService_NotLeaderCommit_Is503NotLeader(t *testing.T) {
-	var st *deposedStore
+	st := &deposedStore{Store: newFailingStore(t)}
 	reopened := atomic.Int64{}
-	s, nc := startService(t, func(c *bridge.Config) {
-		st = &deposedStore{Store: newFailingStore(t)}
-		replaceStore(t, c, st)
+	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
 		c.Reopen = func() (delaystore.Store, error) {
 			reopened.Add(1)
 			return st, nil

@@ -30,15 +30,6 @@ func newFailingStore(t *testing.T) *storetest.FailingStore {
 	return storetest.NewFailingStore(st)
 }
 
-// replaceStore puts st in place of the store startService opened.
-func replaceStore(t *testing.T, c *bridge.Config, st delaystore.Store) {
-	t.Helper()
-	if err := c.Store.Close(); err != nil {
-		t.Fatal(err)
-	}
-	c.Store = st
-}
-
 // requestStatus sends one ingest request and returns the error code and
 // text of its reply, both empty on success.
 func requestStatus(t *testing.T, nc *nats.Conn, subject string) (code, text string) {
@@ -57,8 +48,7 @@ func requestStatus(t *testing.T, nc *nats.Conn, subject string) (code, text stri
 func TestService_Recover_CloseWhileReopenFails(t *testing.T) {
 	st := newFailingStore(t)
 	reopens := make(chan struct{}, 100)
-	s, nc := startService(t, func(c *bridge.Config) {
-		replaceStore(t, c, st)
+	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
 		c.ReopenBackoff = time.Millisecond
 		c.ReopenMaxBackoff = 2 * time.Millisecond
 		c.Reopen = func() (delaystore.Store, error) {
@@ -109,8 +99,7 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 	st := newFailingStore(t)
 	reg := prometheus.NewRegistry()
 	reopened := make(chan struct{})
-	s, nc := startService(t, func(c *bridge.Config) {
-		replaceStore(t, c, st)
+	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
 		c.Registerer = reg
 		c.ReopenBackoff = time.Millisecond
 		c.Reopen = func() (delaystore.Store, error) {
@@ -191,8 +180,7 @@ func TestService_Recover_RefailingStoreBacksOff(t *testing.T) {
 	first, second := newFailingStore(t), newFailingStore(t)
 	var reopens atomic.Int32
 	refailed := make(chan string, 1)
-	s, nc := startService(t, func(c *bridge.Config) {
-		replaceStore(t, c, first)
+	s, nc := startServiceOn(t, first, func(c *bridge.Config) {
 		c.ReopenBackoff = time.Hour
 		c.ReopenMaxBackoff = time.Hour
 		c.Logger = slog.New(logSignal{want: "failed again soon after it recovered", ch: refailed})

@@ -25,17 +25,12 @@ import (
 // Config configures a Service. A zero field means the default shown by
 // DefaultConfig.
 type Config struct {
-	// Config is the life of the service: the store (required; the Service
-	// owns it from New on, and closes it also when New fails), Reopen, and
-	// the settings of delivery, keys, expiry and group commit, each
-	// declared by the package it configures. Its Publisher and Metrics are
-	// set by the Service; leave them nil.
+	// Config is the life of the service: Reopen, and the settings of
+	// delivery, keys, expiry and group commit, each declared by the
+	// package it configures. Its Metrics are set by the Service; leave
+	// them nil.
 	core.Config
 
-	// Conn is the NATS connection. Required. The Service does not close it.
-	// It must not be created with nats.NoEcho: the service hears its own
-	// flush markers and the server's no-responders answers on it.
-	Conn *nats.Conn
 	// Engine names the store's engine, for INFO.
 	Engine string
 
@@ -89,7 +84,7 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+func (c Config) withDefaults(nc *nats.Conn) Config {
 	d := DefaultConfig()
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -102,8 +97,8 @@ func (c Config) withDefaults() Config {
 	def(&c.QueueGroup, d.QueueGroup)
 	c.MaxControlLine = cmp.Or(c.MaxControlLine, d.MaxControlLine)
 	c.ClusterStatusWait = cmp.Or(c.ClusterStatusWait, defaultClusterStatusWait)
-	if c.MaxPayload == 0 && c.Conn != nil {
-		c.MaxPayload = int(c.Conn.MaxPayload())
+	if c.MaxPayload == 0 && nc != nil {
+		c.MaxPayload = int(nc.MaxPayload())
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -180,12 +175,13 @@ func (c Config) Validate() error {
 // store and what works on it, and recovers from storage faults (see
 // core.Service). It is safe for concurrent use.
 type Service struct {
-	cfg Config
-	log *slog.Logger
-	nc  *nats.Conn
-	pub *publisher
-	lim scheduleLimits
-	m   *metrics
+	cfg   Config
+	store delaystore.Store // the core's from New on
+	log   *slog.Logger
+	nc    *nats.Conn
+	pub   *publisher
+	lim   scheduleLimits
+	m     *metrics
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -227,27 +223,33 @@ type Service struct {
 	done    chan struct{}
 }
 
-// New subscribes to the ack prefix, opens the core over cfg.Store (which
-// starts delivering), registers the micro service with the ingest endpoint
-// and the API, and registers the metrics. On error everything started is
+// New serves on the NATS connection nc the messages kept in store, which
+// the Service owns from here on (Close closes it, also when New fails): it
+// subscribes to the ack prefix, opens the core over store (which starts
+// delivering), registers the micro service with the ingest endpoint and
+// the API, and registers the metrics. On error everything started is
 // stopped and the store is closed.
-func New(cfg Config) (*Service, error) {
+//
+// The Service does not close nc. nc must not be created with nats.NoEcho:
+// the service hears its own flush markers and the server's no-responders
+// answers on it.
+func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 	err := cfg.Validate()
-	if cfg.Conn == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Conn is required", ErrInvalidConfig))
+	if nc == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no NATS connection", ErrInvalidConfig))
 	}
-	if cfg.Store == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
+	if store == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no store", ErrInvalidConfig))
 	}
 	if err != nil {
-		if cfg.Store != nil {
-			err = errors.Join(err, cfg.Store.Close())
+		if store != nil {
+			err = errors.Join(err, store.Close())
 		}
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(nc)
 	s := &Service{
-		cfg: cfg, log: cfg.Logger.With("component", "bridge"), nc: cfg.Conn, m: newMetrics(),
+		cfg: cfg, store: store, log: cfg.Logger.With("component", "bridge"), nc: nc, m: newMetrics(),
 		started: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
@@ -264,7 +266,7 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
-	cc.Publisher, cc.Delivery.Observer, cc.Metrics = s.pub, s.m, s.m
+	cc.Delivery.Observer, cc.Metrics = s.m, s.m
 	if s.cfg.Cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
 		cc.Delivery.Fence = s.cfg.Cluster.HoldsLease
@@ -280,7 +282,7 @@ func (s *Service) start() error {
 		s.closeUnstarted()
 		return err
 	}
-	c, err := core.Open(cc)
+	c, err := core.Open(s.store, s.pub, cc)
 	if err != nil {
 		return err
 	}
@@ -300,7 +302,7 @@ func (s *Service) start() error {
 // which starts and stops serving (see onLeadership).
 func (s *Service) startNode(cc core.Config) error {
 	cc.StartSuspended = errNotLeader
-	c, err := core.Open(cc)
+	c, err := core.Open(s.store, s.pub, cc)
 	if err != nil {
 		return err
 	}
@@ -359,9 +361,9 @@ func (s *Service) subscribeAcks() error {
 	return nil
 }
 
-// closeUnstarted closes cfg.Store when New fails before the core owns it.
+// closeUnstarted closes the store when New fails before the core owns it.
 func (s *Service) closeUnstarted() {
-	if err := s.cfg.Store.Close(); err != nil {
+	if err := s.store.Close(); err != nil {
 		s.log.Warn("closing the store", "err", err)
 	}
 }

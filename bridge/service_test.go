@@ -9,6 +9,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/bridgetest"
+	"natsdelay/delaystore"
 )
 
 // startService runs a Service through bridgetest and returns it with a
@@ -16,6 +17,13 @@ import (
 func startService(t testing.TB, mod func(*bridge.Config)) (*bridge.Service, *nats.Conn) {
 	t.Helper()
 	h := bridgetest.New(t, mod)
+	return h.Service, h.Conn
+}
+
+// startServiceOn is startService on the store st.
+func startServiceOn(t testing.TB, st delaystore.Store, mod func(*bridge.Config)) (*bridge.Service, *nats.Conn) {
+	t.Helper()
+	h := bridgetest.NewOn(t, st, mod)
 	return h.Service, h.Conn
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/bridge"
+	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
 )
 
@@ -403,8 +404,7 @@ func TestOutage_NATSRestart_ServiceRecovers(t *testing.T) {
 func TestOutage_ForceReconnect_InProcess(t *testing.T) {
 	srv := startServer(t)
 	svcConn := reconnecting(t, srv.ClientURL())
-	svc := startService(t, srv, engines[1].open(t, t.TempDir()), func(c *bridge.Config) {
-		c.Conn = svcConn
+	svc := bridgetest.StartOn(t, svcConn, engines[1].open(t, t.TempDir()), func(c *bridge.Config) {
 		c.Delivery.AckWait = time.Second
 	})
 

@@ -569,10 +569,10 @@ func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
 	t.Run("narrow", func(t *testing.T) {
 		svcErrs := make(connErrs, 16)
 		nc := connectWith(t, srv, nats.UserInfo("narrow", "p"), svcErrs.option())
-		cfg := bridge.Config{Conn: nc}
-		cfg.Store, cfg.Logger = memStore(t), testLogger(t)
+		var cfg bridge.Config
+		cfg.Logger = testLogger(t)
 		cfg.Delivery.AckWait, cfg.Delivery.MaxDeliver, cfg.Delivery.DeadLetterSubject = 100*time.Millisecond, 2, "dead.letters"
-		svc, err := bridge.New(cfg)
+		svc, err := bridge.New(nc, memStore(t), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,12 +71,12 @@ func Start(tb testing.TB, srv *server.Server, st delaystore.Store, mod func(*bri
 // StartOn is Start on the connection nc, which the test owns.
 func StartOn(tb testing.TB, nc *nats.Conn, st delaystore.Store, mod func(*bridge.Config)) *bridge.Service {
 	tb.Helper()
-	cfg := bridge.Config{Conn: nc}
-	cfg.Store, cfg.Logger = st, Logger(tb)
+	var cfg bridge.Config
+	cfg.Logger = Logger(tb)
 	if mod != nil {
 		mod(&cfg)
 	}
-	svc, err := bridge.New(cfg)
+	svc, err := bridge.New(nc, st, cfg)
 	if err != nil {
 		tb.Fatalf("bridge.New: %v", err)
 	}
@@ -101,7 +101,13 @@ type Harness struct {
 // and a client connection.
 func New(tb testing.TB, mod func(*bridge.Config)) *Harness {
 	tb.Helper()
+	return NewOn(tb, MemStore(tb), mod)
+}
+
+// NewOn is New with the Service on st, which it owns from here on.
+func NewOn(tb testing.TB, st delaystore.Store, mod func(*bridge.Config)) *Harness {
+	tb.Helper()
 	srv := RunServer(tb)
-	svc := Start(tb, srv, MemStore(tb), mod)
+	svc := Start(tb, srv, st, mod)
 	return &Harness{Server: srv, Service: svc, Conn: Connect(tb, srv, nats.MaxReconnects(0))}
 }

@@ -32,9 +32,9 @@ func runService() (*nats.Conn, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := bridge.Config{Conn: svcConn}
-	cfg.Store, cfg.Logger = st, slog.New(slog.DiscardHandler)
-	svc, err := bridge.New(cfg)
+	var cfg bridge.Config
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	svc, err := bridge.New(svcConn, st, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

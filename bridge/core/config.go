@@ -23,9 +23,6 @@ type Config struct {
 	// Delivery holds the delivery settings (AckWait, MaxDeliver, Backoff,
 	// DeadLetterSubject, MaxInFlight, ...).
 	Delivery dispatch.Config
-	// Publisher sends the deliveries and dead letters of every
-	// generation's dispatcher. Required.
-	Publisher dispatch.Publisher
 	// Repository holds TimeBucket, the width of the time bucket in keys.
 	// It must not change for an existing store.
 	Repository delaystore.RepositoryConfig
@@ -41,9 +38,6 @@ type Config struct {
 	// start. The caller checks them (bridge.CheckLimit).
 	Limits []delaystore.Limit
 
-	// Store is where messages are kept. Required. The Service owns it from
-	// Open on: Close closes it, also when Open fails.
-	Store delaystore.Store
 	// Reopen, if not nil, opens the store again, with the same settings,
 	// after a write to disk failed it (delaystore.ErrFailed), or for
 	// Resume. The Service closes the old store first, then calls Reopen
@@ -53,7 +47,7 @@ type Config struct {
 	Reopen func() (delaystore.Store, error)
 	// StartSuspended, if not nil, makes Open start no generation: the
 	// Service starts as if Suspend(StartSuspended) had been called, with
-	// Store closed, and runs nothing on it until Resume, which opens it
+	// the store closed, and runs nothing on it until Resume, which opens it
 	// through Reopen (required then). A node of a cluster starts so: only
 	// its leader runs a generation.
 	StartSuspended error

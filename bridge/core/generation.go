@@ -71,7 +71,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	if err := seedLimits(g.repo, s.cfg.Limits); err != nil {
 		return err
 	}
-	if g.disp, err = dispatch.New(g.repo, s.cfg.Publisher, s.cfg.Delivery); err != nil {
+	if g.disp, err = dispatch.New(g.repo, s.pub, s.cfg.Delivery); err != nil {
 		return err
 	}
 	if g.jan, err = janitor.New(g.repo, g.disp, s.cfg.Expiry); err != nil {

@@ -30,6 +30,7 @@ import (
 // were in flight are delivered again (at least once).
 type Service struct {
 	cfg Config
+	pub dispatch.Publisher // every generation's dispatcher publishes through it
 	log *slog.Logger
 
 	// gen is the current generation: the store and what runs on it. It is
@@ -80,38 +81,40 @@ type downState struct {
 	suspended bool
 }
 
-// Open validates cfg, opens the repository over cfg.Store and starts the
-// first generation and the recovery loop. On error everything started is
-// stopped and the store is closed.
-func Open(cfg Config) (*Service, error) {
+// Open validates cfg, opens the repository over store, which the Service
+// owns from here on (Close closes it, also when Open fails), and starts
+// the first generation, whose dispatcher publishes through pub, and the
+// recovery loop. On error everything started is stopped and the store is
+// closed.
+func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service, error) {
 	err := cfg.Validate()
-	if cfg.Store == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Store is required", ErrInvalidConfig))
+	if store == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no store", ErrInvalidConfig))
 	}
-	if cfg.Publisher == nil {
-		err = errors.Join(err, fmt.Errorf("%w: Publisher is required", ErrInvalidConfig))
+	if pub == nil {
+		err = errors.Join(err, fmt.Errorf("%w: no publisher", ErrInvalidConfig))
 	}
 	if cfg.StartSuspended != nil && cfg.Reopen == nil {
 		err = errors.Join(err, fmt.Errorf("%w: StartSuspended needs Reopen, to open the store at Resume", ErrInvalidConfig))
 	}
 	if err != nil {
-		if cfg.Store != nil {
-			err = errors.Join(err, cfg.Store.Close())
+		if store != nil {
+			err = errors.Join(err, store.Close())
 		}
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	cfg.Limits = slices.Clone(cfg.Limits)
-	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Service{cfg: cfg, pub: pub, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	s.up = make(chan struct{})
 	if cfg.StartSuspended != nil {
-		s.gen.Store(s.idleGeneration(cfg.Store))
+		s.gen.Store(s.idleGeneration(store))
 		s.down.Store(&downState{cause: cfg.StartSuspended, suspended: true})
 		s.goFunc(s.recoverLoop)
 		return s, nil
 	}
 	close(s.up)
-	g, err := s.startGeneration(cfg.Store, false)
+	g, err := s.startGeneration(store, false)
 	if err != nil {
 		return nil, err
 	}

@@ -62,12 +62,11 @@ func memStore(tb testing.TB) delaystore.Store {
 func open(tb testing.TB, st delaystore.Store, p dispatch.Publisher, mod func(*core.Config)) *core.Service {
 	tb.Helper()
 	var cfg core.Config
-	cfg.Store, cfg.Publisher = st, p
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := core.Open(cfg)
+	s, err := core.Open(st, p, cfg)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
@@ -294,8 +293,8 @@ func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
 // starts suspended without a way to open its store is refused at Open.
 func TestService_Open_StartSuspendedNeedsReopen(t *testing.T) {
 	var cfg core.Config
-	cfg.Store, cfg.Publisher, cfg.StartSuspended = memStore(t), newPublisher(), errors.New("follower")
-	if _, err := core.Open(cfg); !errors.Is(err, core.ErrInvalidConfig) || !containsErr(err, "Reopen") {
+	cfg.StartSuspended = errors.New("follower")
+	if _, err := core.Open(memStore(t), newPublisher(), cfg); !errors.Is(err, core.ErrInvalidConfig) || !containsErr(err, "Reopen") {
 		t.Fatalf("Open = %v, want ErrInvalidConfig about Reopen", err)
 	}
 }
@@ -310,13 +309,12 @@ func (keepOpen) Close() error { return nil }
 // settings of every nested config at once and closes the store.
 func TestService_Open_ReportsEverySetting(t *testing.T) {
 	var cfg core.Config
-	cfg.Store = memStore(t)
 	cfg.Delivery.AckWait, cfg.Repository.TimeBucket, cfg.Expiry.Interval, cfg.MaxBatch = -1, -1, -1, -1
-	_, err := core.Open(cfg)
+	_, err := core.Open(memStore(t), nil, cfg)
 	if !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Open = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"AckWait", "TimeBucket", "Interval", "MaxBatch", "Publisher is required"} {
+	for _, want := range []string{"AckWait", "TimeBucket", "Interval", "MaxBatch", "no publisher"} {
 		if !containsErr(err, want) {
 			t.Errorf("Open error %q does not mention %s", err, want)
 		}

@@ -155,9 +155,9 @@ func (e *env) openDelay(dir string) (*delay, error) {
 		nc.Close()
 		return nil, fmt.Errorf("bench: open the pebble store in %s: %w", dir, err)
 	}
-	cfg := bridge.Config{Conn: nc, Engine: "pebble", IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api}
-	cfg.Store, cfg.Expiry.Interval, cfg.Logger = st, e.cfg.ExpiryInterval, e.cfg.Logger
-	svc, err := bridge.New(cfg)
+	cfg := bridge.Config{Engine: "pebble", IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api}
+	cfg.Expiry.Interval, cfg.Logger = e.cfg.ExpiryInterval, e.cfg.Logger
+	svc, err := bridge.New(nc, st, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bench: start natsdelay: %w", err)

@@ -163,8 +163,8 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	cfg := o.Service
-	cfg.Conn, cfg.Registerer, cfg.Logger = s.nc, reg, s.log
-	cfg.Store = st
+	cfg.Registerer, cfg.Logger = reg, s.log
+	svcStore := st
 	if o.Cluster != nil {
 		// The service does not own the local store of a node: the node
 		// applies to it, and it is closed after the node.
@@ -181,7 +181,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// closing the store it holds, and resumes on the replicated store
 		// again when it leads: Close of node.Store() leaves the node and
 		// the local store running.
-		cfg.Store = node.Store()
+		svcStore = node.Store()
 		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
 		cfg.Cluster = bridge.RaftCluster(node)
 	} else if !memory {
@@ -192,7 +192,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	}
 	// NB: from here the service owns the store, and closes it also when
 	// New fails.
-	if s.svc, err = bridge.New(cfg); err != nil {
+	if s.svc, err = bridge.New(s.nc, svcStore, cfg); err != nil {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	s.push("service", s.svc.Close)
