@@ -164,11 +164,29 @@ func (n *Node) renewLease(term uint64) {
 // lease from the moment it was proposed.
 func (n *Node) proveLeadership() error {
 	term, start := n.lease.begin()
-	if err := n.raft.Barrier(0).Error(); err != nil {
+	if err := n.await(n.raft.Barrier(0)); err != nil {
 		return err
 	}
 	n.lease.extend(term, start)
 	return nil
+}
+
+// await waits for f's answer, or for Close. NB: Raft hands a committed
+// barrier to its FSM loop to answer, and that loop ends at Shutdown
+// without answering what it still holds; such a future would keep a
+// goroutine waiting for it, and Close waiting for that goroutine, forever.
+// So the wait is in a goroutine of its own, which Close does not wait for:
+// in that race it outlives the node, blocked on an answer that never
+// comes, and is all that is left of it.
+func (n *Node) await(f raft.Future) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-n.done:
+		return raft.ErrRaftShutdown
+	}
 }
 
 // AwaitLease waits up to timeout for the lease while this node leads and
