@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"natsdelay/cmd/internal/natsurl"
+
 	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
 )
@@ -39,7 +41,7 @@ func (c *clientFlags) checkClient(p *problems) {
 		if u := strings.TrimSpace(os.Getenv(envNATSURL)); u != "" {
 			url, from = u, envNATSURL
 			for _, one := range strings.Split(u, ",") {
-				if err := checkURL(strings.TrimSpace(one)); err != nil {
+				if err := natsurl.Check(strings.TrimSpace(one)); err != nil {
 					p.add("%s %q: %v", envNATSURL, redact(u), err)
 				}
 			}

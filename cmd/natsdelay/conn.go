@@ -50,7 +50,7 @@ func (c *connFlags) authSet() []string {
 func (c *connFlags) check(p *problems) {
 	if c.NATS != "" {
 		for _, u := range strings.Split(c.NATS, ",") {
-			if err := checkURL(strings.TrimSpace(u)); err != nil {
+			if err := natsurl.Check(strings.TrimSpace(u)); err != nil {
 				p.add("--nats %q: %v", c.NATS, err)
 			}
 		}
@@ -77,10 +77,6 @@ func (c *connFlags) check(p *problems) {
 		p.add("--token and --user are two ways to log in: give one")
 	}
 }
-
-// checkURL accepts what nats.Connect accepts: nats, tls, ws or wss URLs,
-// or a bare host:port.
-func checkURL(s string) error { return natsurl.Check(s) }
 
 // options returns the nats.go options for these flags, with the
 // connection's events logged to log.

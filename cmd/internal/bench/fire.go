@@ -206,21 +206,9 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 // share the store with the fire run's messages, so the planner, which
 // plans occurrences ahead, works among them.
 func (e *env) fireRecurring(prefix string, delivered *atomic.Int64) (stop func() error, err error) {
-	nc, err := e.connect("bench-fire-recurring")
+	stop, err = e.ackingConsumer("bench-fire-recurring", prefix+".*", func(*nats.Msg, time.Time) { delivered.Add(1) })
 	if err != nil {
 		return nil, err
-	}
-	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
-		_ = m.Respond(nil)
-		delivered.Add(1)
-	})
-	if err == nil {
-		_ = sub.SetPendingLimits(-1, -1)
-		err = nc.Flush()
-	}
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("bench: subscribe %s.*: %w", prefix, err)
 	}
 	msg := func(i int) *nats.Msg {
 		h := nats.Header{}
@@ -233,27 +221,29 @@ func (e *env) fireRecurring(prefix string, delivered *atomic.Int64) (stop func()
 		err = fmt.Errorf("bench: %d of %d recurring schedules refused", failed, e.cfg.FireRecurring)
 	}
 	if err != nil {
-		nc.Close()
-		return nil, err
+		return nil, errors.Join(err, stop())
 	}
-	return func() error {
-		err := nc.FlushTimeout(5 * time.Second)
-		nc.Close()
-		return err
-	}, nil
+	return stop, nil
 }
 
 // delayConsumer subscribes to natsdelay's deliveries on subj on a
 // connection of its own, recording and ACKing each.
 func (e *env) delayConsumer(subj string, rec *recorder) (stop func() error, err error) {
-	nc, err := e.connect("bench-consumer")
+	return e.ackingConsumer("bench-consumer", subj, func(m *nats.Msg, at time.Time) { rec.recordAt(m.Header, at) })
+}
+
+// ackingConsumer subscribes to subj on a connection of its own, named
+// name, and ACKs each delivery, telling seen of it with the time it came.
+// stop sends the last ACKs and closes the connection.
+func (e *env) ackingConsumer(name, subj string, seen func(m *nats.Msg, at time.Time)) (stop func() error, err error) {
+	nc, err := e.connect(name)
 	if err != nil {
 		return nil, err
 	}
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
 		now := time.Now()
 		_ = m.Respond(nil)
-		rec.recordAt(m.Header, now)
+		seen(m, now)
 	})
 	if err == nil {
 		_ = sub.SetPendingLimits(-1, -1)

@@ -100,26 +100,9 @@ func (e *env) flowLoad(phase string, pid int, delivered *atomic.Int64) (stop fun
 	if _, err := api.SetLimit(context.Background(), wire.Limit{Pattern: rated, Rate: flowRatedRate}); err != nil {
 		return nil, settleS, fmt.Errorf("bench: limit %s: %w", rated, err)
 	}
-	nc, err := e.connect("bench-flow-rated")
+	stop, err = e.ackingConsumer("bench-flow-rated", rated, func(*nats.Msg, time.Time) { delivered.Add(1) })
 	if err != nil {
 		return nil, settleS, err
-	}
-	sub, err := nc.Subscribe(rated, func(m *nats.Msg) {
-		_ = m.Respond(nil)
-		delivered.Add(1)
-	})
-	if err == nil {
-		_ = sub.SetPendingLimits(-1, -1)
-		err = nc.Flush()
-	}
-	if err != nil {
-		nc.Close()
-		return nil, settleS, fmt.Errorf("bench: subscribe %s: %w", rated, err)
-	}
-	stop = func() error {
-		err := nc.FlushTimeout(5 * time.Second)
-		nc.Close()
-		return err
 	}
 	if err := e.schedulePipelined(rated, e.cfg.FlowRated); err != nil {
 		return nil, settleS, errors.Join(err, stop())
