@@ -15,8 +15,8 @@ type Held struct {
 func (d *Dispatcher) HeldForTest() Held {
 	d.mu.Lock()
 	h := Held{
-		Topics: d.mu.peaks.topics, Flights: d.mu.peaks.flights, Unsent: d.mu.peaks.unsent, Canceled: d.mu.peaks.canceled,
-		Due: cap(d.mu.due), Timers: cap(d.mu.timers), Idle: cap(d.mu.idle), Committed: cap(d.mu.committed),
+		Topics: d.mu.subjects.peak, Flights: d.mu.flights.peaks.byKey, Unsent: d.mu.flights.peaks.unsent, Canceled: d.mu.flights.peaks.canceled,
+		Due: cap(d.mu.subjects.due), Timers: cap(d.mu.flights.timers), Idle: cap(d.mu.subjects.idle), Committed: cap(d.mu.flights.committed),
 	}
 	d.mu.Unlock()
 	d.del.mu.Lock()

@@ -40,24 +40,24 @@ func (d *Dispatcher) roomOfLocked(t *topic) int {
 // until a flight of its own makes room. now is the pass's time. mu must
 // be held.
 func (d *Dispatcher) holdLocked(t *topic, now int64) {
-	d.mu.due.unschedule(t)
+	d.mu.subjects.due.unschedule(t)
 	t.next = never
 	if t.limited {
 		return
 	}
 	t.limited = true
-	d.mu.held[t] = struct{}{}
+	d.mu.subjects.held[t] = struct{}{}
 	if d.ruleOfLocked(t).paused {
 		t.pausedHeld = true
-		d.mu.paused++
+		d.mu.subjects.paused++
 		return // paused on purpose: nothing to warn about
 	}
-	d.mu.limitedUnlogged++
-	if now >= d.mu.limitLogAt {
+	d.mu.subjects.limitedUnlogged++
+	if now >= d.mu.subjects.limitLogAt {
 		d.log.Warn("subject at its in-flight limit: its next deliveries wait for answers to those in flight",
 			"subject", t.subject, "in_flight", t.flights, "max_in_flight", d.maxInFlightOf(t),
-			"subjects_limited", len(d.mu.held)-d.mu.paused, "suppressed", d.mu.limitedUnlogged-1)
-		d.mu.limitedUnlogged, d.mu.limitLogAt = 0, after(now, limitWarnInterval)
+			"subjects_limited", len(d.mu.subjects.held)-d.mu.subjects.paused, "suppressed", d.mu.subjects.limitedUnlogged-1)
+		d.mu.subjects.limitedUnlogged, d.mu.subjects.limitLogAt = 0, after(now, limitWarnInterval)
 	}
 }
 
@@ -68,11 +68,11 @@ func (d *Dispatcher) unholdLocked(t *topic) {
 	if t.limited {
 		t.heldAt = d.nowNs() // held until now
 		t.limited = false
-		delete(d.mu.held, t)
+		delete(d.mu.subjects.held, t)
 	}
 	if t.pausedHeld {
 		t.pausedHeld = false
-		d.mu.paused--
+		d.mu.subjects.paused--
 	}
 }
 
@@ -105,7 +105,7 @@ func (d *Dispatcher) Subject(subject string) SubjectState {
 	hash := keys.TopicHash(subject)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	t := d.mu.topics[hash]
+	t := d.mu.subjects.byHash[hash]
 	if t == nil {
 		return SubjectState{}
 	}
@@ -116,8 +116,8 @@ func (d *Dispatcher) Subject(subject string) SubjectState {
 // limit, in subject order.
 func (d *Dispatcher) LimitedSubjects(n int) []string {
 	d.mu.Lock()
-	out := make([]string, 0, len(d.mu.held))
-	for t := range d.mu.held {
+	out := make([]string, 0, len(d.mu.subjects.held))
+	for t := range d.mu.subjects.held {
 		if !t.pausedHeld {
 			out = append(out, t.subject)
 		}

@@ -48,20 +48,20 @@ func (d *Dispatcher) ReloadLimits() error {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.limits = limitTable{gen: d.mu.limits.gen + 1, limits: ls}
-	for t := range d.mu.held {
+	d.mu.subjects.limits = limitTable{gen: d.mu.subjects.limits.gen + 1, limits: ls}
+	for t := range d.mu.subjects.held {
 		d.unholdLocked(t)
 		d.rescheduleLocked(t, now)
 	}
 	var waiting []*flight
-	for _, f := range d.mu.timers {
+	for _, f := range d.mu.flights.timers {
 		if f.pausedWait {
 			waiting = append(waiting, f)
 		}
 	}
 	for _, f := range waiting {
 		f.pausedWait = false
-		d.mu.timers.schedule(f, now) // the pass checks its pause again
+		d.mu.flights.timers.schedule(f, now) // the pass checks its pause again
 	}
 	d.signal()
 	return nil
@@ -70,12 +70,12 @@ func (d *Dispatcher) ReloadLimits() error {
 // ruleOfLocked is t's rule, resolved again if the table changed since.
 // mu must be held.
 func (d *Dispatcher) ruleOfLocked(t *topic) rule {
-	if t.ruleGen == d.mu.limits.gen || t.subject == "" {
+	if t.ruleGen == d.mu.subjects.limits.gen || t.subject == "" {
 		return t.rule
 	}
-	t.ruleGen = d.mu.limits.gen
+	t.ruleGen = d.mu.subjects.limits.gen
 	r := rule{maxInFlight: d.cfg.SubjectMaxInFlight}
-	for _, l := range d.mu.limits.limits {
+	for _, l := range d.mu.subjects.limits.limits {
 		if !SubjectMatches(l.Pattern, t.subject) {
 			continue
 		}

@@ -31,65 +31,18 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 	if len(plans) == 0 {
 		return out
 	}
+	d.planning.RLock()
 	res, err := d.repo.Advance(plans, delaystore.Sync)
+	d.planning.RUnlock()
 	drop := make(map[int]bool, len(plans))
 	for j, p := range plans {
-		o := &out[at[j]]
-		f := o.f
+		var r delaystore.Planned
 		if err == nil {
-			err := res[j].Err
-			switch {
-			case err == nil:
-				d.stats.plannedOnDelivery.Add(1)
-				if p.Next != nil {
-					d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)
-				}
-				if !p.Drop {
-					o.msg = p.Cur
-					continue
-				}
-				d.stats.skipped.Add(1)
-				d.mu.Lock()
-				if d.mu.flights[f.key] == f {
-					d.forgetLocked(f)
-				}
-				// NB: as for a replaced message in Notify: a scan under way
-				// may have read it; the mark keeps it from going out.
-				d.mu.canceled[f.key] = struct{}{}
-				d.mu.committed = append(d.mu.committed, f.key)
-				d.mu.Unlock()
-				drop[at[j]] = true
-				continue
-			case errors.Is(err, delaystore.ErrPlanned):
-				// Planned by an earlier pass whose copy this scan did
-				// not see: deliver the stored one.
-				if m, err := d.repo.Get(f.key); err == nil {
-					o.msg = m
-					continue
-				}
-				fallthrough
-			case errors.Is(err, delaystore.ErrNotFound):
-				// Canceled, replaced or settled since the scan read it.
-				d.mu.Lock()
-				if d.mu.flights[f.key] == f && f.state != stateSettling {
-					d.forgetLocked(f)
-				}
-				d.mu.Unlock()
-				drop[at[j]] = true
-				continue
-			}
-			d.log.Error("planning the next occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
-		} else {
-			d.log.Warn("planning the next occurrences", "tag", f.key, "subject", o.msg.Subject, "err", err)
+			r = res[j]
 		}
-		// Not planned: deliver it later, when the store takes the plan.
-		d.mu.Lock()
-		if d.mu.flights[f.key] == f && f.state != stateSettling {
-			d.unsendLocked(f)
-			d.blockLocked(f.topic, now)
+		if !d.applyPlan(&out[at[j]], p, r, err, now) {
+			drop[at[j]] = true
 		}
-		d.mu.Unlock()
-		drop[at[j]] = true
 	}
 	kept := out[:0]
 	for i, o := range out {
@@ -98,6 +51,66 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 		}
 	}
 	return kept
+}
+
+// applyPlan settles o after its plan p was committed (commitErr, the
+// commit's error, or r.Err, the plan's own) and reports whether o goes out:
+// planned, it goes out as rewritten; skipped by the catch-up policy, gone
+// from the store or not planned, it does not, and one not planned is
+// delivered later, when the store takes the plan.
+func (d *Dispatcher) applyPlan(o *outgoing, p delaystore.Plan, r delaystore.Planned, commitErr error, now int64) bool {
+	f := o.f
+	if commitErr != nil {
+		d.log.Warn("planning the next occurrences", "tag", f.key, "subject", o.msg.Subject, "err", commitErr)
+	} else {
+		switch err := r.Err; {
+		case err == nil:
+			d.stats.plannedOnDelivery.Add(1)
+			if p.Next != nil {
+				d.Notify(delaystore.Scheduled{Key: r.Next}, p.Next.FireAtNs)
+			}
+			if !p.Drop {
+				o.msg = p.Cur
+				return true
+			}
+			d.stats.skipped.Add(1)
+			d.mu.Lock()
+			if d.mu.flights.byKey[f.key] == f {
+				d.forgetLocked(f)
+			}
+			// NB: as for a replaced message in Notify: a scan under way
+			// may have read it; the mark keeps it from going out.
+			d.mu.flights.settledUncommitted(f.key)
+			d.mu.Unlock()
+			return false
+		case errors.Is(err, delaystore.ErrPlanned):
+			// Planned by an earlier pass whose copy this scan did not
+			// see: deliver the stored one.
+			if m, err := d.repo.Get(f.key); err == nil {
+				o.msg = m
+				return true
+			}
+			fallthrough
+		case errors.Is(err, delaystore.ErrNotFound):
+			// Canceled, replaced or settled since the scan read it.
+			d.mu.Lock()
+			if d.mu.flights.byKey[f.key] == f && f.state != stateSettling {
+				d.forgetLocked(f)
+			}
+			d.mu.Unlock()
+			return false
+		default:
+			d.log.Error("planning the next occurrence", "tag", f.key, "subject", o.msg.Subject, "err", err)
+		}
+	}
+	// Not planned: deliver it later, when the store takes the plan.
+	d.mu.Lock()
+	if d.mu.flights.byKey[f.key] == f && f.state != stateSettling {
+		d.unsendLocked(f)
+		d.blockLocked(f.topic, now)
+	}
+	d.mu.Unlock()
+	return false
 }
 
 // plan is the plan of o's occurrence at now: the occurrence as rewritten

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"math"
 	"slices"
@@ -11,126 +10,6 @@ import (
 	"natsdelay/delaystore"
 	"natsdelay/keys"
 )
-
-// frontierCap bounds the topics in the due heap that the due index may
-// add to: past it, the frontier waits for the heap to drain, so a backlog
-// of many subjects due at once (after an outage, say) is taken a slice at a
-// time and never held in memory whole.
-func (d *Dispatcher) frontierCap() int { return 2 * d.cfg.PassLimit }
-
-// dueNowLocked counts the topics in the due heap that are due at now, up
-// to limit, visiting only those: by the heap order, the children of a
-// topic not yet due are not due either. Topics backing off wait in the
-// heap without counting, so subjects nobody listens to cannot stop the
-// frontier. mu must be held.
-func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
-	h := d.mu.due
-	n := 0
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(h) || n >= limit || h[i].next > now {
-			return
-		}
-		n++
-		walk(2*i + 1)
-		walk(2*i + 2)
-	}
-	walk(0)
-	return n
-}
-
-// advanceFrontier reads the due index from the frontier to the current
-// time bucket and puts the topic of each entry in the due heap at the
-// entry's time, up to frontierCap topics due now, then moves the frontier
-// past what it read. It replaces a heap of every subject's next message:
-// only subjects with something due, in flight or backing off are in
-// memory, and a pass reads only entries it had not read before. Entries
-// whose message was delivered since (its topic's scan took it with the
-// earlier ones) cost an empty scan of their topic.
-func (d *Dispatcher) advanceFrontier(now int64) {
-	maxBucket := keys.Bucket(now/int64(time.Millisecond), d.bucketMs)
-	d.mu.Lock()
-	// NB: set before any scan of this pass, so that Notify sends a
-	// message within the range scanned to its topic, and one beyond it
-	// to the frontier (see Notify).
-	d.mu.scannedUpTo = max(d.mu.scannedUpTo, maxBucket+1)
-	room := d.frontierCap() - d.dueNowLocked(now, d.frontierCap())
-	if d.mu.frontierNext > now || room <= 0 {
-		d.mu.Unlock()
-		return
-	}
-	var from *keys.Key
-	if d.mu.frontier != nil {
-		k := *d.mu.frontier
-		from = &k
-	}
-	// Notify lowers it during the read for messages committed meanwhile.
-	d.mu.frontierNext = never
-	d.mu.Unlock()
-
-	limit := min(room, d.cfg.PassLimit)
-	found := make([]keys.Key, 0, min(limit, 256))
-	// NB: one read, unbounded above, that stops at the first entry not
-	// yet due: that entry's time is when to read again, so no second
-	// seek is needed to find it.
-	next := int64(never)
-	err := d.repo.ScanDue(from, math.MaxUint64, func(k keys.Key) bool {
-		if k.Bucket() > maxBucket {
-			next = msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs))
-			return false
-		}
-		if len(found) == limit {
-			next = now // more is due: read on at the next pass
-			return false
-		}
-		found = append(found, k)
-		return true
-	})
-	last := from
-	if len(found) > 0 {
-		last = &found[len(found)-1]
-	}
-	if err != nil {
-		d.log.Warn("reading the due index", "err", err)
-		next = after(now, d.cfg.NoRespondersBackoff)
-	}
-
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, k := range found {
-		t := d.topicLocked(k.TopicHash())
-		switch {
-		case t.limited:
-			// NB: held at its limit, its cursor is at or below this
-			// entry, and room brings it back (see roomFreedLocked).
-			continue
-		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
-			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
-			// NB: a topic not waiting for a scan, with nothing arrived or
-			// bounced since its last one, has nothing pending from its
-			// cursor up to this entry but parked messages (see
-			// evictLongWaitsLocked): any other would have an entry the
-			// frontier passed before (same subject, so due order is key
-			// order), whose scan took it or left the topic waiting for
-			// another. So its scan starts at the entry, and, while that
-			// entry is its only one, is a point read of it.
-			t.cursor = k.Bytes()
-			single := k
-			t.single = &single
-		case t.single != nil && *t.single != k:
-			t.single = nil // more than one entry: a range scan
-		}
-		at := max(msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)), t.blockedUntil)
-		if t.idx < 0 || at < t.next {
-			d.mu.due.schedule(t, at)
-		}
-	}
-	if last != nil {
-		k := *last
-		d.mu.frontier = &k
-	}
-	d.mu.frontierNext = min(d.mu.frontierNext, next)
-}
 
 // scan reads topic t from its cursor to the due bound, registers up to limit
 // due messages as flights and appends them to out. It returns how many it
@@ -189,7 +68,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	d.moveCursorLocked(t, from, r)
 	taken := d.takeLocked(t, r.due, out)
 	for _, g := range r.gone {
-		d.mu.canceled[g.k] = struct{}{}
+		d.mu.flights.canceled[g.k] = struct{}{}
 	}
 	probe := t.probing && taken > 0
 	switch {
@@ -201,7 +80,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		d.rescheduleLocked(t, next)
 	}
 	if t.idx < 0 && t.flights == 0 {
-		d.mu.idle = append(d.mu.idle, t)
+		d.mu.subjects.idleNow(t)
 	}
 	d.mu.Unlock()
 
@@ -239,9 +118,9 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			return false
 		}
 		d.mu.Lock()
-		_, busy := d.mu.flights[k]
+		_, busy := d.mu.flights.byKey[k]
 		if !busy {
-			_, busy = d.mu.canceled[k]
+			_, busy = d.mu.flights.canceled[k]
 		}
 		d.mu.Unlock()
 		switch {
@@ -316,7 +195,7 @@ func (d *Dispatcher) moveCursorLocked(t *topic, from []byte, r dueRead) {
 func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 	taken := 0
 	for _, f := range due {
-		if _, ok := d.mu.canceled[f.k]; ok {
+		if _, ok := d.mu.flights.canceled[f.k]; ok {
 			// NB: ACKed, TERMed, canceled or expired after the scan read it.
 			// Its delete may be committed already, and the answer sent, so
 			// it must not go out again.
@@ -324,9 +203,9 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 		}
 		taken++
 		counted := f.msg.Attempt
-		if c, ok := d.mu.unsent[f.k]; ok {
+		if c, ok := d.mu.flights.unsent[f.k]; ok {
 			counted = max(counted, c)
-			delete(d.mu.unsent, f.k)
+			delete(d.mu.flights.unsent, f.k)
 		}
 		fl := &flight{
 			key:        f.k,
@@ -343,7 +222,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
-		d.mu.flights[f.k] = fl
+		d.mu.flights.byKey[f.k] = fl
 		t.flights++
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
 	}
@@ -386,7 +265,7 @@ func (d *Dispatcher) rescheduleLocked(t *topic, next int64) {
 	if next == never {
 		return
 	}
-	d.mu.due.schedule(t, max(next, t.blockedUntil))
+	d.mu.subjects.due.schedule(t, max(next, t.blockedUntil))
 }
 
 // flushBatch is one pass's deliveries, waiting for the flush that tells
@@ -412,13 +291,13 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		// pass would stall every ACK behind thousands of publishes.
 		d.pubMu.Lock()
 		d.mu.Lock()
-		if d.mu.flights[f.key] != f || f.state == stateSettling {
+		if d.mu.flights.byKey[f.key] != f || f.state == stateSettling {
 			// Canceled, ACKed by an earlier process's delivery, or replaced.
 			d.mu.Unlock()
 			d.pubMu.Unlock()
 			continue
 		}
-		if d.takeAheadLocked(f.key) {
+		if d.mu.ahead.take(f.key) {
 			// Planned ahead, then its schedule was canceled or replaced
 			// by Delay-Id (which took the successor) before it fell due:
 			// it ends with the schedule, unsent, as it would have had it
@@ -432,7 +311,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		}
 		f.state = stateSent
 		f.pass = pass
-		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
+		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.mu.Unlock()
 		// NB: checked per message, right before it goes out, so that a
 		// pause anywhere in a long pass is noticed at the next message.
@@ -449,7 +328,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			// Held back, not failed: it goes out as it was once the
 			// fence is held again, with no back-off.
 			d.mu.Lock()
-			if d.mu.flights[f.key] == f && f.state == stateSent {
+			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
 				d.rescheduleLocked(f.topic, now)
 			}
@@ -460,7 +339,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		if err != nil {
 			d.log.Warn("publishing delivery", "tag", f.key, "err", err)
 			d.mu.Lock()
-			if d.mu.flights[f.key] == f && f.state == stateSent {
+			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
 				d.blockLocked(f.topic, now)
 			}
@@ -490,7 +369,7 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 		err := d.pub.DeadLetter(subj, f.key, msg, f.attempt, reason)
 		if err == nil {
 			d.mu.Lock()
-			mine := d.mu.flights[f.key] == f && f.state == stateSent
+			mine := d.mu.flights.byKey[f.key] == f && f.state == stateSent
 			if mine {
 				d.markSettlingLocked(f.key)
 			}
@@ -505,180 +384,13 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 		d.log.Warn("publishing dead letter of an undeliverable message", "tag", f.key, "err", err)
 	}
 	d.mu.Lock()
-	if d.mu.flights[f.key] == f && f.state == stateSent {
+	if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 		f.state, f.parked = stateRetry, true
-		d.mu.timers.schedule(f, never)
+		d.mu.flights.timers.schedule(f, never)
 	}
 	d.mu.Unlock()
 	d.log.Error("message can never be delivered: parked, pending until canceled or expired (LIST shows it, CANCEL removes it)",
 		"tag", f.key, "err", cause)
-}
-
-// queueFlush hands b to the flusher, waiting while PassLimit deliveries
-// already wait for a flush.
-func (d *Dispatcher) queueFlush(b flushBatch) {
-	q := &d.flushing
-	q.Lock()
-	for q.unflushed >= d.cfg.PassLimit {
-		q.cond.Wait()
-	}
-	q.batches = append(q.batches, b)
-	q.unflushed += len(b.sent)
-	q.Unlock()
-	q.cond.Broadcast()
-}
-
-// stopFlushing tells the flusher that no more batches come.
-func (d *Dispatcher) stopFlushing() {
-	q := &d.flushing
-	q.Lock()
-	q.stopped = true
-	q.Unlock()
-	q.cond.Broadcast()
-}
-
-// flushLoop flushes whatever batches wait, in one round trip for all of
-// them, and settles them, until run has stopped and nothing is left.
-func (d *Dispatcher) flushLoop() {
-	q := &d.flushing
-	for {
-		q.Lock()
-		for len(q.batches) == 0 && !q.stopped {
-			q.cond.Wait()
-		}
-		batches := q.batches
-		q.batches = nil
-		if len(batches) > 0 {
-			q.busySince = d.nowNs()
-		}
-		q.Unlock()
-		if len(batches) == 0 {
-			return // stopped, and everything is settled
-		}
-		// NB: one marker covers every batch taken: each was queued after
-		// its deliveries were published, and the marker goes out after.
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
-		err := d.pub.Flush(ctx)
-		cancel()
-		n := 0
-		for _, b := range batches {
-			d.settleFlushed(b, err)
-			n += len(b.sent)
-		}
-		q.Lock()
-		q.unflushed -= n
-		q.busySince = 0
-		if now := d.nowNs(); err == nil {
-			q.lastOK, q.lastErr = now, nil
-		} else {
-			q.lastErr, q.lastFail = err, now
-		}
-		q.Unlock()
-		q.cond.Broadcast()
-		d.signal() // probes were put back; flights may have been forgotten
-	}
-}
-
-// settleFlushed finishes a pass once its flush returned err: it settles
-// what needs no ACK, records attempt counts, settles +TERMs that arrived
-// during the pass, and puts probed topics back in the due heap.
-func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
-	var settle []keys.Key
-	var updates, reached []outgoing
-	var terms []*flight
-	now := d.nowNs()
-	d.mu.Lock()
-	for _, o := range b.sent {
-		f := o.f
-		// NB: counted whatever became of its flight since: an ACK may
-		// have settled it before this flush came back.
-		if err == nil && f.lostPass != b.pass && !(f.pass == b.pass && f.term != nil && f.bounced) {
-			reached = append(reached, o)
-		}
-		if f.pass != b.pass {
-			continue // delivered again since
-		}
-		if f.term != nil {
-			// TERMed during the pass: this delivery counts unless it
-			// bounced or the flush failed. NB: before the check below,
-			// so the TERM is answered even if its flight is gone.
-			if !f.bounced && err == nil {
-				f.counted = f.attempt
-			}
-			terms = append(terms, f)
-			continue
-		}
-		if d.mu.flights[f.key] != f {
-			continue // bounced (no subscriber), replaced, or settled
-		}
-		if err != nil {
-			// Unknown whether it went out: deliver again, uncounted.
-			if f.state == stateSent {
-				d.unsendLocked(f)
-				d.blockLocked(f.topic, now)
-			}
-			continue
-		}
-		if f.ackNone && f.state == stateSent {
-			f.state = stateSettling
-			d.mu.timers.unschedule(f)
-			settle = append(settle, f.key)
-			continue
-		}
-		f.counted = f.attempt
-		if f.state == stateSettling {
-			// NB: its delete is queued or committed (an ACK, a cancel,
-			// expiry) and its flight not yet forgotten. Writing its count
-			// would read it under the write lock only to find it gone,
-			// and keep the message in the deleter's queue for the
-			// AttemptWriteDelay until then: after a burst ACKed as fast
-			// as it went out, that was most of the messages of the
-			// burst's last second.
-			continue
-		}
-		o.msg.Attempt = f.attempt
-		updates = append(updates, o)
-	}
-	for _, t := range b.probed {
-		t.probeOpen = false
-		if err == nil && t.probing && t.probePass == b.pass && t.noRespPass != b.pass {
-			t.probing, t.backoff = false, 0
-		}
-		// NB: after a bounce, blockLocked scheduled it for when its
-		// back-off ends, and this keeps that.
-		d.rescheduleLocked(t, now)
-	}
-	d.mu.Unlock()
-	d.countReached(reached)
-	for _, f := range terms {
-		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
-	}
-	if err != nil {
-		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(b.sent))
-		return
-	}
-	for _, k := range settle {
-		d.del.delete(k, nil)
-	}
-	for _, o := range updates {
-		d.del.update(o.f.key, o.msg)
-	}
-}
-
-// countReached counts deliveries that reached a subscriber, and tells the
-// observer.
-func (d *Dispatcher) countReached(reached []outgoing) {
-	obs := d.cfg.Observer
-	for _, o := range reached {
-		if o.attempt > 1 {
-			d.stats.redelivered.Add(1)
-		} else {
-			d.stats.delivered.Add(1)
-		}
-		if obs != nil {
-			obs.Delivered(o.msg, o.attempt, o.lateness, o.held)
-		}
-	}
 }
 
 // unsendLocked forgets a delivery that did not reach anyone, so the next
@@ -687,7 +399,7 @@ func (d *Dispatcher) countReached(reached []outgoing) {
 func (d *Dispatcher) unsendLocked(f *flight) {
 	f.lostPass = f.pass
 	if f.counted > 0 {
-		d.mu.unsent[f.key] = f.counted
+		d.mu.flights.unsent[f.key] = f.counted
 	}
 	d.forgetLocked(f)
 	f.topic.rewindLocked(f.key)
@@ -705,5 +417,5 @@ func (d *Dispatcher) blockLocked(t *topic, now int64) {
 	}
 	// NB: not max(t.next, ...): the scan that delivered the bounced
 	// message may have put t back at the time of the message after it.
-	d.mu.due.schedule(t, t.blockedUntil)
+	d.mu.subjects.due.schedule(t, t.blockedUntil)
 }

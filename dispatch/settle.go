@@ -44,7 +44,7 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 	// NB: only the first answer that settles a flight may delete it
 	// unread: until then nothing else has queued a delete of it.
 	var pending *delaystore.StoredMessage
-	if f := d.mu.flights[k]; f != nil && f.state != stateSettling {
+	if f := d.mu.flights.byKey[k]; f != nil && f.state != stateSettling {
 		pending = f.pending
 	}
 	// Mark it as Cancel does, so that a scan which read the message
@@ -71,7 +71,7 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 	now := d.nowNs()
 	d.mu.Lock()
-	f := d.mu.flights[k]
+	f := d.mu.flights.byKey[k]
 	if f == nil || f.state != stateSent {
 		d.mu.Unlock()
 		done(ErrNotInFlight)
@@ -80,7 +80,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 	switch a.Kind {
 	case AckNak:
 		f.state = stateRetry
-		d.mu.timers.schedule(f, after(now, a.Delay))
+		d.mu.flights.timers.schedule(f, after(now, a.Delay))
 		d.stats.nacked.Add(1)
 	case AckFailed:
 		wait := d.backoffAfter(f.attempt)
@@ -88,10 +88,10 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 			wait = d.cfg.AckWait
 		}
 		f.state = stateRetry
-		d.mu.timers.schedule(f, after(now, wait))
+		d.mu.flights.timers.schedule(f, after(now, wait))
 		d.stats.failed.Add(1)
 	default:
-		d.mu.timers.schedule(f, after(now, d.cfg.AckWait))
+		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.stats.progress.Add(1)
 	}
 	first := f.idx == 0 || d.waitingLongLocked(f, now)
@@ -112,7 +112,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	var attempt uint32
 	d.pubMu.Lock() // as for ackDone
 	d.mu.Lock()
-	if f := d.mu.flights[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
+	if f := d.mu.flights.byKey[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
 		// NB: a delivery of it is under way, and whether that was an
 		// attempt is known only once its pass has flushed: it may yet
 		// bounce. The pass dead-letters it then (see publish).
@@ -148,11 +148,11 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 // message before the answer that settles it arrived. It returns k's flight,
 // if any. mu must be held.
 func (d *Dispatcher) markSettlingLocked(k keys.Key) *flight {
-	d.mu.canceled[k] = struct{}{}
-	f := d.mu.flights[k]
+	d.mu.flights.canceled[k] = struct{}{}
+	f := d.mu.flights.byKey[k]
 	if f != nil {
 		f.state = stateSettling
-		d.mu.timers.unschedule(f)
+		d.mu.flights.timers.unschedule(f)
 	}
 	return f
 }
@@ -173,7 +173,7 @@ func (d *Dispatcher) NoResponders(k keys.Key) bool {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	f := d.mu.flights[k]
+	f := d.mu.flights.byKey[k]
 	switch {
 	case f == nil:
 		return true
@@ -197,16 +197,28 @@ func (d *Dispatcher) NoResponders(k keys.Key) bool {
 // Cancel deletes the pending message under k. Once it returns, the message
 // is never published again, also when it was in flight. It reports whether
 // a pending message was deleted.
+//
+// Canceling an occurrence of a recurring schedule ends the schedule: when
+// the occurrence was planned already, its successor is stored, and is
+// canceled too (see cancelSchedule).
 func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 	if d.del == nil {
 		return false, ErrClosed
 	}
+	if m, err := d.repo.Get(k); err == nil && m.GetRecurrence() != nil {
+		return d.cancelSchedule(ctx, k, m)
+	}
+	return d.cancel(ctx, k)
+}
+
+// cancel deletes the pending message under k; see Cancel.
+func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 	d.pubMu.Lock()
 	d.mu.Lock()
 	d.markSettlingLocked(k)
 	// NB: canceling the successor of an occurrence planned ahead ends the
 	// schedule before that occurrence: it must not go out either.
-	d.withdrawAheadLocked(k)
+	d.mu.ahead.withdraw(k)
 	d.mu.Unlock()
 	d.pubMu.Unlock()
 
@@ -296,11 +308,11 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 		if err := d.pub.DeadLetter(subj, k, msg, attempt, reason); err != nil {
 			d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err)
 			d.mu.Lock()
-			if f := d.mu.flights[k]; f != nil {
+			if f := d.mu.flights.byKey[k]; f != nil {
 				f.state = stateRetry
-				d.mu.timers.schedule(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
+				d.mu.flights.timers.schedule(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
 			}
-			delete(d.mu.canceled, k)
+			delete(d.mu.flights.canceled, k)
 			d.mu.Unlock()
 			if done != nil {
 				done(fmt.Errorf("dispatch: dead letter %s: %w", k, err))

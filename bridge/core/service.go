@@ -307,88 +307,20 @@ func (s *Service) NoResponders(k keys.Key) bool {
 //
 // Canceling an occurrence of a recurring schedule ends the schedule: when
 // the occurrence went out already, its successor is stored, and is
-// canceled too. That holds also when the dispatcher plans the occurrence
-// while Cancel runs.
+// canceled too (see dispatch.Dispatcher.Cancel).
 func (s *Service) Cancel(ctx context.Context, k keys.Key) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
 	g := s.gen.Load()
-	m, _ := g.repo.Get(k) // only to see whether it is an occurrence
 	ok, err := g.disp.Cancel(ctx, k)
 	if err != nil {
 		return unavailable("canceling %s: %v", k, err)
-	}
-	// NB: m was read before the delete. The dispatcher may have planned
-	// it in between, storing its successor (and, under catch-up none,
-	// deleting it unsent), and the successor may have gone out and been
-	// planned in turn, so whatever m says, the schedule's newest
-	// occurrence is canceled while it descends from m: otherwise a CANCEL
-	// answered "canceled" could leave the schedule on.
-	for range maxCancelChase {
-		nk, nm, found := descendant(g.repo, k, m)
-		if !found {
-			break
-		}
-		okNext, err := g.disp.Cancel(ctx, nk)
-		if err != nil {
-			return unavailable("canceling %s, a later occurrence of %s: %v", nk, k, err)
-		}
-		ok = ok || okNext
-		k, m = nk, nm
 	}
 	if !ok {
 		return fmt.Errorf("%w: no pending message with tag %s", wire.ErrNotFound, k)
 	}
 	return nil
-}
-
-// maxCancelChase bounds how many times Cancel follows a schedule the
-// dispatcher keeps planning while it cancels: each round cancels the
-// newest occurrence, so another round is needed only when the dispatcher
-// planned that one meanwhile, which a catch-up run makes likely.
-const maxCancelChase = 16
-
-// descendant finds the schedule's newest occurrence if it descends from
-// m, the occurrence that was under k: the same schedule further on. It
-// does not report a schedule scheduled again under the same Delay-Id
-// since, which is another schedule and goes on.
-func descendant(repo *delaystore.Repository, k keys.Key, m *delaystore.StoredMessage) (keys.Key, *delaystore.StoredMessage, bool) {
-	r := m.GetRecurrence()
-	if r == nil || (r.GetPlanned() && r.GetNextNs() == 0) {
-		return keys.Key{}, nil, false // not an occurrence, or the last
-	}
-	// NB: a few tries, as the newest may go out and be ACKed between the
-	// lookup and the read.
-	for range 3 {
-		nk, err := repo.LookupSchedule(m.Subject, r.GetName())
-		if err != nil || nk == k {
-			return keys.Key{}, nil, false // ended already, or m itself, gone now
-		}
-		nm, err := repo.Get(nk)
-		if errors.Is(err, delaystore.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return keys.Key{}, nil, false
-		}
-		nr := nm.GetRecurrence()
-		// Each occurrence planned counts one more, toward Delay-Limit or,
-		// skipped by the catch-up policy, as skipped; a schedule scheduled
-		// again starts from 1.
-		later := nr.GetSeq()+nr.GetSkipped() > r.GetSeq()+r.GetSkipped() && nr.GetOccurrenceNs() > r.GetOccurrenceNs()
-		if !later || !sameSchedule(r, nr) || (r.GetPlanned() && nr.GetOccurrenceNs() < r.GetNextNs()) {
-			return keys.Key{}, nil, false
-		}
-		return nk, nm, true
-	}
-	return keys.Key{}, nil, false
-}
-
-// sameSchedule reports whether two occurrences carry the same schedule.
-func sameSchedule(a, b *delaystore.Recurrence) bool {
-	return a.GetCron() == b.GetCron() && a.GetEveryNs() == b.GetEveryNs() && a.GetZone() == b.GetZone() &&
-		a.GetUntilNs() == b.GetUntilNs() && a.GetLimit() == b.GetLimit() && a.GetCatchUp() == b.GetCatchUp() && a.GetId() == b.GetId()
 }
 
 // Lookup finds the key of the pending message of subject with the client

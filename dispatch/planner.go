@@ -1,7 +1,9 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"natsdelay/delaystore"
@@ -15,8 +17,80 @@ type aheadPlan struct {
 	fireAt int64    // the occurrence's planned time, Unix ns
 	// withdrawn is set once the successor is canceled or replaced by
 	// (subject, Delay-Id): the schedule ended before the occurrence fell
-	// due, so it must not go out (see withdrawAheadLocked).
+	// due, so it must not go out (see aheadTable.withdraw).
 	withdrawn bool
+}
+
+// aheadTable is the occurrences the planner planned before they fell due,
+// until they are first published (see planLoop and publish), with how far
+// it has read the index of occurrences. Dispatcher.mu guards it.
+type aheadTable struct {
+	byKey map[keys.Key]aheadPlan
+	// bySuccessor is each one's key by its successor's.
+	bySuccessor map[keys.Key]keys.Key
+	// readFrom is how far the planner has read the index of occurrences,
+	// in the due index's order; nil before the first read.
+	readFrom *keys.Key
+	// peaks are the most entries each map held since it was last copied
+	// (see shrunk).
+	peaks struct{ byKey, bySuccessor int }
+}
+
+func newAheadTable() aheadTable {
+	return aheadTable{byKey: make(map[keys.Key]aheadPlan), bySuccessor: make(map[keys.Key]keys.Key)}
+}
+
+// add records that the occurrence under k, due at fireAt, was planned with
+// its successor next; withdrawn if next is gone already.
+func (at *aheadTable) add(k, next keys.Key, fireAt int64, withdrawn bool) {
+	at.byKey[k] = aheadPlan{next: next, fireAt: fireAt, withdrawn: withdrawn}
+	at.bySuccessor[next] = k
+}
+
+// withdraw is told that next, a pending occurrence, is canceled or
+// replaced. If it is the successor of an occurrence planned ahead and not
+// yet published, that occurrence is withdrawn: the pass that takes it
+// deletes it unsent.
+func (at *aheadTable) withdraw(next keys.Key) {
+	x, ok := at.bySuccessor[next]
+	if !ok {
+		return
+	}
+	if a, ok := at.byKey[x]; ok {
+		a.withdrawn = true
+		at.byKey[x] = a
+	}
+}
+
+// take forgets k's entry as an occurrence planned ahead, as it goes out,
+// and reports whether it was withdrawn.
+func (at *aheadTable) take(k keys.Key) (withdrawn bool) {
+	a, ok := at.byKey[k]
+	if !ok {
+		return false
+	}
+	delete(at.byKey, k)
+	if at.bySuccessor[a.next] == k {
+		delete(at.bySuccessor, a.next)
+	}
+	return a.withdrawn
+}
+
+// dueBefore lists the occurrences whose planned time is before t.
+func (at *aheadTable) dueBefore(t int64) []keys.Key {
+	var ks []keys.Key
+	for k, a := range at.byKey {
+		if a.fireAt < t {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// shrink gives back the memory a burst left in the maps.
+func (at *aheadTable) shrink() {
+	at.byKey = shrunk(at.byKey, &at.peaks.byKey)
+	at.bySuccessor = shrunk(at.bySuccessor, &at.peaks.bySuccessor)
 }
 
 // aheadPruneAfter is how long past its time an occurrence planned ahead
@@ -72,10 +146,12 @@ func (d *Dispatcher) planAhead() time.Duration {
 	}
 	last := found[len(found)-1]
 	d.mu.Lock()
-	d.mu.planFrom = &last
+	d.mu.ahead.readFrom = &last
 	d.mu.Unlock()
 
 	// NB: AdvanceEach reads each occurrence once, to plan and to write it.
+	d.planning.RLock()
+	defer d.planning.RUnlock()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 {
 			// NB: one due already is being delivered by a pass, which
@@ -106,7 +182,7 @@ func (d *Dispatcher) planAhead() time.Duration {
 func (d *Dispatcher) occurrencesToPlan(now, horizon int64) (found []keys.Key, full bool, err error) {
 	maxBucket := keys.Bucket(horizon/int64(time.Millisecond), d.bucketMs)
 	d.mu.Lock()
-	from := d.mu.planFrom
+	from := d.mu.ahead.readFrom
 	d.mu.Unlock()
 	if from == nil {
 		// NB: what is due already is the passes' to plan, as they deliver
@@ -146,23 +222,22 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 	// CANCEL or a replace by id may have taken it already. One whose mark
 	// came before the entry is seen in canceled here; one whose delete
 	// committed before the read below is seen by the read; any later one
-	// finds the entry (withdrawAheadLocked). The pass then needs no read.
+	// finds the entry (aheadTable.withdraw). The pass then needs no read.
 	d.mu.Lock()
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
 			continue // planned meanwhile, gone, or the last
 		}
 		next := res[j].Next
-		if next.EventID() > 0 && dueBefore(next, *d.mu.planFrom) {
+		if next.EventID() > 0 && dueBefore(next, *d.mu.ahead.readFrom) {
 			// A successor within the range read (an interval shorter
 			// than the look-ahead): read again from it, so it too is
 			// planned ahead.
 			from := keys.New(next.TopicHash(), next.Bucket(), next.EventID()-1)
-			d.mu.planFrom = &from
+			d.mu.ahead.readFrom = &from
 		}
-		_, canceled := d.mu.canceled[next]
-		d.mu.ahead[p.Key] = aheadPlan{next: next, fireAt: p.Cur.FireAtNs, withdrawn: canceled}
-		d.mu.aheadNext[next] = p.Key
+		_, canceled := d.mu.flights.canceled[next]
+		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs, canceled)
 	}
 	d.mu.Unlock()
 	for j, p := range plans {
@@ -171,7 +246,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 		}
 		if _, err := d.repo.Get(res[j].Next); errors.Is(err, delaystore.ErrNotFound) {
 			d.mu.Lock()
-			d.withdrawAheadLocked(res[j].Next)
+			d.mu.ahead.withdraw(res[j].Next)
 			d.mu.Unlock()
 			continue
 		}
@@ -179,57 +254,22 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 	}
 }
 
-// withdrawAheadLocked is told that next, a pending occurrence, is canceled
-// or replaced. If it is the successor of an occurrence planned ahead and
-// not yet published, that occurrence is withdrawn: the pass that takes it
-// deletes it unsent. mu must be held.
-func (d *Dispatcher) withdrawAheadLocked(next keys.Key) {
-	x, ok := d.mu.aheadNext[next]
-	if !ok {
-		return
-	}
-	if a, ok := d.mu.ahead[x]; ok {
-		a.withdrawn = true
-		d.mu.ahead[x] = a
-	}
-}
-
-// takeAheadLocked forgets k's entry as an occurrence planned ahead, as it
-// goes out, and reports whether it was withdrawn. mu must be held.
-func (d *Dispatcher) takeAheadLocked(k keys.Key) (withdrawn bool) {
-	a, ok := d.mu.ahead[k]
-	if !ok {
-		return false
-	}
-	delete(d.mu.ahead, k)
-	if d.mu.aheadNext[a.next] == k {
-		delete(d.mu.aheadNext, a.next)
-	}
-	return a.withdrawn
-}
-
 // pruneAhead forgets occurrences planned ahead long ago that are gone from
 // the store (canceled by tag, expired): nothing will publish them.
 func (d *Dispatcher) pruneAhead(now int64) {
 	old := now - int64(aheadPruneAfter)
-	var stale []keys.Key
 	d.mu.Lock()
-	for k, a := range d.mu.ahead {
-		if a.fireAt < old {
-			stale = append(stale, k)
-		}
-	}
+	stale := d.mu.ahead.dueBefore(old)
 	d.mu.Unlock()
 	for _, k := range stale {
 		if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
 			d.mu.Lock()
-			d.takeAheadLocked(k)
+			d.mu.ahead.take(k)
 			d.mu.Unlock()
 		}
 	}
 	d.mu.Lock()
-	d.mu.ahead = shrunk(d.mu.ahead, &d.mu.peaks.ahead)
-	d.mu.aheadNext = shrunk(d.mu.aheadNext, &d.mu.peaks.aheadNext)
+	d.mu.ahead.shrink()
 	d.mu.Unlock()
 }
 
@@ -243,4 +283,74 @@ func dueBefore(a, b keys.Key) bool {
 		return a.TopicHash() < b.TopicHash()
 	}
 	return a.EventID() < b.EventID()
+}
+
+// cancelSchedule cancels the occurrence m under k and, if it was planned,
+// the schedule's newest occurrence, when that descends from m: a CANCEL
+// answered "canceled" must not leave the schedule on. It holds the
+// planner's lock exclusively, so no occurrence is planned meanwhile: the
+// newest occurrence it finds stays the newest until it is canceled.
+//
+// m was read before the lock. The dispatcher may have planned it since,
+// storing its successor, and the successor may have gone out and been
+// planned in turn; whatever m says, the newest occurrence is the one to
+// cancel while it descends from m.
+func (d *Dispatcher) cancelSchedule(ctx context.Context, k keys.Key, m *delaystore.StoredMessage) (bool, error) {
+	d.planning.Lock()
+	defer d.planning.Unlock()
+	ok, err := d.cancel(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	nk, found, err := d.descendant(k, m)
+	if err != nil || !found {
+		return ok, err
+	}
+	okNext, err := d.cancel(ctx, nk)
+	if err != nil {
+		return false, fmt.Errorf("dispatch: cancel %s, a later occurrence of %s: %w", nk, k, err)
+	}
+	return ok || okNext, nil
+}
+
+// descendant finds the schedule's newest occurrence if it descends from m,
+// the occurrence that was under k: the same schedule further on. It does
+// not report a schedule scheduled again under the same Delay-Id since,
+// which is another schedule and goes on. The planner's lock must be held:
+// the newest occurrence is then one not planned yet, which cannot go out,
+// or the schedule's last, whose absence means nothing is left to cancel.
+func (d *Dispatcher) descendant(k keys.Key, m *delaystore.StoredMessage) (keys.Key, bool, error) {
+	r := m.GetRecurrence()
+	if r.GetPlanned() && r.GetNextNs() == 0 {
+		return keys.Key{}, false, nil // the last
+	}
+	nk, err := d.repo.LookupSchedule(m.Subject, r.GetName())
+	if errors.Is(err, delaystore.ErrNotFound) || (err == nil && nk == k) {
+		return keys.Key{}, false, nil // ended already, or m itself
+	}
+	if err != nil {
+		return keys.Key{}, false, fmt.Errorf("dispatch: look up the schedule of %s: %w", k, err)
+	}
+	nm, err := d.repo.Get(nk)
+	if errors.Is(err, delaystore.ErrNotFound) {
+		return keys.Key{}, false, nil
+	}
+	if err != nil {
+		return keys.Key{}, false, fmt.Errorf("dispatch: read %s, the newest occurrence of %s: %w", nk, k, err)
+	}
+	nr := nm.GetRecurrence()
+	// Each occurrence planned counts one more, toward Delay-Limit or,
+	// skipped by the catch-up policy, as skipped; a schedule scheduled
+	// again starts from 1.
+	later := nr.GetSeq()+nr.GetSkipped() > r.GetSeq()+r.GetSkipped() && nr.GetOccurrenceNs() > r.GetOccurrenceNs()
+	if !later || !sameSchedule(r, nr) || (r.GetPlanned() && nr.GetOccurrenceNs() < r.GetNextNs()) {
+		return keys.Key{}, false, nil
+	}
+	return nk, true, nil
+}
+
+// sameSchedule reports whether two occurrences carry the same schedule.
+func sameSchedule(a, b *delaystore.Recurrence) bool {
+	return a.GetCron() == b.GetCron() && a.GetEveryNs() == b.GetEveryNs() && a.GetZone() == b.GetZone() &&
+		a.GetUntilNs() == b.GetUntilNs() && a.GetLimit() == b.GetLimit() && a.GetCatchUp() == b.GetCatchUp() && a.GetId() == b.GetId()
 }

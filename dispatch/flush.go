@@ -1,0 +1,201 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+
+	"natsdelay/keys"
+)
+
+// flushQueue is the passes whose deliveries wait for their flush, which
+// the flusher goroutine (flushLoop) does while the next passes go on.
+type flushQueue struct {
+	sync.Mutex
+	cond    *sync.Cond
+	batches []flushBatch
+	// unflushed counts the deliveries queued or being flushed; a pass
+	// waits while it is at PassLimit, so a flush that hangs holds up
+	// delivery as it did when every pass waited for its own.
+	unflushed int
+	stopped   bool // run has returned: flush what is queued, then stop
+	// For Health: when the flush under way began (0 if none), when
+	// the last one succeeded (or Start), and the last one's error and
+	// when it failed.
+	busySince int64
+	lastOK    int64
+	lastErr   error
+	lastFail  int64
+}
+
+// queueFlush hands b to the flusher, waiting while PassLimit deliveries
+// already wait for a flush.
+func (d *Dispatcher) queueFlush(b flushBatch) {
+	q := &d.flushing
+	q.Lock()
+	for q.unflushed >= d.cfg.PassLimit {
+		q.cond.Wait()
+	}
+	q.batches = append(q.batches, b)
+	q.unflushed += len(b.sent)
+	q.Unlock()
+	q.cond.Broadcast()
+}
+
+// stopFlushing tells the flusher that no more batches come.
+func (d *Dispatcher) stopFlushing() {
+	q := &d.flushing
+	q.Lock()
+	q.stopped = true
+	q.Unlock()
+	q.cond.Broadcast()
+}
+
+// flushLoop flushes whatever batches wait, in one round trip for all of
+// them, and settles them, until run has stopped and nothing is left.
+func (d *Dispatcher) flushLoop() {
+	q := &d.flushing
+	for {
+		q.Lock()
+		for len(q.batches) == 0 && !q.stopped {
+			q.cond.Wait()
+		}
+		batches := q.batches
+		q.batches = nil
+		if len(batches) > 0 {
+			q.busySince = d.nowNs()
+		}
+		q.Unlock()
+		if len(batches) == 0 {
+			return // stopped, and everything is settled
+		}
+		// NB: one marker covers every batch taken: each was queued after
+		// its deliveries were published, and the marker goes out after.
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
+		err := d.pub.Flush(ctx)
+		cancel()
+		n := 0
+		for _, b := range batches {
+			d.settleFlushed(b, err)
+			n += len(b.sent)
+		}
+		q.Lock()
+		q.unflushed -= n
+		q.busySince = 0
+		if now := d.nowNs(); err == nil {
+			q.lastOK, q.lastErr = now, nil
+		} else {
+			q.lastErr, q.lastFail = err, now
+		}
+		q.Unlock()
+		q.cond.Broadcast()
+		d.signal() // probes were put back; flights may have been forgotten
+	}
+}
+
+// settleFlushed finishes a pass once its flush returned err: it settles
+// what needs no ACK, records attempt counts, settles +TERMs that arrived
+// during the pass, and puts probed topics back in the due heap.
+func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
+	var settle []keys.Key
+	var updates, reached []outgoing
+	var terms []*flight
+	now := d.nowNs()
+	d.mu.Lock()
+	for _, o := range b.sent {
+		f := o.f
+		// NB: counted whatever became of its flight since: an ACK may
+		// have settled it before this flush came back.
+		if err == nil && f.lostPass != b.pass && !(f.pass == b.pass && f.term != nil && f.bounced) {
+			reached = append(reached, o)
+		}
+		if f.pass != b.pass {
+			continue // delivered again since
+		}
+		if f.term != nil {
+			// TERMed during the pass: this delivery counts unless it
+			// bounced or the flush failed. NB: before the check below,
+			// so the TERM is answered even if its flight is gone.
+			if !f.bounced && err == nil {
+				f.counted = f.attempt
+			}
+			terms = append(terms, f)
+			continue
+		}
+		if d.mu.flights.byKey[f.key] != f {
+			continue // bounced (no subscriber), replaced, or settled
+		}
+		if err != nil {
+			// Unknown whether it went out: deliver again, uncounted.
+			if f.state == stateSent {
+				d.unsendLocked(f)
+				d.blockLocked(f.topic, now)
+			}
+			continue
+		}
+		if f.ackNone && f.state == stateSent {
+			f.state = stateSettling
+			d.mu.flights.timers.unschedule(f)
+			settle = append(settle, f.key)
+			continue
+		}
+		f.counted = f.attempt
+		if f.state == stateSettling {
+			// NB: its delete is queued or committed (an ACK, a cancel,
+			// expiry) and its flight not yet forgotten. Writing its count
+			// would read it under the write lock only to find it gone,
+			// and keep the message in the deleter's queue for the
+			// AttemptWriteDelay until then: after a burst ACKed as fast
+			// as it went out, that was most of the messages of the
+			// burst's last second.
+			continue
+		}
+		o.msg.Attempt = f.attempt
+		updates = append(updates, o)
+	}
+	d.closeProbesLocked(b, err, now)
+	d.mu.Unlock()
+	d.countReached(reached)
+	for _, f := range terms {
+		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
+	}
+	if err != nil {
+		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(b.sent))
+		return
+	}
+	for _, k := range settle {
+		d.del.delete(k, nil)
+	}
+	for _, o := range updates {
+		d.del.update(o.f.key, o.msg)
+	}
+}
+
+// closeProbesLocked ends the probes of b's pass, flushed with err: a
+// probe that got through ends its topic's back-off. mu must be held.
+func (d *Dispatcher) closeProbesLocked(b flushBatch, err error, now int64) {
+	for _, t := range b.probed {
+		t.probeOpen = false
+		if err == nil && t.probing && t.probePass == b.pass && t.noRespPass != b.pass {
+			t.probing, t.backoff = false, 0
+		}
+		// NB: after a bounce, blockLocked scheduled it for when its
+		// back-off ends, and this keeps that.
+		d.rescheduleLocked(t, now)
+	}
+}
+
+// countReached counts deliveries that reached a subscriber, and tells the
+// observer.
+func (d *Dispatcher) countReached(reached []outgoing) {
+	obs := d.cfg.Observer
+	for _, o := range reached {
+		if o.attempt > 1 {
+			d.stats.redelivered.Add(1)
+		} else {
+			d.stats.delivered.Add(1)
+		}
+		if obs != nil {
+			obs.Delivered(o.msg, o.attempt, o.lateness, o.held)
+		}
+	}
+}
