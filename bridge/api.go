@@ -46,7 +46,7 @@ func (s *Service) register() error {
 		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
 		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
 	}
-	// NB: endpoint names are not subjects. They are the verbs in lower
+	// Endpoint names are not subjects. They are the verbs in lower
 	// case, as the ingest endpoint's name is; the subjects keep the verbs
 	// in capitals, as the protocol has them.
 	type endpoint struct {
@@ -105,7 +105,7 @@ func (s *Service) register() error {
 	return nil
 }
 
-// marshalReply encodes an API reply as JSON. NB: unlike json.Marshal it
+// marshalReply encodes an API reply as JSON. Unlike json.Marshal it
 // leaves <, > and & as they are, so a filter such as orders.> reads as
 // written rather than as orders.\u003e.
 func marshalReply(v any) ([]byte, error) {

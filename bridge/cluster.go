@@ -185,7 +185,7 @@ func (s *Service) Role() string {
 }
 
 // handleClusterStatus answers CLUSTER.STATUS with this node's own status,
-// on every node. NB: a plain subscription, not a queue group: a
+// on every node. A plain subscription, not a queue group: a
 // requester gathering replies hears every node.
 func (s *Service) handleClusterStatus(m *nats.Msg) {
 	if m.Reply == "" {

@@ -93,7 +93,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{streamStored, streamDuplicate, streamError} {
 		m.streamAnswers.WithLabelValues(r)
 	}
-	// NB: one value shown at 0 makes the family visible before the first
+	// One value shown at 0 makes the family visible before the first
 	// refusal, so that dashboards and alerts find it.
 	m.streamErrors.WithLabelValues(errCodeLabel(0))
 	return m

@@ -141,7 +141,7 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 		}
 		h[kv.Name] = kv.Values
 	}
-	// NB: one string holds both times, so they cost one allocation.
+	// One string holds both times, so they cost one allocation.
 	var buf [2 * timeLen]byte
 	times := string(appendTime(appendTime(buf[:0], msg.FireAtNs), msg.EnqueuedAtNs))
 	fire, enq := times[:len(times)/2], times[len(times)/2:]
@@ -399,7 +399,7 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 		p.header = make(nats.Header, ownSlots+4)
 	}
 	clear(p.header)
-	// NB: the tag is the tail of the reply subject, one allocation for both.
+	// The tag is the tail of the reply subject, one allocation for both.
 	var tag [keys.TagLen]byte
 	var b strings.Builder
 	b.Grow(len(p.ackPrefix) + 1 + keys.TagLen)
@@ -477,7 +477,7 @@ func (p *publisher) marker(subject string) bool {
 // deadLetterExtraLen is what a dead letter's header adds to its delivery's:
 // Delay-Subject and a Delay-Reason of reasonLen bytes.
 func deadLetterExtraLen(subject string, reasonLen int) int {
-	// NB: every delivery has a Nats-Msg-Id, the tag or the publisher's.
+	// Every delivery has a Nats-Msg-Id, the tag or the publisher's.
 	return len(deadLetterIDSuffix) + len(wire.HeaderSubject) + len(textproto.TrimString(subject)) + len(": \r\n") +
 		len(wire.HeaderReason) + reasonLen + len(": \r\n")
 }

@@ -219,7 +219,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	if r := msg.Recurrence; r != nil {
 		r.Id = msg.ClientId
 		msg.FireAtNs = r.OccurrenceNs
-		// NB: an occurrence's expiry is set when it first goes out (see
+		// An occurrence's expiry is set when it first goes out (see
 		// package recur); until then it has none, so it cannot expire
 		// before its successor is planned.
 		msg.ExpireAtNs = 0
@@ -243,7 +243,7 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 // the delivery and the dead letter as the publisher builds them, with
 // every header the service adds at its largest.
 func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
-	// NB: a recurring schedule is measured with Delay-Next, which later
+	// A recurring schedule is measured with Delay-Next, which later
 	// occurrences carry.
 	next := msg.Recurrence != nil
 	hl := deliveryHeaderLen(msg, maxAttempt, next)
@@ -381,7 +381,7 @@ func parseTime(name, v string) (time.Time, error) {
 		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return t, badRequest("%s %q: %s", name, keys.Clip(v), want)
 		}
-		// NB: time.Parse takes hours up to 24 and minutes up to 60 in
+		// Time.Parse takes hours up to 24 and minutes up to 60 in
 		// the offset; RFC 3339 allows 23 and 59.
 		if off := v[len(v)-1:]; off != "Z" && off != "z" {
 			off = v[len(v)-6:]
@@ -390,7 +390,7 @@ func parseTime(name, v string) (time.Time, error) {
 			}
 		}
 	}
-	// NB: compare instants: the year of t is the year in its own offset.
+	// Compare instants: the year of t is the year in its own offset.
 	if t.Before(time.Unix(0, 0)) {
 		return t, badRequest("%s %q: before 1970-01-01T00:00:00Z: %s", name, keys.Clip(v), want)
 	}
@@ -413,7 +413,7 @@ func checkTarget(subj string, reserved []string) error {
 	if !utf8.ValidString(subj) {
 		return badRequest("target subject %q is not valid UTF-8", keys.Clip(subj))
 	}
-	// NB: one pass over the bytes, without splitting the subject into
+	// One pass over the bytes, without splitting the subject into
 	// tokens; ranging over the string decodes runes, as the checks need.
 	tokStart := true
 	for _, r := range subj {
@@ -435,7 +435,7 @@ func checkTarget(subj string, reserved []string) error {
 		return badRequest("target subject %q has an empty token", keys.Clip(subj))
 	}
 	for _, p := range reserved {
-		// NB: not HasPrefix(subj, p+"."), which allocates per message.
+		// Not HasPrefix(subj, p+"."), which allocates per message.
 		if strings.HasPrefix(subj, p) && (len(subj) == len(p) || subj[len(p)] == '.') {
 			return badRequest("target subject %q is inside the service's own prefix %q", keys.Clip(subj), p)
 		}

@@ -273,7 +273,7 @@ func (s *Service) start() error {
 		s.pub.fence = s.cfg.Cluster.HoldsLease
 		return s.startNode(cc)
 	}
-	// NB: the ack subscriptions come first: deliveries rely on them for
+	// The ack subscriptions come first: deliveries rely on them for
 	// no-responders answers and flush markers.
 	s.serveMu.Lock()
 	defer s.serveMu.Unlock()
@@ -386,7 +386,7 @@ func (s *Service) Ready() error {
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
 	if s.cfg.Cluster != nil && !s.Leader() {
-		// NB: a follower is healthy: it replicates, and answers its
+		// A follower is healthy: it replicates, and answers its
 		// status; it just does not serve. Leader tells them apart.
 		st := s.cfg.Cluster.Status()
 		switch {
@@ -429,7 +429,7 @@ func (s *Service) Stats() dispatch.Stats { return s.core.Load().Stats() }
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		// NB: a node first stops watching its leadership, so that it does
+		// A node first stops watching its leadership, so that it does
 		// not start serving again while it closes.
 		s.cancelClose()
 		if s.stopWatch != nil {
@@ -524,14 +524,14 @@ func (s *Service) handleIngest(req micro.Request) {
 	}
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
 	lim := s.lim
-	// NB: read per message: a reconnect may reach a server with another.
+	// Read per message: a reconnect may reach a server with another.
 	lim.serverMaxPayload = int(s.nc.MaxPayload())
 	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), lim)
 	if err != nil {
 		s.ingestInvalid(req, err)
 		return
 	}
-	// NB: the answer goes out on the connection, not through req: it is
+	// The answer goes out on the connection, not through req: it is
 	// sent from the group commit's goroutine after the handler returned,
 	// and micro's request records an error answer in a field that its
 	// handler reads once the handler returns.
@@ -617,7 +617,7 @@ func (s *Service) handleNoResponders(m *nats.Msg, key keys.Key) {
 	if c == nil {
 		return
 	}
-	// NB: the server's notice has no reply subject, and comes before the
+	// The server's notice has no reply subject, and comes before the
 	// delivery is known to have reached anyone; any other is a consumer's
 	// answer that only looks like it.
 	if m.Reply == "" && c.NoResponders(key) {
@@ -652,7 +652,7 @@ func (s *Service) handleAnswer(m *nats.Msg, key keys.Key) {
 			_ = s.nc.Publish(reply, []byte(wire.ReplyOK))
 		}
 	}
-	// NB: when the answer cannot be stored the message is delivered again
+	// When the answer cannot be stored the message is delivered again
 	// once the store is back.
 	if err := c.Ack(key, ack, done); err != nil {
 		s.respondErr(m, err)

@@ -92,7 +92,7 @@ type PlanFunc func(k keys.Key, stored *StoredMessage) (Plan, bool)
 // order of ks; the error is for the whole batch, and then nothing is
 // stored.
 //
-// NB: reading the occurrence here, with the lock that keeps it from
+// Reading the occurrence here, with the lock that keeps it from
 // changing until the commit, spares the caller a read of its own before
 // Advance reads it again to check it.
 func (r *Repository) AdvanceEach(ks []keys.Key, plan PlanFunc, sync SyncMode) ([]Plan, []Planned, error) {

@@ -34,7 +34,7 @@ const (
 // unknown fields last. Taking the id separately lets Apply store the key's id
 // without writing to a message its caller may be reading.
 //
-// NB: it exists because the profile of Schedule showed the reflection-driven
+// It exists because the profile of Schedule showed the reflection-driven
 // proto.Marshal costing about as much as the engine's commit of a batch to
 // its memtable. A test checks it against proto.Marshal and fails when the
 // schema gains a field this function does not know.
@@ -81,7 +81,7 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64) ([]byte, error)
 	dst = appendVarint(dst, fieldAttempt, uint64(m.Attempt))
 	dst = appendVarint(dst, fieldEventID, eventID)
 	if m.Recurrence != nil {
-		// NB: occurrences of recurring schedules are few next to one-off
+		// Occurrences of recurring schedules are few next to one-off
 		// messages, so the reflection-driven encoding is fine here.
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.Recurrence)
 		if err != nil {

@@ -127,7 +127,7 @@ func (r *Repository) buildRecurIndex() error {
 	if err := b.Set([]byte(indexVersionKey), binary.BigEndian.AppendUint64(nil, recurIndexVersion)); err != nil {
 		return fmt.Errorf("record index version: %w", err)
 	}
-	// NB: synced, so the NoSync chunks before it are durable once the
+	// Synced, so the NoSync chunks before it are durable once the
 	// version says the index is whole.
 	if err := b.Commit(Sync); err != nil {
 		return fmt.Errorf("record index version: %w", err)

@@ -215,7 +215,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		log:      log.With("component", "delaystore"),
 		bucket:   cfg.TimeBucket,
 		bucketMs: cfg.TimeBucket.Milliseconds(),
-		// NB: a test hook; nil in every real configuration.
+		// A test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
 		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64)},
 	}
@@ -522,7 +522,7 @@ func (r *Repository) leaseIDs() error {
 	if reserved <= ceiling {
 		return nil
 	}
-	// NB: wmu, held by the caller, keeps other writers out, so only this
+	// wmu, held by the caller, keeps other writers out, so only this
 	// goroutine moves the ceiling; mu is not held across the I/O.
 	next := reserved + min(idLease, math.MaxUint64-reserved)
 	if err := r.writeCeiling(next); err != nil {
@@ -565,7 +565,7 @@ func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte)
 	}
 	m, err := r.get(old)
 	if errors.Is(err, ErrNotFound) {
-		// NB: the index and its message change in one batch, so this means
+		// The index and its message change in one batch, so this means
 		// the store was changed behind the repository's back. The entry is
 		// about to be overwritten; there is nothing to replace.
 		r.log.Warn("client id index points at a missing message", "tag", old.Tag())
@@ -616,7 +616,7 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 		return fmt.Errorf("delete schedule entry of %v: %w", k, err)
 	}
 	if withClientID && m.ClientId != "" {
-		// NB: the entry points at k, because a message and its entry change
+		// The entry points at k, because a message and its entry change
 		// together and replacing a message deletes it.
 		r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
 		if err := b.Delete(r.w.key); err != nil {
@@ -721,7 +721,7 @@ func (r *Repository) trimScratch() {
 	if cap(r.w.key) > maxKeptScratch {
 		r.w.key = nil
 	}
-	// NB: a map keeps its buckets when cleared, so one that a batch of
+	// A map keeps its buckets when cleared, so one that a batch of
 	// many subjects grew is dropped rather than kept for good.
 	if len(r.w.deltas) > maxKeptDeltas {
 		r.w.deltas = make(map[string]int64)
@@ -939,7 +939,7 @@ func (r *Repository) Lookup(subject, clientID string) (keys.Key, error) {
 // the caller and may be kept. It returns an error wrapping ErrCorrupt if a
 // value cannot be decoded, after yielding the messages before it.
 //
-// NB: two subjects whose hashes collide share a topic; compare the message's
+// Two subjects whose hashes collide share a topic; compare the message's
 // Subject when that matters.
 func (r *Repository) ScanTopic(topicHash uint64, from, upper []byte, yield func(keys.Key, *StoredMessage) bool) error {
 	if r.closed.Load() {
@@ -963,7 +963,7 @@ func (r *Repository) ScanTopic(topicHash uint64, from, upper []byte, yield func(
 		}
 		k := keys.Key(kb)
 		m := new(StoredMessage)
-		// NB: proto.Unmarshal copies bytes and strings out of v, so the
+		// proto.Unmarshal copies bytes and strings out of v, so the
 		// message outlives this call even though v does not.
 		if err := proto.Unmarshal(v, m); err != nil {
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)

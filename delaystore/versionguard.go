@@ -35,7 +35,7 @@ const (
 	guardVersion = 3
 )
 
-// NB: fails to compile if the text grows past the 64 bytes an earlier
+// Fails to compile if the text grows past the 64 bytes an earlier
 // version quotes of a subject.
 var _ [64 - len(guardSubject)]struct{}
 

@@ -130,7 +130,7 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 			op.queued = time.Time{}
 		}
 		op.msg = nil
-		// NB: both deletes are of the same message, not yet deleted.
+		// Both deletes are of the same message, not yet deleted.
 		op.pending = cmp.Or(op.pending, pending)
 	case op.msg != nil:
 		op.msg = msg
@@ -181,14 +181,14 @@ func (dl *deleter) run() {
 			if err == nil {
 				retry = 0
 				if n == 0 {
-					// NB: the only ops left are updates younger than
+					// The only ops left are updates younger than
 					// updateDelay; come back when the oldest is due.
 					wake.Reset(max(next, time.Millisecond))
 					break
 				}
 				continue
 			}
-			// NB: the ops were put back; the store may recover (a full
+			// The ops were put back; the store may recover (a full
 			// disk, a transient fault), so keep retrying with backoff, but
 			// give up at close so shutdown cannot hang.
 			retry = min(max(2*retry, 10*time.Millisecond), time.Second)
@@ -228,7 +228,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		ops[k] = op
 		delete(dl.mu.ops, k)
 	}
-	// NB: a commit reads what it deletes or updates while it holds the
+	// A commit reads what it deletes or updates while it holds the
 	// repository's write lock, which ingest needs too; bounding it keeps
 	// one commit of large messages from holding up ingest for seconds.
 	d := 0

@@ -128,7 +128,7 @@ func (d *Dispatcher) Start() error {
 	d.mu.started = true
 	d.mu.Unlock()
 
-	// NB: before the first pass, so that nothing paused goes out.
+	// Before the first pass, so that nothing paused goes out.
 	if err := d.ReloadLimits(); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (d *Dispatcher) Start() error {
 	now := d.nowNs()
 	d.mu.Lock()
 	d.mu.wakeBy = now
-	// NB: no topic is loaded: the first pass reads the due index from its
+	// No topic is loaded: the first pass reads the due index from its
 	// start, so start-up costs what is due, not one seek per subject.
 	d.mu.frontier.next = now
 	d.mu.Unlock()
@@ -260,7 +260,7 @@ func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
 // after the commit, for every message of the batch.
 func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	if s.HasReplaced {
-		// NB: pubMu, as in Cancel, so that no publish of the replaced
+		// pubMu, as in Cancel, so that no publish of the replaced
 		// message can follow the reply that tells its publisher it was
 		// replaced: a pass checks and publishes under it.
 		d.pubMu.Lock()
@@ -272,7 +272,7 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		if f := d.mu.flights.byKey[s.Replaced]; f != nil {
 			d.forgetLocked(f)
 		}
-		// NB: a scan under way may have read the replaced message before
+		// A scan under way may have read the replaced message before
 		// this commit; the mark keeps it from delivering it after the
 		// publisher is told it was replaced. The delete is committed
 		// already, so the mark goes at the start of the next pass, as for
@@ -393,7 +393,7 @@ func (d *Dispatcher) pass() time.Duration {
 	d.advanceFrontier(now)
 	d.mu.Lock()
 	pass := d.beginPassLocked(now)
-	// NB: a redelivery needs no room in the in-flight window: its flight
+	// A redelivery needs no room in the in-flight window: its flight
 	// holds a slot already. Only first deliveries wait for room, so a
 	// window full of NAKed or unanswered deliveries still redelivers them.
 	budget := d.cfg.PassLimit
@@ -461,7 +461,7 @@ func (d *Dispatcher) expiredTimersLocked(now int64, budget *int) (redeliver, dea
 			fallthrough
 		case stateRetry:
 			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
-				// NB: a NAKed delivery counts as an attempt, as in
+				// A NAKed delivery counts as an attempt, as in
 				// JetStream, and a NAK comes here without passing the
 				// ack-wait check above, so the limit is checked again
 				// before delivering once more.
@@ -538,7 +538,7 @@ func (d *Dispatcher) redeliveries(redeliver []*flight, now int64) []outgoing {
 // scanDue scans due topics for first deliveries into out, up to budget,
 // and returns the topics it sent a probe to.
 //
-// NB: due topics are taken one at a time, and only while there is budget:
+// Due topics are taken one at a time, and only while there is budget:
 // the rest stay in the heap as they are, so a pass costs what it delivers,
 // not what is due. With the window full it takes none, and untilNext does
 // not count them; the flight that frees room wakes the loop.
@@ -556,7 +556,7 @@ func (d *Dispatcher) scanDue(now int64, pass uint64, budget int, out *[]outgoing
 		d.mu.subjects.due.unschedule(t)
 		t.next = never // lets Notify schedule it again during the scan
 		if t.probeOpen {
-			// NB: one probe at a time: its flush puts the topic back.
+			// One probe at a time: its flush puts the topic back.
 			d.mu.Unlock()
 			continue
 		}
@@ -617,7 +617,7 @@ func (d *Dispatcher) untilNext() time.Duration {
 		next = min(next, d.mu.flights.timers[0].deadline)
 	}
 	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && d.dueNowLocked(now, d.frontierCap()) < d.frontierCap() {
-		// NB: not while the window is full, as for due topics: the
+		// Not while the window is full, as for due topics: the
 		// flight that makes room wakes the loop (see forgetLocked).
 		next = min(next, d.mu.frontier.next)
 	}

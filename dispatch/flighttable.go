@@ -77,7 +77,7 @@ func (ft *flightTable) shrink() {
 	ft.byKey = shrunk(ft.byKey, &ft.peaks.byKey)
 	ft.unsent = shrunk(ft.unsent, &ft.peaks.unsent)
 	ft.canceled = shrunk(ft.canceled, &ft.peaks.canceled)
-	// NB: the heap clears the slots it gives up, so only its array is
+	// The heap clears the slots it gives up, so only its array is
 	// left over from a burst.
 	if len(ft.timers) == 0 && cap(ft.timers) > keptCap {
 		ft.timers = nil
@@ -210,7 +210,7 @@ func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
 		d.rescheduleLocked(t, t.blockedUntil)
 	}
 	d.stats.evicted.Add(uint64(len(long)))
-	// NB: at most one line per 10 s; the counter has every eviction.
+	// At most one line per 10 s; the counter has every eviction.
 	d.mu.flights.evictedUnlogged += len(long)
 	if now >= d.mu.flights.evictLogAt {
 		d.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",

@@ -68,7 +68,7 @@ func (d *Dispatcher) flushLoop() {
 		if len(batches) == 0 {
 			return // stopped, and everything is settled
 		}
-		// NB: one marker covers every batch taken: each was queued after
+		// One marker covers every batch taken: each was queued after
 		// its deliveries were published, and the marker goes out after.
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.FlushTimeout)
 		err := d.pub.Flush(ctx)
@@ -103,7 +103,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	d.mu.Lock()
 	for _, o := range b.sent {
 		f := o.f
-		// NB: counted whatever became of its flight since: an ACK may
+		// Counted whatever became of its flight since: an ACK may
 		// have settled it before this flush came back.
 		if err == nil && f.lostPass != b.pass && !(f.pass == b.pass && f.term != nil && f.bounced) {
 			reached = append(reached, o)
@@ -113,7 +113,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 		}
 		if f.term != nil {
 			// TERMed during the pass: this delivery counts unless it
-			// bounced or the flush failed. NB: before the check below,
+			// bounced or the flush failed. Before the check below,
 			// so the TERM is answered even if its flight is gone.
 			if !f.bounced && err == nil {
 				f.counted = f.attempt
@@ -178,7 +178,7 @@ func (d *Dispatcher) closeProbesLocked(b flushBatch, err error, now int64) {
 		if err == nil && t.probing && t.probePass == b.pass && t.noRespPass != b.pass {
 			t.probing, t.backoff = false, 0
 		}
-		// NB: after a bounce, blockLocked scheduled it for when its
+		// After a bounce, blockLocked scheduled it for when its
 		// back-off ends, and this keeps that.
 		d.rescheduleLocked(t, now)
 	}

@@ -90,7 +90,7 @@ func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
 func (d *Dispatcher) advanceFrontier(now int64) {
 	maxBucket := keys.Bucket(now/int64(time.Millisecond), d.bucketMs)
 	d.mu.Lock()
-	// NB: set before any scan of this pass, so that Notify sends a
+	// Set before any scan of this pass, so that Notify sends a
 	// message within the range scanned to its topic, and one beyond it
 	// to the frontier (see Notify).
 	d.mu.frontier.scannedUpTo = max(d.mu.frontier.scannedUpTo, maxBucket+1)
@@ -106,7 +106,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 
 	limit := min(room, d.cfg.PassLimit)
 	found := make([]keys.Key, 0, min(limit, 256))
-	// NB: one read, unbounded above, that stops at the first entry not
+	// One read, unbounded above, that stops at the first entry not
 	// yet due: that entry's time is when to read again, so no second
 	// seek is needed to find it.
 	next := int64(never)
@@ -144,7 +144,7 @@ func (d *Dispatcher) admitLocked(found []keys.Key, now int64) {
 		t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
 		switch {
 		case t.limited:
-			// NB: held at its limit, its cursor is at or below this
+			// Held at its limit, its cursor is at or below this
 			// entry, and room brings it back (see roomFreedLocked).
 			continue
 		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&

@@ -91,7 +91,7 @@ func (d *Dispatcher) ruleOfLocked(t *topic) rule {
 	t.rule = r
 	t.bucket = nil
 	if r.rate > 0 {
-		// NB: a new bucket starts full; a topic dropped and made again
+		// A new bucket starts full; a topic dropped and made again
 		// starts full too, after at least a quiet pass.
 		t.bucket = rate.NewLimiter(r.rate, r.burst)
 	}
@@ -121,7 +121,7 @@ func (d *Dispatcher) tokensLocked(t *topic, now int64) (int, int64) {
 	if tok >= 1 {
 		return int(tok), 0
 	}
-	// NB: the topic waits for a hundredth of a second's worth of tokens
+	// The topic waits for a hundredth of a second's worth of tokens
 	// (at most its burst), not for one: woken for each token, a subject at
 	// 1,000/s cost a pass, and a read of its messages, every millisecond.
 	// The rate is the same; its deliveries go out in small groups.

@@ -17,7 +17,7 @@ import (
 // policy. See package recur for why this order keeps schedules whole across
 // crashes.
 //
-// NB: the plans of one pass are one synced commit, so a thousand schedules
+// The plans of one pass are one synced commit, so a thousand schedules
 // due at the same second cost one fsync, not a thousand.
 func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 	var plans []delaystore.Plan
@@ -78,7 +78,7 @@ func (d *Dispatcher) applyPlan(o *outgoing, p delaystore.Plan, r delaystore.Plan
 			if d.mu.flights.byKey[f.key] == f {
 				d.forgetLocked(f)
 			}
-			// NB: as for a replaced message in Notify: a scan under way
+			// As for a replaced message in Notify: a scan under way
 			// may have read it; the mark keeps it from going out.
 			d.mu.flights.settledUncommitted(f.key)
 			d.mu.Unlock()
@@ -132,7 +132,7 @@ func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
 	p := delaystore.Plan{Key: o.f.key, Cur: cur}
 	sched, err := recur.Of(r)
 	if err != nil {
-		// NB: ingest accepted it, so only a zone database without the
+		// Ingest accepted it, so only a zone database without the
 		// zone (or a changed parser) gets here: deliver it as the last.
 		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", o.f.key, "subject", o.msg.Subject, "err", err)
 		return p

@@ -18,7 +18,7 @@ import (
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
 	from := t.cursor
-	// NB: a point read only while nothing but the entry can be in the
+	// A point read only while nothing but the entry can be in the
 	// range: no message arrived or bounced below it since (rewind), and
 	// the cursor is still at it.
 	var single *keys.Key
@@ -42,7 +42,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		return 0, false
 	}
 
-	// NB: no seek past the due range for the topic's next message: the
+	// No seek past the due range for the topic's next message: the
 	// due index brings that to the topic when it is due (advanceFrontier),
 	// so a topic with nothing due now leaves memory at the next pass.
 	next := r.notDue
@@ -181,7 +181,7 @@ func (d *Dispatcher) moveCursorLocked(t *topic, from []byte, r dueRead) {
 		cursor = t.cursor
 	}
 	if t.rewind != nil && cursor != nil && bytes.Compare(t.rewind, cursor) < 0 {
-		// NB: one arrived or bounced during the scan above its start but
+		// One arrived or bounced during the scan above its start but
 		// below where the scan got to; the scan did not deliver it.
 		cursor = t.rewind
 	}
@@ -313,7 +313,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		f.pass = pass
 		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.mu.Unlock()
-		// NB: checked per message, right before it goes out, so that a
+		// Checked per message, right before it goes out, so that a
 		// pause anywhere in a long pass is noticed at the next message.
 		err := errFenced
 		if d.fenceHeld() {
@@ -415,7 +415,7 @@ func (d *Dispatcher) blockLocked(t *topic, now int64) {
 		t.blockedUntil = after(now, t.backoff)
 		t.probing = true
 	}
-	// NB: not max(t.next, ...): the scan that delivered the bounced
+	// Not max(t.next, ...): the scan that delivered the bounced
 	// message may have put t back at the time of the message after it.
 	d.mu.subjects.due.schedule(t, t.blockedUntil)
 }

@@ -126,7 +126,7 @@ func (d *Dispatcher) planLoop() {
 // reading again.
 func (d *Dispatcher) planAhead() time.Duration {
 	ahead := d.cfg.PlanAhead
-	// NB: read again when half the window has passed, so each occurrence
+	// Read again when half the window has passed, so each occurrence
 	// is planned between PlanAhead/2 and PlanAhead before its time.
 	wait := ahead / 2
 	now := d.nowNs()
@@ -149,7 +149,7 @@ func (d *Dispatcher) planAhead() time.Duration {
 	d.mu.ahead.readFrom = &last
 	d.mu.Unlock()
 
-	// NB: AdvanceEach reads each occurrence once, to plan and to write it.
+	// AdvanceEach reads each occurrence once, to plan and to write it.
 	d.planning.RLock()
 	defer d.planning.RUnlock()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
@@ -163,7 +163,7 @@ func (d *Dispatcher) planAhead() time.Duration {
 			return delaystore.Plan{}, false
 		}
 		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
-		// NB: a catch-up skip is not possible for one in the future; if
+		// A catch-up skip is not possible for one in the future; if
 		// it were, the pass that delivers it decides.
 		return p, !p.Drop
 	}, delaystore.Sync)
@@ -185,14 +185,14 @@ func (d *Dispatcher) occurrencesToPlan(now, horizon int64) (found []keys.Key, fu
 	from := d.mu.ahead.readFrom
 	d.mu.Unlock()
 	if from == nil {
-		// NB: what is due already is the passes' to plan, as they deliver
+		// What is due already is the passes' to plan, as they deliver
 		// it; the planner starts at the current bucket, so a backlog after
 		// an outage costs it nothing.
 		k := keys.New(0, keys.Bucket(now/int64(time.Millisecond), d.bucketMs), 0)
 		from = &k
 	}
 	limit := d.cfg.PassLimit
-	// NB: the index of occurrences holds only occurrences still to plan,
+	// The index of occurrences holds only occurrences still to plan,
 	// so the planner reads them and not the one-shot messages due with
 	// them: each message it reads, it reads under the repository's write
 	// lock, which ingest and deletes wait for.
@@ -218,7 +218,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 			d.log.Error("planning an occurrence ahead", "err", r.Err)
 		}
 	}
-	// NB: the successor is where Delay-Id points from the commit on, so a
+	// The successor is where Delay-Id points from the commit on, so a
 	// CANCEL or a replace by id may have taken it already. One whose mark
 	// came before the entry is seen in canceled here; one whose delete
 	// committed before the read below is seen by the read; any later one

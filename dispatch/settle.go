@@ -37,11 +37,11 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 // ackDone settles k for good: it is deleted, and done is told once the
 // delete is committed.
 func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
-	// NB: pubMu, as in Cancel, so that no publish of k can follow the
+	// pubMu, as in Cancel, so that no publish of k can follow the
 	// +OK: the pass checks and publishes under it.
 	d.pubMu.Lock()
 	d.mu.Lock()
-	// NB: only the first answer that settles a flight may delete it
+	// Only the first answer that settles a flight may delete it
 	// unread: until then nothing else has queued a delete of it.
 	var pending *delaystore.StoredMessage
 	if f := d.mu.flights.byKey[k]; f != nil && f.state != stateSettling {
@@ -113,7 +113,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	d.pubMu.Lock() // as for ackDone
 	d.mu.Lock()
 	if f := d.mu.flights.byKey[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
-		// NB: a delivery of it is under way, and whether that was an
+		// A delivery of it is under way, and whether that was an
 		// attempt is known only once its pass has flushed: it may yet
 		// bounce. The pass dead-letters it then (see publish).
 		d.markSettlingLocked(k)
@@ -183,7 +183,7 @@ func (d *Dispatcher) NoResponders(k keys.Key) bool {
 	case f.state == stateSettling:
 		return true
 	case f.state != stateSent || f.counted >= f.attempt:
-		// NB: its last delivery reached a subscriber, or the next one is
+		// Its last delivery reached a subscriber, or the next one is
 		// not out yet.
 		return false
 	}

@@ -68,7 +68,7 @@ func (st *subjectTable) dropIdle(now int64) {
 	}
 	st.idle = emptied(st.idle)
 	st.byHash = shrunk(st.byHash, &st.peak)
-	// NB: the heap clears the slots it gives up, so only its array is
+	// The heap clears the slots it gives up, so only its array is
 	// left over from a burst.
 	if len(st.due) == 0 && cap(st.due) > keptCap {
 		st.due = nil

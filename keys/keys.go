@@ -140,7 +140,7 @@ func Clip(s string) string {
 // fireAtNs (Unix nanoseconds): rounded up to the millisecond, so a key never
 // sorts a message before its real fire time.
 func FireAtMs(fireAtNs int64) int64 {
-	// NB: not (ns + 999999) / 1e6, which overflows near the end of time.
+	// Not (ns + 999999) / 1e6, which overflows near the end of time.
 	ms := fireAtNs / 1e6
 	if fireAtNs%1e6 > 0 {
 		ms++

@@ -172,7 +172,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Delivery.Backoff = append([]time.Duration(nil), c.Delivery.Backoff...)
-	// NB: one clock and one logger for every component.
+	// One clock and one logger for every component.
 	c.Delivery.Now, c.Delivery.Logger = c.Now, c.Logger
 	c.Repository.Logger = c.Logger
 	c.Expiry.Now, c.Expiry.Logger = c.Now, c.Logger

@@ -105,7 +105,7 @@ func (s *Service) releaseMemory(g *generation) {
 	if err := g.store.(*watchedStore).ReleaseMemory(); err != nil {
 		s.log.Warn("handing the store's memory back", "err", err)
 	}
-	// NB: once per burst, not periodically: it collects and scavenges
+	// Once per burst, not periodically: it collects and scavenges
 	// the whole heap, a few milliseconds on an idle service.
 	debug.FreeOSMemory()
 	s.memReleases.Add(1)
@@ -129,7 +129,7 @@ func (s *Service) idleGeneration(st delaystore.Store) *generation {
 func (g *generation) stopWork() {
 	g.stopWorkOnce.Do(func() {
 		if g.idle != nil {
-			// NB: first, and waited for: a release under way uses the
+			// First, and waited for: a release under way uses the
 			// store.
 			g.idle.Close()
 		}

@@ -118,7 +118,7 @@ func (s *Service) Suspend(reason error) {
 func (s *Service) Resume() {
 	s.stateMu.Lock()
 	if d := s.down.Load(); d != nil && d.suspended {
-		// NB: the store is closed; until the loop reopens it, calls get
+		// The store is closed; until the loop reopens it, calls get
 		// the 503 of a fault being recovered.
 		s.setDown(&downState{cause: errors.New("resuming")})
 	}

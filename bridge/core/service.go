@@ -397,7 +397,7 @@ func (s *Service) ScanTopics(from string, yield func(delaystore.Topic) bool) err
 }
 
 // DueNow counts the pending messages of subject that are due now, exact to
-// the time bucket, by key alone. NB: subjects whose topic hashes collide
+// the time bucket, by key alone. Subjects whose topic hashes collide
 // share a key range, and each is given the due count of both.
 func (s *Service) DueNow(subject string) (uint64, error) {
 	if err := s.downErr(); err != nil {
@@ -458,7 +458,7 @@ func (s *Service) Stop() {
 		s.workMu.Lock()
 		s.stopping = true
 		s.workMu.Unlock()
-		// NB: recovery stops first, so the generation below is the last.
+		// Recovery stops first, so the generation below is the last.
 		close(s.done)
 		s.wg.Wait()
 		s.gen.Load().stopWork()

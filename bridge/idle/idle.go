@@ -127,7 +127,7 @@ func (w *Watcher) run() {
 		if w.cfg.asleep != nil {
 			w.cfg.asleep()
 		}
-		// NB: a Touch since the look above set touched again and sent a
+		// A Touch since the look above set touched again and sent a
 		// wake-up, or one before it left a wake-up that the look has
 		// accounted for. Drop the wake-up and go by the flag, so a
 		// release is neither repeated with no work between nor missed

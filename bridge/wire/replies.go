@@ -128,7 +128,7 @@ type SubjectInfo struct {
 	// Pending is the subject's pending messages, from the registry.
 	Pending uint64 `json:"pending"`
 	// DueNow is how many of them are due, exact to the time bucket as
-	// INFO's due_now is. NB: subjects whose topic hashes collide share a
+	// INFO's due_now is. Subjects whose topic hashes collide share a
 	// key range, and each is given the due count of both.
 	DueNow uint64 `json:"due_now"`
 	// InFlight is how many of them are delivered and not yet settled.

@@ -85,7 +85,7 @@ func parse(args []string, stdout, stderr io.Writer) (*benchCmd, error) {
 		kong.Vars{"quick_takes": bench.QuickTakes},
 	)
 	if err != nil {
-		// NB: only a mistake in the struct tags gets here.
+		// Only a mistake in the struct tags gets here.
 		panic(err)
 	}
 	if _, err := p.Parse(args); err != nil {

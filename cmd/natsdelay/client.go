@@ -60,7 +60,7 @@ func (c *clientFlags) checkClient(p *problems) {
 			opts = append(opts, o.with(o.v))
 		}
 	}
-	// NB: with no name, New loads the context that nats context select
+	// With no name, New loads the context that nats context select
 	// chose, or none when there is none.
 	nctx, err := natscontext.New(c.Context, true, opts...)
 	switch {

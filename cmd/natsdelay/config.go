@@ -71,7 +71,7 @@ func loadConfigFile(path string) (*fileResolver, error) {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	// NB: numbers stay as written, so 1048576 is not turned into 1.048576e+06.
+	// Numbers stay as written, so 1048576 is not turned into 1.048576e+06.
 	dec.UseNumber()
 	var values map[string]any
 	if err := dec.Decode(&values); err != nil {
@@ -261,7 +261,7 @@ func (b *badValues) decodeDuration(ctx *kong.DecodeContext, target reflect.Value
 	if !errors.As(err, &bad) || b.strict || ctx.Value == nil || ctx.Value.Tag == nil || !ctx.Value.Tag.Has("config") {
 		return err
 	}
-	// NB: kong decodes an env var's value through here too; say so, as
+	// kong decodes an env var's value through here too; say so, as
 	// kong does when it fails on one.
 	for _, name := range ctx.Value.Tag.Envs {
 		if v, ok := os.LookupEnv(name); ok && strings.Contains(v, bad.value) {

@@ -94,7 +94,7 @@ func events(name string, log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			// NB: Close also calls this; a closing connection is no news.
+			// Close also calls this; a closing connection is no news.
 			if nc.IsClosed() {
 				return
 			}

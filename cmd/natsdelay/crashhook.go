@@ -42,7 +42,7 @@ func advanceCrashHook(v string, log *slog.Logger) (func(delaystore.AdvanceStage)
 		if at != stage || batches.Add(1) != int64(n) {
 			return
 		}
-		// NB: the test waits for this line to know the kill was the hook's.
+		// The test waits for this line to know the kill was the hook's.
 		log.Warn("crash test hook: SIGKILL", "stage", stageName, "batch", n)
 		killSelf()
 	}, nil

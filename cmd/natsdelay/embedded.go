@@ -28,7 +28,7 @@ func checkListen(p *problems, addr string) {
 
 // probeListen adds a problem to p if the port of addr, a valid
 // --nats-listen, is taken now, so a port in use is a clear usage error
-// rather than a nats-server failure. NB: the port may be taken between
+// rather than a nats-server failure. The port may be taken between
 // this probe and the server's listen; startEmbedded reports that case
 // with the same hint.
 func probeListen(p *problems, addr string) {

@@ -29,7 +29,7 @@ func checkHTTP(p *problems, addr string) {
 }
 
 // probeHTTP adds a problem to p if the port of addr, a valid --http, is
-// taken now. NB: serve probes when it starts, not when it parses its
+// taken now. Serve probes when it starts, not when it parses its
 // settings, which depend on nothing else running; and the port may still
 // be taken between this probe and the listen: startHTTP reports that case
 // the same way.

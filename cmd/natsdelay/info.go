@@ -39,7 +39,7 @@ func (c *infoCmd) Run(e *env) error {
 	if err := decodeReply(wire.VerbInfo, data, &r); err != nil {
 		return err
 	}
-	// NB: the blank lines between the groups keep one tab, so that all the
+	// The blank lines between the groups keep one tab, so that all the
 	// groups share one column width; trimLines drops the padding it leaves.
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)

@@ -135,7 +135,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		},
 	)
 	if err != nil {
-		// NB: only a mistake in the struct tags above gets here.
+		// Only a mistake in the struct tags above gets here.
 		panic(err)
 	}
 	var withContext []string

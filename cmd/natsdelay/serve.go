@@ -32,7 +32,7 @@ type serveCmd struct {
 	connFlags    `embed:""`
 	clusterFlags `embed:""`
 
-	// NB: no default in the tag, so that check can tell --nats-listen given
+	// No default in the tag, so that check can tell --nats-listen given
 	// alongside --nats; listen applies the default.
 	NATSListen string `name:"nats-listen" help:"Address of the embedded nats-server, when there is no --nats; port 0 picks a free one. Default ${listen}." placeholder:"HOST:PORT"`
 
@@ -104,7 +104,7 @@ func (c *serveCmd) check() error {
 	if c.NATSJetStream && !c.embedded() {
 		p.add("--nats-jetstream: only applies to the embedded nats-server, and --nats %q uses another: enable JetStream in that server", redact(c.NATS))
 	}
-	// NB: the engine names are engine.Config's to judge, so that a bad
+	// The engine names are engine.Config's to judge, so that a bad
 	// one is reported with every other problem.
 	if err := (engine.Config{Engine: c.Engine, Dir: "."}).Validate(); err != nil {
 		for _, e := range leaves(err) {
@@ -219,7 +219,7 @@ func (c *serveCmd) Run(e *env) error {
 	case lostErr = <-srv.Lost():
 		log.Error("the NATS connection closed for good: stopping, so that a supervisor restarts natsdelay", "err", lostErr)
 	}
-	// NB: listen for the second signal before the first handler goes, so
+	// Listen for the second signal before the first handler goes, so
 	// that no signal falls to the default action in between.
 	done := make(chan struct{})
 	defer close(done)

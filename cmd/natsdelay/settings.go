@@ -149,7 +149,7 @@ func withoutField(msg string) string {
 		return msg
 	}
 	rest := msg[m[1]:]
-	// NB: a quoted value may hold a parenthesis.
+	// A quoted value may hold a parenthesis.
 	if q, err := strconv.QuotedPrefix(rest); err == nil {
 		rest = rest[len(q):]
 	}

@@ -62,7 +62,7 @@ func (c *subCmd) Run(e *env) error {
 	}
 	defer nc.Close()
 
-	// NB: the handler blocks when the channel is full, which holds the
+	// The handler blocks when the channel is full, which holds the
 	// rest in the subscription's pending buffer; the time it stamps is
 	// then late by as long as printing took.
 	msgs := make(chan received, 256)

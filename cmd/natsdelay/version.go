@@ -68,7 +68,7 @@ type helpCmd struct {
 }
 
 func (c *helpCmd) Run(kctx *kong.Context) error {
-	// NB: --help prints the help and exits; Parse returns only when the
+	// --help prints the help and exits; Parse returns only when the
 	// words name no command.
 	if _, err := kctx.Kong.Parse(append(slices.Clone(c.Command), "--help")); err != nil {
 		return usagef("help %s: %w", strings.Join(c.Command, " "), err)

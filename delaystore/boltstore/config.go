@@ -34,7 +34,7 @@ type Config struct {
 
 	// Timeout bounds how long Open waits for the lock on the file that
 	// another process (or another Store in this one) holds, so a locked
-	// file is a clear error, not a hang. Default 1s. NB: bbolt's own zero
+	// file is a clear error, not a hang. Default 1s. bbolt's own zero
 	// means waiting forever.
 	Timeout time.Duration
 

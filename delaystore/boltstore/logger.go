@@ -18,7 +18,7 @@ import (
 // dump of its Options. That is detail for whoever debugs the engine, and
 // the service says where its data is itself, so Info goes to Debug.
 //
-// NB: use it as a pointer. bbolt prints its Options with %p for Logger,
+// Use it as a pointer. bbolt prints its Options with %p for Logger,
 // which a struct value turns into %!p(boltstore.logger=...).
 type logger struct {
 	log *slog.Logger

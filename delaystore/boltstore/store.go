@@ -57,7 +57,7 @@ func Open(cfg Config) (*Store, error) {
 		OpenFile:     cfg.OpenFile,
 	}
 	if cfg.Logger.Enabled(context.Background(), slog.LevelError) {
-		// NB: bbolt does extra work per Put for any logger but its own
+		// bbolt does extra work per Put for any logger but its own
 		// discard logger, so pass one only when something will be logged.
 		opts.Logger = &logger{log: log}
 	}
@@ -106,7 +106,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	defer s.exit()
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		// NB: a cursor, not Bucket.Get, which cannot tell a missing key
+		// A cursor, not Bucket.Get, which cannot tell a missing key
 		// from an empty value.
 		k, v := tx.Bucket(bucket).Cursor().Seek(key)
 		if k != nil && bytes.Equal(k, key) {

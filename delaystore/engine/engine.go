@@ -94,7 +94,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("engine: %w: Engine (%q) must be one of %s", delaystore.ErrInvalidConfig, c.Engine, strings.Join(Names(), ", ")))
 	}
-	// NB: a missing Dir is reported once, above, not again as the
+	// A missing Dir is reported once, above, not again as the
 	// engine's path.
 	dir := cmp.Or(c.Dir, ".")
 	switch name {

@@ -16,7 +16,7 @@ const (
 	// Config.BlockCacheSize is 0.
 	DefaultBlockCacheSize = 16 << 20
 	// DefaultMemTableSize is the memtable size used when Config.MemTableSize
-	// is 0. NB: Pebble keeps a flushed memtable's arena to reuse it, so two
+	// is 0. Pebble keeps a flushed memtable's arena to reuse it, so two
 	// of them stay resident under steady writes. At 64 MiB the service
 	// measured about 195 MiB resident with a million messages pending, at
 	// 32 MiB about 130 MiB, for some 7% less fill throughput.

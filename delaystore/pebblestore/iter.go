@@ -14,7 +14,7 @@ import (
 type iterator struct {
 	s  *Store
 	it *pebble.Iterator // nil for an empty range and once closed
-	// err is the first error met. NB: Pebble clears its own error on every
+	// err is the first error met. Pebble clears its own error on every
 	// seek, so it is kept here, and it stops the iterator for good.
 	err    error
 	closed bool

@@ -20,7 +20,7 @@ const (
 // creates files with mode 0666 and directories with the mode it is given,
 // 0755, both less the umask.
 //
-// NB: vfs.FS takes no mode for files, so a file is created as Pebble
+// vfs.FS takes no mode for files, so a file is created as Pebble
 // creates it and its mode is then set. In between, no one else can reach
 // it: its directory was created 0700. An existing directory keeps the mode
 // it has; whoever made it chose that.

@@ -46,7 +46,7 @@ func (s *Store) ReleaseMemory() (err error) {
 	defer s.exit()
 	pins := make([]*pebble.Iterator, 0, releaseRotations)
 	defer func() {
-		// NB: in the order taken, so the oldest memtable is released
+		// In the order taken, so the oldest memtable is released
 		// first and each later release frees the one kept before it.
 		for _, it := range pins {
 			err = errors.Join(err, it.Close())

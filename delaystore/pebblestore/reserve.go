@@ -23,7 +23,7 @@ var errDiskFull = fmt.Errorf("disk full: writes refused until the store is reope
 // directory, deleted when a write meets a full disk, so that the writes
 // Pebble has under way can finish and the Store can then fail cleanly.
 //
-// NB: Pebble survives few write errors. A failed WAL write fails the
+// Pebble survives few write errors. A failed WAL write fails the
 // commit with a fatal error, which the Store recovers (see guard), but a
 // WAL rotation that fails panics while Pebble's locks are in disorder,
 // which no recover can undo, and a MANIFEST write that fails is fatal on

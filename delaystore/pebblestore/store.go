@@ -88,7 +88,7 @@ func Open(cfg Config) (*Store, error) {
 // openDB opens Pebble, turning a fatal error met on the way (a MANIFEST
 // that cannot be written to a full disk) into an error wrapping
 // delaystore.ErrFailed, so that a service retrying the open is not
-// stopped by it. NB: the half-opened database is abandoned; the caller
+// stopped by it. The half-opened database is abandoned; the caller
 // releases its directory lock.
 func openDB(dir string, opts *pebble.Options) (db *pebble.DB, err error) {
 	defer func() {
@@ -117,7 +117,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: get: %w", err)
 	}
-	// NB: v belongs to Pebble until closer is closed. Appending to a
+	// v belongs to Pebble until closer is closed. Appending to a
 	// non-nil empty slice keeps an empty value distinct from nil.
 	out := append([]byte{}, v...)
 	if err := closer.Close(); err != nil {
@@ -178,7 +178,7 @@ func (s *Store) Scan(opts delaystore.IterOptions, yield func(key, value []byte) 
 }
 
 // Flush makes every write committed with NoSync durable by syncing the WAL,
-// or, when the WAL is disabled, by flushing the memtable. NB: Pebble reports
+// or, when the WAL is disabled, by flushing the memtable. Pebble reports
 // a failed memtable flush only to the logger, as a background error. A
 // failed WAL sync fails the Store, as a failed commit does (see the package
 // doc). In memory Flush does nothing. It blocks until done.
@@ -242,7 +242,7 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeFailed is Close for a Store whose commit failed. NB: Pebble's commit
+// closeFailed is Close for a Store whose commit failed. Pebble's commit
 // pipeline is broken by then (the failed batch may still sit in its queue),
 // but Close does not commit: it closes the WAL writer, which reports the
 // fault again, and releases the files. Should it panic, the panic is
@@ -270,7 +270,7 @@ func (s *Store) closeFailed(leaked map[*iterator]struct{}, failed error) (err er
 // an error wrapping delaystore.ErrFailed, failing the Store. Any other panic
 // goes on. The caller must be counted in calls.
 //
-// NB: Pebble gives up on a commit whose WAL write or sync failed by calling
+// Pebble gives up on a commit whose WAL write or sync failed by calling
 // Fatalf on the committing goroutine, after the batch may have been applied
 // to the memtable; our logger's Fatalf panics (see logger.Fatalf). The
 // commit pipeline may then be stuck, so from here on no call reaches
@@ -307,11 +307,11 @@ func (s *Store) commit(b *pebble.Batch, mode delaystore.SyncMode) error {
 	defer s.exit()
 	opts := pebble.NoSync
 	if mode == delaystore.Sync && !s.noWAL {
-		// NB: without a WAL there is nothing to sync (Pebble refuses a
+		// Without a WAL there is nothing to sync (Pebble refuses a
 		// synced write then); durability is what DisableWAL gave up.
 		opts = pebble.Sync
 	}
-	// NB: Pebble does not return a WAL write or sync error here: it calls
+	// Pebble does not return a WAL write or sync error here: it calls
 	// Fatalf, which guard turns into ErrFailed. The errors it does return
 	// come before anything is applied.
 	if err := s.guard(func() error { return s.db.Apply(b, opts) }); err != nil {

@@ -112,7 +112,7 @@ func guardFrames(c net.Conn, lim frameLimits, refused func(error), released func
 		if errors.Is(err, errFrame) {
 			refused(err)
 		}
-		// NB: the transport sees the guard's error on its next read, and
+		// The transport sees the guard's error on its next read, and
 		// drops the connection; the peer sees it closed.
 		pw.CloseWithError(err)
 		c.Close()

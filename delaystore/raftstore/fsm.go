@@ -37,7 +37,7 @@ type fsm struct {
 	// restores counts Restore calls; tests read it.
 	restores atomic.Int64
 	// applied is the index of the last command entry applied to the local
-	// store. NB: Raft's own applied index counts entries handed to the
+	// store. Raft's own applied index counts entries handed to the
 	// FSM, which may not be applied yet.
 	applied atomic.Uint64
 }
@@ -409,7 +409,7 @@ type oldKeys struct {
 type kv struct{ key, value []byte }
 
 // passed records that the snapshot reached key: the next window starts
-// above it, or above the last key read, whichever is higher. NB: the window
+// above it, or above the last key read, whichever is higher. The window
 // then holds only keys above key, since peek and next consumed the others.
 func (o *oldKeys) passed(key []byte) {
 	if bytes.Compare(key, o.from) >= 0 {

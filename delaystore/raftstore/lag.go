@@ -28,7 +28,7 @@ import (
 // whose log or store cannot keep up leaves its mark in place, and is
 // behind once the mark is MaxLag old, however slowly entries arrive.
 //
-// NB: Raft's applied index counts entries handed to the FSM, whose queue
+// Raft's applied index counts entries handed to the FSM, whose queue
 // holds some hundred batches: a follower whose local store blocks shows
 // as behind once that queue is full, which under load is at once.
 
@@ -145,7 +145,7 @@ func (n *Node) noteCommit(commit uint64) {
 // followerLag is the lag at now of this node, which does not lead and
 // applied up to applied. A node that has heard from no leader for MaxLag
 // (since it started, at first) is behind too: it cannot know what it
-// misses. NB: an election in a healthy cluster takes about an
+// misses. An election in a healthy cluster takes about an
 // ElectionTimeout, well within MaxLag.
 func (n *Node) followerLag(applied uint64, now time.Time) Lag {
 	g := n.lag.lag(applied, now, n.cfg.MaxLag)

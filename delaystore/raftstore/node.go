@@ -88,7 +88,7 @@ type Node struct {
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n, err := open(ctx, cfg)
 	if err != nil && cfg.listener != nil {
-		// Open owns a listener it was given, on failure too. NB: closing
+		// Open owns a listener it was given, on failure too. Closing
 		// it twice is harmless.
 		cfg.listener.Close()
 	}
@@ -181,7 +181,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	var err error
 	n.logs, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.Dir, logFile),
-		// NB: bbolt waits forever for the file lock without a timeout.
+		// bbolt waits forever for the file lock without a timeout.
 		BoltOptions: &bolt.Options{Timeout: time.Second},
 	})
 	if err != nil {
@@ -255,7 +255,7 @@ func (c Config) raftConfig() *raft.Config {
 	rc.SnapshotInterval = c.SnapshotInterval
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.TrailingLogs = c.TrailingLogs
-	// NB: the frame guard of the receiving nodes bounds an AppendEntries
+	// The frame guard of the receiving nodes bounds an AppendEntries
 	// by this many entries of at most MaxEntryBytes.
 	rc.MaxAppendEntries = maxAppendEntries
 	return rc

@@ -162,7 +162,7 @@ func (s Spec) After(prev, t time.Time) time.Time {
 		return s.every(prev, t)
 	}
 	w := wallOf(t.In(s.Loc))
-	// NB: bounded: repeated wall times (a fold) can map before t; a second
+	// Bounded: repeated wall times (a fold) can map before t; a second
 	// cron in an hour-long fold needs 3600 steps, so allow a day of them.
 	for range 86400 + 2 {
 		w = s.wall.Next(w)
@@ -177,7 +177,7 @@ func (s Spec) After(prev, t time.Time) time.Time {
 }
 
 // every is After for an interval: prev plus the fewest whole intervals
-// that pass t. NB: the count is checked against the room left before
+// that pass t. The count is checked against the room left before
 // MaxTime first, because k*Every overflows a Duration, and UnixNano
 // wraps, long before a time.Time does.
 func (s Spec) every(prev, t time.Time) time.Time {

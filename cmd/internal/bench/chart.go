@@ -95,7 +95,7 @@ func latenessPlot(res *Results) (*plot.Plot, error) {
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Add(plotter.NewGrid())
-	// NB: top left is where the curves rarely are: a curve only gets near
+	// Top left is where the curves rarely are: a curve only gets near
 	// 1 after its lateness passed the axis' first decades.
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -193,7 +193,7 @@ func throughputPlot(res *Results) (*plot.Plot, error) {
 		return nil, nil
 	}
 	p := plot.New()
-	// NB: the ingest rows compare like for like only when both fsync every
+	// The ingest rows compare like for like only when both fsync every
 	// acknowledged write, so the panel says whether they did. It is in the
 	// title because a label as wide as the axis narrows the axis.
 	p.Title.Text = "Throughput, natsdelay against JetStream: right is better\n(natsdelay fsyncs every acked batch, " + jsSyncShort(res.JetStreamSync) + ")"

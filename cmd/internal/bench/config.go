@@ -245,7 +245,7 @@ func Quick() Config {
 		ExpiredMsgs:    500,
 		ExpiryInterval: 100 * time.Millisecond,
 		Waves:          2,
-		// NB: enough writes for the service to hand memory back after
+		// Enough writes for the service to hand memory back after
 		// each wave (see core.IdleReleaseMinWrites), so a quick run
 		// shows the release too.
 		WaveSubjects:   2_000,
@@ -358,7 +358,7 @@ func (c Config) Validate() error {
 			bad("%s (%v) must be > 0", f.name, f.v)
 		}
 	}
-	// NB: JetStream refuses "@every" under a second, and the run compares
+	// JetStream refuses "@every" under a second, and the run compares
 	// the two systems on the same schedules.
 	if c.RecurEvery != 0 && (c.RecurEvery < time.Second || c.RecurEvery%time.Second != 0) {
 		bad("RecurEvery (%v) must be a whole number of seconds, at least 1s, as JetStream's @every takes", c.RecurEvery)

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat. NB: Linux
+// userHZ is the unit of the CPU times in /proc/<pid>/stat. Linux
 // reports them in USER_HZ, which is 100 on every architecture whatever
 // the kernel's own tick rate; a figure is therefore good to 10 ms.
 const userHZ = 100

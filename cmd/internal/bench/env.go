@@ -225,7 +225,7 @@ func (e *env) jsMsg(phase string, i int, at time.Time) *nats.Msg {
 		at = time.Now().Add(time.Hour)
 	}
 	h := nats.Header{}
-	// NB: the layout is RFC 3339 with fractions; the server parses it with
+	// The layout is RFC 3339 with fractions; the server parses it with
 	// time.RFC3339, which accepts fractional seconds.
 	h.Set(jetstream.ScheduleHeader, "@at "+at.UTC().Format(time.RFC3339Nano))
 	h.Set(jetstream.ScheduleTargetHeader, e.fired+"."+phase)

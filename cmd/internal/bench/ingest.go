@@ -96,7 +96,7 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 	return res, nil
 }
 
-// ingestResult is a run's figures. NB: natsdelay runs inside the bench
+// ingestResult is a run's figures. natsdelay runs inside the bench
 // process in this phase, so cpu has no figure of its own for it.
 func ingestResult(system, mode string, n, failed int, el time.Duration, cpu CPU) IngestResult {
 	return IngestResult{System: system, Mode: mode, Msgs: n, Failed: failed, Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPU: cpu}

@@ -71,7 +71,7 @@ func (e *env) startJSCluster(dir string) (*jsCluster, error) {
 		}
 		c.urls = append(c.urls, s.ClientURL())
 	}
-	// NB: a meta leader is not enough: an R3 stream is placed only on peers
+	// A meta leader is not enough: an R3 stream is placed only on peers
 	// it has heard stats from, and until it has from all three, creating
 	// one fails with "no suitable peers for placement".
 	if err := poll(e.cfg.Timeout, func() (bool, error) {

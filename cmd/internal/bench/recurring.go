@@ -272,7 +272,7 @@ func (e *env) recurJetStream(ctx context.Context) (_ RecurLateness, err error) {
 // each later one at the Nats-Schedule-Next of the firing before it, which
 // is the time the server planned it for. A delivery of a stream sequence
 // already delivered (and ACKed) is a redelivery: it is counted, and takes
-// the planned time it had the first time (recurStats counts it). NB: the
+// the planned time it had the first time (recurStats counts it). The
 // consumer gets the firings of one schedule in stream order, which is the
 // order they fired.
 func jsPlanned(first []int64, ds []recurDelivery) {

@@ -29,11 +29,11 @@ func WriteTable(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
 	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n", higher, lower)
 	fmt.Fprintf(w, "%s\n\n", cpuNote)
-	// NB: the rows end in a tab, so their last column is aligned too, and
+	// The rows end in a tab, so their last column is aligned too, and
 	// tabwriter pads it with trailing spaces: trimLines drops them.
 	t := &trimLines{w: w}
 	tw := tabwriter.NewWriter(t, 0, 0, 2, ' ', 0)
-	// NB: p("") ends a table: a blank line, and a flush, so that the next
+	// p("") ends a table: a blank line, and a flush, so that the next
 	// table's columns get widths of their own.
 	p := func(format string, args ...any) {
 		if format == "" {
@@ -123,7 +123,7 @@ func WriteTable(w io.Writer, res *Results) error {
 			}
 		}
 		per("pending message", s.Pending)
-		// NB: with one subject, growth per subject is growth in all.
+		// With one subject, growth per subject is growth in all.
 		if s.Subjects > 1 && s.Subjects != s.Pending {
 			per("subject", s.Subjects)
 		}
@@ -274,7 +274,7 @@ func writeFlow(p func(string, ...any), fr *FlowResult, own bool) {
 		cpu("CPU µs/msg, natsdelay process", a.CPU.Service, b.CPU.Service)
 	}
 	cpu(cpuLabel(own, false), a.CPU.Bench, b.CPU.Bench)
-	// NB: no tab, so that this long line does not widen the first column.
+	// No tab, so that this long line does not widen the first column.
 	settled := fmt.Sprintf("idle %.0f s after writing them", fr.SettleS)
 	if fr.SettleS < 0 {
 		settled = "not idle within " + settleLimit.String() + " after writing them"

@@ -61,7 +61,7 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 	}
 	sr.FillRate = float64(e.cfg.ScalePending) / el.Seconds()
 
-	// NB: right after the fill the store compacts what was just written,
+	// Right after the fill the store compacts what was just written,
 	// on the same cores; the due set is timed once that is over, as on a
 	// store that has held its messages for a while.
 	sr.SettleS = e.settle(d.pid())

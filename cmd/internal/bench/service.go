@@ -140,7 +140,7 @@ func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Proce
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-// NB: every message pending is natsdelay's own count, not a scan; but
+// Every message pending is natsdelay's own count, not a scan; but
 // INFO's counts by due window read every subject, so it is given the
 // run's timeout.
 func (p *process) pending() (uint64, error) {

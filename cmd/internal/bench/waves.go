@@ -119,7 +119,7 @@ func (e *env) wave(d service, k int, idle, released int64) (WaveResult, error) {
 	if released < 0 || mem.Releases < 0 {
 		return w, nil
 	}
-	// NB: not handing memory back is a finding too: Released stays nil.
+	// Not handing memory back is a finding too: Released stays nil.
 	// Each reading asks for a collection, so once a second.
 	deadline = time.Now().Add(e.releaseWait())
 	for mem.Releases <= released && time.Now().Before(deadline) {

@@ -17,7 +17,7 @@ import (
 // Gate gates the calls into one engine. The zero Gate is not usable; see
 // New. It is safe for concurrent use.
 //
-// NB: it counts calls rather than holding a lock across them, so that no
+// It counts calls rather than holding a lock across them, so that no
 // lock is held across engine I/O and a Scan's yield may call the store
 // again.
 type Gate[I comparable] struct {

@@ -7,7 +7,7 @@ import (
 	"os"
 )
 
-// lockDataDir creates dir if it is missing. NB: there is no lock here; the
+// lockDataDir creates dir if it is missing. There is no lock here; the
 // engines' own locks still stop a second serve, but only once it has
 // started its NATS server.
 func lockDataDir(dir string) (unlock func(), err error) {

@@ -58,7 +58,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Lo
 	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		// NB: a failing collector should not hide every other metric.
+		// A failing collector should not hide every other metric.
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}))
@@ -69,7 +69,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Lo
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /leader", h.leader)
 	if pprofOn {
-		// NB: the pprof package registers on http.DefaultServeMux when
+		// The pprof package registers on http.DefaultServeMux when
 		// imported; this mux only has what is added here.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

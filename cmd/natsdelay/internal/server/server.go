@@ -177,7 +177,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 			return err
 		}
 		s.push("cluster node", func() error { return s.closeNode(node, transferTimeout(rc.ElectionTimeout)) })
-		// NB: the service suspends its core while this node follows,
+		// The service suspends its core while this node follows,
 		// closing the store it holds, and resumes on the replicated store
 		// again when it leads: Close of node.Store() leaves the node and
 		// the local store running.
@@ -187,10 +187,10 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	} else if !memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
-		// writes again. NB: not in memory, where a reopen starts empty.
+		// writes again. Not in memory, where a reopen starts empty.
 		cfg.Reopen = func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }
 	}
-	// NB: from here the service owns the store, and closes it also when
+	// From here the service owns the store, and closes it also when
 	// New fails.
 	if s.svc, err = bridge.New(s.nc, svcStore, cfg); err != nil {
 		return fmt.Errorf("start the service: %w", err)
