@@ -14,6 +14,7 @@ import (
 
 	"natsdelay/cmd/internal/bench"
 	"natsdelay/cmd/internal/natsurl"
+	"natsdelay/cmd/internal/usage"
 )
 
 // benchCmd runs natsdelay beside JetStream message schedules and reports
@@ -246,7 +247,7 @@ func (c *benchCmd) serveBinary() (string, error) {
 	if p, err := exec.LookPath("natsdelay"); err == nil {
 		return p, nil
 	}
-	return "", usageError{errors.New("no natsdelay binary next to natsdelay-bench nor on the PATH: build both (go build -o bin/ ./cmd/natsdelay ./cmd/natsdelay-bench), or name one with --serve-binary")}
+	return "", usage.Wrap(errors.New("no natsdelay binary next to natsdelay-bench nor on the PATH: build both (go build -o bin/ ./cmd/natsdelay ./cmd/natsdelay-bench), or name one with --serve-binary"))
 }
 
 // startCPUProfile profiles the process into file until stop is called.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"natsdelay/cmd/internal/bench"
+	"natsdelay/cmd/internal/usage"
 )
 
 // TestParse_Bench_Sizes checks that bench's size flags override the preset
@@ -101,7 +102,7 @@ func TestParse_Bench_FireRecurring(t *testing.T) {
 		}
 	}
 	_, err := parse([]string{"--fire-recurring=-1"}, io.Discard, io.Discard)
-	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--fire-recurring -1") {
+	if !errors.Is(err, usage.ErrUsage) || !strings.Contains(err.Error(), "--fire-recurring -1") {
 		t.Fatalf("--fire-recurring=-1: %v, want a usage error naming it", err)
 	}
 }
@@ -110,7 +111,7 @@ func TestParse_Bench_FireRecurring(t *testing.T) {
 // once, as a usage error naming the flag.
 func TestParse_Bench_BadValues(t *testing.T) {
 	_, err := parse([]string{"--fire-msgs=-1", "--fire-rates=0", "--timeout=-1s", "--phases=fire,nope"}, io.Discard, io.Discard)
-	if !errors.Is(err, errUsage) {
+	if !errors.Is(err, usage.ErrUsage) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
 	for _, want := range []string{"--fire-msgs -1", "--fire-rates", "--timeout -1s", `--phases: "nope"`} {
@@ -119,7 +120,7 @@ func TestParse_Bench_BadValues(t *testing.T) {
 		}
 	}
 	_, err = parse([]string{"--quick", "--scale-subjects", "6000", "--waves=-2", "--wave-subjects=-1"}, io.Discard, io.Discard)
-	if !errors.Is(err, errUsage) {
+	if !errors.Is(err, usage.ErrUsage) {
 		t.Fatalf("got %v, want a usage error", err)
 	}
 	for _, want := range []string{"--scale-subjects 6000: want at most the 5000 pending", "--waves -2", "--wave-subjects -1"} {

@@ -23,6 +23,7 @@ import (
 
 	"natsdelay/cmd/internal/bench"
 	"natsdelay/cmd/internal/gogc"
+	"natsdelay/cmd/internal/usage"
 )
 
 // Exit codes: 2 for a command line that is wrong, 1 for a run that failed.
@@ -31,15 +32,6 @@ const (
 	exitRuntime = 1
 	exitUsage   = 2
 )
-
-// errUsage is matched by an error of the command line.
-var errUsage = errors.New("usage")
-
-type usageError struct{ err error }
-
-func (e usageError) Error() string        { return e.err.Error() }
-func (e usageError) Unwrap() error        { return e.err }
-func (e usageError) Is(target error) bool { return target == errUsage }
 
 // env is what a run writes to.
 type env struct {
@@ -89,13 +81,13 @@ func parse(args []string, stdout, stderr io.Writer) (*benchCmd, error) {
 		panic(err)
 	}
 	if _, err := p.Parse(args); err != nil {
-		return nil, usageError{err}
+		return nil, usage.Wrap(err)
 	}
 	if exited {
 		return nil, nil
 	}
 	if err := c.check(); err != nil {
-		return nil, usageError{fmt.Errorf("invalid settings:\n%w", err)}
+		return nil, usage.Wrap(fmt.Errorf("invalid settings:\n%w", err))
 	}
 	return &c, nil
 }
@@ -103,7 +95,7 @@ func parse(args []string, stdout, stderr io.Writer) (*benchCmd, error) {
 // fail prints err and returns its exit code.
 func fail(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "natsdelay-bench: error: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-	if errors.Is(err, errUsage) {
+	if errors.Is(err, usage.ErrUsage) {
 		return exitUsage
 	}
 	return exitRuntime

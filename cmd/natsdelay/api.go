@@ -61,6 +61,31 @@ func (c *apiFlags) dial(name string, e *env) (*apiClient, error) {
 
 func (cl *apiClient) close() { cl.nc.Close() }
 
+// ask dials for the command name and sends req to verb. With --json it
+// prints the reply body as it came and returns printed; otherwise it
+// returns the body for the command to print.
+func (c *apiFlags) ask(e *env, name, verb string, req any) (data []byte, printed bool, err error) {
+	cl, err := c.dial(name, e)
+	if err != nil {
+		return nil, false, err
+	}
+	defer cl.close()
+	data, err = cl.call(verb, req)
+	if err != nil || !c.JSON {
+		return data, false, err
+	}
+	return nil, true, printJSON(e.stdout, data)
+}
+
+// askFor is ask with the reply decoded into an R.
+func askFor[R any](c *apiFlags, e *env, name, verb string, req any) (r R, printed bool, err error) {
+	data, printed, err := c.ask(e, name, verb, req)
+	if err != nil || printed {
+		return r, printed, err
+	}
+	return r, false, decodeReply(verb, data, &r)
+}
+
 // call sends req as JSON to <prefix>.<verb> and returns the reply body, or
 // the error the service answered with, printed as "<code> <description>".
 func (cl *apiClient) call(verb string, req any) ([]byte, error) {

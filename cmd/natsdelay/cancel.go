@@ -23,17 +23,9 @@ func (c *cancelCmd) check() error {
 }
 
 func (c *cancelCmd) Run(e *env) error {
-	cl, err := c.dial("cancel", e)
-	if err != nil {
+	_, printed, err := c.ask(e, "cancel", wire.VerbCancel, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID})
+	if err != nil || printed {
 		return err
-	}
-	defer cl.close()
-	data, err := cl.call(wire.VerbCancel, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
 	}
 	if c.Tag != "" {
 		_, err = fmt.Fprintf(e.stdout, "canceled %s\n", c.Tag)

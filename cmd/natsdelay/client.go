@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"natsdelay/cmd/internal/natsurl"
+	"natsdelay/cmd/internal/usage"
 
 	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
@@ -87,12 +88,12 @@ func (c *clientFlags) connect(name string, log *slog.Logger) (*nats.Conn, error)
 	if c.nctx == nil {
 		var p problems
 		if c.checkClient(&p); p.err() != nil {
-			return nil, usageError{p.err()}
+			return nil, usage.Wrap(p.err())
 		}
 	}
 	opts, err := c.nctx.NATSOptions(events(name, log)...)
 	if err != nil {
-		return nil, usagef("nats context %s: %w", c.nctx.Name, err)
+		return nil, usage.Errorf("nats context %s: %w", c.nctx.Name, err)
 	}
 	url := c.nctx.ServerURL()
 	nc, err := nats.Connect(url, opts...)

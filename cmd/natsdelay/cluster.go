@@ -167,20 +167,8 @@ func (c *clusterRemoveCmd) Run(e *env) error {
 // change sends a membership change to the leader and prints the members
 // once it is committed.
 func (c *apiFlags) change(e *env, name, verb string, req any) error {
-	cl, err := c.dial(name, e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	data, err := cl.call(verb, req)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
-	}
-	var r wire.ClusterChangeReply
-	if err := decodeReply(verb, data, &r); err != nil {
+	r, printed, err := askFor[wire.ClusterChangeReply](c, e, name, verb, req)
+	if err != nil || printed {
 		return err
 	}
 	var buf bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"natsdelay/cmd/internal/usage"
 	"natsdelay/delaystore/raftstore"
 )
 
@@ -199,7 +200,7 @@ func (c *serveCmd) raftConfig() (raftstore.Config, error) {
 	if c.tlsSet() {
 		tlsConf, err := raftstore.LoadTLS(c.ClusterTLSCert, c.ClusterTLSKey, c.ClusterTLSCA)
 		if err != nil {
-			return rc, usageError{fmt.Errorf("cluster node %s: %w", c.NodeID, err)}
+			return rc, usage.Wrap(fmt.Errorf("cluster node %s: %w", c.NodeID, err))
 		}
 		rc.TLS = tlsConf
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"natsdelay/cmd/internal/usage"
 )
 
 // writeConfig writes a config file for the test and returns its path.
@@ -278,7 +280,7 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 			if err == nil {
 				t.Fatalf("parse %q: no error", args)
 			}
-			if !errors.Is(err, errUsage) {
+			if !errors.Is(err, usage.ErrUsage) {
 				t.Errorf("parse %q: %v is not a usage error", args, err)
 			}
 			if code := fail(io.Discard, err); code != exitUsage {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"natsdelay/cmd/internal/natsurl"
+	"natsdelay/cmd/internal/usage"
 
 	"github.com/nats-io/nats.go"
 )
@@ -122,7 +123,7 @@ func (c *connFlags) authOptions() ([]nats.Option, error) {
 	if c.NKey != "" {
 		o, err := nats.NkeyOptionFromSeed(c.NKey)
 		if err != nil {
-			return nil, usagef("--nkey %q: %v", c.NKey, err)
+			return nil, usage.Errorf("--nkey %q: %v", c.NKey, err)
 		}
 		opts = append(opts, o)
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"natsdelay/bridge/wire"
+	"natsdelay/cmd/internal/usage"
 )
 
 // messageRef is a TAG argument or --subject with --id, as GET and CANCEL
@@ -27,7 +28,7 @@ func (r *messageRef) missingRef(cmd string) error {
 	if r.Tag != "" || r.Subject != "" || r.ID != "" {
 		return nil
 	}
-	return usagef("%[1]s: which message? natsdelay %[1]s TAG, or natsdelay %[1]s --subject SUBJECT --id ID; natsdelay help %[1]s tells more", cmd)
+	return usage.Errorf("%[1]s: which message? natsdelay %[1]s TAG, or natsdelay %[1]s --subject SUBJECT --id ID; natsdelay help %[1]s tells more", cmd)
 }
 
 func (r *messageRef) checkRef(p *problems) {
@@ -61,20 +62,8 @@ func (c *getCmd) check() error {
 }
 
 func (c *getCmd) Run(e *env) error {
-	cl, err := c.dial("get", e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	data, err := cl.call(wire.VerbGet, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Payload: c.Payload})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
-	}
-	var m wire.MessageInfo
-	if err := decodeReply(wire.VerbGet, data, &m); err != nil {
+	m, printed, err := askFor[wire.MessageInfo](&c.apiFlags, e, "get", wire.VerbGet, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Payload: c.Payload})
+	if err != nil || printed {
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)

@@ -23,20 +23,8 @@ func (c *infoCmd) check() error {
 }
 
 func (c *infoCmd) Run(e *env) error {
-	cl, err := c.dial("info", e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	data, err := cl.call(wire.VerbInfo, nil)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
-	}
-	var r wire.InfoReply
-	if err := decodeReply(wire.VerbInfo, data, &r); err != nil {
+	r, printed, err := askFor[wire.InfoReply](&c.apiFlags, e, "info", wire.VerbInfo, nil)
+	if err != nil || printed {
 		return err
 	}
 	// The blank lines between the groups keep one tab, so that all the

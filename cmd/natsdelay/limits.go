@@ -106,17 +106,9 @@ func (c *limitsGetCmd) Run(e *env) error {
 type limitsRmCmd struct{ patternCmd }
 
 func (c *limitsRmCmd) Run(e *env) error {
-	cl, err := c.dial("limits rm", e)
-	if err != nil {
+	_, printed, err := c.ask(e, "limits rm", wire.VerbLimitsDelete, wire.PatternRequest{Pattern: c.Pattern})
+	if err != nil || printed {
 		return err
-	}
-	defer cl.close()
-	data, err := cl.call(wire.VerbLimitsDelete, wire.PatternRequest{Pattern: c.Pattern})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
 	}
 	_, err = fmt.Fprintf(e.stdout, "deleted the limit of %s\n", c.Pattern)
 	return err
@@ -138,20 +130,8 @@ func (c *resumeCmd) Run(e *env) error {
 
 // limitCall sends req and prints the limit the service answers with.
 func (c *apiFlags) limitCall(e *env, name, verb string, req any) error {
-	cl, err := c.dial(name, e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	data, err := cl.call(verb, req)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
-	}
-	var l wire.Limit
-	if err := decodeReply(verb, data, &l); err != nil {
+	l, printed, err := askFor[wire.Limit](c, e, name, verb, req)
+	if err != nil || printed {
 		return err
 	}
 	return printLimits(e, []wire.Limit{l})
@@ -169,20 +149,8 @@ func (c *limitsLsCmd) check() error {
 }
 
 func (c *limitsLsCmd) Run(e *env) error {
-	cl, err := c.dial("limits ls", e)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	data, err := cl.call(wire.VerbLimitsList, nil)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(e.stdout, data)
-	}
-	var r wire.LimitsReply
-	if err := decodeReply(wire.VerbLimitsList, data, &r); err != nil {
+	r, printed, err := askFor[wire.LimitsReply](&c.apiFlags, e, "limits ls", wire.VerbLimitsList, nil)
+	if err != nil || printed {
 		return err
 	}
 	if len(r.Limits) == 0 {

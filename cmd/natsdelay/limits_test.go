@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"natsdelay/bridge/wire"
+	"natsdelay/cmd/internal/usage"
 )
 
 // TestLimits_Commands drives the flow-control commands against a running
@@ -115,7 +116,7 @@ func TestParse_ConfigLimits_BadValue_NamesTheKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeConfig(t, `{"nats_listen": "127.0.0.1:0", "http": "127.0.0.1:0", "limits": `+tc.limits+`}`)
 			_, _, err := parse([]string{"--config", file}, io.Discard, io.Discard)
-			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "config file "+file) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, usage.ErrUsage) || !strings.Contains(err.Error(), "config file "+file) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("parse: %v\nwant a usage error naming the file and %q", err, tc.want)
 			}
 		})

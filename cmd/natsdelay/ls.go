@@ -65,20 +65,17 @@ type lsFilterReply struct {
 }
 
 func (c *lsCmd) Run(e *env) error {
+	if !isFilter(c.Subject) && c.JSON && !c.All {
+		// The reply as it came, as for the other commands.
+		_, _, err := c.ask(e, "ls", wire.VerbList, wire.ListRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After})
+		return err
+	}
 	cl, err := c.dial("ls", e)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
 	if !isFilter(c.Subject) {
-		if c.JSON && !c.All {
-			// The reply as it came, as for the other commands.
-			data, err := cl.call(wire.VerbList, wire.ListRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After})
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, data)
-		}
 		r, err := c.list(cl, c.Subject, c.After)
 		if err != nil {
 			return err

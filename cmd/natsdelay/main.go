@@ -32,6 +32,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/wire"
+	"natsdelay/cmd/internal/usage"
 )
 
 const (
@@ -39,22 +40,6 @@ const (
 	exitRuntime = 1
 	exitUsage   = 2
 )
-
-// errUsage is matched by every error that a different command line or
-// config would fix; run exits with exitUsage for them.
-var errUsage = errors.New("usage")
-
-// usageError marks err as a usage error without changing its text.
-type usageError struct{ err error }
-
-func (e usageError) Error() string        { return e.err.Error() }
-func (e usageError) Unwrap() error        { return e.err }
-func (e usageError) Is(target error) bool { return target == errUsage }
-
-// usagef returns a usage error built as fmt.Errorf does.
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
 
 // cli is the whole command line.
 type cli struct {
@@ -111,7 +96,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // parse reads args, env vars and the config file into a cli and checks the
-// chosen command's settings. Every error it returns wraps errUsage.
+// chosen command's settings. Every error it returns wraps usage.ErrUsage.
 func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error) {
 	var c cli
 	bad := &badValues{}
@@ -146,20 +131,19 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 	}
 	kctx, err := p.Parse(hoistContext(args, withContext))
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, usage.Wrap(err)
 	}
 	if sc, ok := kctx.Selected().Target.Addr().Interface().(*serveCmd); ok {
 		sc.bad, sc.limits = bad, limits
 	}
 	if ch, ok := kctx.Selected().Target.Addr().Interface().(checker); ok {
 		err := ch.check()
-		var ue usageError
 		switch {
-		case errors.As(err, &ue):
+		case errors.Is(err, usage.ErrUsage):
 			// Already a whole sentence about the command line.
 			return nil, nil, err
 		case err != nil:
-			return nil, nil, usagef("invalid settings:\n%w", err)
+			return nil, nil, usage.Errorf("invalid settings:\n%w", err)
 		}
 	}
 	return &c, kctx, nil
@@ -175,7 +159,7 @@ type checker interface {
 func fail(stderr io.Writer, err error) int {
 	msg := strings.ReplaceAll(err.Error(), "\n", "\n  ")
 	fmt.Fprintf(stderr, "natsdelay: error: %s\n", msg)
-	if errors.Is(err, errUsage) || errors.Is(err, bridge.ErrInvalidConfig) {
+	if errors.Is(err, usage.ErrUsage) || errors.Is(err, bridge.ErrInvalidConfig) {
 		return exitUsage
 	}
 	return exitRuntime

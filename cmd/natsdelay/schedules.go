@@ -46,19 +46,16 @@ func schedulePages(cl *apiClient, req wire.SchedulesRequest, all bool) (wire.Sch
 }
 
 func (c *schedulesCmd) Run(e *env) error {
+	req := wire.SchedulesRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After}
+	if c.JSON && !c.All {
+		_, _, err := c.ask(e, "schedules", wire.VerbSchedules, req) // the reply as it came
+		return err
+	}
 	cl, err := c.dial("schedules", e)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	req := wire.SchedulesRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After}
-	if c.JSON && !c.All {
-		data, err := cl.call(wire.VerbSchedules, req)
-		if err != nil {
-			return err
-		}
-		return printJSON(e.stdout, data)
-	}
 	r, err := schedulePages(cl, req, c.All)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"natsdelay/cmd/internal/gogc"
+	"natsdelay/cmd/internal/usage"
 	"natsdelay/cmd/natsdelay/internal/server"
 
 	"natsdelay/bridge"
@@ -171,7 +172,7 @@ func (c *serveCmd) probePorts() error {
 		probeListen(&p, c.listen())
 	}
 	if err := p.err(); err != nil {
-		return usageError{err}
+		return usage.Wrap(err)
 	}
 	return nil
 }
@@ -208,7 +209,7 @@ func (c *serveCmd) Run(e *env) error {
 	srv, err := server.Open(ctx, o)
 	if err != nil {
 		if errors.Is(err, server.ErrSettings) {
-			return usageError{err}
+			return usage.Wrap(err)
 		}
 		return err
 	}

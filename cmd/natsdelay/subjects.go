@@ -48,19 +48,16 @@ func subjectPages(cl *apiClient, req wire.SubjectsRequest, all bool) (wire.Subje
 }
 
 func (c *subjectsCmd) Run(e *env) error {
+	req := wire.SubjectsRequest{Filter: c.Filter, Limit: limit(c.Limit), After: c.After}
+	if c.JSON && !c.All {
+		_, _, err := c.ask(e, "subjects", wire.VerbSubjects, req) // the reply as it came
+		return err
+	}
 	cl, err := c.dial("subjects", e)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	req := wire.SubjectsRequest{Filter: c.Filter, Limit: limit(c.Limit), After: c.After}
-	if c.JSON && !c.All {
-		data, err := cl.call(wire.VerbSubjects, req)
-		if err != nil {
-			return err
-		}
-		return printJSON(e.stdout, data)
-	}
 	r, err := subjectPages(cl, req, c.All)
 	if err != nil {
 		return err

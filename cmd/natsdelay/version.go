@@ -9,6 +9,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"natsdelay/bridge"
+	"natsdelay/cmd/internal/usage"
 )
 
 // versionCmd prints what --version prints.
@@ -71,7 +72,7 @@ func (c *helpCmd) Run(kctx *kong.Context) error {
 	// --help prints the help and exits; Parse returns only when the
 	// words name no command.
 	if _, err := kctx.Kong.Parse(append(slices.Clone(c.Command), "--help")); err != nil {
-		return usagef("help %s: %w", strings.Join(c.Command, " "), err)
+		return usage.Errorf("help %s: %w", strings.Join(c.Command, " "), err)
 	}
 	return nil
 }

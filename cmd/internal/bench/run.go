@@ -69,61 +69,26 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		}
 		return run(e)
 	}
-	if err := phase(PhaseIngest, func(e *env) (err error) {
-		cfg.Logger.Info("ingest")
-		res.Ingest, err = e.runIngest(ctx)
-		return err
-	}); err != nil {
-		return res, err
+	phases := []struct {
+		name, title string
+		run         func(e *env) error
+	}{
+		{PhaseIngest, "ingest", func(e *env) (err error) { res.Ingest, err = e.runIngest(ctx); return err }},
+		{PhaseFire, "fire", func(e *env) (err error) { res.Fire, err = e.runFire(ctx); return err }},
+		{PhaseEndToEnd, "end to end", func(e *env) (err error) { res.EndToEnd, err = e.runEndToEnd(ctx); return err }},
+		{PhaseScale, "scale and expiry", func(e *env) (err error) { res.Scale, res.Expiry, err = e.runScale(); return err }},
+		{PhaseWaves, "waves", func(e *env) (err error) { res.Waves, err = e.runWaves(); return err }},
+		{PhaseRecur, "recurring", func(e *env) (err error) { res.Recurring, err = e.runRecurring(ctx); return err }},
+		{PhaseFlow, "flow", func(e *env) (err error) { res.Flow, err = e.runFlow(ctx); return err }},
+		{PhaseCluster, "cluster", func(e *env) (err error) { res.Cluster, err = e.runCluster(ctx); return err }},
 	}
-	if err := phase(PhaseFire, func(e *env) (err error) {
-		cfg.Logger.Info("fire")
-		res.Fire, err = e.runFire(ctx)
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseEndToEnd, func(e *env) (err error) {
-		cfg.Logger.Info("end to end")
-		res.EndToEnd, err = e.runEndToEnd(ctx)
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseScale, func(e *env) (err error) {
-		cfg.Logger.Info("scale and expiry")
-		res.Scale, res.Expiry, err = e.runScale()
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseWaves, func(e *env) (err error) {
-		cfg.Logger.Info("waves")
-		res.Waves, err = e.runWaves()
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseRecur, func(e *env) (err error) {
-		cfg.Logger.Info("recurring")
-		res.Recurring, err = e.runRecurring(ctx)
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseFlow, func(e *env) (err error) {
-		cfg.Logger.Info("flow")
-		res.Flow, err = e.runFlow(ctx)
-		return err
-	}); err != nil {
-		return res, err
-	}
-	if err := phase(PhaseCluster, func(e *env) (err error) {
-		cfg.Logger.Info("cluster")
-		res.Cluster, err = e.runCluster(ctx)
-		return err
-	}); err != nil {
-		return res, err
+	for _, p := range phases {
+		if err := phase(p.name, func(e *env) error {
+			cfg.Logger.Info(p.title)
+			return p.run(e)
+		}); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
