@@ -13,6 +13,10 @@
 //     and sends deliveries, dead letters and its flush markers;
 //   - the Prometheus metrics, and the rate-limited warnings about invalid
 //     publishes and bad answers;
+//   - with Config.Events, the publisher of lifecycle events (package
+//     bridge/events), told by ingest and, through dispatch's Lifecycle
+//     hook, by the dispatcher; Events hands it to code that makes other
+//     things happen to messages;
 //   - the core, which it opens in New and closes in Close;
 //   - on a node of a cluster, what is subscribed while it leads, and its
 //     answers to CLUSTER.STATUS.

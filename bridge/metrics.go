@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"natsdelay/bridge/events"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -179,6 +180,22 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "ingest_invalid_unanswered_total", Help: "Invalid plain publishes (no reply subject to tell)."},
 			func() float64 { return float64(s.invalid.Load()) }),
+	}
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "events_published_total",
+		Help: "Lifecycle events (--events) handed to the NATS connection."},
+		func() float64 { return float64(s.events.Stats().Published) }))
+	for _, r := range []struct {
+		reason string
+		n      func(events.Stats) uint64
+	}{
+		{"full", func(st events.Stats) uint64 { return st.Dropped }},
+		{"failed", func(st events.Stats) uint64 { return st.Failed }},
+		{"fenced", func(st events.Stats) uint64 { return st.Fenced }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "events_dropped_total",
+			Help:        "Lifecycle events (--events) not published, by reason: full (the queue was full: they came faster than the connection took them), failed (the connection refused them: closed, or reconnecting with its buffer full) or fenced (this node of a cluster did not hold its lease). Events are best effort: delivery never waits for them.",
+			ConstLabels: prometheus.Labels{"reason": r.reason}},
+			func() float64 { return float64(r.n(s.events.Stats())) }))
 	}
 	if s.cfg.Cluster != nil {
 		cs = append(cs, m.leaderChanges, &clusterCollector{s: s})

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge/core"
+	"natsdelay/bridge/events"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"
@@ -43,6 +44,20 @@ type Config struct {
 	// QueueGroup is the queue group of the ingest subscription. Default
 	// "natsdelay".
 	QueueGroup string
+
+	// Events turns lifecycle events on: what happens to each message
+	// (scheduled, delivered, acked, nak, term, expired, dead, canceled,
+	// and the kinds Events().Emit is told) is published, best effort, to
+	// <EventPrefix>.<kind>.<subject>; see package bridge/events. Off (the
+	// default) costs nothing on the paths that would tell them.
+	Events bool
+	// EventPrefix is the prefix of lifecycle events; ingest refuses
+	// targets inside it. Default "$DELAY.EVENT".
+	EventPrefix string
+	// EventBuffer bounds the lifecycle events waiting to be published;
+	// past it they are dropped and counted
+	// (natsdelay_events_dropped_total). Default 8192.
+	EventBuffer int
 	// MaxPayload bounds the payload of a scheduled message. Default: the
 	// server's max_payload. Whatever it is, ingest also refuses a message
 	// whose delivery or dead letter, with the headers the service adds,
@@ -79,6 +94,8 @@ func DefaultConfig() Config {
 		IngestPrefix:   wire.DefaultIngestPrefix,
 		AckPrefix:      wire.DefaultAckPrefix,
 		APIPrefix:      wire.DefaultAPIPrefix,
+		EventPrefix:    wire.DefaultEventPrefix,
+		EventBuffer:    events.DefaultBuffer,
 		QueueGroup:     "natsdelay",
 		MaxControlLine: DefaultMaxControlLine,
 	}
@@ -94,6 +111,8 @@ func (c Config) withDefaults(nc *nats.Conn) Config {
 	def(&c.IngestPrefix, d.IngestPrefix)
 	def(&c.AckPrefix, d.AckPrefix)
 	def(&c.APIPrefix, d.APIPrefix)
+	def(&c.EventPrefix, d.EventPrefix)
+	c.EventBuffer = cmp.Or(c.EventBuffer, d.EventBuffer)
 	def(&c.QueueGroup, d.QueueGroup)
 	c.MaxControlLine = cmp.Or(c.MaxControlLine, d.MaxControlLine)
 	c.ClusterStatusWait = cmp.Or(c.ClusterStatusWait, defaultClusterStatusWait)
@@ -118,7 +137,7 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}} {
+	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}, {"EventPrefix", c.EventPrefix}} {
 		if p.v == "" {
 			continue
 		}
@@ -139,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if c.ClusterStatusWait < 0 {
 		bad("ClusterStatusWait (%v) must be > 0", c.ClusterStatusWait)
+	}
+	if c.EventBuffer < 0 {
+		bad("EventBuffer (%d) must be > 0", c.EventBuffer)
 	}
 	// NB: prefixes so long that no delivery or dead letter fits the
 	// server's control line would make every ingest a 400; say so once.
@@ -182,6 +204,9 @@ type Service struct {
 	pub   *publisher
 	lim   scheduleLimits
 	m     *metrics
+	// events publishes lifecycle events; nil when they are off, which
+	// every caller of its Emit relies on.
+	events *events.Publisher
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -254,7 +279,7 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 	}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.lim = scheduleLimits{
-		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, "$SRV"},
+		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
 		ackPrefix: cfg.AckPrefix, deadLetter: cfg.Delivery.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
 	}
 	if err := s.start(); err != nil {
@@ -267,6 +292,19 @@ func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
 	cc.Delivery.Observer, cc.Metrics = s.m, s.m
+	if s.cfg.Events {
+		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
+		if s.cfg.Cluster != nil {
+			ec.Fence = s.cfg.Cluster.HoldsLease // only the leader tells
+		}
+		ev, err := events.New(s.nc, ec)
+		if err != nil {
+			s.closeUnstarted()
+			return err
+		}
+		s.events = ev
+		cc.Delivery.Lifecycle = dispatch.LifecycleFunc(s.lifecycle)
+	}
 	if s.cfg.Cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
 		cc.Delivery.Fence = s.cfg.Cluster.HoldsLease
@@ -452,6 +490,9 @@ func (s *Service) Close() error {
 		if s.statusSub != nil {
 			errs = append(errs, drain(s.statusSub, s.nc))
 		}
+		// NB: nothing tells events any more: the core has stopped and
+		// the acks are drained. What is queued is published.
+		s.events.Close()
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -537,6 +578,9 @@ func (s *Service) handleIngest(req micro.Request) {
 	// handler reads once the handler returns.
 	reply := req.Reply()
 	err = s.core.Load().Schedule(msg, func(k keys.Key, err error) {
+		if err == nil && s.events != nil {
+			s.events.Emit(events.Of(events.Scheduled, k, msg, 0))
+		}
 		switch {
 		case reply == "":
 		case err != nil:
@@ -687,4 +731,28 @@ func (s *Service) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Events is the publisher of lifecycle events, or nil when they are off
+// (Config.Events): Emit on nil does nothing, so code that makes something
+// happen to a message (a reschedule, a replay) tells it with
+// s.Events().Emit(events.Of(events.Rescheduled, k, msg, attempt)) and
+// pays nothing when events are off.
+func (s *Service) Events() *events.Publisher { return s.events }
+
+// lifecycle tells the dispatcher's lifecycle events as events.
+func (s *Service) lifecycle(e dispatch.LifecycleEvent) {
+	ev := events.Event{Kind: lifecycleKinds[e.Kind], Tag: e.Key, Subject: e.Subject, ID: e.ID, Attempt: e.Attempt,
+		FireAt: time.Unix(0, e.FireAtNs), Reason: e.Reason}
+	if e.AtNs != 0 {
+		ev.At = time.Unix(0, e.AtNs)
+	}
+	s.events.Emit(ev)
+}
+
+// lifecycleKinds are the event kinds of the dispatcher's lifecycle kinds.
+var lifecycleKinds = [...]events.Kind{
+	dispatch.Delivered: events.Delivered, dispatch.Acked: events.Acked, dispatch.Naked: events.Nak,
+	dispatch.Termed: events.Term, dispatch.Expired: events.Expired, dispatch.DeadLettered: events.Dead,
+	dispatch.Canceled: events.Canceled,
 }

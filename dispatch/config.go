@@ -9,7 +9,7 @@ import (
 )
 
 // Config holds a Dispatcher's settings, and the optional hooks it calls
-// (Fence, Observer, Now, Logger); what it cannot run without, New takes.
+// (Fence, Observer, Lifecycle, Now, Logger); what it cannot run without, New takes.
 // A zero field means the default shown by DefaultConfig.
 type Config struct {
 	// Fence, if set, reports whether this process may publish now: on a
@@ -92,6 +92,9 @@ type Config struct {
 
 	// Observer, if not nil, is told about every delivery.
 	Observer Observer
+	// Lifecycle, if not nil, is told what becomes of each message (see
+	// Lifecycle). Nil costs nothing.
+	Lifecycle Lifecycle
 
 	// Now is the clock; nil means time.Now. Tests may override it.
 	Now func() time.Time

@@ -123,7 +123,9 @@ type flight struct {
 	// pending is what deleting the message needs to know of it (subject
 	// and expiry), for messages nothing but the dispatcher can delete:
 	// those without a client id, which no new message can replace.
-	pending  *delaystore.StoredMessage
+	pending *delaystore.StoredMessage
+	// about is what Config.Lifecycle is told of it; nil without one.
+	about    *about
 	pass     uint64 // the pass that published it
 	deadline int64  // Unix ns; meaning depends on state
 	idx      int    // in the timer heap; -1 when not in it

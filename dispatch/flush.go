@@ -197,5 +197,9 @@ func (d *Dispatcher) countReached(reached []outgoing) {
 		if obs != nil {
 			obs.Delivered(o.msg, o.attempt, o.lateness, o.held)
 		}
+		if lc := d.cfg.Lifecycle; lc != nil {
+			lc.Happened(LifecycleEvent{Kind: Delivered, Key: o.f.key, Subject: o.msg.Subject, ID: o.msg.ClientId, FireAtNs: o.msg.FireAtNs,
+				Attempt: o.attempt, AtNs: o.msg.FireAtNs + int64(o.lateness)})
+		}
 	}
 }

@@ -222,6 +222,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
+		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.byKey[f.k] = fl
 		t.flights++
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
@@ -377,6 +378,7 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 			if mine {
 				d.log.Error("message can never be delivered: dead-lettered", "tag", f.key, "dead_letter", subj, "err", cause)
 				d.stats.deadLettered.Add(1)
+				d.happened(DeadLettered, f.key, msg, f.attempt, reason)
 				d.deleteThen(f.key, nil)
 			}
 			return

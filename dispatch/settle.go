@@ -47,11 +47,15 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 	if f := d.mu.flights.byKey[k]; f != nil && f.state != stateSettling {
 		pending = f.pending
 	}
+	ab, attempt, tell := d.answeredLocked(k)
 	// Mark it as Cancel does, so that a scan which read the message
 	// before the delete commits does not deliver it after the +OK.
 	d.markSettlingLocked(k)
 	d.mu.Unlock()
 	d.pubMu.Unlock()
+	if tell && ab == nil {
+		ab, attempt = d.aboutKey(k)
+	}
 	d.del.deletePending(k, pending, func(applied bool, err error) {
 		switch {
 		case err != nil:
@@ -60,6 +64,7 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 			done(ErrUnknownTag)
 		default:
 			d.stats.acked.Add(1)
+			d.happenedTo(Acked, k, ab, attempt, "")
 			done(nil)
 		}
 	})
@@ -77,11 +82,14 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 		done(ErrNotInFlight)
 		return
 	}
+	var naked *about
+	attempt := f.attempt
 	switch a.Kind {
 	case AckNak:
 		f.state = stateRetry
 		d.mu.flights.timers.schedule(f, after(now, a.Delay))
 		d.stats.nacked.Add(1)
+		naked = f.about
 	case AckFailed:
 		wait := d.backoffAfter(f.attempt)
 		if wait == 0 {
@@ -99,6 +107,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 	if first {
 		d.signal()
 	}
+	d.happenedTo(Naked, k, naked, attempt, "")
 	done(nil)
 }
 
@@ -118,9 +127,11 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		// bounce. The pass dead-letters it then (see publish).
 		d.markSettlingLocked(k)
 		f.term = &pendingTerm{reason: reason, done: done}
+		termed, attempt := f.about, f.attempt
 		d.mu.Unlock()
 		d.pubMu.Unlock()
 		d.stats.termed.Add(1)
+		d.happenedTo(Termed, k, termed, attempt, why)
 		return
 	}
 	if f := d.markSettlingLocked(k); f != nil {
@@ -140,6 +151,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	}
 	attempt = max(attempt, msg.Attempt)
 	d.stats.termed.Add(1)
+	d.happened(Termed, k, msg, attempt, why)
 	d.deadLetter(k, msg, attempt, reason, done)
 }
 
@@ -213,6 +225,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 
 // cancel deletes the pending message under k; see Cancel.
 func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
+	ab, attempt := d.aboutKey(k)
 	d.pubMu.Lock()
 	d.mu.Lock()
 	d.markSettlingLocked(k)
@@ -232,6 +245,7 @@ func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 	case r := <-ch:
 		if r.applied {
 			d.stats.canceled.Add(1)
+			d.happenedTo(Canceled, k, ab, attempt, "")
 		}
 		return r.applied, r.err
 	case <-ctx.Done():
@@ -280,6 +294,9 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 // must be marked canceled or settling, so no scan picks it up meanwhile.
 func (d *Dispatcher) settleExpired(k keys.Key, msg *delaystore.StoredMessage, done func(error)) {
 	d.stats.expired.Add(1)
+	if d.cfg.Lifecycle != nil {
+		d.happened(Expired, k, msg, max(msg.Attempt, d.Attempt(k)), "")
+	}
 	if d.cfg.DeadLetterExpired {
 		d.deadLetter(k, msg, max(msg.Attempt, d.Attempt(k)), "expired", done)
 		return
@@ -321,6 +338,7 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 		}
 	}
 	d.stats.deadLettered.Add(1)
+	d.happened(DeadLettered, k, msg, attempt, reason)
 	d.deleteThen(k, done)
 }
 

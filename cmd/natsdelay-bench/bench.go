@@ -27,12 +27,13 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes, a smoke check that runs in ${quick_takes} on two cores; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow and cluster; default all but flow and cluster." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow, events and cluster; default all but flow, events and cluster." placeholder:"PHASE,..."`
 	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale, waves and cluster phases run (default the natsdelay next to this binary, else on the PATH), also to measure another version with the same bench." placeholder:"FILE"`
 	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
 	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
 	Flow         bool     `help:"Run the flow phase: the fire lateness of an unlimited subject alone and beside a paused subject with many due and a rate-limited one; alone unless --phases names others."`
 	FlowPaused   int      `name:"flow-paused" help:"Messages due on the paused subject of the flow phase (default 1000000)."`
+	EventsRounds int      `name:"events-rounds" help:"Runs of --e2e-msgs the events phase makes with lifecycle events off, and as many with them on (default 3)."`
 	OwnProcess   bool     `name:"own-process" help:"Run natsdelay as its own serve process in ingest, fire and end to end too, so their CPU time per message is natsdelay's apart (lateness then suffers from the two processes sharing the cores)."`
 	NATSPID      int      `name:"nats-pid" help:"Process id of the nats-server at --nats, on this machine: each phase then reports its CPU time apart from the clients'." placeholder:"PID"`
 	Trace        string   `name:"trace" help:"Write a runtime execution trace of each of natsdelay's fire runs to FILE (FILE.<rate> after the first rate), for go tool trace." placeholder:"FILE"`
@@ -115,6 +116,7 @@ func (c *benchCmd) config() bench.Config {
 	}
 	set(&cfg.FlowPaused, c.FlowPaused)
 	set(&cfg.Failovers, c.Failovers)
+	set(&cfg.EventsRounds, c.EventsRounds)
 	if c.ScaleSubjects == 0 {
 		// The preset's subjects fit a smaller --scale-pending.
 		cfg.ScaleSubjects = min(cfg.ScaleSubjects, cfg.ScalePending)
@@ -144,7 +146,7 @@ func (c *benchCmd) check() error {
 		{"--scale-due-runs", c.ScaleDueRuns},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
-		{"--failovers", c.Failovers},
+		{"--failovers", c.Failovers}, {"--events-rounds", c.EventsRounds},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)

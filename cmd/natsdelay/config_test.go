@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"natsdelay/bridge"
 	"natsdelay/cmd/internal/usage"
 )
 
@@ -417,5 +418,38 @@ func TestParse_ConfigFile_ServeTakesOnlyItsKeys(t *testing.T) {
 	serveFile := writeConfig(t, `{"ack_wait": "5s", "nats": "nats://127.0.0.1:4222"}`)
 	if _, _, err := parse([]string{"info", "--config", serveFile}, io.Discard, io.Discard); err != nil {
 		t.Fatalf("info with serve's config file: %v", err)
+	}
+}
+
+// TestParse_Events_FlagEnvFile checks that lifecycle events are off by
+// default and are turned on, with their prefix, by the flag, the env var
+// or the config file alike, down to the service's config.
+func TestParse_Events_FlagEnvFile(t *testing.T) {
+	apply := func(s *serveCmd) bridge.Config {
+		t.Helper()
+		if err := s.check(); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		var b bridge.Config
+		s.apply(&b)
+		return b
+	}
+	if b := apply(parseServe(t, "--nats-listen", "127.0.0.1:0", "--engine", "memory")); b.Events || b.EventPrefix != "$DELAY.EVENT" {
+		t.Fatalf("by default: Events %v, EventPrefix %q; want off, $DELAY.EVENT", b.Events, b.EventPrefix)
+	}
+	file := writeConfig(t, `{"nats_listen": "127.0.0.1:0", "engine": "memory", "events": true, "event_prefix": "$AUDIT.EV"}`)
+	if b := apply(parseServe(t, "--config", file)); !b.Events || b.EventPrefix != "$AUDIT.EV" {
+		t.Fatalf("from the file: Events %v, EventPrefix %q", b.Events, b.EventPrefix)
+	}
+	if b := apply(parseServe(t, "--nats-listen", "127.0.0.1:0", "--engine", "memory", "--events", "--event-prefix", "ev")); !b.Events || b.EventPrefix != "ev" {
+		t.Fatalf("from the flags: Events %v, EventPrefix %q", b.Events, b.EventPrefix)
+	}
+	t.Setenv("NATSDELAY_EVENTS", "true")
+	if b := apply(parseServe(t, "--nats-listen", "127.0.0.1:0", "--engine", "memory")); !b.Events {
+		t.Fatal("NATSDELAY_EVENTS=true: events off")
+	}
+	_, _, err := parse([]string{"--nats-listen", "127.0.0.1:0", "--engine", "memory", "--event-prefix", "a.*"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `--event-prefix "a.*"`) {
+		t.Fatalf("a wildcard event prefix: %v, want an error naming --event-prefix", err)
 	}
 }

@@ -112,6 +112,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 			"ingest_prefix":    wire.DefaultIngestPrefix,
 			"ack_prefix":       wire.DefaultAckPrefix,
 			"api_prefix":       wire.DefaultAPIPrefix,
+			"event_prefix":     wire.DefaultEventPrefix,
 			"listen":           defaultListen,
 			"data_dir":         defaultDataDir,
 			"http":             defaultHTTP,

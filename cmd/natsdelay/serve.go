@@ -50,6 +50,8 @@ type serveCmd struct {
 	IngestPrefix       string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}" config:"IngestPrefix"`
 	AckPrefix          string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}" config:"AckPrefix"`
 	APIPrefix          string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}" config:"APIPrefix"`
+	Events             bool            `help:"Publish lifecycle events (scheduled, delivered, acked, nak, term, expired, dead, canceled, ...) to <event-prefix>.<kind>.<subject>, best effort: delivery never waits for them." config:"Events"`
+	EventPrefix        string          `help:"Prefix of lifecycle events." default:"${event_prefix}" config:"EventPrefix"`
 	MaxPayload         int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0" config:"MaxPayload"`
 	MaxControlLine     int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096" config:"MaxControlLine"`
 	ExpiryInterval     time.Duration   `help:"How often expired messages are removed." default:"1s" config:"Expiry.Interval"`
@@ -129,6 +131,7 @@ func (c *serveCmd) check() error {
 		{"--ingest-prefix", c.IngestPrefix, wire.DefaultIngestPrefix},
 		{"--ack-prefix", c.AckPrefix, wire.DefaultAckPrefix},
 		{"--api-prefix", c.APIPrefix, wire.DefaultAPIPrefix},
+		{"--event-prefix", c.EventPrefix, wire.DefaultEventPrefix},
 	} {
 		if f.v == "" {
 			p.add("%s \"\": want a subject prefix such as %s", f.name, f.example)

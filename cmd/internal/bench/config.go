@@ -107,6 +107,9 @@ type Config struct {
 	FlowRate   float64
 	FlowPaused int
 	FlowRated  int
+	// EventsRounds is how many runs of EndToEndMsgs the events phase makes
+	// with lifecycle events off, and as many with them on. Default 3.
+	EventsRounds int
 	// Failovers is how many times the cluster phase kills the leader of
 	// its three-node cluster. Default 5.
 	Failovers int
@@ -174,16 +177,19 @@ const (
 	// PhaseFlow measures the fire lateness of an unlimited subject beside
 	// a paused one and a rate-limited one. It runs only when asked for.
 	PhaseFlow = "flow"
+	// PhaseEvents measures natsdelay's end to end with lifecycle events
+	// off and on. It runs only when asked for.
+	PhaseEvents = "events"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseCluster}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseEvents, PhaseCluster}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
-	if phase == PhaseCluster || phase == PhaseFlow {
+	if phase == PhaseCluster || phase == PhaseFlow || phase == PhaseEvents {
 		return slices.Contains(c.Phases, phase)
 	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
@@ -216,6 +222,7 @@ func DefaultConfig() Config {
 		FlowRate:       25_000,
 		FlowPaused:     1_000_000,
 		FlowRated:      10_000,
+		EventsRounds:   3,
 		Failovers:      5,
 		Timeout:        2 * time.Minute,
 	}
@@ -259,6 +266,7 @@ func Quick() Config {
 		FlowRate:       5_000,
 		FlowPaused:     20_000,
 		FlowRated:      1_000,
+		EventsRounds:   1,
 		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}
@@ -284,6 +292,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ExpiredMsgs, d.ExpiredMsgs)
 	def(&c.Waves, d.Waves)
 	def(&c.Failovers, d.Failovers)
+	def(&c.EventsRounds, d.EventsRounds)
 	def(&c.FlowMsgs, d.FlowMsgs)
 	def(&c.FlowPaused, d.FlowPaused)
 	def(&c.FlowRated, d.FlowRated)
@@ -332,7 +341,7 @@ func (c Config) Validate() error {
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
-		{"Failovers", c.Failovers}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
+		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)

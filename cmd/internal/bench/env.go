@@ -42,14 +42,18 @@ type env struct {
 	// replicas is the replication of the streams stream creates; 0 is 1.
 	replicas int
 
-	id      string // unique per run
-	ingest  string // natsdelay ingest prefix
-	ack     string
-	api     string
-	sched   string // JetStream schedule subjects: <sched>.<phase>.<i>
-	fired   string // JetStream target subjects: <fired>.<phase>
-	plain   string // natsdelay target subjects: <plain>.<phase>
-	payload []byte
+	id     string // unique per run
+	ingest string // natsdelay ingest prefix
+	ack    string
+	api    string
+	events string // natsdelay event prefix
+	// withEvents turns natsdelay's lifecycle events on in the services
+	// started meanwhile (the events phase).
+	withEvents bool
+	sched      string // JetStream schedule subjects: <sched>.<phase>.<i>
+	fired      string // JetStream target subjects: <fired>.<phase>
+	plain      string // natsdelay target subjects: <plain>.<phase>
+	payload    []byte
 }
 
 // newEnv sets up the server, connections and subjects of one phase. With
@@ -59,6 +63,7 @@ func newEnv(cfg Config, phase string) (e *env, err error) {
 	e.ingest = "bench_" + e.id
 	e.ack = "$BENCH." + e.id + ".ACK"
 	e.api = "$BENCH." + e.id + ".API"
+	e.events = "$BENCH." + e.id + ".EVENT"
 	e.sched = "bench." + e.id + ".sched"
 	e.fired = "bench." + e.id + ".fired"
 	e.plain = "bench." + e.id + ".plain"
@@ -155,7 +160,7 @@ func (e *env) openDelay(dir string) (*delay, error) {
 		nc.Close()
 		return nil, fmt.Errorf("bench: open the pebble store in %s: %w", dir, err)
 	}
-	cfg := bridge.Config{Engine: "pebble", IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api}
+	cfg := bridge.Config{Engine: "pebble", IngestPrefix: e.ingest, AckPrefix: e.ack, APIPrefix: e.api, Events: e.withEvents, EventPrefix: e.events}
 	cfg.Expiry.Interval, cfg.Logger = e.cfg.ExpiryInterval, e.cfg.Logger
 	svc, err := bridge.New(nc, st, cfg)
 	if err != nil {

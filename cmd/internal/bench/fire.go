@@ -117,6 +117,9 @@ type sysRun struct {
 	// ACK applied.
 	settled func(n int) (bool, error)
 	stop    func() error
+	// events is what natsdelay counted of its lifecycle events:
+	// published and dropped, -1 where unknown.
+	events func() (published, dropped int64)
 	// occurrences counts the deliveries of the FireRecurring schedules;
 	// nil without them.
 	occurrences *atomic.Int64
@@ -154,7 +157,8 @@ func (e *env) startSystem(ctx context.Context, system, phase string, rec *record
 				some, err := d.hasPending(e.plain + "." + phase)
 				return !some, err
 			},
-			stop: func() error { return errors.Join(stopSub(), d.close()) },
+			stop:   func() error { return errors.Join(stopSub(), d.close()) },
+			events: d.eventStats,
 		}, nil
 	case SystemJS:
 		s, err := e.stream(ctx, phase)

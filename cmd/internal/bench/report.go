@@ -156,6 +156,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if fr := res.Flow; fr != nil {
 		writeFlow(p, fr, c.OwnProcess)
 	}
+	if er := res.Events; er != nil {
+		writeEvents(p, er, c.OwnProcess)
+	}
 	if cr := res.Cluster; cr != nil {
 		writeCluster(p, c, cr)
 	}

@@ -22,6 +22,7 @@ type Results struct {
 	Recurring *RecurringResult `json:"recurring,omitempty"`
 	Cluster   *ClusterResult   `json:"cluster,omitempty"`
 	Flow      *FlowResult      `json:"flow,omitempty"`
+	Events    *EventsResult    `json:"events,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 

@@ -80,6 +80,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		{PhaseWaves, "waves", func(e *env) (err error) { res.Waves, err = e.runWaves(); return err }},
 		{PhaseRecur, "recurring", func(e *env) (err error) { res.Recurring, err = e.runRecurring(ctx); return err }},
 		{PhaseFlow, "flow", func(e *env) (err error) { res.Flow, err = e.runFlow(ctx); return err }},
+		{PhaseEvents, "events", func(e *env) (err error) { res.Events, err = e.runEvents(ctx); return err }},
 		{PhaseCluster, "cluster", func(e *env) (err error) { res.Cluster, err = e.runCluster(ctx); return err }},
 	}
 	for _, p := range phases {

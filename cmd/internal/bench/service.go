@@ -33,6 +33,9 @@ type service interface {
 	mem() (MemSample, error)
 	// pid is natsdelay's own process, or 0 where it runs in this one.
 	pid() int
+	// eventStats is how many lifecycle events natsdelay published and
+	// dropped; -1, -1 where it cannot tell.
+	eventStats() (published, dropped int64)
 	close() error
 }
 
@@ -49,6 +52,11 @@ func (d *delay) mem() (MemSample, error) {
 }
 
 func (d *delay) pid() int { return 0 }
+
+func (d *delay) eventStats() (int64, int64) {
+	st := d.svc.Events().Stats()
+	return int64(st.Published), int64(st.Dropped + st.Failed + st.Fenced)
+}
 
 func (d *delay) rss() (int64, int64) { return procRSS("self") }
 
@@ -95,6 +103,9 @@ func (e *env) startProcess(dir string) (*process, error) {
 	if e.cfg.IdleRelease != 0 {
 		args = append(args, "--idle-release", e.cfg.IdleRelease.String())
 	}
+	if e.withEvents {
+		args = append(args, "--events", "--event-prefix", e.events)
+	}
 	p := &process{e: e, cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	ready := &readyLine{found: make(chan string, 1)}
 	p.cmd.Stderr = io.MultiWriter(p.stderr, ready)
@@ -139,6 +150,20 @@ func (p *process) hasPending(subject string) (bool, error) {
 func (p *process) rss() (int64, int64) { return procRSS(strconv.Itoa(p.cmd.Process.Pid)) }
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) eventStats() (int64, int64) {
+	c := http.Client{Timeout: p.e.cfg.Timeout}
+	resp, err := c.Get(p.http + "/metrics")
+	if err != nil {
+		return -1, -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return -1, -1
+	}
+	return eventStats(b)
+}
 
 // Every message pending is natsdelay's own count, not a scan; but
 // INFO's counts by due window read every subject, so it is given the
