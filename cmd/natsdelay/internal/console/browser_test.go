@@ -191,6 +191,16 @@ func (b *browser) accessible(t *testing.T, what string) {
 	}
 }
 
+// submit clicks the button sel and waits for the page the form's answer
+// loads (after its redirect), and returns the outcome line it shows.
+func (b *browser) submit(t *testing.T, sel string) string {
+	t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel)))); err != nil {
+		t.Fatalf("submit %s: %v", sel, err)
+	}
+	return eval[string](t, b, `(document.querySelector('p.done') || {textContent: ''}).textContent`)
+}
+
 // TestBrowser_Console checks the console in a real browser against a real
 // service with data: every page loads, with the counts the service has;
 // the subject filter narrows the list as one types (htmx); a subject
@@ -255,8 +265,8 @@ func TestBrowser_Console(t *testing.T) {
 
 	// Cancel it: back on the subject, it is gone from the list, and the
 	// service has it no more.
-	b.do(t, "cancel", chromedp.Click(css("#confirm")), chromedp.Click(css("#cancel")), chromedp.WaitVisible(css("p.done")))
-	if done := b.text(t, "p.done"); !strings.Contains(done, "Canceled "+xss) {
+	b.do(t, "confirm", chromedp.Click(css("#confirm")))
+	if done := b.submit(t, "#cancel"); done != "Canceled "+xss+"." {
 		t.Errorf("after cancel: %q", done)
 	}
 	listed := eval[bool](t, b, `[...document.querySelectorAll('#messages code')].some(c => c.textContent === '`+xss+`')`)
@@ -281,9 +291,13 @@ func TestBrowser_Console(t *testing.T) {
 
 	// Limits: set one in the form, pause it from the list.
 	b.do(t, "limits", chromedp.Navigate(base+"limits"), chromedp.WaitVisible(css("#set-limit")),
-		chromedp.SendKeys(css("#pattern"), "orders.>"), chromedp.SendKeys(css("#rate"), "50"),
-		chromedp.Click(css(`#set-limit button[type=submit]`)), chromedp.WaitVisible(css("#limits")),
-		chromedp.Click(css(`#limits button`)), chromedp.WaitVisible(css("p.done")))
+		chromedp.SendKeys(css("#pattern"), "orders.>"), chromedp.SendKeys(css("#rate"), "50"))
+	if done := b.submit(t, `#set-limit button[type=submit]`); done != "Set the limit of orders.>." {
+		t.Errorf("set a limit: %q", done)
+	}
+	if done := b.submit(t, `#limits button`); done != "Paused orders.>." {
+		t.Errorf("pause: %q", done)
+	}
 	if limits := b.text(t, "#limits"); !strings.Contains(limits, "orders.>") || !strings.Contains(limits, "50") || !strings.Contains(limits, "paused") {
 		t.Errorf("limits: %q, want orders.> at 50/s, paused", limits)
 	}

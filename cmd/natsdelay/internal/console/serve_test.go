@@ -191,4 +191,3 @@ func mustStatus(t testing.TB, what string, got, want int, body string) {
 		t.Fatalf("%s: status %d, want %d; body:\n%s", what, got, want, body)
 	}
 }
-
