@@ -140,6 +140,15 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &empty); err != nil {
 		return nil, err
 	}
+	return s.Info()
+}
+
+// Info is INFO's answer: the service's version, storage, counts, stats,
+// settings and, in a cluster, its members.
+func (s *Service) Info() (wire.InfoReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.InfoReply{}, err
+	}
 	c := s.core.Load()
 	storage := "ok"
 	var counts wire.Counts
@@ -148,7 +157,7 @@ func (s *Service) apiInfo(req micro.Request) (any, error) {
 	} else {
 		var err error
 		if counts, err = c.Counts(); err != nil {
-			return nil, err
+			return wire.InfoReply{}, err
 		}
 	}
 	backoff := make([]string, len(s.cfg.Delivery.Backoff))
@@ -281,27 +290,36 @@ func (s *Service) apiSchedules(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
+	return s.Schedules(r)
+}
+
+// Schedules is SCHEDULES' answer to r: a page of recurring schedules, each
+// as its next occurrence.
+func (s *Service) Schedules(r wire.SchedulesRequest) (wire.SchedulesReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.SchedulesReply{}, err
+	}
 	if r.Subject != "" {
 		if err := checkTarget(r.Subject, nil); err != nil {
-			return nil, err
+			return wire.SchedulesReply{}, err
 		}
 	}
 	limit, err := pageLimit(r.Limit)
 	if err != nil {
-		return nil, err
+		return wire.SchedulesReply{}, err
 	}
 	var afterSubject, afterName string
 	if r.After != "" {
 		var ok bool
 		if afterSubject, afterName, ok = strings.Cut(r.After, " "); !ok || afterSubject == "" {
-			return nil, badRequest(`"after" %q: want the "next" of the previous page, "<subject> <name>"`, keys.Clip(r.After))
+			return wire.SchedulesReply{}, badRequest(`"after" %q: want the "next" of the previous page, "<subject> <name>"`, keys.Clip(r.After))
 		}
 	}
 	c := s.core.Load()
 	// One more than a page tells whether there is a next one.
 	refs, err := c.ScheduleRefs(r.Subject, afterSubject, afterName, limit+1)
 	if err != nil {
-		return nil, err
+		return wire.SchedulesReply{}, err
 	}
 	out := wire.SchedulesReply{Subject: r.Subject, Schedules: []wire.MessageInfo{}}
 	budget := int(s.nc.MaxPayload()) - 1024
@@ -332,13 +350,22 @@ func (s *Service) apiGet(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
+	return s.Get(ref)
+}
+
+// Get is GET's answer: the pending message ref names, with its payload if
+// ref asks for it.
+func (s *Service) Get(ref wire.MessageRef) (wire.MessageInfo, error) {
+	if err := s.answering(); err != nil {
+		return wire.MessageInfo{}, err
+	}
 	k, err := s.resolve(ref)
 	if err != nil {
-		return nil, err
+		return wire.MessageInfo{}, err
 	}
 	m, err := s.core.Load().Get(k)
 	if err != nil {
-		return nil, err
+		return wire.MessageInfo{}, err
 	}
 	return messageInfo(k, m, ref.Payload), nil
 }
@@ -348,25 +375,34 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
+	return s.List(r)
+}
+
+// List is LIST's answer to r: a page of a subject's pending messages in
+// fire order.
+func (s *Service) List(r wire.ListRequest) (wire.ListReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.ListReply{}, err
+	}
 	if r.Subject == "" {
-		return nil, badRequest(`"subject" is required`)
+		return wire.ListReply{}, badRequest(`"subject" is required`)
 	}
 	if err := checkTarget(r.Subject, nil); err != nil {
-		return nil, err
+		return wire.ListReply{}, err
 	}
 	limit, err := pageLimit(r.Limit)
 	if err != nil {
-		return nil, err
+		return wire.ListReply{}, err
 	}
 	hash := keys.TopicHash(r.Subject)
 	var from []byte
 	if r.After != "" {
 		k, err := keys.ParseTag(r.After)
 		if err != nil {
-			return nil, badTag(`"after"`, err)
+			return wire.ListReply{}, badTag(`"after"`, err)
 		}
 		if k.TopicHash() != hash {
-			return nil, badRequest(`"after" %s is not a tag of subject %q`, k, keys.Clip(r.Subject))
+			return wire.ListReply{}, badRequest(`"after" %s is not a tag of subject %q`, k, keys.Clip(r.Subject))
 		}
 		from = k.Successor()
 	}
@@ -393,7 +429,7 @@ func (s *Service) apiList(req micro.Request) (any, error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return wire.ListReply{}, err
 	}
 	if more {
 		out.Next = out.Messages[len(out.Messages)-1].Tag
@@ -406,19 +442,29 @@ func (s *Service) apiCancel(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
-	if ref.Payload {
-		return nil, badRequest(`"payload" is not a CANCEL field`)
-	}
-	k, err := s.resolve(ref)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if err := s.core.Load().Cancel(ctx, k); err != nil {
+	if err := s.CancelRef(ctx, ref); err != nil {
 		return nil, err
 	}
 	return wire.CancelReply{Canceled: true}, nil
+}
+
+// CancelRef is CANCEL: it cancels the pending message ref names, or the
+// whole schedule of an occurrence. A message that is not pending is a
+// wire.ErrNotFound.
+func (s *Service) CancelRef(ctx context.Context, ref wire.MessageRef) error {
+	if err := s.answering(); err != nil {
+		return err
+	}
+	if ref.Payload {
+		return badRequest(`"payload" is not a CANCEL field`)
+	}
+	k, err := s.resolve(ref)
+	if err != nil {
+		return err
+	}
+	return s.core.Load().Cancel(ctx, k)
 }
 
 // apiSubjects lists the subjects with pending messages that match a
@@ -430,15 +476,24 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
+	return s.Subjects(r)
+}
+
+// Subjects is SUBJECTS' answer to r: a page of the subjects with pending
+// messages that match its filter.
+func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.SubjectsReply{}, err
+	}
 	if r.Filter == "" {
 		r.Filter = ">"
 	}
 	if err := checkFilter(r.Filter); err != nil {
-		return nil, err
+		return wire.SubjectsReply{}, err
 	}
 	limit, err := pageLimit(r.Limit)
 	if err != nil {
-		return nil, err
+		return wire.SubjectsReply{}, err
 	}
 	c := s.core.Load()
 	// The registry is in subject order: the page starts after "after",
@@ -468,12 +523,12 @@ func (s *Service) apiSubjects(req micro.Request) (any, error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return wire.SubjectsReply{}, err
 	}
 	for _, t := range page {
 		due, err := c.DueNow(t.Subject)
 		if err != nil {
-			return nil, err
+			return wire.SubjectsReply{}, err
 		}
 		st := c.SubjectState(t.Subject)
 		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited})

@@ -162,6 +162,17 @@ func (s *Service) mayAnswer() bool {
 	return s.cfg.Cluster.AwaitLease(leaseWait)
 }
 
+// answering is nil when this Service may answer a request now (see
+// mayAnswer), else the 503 that says this node does not lead: for the
+// callers of its methods in process, which, unlike a requester over NATS,
+// no leader answers instead.
+func (s *Service) answering() error {
+	if s.mayAnswer() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", wire.ErrUnavailable, delaystore.NotLeaderText(&delaystore.NotLeaderError{Leader: s.cfg.Cluster.Status().LeaderID}))
+}
+
 // queueGroup is the queue group of the ingest and API subscriptions. A
 // node of a cluster subscribes in a group of its own for each term it
 // leads: a leader that was paused still holds its subscriptions until it
@@ -234,6 +245,16 @@ func (s *Service) gatherStatus(peers []wire.ClusterPeer, wait time.Duration) map
 		}
 	}
 	return got
+}
+
+// ClusterInfo is INFO's cluster object on any node, the leader or not:
+// this node's view, and each member's answer to CLUSTER.STATUS with its
+// replication lag. Nil outside a cluster.
+func (s *Service) ClusterInfo() *wire.ClusterInfo {
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	return s.clusterInfo()
 }
 
 // clusterInfo is INFO's cluster object: this node's view, and each

@@ -79,17 +79,30 @@ func (s *Service) apiLimitsSet(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &l); err != nil {
 		return nil, err
 	}
+	return s.SetLimit(l)
+}
+
+// SetLimit is LIMITS.SET: it stores l, replacing the limit of its
+// pattern, and returns it.
+func (s *Service) SetLimit(l wire.Limit) (wire.Limit, error) {
+	if err := s.answering(); err != nil {
+		return wire.Limit{}, err
+	}
 	if err := s.checkLimit(l); err != nil {
-		return nil, err
+		return wire.Limit{}, err
 	}
 	if err := s.core.Load().SetLimit(StoredLimit(l)); err != nil {
-		return nil, err
+		return wire.Limit{}, err
 	}
 	return l, nil
 }
 
 func (s *Service) apiLimitsGet(req micro.Request) (any, error) {
-	pattern, l, err := s.limitOf(req)
+	pattern, err := patternOf(req)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.limitOf(pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -104,9 +117,17 @@ func (s *Service) apiLimitsList(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &empty); err != nil {
 		return nil, err
 	}
+	return s.Limits()
+}
+
+// Limits is LIMITS.LIST: every limit, the most specific pattern first.
+func (s *Service) Limits() (wire.LimitsReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.LimitsReply{}, err
+	}
 	ls, err := s.core.Load().Limits()
 	if err != nil {
-		return nil, err
+		return wire.LimitsReply{}, err
 	}
 	slices.SortStableFunc(ls, func(a, b delaystore.Limit) int { return dispatch.MoreSpecific(a.Pattern, b.Pattern) })
 	out := wire.LimitsReply{Limits: make([]wire.Limit, 0, len(ls))}
@@ -121,30 +142,64 @@ func (s *Service) apiLimitsDelete(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
-	if err := checkPattern(r.Pattern); err != nil {
+	if err := s.DeleteLimit(r.Pattern); err != nil {
 		return nil, err
-	}
-	ok, err := s.core.Load().DeleteLimit(r.Pattern)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: no limit for %q", wire.ErrNotFound, keys.Clip(r.Pattern))
 	}
 	return wire.DeletedReply{Deleted: true}, nil
 }
 
+// DeleteLimit is LIMITS.DELETE: it removes the limit of pattern, a
+// wire.ErrNotFound if there is none.
+func (s *Service) DeleteLimit(pattern string) error {
+	if err := s.answering(); err != nil {
+		return err
+	}
+	if err := checkPattern(pattern); err != nil {
+		return err
+	}
+	ok, err := s.core.Load().DeleteLimit(pattern)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: no limit for %q", wire.ErrNotFound, keys.Clip(pattern))
+	}
+	return nil
+}
+
 // apiPause pauses a pattern: its limit, or a new one, gets paused.
-func (s *Service) apiPause(req micro.Request) (any, error) { return s.setPaused(req, true) }
+func (s *Service) apiPause(req micro.Request) (any, error) {
+	pattern, err := patternOf(req)
+	if err != nil {
+		return nil, err
+	}
+	return s.Pause(pattern)
+}
 
 // apiResume resumes a pattern; a limit left with nothing else set is
 // deleted.
-func (s *Service) apiResume(req micro.Request) (any, error) { return s.setPaused(req, false) }
-
-func (s *Service) setPaused(req micro.Request, paused bool) (any, error) {
-	pattern, l, err := s.limitOf(req)
+func (s *Service) apiResume(req micro.Request) (any, error) {
+	pattern, err := patternOf(req)
 	if err != nil {
 		return nil, err
+	}
+	return s.Resume(pattern)
+}
+
+// Pause is PAUSE: the limit of pattern, or a new one, gets paused.
+func (s *Service) Pause(pattern string) (wire.Limit, error) { return s.setPaused(pattern, true) }
+
+// Resume is RESUME: the limit of pattern is no longer paused, and is
+// deleted when nothing else is set in it.
+func (s *Service) Resume(pattern string) (wire.Limit, error) { return s.setPaused(pattern, false) }
+
+func (s *Service) setPaused(pattern string, paused bool) (wire.Limit, error) {
+	if err := s.answering(); err != nil {
+		return wire.Limit{}, err
+	}
+	l, err := s.limitOf(pattern)
+	if err != nil {
+		return wire.Limit{}, err
 	}
 	if l == nil {
 		l = &delaystore.Limit{Pattern: pattern}
@@ -153,34 +208,38 @@ func (s *Service) setPaused(req micro.Request, paused bool) (any, error) {
 	c := s.core.Load()
 	if *l == (delaystore.Limit{Pattern: l.Pattern}) {
 		if _, err := c.DeleteLimit(l.Pattern); err != nil {
-			return nil, err
+			return wire.Limit{}, err
 		}
 	} else if err := c.SetLimit(*l); err != nil {
-		return nil, err
+		return wire.Limit{}, err
 	}
 	return wireLimit(*l), nil
 }
 
-// limitOf reads the pattern a request names and its stored limit, nil if
-// it has none.
-func (s *Service) limitOf(req micro.Request) (string, *delaystore.Limit, error) {
+// patternOf reads the pattern a request names.
+func patternOf(req micro.Request) (string, error) {
 	var r wire.PatternRequest
 	if err := decodeRequest(req.Data(), &r); err != nil {
-		return "", nil, err
+		return "", err
 	}
-	if err := checkPattern(r.Pattern); err != nil {
-		return "", nil, err
+	return r.Pattern, nil
+}
+
+// limitOf checks pattern and reads its stored limit, nil if it has none.
+func (s *Service) limitOf(pattern string) (*delaystore.Limit, error) {
+	if err := checkPattern(pattern); err != nil {
+		return nil, err
 	}
 	ls, err := s.core.Load().Limits()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	for _, l := range ls {
-		if l.Pattern == r.Pattern {
-			return r.Pattern, &l, nil
+		if l.Pattern == pattern {
+			return &l, nil
 		}
 	}
-	return r.Pattern, nil, nil
+	return nil, nil
 }
 
 // StoredLimit is l as the store keeps it.

@@ -29,6 +29,9 @@ type metrics struct {
 	lateness      prometheus.Histogram
 	heldLateness  prometheus.Histogram
 	leaderChanges prometheus.Counter
+
+	// totals are kept beside the metrics, for Service.Totals.
+	totals totals
 }
 
 const namespace = "natsdelay"
@@ -117,6 +120,7 @@ func (m *metrics) Delivered(_ *delaystore.StoredMessage, _ uint32, lateness time
 		return
 	}
 	m.lateness.Observe(lateness.Seconds())
+	m.totals.delivered(lateness)
 }
 
 // Committed implements core.Metrics.
@@ -127,6 +131,7 @@ func (m *metrics) Committed(batch int, took time.Duration, err error) {
 	}
 	m.ingest.WithLabelValues("ok").Add(float64(batch))
 	m.scheduled.Add(float64(batch))
+	m.totals.ingested.Add(uint64(batch))
 	m.commitBatch.Observe(float64(batch))
 	m.commitLatency.Observe(took.Seconds())
 }

@@ -5,6 +5,9 @@ import (
 	"net"
 	"strconv"
 	"syscall"
+
+	"natsdelay/cmd/internal/usage"
+	"natsdelay/cmd/natsdelay/internal/console"
 )
 
 // defaultHTTP is where serve's HTTP listener binds unless --http moves it:
@@ -48,4 +51,36 @@ func probeHTTP(p *problems, addr string) {
 	if err == nil {
 		_ = ln.Close()
 	}
+}
+
+// checkUI adds a problem to p for each --ui-auth that cannot apply: with
+// the console or the listener off, or a password file that does not read.
+func (c *serveCmd) checkUI(p *problems) {
+	if c.UIAuth == "" {
+		return
+	}
+	switch {
+	case c.HTTP == "":
+		p.add(`--ui-auth: the console serves on the HTTP listener, which --http "" turns off`)
+	case !c.UI:
+		p.add(`--ui-auth: the console is off (--ui=false)`)
+	default:
+		if _, err := console.LoadUsers(c.UIAuth); err != nil {
+			for _, e := range leaves(err) {
+				p.add("--ui-auth %s: %v", c.UIAuth, e)
+			}
+		}
+	}
+}
+
+// uiUsers reads the --ui-auth password file, nil without one.
+func (c *serveCmd) uiUsers() (*console.Users, error) {
+	if c.UIAuth == "" || !c.UI || c.HTTP == "" {
+		return nil, nil
+	}
+	u, err := console.LoadUsers(c.UIAuth)
+	if err != nil {
+		return nil, usage.Errorf("--ui-auth %s: %w", c.UIAuth, err)
+	}
+	return u, nil
 }

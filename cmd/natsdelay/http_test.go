@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,5 +227,28 @@ func TestServe_HTTP_PProfOnlyWhenAsked(t *testing.T) {
 	code, _, errOut := runCmd(t, "serve", "--pprof", "--http", "")
 	if code != exitUsage || !strings.Contains(errOut, "--pprof") || !strings.Contains(errOut, `--http ""`) {
 		t.Errorf("serve --pprof --http \"\": exit code %d, stderr %q; want %d and why", code, errOut, exitUsage)
+	}
+}
+
+// TestServe_UIAuth_Refused checks that serve refuses a --ui-auth it cannot
+// use, as a usage error naming the flag, before it starts: with the HTTP
+// listener off, with the console off, and a password file that is not one.
+func TestServe_UIAuth_Refused(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "ui.htpasswd")
+	if err := os.WriteFile(bad, []byte("ops:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ui-auth", bad, "--http", ""}, `which --http "" turns off`},
+		{[]string{"--ui-auth", bad, "--ui=false"}, "the console is off (--ui=false)"},
+		{[]string{"--ui-auth", bad, "--engine", "memory"}, "the password is not a bcrypt hash"},
+	} {
+		code, _, errOut := runCmd(t, append([]string{"serve"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "--ui-auth") || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %q: exit code %d, stderr %q; want %d saying %q", c.args, code, errOut, exitUsage, c.want)
+		}
 	}
 }

@@ -60,6 +60,8 @@ type serveCmd struct {
 	IdleRelease        time.Duration   `help:"How long the service waits, once quiet after a burst of writes, before it hands memory back to the OS (the store's memtables, Go's free pages); negative turns it off. 0 is the default, 10s." default:"0s" config:"IdleRelease"`
 	HTTP               string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf              bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
+	UI                 bool            `name:"ui" help:"Serve the web console under /ui/ on the HTTP listener; --ui=false turns it off. Off a loopback address it needs --ui-auth." default:"true" negatable:""`
+	UIAuth             string          `name:"ui-auth" help:"Password file of the web console: lines name:bcrypt-hash, as htpasswd -nB name writes them. Required for the console when --http is not on a loopback address." placeholder:"FILE" type:"path"`
 
 	// bad holds the setting flags' values that did not parse; see
 	// badValues. Nil when parse did not set it.
@@ -125,6 +127,7 @@ func (c *serveCmd) check() error {
 	if c.PProf && c.HTTP == "" {
 		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
 	}
+	c.checkUI(&p)
 	// The prefixes have no default in bridge.Config to fall back on here:
 	// an empty one is a mistake on the command line.
 	for _, f := range []struct{ name, v, example string }{
@@ -243,8 +246,12 @@ func (c *serveCmd) Run(e *env) error {
 
 // serverOptions are the server's options from serve's settings.
 func (c *serveCmd) serverOptions(log *slog.Logger) (server.Options, error) {
+	users, err := c.uiUsers()
+	if err != nil {
+		return server.Options{}, err
+	}
 	o := server.Options{
-		Logger: log, Engine: c.Engine, DataDir: c.DataDir, HTTP: c.HTTP, PProf: c.PProf,
+		Logger: log, Engine: c.Engine, DataDir: c.DataDir, HTTP: c.HTTP, PProf: c.PProf, UI: c.UI && c.HTTP != "", UIUsers: users,
 		NATSListen: c.listen(), JetStreamDir: c.jetStreamDir(),
 		Preflight: c.probePorts,
 	}

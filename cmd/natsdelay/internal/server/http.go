@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"natsdelay/cmd/natsdelay/internal/console"
 )
 
 // httpShutdownTimeout bounds how long a scrape in progress may hold up exit.
@@ -39,15 +41,20 @@ type httpServer struct {
 	ready atomic.Pointer[readiness] // nil until the service is up
 	done  chan struct{}             // closed when the serving goroutine returns
 	err   error                     // Serve's error, set before done is closed
+	// console serves the web console under console.Prefix; nil when it
+	// is turned off.
+	console *console.Console
 }
 
-// startHTTP listens on addr and serves reg's metrics and the health checks.
-// /readyz answers 503 until setReady is called. The caller calls close.
+// startHTTP listens on addr and serves reg's metrics and the health checks,
+// and with ui the web console (see package console; users, if not nil,
+// are who may log in to it). /readyz answers 503 until setReady is
+// called. The caller calls close.
 //
 // With pprof, it also serves Go's profiles on /debug/pprof/. They are off
 // by default: the listener has no auth, and a profile shows the
 // process's internals and costs CPU while it runs.
-func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Logger) (*httpServer, error) {
+func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, users *console.Users, log *slog.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -76,6 +83,15 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn bool, log *slog.Lo
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if ui {
+		c, err := console.New(console.Config{Addr: h.addr, Users: users, Logger: log.With("component", "console")})
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		h.console = c
+		mux.Handle(console.Prefix, c)
 	}
 	h.srv = &http.Server{
 		Handler:           mux,
@@ -150,6 +166,9 @@ func (h *httpServer) close() error {
 	defer cancel()
 	err := h.srv.Shutdown(ctx)
 	<-h.done
+	if h.console != nil {
+		h.console.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("stop the http listener: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/bridge"
+	"natsdelay/cmd/natsdelay/internal/console"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/engine"
 	"natsdelay/delaystore/raftstore"
@@ -64,6 +65,10 @@ type Options struct {
 	// and /leader; empty turns it off. PProf adds Go's profiles to it.
 	HTTP  string
 	PProf bool
+	// UI serves the web console under /ui/ on the HTTP listener; UIUsers,
+	// if not nil, are who may log in to it (see package console).
+	UI      bool
+	UIUsers *console.Users
 
 	// Cluster, if not nil, makes this a node of a cluster: its Dir, Local
 	// and Logger are set by Open.
@@ -147,7 +152,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	s.httpAddr = "off"
 	if o.HTTP != "" {
 		r := newRegistry()
-		if hs, err = startHTTP(o.HTTP, r, o.PProf, s.log); err != nil {
+		if hs, err = startHTTP(o.HTTP, r, o.PProf, o.UI, o.UIUsers, s.log); err != nil {
 			return err
 		}
 		reg, s.httpAddr = r, hs.addr
@@ -198,6 +203,9 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	s.push("service", s.svc.Close)
 	if hs != nil {
 		hs.setReady(s.svc)
+		if hs.console != nil {
+			hs.console.SetService(s.svc)
+		}
 	}
 	s.log.Info("natsdelay ready", "nats_url", s.url, "data_dir", dataDir, "engine", o.Engine,
 		"ingest", cfg.IngestPrefix+".>", "max_payload", s.nc.MaxPayload(), "http", s.httpAddr)

@@ -1,0 +1,318 @@
+package console_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// browserEnv, set to "required" (as .ci/run sets it), makes a missing
+// Chromium a failure of the browser tests instead of a skip.
+const browserEnv = "NATSDELAY_BROWSER_TESTS"
+
+// screenshotEnv names a directory to keep the tests' screenshots in;
+// without it they go to a temporary directory, named in the test log.
+const screenshotEnv = "NATSDELAY_SCREENSHOTS"
+
+// chromium finds the browser, or skips the test (fails it when
+// NATSDELAY_BROWSER_TESTS=required).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "the browser tests need Chromium: apt-get install -y chromium (Debian's package); .ci/run installs it"
+	if os.Getenv(browserEnv) == "required" {
+		t.Fatalf("%s=required, and %s", browserEnv, msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// browser is a headless Chromium at 1280 px, with what it reports that a
+// test must not see: JavaScript dialogs (alert), exceptions, and console
+// errors (a Content-Security-Policy violation is one).
+type browser struct {
+	ctx   context.Context
+	shots string
+
+	mu       sync.Mutex
+	dialogs  []string
+	problems []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // NB: CI runs as root, where Chromium's sandbox does not start
+		chromedp.WindowSize(1280, 900),
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	b := &browser{shots: os.Getenv(screenshotEnv)}
+	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithListener(b.listen))
+	b.ctx = ctx
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc() // waits for the browser to exit
+		wg.Wait()
+	})
+	if b.shots == "" {
+		b.shots = t.TempDir()
+	}
+	t.Logf("screenshots in %s", b.shots)
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdplog.Enable, cdp.Empty{})
+		return err
+	})); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	// A dialog is answered, so that the page goes on and the test fails
+	// on it rather than hanging; the goroutine ends with the context.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	return b
+}
+
+// listen records what the page must not do; it runs on the browser's
+// reading goroutine and returns at once.
+func (b *browser) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch e := ev.(type) {
+	case *page.EventJavascriptDialogOpening:
+		b.dialogs = append(b.dialogs, e.Message)
+	case *runtime.EventExceptionThrown:
+		b.problems = append(b.problems, "exception: "+e.ExceptionDetails.Text)
+	case *cdplog.EventEntryAdded:
+		if e.Entry.Level == cdplog.EntryLevelError {
+			b.problems = append(b.problems, "console: "+e.Entry.Text)
+		}
+	case *runtime.EventConsoleAPICalled:
+		if e.Type == runtime.ConsoleAPICalledTypeError {
+			b.problems = append(b.problems, "console.error")
+		}
+	}
+}
+
+// do runs actions, failing t on error.
+func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression on the page.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// text is the text of the element sel selects, as rendered.
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+// shot writes a screenshot of the whole page to name.png.
+func (b *browser) shot(t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clean fails t if the browser saw a dialog, an exception or an error.
+func (b *browser) clean(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.dialogs) > 0 {
+		t.Errorf("the page opened dialogs %q: a script ran", b.dialogs)
+	}
+	if len(b.problems) > 0 {
+		t.Errorf("the browser reported %q", b.problems)
+	}
+}
+
+// accessible checks the page for what keyboard and screen reader users
+// need: every visible input has a label and every button a name, and the
+// first Tab reaches the skip link.
+func (b *browser) accessible(t *testing.T, what string) {
+	t.Helper()
+	unlabeled := eval[[]string](t, b, `[...document.querySelectorAll('input:not([type=hidden])')].filter(i => !i.labels || i.labels.length === 0).map(i => i.name)
+		.concat([...document.querySelectorAll('button')].filter(b => b.textContent.trim() === '').map(() => 'button'))`)
+	if len(unlabeled) > 0 {
+		t.Errorf("%s: inputs without a label: %q", what, unlabeled)
+	}
+	b.do(t, what+": keyboard", chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`), chromedp.KeyEvent(kb.Tab))
+	if focused := eval[string](t, b, `document.activeElement.className`); focused != "skip" {
+		t.Errorf("%s: the first Tab focuses %q, want the skip link", what, focused)
+	}
+}
+
+// submit clicks the button sel and waits for the page the form's answer
+// loads (after its redirect), and returns the outcome line it shows.
+func (b *browser) submit(t *testing.T, sel string) string {
+	t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel)))); err != nil {
+		t.Fatalf("submit %s: %v", sel, err)
+	}
+	return eval[string](t, b, `(document.querySelector('p.done') || {textContent: ''}).textContent`)
+}
+
+// TestBrowser_Console checks the console in a real browser against a real
+// service with data: every page loads, with the counts the service has;
+// the subject filter narrows the list as one types (htmx); a subject
+// lists its messages; a message shows its headers and its payload, a
+// <script> payload as text that runs nothing and a binary one as hex; the
+// cancel form cancels it, and it is gone from its subject's list and from
+// the service; the schedules show their next times in their zone and UTC;
+// a limit set and paused in the form shows in the list; the layout fits a
+// phone's width; and no page breaks its Content-Security-Policy or throws.
+// Screenshots of each page are written as it goes.
+func TestBrowser_Console(t *testing.T) {
+	b := newBrowser(t)
+	s := serve(t, "127.0.0.1:0", true, nil)
+	for _, subj := range []string{"orders.eu.1", "orders.eu.2", "orders.us.1", "invoices.1", "invoices.2"} {
+		s.schedule(t, subj, []byte(`{"order":"`+subj+`","total":42}`), "Delay", "1h", "Trace-Id", "t-"+subj)
+	}
+	xss := s.schedule(t, "orders.eu.1", []byte(`<script>alert(1)</script>`), "Delay", "2h", "Note", `<img src=x onerror=alert(2)>`)
+	bin := s.schedule(t, "blobs.1", []byte{0, 1, 2, 0xff, 'h', 'i'}, "Delay", "3h")
+	s.schedule(t, "reports.daily", []byte("report"), "Delay-Cron", "0 9 * * 1-5", "Delay-TZ", "Europe/Paris", "Delay-Limit", "20", "Delay-Id", "weekday-report")
+	base := s.base + "/ui/"
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	// Overview: the counts are the service's.
+	b.do(t, "overview", chromedp.Navigate(base), chromedp.WaitVisible(css("#pending")))
+	if pending, ready := b.text(t, "#pending"), b.text(t, "#ready"); pending != "8" || !strings.HasPrefix(ready, "ready") {
+		t.Errorf("overview: pending %q, readiness %q; want 8 and ready", pending, ready)
+	}
+	b.accessible(t, "overview")
+	b.shot(t, "overview")
+
+	// Subjects, then the filter typed in: the list narrows without a
+	// submit, and the address follows it.
+	b.do(t, "subjects", chromedp.Navigate(base+"subjects"), chromedp.WaitVisible(css("#subjects")))
+	if rows := eval[int](t, b, `document.querySelectorAll('#subjects tbody tr').length`); rows != 7 {
+		t.Errorf("subjects: %d rows, want 7", rows)
+	}
+	b.accessible(t, "subjects")
+	b.shot(t, "subjects")
+	b.do(t, "filter", chromedp.SendKeys(css("#filter"), "orders.eu.*"),
+		chromedp.Poll[chromedp.Void](`location.search.includes('filter=orders.eu.') && document.querySelectorAll('#subjects tbody tr').length === 2`, chromedp.WithPollingTimeout(15*time.Second)))
+	if subjects := eval[[]string](t, b, `[...document.querySelectorAll('#subjects tbody th')].map(th => th.textContent)`); strings.Join(subjects, " ") != "orders.eu.1 orders.eu.2" {
+		t.Errorf("filter orders.eu.*: subjects %q", subjects)
+	}
+
+	// A subject's messages, in fire order: the JSON one first.
+	b.do(t, "subject", chromedp.Click(css(`#subjects a[href$="subject=orders.eu.1"]`)), chromedp.WaitVisible(css("#messages")))
+	if rows, last := eval[int](t, b, `document.querySelectorAll('#messages tbody tr').length`), b.text(t, "#messages tbody tr:last-child code"); rows != 2 || last != xss {
+		t.Errorf("orders.eu.1: %d messages, the last %q; want 2, the last %s", rows, last, xss)
+	}
+	b.shot(t, "subject")
+
+	// The <script> payload and the header with markup show as text.
+	b.do(t, "message", chromedp.Click(css(`#messages a[href$="tag=`+xss+`"]`)), chromedp.WaitVisible(css("#payload")))
+	payload := b.text(t, "#payload")
+	note := eval[string](t, b, `[...document.querySelectorAll('th')].find(th => th.textContent === 'Note').nextElementSibling.textContent`)
+	scripts := eval[int](t, b, `document.querySelectorAll('main script, main img').length`)
+	if payload != `<script>alert(1)</script>` || note != `<img src=x onerror=alert(2)>` || scripts != 0 {
+		t.Errorf("message: payload %q, Note %q, %d script or img elements; want both as text and no element", payload, note, scripts)
+	}
+	b.accessible(t, "message")
+	b.shot(t, "message")
+
+	// Cancel it: back on the subject, it is gone from the list, and the
+	// service has it no more.
+	b.do(t, "confirm", chromedp.Click(css("#confirm")))
+	if done := b.submit(t, "#cancel"); done != "Canceled "+xss+"." {
+		t.Errorf("after cancel: %q", done)
+	}
+	listed := eval[bool](t, b, `[...document.querySelectorAll('#messages code')].some(c => c.textContent === '`+xss+`')`)
+	if listed || s.pending(t, xss) {
+		t.Errorf("after cancel: listed %v, pending %v; want gone from both", listed, s.pending(t, xss))
+	}
+
+	// A binary payload is hex.
+	b.do(t, "binary", chromedp.Navigate(base+"message?tag="+bin), chromedp.WaitVisible(css("#payload.hex")))
+	if hexDump := b.text(t, "#payload"); !strings.Contains(hexDump, "00 01 02 ff 68 69") {
+		t.Errorf("binary payload: %q, want its hex", hexDump)
+	}
+
+	// Schedules: the next five times, in Paris and in UTC.
+	b.do(t, "schedules", chromedp.Navigate(base+"schedules"), chromedp.WaitVisible(css("#schedule-list")))
+	times := eval[[]string](t, b, `[...document.querySelectorAll('#schedule-list ol.times li')].map(li => li.innerText)`)
+	if len(times) != 5 || !strings.Contains(times[0], "09:00:00 CE") || !strings.Contains(times[0], ":00:00Z") {
+		t.Errorf("schedules: next times %q, want five at 09:00 Paris time with their UTC", times)
+	}
+	b.accessible(t, "schedules")
+	b.shot(t, "schedules")
+
+	// Limits: set one in the form, pause it from the list.
+	b.do(t, "limits", chromedp.Navigate(base+"limits"), chromedp.WaitVisible(css("#set-limit")),
+		chromedp.SendKeys(css("#pattern"), "orders.>"), chromedp.SendKeys(css("#rate"), "50"))
+	if done := b.submit(t, `#set-limit button[type=submit]`); done != "Set the limit of orders.>." {
+		t.Errorf("set a limit: %q", done)
+	}
+	if done := b.submit(t, `#limits button`); done != "Paused orders.>." {
+		t.Errorf("pause: %q", done)
+	}
+	if limits := b.text(t, "#limits"); !strings.Contains(limits, "orders.>") || !strings.Contains(limits, "50") || !strings.Contains(limits, "paused") {
+		t.Errorf("limits: %q, want orders.> at 50/s, paused", limits)
+	}
+	b.accessible(t, "limits")
+	b.shot(t, "limits")
+
+	// A phone: nothing wider than the screen.
+	b.do(t, "phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)), chromedp.Navigate(base), chromedp.WaitVisible(css("#pending")))
+	if eval[bool](t, b, `document.documentElement.scrollWidth > window.innerWidth`) {
+		t.Error("overview at 390 px: the page is wider than the screen")
+	}
+	b.shot(t, "overview-phone")
+	b.do(t, "phone subjects", chromedp.Navigate(base+"subjects"), chromedp.WaitVisible(css("#subjects")))
+	if eval[bool](t, b, `document.documentElement.scrollWidth > window.innerWidth`) {
+		t.Error("subjects at 390 px: the page is wider than the screen")
+	}
+	b.clean(t)
+}
