@@ -722,13 +722,7 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		p, err := pendingCount(pub)
-		if err == nil && p != 0 {
-			err = fmt.Errorf("pending %d", p)
-		}
-		return err
-	})
+	waitPendingWithin(t, pub, 0, 30*time.Second)
 	t.Logf("leader %s killed; %s delivered all %d messages through the routes", leader.id, newLeader, n)
 	for _, f := range followers {
 		f.proc.stop(t)

@@ -379,16 +379,7 @@ func TestOutage_NATSRestart_ServiceRecovers(t *testing.T) {
 	checkFor(t, 60*time.Second, 20*time.Millisecond, l.allDelivered)
 	// Everything delivered is ACKed: once the ACKs lost in the outage are
 	// made good by redeliveries, nothing is left stored.
-	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
-		n, err := pendingCount(nc)
-		if err != nil {
-			return err
-		}
-		if n != 0 {
-			return fmt.Errorf("pending = %d, want 0", n)
-		}
-		return nil
-	})
+	waitPendingWithin(t, nc, 0, 60*time.Second)
 	proc.stop(t)
 	stopped = true
 	fromErrored := l.check(t)
@@ -430,20 +421,8 @@ func TestOutage_ForceReconnect_InProcess(t *testing.T) {
 	waitCount(t, "delivered after the last reconnect", &l.deliveredN, 30)
 	stopClients()
 	checkFor(t, 60*time.Second, 20*time.Millisecond, l.allDelivered)
-	waitPendingWithin(t, svc, 60*time.Second)
+	waitPendingWithin(t, connect(t, srv), 0, 60*time.Second)
 	fromErrored := l.check(t)
 	t.Logf("reconnects: %d, acknowledged: %d, failed requests: %d, delivered: %d (of failed requests: %d), lost: 0",
 		reconnects, l.ackedN.Load(), l.erroredN.Load(), len(l.delivered), fromErrored)
-}
-
-// waitPendingWithin waits until nothing is stored: ACKs lost in a
-// reconnect are made good by redeliveries after the ack wait.
-func waitPendingWithin(tb testing.TB, svc *bridge.Service, d time.Duration) {
-	tb.Helper()
-	checkFor(tb, d, 20*time.Millisecond, func() error {
-		if n := svc.Repository().Pending(); n != 0 {
-			return fmt.Errorf("pending = %d, want 0", n)
-		}
-		return nil
-	})
 }
