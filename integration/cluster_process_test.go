@@ -423,6 +423,10 @@ func lastLine(out string) string {
 // nothing acknowledged is lost, none is delivered early, no event ID is
 // used twice, and that once the partition heals the old leader rejoins as
 // a follower of the new one and applies everything committed meanwhile.
+// Its nodes are serve processes, not the in-process nodes of cluster_test.go,
+// so that the partition cuts the Raft transport and leadership lease as
+// serve assembles them (cmd/natsdelay's server package, which this package
+// cannot import).
 func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")

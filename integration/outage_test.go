@@ -330,7 +330,12 @@ func waitCount(tb testing.TB, what string, counter *atomic.Int64, n int64) {
 // service reconnects by itself and delivers again (messages scheduled after
 // the restart arrive), that nothing it acknowledged is lost, and that it
 // acknowledged nothing it did not store: every delivery traces back to a
-// request that was acknowledged with that tag, or that failed.
+// request that was acknowledged with that tag, or that failed. It runs the
+// binary because what it checks is serve's own: its connection's
+// reconnect settings and its /readyz, which the server package under
+// cmd/natsdelay sets up and this package cannot import;
+// TestOutage_ForceReconnect_InProcess is the same load on the bridge in
+// process.
 func TestOutage_NATSRestart_ServiceRecovers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
