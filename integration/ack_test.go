@@ -29,9 +29,9 @@ func TestAck_Done_Deletes(t *testing.T) {
 			if err := r.Respond([]byte(payload)); err != nil {
 				t.Fatal(err)
 			}
-			waitGone(t, h.svc, rep.Key)
-			waitPending(t, h.svc, 1)
-			stored(t, h.svc, other.Key)
+			waitGone(t, h.nc, rep.Key)
+			waitPending(t, h.nc, 1)
+			stored(t, h.nc, other.Key)
 			quiet(t, got, 200*time.Millisecond, "after ACK")
 		})
 	}
@@ -55,7 +55,7 @@ func TestAck_Nak_RedeliversNow(t *testing.T) {
 		t.Fatalf("redelivery %q with headers %v, want tag %s", r2.Data, r2.Header, rep.Tag)
 	}
 	ackSync(t, h.nc, r2.Msg, "+ACK")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestAck_NakDelay_NotBefore checks that -NAK with a delay, in either
@@ -78,7 +78,7 @@ func TestAck_NakDelay_NotBefore(t *testing.T) {
 			}
 			wantAttempt(t, r2.Msg, 2)
 			ackSync(t, h.nc, r2.Msg, "")
-			waitPending(t, h.svc, 0)
+			waitPending(t, h.nc, 0)
 		})
 	}
 }
@@ -105,7 +105,7 @@ func TestAck_NoAnswer_RedeliversAfterAckWait(t *testing.T) {
 		t.Fatalf("redelivery tag %q, want %s", r2.Header.Get(wire.HeaderTag), rep.Tag)
 	}
 	ackSync(t, h.nc, r2.Msg, "+ACK")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	quiet(t, got, 2*ackWait, "after ACK of the redelivery")
 }
 
@@ -133,10 +133,10 @@ func TestAck_Progress_ExtendsAckWait(t *testing.T) {
 		t.Fatalf("worked only %v, want more than the ack wait %v", worked, ackWait)
 	}
 	ackSync(t, h.nc, r.Msg, "+ACK")
-	if err := isGone(h.svc, rep.Key); err != nil {
+	if err := isGone(h.nc, rep.Key); err != nil {
 		t.Fatal(err)
 	}
-	if st := h.svc.Dispatcher().Stats(); st.Progress != rounds || st.Redelivered != 0 {
+	if st := h.svc.Stats(); st.Progress != rounds || st.Redelivered != 0 {
 		t.Fatalf("stats %+v, want %d progress reports and no redelivery", st, rounds)
 	}
 }
@@ -160,7 +160,7 @@ func TestAck_Sync(t *testing.T) {
 				t.Fatalf("%q for an unknown tag: %v, %v; want +OK", p, rep, err)
 			}
 		}
-		if n := h.svc.Repository().Pending(); n != 1 {
+		if n := pending(t, h.nc); n != 1 {
 			t.Fatalf("pending = %d, want 1", n)
 		}
 	})
@@ -169,14 +169,14 @@ func TestAck_Sync(t *testing.T) {
 		rep := schedule(t, h.nc, newMsg("ack.sync", "one"))
 		r := next(t, got, "delivery")
 		ackSync(t, h.nc, r.Msg, "+ACK")
-		if err := isGone(h.svc, rep.Key); err != nil {
+		if err := isGone(h.nc, rep.Key); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range []string{"+ACK", "", "-NAK", "+WPI", "+TERM late"} {
 			ackSync(t, h.nc, r.Msg, p)
 		}
 		quiet(t, got, 200*time.Millisecond, "after acks of a settled tag")
-		if n := h.svc.Repository().Pending(); n != 1 {
+		if n := pending(t, h.nc); n != 1 {
 			t.Fatalf("pending = %d, want 1 (the bystander)", n)
 		}
 	})
@@ -192,7 +192,7 @@ func TestAck_Sync(t *testing.T) {
 			if err != nil || string(ok.Data) != "+OK" {
 				t.Fatalf("ACK by header %s: %v, %v; want +OK", name, ok, err)
 			}
-			if err := isGone(h.svc, tagKey(t, r.Msg)); err != nil {
+			if err := isGone(h.nc, tagKey(t, r.Msg)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -204,7 +204,7 @@ func TestAck_Sync(t *testing.T) {
 		if err := h.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
-		waitGone(t, h.svc, rep.Key)
+		waitGone(t, h.nc, rep.Key)
 	})
 
 	t.Run("bad acks", func(t *testing.T) {
@@ -240,15 +240,15 @@ func TestAck_Sync(t *testing.T) {
 		}
 		// None of that touched the message: it is still in flight, and a
 		// proper ACK settles it.
-		stored(t, h.svc, rep.Key)
+		stored(t, h.nc, rep.Key)
 		quiet(t, got, 200*time.Millisecond, "after bad acks")
 		ackSync(t, h.nc, r.Msg, "")
-		if err := isGone(h.svc, rep.Key); err != nil {
+		if err := isGone(h.nc, rep.Key); err != nil {
 			t.Fatal(err)
 		}
 	})
 
-	stored(t, h.svc, bystander.Key)
+	stored(t, h.nc, bystander.Key)
 }
 
 // wantError fails tb unless rep is an error answer in the micro convention

@@ -477,8 +477,8 @@ func TestAPI_Cancel(t *testing.T) {
 	if b2.Tag == b.Tag {
 		t.Fatalf("rescheduled id b has the canceled tag %s", b.Tag)
 	}
-	waitPending(t, h.svc, 2)
-	stored(t, h.svc, keep.Key)
+	waitPending(t, h.nc, 2)
+	stored(t, h.nc, keep.Key)
 	if n := info(t, h.nc).Stats.Canceled; n != 2 {
 		t.Fatalf("stats canceled = %d, want 2", n)
 	}
@@ -501,7 +501,7 @@ func TestAPI_Cancel_NeverDelivered(t *testing.T) {
 		t.Fatalf("delivered %q with tag %s, want the marker %s", r.Data, r.Header.Get(wire.HeaderTag), marker.Tag)
 	}
 	ackSync(t, h.nc, r.Msg, "+ACK")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	quiet(t, got, 100*time.Millisecond, "after the marker")
 }
 
@@ -614,7 +614,7 @@ func TestAPI_Cancel_RacingDelivery(t *testing.T) {
 	}
 
 	// Every message is now ACKed or canceled, so none is left to deliver.
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	quiet(t, late, 200*time.Millisecond, "delivery after every CANCEL was answered")
 
 	mu.Lock()
@@ -652,7 +652,7 @@ func TestAPI_Cancel_InFlight(t *testing.T) {
 	rep := schedule(t, h.nc, newMsg("cancel.inflight", "x"))
 	wantAttempt(t, next(t, got, "delivery").Msg, 1)
 	cancelTag(t, h.nc, rep.Tag)
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	quiet(t, got, 3*ackWait, "redelivery after CANCEL")
 	if r := info(t, h.nc); r.Counts.InFlight != 0 {
 		t.Fatalf("in_flight = %d after CANCEL, want 0", r.Counts.InFlight)
@@ -680,7 +680,7 @@ func TestAPI_BadRequest_ChangesNothing(t *testing.T) {
 	for _, verb := range []string{"INFO", "GET", "LIST"} {
 		wantServiceError(t, apiRequest(t, h.nc, verb, `{"bogus":true}`), 400)
 	}
-	if p := h.svc.Repository().Pending(); p != 1 {
+	if p := pending(t, h.nc); p != 1 {
 		t.Fatalf("pending = %d after bad requests, want 1", p)
 	}
 	var mi wire.MessageInfo

@@ -83,7 +83,7 @@ func TestBurst_ExactlyOnce(t *testing.T) {
 	t.Logf("scheduled %d messages in %v", n, time.Since(start))
 	// Every ACK applied means every message was delivered and counted.
 	checkFor(t, time.Until(base.Add(window+wait)), 20*time.Millisecond, func() error {
-		if p := h.svc.Repository().Pending(); p != 0 {
+		if p := pending(t, h.nc); p != 0 {
 			return fmt.Errorf("%d of %d messages still pending", p, n)
 		}
 		return nil
@@ -104,7 +104,7 @@ func TestBurst_ExactlyOnce(t *testing.T) {
 	// A delivery counts once the flush after it comes back, which may be
 	// after its ACK.
 	checkFor(t, wait, 10*time.Millisecond, func() error {
-		if st := h.svc.Dispatcher().Stats(); st.Delivered != n || st.Acked != n || st.Redelivered != 0 {
+		if st := h.svc.Stats(); st.Delivered != n || st.Acked != n || st.Redelivered != 0 {
 			return fmt.Errorf("stats %+v, want %d delivered and acked, none redelivered", st, n)
 		}
 		return nil
@@ -158,7 +158,7 @@ func TestDelivery_WhileIngesting_NoneLost(t *testing.T) {
 		scheduleMany(t, h.nc, msgs)
 	}
 	checkFor(t, wait, 20*time.Millisecond, func() error {
-		if p := h.svc.Repository().Pending(); p != 0 {
+		if p := pending(t, h.nc); p != 0 {
 			mu.Lock()
 			defer mu.Unlock()
 			return fmt.Errorf("%d of %d messages still pending, %d delivered", p, n, len(count))

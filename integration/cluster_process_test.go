@@ -423,6 +423,10 @@ func lastLine(out string) string {
 // nothing acknowledged is lost, none is delivered early, no event ID is
 // used twice, and that once the partition heals the old leader rejoins as
 // a follower of the new one and applies everything committed meanwhile.
+// Its nodes are serve processes, not the in-process nodes of cluster_test.go,
+// so that the partition cuts the Raft transport and leadership lease as
+// serve assembles them (cmd/natsdelay's server package, which this package
+// cannot import).
 func TestClusterProcess_PartitionLeader_StepsDownAndRejoins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -722,13 +726,7 @@ func TestClusterProcess_EmbeddedRoutes_FailoverAcrossServers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		p, err := pendingCount(pub)
-		if err == nil && p != 0 {
-			err = fmt.Errorf("pending %d", p)
-		}
-		return err
-	})
+	waitPendingWithin(t, pub, 0, 30*time.Second)
 	t.Logf("leader %s killed; %s delivered all %d messages through the routes", leader.id, newLeader, n)
 	for _, f := range followers {
 		f.proc.stop(t)

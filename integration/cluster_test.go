@@ -227,13 +227,7 @@ func TestCluster_InProcess_LeaderServesAndReplicates(t *testing.T) {
 		}
 		return nil
 	})
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		n, err := pendingCount(nc)
-		if err == nil && n != 0 {
-			err = fmt.Errorf("pending %d", n)
-		}
-		return err
-	})
+	waitPending(t, nc, 0)
 
 	// Bad membership changes are refused and change nothing (a 503 means
 	// the leader changed meanwhile: asked again).

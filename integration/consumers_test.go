@@ -47,7 +47,6 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 	maxInFlight := uint64(dispatch.DefaultConfig().MaxInFlight)
 
 	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
-	disp := h.svc.Dispatcher()
 
 	// The in-flight gauge is sampled for the whole test, so a peak between
 	// the checks below is seen too.
@@ -59,7 +58,7 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if n := disp.Stats().InFlight; n > peak.Load() {
+			if n := h.svc.Stats().InFlight; n > peak.Load() {
 				peak.Store(n)
 			}
 			select {
@@ -134,7 +133,7 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 	// would measure the pass size instead of the back-off.
 	scheduleMany(t, h.nc, batch("consumers.c", 0, 1))
 	checkFor(t, wait, 10*time.Millisecond, func() error {
-		if disp.Stats().NoResponders == 0 {
+		if h.svc.Stats().NoResponders == 0 {
 			return fmt.Errorf("the first message of C has not bounced yet")
 		}
 		return nil
@@ -170,13 +169,13 @@ func TestConsumers_BadOnesDoNotStallOthers(t *testing.T) {
 		}
 		return nil
 	})
-	if n, _ := h.svc.Repository().PendingFor("consumers.c"); n != nC {
+	if n := pendingFor(t, h.nc, "consumers.c"); n != nC {
 		t.Fatalf("pending for C = %d while nobody listens, want %d", n, nC)
 	}
 
 	// The window is an observation, not a synchronisation: it counts the
 	// bounces made while the whole backlog is due and nobody listens.
-	before := disp.Stats().NoResponders
+	before := h.svc.Stats().NoResponders
 	deadline := time.After(window)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -187,12 +186,12 @@ watch:
 			break watch
 		case <-tick.C:
 		}
-		if n := disp.Stats().NoResponders - before; n >= maxProbes {
+		if n := h.svc.Stats().NoResponders - before; n >= maxProbes {
 			t.Fatalf("%d no-responders answers within %v with %d due and nobody listening: the service is spinning", n, window, nC)
 		}
 	}
-	probes := disp.Stats().NoResponders - before
-	t.Logf("no-responders in a %v window with %d due on C: %d (total %d)", window, nC, probes, disp.Stats().NoResponders)
+	probes := h.svc.Stats().NoResponders - before
+	t.Logf("no-responders in a %v window with %d due on C: %d (total %d)", window, nC, probes, h.svc.Stats().NoResponders)
 
 	// C's subscriber appears: the whole backlog arrives, and each message's
 	// first delivery is attempt 1, because bounces were not counted.
@@ -245,10 +244,10 @@ watch:
 	muC.Unlock()
 	// Everything ACKed is gone: what is left is A's and B's.
 	checkFor(t, 3*wait, 20*time.Millisecond, func() error {
-		if n, _ := h.svc.Repository().PendingFor("consumers.c"); n != 0 {
+		if n := pendingFor(t, h.nc, "consumers.c"); n != 0 {
 			return fmt.Errorf("pending for C = %d after all were delivered and ACKed", n)
 		}
-		if n, _ := h.svc.Repository().PendingFor("consumers.d"); n != 0 {
+		if n := pendingFor(t, h.nc, "consumers.d"); n != 0 {
 			return fmt.Errorf("pending for D = %d after all were delivered and ACKed", n)
 		}
 		return nil

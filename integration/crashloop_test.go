@@ -237,22 +237,6 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 	}
 }
 
-// pendingCount asks INFO how many messages are stored.
-func pendingCount(nc *nats.Conn) (uint64, error) {
-	rep, err := nc.Request(wire.DefaultAPIPrefix+".INFO", nil, wait)
-	if err != nil {
-		return 0, err
-	}
-	if code := rep.Header.Get(wire.HeaderServiceErrorCode); code != "" {
-		return 0, fmt.Errorf("INFO: error %s: %s", code, rep.Header.Get(wire.HeaderServiceError))
-	}
-	var r wire.InfoReply
-	if err := json.Unmarshal(rep.Data, &r); err != nil {
-		return 0, fmt.Errorf("INFO reply %q: %v", rep.Data, err)
-	}
-	return r.Counts.Pending, nil
-}
-
 // TestCrashLoop_SIGKILL_NothingAcknowledgedLost runs the real binary on
 // each durable engine and SIGKILLs it again and again: while requests wait
 // for their fsync, while deliveries go out, and right after a burst of
@@ -362,16 +346,7 @@ func (l *crashLoop) settle(t *testing.T, nc *nats.Conn) {
 	})
 	// ACKs sent to a killed process were lost; those messages come back and
 	// are ACKed again, so pending reaches zero only once every one is done.
-	checkFor(t, 90*time.Second, 50*time.Millisecond, func() error {
-		n, err := pendingCount(nc)
-		if err != nil {
-			return err
-		}
-		if n != 0 {
-			return fmt.Errorf("pending = %d, want 0", n)
-		}
-		return nil
-	})
+	waitPendingWithin(t, nc, 0, 90*time.Second)
 }
 
 // verify fails t for what the callbacks saw wrong, for every acknowledged

@@ -58,7 +58,7 @@ func TestDeadLetter_Term(t *testing.T) {
 		r := next(t, got, "delivery")
 		ackSync(t, h.nc, r.Msg, c.payload)
 		// The ack sync answers once the delete is committed.
-		if err := isGone(h.svc, rep.Key); err != nil {
+		if err := isGone(h.nc, rep.Key); err != nil {
 			t.Fatal(err)
 		}
 		dl := next(t, dead, "dead letter")
@@ -66,7 +66,7 @@ func TestDeadLetter_Term(t *testing.T) {
 	}
 	quiet(t, got, 2*ackWait, "delivery after +TERM")
 	quiet(t, dead, 0, "second dead letter")
-	if n := h.svc.Repository().Pending(); n != 0 {
+	if n := pending(t, h.nc); n != 0 {
 		t.Fatalf("pending = %d, want 0", n)
 	}
 }
@@ -112,8 +112,8 @@ func TestDeadLetter_MaxDeliver(t *testing.T) {
 			}
 			dl := next(t, dead, "dead letter")
 			wantDeadLetter(t, dl.Msg, rep, "x", c.attempts, "max-deliver")
-			waitGone(t, h.svc, rep.Key)
-			waitPending(t, h.svc, 0)
+			waitGone(t, h.nc, rep.Key)
+			waitPending(t, h.nc, 0)
 			quiet(t, got, 2*ackWait, "delivery after the dead letter")
 			quiet(t, dead, 0, "second dead letter")
 		})
@@ -130,9 +130,9 @@ func TestDeadLetter_MaxDeliver_NoSubject(t *testing.T) {
 	got := subscribe(t, h.nc, "dl.nosubj")
 	rep := schedule(t, h.nc, newMsg("dl.nosubj", "x"))
 	wantAttempt(t, next(t, got, "delivery").Msg, 1)
-	waitGone(t, h.svc, rep.Key)
+	waitGone(t, h.nc, rep.Key)
 	quiet(t, got, 2*ackWait, "delivery after max deliver")
-	if st := h.svc.Dispatcher().Stats(); st.Redelivered != 0 {
+	if st := h.svc.Stats(); st.Redelivered != 0 {
 		t.Fatalf("stats %+v: want no redelivery", st)
 	}
 }
@@ -187,7 +187,7 @@ func TestExpiry_TTL(t *testing.T) {
 			t.Fatalf("last delivery before expiry was attempt %d, want redeliveries within the TTL", last)
 		}
 		wantDeadLetter(t, dl.Msg, rep, "x", last, "expired")
-		waitGone(t, h.svc, rep.Key)
+		waitGone(t, h.nc, rep.Key)
 		quiet(t, got, 3*ackWait, "delivery after expiry")
 		quiet(t, dead, 0, "second dead letter")
 	})
@@ -203,7 +203,7 @@ func TestExpiry_TTL(t *testing.T) {
 		}
 		// Nobody ever received it, so no attempt was counted.
 		wantDeadLetter(t, dl.Msg, rep, "x", 0, "expired")
-		waitGone(t, h.svc, rep.Key)
+		waitGone(t, h.nc, rep.Key)
 		got := subscribe(t, h.nc, "ttl.idle")
 		quiet(t, got, 3*ackWait, "delivery of an expired message")
 	})
@@ -215,8 +215,8 @@ func TestExpiry_TTL(t *testing.T) {
 		got := subscribe(t, h.nc, "ttl.quiet")
 		rep := schedule(t, h.nc, newMsg("ttl.quiet", "x", "Delay-TTL", "300ms", "Delay", "100ms"))
 		next(t, got, "delivery")
-		waitGone(t, h.svc, rep.Key)
-		if st := h.svc.Dispatcher().Stats(); st.Expired != 1 {
+		waitGone(t, h.nc, rep.Key)
+		if st := h.svc.Stats(); st.Expired != 1 {
 			t.Fatalf("stats %+v, want 1 expired", st)
 		}
 		// Drop what was delivered before the delete; nothing may follow.
@@ -244,7 +244,7 @@ func TestDeadLetter_TermByTag(t *testing.T) {
 	if err != nil || string(ok.Data) != "+OK" {
 		t.Fatalf("+TERM by tag: %v, %v; want +OK", ok, err)
 	}
-	if err := isGone(h.svc, rep.Key); err != nil {
+	if err := isGone(h.nc, rep.Key); err != nil {
 		t.Fatal(err)
 	}
 	wantDeadLetter(t, next(t, dead, "dead letter").Msg, rep, "x", 0, "term: not needed")

@@ -23,7 +23,7 @@ func TestDelivery_Delay_NeverEarly(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			srv := startServer(t)
-			svc := startService(t, srv, e.open(t, t.TempDir()), nil)
+			startService(t, srv, e.open(t, t.TempDir()), nil)
 			nc := connect(t, srv)
 			got := subscribe(t, nc, "orders.reminder")
 
@@ -47,7 +47,7 @@ func TestDelivery_Delay_NeverEarly(t *testing.T) {
 			if rep.FireAt.Before(sent.Add(delay-time.Millisecond)) || rep.FireAt.After(accepted.Add(delay)) {
 				t.Fatalf("fire_at %s, want %v after a time in [%s, %s]", rep.FireAtRaw, delay, sent.Format(time.RFC3339Nano), accepted.Format(time.RFC3339Nano))
 			}
-			if n := svc.Repository().Pending(); n != 1 {
+			if n := pending(t, nc); n != 1 {
 				t.Fatalf("pending after the reply = %d, want 1: the reply comes after the commit", n)
 			}
 
@@ -83,10 +83,10 @@ func TestDelivery_Delay_NeverEarly(t *testing.T) {
 			}
 
 			ackSync(t, nc, r.Msg, "")
-			if n := svc.Repository().Pending(); n != 0 {
+			if n := pending(t, nc); n != 0 {
 				t.Fatalf("pending after ACK = %d, want 0", n)
 			}
-			if err := isGone(svc, rep.Key); err != nil {
+			if err := isGone(nc, rep.Key); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -136,7 +136,7 @@ func TestEvents_EachKind_DocumentedBody(t *testing.T) {
 		deliveries := subscribe(t, h.nc, "ev.max")
 		s := schedule(t, h.nc, newMsg("ev.max", "x", "Delay-Max-Deliver", "1", "Delay-Id", "m"))
 		next(t, deliveries, "delivery") // never answered
-		waitGone(t, h.svc, s.Key)
+		waitGone(t, h.nc, s.Key)
 		h.expectEvents(t, s, "m",
 			wantEvent{kind: "scheduled"}, wantEvent{kind: "delivered", attempt: 1}, wantEvent{kind: "dead", attempt: 1, reason: "max-deliver"})
 		h.quietEvents(t, 200*time.Millisecond)
@@ -145,7 +145,7 @@ func TestEvents_EachKind_DocumentedBody(t *testing.T) {
 		h := newEventHarness(t, func(c *bridge.Config) { c.Expiry.Interval = 20 * time.Millisecond })
 		// NB: nobody subscribes, so it stays pending until its TTL passes.
 		s := schedule(t, h.nc, newMsg("ev.ttl", "x", "Delay-TTL", "100ms"))
-		waitGone(t, h.svc, s.Key)
+		waitGone(t, h.nc, s.Key)
 		h.expectEvents(t, s, "", wantEvent{kind: "scheduled"}, wantEvent{kind: "expired"})
 		h.quietEvents(t, 200*time.Millisecond)
 	})
@@ -175,7 +175,7 @@ func TestEvents_Off_NonePublished(t *testing.T) {
 	s := schedule(t, h.nc, newMsg("off.x", "x"))
 	ackSync(t, h.nc, next(t, deliveries, "delivery").Msg, "-NAK")
 	ackSync(t, h.nc, next(t, deliveries, "redelivery").Msg, "+TERM")
-	waitGone(t, h.svc, s.Key)
+	waitGone(t, h.nc, s.Key)
 	c := schedule(t, h.nc, newMsg("off.y", "x", "Delay", "1h"))
 	cancelTag(t, h.nc, c.Tag)
 	deadline := time.After(300 * time.Millisecond)

@@ -5,6 +5,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"natsdelay/bridge"
 	"natsdelay/bridge/bridgetest"
+	"natsdelay/bridge/client"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/boltstore"
@@ -286,40 +288,99 @@ func tagKey(tb testing.TB, m *nats.Msg) keys.Key {
 	return k
 }
 
-// waitGone waits until the message under k is no longer stored.
-func waitGone(tb testing.TB, svc *bridge.Service, k keys.Key) {
-	tb.Helper()
-	checkFor(tb, wait, 10*time.Millisecond, func() error { return isGone(svc, k) })
-}
+// The tests read the service's state as a user does, over the API
+// ($DELAY.API.*, through the client package): INFO for the counts, GET
+// for one message, SUBJECTS and LIST for one subject's. The few checks of
+// what no public surface shows are in storestate_test.go.
 
-func isGone(svc *bridge.Service, k keys.Key) error {
-	_, err := svc.Repository().Get(k)
+// api is a client of the service's API on nc.
+func api(nc *nats.Conn) *client.Client { return client.New(nc, client.WithTimeout(wait)) }
+
+// pendingCount is the count of pending messages INFO reports, or why
+// there is none: no answer, an error answer, or a store that is failing,
+// whose counts are zero, which is not "nothing pending".
+func pendingCount(nc *nats.Conn) (uint64, error) {
+	r, err := api(nc).Info(context.Background())
 	switch {
-	case errors.Is(err, delaystore.ErrNotFound):
-		return nil
 	case err != nil:
-		return err
+		return 0, fmt.Errorf("INFO: %w", err)
+	case r.Storage != "ok":
+		return 0, fmt.Errorf("INFO: storage %q, so its counts say nothing", r.Storage)
 	}
-	return fmt.Errorf("message %s is still stored", k)
+	return r.Counts.Pending, nil
 }
 
-// waitPending waits until the service holds exactly n pending messages.
-func waitPending(tb testing.TB, svc *bridge.Service, n uint64) {
+// pending is pendingCount, failing tb if INFO does not tell.
+func pending(tb testing.TB, nc *nats.Conn) uint64 {
 	tb.Helper()
-	checkFor(tb, wait, 10*time.Millisecond, func() error {
-		if got := svc.Repository().Pending(); got != n {
-			return fmt.Errorf("pending = %d, want %d", got, n)
+	n, err := pendingCount(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// waitPending waits until INFO reports exactly n pending messages.
+func waitPending(tb testing.TB, nc *nats.Conn, n uint64) {
+	tb.Helper()
+	waitPendingWithin(tb, nc, n, wait)
+}
+
+// waitPendingWithin is waitPending for waits longer than the usual: ACKs
+// lost in an outage are made good by redeliveries after the ack wait.
+func waitPendingWithin(tb testing.TB, nc *nats.Conn, n uint64, d time.Duration) {
+	tb.Helper()
+	checkFor(tb, d, 20*time.Millisecond, func() error {
+		got, err := pendingCount(nc)
+		if err == nil && got != n {
+			err = fmt.Errorf("pending = %d, want %d", got, n)
 		}
-		return nil
+		return err
 	})
 }
 
-// stored fails tb unless the message under k is stored.
-func stored(tb testing.TB, svc *bridge.Service, k keys.Key) *delaystore.StoredMessage {
+// pendingFor is the count of pending messages of subject SUBJECTS reports.
+func pendingFor(tb testing.TB, nc *nats.Conn, subject string) uint64 {
 	tb.Helper()
-	m, err := svc.Repository().Get(k)
+	r, err := api(nc).SubjectsPage(context.Background(), wire.SubjectsRequest{Filter: subject})
 	if err != nil {
-		tb.Fatalf("Get %s: %v", k, err)
+		tb.Fatalf("SUBJECTS %s: %v", subject, err)
+	}
+	var n uint64
+	for _, s := range r.Subjects {
+		if s.Subject == subject {
+			n += s.Pending
+		}
+	}
+	return n
+}
+
+// waitGone waits until GET finds no pending message under k.
+func waitGone(tb testing.TB, nc *nats.Conn, k keys.Key) {
+	tb.Helper()
+	checkFor(tb, wait, 10*time.Millisecond, func() error { return isGone(nc, k) })
+}
+
+// isGone is nil if GET answers 404 for k: the message is settled or was
+// never stored. Any other answer, or none, is an error.
+func isGone(nc *nats.Conn, k keys.Key) error {
+	_, err := api(nc).Get(context.Background(), wire.MessageRef{Tag: k.Tag()})
+	switch {
+	case errors.Is(err, wire.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("GET %s: %w", k, err)
+	}
+	return fmt.Errorf("message %s is still pending", k)
+}
+
+// stored fails tb unless GET finds the message under k pending, and
+// returns it with its payload. Its attempt is the one in flight, if any.
+func stored(tb testing.TB, nc *nats.Conn, k keys.Key) *wire.MessageInfo {
+	tb.Helper()
+	m, err := api(nc).Get(context.Background(), wire.MessageRef{Tag: k.Tag(), Payload: true})
+	if err != nil {
+		tb.Fatalf("GET %s: %v", k, err)
 	}
 	return m
 }

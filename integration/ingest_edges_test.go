@@ -90,7 +90,7 @@ func TestIngest_LongSubject_Refused(t *testing.T) {
 	// this long still reaches the service, but its delivery would not fit.
 	rep := requestVia(t, h.nc, "r", newMsg(longSubject(4040), "x"))
 	wantError(t, "a 4040-byte subject", rep, 400, "over the server's max_control_line of 4096")
-	if p := h.svc.Repository().Pending(); p != 0 {
+	if p := pending(t, h.nc); p != 0 {
 		t.Fatalf("pending = %d after a refused message, want 0", p)
 	}
 
@@ -116,22 +116,6 @@ func TestIngest_LongSubject_Refused(t *testing.T) {
 	r := next(t, ch, "the longest accepted subject")
 	ackSync(t, h.nc, r.Msg, "+ACK")
 	wantServing(t, h)
-}
-
-// preStore writes msgs into st directly, as an older version of the
-// service that did not check them would have stored them.
-func preStore(tb testing.TB, st delaystore.Store, msgs ...*delaystore.StoredMessage) {
-	tb.Helper()
-	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
-	if err != nil {
-		tb.Fatalf("OpenRepository: %v", err)
-	}
-	if _, err := repo.Schedule(msgs, delaystore.Sync); err != nil {
-		tb.Fatalf("Schedule: %v", err)
-	}
-	if err := repo.Close(); err != nil {
-		tb.Fatalf("Repository.Close: %v", err)
-	}
 }
 
 // storedTooLong returns a server and a store that holds a message due
@@ -176,10 +160,8 @@ func TestDelivery_LongSubjectStoredBefore_Parked(t *testing.T) {
 	if err := svc.Ready(); err != nil {
 		t.Fatalf("service not ready after the over-long message was due: %v", err)
 	}
-	if p, _ := svc.Repository().PendingFor(subj); p != 1 {
-		t.Fatalf("pending for the long subject = %d, want 1 (kept, not lost)", p)
-	}
-	// The way out is the API: LIST finds it, CANCEL removes it.
+	// It is kept, not lost, and the way out is the API: LIST finds it,
+	// CANCEL removes it.
 	body, _ := json.Marshal(map[string]string{"subject": subj})
 	rep, err := nc.Request(wire.DefaultAPIPrefix+".LIST", body, wait)
 	if err != nil {
@@ -187,13 +169,13 @@ func TestDelivery_LongSubjectStoredBefore_Parked(t *testing.T) {
 	}
 	var page wire.ListReply
 	if err := json.Unmarshal(rep.Data, &page); err != nil || len(page.Messages) != 1 {
-		t.Fatalf("LIST of the long subject: %q (%v), want one message", rep.Data, err)
+		t.Fatalf("LIST of the long subject: %q (%v), want the one message, kept", rep.Data, err)
 	}
 	rep, err = nc.Request(wire.DefaultAPIPrefix+".CANCEL", []byte(`{"tag":"`+page.Messages[0].Tag+`"}`), wait)
 	if err != nil || string(rep.Data) != `{"canceled":true}` {
 		t.Fatalf("CANCEL: %q, %v", rep.Data, err)
 	}
-	waitPending(t, svc, 0)
+	waitPending(t, nc, 0)
 }
 
 // TestDeadLetter_LongSubjectStoredBefore_Published checks the same message
@@ -213,7 +195,7 @@ func TestDeadLetter_LongSubjectStoredBefore_Published(t *testing.T) {
 	if reason := r.Header.Get(wire.HeaderReason); !strings.HasPrefix(reason, "undeliverable: too large to publish: a 4060-byte subject") {
 		t.Fatalf("dead letter's reason %q, want undeliverable: too large to publish: a 4060-byte subject ...", reason)
 	}
-	waitPending(t, svc, 0)
+	waitPending(t, nc, 0)
 	wantServing(t, &harness{srv: srv, svc: svc, nc: nc})
 	quiet(t, dead, 100*time.Millisecond, "a second dead letter")
 }
@@ -490,7 +472,7 @@ func TestIngest_HeaderRules(t *testing.T) {
 	if !strings.Contains(rep, "400") || !strings.Contains(rep, "printable ASCII") {
 		t.Fatalf("header name not ASCII: reply %q, want a 400 about printable ASCII", rep)
 	}
-	if p := h.svc.Repository().Pending(); p != 1 {
+	if p := pending(t, h.nc); p != 1 {
 		t.Fatalf("pending = %d, want only the valid message", p)
 	}
 	wantServing(t, h)
@@ -612,7 +594,7 @@ func TestIngest_InvalidPlainPublish_Warns(t *testing.T) {
 	t.Parallel()
 	logs := newWarnings(t, "invalid message")
 	srv := startServer(t)
-	svc := startService(t, srv, memStore(t), func(c *bridge.Config) { c.Logger = slog.New(logs) })
+	startService(t, srv, memStore(t), func(c *bridge.Config) { c.Logger = slog.New(logs) })
 	nc := connect(t, srv)
 	if err := nc.PublishMsg(newMsg("plain.t", "x", "Delay", "90x")); err != nil {
 		t.Fatal(err)
@@ -625,7 +607,7 @@ func TestIngest_InvalidPlainPublish_Warns(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("no WARN for an invalid plain publish")
 	}
-	if p := svc.Repository().Pending(); p != 0 {
+	if p := pending(t, nc); p != 0 {
 		t.Fatalf("pending = %d, want 0", p)
 	}
 }

@@ -83,16 +83,15 @@ func badMsg(i int) *nats.Msg {
 // a 400 in the micro convention (Nats-Service-Error and
 // Nats-Service-Error-Code headers, and a JSON error body) that says what
 // was wrong, and that nothing is stored: no pending message and no event
-// ID is used.
+// ID is used (the next valid message gets the next ID in its tag).
 func TestIngest_BadInput(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) { c.MaxPayload = 1024 })
 	// Something already stored, so "unchanged" is not just "empty".
-	schedule(t, h.nc, newMsg("bad.t", "ok", "Delay", "1h"))
-	repo := h.svc.Repository()
-	pending, lastID := repo.Pending(), repo.LastID()
+	last := schedule(t, h.nc, newMsg("bad.t", "ok", "Delay", "1h"))
 	for i, b := range badInputs {
 		t.Run(b.name, func(t *testing.T) {
+			before := pending(t, h.nc)
 			rep, err := h.nc.RequestMsg(badMsg(i), wait)
 			if err != nil {
 				t.Fatalf("request: %v", err)
@@ -100,8 +99,14 @@ func TestIngest_BadInput(t *testing.T) {
 			wantError(t, b.name, rep, 400, b.want)
 			// The error is sent without storing anything, and a valid
 			// message would have been committed before its reply.
-			if p, id := repo.Pending(), repo.LastID(); p != pending || id != lastID {
-				t.Fatalf("pending %d, last id %d after a refused message; want %d, %d", p, id, pending, lastID)
+			if p := pending(t, h.nc); p != before {
+				t.Fatalf("pending %d after a refused message, want %d", p, before)
+			}
+			valid := schedule(t, h.nc, newMsg("bad.t", "ok", "Delay", "1h"))
+			prev := last.Key.EventID()
+			last = valid
+			if id := valid.Key.EventID(); id != prev+1 {
+				t.Fatalf("event id %d after a refused message, want %d: the refused one took an ID", id, prev+1)
 			}
 		})
 	}
@@ -112,7 +117,6 @@ func TestIngest_BadInput(t *testing.T) {
 func TestIngest_BadInput_NoReply(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) { c.MaxPayload = 1024 })
-	repo := h.svc.Repository()
 	for i := range badInputs {
 		if err := h.nc.PublishMsg(badMsg(i)); err != nil {
 			t.Fatal(err)
@@ -120,9 +124,9 @@ func TestIngest_BadInput_NoReply(t *testing.T) {
 	}
 	// The service handles ingest in order, so once this valid request is
 	// answered every publish before it has been handled.
-	schedule(t, h.nc, newMsg("bad.t", "ok", "Delay", "1h"))
-	if p, id := repo.Pending(), repo.LastID(); p != 1 || id != 1 {
-		t.Fatalf("pending %d, last id %d; want only the valid message stored (1, 1)", p, id)
+	valid := schedule(t, h.nc, newMsg("bad.t", "ok", "Delay", "1h"))
+	if p, id := pending(t, h.nc), valid.Key.EventID(); p != 1 || id != 1 {
+		t.Fatalf("pending %d, the valid message's event id %d; want only the valid message stored, with the first ID (1, 1)", p, id)
 	}
 }
 
@@ -140,7 +144,7 @@ func TestIngest_Limits(t *testing.T) {
 	} {
 		schedule(t, h.nc, m)
 	}
-	if n := h.svc.Repository().Pending(); n != 4 {
+	if n := pending(t, h.nc); n != 4 {
 		t.Fatalf("pending = %d, want 4", n)
 	}
 }
@@ -163,8 +167,11 @@ func TestIngest_EmptyToken(t *testing.T) {
 			wantError(t, subj, rep, 400, "empty")
 		}
 	}
-	if p, id := h.svc.Repository().Pending(), h.svc.Repository().LastID(); p != 0 || id != 0 {
-		t.Fatalf("pending %d, last id %d; want nothing stored", p, id)
+	if p := pending(t, h.nc); p != 0 {
+		t.Fatalf("pending %d, want nothing stored", p)
+	}
+	if id := schedule(t, h.nc, newMsg("empty.ok", "x", "Delay", "1h")).Key.EventID(); id != 1 {
+		t.Fatalf("the first valid message has event id %d, want 1: a refused one took an ID", id)
 	}
 }
 
@@ -208,7 +215,7 @@ func TestIngest_BadInput_SparesOthers(t *testing.T) {
 			t.Fatalf("bad message %d (%s): reply %q with headers %v, want a 400", i, badInputs[i/2%len(badInputs)].name, rep.Data, rep.Header)
 		}
 	}
-	if p := h.svc.Repository().Pending(); p != n/2 {
+	if p := pending(t, h.nc); p != n/2 {
 		t.Fatalf("pending = %d, want the %d good messages", p, n/2)
 	}
 }

@@ -292,7 +292,7 @@ func TestLimits_PauseResume_AcrossRestart(t *testing.T) {
 		}
 		ackSync(t, nc, r.Msg, wire.AnswerAck)
 	}
-	waitPending(t, svc, 0)
+	waitPending(t, nc, 0)
 	apiError(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "paused.>"}, 404, "no limit")
 }
 

@@ -27,7 +27,7 @@ const maxNoResponders = 50
 func waitNoResponders(tb testing.TB, h *harness, backlog int) {
 	tb.Helper()
 	checkFor(tb, wait, 10*time.Millisecond, func() error {
-		if n := h.svc.Dispatcher().Stats().NoResponders; n == 0 {
+		if n := h.svc.Stats().NoResponders; n == 0 {
 			return fmt.Errorf("no delivery has bounced yet")
 		}
 		return nil
@@ -41,7 +41,7 @@ func waitNoResponders(tb testing.TB, h *harness, backlog int) {
 			return
 		case <-tick.C:
 		}
-		if st := h.svc.Dispatcher().Stats(); st.NoResponders >= uint64(backlog+maxNoResponders) {
+		if st := h.svc.Stats(); st.NoResponders >= uint64(backlog+maxNoResponders) {
 			tb.Fatalf("%d no-responders answers within about a second: the service is spinning (stats %+v)", st.NoResponders, st)
 		}
 	}
@@ -58,7 +58,7 @@ func TestNoResponders_NotCounted(t *testing.T) {
 	waitNoResponders(t, h, 1)
 	// MaxDeliver 1 with a short ack wait: had a bounce counted, the message
 	// would be dead-lettered and gone by now.
-	if m := stored(t, h.svc, rep.Key); m.Attempt != 0 {
+	if m := stored(t, h.nc, rep.Key); m.Attempt != 0 {
 		t.Fatalf("stored attempt = %d after deliveries reached nobody, want 0", m.Attempt)
 	}
 	got := subscribe(t, h.nc, "nobody.home")
@@ -68,7 +68,7 @@ func TestNoResponders_NotCounted(t *testing.T) {
 		t.Fatalf("tag %q, want %s", r.Header.Get(wire.HeaderTag), rep.Tag)
 	}
 	ackSync(t, h.nc, r.Msg, "")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestNoResponders_Redelivery checks that a redelivery nobody receives is
@@ -95,7 +95,7 @@ func TestNoResponders_Redelivery(t *testing.T) {
 	r := next(t, got, "redelivery once a subscriber is back")
 	wantAttempt(t, r.Msg, 2)
 	ackSync(t, h.nc, r.Msg, "")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestAckNone_DeletedOncePublished checks Delay-Ack: none: the message is
@@ -114,8 +114,8 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 		r := next(t, got, "delivery")
 		notEarly(t, r, rep.FireAt)
 		wantAttempt(t, r.Msg, 1)
-		waitGone(t, h.svc, rep.Key)
-		waitPending(t, h.svc, 0)
+		waitGone(t, h.nc, rep.Key)
+		waitPending(t, h.nc, 0)
 		quiet(t, got, 3*ackWait, "redelivery of a Delay-Ack: none message")
 		// ACKs are accepted and ignored.
 		ackSync(t, h.nc, r.Msg, "+ACK")
@@ -126,14 +126,14 @@ func TestAckNone_DeletedOncePublished(t *testing.T) {
 		h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 		rep := schedule(t, h.nc, newMsg("none.later", "x", "Delay-Ack", "NONE"))
 		waitNoResponders(t, h, 1)
-		stored(t, h.svc, rep.Key)
-		if n := h.svc.Repository().Pending(); n != 1 {
+		stored(t, h.nc, rep.Key)
+		if n := pending(t, h.nc); n != 1 {
 			t.Fatalf("pending = %d while nobody listens, want 1", n)
 		}
 		got := subscribe(t, h.nc, "none.later")
 		r := next(t, got, "delivery once a subscriber appears")
 		wantAttempt(t, r.Msg, 1)
-		waitGone(t, h.svc, rep.Key)
+		waitGone(t, h.nc, rep.Key)
 		quiet(t, got, 3*ackWait, "redelivery of a Delay-Ack: none message")
 	})
 }
@@ -162,5 +162,5 @@ func TestNoResponders_ResumeInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }

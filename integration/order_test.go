@@ -69,5 +69,5 @@ func TestOrder_PerSubject(t *testing.T) {
 				k, order[k], fireAt[order[k]].Format("05.000"), want[k], fireAt[want[k]].Format("05.000"), order, want)
 		}
 	}
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }

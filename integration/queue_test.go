@@ -50,7 +50,7 @@ func TestQueueGroup_ExactlyOnce(t *testing.T) {
 		msgs[i] = newMsg("work.q", fmt.Sprint(i), "Delay", fmt.Sprintf("%dms", i%100))
 	}
 	reps := scheduleMany(t, h.nc, msgs)
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	// Every ACK is applied, so every delivery has been counted.
 	mu.Lock()
 	defer mu.Unlock()
@@ -67,7 +67,7 @@ func TestQueueGroup_ExactlyOnce(t *testing.T) {
 			t.Errorf("consumer %d got nothing: the deliveries were not spread over the group (%v)", i, byCons)
 		}
 	}
-	if st := h.svc.Dispatcher().Stats(); st.Acked != n || st.Redelivered != 0 {
+	if st := h.svc.Stats(); st.Acked != n || st.Redelivered != 0 {
 		t.Fatalf("stats %+v, want %d acked and no redelivery", st, n)
 	}
 }

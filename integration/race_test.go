@@ -90,7 +90,7 @@ func TestAck_BeforeDelivery_NeverAfterOK(t *testing.T) {
 		i, _ := strconv.Atoi(m.Subject[len(inbox)+1:])
 		okd[i] = true
 	}
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	// Deliveries still on their way were published after every +OK.
 	select {
 	case m := <-events:

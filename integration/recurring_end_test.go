@@ -50,7 +50,7 @@ func TestRecurring_Every_PastLastStorableTime_Ends(t *testing.T) {
 		t.Fatalf("the first occurrence has Delay-Next %v: want none, the next would be after %v", v, lastStorable)
 	}
 	ackSync(t, h.nc, r.Msg, "")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	quiet(t, got, 300*time.Millisecond, "an occurrence past the last storable time")
 	if n := info(t, h.nc).Counts.Schedules; n != 0 {
 		t.Fatalf("INFO schedules %d after the last occurrence, want 0", n)

@@ -60,7 +60,7 @@ func TestRecurring_Every_OrdinaryDeliveries(t *testing.T) {
 		ackSync(t, h.nc, r.Msg, "")
 	}
 	quiet(t, got, 500*time.Millisecond, "an occurrence past Delay-Limit")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestRecurring_Cron_SecondsInZone checks a 6-field spec in a zone and
@@ -89,7 +89,7 @@ func TestRecurring_Cron_SecondsInZone(t *testing.T) {
 			if last.IsZero() || until.Sub(last) >= time.Second {
 				t.Fatalf("last occurrence %v, want the last whole second before %v", last, until)
 			}
-			waitPending(t, h.svc, 0)
+			waitPending(t, h.nc, 0)
 			return
 		}
 	}
@@ -116,7 +116,7 @@ func TestRecurring_NakRedeliversTheOccurrence(t *testing.T) {
 	}
 	wantAttempt(t, r2.Msg, 1)
 	ackSync(t, h.nc, r2.Msg, "")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestRecurring_ReplaceAndCancelByID checks that scheduling the same
@@ -129,16 +129,16 @@ func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 	got := subscribe(t, h.nc, "rec.id")
 	first := schedule(t, h.nc, newMsg("rec.id", "one", "Delay-Every", "1h", "Delay-Id", "J"))
 	second := schedule(t, h.nc, newMsg("rec.id", "two", "Delay-Cron", "@daily", "Delay-Id", "J"))
-	if err := isGone(h.svc, first.Key); err != nil {
+	if err := isGone(h.nc, first.Key); err != nil {
 		t.Fatal(err)
 	}
-	waitPending(t, h.svc, 1)
+	waitPending(t, h.nc, 1)
 	var r cancelReply
 	apiCall(t, h.nc, "CANCEL", map[string]string{"subject": "rec.id", "id": "J"}, &r)
 	if !r.Canceled {
 		t.Fatal("CANCEL by id: canceled = false")
 	}
-	if err := isGone(h.svc, second.Key); err != nil {
+	if err := isGone(h.nc, second.Key); err != nil {
 		t.Fatal(err)
 	}
 
@@ -148,28 +148,28 @@ func TestRecurring_ReplaceAndCancelByID(t *testing.T) {
 	// a loaded machine takes a while between the steps.
 	schedule(t, h.nc, newMsg("rec.id", "three", "Delay-Every", "3s", "Delay", "10ms", "Delay-Id", "J"))
 	out := next(t, got, "occurrence")
-	waitPending(t, h.svc, 2) // the one out and its successor
+	waitPending(t, h.nc, 2) // the one out and its successor
 	apiCall(t, h.nc, "CANCEL", map[string]string{"subject": "rec.id", "id": "J"}, &r)
 	if !r.Canceled {
 		t.Fatal("CANCEL by id with an occurrence out: canceled = false")
 	}
 	ackSync(t, h.nc, out.Msg, "")
 	quiet(t, got, 700*time.Millisecond, "an occurrence after CANCEL by id")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 
 	// Cancel by the tag of the pending occurrence.
 	rep := schedule(t, h.nc, newMsg("rec.id", "four", "Delay-Every", "1h"))
 	cancelTag(t, h.nc, rep.Tag)
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 
 	// Cancel by the tag of an occurrence already out: its successor goes
 	// too, so the schedule ends.
 	schedule(t, h.nc, newMsg("rec.id", "five", "Delay-Every", "3s", "Delay", "10ms"))
 	out = next(t, got, "occurrence")
-	waitPending(t, h.svc, 2)
+	waitPending(t, h.nc, 2)
 	cancelTag(t, h.nc, out.Header.Get(wire.HeaderTag))
 	quiet(t, got, 700*time.Millisecond, "an occurrence after CANCEL by the tag of one out")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	if n := info(t, h.nc).Counts.Schedules; n != 0 {
 		t.Fatalf("INFO schedules %d after every schedule ended", n)
 	}
@@ -200,7 +200,7 @@ func TestRecurring_BadRequests(t *testing.T) {
 			t.Fatalf("%v: %q, want it to say %q", tt.hdr, desc, tt.want)
 		}
 	}
-	if n := h.svc.Repository().Pending(); n != 0 {
+	if n := pending(t, h.nc); n != 0 {
 		t.Fatalf("pending %d after bad requests", n)
 	}
 }
@@ -457,7 +457,7 @@ func TestRecurring_MaxDeliverAndTTL(t *testing.T) {
 			break
 		}
 	}
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestRecurring_CatchUpNone_PastStart checks a schedule whose Delay-At is
@@ -497,5 +497,5 @@ func TestRecurring_CatchUpNone_PastStart(t *testing.T) {
 		t.Fatalf("skipped %d, want none", n)
 	}
 	quiet(t, got, every+every/2, "an occurrence past Delay-Limit")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }

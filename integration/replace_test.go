@@ -27,10 +27,10 @@ func TestDelayID_Replace(t *testing.T) {
 			t.Fatalf("both schedules got tag %s", first.Tag)
 		}
 		// The replacement is committed with the new message, before the reply.
-		if err := isGone(h.svc, first.Key); err != nil {
+		if err := isGone(h.nc, first.Key); err != nil {
 			t.Fatal(err)
 		}
-		if n := h.svc.Repository().Pending(); n != 1 {
+		if n := pending(t, h.nc); n != 1 {
 			t.Fatalf("pending = %d, want 1", n)
 		}
 		r := next(t, got, "delivery")
@@ -39,7 +39,7 @@ func TestDelayID_Replace(t *testing.T) {
 			t.Fatalf("delivered %q with headers %v, want the second message", r.Data, r.Header)
 		}
 		ackSync(t, h.nc, r.Msg, "")
-		waitPending(t, h.svc, 0)
+		waitPending(t, h.nc, 0)
 	})
 
 	t.Run("short then long", func(t *testing.T) {
@@ -48,12 +48,12 @@ func TestDelayID_Replace(t *testing.T) {
 		got := subscribe(t, h.nc, "replace.b")
 		first := schedule(t, h.nc, newMsg("replace.b", "first", "Delay-Id", "X", "Delay", "200ms"))
 		second := schedule(t, h.nc, newMsg("replace.b", "second", "Delay-Id", "X", "Delay", "1h"))
-		if err := isGone(h.svc, first.Key); err != nil {
+		if err := isGone(h.nc, first.Key); err != nil {
 			t.Fatal(err)
 		}
 		// Well past the first fire time, nothing came.
 		quiet(t, got, time.Until(first.FireAt.Add(500*time.Millisecond)), "delivery of a replaced message")
-		if m := stored(t, h.svc, second.Key); string(m.Payload) != "second" {
+		if m := stored(t, h.nc, second.Key); string(m.Payload) != "second" {
 			t.Fatalf("stored payload %q, want second", m.Payload)
 		}
 	})
@@ -68,7 +68,7 @@ func TestDelayID_Replace(t *testing.T) {
 			t.Fatalf("delivered %q, want first", r1.Data)
 		}
 		second := schedule(t, h.nc, newMsg("replace.c", "second", "Delay-Id", "X", "Delay", "100ms"))
-		if err := isGone(h.svc, first.Key); err != nil {
+		if err := isGone(h.nc, first.Key); err != nil {
 			t.Fatal(err)
 		}
 		r2 := next(t, got, "delivery of the replacement")
@@ -81,7 +81,7 @@ func TestDelayID_Replace(t *testing.T) {
 		// redelivery, and its late ACK is harmless.
 		quiet(t, got, 3*ackWait, "redelivery of a replaced message")
 		ackSync(t, h.nc, r1.Msg, "+ACK")
-		waitPending(t, h.svc, 0)
+		waitPending(t, h.nc, 0)
 	})
 
 	t.Run("other subject", func(t *testing.T) {
@@ -95,6 +95,6 @@ func TestDelayID_Replace(t *testing.T) {
 			r := next(t, got, "delivery")
 			ackSync(t, h.nc, r.Msg, "")
 		}
-		waitPending(t, h.svc, 0)
+		waitPending(t, h.nc, 0)
 	})
 }

@@ -115,7 +115,7 @@ func serviceOn(tb testing.TB, nc *nats.Conn) *bridge.Service {
 
 // roundTrip schedules a message due now on nc, receives it on nc, ACKs it
 // with an ack sync and waits until it is deleted.
-func roundTrip(tb testing.TB, svc *bridge.Service, nc *nats.Conn, subject string) {
+func roundTrip(tb testing.TB, nc *nats.Conn, subject string) {
 	tb.Helper()
 	ch := subscribe(tb, nc, subject)
 	s := schedule(tb, nc, newMsg(subject, "hello"))
@@ -124,7 +124,7 @@ func roundTrip(tb testing.TB, svc *bridge.Service, nc *nats.Conn, subject string
 		tb.Fatalf("delivered tag %s, scheduled %s", got, s.Key)
 	}
 	ackSync(tb, nc, r.Msg, "+ACK")
-	waitGone(tb, svc, s.Key)
+	waitGone(tb, nc, s.Key)
 }
 
 func writeFile(tb testing.TB, dir, name string, data []byte) string {
@@ -330,8 +330,8 @@ func TestSecurity_Auth_RoundTrip(t *testing.T) {
 					t.Fatalf("a client with %d of the %d login options got in", len(o), len(opts))
 				}
 			}
-			svc := serviceOn(t, connectWith(t, srv, opts...))
-			roundTrip(t, svc, connectWith(t, srv, opts...), "orders.auth")
+			serviceOn(t, connectWith(t, srv, opts...))
+			roundTrip(t, connectWith(t, srv, opts...), "orders.auth")
 		})
 	}
 }
@@ -420,7 +420,7 @@ func checkPermissions(t *testing.T, srv *server.Server) {
 		return connectWith(t, srv, nats.UserInfo(user, "change-me"), errs.option())
 	}
 	svcErrs, pubErrs, consErrs := make(connErrs, 16), make(connErrs, 16), make(connErrs, 16)
-	svc := serviceOn(t, login("natsdelay", svcErrs))
+	serviceOn(t, login("natsdelay", svcErrs))
 	pub := login("orders-api", pubErrs)
 	cons := login("orders-worker", consErrs)
 	billing := login("billing-api", make(connErrs, 16))
@@ -447,13 +447,13 @@ func checkPermissions(t *testing.T, srv *server.Server) {
 	if err := dMine.Respond([]byte("+ACK")); err != nil {
 		t.Fatalf("Respond: %v", err)
 	}
-	waitGone(t, svc, sMine.Key)
+	waitGone(t, ops, sMine.Key)
 	dMine.Respond([]byte("-NAK"))
 	consErrs.wantViolation(t, dMine.Reply)
 	// The denied ACKs were sent before the one that was applied, on the
 	// same connection, so had the server let them through they would have
 	// been applied by now.
-	stored(t, svc, sTheirs.Key)
+	stored(t, ops, sTheirs.Key)
 
 	// The publisher may schedule only under delay.orders.>, and not use
 	// the API.
@@ -497,11 +497,15 @@ func TestSecurity_Tag_NotASecret(t *testing.T) {
 			{Username: "acker", Password: "p", Permissions: &server.Permissions{
 				Publish: &server.SubjectPermission{Allow: []string{"$DELAY.ACK.>"}}, Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 			}},
+			{Username: "ops", Password: "p", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{"$DELAY.API.>"}}, Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
 		}
 	})
-	svc := serviceOn(t, connectWith(t, srv, nats.UserInfo("svc", "p")))
+	serviceOn(t, connectWith(t, srv, nats.UserInfo("svc", "p")))
 	pub := connectWith(t, srv, nats.UserInfo("pub", "p"))
 	acker := connectWith(t, srv, nats.UserInfo("acker", "p"))
+	ops := connectWith(t, srv, nats.UserInfo("ops", "p"))
 
 	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	first := schedule(t, pub, newMsg("orders.secret", "1", "Delay-At", at))
@@ -516,15 +520,15 @@ func TestSecurity_Tag_NotASecret(t *testing.T) {
 	if err != nil || string(rep.Data) != "+OK" {
 		t.Fatalf("ACK of a random tag: %v, %v", rep, err)
 	}
-	waitPending(t, svc, 2)
+	waitPending(t, ops, 2)
 
 	// The predicted tag deletes a message nobody has seen delivered.
 	rep, err = acker.Request("$DELAY.ACK."+guess.Tag(), []byte("+ACK"), wait)
 	if err != nil || string(rep.Data) != "+OK" {
 		t.Fatalf("ACK of the predicted tag: %v, %v", rep, err)
 	}
-	waitGone(t, svc, second.Key)
-	stored(t, svc, first.Key)
+	waitGone(t, ops, second.Key)
+	stored(t, ops, first.Key)
 }
 
 // TestSecurity_Ingest_ServicePublishes checks the NB of docs/security.md:
@@ -583,7 +587,7 @@ func TestSecurity_Ingest_ServicePublishes(t *testing.T) {
 		if tagKey(t, d.Msg) != s.Key || d.Header.Get(wire.HeaderReason) != "max-deliver" {
 			t.Fatalf("dead letter %s with headers %v", tagKey(t, d.Msg), d.Header)
 		}
-		waitGone(t, svc, s.Key)
+		waitGone(t, watch, s.Key)
 		select {
 		case r := <-got:
 			t.Fatalf("the narrowed service delivered to %s: %v", r.Subject, r.Header)

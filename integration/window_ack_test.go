@@ -95,7 +95,7 @@ func TestWindow_Full_NakThenAck(t *testing.T) {
 		}
 		return nil
 	})
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestWindow_Full_SilentConsumerRecovers checks the same for a
@@ -119,7 +119,7 @@ func TestWindow_Full_SilentConsumerRecovers(t *testing.T) {
 		}
 		return nil
 	})
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 }
 
 // TestWindow_Full_LongNaksDoNotStarveOthers checks that one consumer that
@@ -158,7 +158,7 @@ func TestWindow_Full_LongNaksDoNotStarveOthers(t *testing.T) {
 	if d, _ := naked.counts(); d > stuck {
 		t.Fatalf("%d deliveries of %d messages NAKed for an hour: some came back early", d, stuck)
 	}
-	if p, _ := h.svc.Repository().PendingFor("win.longnak.0"); p != stuck {
+	if p := pendingFor(t, h.nc, "win.longnak.0"); p != stuck {
 		t.Fatalf("pending on the NAKing subject = %d, want %d", p, stuck)
 	}
 }
@@ -188,8 +188,8 @@ func TestNoResponders_LaterMessageDoesNotHoldBack(t *testing.T) {
 	}
 	wantAttempt(t, r.Msg, 1)
 	ackSync(t, h.nc, r.Msg, "+ACK")
-	waitGone(t, h.svc, now.Key)
-	stored(t, h.svc, later.Key)
+	waitGone(t, h.nc, now.Key)
+	stored(t, h.nc, later.Key)
 }
 
 // expectNext fails tb unless the next delivery on got is the message with
@@ -223,9 +223,9 @@ func TestAck_NakHugeDelay_NotRedeliveredAtOnce(t *testing.T) {
 			second := schedule(t, h.nc, newMsg("nak.huge", "second"))
 			r2 := expectNext(t, got, second.Tag, "the message scheduled after the NAK")
 			ackSync(t, h.nc, r2.Msg, "+ACK")
-			stored(t, h.svc, first.Key)
+			stored(t, h.nc, first.Key)
 			ackSync(t, h.nc, r1.Msg, "+ACK")
-			waitPending(t, h.svc, 0)
+			waitPending(t, h.nc, 0)
 		})
 	}
 	// A delay that is not even a duration is refused, saying what is the
@@ -281,7 +281,7 @@ func TestAck_HugeDurations_NoImmediateRedelivery(t *testing.T) {
 			r2 := expectNext(t, got, second.Tag, "the message scheduled after the first delivery")
 			ackSync(t, h.nc, r2.Msg, "+ACK")
 			ackSync(t, h.nc, r1.Msg, "+ACK")
-			waitPending(t, h.svc, 0)
+			waitPending(t, h.nc, 0)
 		})
 	}
 }
@@ -300,7 +300,7 @@ func TestAck_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 	wantAttempt(t, r.Msg, 1)
 	// The delivery's pass has flushed once its attempt counts.
 	checkFor(t, wait, 5*time.Millisecond, func() error {
-		if n := h.svc.Dispatcher().Attempt(rep.Key); n != 1 {
+		if n := stored(t, h.nc, rep.Key).Attempt; n != 1 {
 			return fmt.Errorf("attempt %d is not counted yet", n)
 		}
 		return nil
@@ -324,7 +324,7 @@ func TestAck_ConsumerStatus503_IsAnAnswer(t *testing.T) {
 	}
 	wantError(t, "Status: 503 sent as a request", ans, 400, "503")
 	ackSync(t, h.nc, r.Msg, "+ACK")
-	waitPending(t, h.svc, 0)
+	waitPending(t, h.nc, 0)
 	select {
 	case r2 := <-got:
 		t.Fatalf("delivered again: %q with headers %v", r2.Data, r2.Header)

@@ -52,7 +52,7 @@ func schedule(t testing.TB, url, subject, data string, extra ...string) string {
 // gone (404, exit code 1).
 func TestAdmin_InfoLsGetCancel(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	const subj = "admin.jobs"
 	tags := []string{
 		schedule(t, url, subj, "one", "--delay", "1h"),
@@ -189,7 +189,7 @@ func TestAdmin_BadUsage_ExitsTwo(t *testing.T) {
 // the API subject says what to check instead of timing out.
 func TestAdmin_NoService_SaysSo(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir(), "--engine", "memory")
+	url := serveInProcess(t, t.TempDir(), "--engine", "memory").URL()
 	code, _, errOut := runCmd(t, "info", "--nats", url, "--api-prefix", "OTHER.API")
 	if code != exitRuntime || !strings.Contains(errOut, "nothing answers on OTHER.API.INFO") {
 		t.Fatalf("info with another prefix: exit code %d, stderr %q", code, errOut)
@@ -201,7 +201,7 @@ func TestAdmin_NoService_SaysSo(t *testing.T) {
 // and version, and its endpoints with their subjects.
 func TestServe_MicroDiscovery(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir(), "--engine", "memory")
+	url := serveInProcess(t, t.TempDir(), "--engine", "memory").URL()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 // with a filter lists the messages of every matching subject.
 func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	at := []string{"--nats", url}
 	// Nobody subscribes: what is due stays pending, and due.
 	schedule(t, url, "shop.orders", "o1", "--delay", "1h")

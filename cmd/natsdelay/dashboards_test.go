@@ -137,14 +137,14 @@ func checkExpr(t testing.TB, where, expr string, series map[string]map[string]bo
 // own module.
 func TestDocs_DashboardAndAlerts_MetricsExist(t *testing.T) {
 	t.Parallel()
-	_, url, base := serveHTTP(t, t.TempDir())
+	srv := serveInProcess(t, t.TempDir())
 	// Labelled series appear once they have a value.
-	schedule(t, url, "docs.metrics", "x", "--delay", "1h")
-	series := exposed(t, base)
+	schedule(t, srv.URL(), "docs.metrics", "x", "--delay", "1h")
+	series := exposed(t, srv.httpURL())
 	// A node of a cluster has the cluster's series too: one of one node.
 	clusterAddr := freeAddr(t)
-	_, _, clusterBase := serveHTTP(t, t.TempDir(), "--cluster-listen", clusterAddr, "--cluster-peers", clusterAddr, "--node-id", "docs")
-	maps.Copy(series, exposed(t, clusterBase))
+	node := serveInProcess(t, t.TempDir(), "--cluster-listen", clusterAddr, "--cluster-peers", clusterAddr, "--node-id", "docs")
+	maps.Copy(series, exposed(t, node.httpURL()))
 
 	b, err := os.ReadFile("../../docs/alerts.yml")
 	if err != nil {

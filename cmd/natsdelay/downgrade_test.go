@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -145,11 +144,10 @@ func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			srv, url := serve(t, dir, "--engine", engine)
-			schedule(t, url, "jobs.later", "x", "--delay", "1h")
-			srv.signal(t, syscall.SIGTERM)
-			if code := srv.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("serve exit code %d after SIGTERM, want 0", code)
+			srv := serveInProcess(t, dir, "--engine", engine)
+			schedule(t, srv.URL(), "jobs.later", "x", "--delay", "1h")
+			if err := srv.Close(); err != nil {
+				t.Fatalf("serve: Close: %v", err)
 			}
 
 			old := startExe(t, older, nil, "", "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
@@ -164,13 +162,9 @@ func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
 			ls := strings.Split(strings.TrimSpace(e), "\n")
 			t.Logf("version %s refused the store: exit code %d, %s", beforeIndexVersion, code, ls[len(ls)-1])
 
-			again, url := serve(t, dir, "--engine", engine)
-			if out := mustRun(t, "info", "--nats", url); !regexp.MustCompile(`(?m)^pending\s+1$`).MatchString(out) {
+			again := serveInProcess(t, dir, "--engine", engine)
+			if out := mustRun(t, "info", "--nats", again.URL()); !regexp.MustCompile(`(?m)^pending\s+1$`).MatchString(out) {
 				t.Fatalf("info after the refused downgrade:\n%s\nwant the message still pending", out)
-			}
-			again.signal(t, syscall.SIGTERM)
-			if code := again.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("serve exit code %d after SIGTERM, want 0", code)
 			}
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,11 +80,12 @@ func scrape(t testing.TB, base string) map[string]float64 {
 
 // TestServe_HTTP_MetricsAndHealth checks the HTTP listener of a running
 // serve: /metrics parses and counts a scheduled message along with the Go
-// and process metrics, /healthz and /readyz answer 200, and SIGTERM still
-// exits 0 with the listener open.
+// and process metrics, /healthz and /readyz answer 200, and the server
+// stops cleanly with the listener open.
 func TestServe_HTTP_MetricsAndHealth(t *testing.T) {
 	t.Parallel()
-	srv, url, base := serveHTTP(t, t.TempDir())
+	srv := serveInProcess(t, t.TempDir())
+	url, base := srv.URL(), srv.httpURL()
 
 	before := scrape(t, base)
 	for _, name := range []string{"natsdelay_messages_scheduled_total", "natsdelay_messages_pending", "go_goroutines", "process_start_time_seconds"} {
@@ -112,10 +112,8 @@ func TestServe_HTTP_MetricsAndHealth(t *testing.T) {
 	if code, body := httpGet(t, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %q, want 200", code, body)
 	}
-
-	srv.signal(t, syscall.SIGTERM)
-	if code := srv.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("serve exit code after SIGTERM %d, want 0", code)
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close with the listener open: %v", err)
 	}
 }
 
@@ -130,9 +128,8 @@ func TestServe_HTTP_ReadyzFollowsNATS(t *testing.T) {
 	ns := natsserver.RunServer(&opts)
 	t.Cleanup(ns.Shutdown)
 
-	srv := start(t, "serve", "--nats", ns.ClientURL(), "--engine", "memory")
-	m := srv.waitLine(t, `msg="natsdelay ready" .* http=(\S+)`, 30*time.Second)
-	base := "http://" + m[1]
+	srv := openServe(t, "--nats", ns.ClientURL(), "--engine", "memory")
+	base := srv.httpURL()
 	if code, body := httpGet(t, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz with NATS up: %d %q, want 200", code, body)
 	}
@@ -155,15 +152,13 @@ func TestServe_HTTP_ReadyzFollowsNATS(t *testing.T) {
 	ns = natsserver.RunServer(&opts)
 	t.Cleanup(ns.Shutdown)
 	waitStatus(t, base+"/readyz", http.StatusOK)
-	srv.signal(t, syscall.SIGTERM)
-	if code := srv.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("serve exit code after SIGTERM %d, want 0", code)
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
 
 // TestServe_HTTPPortInUse_ExitsWithHint checks that a taken --http port is
-// a usage error that names the flag and the address, and that --http ""
-// turns the listener off.
+// a usage error that names the flag and the address.
 func TestServe_HTTPPortInUse_ExitsWithHint(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -178,12 +173,16 @@ func TestServe_HTTPPortInUse_ExitsWithHint(t *testing.T) {
 	if e := p.stderr.String(); !strings.Contains(e, "--http "+ln.Addr().String()) || !strings.Contains(e, "already in use") {
 		t.Fatalf("stderr %q: want --http, the address, and that it is in use", e)
 	}
+}
 
-	off := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--engine", "memory", "--http", "")
-	off.waitLine(t, `msg="natsdelay ready" .* http=off`, 30*time.Second)
-	off.signal(t, syscall.SIGTERM)
-	if code := off.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("serve --http \"\": exit code %d, want 0", code)
+// TestServe_HTTPEmpty_TurnsTheListenerOff checks that --http "" serves
+// without an HTTP listener, and says so in its ready line.
+func TestServe_HTTPEmpty_TurnsTheListenerOff(t *testing.T) {
+	t.Parallel()
+	off := openServe(t, "--nats-listen", "127.0.0.1:0", "--engine", "memory", "--http", "")
+	off.waitLine(t, `msg="natsdelay ready" .* http=off`, time.Second)
+	if got := off.HTTPAddr(); got != "off" {
+		t.Fatalf("HTTP address %q with --http \"\", want off", got)
 	}
 }
 
@@ -217,7 +216,7 @@ func TestServe_HTTP_PProfOnlyWhenAsked(t *testing.T) {
 		if on {
 			extra, want = []string{"--pprof"}, http.StatusOK
 		}
-		_, _, base := serveHTTP(t, t.TempDir(), extra...)
+		base := serveInProcess(t, t.TempDir(), extra...).httpURL()
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
 			if code, body := httpGet(t, base+path); code != want {
 				t.Errorf("pprof %v: GET %s: %d %.80q, want %d", on, path, code, body, want)

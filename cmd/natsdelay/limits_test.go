@@ -7,9 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"natsdelay/bridge/wire"
 	"natsdelay/cmd/internal/usage"
@@ -21,7 +19,7 @@ import (
 // and a second rm is a 404 (exit code 1).
 func TestLimits_Commands(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	out := mustRun(t, "limits", "set", "orders.>", "--nats", url, "--max-in-flight", "100", "--rate", "3000/m", "--burst", "100")
 	for _, want := range []string{"PATTERN", "orders.>", "100", "50", "false"} {
 		if !strings.Contains(out, want) {
@@ -134,20 +132,19 @@ func TestServe_ConfigLimits_SeededNotOverriding(t *testing.T) {
 		{"pattern": "orders.>", "max_in_flight": 100, "rate": "50/s"},
 		{"pattern": "mail.*", "paused": true}
 	]}`)
-	first, url := serve(t, dir, "--config", file)
-	at := []string{"--nats", url}
+	first := serveInProcess(t, dir, "--config", file)
+	at := []string{"--nats", first.URL()}
 	out := mustRun(t, append([]string{"limits", "ls"}, at...)...)
 	if !regexp.MustCompile(`(?m)^orders\.>\s+100\s+50\s+default\s+false$`).MatchString(out) || !regexp.MustCompile(`(?m)^mail\.\*\s+default\s+none\s+default\s+true$`).MatchString(out) {
 		t.Fatalf("limits ls after a start with limits in the config file printed\n%s\nwant both", out)
 	}
 	mustRun(t, append([]string{"limits", "set", "orders.>", "--rate", "10/s"}, at...)...)
 	mustRun(t, append([]string{"limits", "rm", "mail.*"}, at...)...)
-	first.signal(t, syscall.SIGTERM)
-	if code := first.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("first serve exit code %d", code)
+	if err := first.Close(); err != nil {
+		t.Fatalf("first serve: Close: %v", err)
 	}
 
-	_, url = serve(t, dir, "--config", file)
+	url := serveInProcess(t, dir, "--config", file).URL()
 	var r wire.LimitsReply
 	if err := json.Unmarshal([]byte(mustRun(t, "limits", "ls", "--json", "--nats", url)), &r); err != nil {
 		t.Fatal(err)

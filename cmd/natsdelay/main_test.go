@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"natsdelay/cmd/natsdelay/internal/server"
 )
 
 // execEnv makes the test binary run main instead of the tests, so the
@@ -134,45 +137,86 @@ func (p *proc) signal(t testing.TB, sig os.Signal) {
 // submatches. It fails if the process exits first.
 func (p *proc) waitLine(t testing.TB, re string, timeout time.Duration) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.After(timeout)
-	for i := 0; ; {
-		ls, changed := p.stderr.since(i)
-		for _, l := range ls {
-			if m := rx.FindStringSubmatch(l); m != nil {
-				return m
-			}
-		}
-		i += len(ls)
-		select {
-		case <-changed:
-		case <-p.done:
-			if ls, _ := p.stderr.since(i); len(ls) > 0 {
-				continue
-			}
-			t.Fatalf("natsdelay %s exited (code %d) before logging a line matching %s", p.name, p.cmd.ProcessState.ExitCode(), re)
-		case <-deadline:
-			t.Fatalf("natsdelay %s: no line matching %s within %v", p.name, re, timeout)
-		}
+	m, exited := p.stderr.waitLine(re, timeout, p.done)
+	switch {
+	case m != nil:
+		return m
+	case exited:
+		t.Fatalf("natsdelay %s exited (code %d) before logging a line matching %s", p.name, p.cmd.ProcessState.ExitCode(), re)
+	default:
+		t.Fatalf("natsdelay %s: no line matching %s within %v", p.name, re, timeout)
 	}
+	return nil
 }
 
-// serve starts natsdelay serve on a free port with extra args and returns
-// it with the NATS URL from its ready line.
+// serve starts natsdelay serve, the process, on a free port with extra
+// args and returns it with the NATS URL from its ready line. Tests that
+// need no process use serveInProcess.
 func serve(t testing.TB, dataDir string, extra ...string) (*proc, string) {
 	t.Helper()
-	p, url, _ := serveHTTP(t, dataDir, extra...)
-	return p, url
+	p := start(t, append([]string{"serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)...)
+	m := p.waitLine(t, `msg="natsdelay ready" nats_url=(\S+) `, 30*time.Second)
+	return p, m[1]
 }
 
-// serveHTTP is serve that also returns the base URL of the HTTP listener,
-// http://127.0.0.1:<free port>.
-func serveHTTP(t testing.TB, dataDir string, extra ...string) (p *proc, natsURL, httpURL string) {
+// inProcess is a natsdelay server running in the test's own process: the
+// settings serve parses from its flags, and the server.Open and Close that
+// serve runs, without the process around them. Tests of serving use it;
+// a test starts the binary (start, serve) only for what takes a process:
+// signals, exit codes, what the command prints, a crash.
+type inProcess struct {
+	*server.Server
+	args string
+	log  lines // what serve would have logged
+}
+
+// openServe opens in this process the server that natsdelay serve with
+// args runs, with the HTTP listener on a free port unless args say
+// otherwise, and closes it when t ends.
+func openServe(t testing.TB, args ...string) *inProcess {
 	t.Helper()
-	args := append([]string{"serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)
-	p = start(t, args...)
-	m := p.waitLine(t, `msg="natsdelay ready" nats_url=(\S+) .* http=(\S+)`, 30*time.Second)
-	return p, m[1], "http://" + m[2]
+	p := &inProcess{args: strings.Join(args, " ")}
+	p.log.init()
+	c := parseServe(t, append([]string{"serve", "--http", "127.0.0.1:0"}, args...)...)
+	o, err := c.serverOptions(newLogger(&p.log, "info", "text"))
+	if err != nil {
+		t.Fatalf("serve %s: %v", p.args, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if p.Server, err = server.Open(ctx, o); err != nil {
+		t.Fatalf("serve %s in process: %v\n%s", p.args, err, p.log.String())
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("serve %s in process: Close: %v", p.args, err)
+		}
+		if t.Failed() {
+			t.Logf("serve %s in process logged:\n%s", p.args, p.log.String())
+		}
+	})
+	return p
+}
+
+// serveInProcess is openServe with an embedded nats-server on a free port
+// and the store in dataDir, as serve (the process) runs.
+func serveInProcess(t testing.TB, dataDir string, extra ...string) *inProcess {
+	t.Helper()
+	return openServe(t, append([]string{"--nats-listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)...)
+}
+
+// httpURL is the base URL of the server's HTTP listener.
+func (p *inProcess) httpURL() string { return "http://" + p.HTTPAddr() }
+
+// waitLine waits for a line the server logged that matches re and returns
+// its submatches.
+func (p *inProcess) waitLine(t testing.TB, re string, timeout time.Duration) []string {
+	t.Helper()
+	m, _ := p.log.waitLine(re, timeout, nil)
+	if m == nil {
+		t.Fatalf("serve %s in process: no line matching %s within %v", p.args, re, timeout)
+	}
+	return m
 }
 
 // lines is an io.Writer that keeps what it is given as lines and tells
@@ -207,6 +251,33 @@ func (l *lines) Write(b []byte) (int, error) {
 		l.changed = make(chan struct{})
 	}
 	return len(b), nil
+}
+
+// waitLine waits for a line that matches re and returns its submatches,
+// or nil after timeout, or once done is closed and no line that came
+// before matches (exited is then true).
+func (l *lines) waitLine(re string, timeout time.Duration, done <-chan struct{}) (m []string, exited bool) {
+	rx := regexp.MustCompile(re)
+	deadline := time.After(timeout)
+	for i := 0; ; {
+		ls, changed := l.since(i)
+		for _, line := range ls {
+			if m := rx.FindStringSubmatch(line); m != nil {
+				return m, false
+			}
+		}
+		i += len(ls)
+		select {
+		case <-changed:
+		case <-done:
+			if ls, _ := l.since(i); len(ls) > 0 {
+				continue
+			}
+			return nil, true
+		case <-deadline:
+			return nil, false
+		}
+	}
 }
 
 // since returns the lines from i on, and a channel closed when more come.

@@ -9,13 +9,16 @@ import (
 	"testing"
 	"time"
 
+	natsd "github.com/nats-io/nats-server/v2/server"
 	natsserver "github.com/nats-io/nats-server/v2/test"
 )
 
 // TestServe_PubSub_DeliversAndStopsCleanly runs the binary as a user would:
 // serve with an embedded server, sub waiting, pub scheduling 200ms out. The
 // delivery arrives once, as attempt 1, never before its fire time, is ACKed,
-// and SIGTERM then stops serve with exit code 0.
+// and SIGTERM then stops serve with exit code 0. It is the one test of the
+// whole path through three processes; the others open the server in
+// process.
 func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
 	srv, url := serve(t, t.TempDir())
 	srv.waitLine(t, `msg="embedded nats-server listening" client_url=nats://127.0.0.1:\d+`, time.Second)
@@ -75,8 +78,8 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			first, url := serve(t, dir, "--engine", engine)
-			pub := startIn(t, "kept", "pub", "jobs.later", "-", "--delay", "1s", "--nats", url, "--json")
+			first := serveInProcess(t, dir, "--engine", engine)
+			pub := startIn(t, "kept", "pub", "jobs.later", "-", "--delay", "1s", "--nats", first.URL(), "--json")
 			if code := pub.wait(t, 10*time.Second); code != 0 {
 				t.Fatalf("pub exit code %d", code)
 			}
@@ -84,13 +87,12 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 			if err := json.Unmarshal([]byte(pub.stdout.String()), &rep); err != nil || len(rep.Tag) != 48 {
 				t.Fatalf("pub --json printed %q: %v", pub.stdout.String(), err)
 			}
-			first.signal(t, syscall.SIGTERM)
-			if code := first.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("first serve exit code %d", code)
+			if err := first.Close(); err != nil {
+				t.Fatalf("first serve: Close: %v", err)
 			}
 
-			second, url := serve(t, dir, "--engine", engine)
-			sub := start(t, "sub", "jobs.later", "--nats", url, "--count", "1", "--json")
+			second := serveInProcess(t, dir, "--engine", engine)
+			sub := start(t, "sub", "jobs.later", "--nats", second.URL(), "--count", "1", "--json")
 			if code := sub.wait(t, 20*time.Second); code != 0 {
 				t.Fatalf("sub exit code %d", code)
 			}
@@ -101,11 +103,36 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 			if d.Tag != rep.Tag || d.Attempt != 1 || d.Data != "kept" || d.LatenessMs < 0 {
 				t.Fatalf("after restart got %+v, want tag %s, attempt 1, data kept, not early", d, rep.Tag)
 			}
-			second.signal(t, syscall.SIGTERM)
-			if code := second.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("second serve exit code %d", code)
+			if err := second.Close(); err != nil {
+				t.Fatalf("second serve: Close: %v", err)
 			}
 		})
+	}
+}
+
+// tokenServer runs a nats-server that takes clients with the token
+// s3cret, and returns it with its options, to start it again with.
+func tokenServer(t *testing.T) (*natsd.Server, natsd.Options) {
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	opts.Authorization = "s3cret"
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	return ns, opts
+}
+
+// TestServe_ExternalNATS_NoToken_ExitsWithAuthError checks that serve
+// without the credentials of the NATS server it is given says so and
+// exits with the runtime exit code, rather than wait.
+func TestServe_ExternalNATS_NoToken_ExitsWithAuthError(t *testing.T) {
+	t.Parallel()
+	ns, _ := tokenServer(t)
+	denied := start(t, "serve", "--nats", ns.ClientURL(), "--engine", "memory")
+	if code := denied.wait(t, 15*time.Second); code != exitRuntime {
+		t.Fatalf("serve without the token: exit code %d, want %d", code, exitRuntime)
+	}
+	if e := denied.stderr.String(); !strings.Contains(e, "uthorization") {
+		t.Fatalf("serve without the token printed %q, want the authorization error", e)
 	}
 }
 
@@ -113,23 +140,11 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 // did not start: it logs in with --token, delivers, and rides out a
 // restart of that server, logging the disconnect and the reconnect.
 func TestServe_ExternalNATS_AuthAndReconnect(t *testing.T) {
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	opts.Authorization = "s3cret"
-	ns := natsserver.RunServer(&opts)
-	t.Cleanup(ns.Shutdown)
+	t.Parallel()
+	ns, opts := tokenServer(t)
 	url := ns.ClientURL()
-
-	denied := start(t, "serve", "--nats", url, "--engine", "memory")
-	if code := denied.wait(t, 15*time.Second); code != exitRuntime {
-		t.Fatalf("serve without the token: exit code %d, want %d", code, exitRuntime)
-	}
-	if e := denied.stderr.String(); !strings.Contains(e, "uthorization") {
-		t.Fatalf("serve without the token printed %q, want the authorization error", e)
-	}
-
-	srv := start(t, "serve", "--nats", url, "--token", "s3cret", "--engine", "memory")
-	srv.waitLine(t, `msg="natsdelay ready" nats_url=`+regexp.QuoteMeta(url), 30*time.Second)
+	srv := openServe(t, "--nats", url, "--token", "s3cret", "--engine", "memory")
+	srv.waitLine(t, `msg="natsdelay ready" nats_url=`+regexp.QuoteMeta(url), time.Second)
 
 	// Restart the server on the same port: the service reconnects.
 	port := ns.Addr().(*net.TCPAddr).Port
@@ -150,9 +165,8 @@ func TestServe_ExternalNATS_AuthAndReconnect(t *testing.T) {
 	if code := sub.wait(t, 10*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), "attempt=1") {
 		t.Fatalf("sub exit code %d, printed %q", code, sub.stdout.String())
 	}
-	srv.signal(t, syscall.SIGINT)
-	if code := srv.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("serve exit code after SIGINT %d, want 0", code)
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
 
@@ -176,13 +190,15 @@ func TestServe_PortInUse_ExitsWithHint(t *testing.T) {
 
 // TestServe_DataDirInUse_ExitsFirst checks that a second serve on a data
 // dir in use says so and exits with a usage error before it starts a NATS
-// server or takes a port, and leaves the first serving.
+// server or takes a port, and leaves the first serving. The first holds
+// the data dir in this process; the lock is the operating system's, which
+// the second, a process, meets all the same.
 func TestServe_DataDirInUse_ExitsFirst(t *testing.T) {
 	for _, engine := range []string{"pebble", "bolt"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			first, url := serve(t, dir, "--engine", engine)
+			first := serveInProcess(t, dir, "--engine", engine)
 			second := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
 			if code := second.wait(t, 15*time.Second); code != exitUsage {
 				t.Fatalf("second serve: exit code %d, want %d", code, exitUsage)
@@ -194,10 +210,9 @@ func TestServe_DataDirInUse_ExitsFirst(t *testing.T) {
 			if strings.Contains(e, "nats-server listening") || strings.Contains(e, "resource temporarily unavailable") {
 				t.Errorf("second serve printed %q: it started a server or reached the engine", e)
 			}
-			schedule(t, url, "still.serving", "x", "--delay", "1h")
-			first.signal(t, syscall.SIGTERM)
-			if code := first.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("first serve exit code %d", code)
+			schedule(t, first.URL(), "still.serving", "x", "--delay", "1h")
+			if err := first.Close(); err != nil {
+				t.Fatalf("first serve: Close: %v", err)
 			}
 		})
 	}
@@ -229,7 +244,7 @@ func TestClient_BadArguments_SayWhatIsWrong(t *testing.T) {
 // wait.
 func TestSub_Count_TakesExactlyThat(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	first := start(t, "sub", "count.one", "--nats", url, "--count", "1", "--json")
 	first.waitLine(t, `msg=subscribed subject=count.one`, 10*time.Second)
 	// All three fire at once, so the first sub could take all three.
@@ -270,7 +285,7 @@ func TestSub_Count_TakesExactlyThat(t *testing.T) {
 // a --ttl in days is taken too; a fraction of a day is a usage error.
 func TestPub_DelayInDays_Scheduled(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	before := time.Now()
 	out := mustRun(t, "pub", "days.later", "x", "--delay", "7d", "--ttl", "1d", "--nats", url, "--json")
 	var rep struct {

@@ -13,7 +13,7 @@ import (
 // by subject and id, and info's count, through the API only.
 func TestAdmin_SchedulesAndGet(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	at := []string{"--nats", url}
 	schedule(t, url, "cli.rec", "x", "--id", "nightly", "--cron", "30 2 * * *", "--tz", "America/New_York", "--until", "2030-01-01T00:00:00Z")
 	schedule(t, url, "cli.rec", "y", "--id", "beat", "--every", "90s", "--limit", "2", "--catch-up", "all")
