@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/nats-io/nats.go"
 )
 
 // browserEnv, set to "required" (as .ci/run sets it), makes a missing
@@ -208,7 +209,8 @@ func (b *browser) submit(t *testing.T, sel string) string {
 // <script> payload as text that runs nothing and a binary one as hex; the
 // cancel form cancels it, and it is gone from its subject's list and from
 // the service; the schedules show their next times in their zone and UTC;
-// a limit set and paused in the form shows in the list; the layout fits a
+// a limit set and paused in the form shows in the list; the live tail of
+// a service without --events says how to turn them on; the layout fits a
 // phone's width; and no page breaks its Content-Security-Policy or throws.
 // Screenshots of each page are written as it goes.
 func TestBrowser_Console(t *testing.T) {
@@ -304,6 +306,13 @@ func TestBrowser_Console(t *testing.T) {
 	b.accessible(t, "limits")
 	b.shot(t, "limits")
 
+	// The live tail, with events off: it says so, and how to turn them on.
+	b.do(t, "tail off", chromedp.Navigate(base+"tail"), chromedp.WaitVisible(css("#tail-off")))
+	if off := b.text(t, "#tail-off"); !strings.Contains(off, "--events") {
+		t.Errorf("tail with events off: %q, want how to turn them on", off)
+	}
+	b.shot(t, "tail-off")
+
 	// A phone: nothing wider than the screen.
 	b.do(t, "phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)), chromedp.Navigate(base), chromedp.WaitVisible(css("#pending")))
 	if eval[bool](t, b, `document.documentElement.scrollWidth > window.innerWidth`) {
@@ -313,6 +322,69 @@ func TestBrowser_Console(t *testing.T) {
 	b.do(t, "phone subjects", chromedp.Navigate(base+"subjects"), chromedp.WaitVisible(css("#subjects")))
 	if eval[bool](t, b, `document.documentElement.scrollWidth > window.innerWidth`) {
 		t.Error("subjects at 390 px: the page is wider than the screen")
+	}
+	b.clean(t)
+}
+
+// TestBrowser_LiveTail checks the live tail in a real browser against a
+// real service with --events: the page opens its stream and says what it
+// watches; a message scheduled through ingest while the page is open
+// shows its scheduled, delivered and acked events as rows, newest first,
+// with its tag, subject and a Delay-Id of markup shown as text that runs
+// nothing; a message outside the filter shows nothing; nothing was
+// dropped; and the page keeps to its Content-Security-Policy, with the
+// keyboard and labels it needs. A screenshot is written.
+func TestBrowser_LiveTail(t *testing.T) {
+	b := newBrowser(t)
+	s := serve(t, "127.0.0.1:0", true, nil, withEvents)
+	sub, err := s.nc.Subscribe("tail.>", func(m *nats.Msg) { _ = m.Respond([]byte("+ACK")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	b.do(t, "tail", chromedp.Navigate(s.base+"/ui/tail?subject=tail.%3E"),
+		chromedp.Poll[chromedp.Void](`document.querySelector('#tail').dataset.state === 'live'`, chromedp.WithPollingTimeout(15*time.Second)))
+	if status := b.text(t, "#tail-status"); status != "Watching $DELAY.EVENT.*.tail.>" {
+		t.Errorf("tail: status %q", status)
+	}
+	b.accessible(t, "tail")
+
+	const id = `<img src=x onerror=alert(1)><script>alert(2)</script>`
+	s.schedule(t, "elsewhere.1", []byte("not watched"), "Delay", "100ms")
+	tag := s.schedule(t, "tail.web", []byte(`<script>alert(3)</script>`), "Delay", "300ms", "Delay-Id", id)
+	b.do(t, "events arrive", chromedp.Poll[chromedp.Void](`document.querySelectorAll('#tail tbody tr').length >= 3`, chromedp.WithPollingTimeout(15*time.Second)))
+	rows := eval[[][]string](t, b, `[...document.querySelectorAll('#tail tbody tr')].map(r => [...r.cells].map(c => c.textContent))`)
+	var kinds []string
+	for _, r := range rows {
+		// Time, kind, subject, id, attempt, fire at, detail, tag.
+		kinds = append(kinds, r[1])
+		if r[2] != "tail.web" || r[3] != id || r[7] != tag {
+			t.Errorf("tail row %q: want subject tail.web, the id as text, tag %s", r, tag)
+		}
+	}
+	// Newest first: scheduled at the bottom, and the ACK is told after
+	// its delivery unless it beat the delivery's flush.
+	if len(kinds) != 3 || kinds[2] != "scheduled" || !(kinds[0] == "acked" && kinds[1] == "delivered" || kinds[0] == "delivered" && kinds[1] == "acked") {
+		t.Errorf("tail: kinds %q, newest first; want scheduled, then delivered and acked", kinds)
+	}
+	if n := eval[int](t, b, `document.querySelectorAll('#tail script, #tail img').length`); n != 0 {
+		t.Errorf("tail: %d script or img elements from an event, want none", n)
+	}
+	if dropped := b.text(t, "#tail-dropped"); dropped != "0 dropped" {
+		t.Errorf("tail: %q, want 0 dropped", dropped)
+	}
+	if !eval[bool](t, b, `document.getElementById('tail-empty').hidden`) {
+		t.Error("tail: still says no event yet")
+	}
+	b.do(t, "blur", chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`))
+	b.shot(t, "tail")
+
+	// The tag links to the message's page, the subject to its list.
+	b.do(t, "tail link", chromedp.Click(css(`#tail tbody tr:last-child a[href$="subject=tail.web"]`)), chromedp.WaitVisible(css("h1")))
+	if h1 := b.text(t, "h1"); h1 != "Subject tail.web" {
+		t.Errorf("the subject's link: %q", h1)
 	}
 	b.clean(t)
 }

@@ -1,8 +1,9 @@
 // Package console is natsdelay's web console: server-rendered pages under
 // /ui/ on serve's HTTP listener, one per concern (overview, subjects and
-// their messages, schedules, limits), that read and change the service
-// through the same methods its API answers with, so that a page shows and
-// does exactly what the matching API verb would.
+// their messages, schedules, limits, the live tail of lifecycle events),
+// that read and change the service through the same methods its API
+// answers with, so that a page shows and does exactly what the matching
+// API verb would.
 //
 // The console changes data, so it guards itself: on a listener that is
 // not on a loopback address it is off unless a password file names who
@@ -43,12 +44,13 @@ const Prefix = "/ui/"
 
 // Service is what the console reads and changes: *bridge.Service. Each
 // page asks only for its own part of it, so that a page added later (bulk
-// actions, dead letters, a live tail) brings its own small interface.
+// actions, dead letters) brings its own small interface.
 type Service interface {
 	overviewSource
 	subjectsSource
 	schedulesSource
 	limitsSource
+	tailSource
 }
 
 // Config is a console's settings.
@@ -86,6 +88,7 @@ type Console struct {
 	cross   *http.CrossOriginProtection
 
 	rates *rates
+	tails *tails
 	stop  context.CancelFunc
 	done  chan struct{}
 	once  sync.Once
@@ -113,7 +116,7 @@ func New(cfg Config) (*Console, error) {
 		cfg.Now = time.Now
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
-		csrfKey: make([]byte, 32), cross: http.NewCrossOriginProtection(), rates: newRates(cfg.Samples), done: make(chan struct{})}
+		csrfKey: make([]byte, 32), cross: http.NewCrossOriginProtection(), rates: newRates(cfg.Samples), tails: newTails(), done: make(chan struct{})}
 	if _, err := rand.Read(c.csrfKey); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
 	}
@@ -130,6 +133,7 @@ func New(cfg Config) (*Console, error) {
 	c.routeSubjects()
 	c.routeSchedules()
 	c.routeLimits()
+	c.routeTail()
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.sample(ctx)
@@ -139,8 +143,10 @@ func New(cfg Config) (*Console, error) {
 // SetService makes the pages read s, from now on.
 func (c *Console) SetService(s Service) { c.svc.Store(&s) }
 
-// Close stops the rate sampler and waits for it.
+// Close ends the live tails' streams and stops the rate sampler, and
+// waits for them.
 func (c *Console) Close() {
+	c.StopTail()
 	c.once.Do(func() {
 		c.stop()
 		<-c.done
@@ -268,6 +274,7 @@ var nav = []navItem{
 	{Path: Prefix + "subjects", Title: "Subjects"},
 	{Path: Prefix + "schedules", Title: "Schedules"},
 	{Path: Prefix + "limits", Title: "Limits"},
+	{Path: Prefix + "tail", Title: "Live tail"},
 }
 
 // view is what every page's template gets.

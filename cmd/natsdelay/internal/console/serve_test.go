@@ -38,14 +38,18 @@ type served struct {
 
 // serve starts natsdelay with its HTTP listener on httpAddr and the
 // console on (users as --ui-auth gives them), on a pebble store in a
-// temporary directory; it is closed when t ends.
-func serve(t testing.TB, httpAddr string, ui bool, users *console.Users) *served {
+// temporary directory, with its options changed by mods; it is closed
+// when t ends.
+func serve(t testing.TB, httpAddr string, ui bool, users *console.Users, mods ...func(*server.Options)) *served {
 	t.Helper()
 	o := server.Options{
 		Logger: bridgetest.Logger(t), Engine: "pebble", DataDir: t.TempDir(), NATSListen: "127.0.0.1:0",
 		HTTP: httpAddr, UI: ui, UIUsers: users,
 	}
 	o.Service.Engine = "pebble"
+	for _, mod := range mods {
+		mod(&o)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := server.Open(ctx, o)

@@ -164,6 +164,11 @@ func (h *httpServer) leader(w http.ResponseWriter, _ *http.Request) {
 func (h *httpServer) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 	defer cancel()
+	if h.console != nil {
+		// NB: Shutdown waits for the requests in progress, and a live
+		// tail's stream is one until the console ends it.
+		h.console.StopTail()
+	}
 	err := h.srv.Shutdown(ctx)
 	<-h.done
 	if h.console != nil {

@@ -93,6 +93,7 @@ type Server struct {
 
 	svc      *bridge.Service
 	nc       *nats.Conn
+	embedded *server.Server // nil when Options.Connect connects
 	url      string
 	httpAddr string
 
@@ -205,6 +206,9 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		hs.setReady(s.svc)
 		if hs.console != nil {
 			hs.console.SetService(s.svc)
+			if s.svc.Events() != nil {
+				s.connectConsole(o, hs.console)
+			}
 		}
 	}
 	s.log.Info("natsdelay ready", "nats_url", s.url, "data_dir", dataDir, "engine", o.Engine,
@@ -246,6 +250,7 @@ func (s *Server) connect(o Options) error {
 		return err
 	}
 	s.push("embedded nats-server", func() error { shutdownEmbedded(srv, s.log); return nil })
+	s.embedded = srv
 	s.url = embeddedURL(srv)
 	s.log.Info("embedded nats-server listening", "client_url", s.url)
 	// In process: the service's own traffic skips TCP.
@@ -257,6 +262,46 @@ func (s *Server) connect(o Options) error {
 	s.nc = nc
 	s.push("nats connection", s.closeConn)
 	return nil
+}
+
+// connectConsole gives the console's live tail a NATS connection of its
+// own to subscribe to the lifecycle events on (package console, tail.go,
+// says why not the service's): with the service's settings and
+// credentials, reconnecting forever, but whose trouble is not the
+// service's. Its closer, which runs before the service stops, ends the
+// tails' streams first. Without it the tail answers 503, and the rest of
+// the console and the service run on: it is logged, not fatal.
+func (s *Server) connectConsole(o Options, c *console.Console) {
+	log := s.log.With("component", "console")
+	opts := append(reconnectForever(), nats.Name("natsdelay console"),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// NB: a tail whose browser is slow overflows its
+			// subscription; the console counts and shows those drops.
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				log.Debug("live tail: a browser does not keep up; events dropped", "err", err)
+				return
+			}
+			log.Warn("live tail's NATS connection", "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Debug("live tail's NATS connection lost", "err", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Debug("live tail's NATS connection back") }))
+	var nc *nats.Conn
+	var err error
+	if o.Connect != nil {
+		nc, err = o.Connect(opts...)
+	} else {
+		nc, err = nats.Connect(s.url, append(append(append([]nats.Option(nil), o.NATSOptions...), opts...), nats.InProcessServer(s.embedded))...)
+	}
+	if err != nil {
+		log.Warn("the console's live tail has no NATS connection: its page answers 503; the service runs on", "err", err)
+		return
+	}
+	c.SetEvents(nc)
+	s.push("console's NATS connection", func() error {
+		c.StopTail()
+		nc.Close()
+		return nil
+	})
 }
 
 // reconnectForever keeps the service's connection through a NATS restart
@@ -280,12 +325,13 @@ func (s *Server) HTTPAddr() string { return s.httpAddr }
 // its supervisor to start it again.
 func (s *Server) Lost() <-chan error { return s.lost }
 
-// Close stops everything Open started, in the reverse order: the service
-// first (it answers what it accepted and closes its store), then the
-// cluster node (a leader hands its leadership over first) and its local
-// store, the NATS connection, the embedded server, the HTTP listener (so
-// that /readyz says 503 to the end), and the data dir's lock. It returns
-// the service's error; the others are logged.
+// Close stops everything Open started, in the reverse order: the
+// console's live tails and their NATS connection, the service (it answers
+// what it accepted and closes its store), then the cluster node (a leader
+// hands its leadership over first) and its local store, the NATS
+// connection, the embedded server, the HTTP listener (so that /readyz
+// says 503 to the end), and the data dir's lock. It returns the service's
+// error; the others are logged.
 func (s *Server) Close() error {
 	var err error
 	for i := len(s.closers) - 1; i >= 0; i-- {
