@@ -121,6 +121,17 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	var attempt uint32
 	d.pubMu.Lock() // as for ackDone
 	d.mu.Lock()
+	if _, settling := d.mu.flights.canceled[k]; settling {
+		// NB: settled already, by an earlier +TERM or +ACK, a cancel or
+		// expiry, whose delete is under way: the message is still stored
+		// until that commits, and dead-lettering it again would publish a
+		// second dead letter, or delete it before the first +TERM's dead
+		// letter has read it. A duplicate answer changes nothing.
+		d.mu.Unlock()
+		d.pubMu.Unlock()
+		done(ErrNotInFlight)
+		return
+	}
 	if f := d.mu.flights.byKey[k]; f != nil && f.state == stateSent && f.counted < f.attempt {
 		// A delivery of it is under way, and whether that was an
 		// attempt is known only once its pass has flushed: it may yet
