@@ -280,8 +280,14 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 			return fmt.Errorf("dispatch: read expired message %s: %w", k, err)
 		}
 		// Mark it so no scan or redelivery publishes it while its delete
-		// is queued; the mark goes when the delete commits.
+		// is queued; the mark goes when the delete commits. One marked
+		// already is being settled by an answer or a cancel: expiring it
+		// too would dead-letter it a second time.
 		d.mu.Lock()
+		if _, settling := d.mu.flights.canceled[k]; settling {
+			d.mu.Unlock()
+			continue
+		}
 		d.markSettlingLocked(k)
 		d.mu.Unlock()
 		n++
