@@ -88,7 +88,10 @@ func TestAck_NakDelay_NotBefore(t *testing.T) {
 // not before.
 func TestAck_NoAnswer_RedeliversAfterAckWait(t *testing.T) {
 	t.Parallel()
-	const ackWait = 300 * time.Millisecond
+	// NB: long enough that the ACK of the redelivery arrives within its
+	// ack wait on a loaded machine; a shorter one let a third attempt go
+	// out, rightly, before the ACK was applied.
+	const ackWait = time.Second
 	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = ackWait })
 	got := subscribe(t, h.nc, "ack.silent")
 	rep := schedule(t, h.nc, newMsg("ack.silent", "x"))
