@@ -186,7 +186,7 @@ func TestAPI_Info(t *testing.T) {
 	}
 	wantCfg := wire.ConfigSummary{
 		IngestPrefix: wire.DefaultIngestPrefix, AckPrefix: wire.DefaultAckPrefix, APIPrefix: wire.DefaultAPIPrefix,
-		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq",
+		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq", DeadRetention: "168h0m0s",
 		TimeBucket: "0s", MaxPayload: 4096, MaxControlLine: bridge.DefaultMaxControlLine,
 	}
 	if fmt.Sprint(r.Config) != fmt.Sprint(wantCfg) {
@@ -727,6 +727,8 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		"cancel":        wire.DefaultAPIPrefix + ".CANCEL",
 		"subjects":      wire.DefaultAPIPrefix + ".SUBJECTS",
 		"schedules":     wire.DefaultAPIPrefix + ".SCHEDULES",
+		"dead_list":     wire.DefaultAPIPrefix + ".DEAD.LIST",
+		"dead_get":      wire.DefaultAPIPrefix + ".DEAD.GET",
 		"limits_set":    wire.DefaultAPIPrefix + ".LIMITS.SET",
 		"limits_get":    wire.DefaultAPIPrefix + ".LIMITS.GET",
 		"limits_list":   wire.DefaultAPIPrefix + ".LIMITS.LIST",

@@ -101,6 +101,10 @@ const (
 	VerbCancel    = "CANCEL"
 	VerbSubjects  = "SUBJECTS"
 	VerbSchedules = "SCHEDULES"
+	// VerbDeadList lists dead letters (DeadListRequest); VerbDeadGet
+	// returns one, by tag (MessageRef).
+	VerbDeadList = "DEAD.LIST"
+	VerbDeadGet  = "DEAD.GET"
 	// VerbClusterStatus is answered by every node of a cluster, the
 	// followers too, each with its own NodeStatus: a requester that
 	// gathers replies sees them all.
