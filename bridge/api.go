@@ -63,6 +63,8 @@ func (s *Service) register() error {
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
 		{wire.VerbSchedules, s.apiSchedules, ""},
+		{wire.VerbReschedule, s.apiReschedule, ""},
+		{wire.VerbFire, s.apiFire, ""},
 		{wire.VerbDeadList, s.apiDeadList, ""},
 		{wire.VerbDeadGet, s.apiDeadGet, `; ask without "payload"`},
 		{wire.VerbLimitsSet, s.apiLimitsSet, ""},

@@ -340,3 +340,10 @@ func (dl *deleter) failAll(err error) {
 		}
 	}
 }
+
+// queued reports whether a write of k is queued and not yet committed.
+func (dl *deleter) queued(k keys.Key) bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.mu.ops[k] != nil
+}

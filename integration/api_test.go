@@ -727,6 +727,8 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		"cancel":        wire.DefaultAPIPrefix + ".CANCEL",
 		"subjects":      wire.DefaultAPIPrefix + ".SUBJECTS",
 		"schedules":     wire.DefaultAPIPrefix + ".SCHEDULES",
+		"reschedule":    wire.DefaultAPIPrefix + ".RESCHEDULE",
+		"fire":          wire.DefaultAPIPrefix + ".FIRE",
 		"dead_list":     wire.DefaultAPIPrefix + ".DEAD.LIST",
 		"dead_get":      wire.DefaultAPIPrefix + ".DEAD.GET",
 		"limits_set":    wire.DefaultAPIPrefix + ".LIMITS.SET",

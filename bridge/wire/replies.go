@@ -252,3 +252,24 @@ type DeadListReply struct {
 	// the last.
 	Next string `json:"next,omitempty"`
 }
+
+// RescheduleRequest is the body of RESCHEDULE: the message, by tag or by
+// subject and id, and its new fire time, At (RFC 3339 or Unix seconds) or
+// Shift (a Go duration added to its fire time, negative allowed), one of
+// the two. A time before now means due now. FIRE takes a MessageRef.
+type RescheduleRequest struct {
+	Tag     string `json:"tag,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	ID      string `json:"id,omitempty"`
+	At      string `json:"at,omitempty"`
+	Shift   string `json:"shift,omitempty"`
+}
+
+// RescheduleReply is the body of the reply to RESCHEDULE and FIRE: the
+// message's new tag (its key holds its fire time, so it changes with it)
+// and fire time.
+type RescheduleReply struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}

@@ -101,6 +101,10 @@ const (
 	VerbCancel    = "CANCEL"
 	VerbSubjects  = "SUBJECTS"
 	VerbSchedules = "SCHEDULES"
+	// VerbReschedule moves a pending message to another fire time
+	// (RescheduleRequest); VerbFire makes it due now (MessageRef).
+	VerbReschedule = "RESCHEDULE"
+	VerbFire       = "FIRE"
 	// VerbDeadList lists dead letters (DeadListRequest); VerbDeadGet
 	// returns one, by tag (MessageRef).
 	VerbDeadList = "DEAD.LIST"
