@@ -74,6 +74,9 @@ func (s *Service) register() error {
 		{wire.VerbPause, s.apiPause, ""},
 		{wire.VerbResume, s.apiResume, ""},
 	}
+	for _, verb := range wire.BulkVerbs {
+		eps = append(eps, endpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
+	}
 	if s.cfg.Cluster != nil {
 		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
 	}

@@ -95,7 +95,7 @@ func (s *Service) move(k keys.Key, to delaystore.MoveFunc) (wire.RescheduleReply
 	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		subject = m.Subject
 		return to(m)
-	})
+	}, "")
 	if err != nil {
 		return wire.RescheduleReply{}, err
 	}

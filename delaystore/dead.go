@@ -371,3 +371,102 @@ func (r *Repository) PurgeDead(beforeNs int64, limit int) (int, error) {
 	}
 	return n, nil
 }
+
+// Replayed is what Replay did with one dead letter.
+type Replayed struct {
+	// Scheduled is the new pending message, when Done.
+	Scheduled Scheduled
+	// Msg is the new pending message as stored, when Done.
+	Msg  *StoredMessage
+	Done bool
+	// Held is set when the dead letter was kept because a pending message
+	// holds its Delay-Id on its subject: replaying it would replace that
+	// message.
+	Held bool
+}
+
+// Replay schedules each dead letter under ks again, as a new pending
+// message due at nowNs, to its subject or, when target is not empty, to
+// target, and deletes the dead letter in the same batch, committed with
+// sync: a crash leaves the dead letter or the new message, never both, so
+// a dead letter is replayed once. The new message has a new key, the
+// headers and payload of the dead one, no attempts, a TTL counted from
+// nowNs, and no schedule (an occurrence is replayed as a one-off). It
+// keeps its Delay-Id unless a pending message holds it: that dead letter
+// is kept and reported Held, since replaying it would replace a message
+// its publisher was told is pending. Keys that are not dead letters are
+// skipped. It blocks while another write is in progress and for the
+// commit.
+func (r *Repository) Replay(ks []keys.Key, target string, nowNs int64, sync SyncMode) ([]Replayed, error) {
+	if target != "" {
+		if err := validateSubject(target); err != nil {
+			return nil, fmt.Errorf("delaystore: replay: %w", err)
+		}
+	}
+	r.wmu.Lock() // held across the commit: see the NB in Schedule.
+	defer r.wmu.Unlock()
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	out := make([]Replayed, len(ks))
+	var msgs []*StoredMessage
+	var idx []int
+	var dead []*DeadLetter
+	var dks []keys.Key
+	held := map[string]bool{}
+	for i, k := range ks {
+		dl, err := r.getDead(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("delaystore: replay %v: %w", k, err)
+		}
+		if dl.GetMessage().GetSubject() == "" {
+			return nil, fmt.Errorf("delaystore: replay %v: %w: dead letter without a message", k, ErrCorrupt)
+		}
+		m := proto.Clone(dl.GetMessage()).(*StoredMessage)
+		if target != "" {
+			m.Subject = target
+		}
+		if m.ClientId != "" {
+			ck := string(appendClientIDKey(nil, m.Subject, m.ClientId))
+			_, err := r.s.Get([]byte(ck))
+			switch {
+			case err == nil || held[ck]:
+				out[i].Held = true
+				continue
+			case !errors.Is(err, ErrNotFound):
+				return nil, fmt.Errorf("delaystore: replay %v: %w", k, err)
+			}
+			held[ck] = true // NB: two dead letters with one id: the first goes
+		}
+		m.Attempt, m.Recurrence, m.MovedBy, m.EventId = 0, nil, "", 0
+		m.EnqueuedAtNs, m.FireAtNs = nowNs, nowNs
+		if m.TtlNs != 0 {
+			m.ExpireAtNs = nowNs + m.TtlNs
+		}
+		msgs = append(msgs, m)
+		idx = append(idx, i)
+		dead = append(dead, dl)
+		dks = append(dks, k)
+	}
+	if len(msgs) == 0 {
+		return out, nil
+	}
+	res, err := r.scheduleLocked(msgs, sync, func(b Batch) error {
+		for i, k := range dks {
+			if err := r.dropDead(b, k, dead[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: replay: %w", err)
+	}
+	for j, i := range idx {
+		out[i] = Replayed{Scheduled: res[j], Msg: msgs[j], Done: true}
+	}
+	return out, nil
+}

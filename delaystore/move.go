@@ -23,7 +23,10 @@ type MoveFunc func(m *StoredMessage) (fireAtNs int64, err error)
 // error of to, and one wrapping ErrInvalidMessage for an occurrence of a
 // recurring schedule still to plan, changing nothing in each case. It blocks while another
 // write is in progress and for the commit.
-func (r *Repository) Move(k keys.Key, to MoveFunc, sync SyncMode) (Scheduled, error) {
+//
+// movedBy, when not empty, is stored as the message's MovedBy: the bulk
+// operation that moved it.
+func (r *Repository) Move(k keys.Key, to MoveFunc, movedBy string, sync SyncMode) (Scheduled, error) {
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
 	if r.closed.Load() {
@@ -58,6 +61,9 @@ func (r *Repository) Move(k keys.Key, to MoveFunc, sync SyncMode) (Scheduled, er
 		m.ExpireAtNs = fireAtNs + m.TtlNs
 	}
 	m.EventId = k.EventID()
+	if movedBy != "" {
+		m.MovedBy = movedBy
+	}
 	if err := r.setMessage(b, &nk, m); err != nil {
 		return Scheduled{}, fmt.Errorf("delaystore: move %v: %w", k, err)
 	}
@@ -86,4 +92,16 @@ func (r *Repository) Move(k keys.Key, to MoveFunc, sync SyncMode) (Scheduled, er
 	r.committed(counts, 0)
 	r.trimScratch()
 	return Scheduled{Key: nk, Replaced: k, HasReplaced: true}, nil
+}
+
+// Flush makes every write committed without sync durable (see
+// Store.Flush): a bulk step answers once what it did is on disk.
+func (r *Repository) Flush() error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if err := r.s.Flush(); err != nil {
+		return fmt.Errorf("delaystore: flush: %w", err)
+	}
+	return nil
 }

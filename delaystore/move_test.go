@@ -22,7 +22,7 @@ func TestRepository_Move_KeepsIndexesAndOrder(t *testing.T) {
 		got := schedule(t, r, m, msg("a", t0+20e9))
 		before := r.Pending()
 
-		s, err := r.Move(got[0].Key, func(*delaystore.StoredMessage) (int64, error) { return t0 + 30e9, nil }, delaystore.Sync)
+		s, err := r.Move(got[0].Key, func(*delaystore.StoredMessage) (int64, error) { return t0 + 30e9, nil }, "", delaystore.Sync)
 		if err != nil {
 			t.Fatalf("Move: %v", err)
 		}
@@ -61,10 +61,10 @@ func TestRepository_Move_KeepsIndexesAndOrder(t *testing.T) {
 		}
 
 		refused := errors.New("refused")
-		if _, err := r.Move(s.Key, func(*delaystore.StoredMessage) (int64, error) { return 0, refused }, delaystore.Sync); !errors.Is(err, refused) {
+		if _, err := r.Move(s.Key, func(*delaystore.StoredMessage) (int64, error) { return 0, refused }, "", delaystore.Sync); !errors.Is(err, refused) {
 			t.Fatalf("Move refused by its func: %v", err)
 		}
-		if _, err := r.Move(got[0].Key, func(*delaystore.StoredMessage) (int64, error) { return t0, nil }, delaystore.Sync); !errors.Is(err, delaystore.ErrNotFound) {
+		if _, err := r.Move(got[0].Key, func(*delaystore.StoredMessage) (int64, error) { return t0, nil }, "", delaystore.Sync); !errors.Is(err, delaystore.ErrNotFound) {
 			t.Fatalf("Move of a key not pending: %v, want ErrNotFound", err)
 		}
 		if k, _ := r.Lookup("a", "x"); k != s.Key {

@@ -386,7 +386,12 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if r.closed.Load() {
 		return nil, ErrClosed
 	}
+	return r.scheduleLocked(msgs, sync, nil)
+}
 
+// scheduleLocked is Schedule, with wmu held and msgs checked; extra, if
+// not nil, adds its own writes to the batch before the counts are set.
+func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch) error) ([]Scheduled, error) {
 	first, last, err := r.reserveIDs(len(msgs))
 	if err != nil {
 		return nil, err
@@ -476,6 +481,16 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if run != 0 {
 		deltas[runSubject] += run
 	}
+	deadTotal := r.mu.dead // NB: only wmu's holder changes it
+	if extra != nil {
+		if err := extra(b); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+		var err error
+		if deadTotal, err = r.setDeadCounts(b); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+	}
 
 	counts, err := r.setCounts(b, deltas)
 	if err != nil {
@@ -491,6 +506,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
 	}
 	r.committed(counts, last)
+	if extra != nil {
+		r.committedDead(deadTotal)
+	}
 	r.trimScratch()
 	return out, nil
 }

@@ -151,7 +151,10 @@ type StoredMessage struct {
 	// event_id is the id in the message's key.
 	EventId uint64 `protobuf:"varint,12,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// recurrence is set on an occurrence of a recurring schedule.
-	Recurrence    *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
+	Recurrence *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
+	// moved_by names the bulk RESCHEDULE or FIRE that moved it last, so a
+	// step of that operation that meets it again at its new key skips it.
+	MovedBy       string `protobuf:"bytes,14,opt,name=moved_by,json=movedBy,proto3" json:"moved_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +278,13 @@ func (x *StoredMessage) GetRecurrence() *Recurrence {
 		return x.Recurrence
 	}
 	return nil
+}
+
+func (x *StoredMessage) GetMovedBy() string {
+	if x != nil {
+		return x.MovedBy
+	}
+	return ""
 }
 
 // Recurrence is the schedule an occurrence belongs to, and where this
@@ -587,7 +597,7 @@ var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xf6\x03\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\x91\x04\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -608,7 +618,8 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\bevent_id\x18\f \x01(\x04R\aeventId\x12C\n" +
 	"\n" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
-	"recurrence\"\xfd\x02\n" +
+	"recurrence\x12\x19\n" +
+	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\"\xfd\x02\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -21,7 +22,7 @@ var ErrInFlight = errors.New("dispatch: message is in flight")
 // while Move runs, and once it returns the message goes out at its new
 // time: a scan that read it before is told it moved, as for a message
 // replaced through its Delay-Id.
-func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc) (keys.Key, error) {
+func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string) (keys.Key, error) {
 	if d.del == nil {
 		return keys.Key{}, ErrClosed
 	}
@@ -44,7 +45,7 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc) (keys.Key, error) 
 		at, err := to(m)
 		fireAtNs = at
 		return at, err
-	}, delaystore.Sync)
+	}, movedBy, delaystore.Sync)
 	if err != nil {
 		d.mu.Lock()
 		delete(d.mu.flights.canceled, k)
@@ -53,4 +54,55 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc) (keys.Key, error) 
 	}
 	d.Notify(s, fireAtNs)
 	return s.Key, nil
+}
+
+// InFlight reports whether the message under k is delivered and not yet
+// settled in this process: waiting for an answer or for its redelivery.
+func (d *Dispatcher) InFlight(k keys.Key) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.mu.flights.byKey[k]
+	return f != nil && f.state != stateSettling
+}
+
+// CancelMany deletes the pending messages under ks, as Cancel does each,
+// with their deletes committed together, and returns how many were
+// pending. Once it returns none of them is published again. It does not
+// end recurring schedules: cancel an occurrence through Cancel for that.
+func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error) {
+	if d.del == nil {
+		return 0, ErrClosed
+	}
+	d.pubMu.Lock()
+	d.mu.Lock()
+	for _, k := range ks {
+		d.markSettlingLocked(k)
+	}
+	d.mu.Unlock()
+	d.pubMu.Unlock()
+	type result struct {
+		applied bool
+		err     error
+	}
+	ch := make(chan result, len(ks))
+	for _, k := range ks {
+		d.del.delete(k, func(applied bool, err error) { ch <- result{applied, err} })
+	}
+	n := 0
+	var first error
+	for range ks {
+		select {
+		case r := <-ch:
+			if r.applied {
+				n++
+			}
+			if r.err != nil && first == nil {
+				first = r.err
+			}
+		case <-ctx.Done():
+			return n, fmt.Errorf("dispatch: cancel %d messages: %w", len(ks), ctx.Err())
+		}
+	}
+	d.stats.canceled.Add(uint64(n))
+	return n, first
 }

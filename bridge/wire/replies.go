@@ -273,3 +273,46 @@ type RescheduleReply struct {
 	Subject string `json:"subject"`
 	FireAt  string `json:"fire_at"`
 }
+
+// BulkRequest is the body of BULK.<verb>: a filter and one bounded step.
+// DryRun counts and samples what the step would do and changes nothing.
+// Limit bounds the messages one step acts on (nil: the service's default),
+// and Cursor, the Cursor of the previous step's reply, resumes after it.
+// At or Shift is the new time of RESCHEDULE (as in RescheduleRequest);
+// ReplayTo, on REPLAY, sends the messages to that subject instead of
+// their own.
+type BulkRequest struct {
+	Filter
+	DryRun   bool   `json:"dry_run,omitempty"`
+	Limit    *int   `json:"limit,omitempty"`
+	Cursor   string `json:"cursor,omitempty"`
+	At       string `json:"at,omitempty"`
+	Shift    string `json:"shift,omitempty"`
+	ReplayTo string `json:"replay_to,omitempty"`
+}
+
+// BulkSample is one message a bulk step acted on, or would have.
+type BulkSample struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}
+
+// BulkReply is the body of the reply to one step of BULK.<verb>.
+type BulkReply struct {
+	Verb   string `json:"verb"`
+	DryRun bool   `json:"dry_run"`
+	// Count is how many messages the step acted on, or would have.
+	Count int `json:"count"`
+	// Skipped counts messages that matched but were left as they are:
+	// in flight (RESCHEDULE, FIRE), occurrences of recurring schedules
+	// (RESCHEDULE, FIRE), or dead letters whose Delay-Id a pending message
+	// holds (REPLAY).
+	Skipped int `json:"skipped"`
+	// Scanned counts the entries the step read.
+	Scanned int `json:"scanned"`
+	// Sample lists up to 10 of the messages counted.
+	Sample []BulkSample `json:"sample"`
+	// Cursor resumes the operation after this step; empty when it is done.
+	Cursor string `json:"cursor,omitempty"`
+}
