@@ -347,6 +347,27 @@ func (s *Service) selectMessages(f *filter, subject string, after *keys.Key, sca
 	}
 
 	switch {
+	case f.tag != nil && after == nil:
+		// One message: read it, and the selection is done.
+		if f.state == stateDead {
+			dl, err := c.GetDead(*f.tag)
+			if err == nil && dl.GetMessage() != nil {
+				visit(*f.tag, dl.GetMessage(), dl.Attempts)
+			} else if err != nil && !errors.Is(err, wire.ErrNotFound) {
+				return last, false, err
+			}
+			return last, true, nil
+		}
+		m, err := c.Get(*f.tag)
+		if err == nil {
+			visit(*f.tag, m, m.Attempt)
+		} else if !errors.Is(err, wire.ErrNotFound) {
+			return last, false, err
+		}
+		return last, true, nil
+	case f.tag != nil:
+		return last, true, nil
+
 	case f.state == stateDead:
 		err := c.ScanDead(keys.TopicHash(f.subject), f.literal, after, func(k keys.Key, dl *delaystore.DeadLetter) bool {
 			m := dl.GetMessage()

@@ -97,7 +97,7 @@ func (s *Service) apiDeadList(req micro.Request) (any, error) {
 		}
 		scanned++
 		m := dl.GetMessage()
-		if m == nil || !f.match(m, dl.Attempts) {
+		if m == nil || !f.match(m, dl.Attempts) || f.tag != nil && k != *f.tag {
 			last = k
 			return true
 		}

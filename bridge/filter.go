@@ -30,6 +30,8 @@ type filter struct {
 	recurring   *bool
 	idPrefix    string
 	headers     map[string]string
+	// tag, when set, is the one key selected.
+	tag *keys.Key
 }
 
 // compileFilter checks f and parses it, or returns a 400 that names the
@@ -72,6 +74,13 @@ func compileFilter(f wire.Filter) (*filter, error) {
 	case statePending, stateInFlight, stateDead:
 	default:
 		return nil, badRequest(`"state" %q: want pending, in_flight or dead`, keys.Clip(c.state))
+	}
+	if f.Tag != "" {
+		k, err := keys.ParseTag(f.Tag)
+		if err != nil {
+			return nil, badTag(`"tag"`, err)
+		}
+		c.tag = &k
 	}
 	for name := range c.headers {
 		if name == "" {

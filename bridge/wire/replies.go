@@ -220,6 +220,9 @@ type Filter struct {
 	// Headers keeps messages with each header equal to the value given
 	// (its first value; names matched without regard to case).
 	Headers map[string]string `json:"headers,omitempty"`
+	// Tag keeps only the message, or dead letter, with this tag: a bulk
+	// verb on one message, such as REPLAY of one dead letter.
+	Tag string `json:"tag,omitempty"`
 }
 
 // DeadListRequest is the body of DEAD.LIST: one page of the dead letters
