@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/events"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -240,7 +241,7 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 			if verb == "RESCHEDULE" {
 				to = moveTo(p.key, at, shift, hasAt, now)
 			}
-			nk, fireAtNs, err := c.Move(p.key, to, op)
+			nk, moved, err := s.moveOne(p.key, to, op)
 			switch {
 			case errors.Is(err, wire.ErrConflict):
 				out.Skipped++
@@ -250,7 +251,7 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 			case err != nil:
 				return done, err
 			}
-			done = append(done, picked{nk, &delaystore.StoredMessage{Subject: p.msg.Subject, FireAtNs: fireAtNs}})
+			done = append(done, picked{nk, moved})
 		}
 	case "REPLAY":
 		res, err := c.Replay(ks, replayTo, now.UnixNano())
@@ -261,6 +262,11 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 			switch {
 			case r.Done:
 				done = append(done, picked{r.Scheduled.Key, r.Msg})
+				if ev := s.Events(); ev != nil {
+					e := events.Of(events.Replayed, r.Scheduled.Key, r.Msg, r.Dead.Attempts)
+					e.To = replayTo
+					ev.Emit(e)
+				}
 			case r.Held:
 				out.Skipped++
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"natsdelay/bridge/events"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -91,13 +92,31 @@ func (s *Service) apiFire(req micro.Request) (any, error) {
 }
 
 func (s *Service) move(k keys.Key, to delaystore.MoveFunc) (wire.RescheduleReply, error) {
-	var subject string
-	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
-		subject = m.Subject
-		return to(m)
-	}, "")
+	nk, m, err := s.moveOne(k, to, "")
 	if err != nil {
 		return wire.RescheduleReply{}, err
 	}
-	return wire.RescheduleReply{Tag: nk.Tag(), Subject: subject, FireAt: formatTime(fireAtNs)}, nil
+	return wire.RescheduleReply{Tag: nk.Tag(), Subject: m.Subject, FireAt: formatTime(m.FireAtNs)}, nil
+}
+
+// moveOne moves the message under k to the fire time to chooses (for the
+// bulk operation op, if any), tells it as a rescheduled event, and
+// returns its new key and what events and replies show of it: subject,
+// id and new fire time.
+func (s *Service) moveOne(k keys.Key, to delaystore.MoveFunc, op string) (keys.Key, *delaystore.StoredMessage, error) {
+	var was delaystore.StoredMessage
+	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
+		was.Subject, was.ClientId, was.FireAtNs, was.Attempt = m.Subject, m.ClientId, m.FireAtNs, m.Attempt
+		return to(m)
+	}, op)
+	if err != nil {
+		return keys.Key{}, nil, err
+	}
+	moved := &delaystore.StoredMessage{Subject: was.Subject, ClientId: was.ClientId, FireAtNs: fireAtNs}
+	if ev := s.Events(); ev != nil {
+		e := events.Of(events.Rescheduled, nk, moved, was.Attempt)
+		e.PreviousFireAt = time.Unix(0, was.FireAtNs)
+		ev.Emit(e)
+	}
+	return nk, moved, nil
 }

@@ -377,7 +377,9 @@ type Replayed struct {
 	// Scheduled is the new pending message, when Done.
 	Scheduled Scheduled
 	// Msg is the new pending message as stored, when Done.
-	Msg  *StoredMessage
+	Msg *StoredMessage
+	// Dead is the dead letter replayed, when Done.
+	Dead *DeadLetter
 	Done bool
 	// Held is set when the dead letter was kept because a pending message
 	// holds its Delay-Id on its subject: replaying it would replace that
@@ -466,7 +468,7 @@ func (r *Repository) Replay(ks []keys.Key, target string, nowNs int64, sync Sync
 		return nil, fmt.Errorf("delaystore: replay: %w", err)
 	}
 	for j, i := range idx {
-		out[i] = Replayed{Scheduled: res[j], Msg: msgs[j], Done: true}
+		out[i] = Replayed{Scheduled: res[j], Msg: msgs[j], Dead: dead[j], Done: true}
 	}
 	return out, nil
 }
