@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -62,12 +63,19 @@ func (s *Service) register() error {
 		{wire.VerbCancel, s.apiCancel, ""},
 		{wire.VerbSubjects, s.apiSubjects, ""},
 		{wire.VerbSchedules, s.apiSchedules, ""},
+		{wire.VerbReschedule, s.apiReschedule, ""},
+		{wire.VerbFire, s.apiFire, ""},
+		{wire.VerbDeadList, s.apiDeadList, ""},
+		{wire.VerbDeadGet, s.apiDeadGet, `; ask without "payload"`},
 		{wire.VerbLimitsSet, s.apiLimitsSet, ""},
 		{wire.VerbLimitsGet, s.apiLimitsGet, ""},
 		{wire.VerbLimitsList, s.apiLimitsList, ""},
 		{wire.VerbLimitsDelete, s.apiLimitsDelete, ""},
 		{wire.VerbPause, s.apiPause, ""},
 		{wire.VerbResume, s.apiResume, ""},
+	}
+	for _, verb := range wire.BulkVerbs {
+		eps = append(eps, endpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
 	if s.cfg.Cluster != nil {
 		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
@@ -181,6 +189,7 @@ func (s *Service) Info() (wire.InfoReply, error) {
 			AckWait: c.Config().Delivery.AckWait.String(), MaxDeliver: s.cfg.Delivery.MaxDeliver, Backoff: backoff,
 			DeadLetterSubject: s.cfg.Delivery.DeadLetterSubject, DeadLetterExpired: s.cfg.Delivery.DeadLetterExpired,
 			TimeBucket: s.cfg.Repository.TimeBucket.String(), MaxPayload: s.cfg.MaxPayload, MaxControlLine: s.cfg.MaxControlLine,
+			DeadRetention: deadRetention(c.Config().Expiry.DeadRetention),
 		},
 	}, nil
 }
@@ -467,10 +476,11 @@ func (s *Service) CancelRef(ctx context.Context, ref wire.MessageRef) error {
 	return s.core.Load().Cancel(ctx, k)
 }
 
-// apiSubjects lists the subjects with pending messages that match a
-// filter, in subject order, paged. It reads the subject registry from
-// memory and, for due_now, the keys of due messages only: no message is
-// read or decoded.
+// apiSubjects lists the subjects with pending messages or dead letters
+// that match a filter, in subject order, paged. It reads the subject
+// registry and the registry of dead letters per subject from the store
+// and, for due_now, the keys of due messages only: no message is read or
+// decoded.
 func (s *Service) apiSubjects(req micro.Request) (any, error) {
 	var r wire.SubjectsRequest
 	if err := decodeRequest(req.Data(), &r); err != nil {
@@ -506,32 +516,63 @@ func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
 	if r.After != "" && r.After+"\x00" > from {
 		from = r.After + "\x00" // subjects hold no NUL: the next one after
 	}
-	var page []delaystore.Topic
-	more := false
+	// A subject with dead letters and nothing pending is listed too: the
+	// page merges the two registries, each read up to a page.
+	type entry struct {
+		subject       string
+		pending, dead uint64
+	}
+	byName := map[string]*entry{}
+	scanned := func(subject string) bool { return strings.HasPrefix(subject, prefix) }
+	n := 0
 	err = c.ScanTopics(from, func(t delaystore.Topic) bool {
-		if !strings.HasPrefix(t.Subject, prefix) {
+		if !scanned(t.Subject) || n > limit {
 			return false
 		}
-		if !dispatch.SubjectMatches(r.Filter, t.Subject) {
-			return true
+		if dispatch.SubjectMatches(r.Filter, t.Subject) {
+			byName[t.Subject] = &entry{subject: t.Subject, pending: t.Pending}
+			n++
 		}
-		if len(page) == limit {
-			more = true
-			return false
-		}
-		page = append(page, t)
 		return true
 	})
 	if err != nil {
 		return wire.SubjectsReply{}, err
 	}
-	for _, t := range page {
-		due, err := c.DueNow(t.Subject)
-		if err != nil {
-			return wire.SubjectsReply{}, err
+	n = 0
+	err = c.ScanDeadTopics(from, func(t delaystore.DeadTopic) bool {
+		if !scanned(t.Subject) || n > limit {
+			return false
 		}
-		st := c.SubjectState(t.Subject)
-		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.Subject, Pending: t.Pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited})
+		if dispatch.SubjectMatches(r.Filter, t.Subject) {
+			e := byName[t.Subject]
+			if e == nil {
+				e = &entry{subject: t.Subject}
+				byName[t.Subject] = e
+			}
+			e.dead = t.Dead
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return wire.SubjectsReply{}, err
+	}
+	page := make([]*entry, 0, len(byName))
+	for _, e := range byName {
+		page = append(page, e)
+	}
+	slices.SortFunc(page, func(a, b *entry) int { return strings.Compare(a.subject, b.subject) })
+	more := len(page) > limit
+	page = page[:min(len(page), limit)]
+	for _, t := range page {
+		var due uint64
+		if t.pending > 0 {
+			if due, err = c.DueNow(t.subject); err != nil {
+				return wire.SubjectsReply{}, err
+			}
+		}
+		st := c.SubjectState(t.subject)
+		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.subject, Pending: t.pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited, Dead: t.dead})
 	}
 	if more {
 		out.Next = out.Subjects[len(out.Subjects)-1].Subject

@@ -168,6 +168,8 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("no_responders_total", "Deliveries that reached no subscriber (not counted as attempts).", func(st dispatch.Stats) uint64 { return st.NoResponders }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_pending", Help: "Messages stored and not yet settled."},
 			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Pending)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "dead_letters", Help: "Dead letters kept in the store, until replayed, deleted or past --dead-retention."},
+			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Dead)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "dispatch_subjects", Help: "Subjects the dispatcher keeps state for: with messages due or in flight, or backing off."},
 			func() float64 { return float64(s.dispatchStats().Topics) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "messages_in_flight", Help: "Messages delivered and waiting for an answer."},

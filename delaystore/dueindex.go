@@ -422,5 +422,8 @@ func (r *Repository) openIndexes() error {
 	if r.mu.subjects, err = r.readCount([]byte(subjectsTotalKey)); err != nil {
 		return fmt.Errorf("read subjects total: %w", err)
 	}
+	if r.mu.dead, err = r.readCount([]byte(deadTotalKey)); err != nil {
+		return fmt.Errorf("read dead-letter total: %w", err)
+	}
 	return nil
 }

@@ -24,6 +24,7 @@ const (
 	fieldAttempt      protowire.Number = 11
 	fieldEventID      protowire.Number = 12
 	fieldRecurrence   protowire.Number = 13
+	fieldMovedBy      protowire.Number = 14
 
 	fieldHeaderName   protowire.Number = 1
 	fieldHeaderValues protowire.Number = 2
@@ -89,6 +90,9 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64) ([]byte, error)
 		}
 		dst = protowire.AppendTag(dst, fieldRecurrence, protowire.BytesType)
 		dst = protowire.AppendBytes(dst, b)
+	}
+	if dst, err = appendString(dst, fieldMovedBy, "moved by", m.MovedBy); err != nil {
+		return dst, err
 	}
 	return append(dst, m.unknownFields...), nil
 }

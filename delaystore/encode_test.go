@@ -26,6 +26,7 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 			"expire_at_ns": fieldExpireAtNs, "client_id": fieldClientID, "ack_policy": fieldAckPolicy,
 			"max_deliver": fieldMaxDeliver, "attempt": fieldAttempt, "event_id": fieldEventID,
 			"recurrence": fieldRecurrence,
+			"moved_by":   fieldMovedBy,
 		}},
 		{(&Header{}).ProtoReflect().Descriptor(), map[string]protowire.Number{
 			"name": fieldHeaderName, "values": fieldHeaderValues,
@@ -84,7 +85,7 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		m := &StoredMessage{
 			Subject: str(), EnqueuedAtNs: i64(), FireAtNs: i64(), TtlNs: i64(), ExpireAtNs: i64(),
-			ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(),
+			ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(), MovedBy: str(),
 		}
 		if rng.IntN(2) == 0 {
 			m.Payload = []byte(str())

@@ -25,7 +25,8 @@ import (
 //	metadata/event-repo/schedules                              -> BE uint64 schedule count
 //
 // The last two are the schedule index of recurring schedules (see
-// schedules.go); the due index, due counts and totals are in dueindex.go.
+// schedules.go); the due index, due counts and totals are in dueindex.go,
+// and the dead letters and their indexes in dead.go.
 //
 // Subjects and client ids may not contain 0x00, so the separator makes
 // (subject, client id) -> key injective. The expiry key puts the expiry time

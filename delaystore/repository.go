@@ -87,8 +87,12 @@ type Op struct {
 	// reading it first, which on a large store is most of a delete's cost.
 	// It needs the subject and expiry time, and the client id if any.
 	// A wrong Pending corrupts the counts and indexes; when unsure, leave
-	// it nil.
+	// it nil. It is not used with Dead.
 	Pending *StoredMessage
+	// Dead, on a delete, keeps the message as a dead letter (see
+	// dead.go), written in the same batch as the delete: a crash leaves
+	// the pending message or its dead letter, never both or neither.
+	Dead *Dead
 }
 
 // Topic is one subject that has pending messages.
@@ -171,6 +175,8 @@ type Repository struct {
 		// schedules is the number of recurring schedules with an
 		// occurrence still to plan (see schedules.go).
 		schedules uint64
+		// dead is the number of dead letters kept (see dead.go).
+		dead uint64
 	}
 }
 
@@ -190,6 +196,9 @@ type scratch struct {
 	// schedules is the change this batch makes to the number of
 	// schedules (see schedules.go).
 	schedules int64
+	// deadDeltas is the change this batch makes to the dead letters of
+	// each subject (see dead.go).
+	deadDeltas map[string]int64
 }
 
 // maxKeptScratch bounds the scratch buffer kept between writes, so one huge
@@ -217,7 +226,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		bucketMs: cfg.TimeBucket.Milliseconds(),
 		// A test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
-		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64)},
+		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64)},
 	}
 
 	v, err := s.Get([]byte(lastIDKey))
@@ -377,7 +386,12 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if r.closed.Load() {
 		return nil, ErrClosed
 	}
+	return r.scheduleLocked(msgs, sync, nil)
+}
 
+// scheduleLocked is Schedule, with wmu held and msgs checked; extra, if
+// not nil, adds its own writes to the batch before the counts are set.
+func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch) error) ([]Scheduled, error) {
 	first, last, err := r.reserveIDs(len(msgs))
 	if err != nil {
 		return nil, err
@@ -467,6 +481,16 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if run != 0 {
 		deltas[runSubject] += run
 	}
+	deadTotal := r.mu.dead // NB: only wmu's holder changes it
+	if extra != nil {
+		if err := extra(b); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+		var err error
+		if deadTotal, err = r.setDeadCounts(b); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+	}
 
 	counts, err := r.setCounts(b, deltas)
 	if err != nil {
@@ -482,6 +506,9 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
 	}
 	r.committed(counts, last)
+	if extra != nil {
+		r.committedDead(deadTotal)
+	}
 	r.trimScratch()
 	return out, nil
 }
@@ -709,6 +736,7 @@ func (r *Repository) committed(t totals, lastID uint64) {
 func (r *Repository) resetScratch() {
 	clear(r.w.deltas)
 	clear(r.w.due)
+	clear(r.w.deadDeltas)
 	r.w.schedules = 0
 }
 
@@ -770,9 +798,10 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	// state holds the messages as this batch leaves them, nil once deleted,
 	// so later ops on the same key see earlier ones.
 	var state map[keys.Key]*StoredMessage
+	dead := false
 	for i, op := range ops {
 		cur, seen := state[op.Key]
-		if !seen && op.Msg == nil && op.Pending != nil {
+		if !seen && op.Msg == nil && op.Pending != nil && op.Dead == nil {
 			cur, seen = op.Pending, true
 		}
 		if !seen {
@@ -794,6 +823,12 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 		if op.Msg == nil {
 			if err := r.deleteMessage(b, &ops[i].Key, cur, true); err != nil {
 				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+			}
+			if op.Dead != nil {
+				if err := r.keepDead(b, op.Key, cur, op.Dead); err != nil {
+					return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+				}
+				dead = true
 			}
 			deltas[cur.Subject]--
 			state[op.Key] = nil
@@ -817,10 +852,17 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("delaystore: apply batch of %d: %w", len(ops), err)
 	}
+	deadTotal := r.mu.dead // NB: only wmu's holder changes it
+	if dead {
+		if deadTotal, err = r.setDeadCounts(b); err != nil {
+			return nil, fmt.Errorf("delaystore: apply batch of %d: %w", len(ops), err)
+		}
+	}
 	if err := b.Commit(sync); err != nil {
 		return nil, fmt.Errorf("delaystore: apply batch of %d: commit: %w", len(ops), err)
 	}
 	r.committed(counts, 0)
+	r.committedDead(deadTotal)
 	r.trimScratch()
 	return applied, nil
 }

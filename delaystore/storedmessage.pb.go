@@ -151,7 +151,10 @@ type StoredMessage struct {
 	// event_id is the id in the message's key.
 	EventId uint64 `protobuf:"varint,12,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// recurrence is set on an occurrence of a recurring schedule.
-	Recurrence    *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
+	Recurrence *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
+	// moved_by names the bulk RESCHEDULE or FIRE that moved it last, so a
+	// step of that operation that meets it again at its new key skips it.
+	MovedBy       string `protobuf:"bytes,14,opt,name=moved_by,json=movedBy,proto3" json:"moved_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +278,13 @@ func (x *StoredMessage) GetRecurrence() *Recurrence {
 		return x.Recurrence
 	}
 	return nil
+}
+
+func (x *StoredMessage) GetMovedBy() string {
+	if x != nil {
+		return x.MovedBy
+	}
+	return ""
 }
 
 // Recurrence is the schedule an occurrence belongs to, and where this
@@ -497,11 +507,97 @@ func (x *Header) GetValues() []string {
 	return nil
 }
 
+// DeadLetter is the value stored for a message that was dead-lettered: the
+// message as it was pending, and why and when it died. It is kept under
+// its own keyspace until it is replayed, deleted or past the retention.
+type DeadLetter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// message is the message as it was pending when it died.
+	Message *StoredMessage `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// reason is the Delay-Reason: max-deliver, term, term: <reason>,
+	// expired or undeliverable: <cause>.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// attempts is the number of deliveries made.
+	Attempts uint32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// last_answer is the consumer's last answer to a delivery (-NAK, +WPI,
+	// +TERM ..., failed: ...), or empty when the last delivery got none.
+	LastAnswer string `protobuf:"bytes,4,opt,name=last_answer,json=lastAnswer,proto3" json:"last_answer,omitempty"`
+	// died_at_ns is when it was dead-lettered, Unix nanoseconds.
+	DiedAtNs      int64 `protobuf:"varint,5,opt,name=died_at_ns,json=diedAtNs,proto3" json:"died_at_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetter) Reset() {
+	*x = DeadLetter{}
+	mi := &file_delaystore_storedmessage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetter) ProtoMessage() {}
+
+func (x *DeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_delaystore_storedmessage_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
+func (*DeadLetter) Descriptor() ([]byte, []int) {
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeadLetter) GetMessage() *StoredMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetLastAnswer() string {
+	if x != nil {
+		return x.LastAnswer
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetDiedAtNs() int64 {
+	if x != nil {
+		return x.DiedAtNs
+	}
+	return 0
+}
+
 var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xf6\x03\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\x91\x04\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -522,7 +618,8 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\bevent_id\x18\f \x01(\x04R\aeventId\x12C\n" +
 	"\n" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
-	"recurrence\"\xfd\x02\n" +
+	"recurrence\x12\x19\n" +
+	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\"\xfd\x02\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -542,7 +639,16 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\x04name\x18\x0e \x01(\tR\x04name\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06values\x18\x02 \x03(\tR\x06values*@\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values\"\xc1\x01\n" +
+	"\n" +
+	"DeadLetter\x12@\n" +
+	"\amessage\x18\x01 \x01(\v2&.natsdelay.delaystore.v1.StoredMessageR\amessage\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\x12\x1f\n" +
+	"\vlast_answer\x18\x04 \x01(\tR\n" +
+	"lastAnswer\x12\x1c\n" +
+	"\n" +
+	"died_at_ns\x18\x05 \x01(\x03R\bdiedAtNs*@\n" +
 	"\aCatchUp\x12\x10\n" +
 	"\fCATCH_UP_ONE\x10\x00\x12\x10\n" +
 	"\fCATCH_UP_ALL\x10\x01\x12\x11\n" +
@@ -564,24 +670,26 @@ func file_delaystore_storedmessage_proto_rawDescGZIP() []byte {
 }
 
 var file_delaystore_storedmessage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_delaystore_storedmessage_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_delaystore_storedmessage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_delaystore_storedmessage_proto_goTypes = []any{
 	(CatchUp)(0),          // 0: natsdelay.delaystore.v1.CatchUp
 	(AckPolicy)(0),        // 1: natsdelay.delaystore.v1.AckPolicy
 	(*StoredMessage)(nil), // 2: natsdelay.delaystore.v1.StoredMessage
 	(*Recurrence)(nil),    // 3: natsdelay.delaystore.v1.Recurrence
 	(*Header)(nil),        // 4: natsdelay.delaystore.v1.Header
+	(*DeadLetter)(nil),    // 5: natsdelay.delaystore.v1.DeadLetter
 }
 var file_delaystore_storedmessage_proto_depIdxs = []int32{
 	4, // 0: natsdelay.delaystore.v1.StoredMessage.headers:type_name -> natsdelay.delaystore.v1.Header
 	1, // 1: natsdelay.delaystore.v1.StoredMessage.ack_policy:type_name -> natsdelay.delaystore.v1.AckPolicy
 	3, // 2: natsdelay.delaystore.v1.StoredMessage.recurrence:type_name -> natsdelay.delaystore.v1.Recurrence
 	0, // 3: natsdelay.delaystore.v1.Recurrence.catch_up:type_name -> natsdelay.delaystore.v1.CatchUp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2, // 4: natsdelay.delaystore.v1.DeadLetter.message:type_name -> natsdelay.delaystore.v1.StoredMessage
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_delaystore_storedmessage_proto_init() }
@@ -595,7 +703,7 @@ func file_delaystore_storedmessage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delaystore_storedmessage_proto_rawDesc), len(file_delaystore_storedmessage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,6 +39,19 @@ func (k AckKind) String() string {
 	return "unknown"
 }
 
+// String is the answer as a consumer would send it, for a dead letter's
+// last answer: -NAK with its delay, +TERM or failed with the reason.
+func (a Ack) String() string {
+	s := a.Kind.String()
+	switch {
+	case a.Kind == AckNak && a.Delay > 0:
+		s += " " + a.Delay.String()
+	case (a.Kind == AckTerm || a.Kind == AckFailed) && a.Reason != "":
+		s += " " + a.Reason
+	}
+	return s
+}
+
 // Ack is one parsed answer to a delivery.
 type Ack struct {
 	Kind AckKind

@@ -27,6 +27,9 @@ type pendingOp struct {
 	// pending, on a delete, is the message as the dispatcher knows it is
 	// pending, so the commit need not read it (see delaystore.Op.Pending).
 	pending *delaystore.StoredMessage
+	// dead, on a delete, keeps the message as a dead letter in the same
+	// commit (see delaystore.Op.Dead).
+	dead    *delaystore.Dead
 	waiters []deleteDone
 	// queued is when the first update still pending was queued; an update
 	// is written once it is older than the deleter's updateDelay.
@@ -86,22 +89,28 @@ func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration,
 // delete queues a delete of k; done, if not nil, is called once it is
 // committed. It blocks while the queue is full.
 func (dl *deleter) delete(k keys.Key, done deleteDone) {
-	dl.enqueue(k, nil, nil, done)
+	dl.enqueue(k, nil, nil, nil, done)
+}
+
+// deleteDead is delete of k that keeps it as the dead letter dead, in
+// the same commit.
+func (dl *deleter) deleteDead(k keys.Key, dead *delaystore.Dead, done deleteDone) {
+	dl.enqueue(k, nil, nil, dead, done)
 }
 
 // deletePending is delete of a message the caller knows is pending, as
 // pending, which saves the commit reading it; see delaystore.Op.Pending.
 func (dl *deleter) deletePending(k keys.Key, pending *delaystore.StoredMessage, done deleteDone) {
-	dl.enqueue(k, nil, pending, done)
+	dl.enqueue(k, nil, pending, nil, done)
 }
 
 // update queues a rewrite of the pending message k, dropped at commit if k
 // is no longer pending or a delete of k is queued.
 func (dl *deleter) update(k keys.Key, msg *delaystore.StoredMessage) {
-	dl.enqueue(k, msg, nil, nil)
+	dl.enqueue(k, msg, nil, nil, nil)
 }
 
-func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, done deleteDone) {
+func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, dead *delaystore.Dead, done deleteDone) {
 	dl.mu.Lock()
 	for !dl.mu.closed && len(dl.mu.ops) >= dl.max && dl.mu.ops[k] == nil {
 		dl.notFull.Wait()
@@ -116,7 +125,7 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 	op := dl.mu.ops[k]
 	switch {
 	case op == nil && msg == nil:
-		op = &pendingOp{pending: pending}
+		op = &pendingOp{pending: pending, dead: dead}
 		dl.mu.ops[k] = op
 		dl.mu.due = append(dl.mu.due, k)
 	case op == nil:
@@ -132,6 +141,10 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 		op.msg = nil
 		// Both deletes are of the same message, not yet deleted.
 		op.pending = cmp.Or(op.pending, pending)
+		// NB: a delete that keeps a dead letter wins over one that does
+		// not: either removes the message, and the dead letter must not
+		// be lost to a plain delete queued first.
+		op.dead = cmp.Or(op.dead, dead)
 	case op.msg != nil:
 		op.msg = msg
 	}
@@ -276,6 +289,9 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	batch := make([]delaystore.Op, len(order))
 	for i, k := range order {
 		batch[i] = delaystore.Op{Key: k, Msg: ops[k].msg, Pending: ops[k].pending}
+		if ops[k].msg == nil {
+			batch[i].Dead = ops[k].dead
+		}
 	}
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
 	if err != nil {
@@ -304,6 +320,7 @@ func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp) {
 			if newer.msg == nil || old.msg != nil {
 				old.msg = newer.msg
 			}
+			old.dead = cmp.Or(old.dead, newer.dead)
 			old.waiters = append(old.waiters, newer.waiters...)
 		}
 		dl.mu.ops[k] = old
@@ -322,4 +339,11 @@ func (dl *deleter) failAll(err error) {
 			w(false, err)
 		}
 	}
+}
+
+// queued reports whether a write of k is queued and not yet committed.
+func (dl *deleter) queued(k keys.Key) bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.mu.ops[k] != nil
 }

@@ -406,7 +406,7 @@ func (d *Dispatcher) pass() time.Duration {
 
 	out := d.redeliveries(redeliver, now)
 	for _, f := range deadLetter {
-		d.deadLetter(f.key, nil, f.attempt, "max-deliver", nil)
+		d.deadLetter(f.key, nil, f.attempt, "max-deliver", f.answer, nil)
 	}
 	probed := d.scanDue(now, pass, min(budget, room), &out)
 	if len(out) > 0 { // a probe is always among out

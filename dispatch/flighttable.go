@@ -129,6 +129,9 @@ type flight struct {
 	pass     uint64 // the pass that published it
 	deadline int64  // Unix ns; meaning depends on state
 	idx      int    // in the timer heap; -1 when not in it
+	// answer is the consumer's last answer to a delivery of it (see
+	// Ack.String), empty while none came; it goes into its dead letter.
+	answer string
 	// lostPass is the pass whose delivery of it reached nobody (bounced,
 	// or failed to publish or flush), so that pass's flush does not count
 	// it as delivered.
@@ -138,6 +141,7 @@ type flight struct {
 // pendingTerm is a +TERM waiting for its flight's pass to flush.
 type pendingTerm struct {
 	reason string
+	answer string
 	done   func(error)
 }
 

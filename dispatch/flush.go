@@ -156,7 +156,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	d.mu.Unlock()
 	d.countReached(reached)
 	for _, f := range terms {
-		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.done)
+		d.deadLetter(f.key, nil, f.counted, f.term.reason, f.term.answer, f.term.done)
 	}
 	if err != nil {
 		d.log.Warn("flushing deliveries", "err", err, "deliveries", len(b.sent))

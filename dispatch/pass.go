@@ -379,7 +379,7 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 				d.log.Error("message can never be delivered: dead-lettered", "tag", f.key, "dead_letter", subj, "err", cause)
 				d.stats.deadLettered.Add(1)
 				d.happened(DeadLettered, f.key, msg, f.attempt, reason)
-				d.deleteThen(f.key, nil)
+				d.keepDead(f.key, &delaystore.Dead{Reason: reason, Attempts: f.attempt, LastAnswer: f.answer, DiedAtNs: d.nowNs()}, nil)
 			}
 			return
 		}

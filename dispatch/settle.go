@@ -84,6 +84,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 	}
 	var naked *about
 	attempt := f.attempt
+	f.answer = a.String()
 	switch a.Kind {
 	case AckNak:
 		f.state = stateRetry
@@ -137,7 +138,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		// attempt is known only once its pass has flushed: it may yet
 		// bounce. The pass dead-letters it then (see publish).
 		d.markSettlingLocked(k)
-		f.term = &pendingTerm{reason: reason, done: done}
+		f.term = &pendingTerm{reason: reason, answer: termAnswer(why), done: done}
 		termed, attempt := f.about, f.attempt
 		d.mu.Unlock()
 		d.pubMu.Unlock()
@@ -163,7 +164,15 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	attempt = max(attempt, msg.Attempt)
 	d.stats.termed.Add(1)
 	d.happened(Termed, k, msg, attempt, why)
-	d.deadLetter(k, msg, attempt, reason, done)
+	d.deadLetter(k, msg, attempt, reason, termAnswer(why), done)
+}
+
+// termAnswer is the answer a +TERM with the reason why was.
+func termAnswer(why string) string {
+	if why == "" {
+		return "+TERM"
+	}
+	return "+TERM " + why
 }
 
 // markSettlingLocked marks k so that no scan, redelivery or publish sends
@@ -315,16 +324,18 @@ func (d *Dispatcher) settleExpired(k keys.Key, msg *delaystore.StoredMessage, do
 		d.happened(Expired, k, msg, max(msg.Attempt, d.Attempt(k)), "")
 	}
 	if d.cfg.DeadLetterExpired {
-		d.deadLetter(k, msg, max(msg.Attempt, d.Attempt(k)), "expired", done)
+		d.deadLetter(k, msg, max(msg.Attempt, d.Attempt(k)), "expired", "", done)
 		return
 	}
 	d.deleteThen(k, done)
 }
 
 // deadLetter publishes msg to the dead-letter subject, if any, and deletes
-// it. If the dead letter cannot be published the message stays pending and
-// is delivered again, so it is never lost.
-func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string, done func(error)) {
+// it, keeping it as a dead letter in the same commit, with answer, the
+// consumer's last answer (empty for none). If the dead letter cannot be
+// published the message stays pending and is delivered again, so it is
+// never lost.
+func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason, answer string, done func(error)) {
 	if msg == nil {
 		var err error
 		if msg, err = d.repo.Get(k); err != nil {
@@ -356,7 +367,21 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 	}
 	d.stats.deadLettered.Add(1)
 	d.happened(DeadLettered, k, msg, attempt, reason)
-	d.deleteThen(k, done)
+	d.keepDead(k, &delaystore.Dead{Reason: reason, Attempts: attempt, LastAnswer: answer, DiedAtNs: d.nowNs()}, done)
+}
+
+// keepDead deletes k, keeping it as the dead letter dead in the same
+// commit; done, if not nil, is told once that commits.
+func (d *Dispatcher) keepDead(k keys.Key, dead *delaystore.Dead, done func(error)) {
+	d.del.deleteDead(k, dead, func(applied bool, err error) {
+		if done == nil {
+			return
+		}
+		if err == nil && !applied {
+			err = ErrUnknownTag
+		}
+		done(err)
+	})
 }
 
 func (d *Dispatcher) deleteThen(k keys.Key, done func(error)) {

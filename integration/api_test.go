@@ -186,7 +186,7 @@ func TestAPI_Info(t *testing.T) {
 	}
 	wantCfg := wire.ConfigSummary{
 		IngestPrefix: wire.DefaultIngestPrefix, AckPrefix: wire.DefaultAckPrefix, APIPrefix: wire.DefaultAPIPrefix,
-		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq",
+		AckWait: "1m0s", MaxDeliver: 5, Backoff: []string{"1s", "10s"}, DeadLetterSubject: "api.dlq", DeadRetention: "168h0m0s",
 		TimeBucket: "0s", MaxPayload: 4096, MaxControlLine: bridge.DefaultMaxControlLine,
 	}
 	if fmt.Sprint(r.Config) != fmt.Sprint(wantCfg) {
@@ -720,19 +720,28 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		t.Fatalf("INFO %+v, want name %s version %s id %s", inf.ServiceIdentity, wire.ServiceName, bridge.Version, ping.ID)
 	}
 	wantSubjects := map[string]string{
-		"ingest":        wire.DefaultIngestPrefix + ".>",
-		"info":          wire.DefaultAPIPrefix + ".INFO",
-		"get":           wire.DefaultAPIPrefix + ".GET",
-		"list":          wire.DefaultAPIPrefix + ".LIST",
-		"cancel":        wire.DefaultAPIPrefix + ".CANCEL",
-		"subjects":      wire.DefaultAPIPrefix + ".SUBJECTS",
-		"schedules":     wire.DefaultAPIPrefix + ".SCHEDULES",
-		"limits_set":    wire.DefaultAPIPrefix + ".LIMITS.SET",
-		"limits_get":    wire.DefaultAPIPrefix + ".LIMITS.GET",
-		"limits_list":   wire.DefaultAPIPrefix + ".LIMITS.LIST",
-		"limits_delete": wire.DefaultAPIPrefix + ".LIMITS.DELETE",
-		"pause":         wire.DefaultAPIPrefix + ".PAUSE",
-		"resume":        wire.DefaultAPIPrefix + ".RESUME",
+		"ingest":          wire.DefaultIngestPrefix + ".>",
+		"info":            wire.DefaultAPIPrefix + ".INFO",
+		"get":             wire.DefaultAPIPrefix + ".GET",
+		"list":            wire.DefaultAPIPrefix + ".LIST",
+		"cancel":          wire.DefaultAPIPrefix + ".CANCEL",
+		"subjects":        wire.DefaultAPIPrefix + ".SUBJECTS",
+		"schedules":       wire.DefaultAPIPrefix + ".SCHEDULES",
+		"reschedule":      wire.DefaultAPIPrefix + ".RESCHEDULE",
+		"fire":            wire.DefaultAPIPrefix + ".FIRE",
+		"dead_list":       wire.DefaultAPIPrefix + ".DEAD.LIST",
+		"bulk_cancel":     wire.DefaultAPIPrefix + ".BULK.CANCEL",
+		"bulk_reschedule": wire.DefaultAPIPrefix + ".BULK.RESCHEDULE",
+		"bulk_fire":       wire.DefaultAPIPrefix + ".BULK.FIRE",
+		"bulk_replay":     wire.DefaultAPIPrefix + ".BULK.REPLAY",
+		"bulk_delete":     wire.DefaultAPIPrefix + ".BULK.DELETE",
+		"dead_get":        wire.DefaultAPIPrefix + ".DEAD.GET",
+		"limits_set":      wire.DefaultAPIPrefix + ".LIMITS.SET",
+		"limits_get":      wire.DefaultAPIPrefix + ".LIMITS.GET",
+		"limits_list":     wire.DefaultAPIPrefix + ".LIMITS.LIST",
+		"limits_delete":   wire.DefaultAPIPrefix + ".LIMITS.DELETE",
+		"pause":           wire.DefaultAPIPrefix + ".PAUSE",
+		"resume":          wire.DefaultAPIPrefix + ".RESUME",
 	}
 	gotSubjects := make(map[string]string)
 	for _, ep := range inf.Endpoints {

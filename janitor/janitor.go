@@ -1,4 +1,5 @@
-// Package janitor removes expired messages (Delay-TTL).
+// Package janitor removes expired messages (Delay-TTL), and dead letters
+// past their retention.
 //
 // It reads the repository's expiry index, which is ordered by expiry time,
 // so each run reads only what has expired instead of sweeping the store. It
@@ -28,6 +29,15 @@ type Source interface {
 	Expired(nowNs int64, limit int) ([]keys.Key, error)
 }
 
+// DeadPurger deletes dead letters. A Source that is also a DeadPurger
+// has its dead letters removed once they are older than
+// Config.DeadRetention.
+type DeadPurger interface {
+	// PurgeDead deletes up to limit dead letters that died at or before
+	// beforeNs, oldest first, and returns how many it deleted.
+	PurgeDead(beforeNs int64, limit int) (int, error)
+}
+
 // Remover deletes expired messages.
 type Remover interface {
 	// Expire removes the expired messages under ks and returns once their
@@ -44,6 +54,10 @@ type Config struct {
 	BatchSize int
 	// Timeout bounds one Remover call. Default 30s.
 	Timeout time.Duration
+	// DeadRetention is how long dead letters are kept, from their death,
+	// when the Source is a DeadPurger. Default 168h (7 days); negative
+	// keeps them until they are replayed or deleted.
+	DeadRetention time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives logs; nil discards them.
@@ -52,7 +66,7 @@ type Config struct {
 
 // DefaultConfig returns every default in one place.
 func DefaultConfig() Config {
-	return Config{Interval: time.Second, BatchSize: 1024, Timeout: 30 * time.Second}
+	return Config{Interval: time.Second, BatchSize: 1024, Timeout: 30 * time.Second, DeadRetention: 7 * 24 * time.Hour}
 }
 
 // Validate reports every bad setting at once.
@@ -103,6 +117,7 @@ func New(source Source, remover Remover, cfg Config) (*Janitor, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, d.Interval)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, d.BatchSize)
 	cfg.Timeout = cmp.Or(cfg.Timeout, d.Timeout)
+	cfg.DeadRetention = cmp.Or(cfg.DeadRetention, d.DeadRetention)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -149,6 +164,11 @@ func (j *Janitor) loop() {
 		} else if n > 0 {
 			j.log.Debug("expired messages", "expired", n)
 		}
+		if n, err := j.PurgeDeadOnce(ctx); err != nil && ctx.Err() == nil {
+			j.log.Warn("removing dead letters past their retention", "err", err, "removed", n)
+		} else if n > 0 {
+			j.log.Debug("removed dead letters past their retention", "removed", n)
+		}
 	}
 }
 
@@ -180,4 +200,27 @@ func (j *Janitor) RunOnce(ctx context.Context) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// PurgeDeadOnce removes every dead letter older than DeadRetention now,
+// in batches, and returns how many it removed. It does nothing when the
+// Source keeps no dead letters or the retention is negative.
+func (j *Janitor) PurgeDeadOnce(ctx context.Context) (int, error) {
+	p, ok := j.source.(DeadPurger)
+	if !ok || j.cfg.DeadRetention < 0 {
+		return 0, nil
+	}
+	before := j.cfg.Now().Add(-j.cfg.DeadRetention).UnixNano()
+	total := 0
+	for ctx.Err() == nil {
+		n, err := p.PurgeDead(before, j.cfg.BatchSize)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("janitor: remove dead letters: %w", err)
+		}
+		if n < j.cfg.BatchSize {
+			return total, nil
+		}
+	}
+	return total, ctx.Err()
 }

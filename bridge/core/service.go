@@ -421,7 +421,7 @@ func (s *Service) Counts() (wire.Counts, error) {
 		return wire.Counts{}, err
 	}
 	g := s.gen.Load()
-	c := wire.Counts{Pending: g.repo.Pending(), Subjects: int(g.repo.Subjects()), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules()}
+	c := wire.Counts{Pending: g.repo.Pending(), Subjects: int(g.repo.Subjects()), InFlight: g.disp.Stats().InFlight, Schedules: g.repo.Schedules(), Dead: g.repo.Dead()}
 	now := s.cfg.Now()
 	n, err := g.repo.CountDueAll(now.UnixMilli(), now.Add(time.Minute).UnixMilli(), now.Add(time.Hour).UnixMilli(), now.Add(24*time.Hour).UnixMilli())
 	if err != nil {

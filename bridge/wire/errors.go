@@ -17,12 +17,15 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrNotFound is a 404: the API found no such pending message.
 	ErrNotFound = errors.New("not found")
+	// ErrConflict is a 409: the message is in a state that does not allow
+	// the request now (RESCHEDULE of a message in flight); nothing changed.
+	ErrConflict = errors.New("conflict")
 	// ErrUnavailable is a 503: the service cannot take the request now
 	// (shutting down, storage failing, not connected); try again later.
 	ErrUnavailable = errors.New("unavailable")
 )
 
-// Code is the reply code of err: 400, 404 or 503 by the category err
+// Code is the reply code of err: 400, 404, 409 or 503 by the category err
 // wraps, the code of a *ServiceError it wraps, and 503 for anything else.
 func Code(err error) int {
 	var se *ServiceError
@@ -33,6 +36,8 @@ func Code(err error) int {
 		return 400
 	case errors.Is(err, ErrNotFound):
 		return 404
+	case errors.Is(err, ErrConflict):
+		return 409
 	default:
 		return 503
 	}
@@ -62,6 +67,8 @@ func (e *ServiceError) Is(target error) bool {
 		return e.Code == 400
 	case ErrNotFound:
 		return e.Code == 404
+	case ErrConflict:
+		return e.Code == 409
 	case ErrUnavailable:
 		return e.Code == 503
 	}

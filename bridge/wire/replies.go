@@ -55,6 +55,8 @@ type Counts struct {
 	// Schedules is the number of recurring schedules with an occurrence
 	// still to come, from the schedule index.
 	Schedules uint64 `json:"schedules"`
+	// Dead is the number of dead letters kept (DEAD.LIST lists them).
+	Dead uint64 `json:"dead"`
 }
 
 // MaxLimitedShown is how many limited subjects INFO names at most.
@@ -88,6 +90,7 @@ type ConfigSummary struct {
 	Backoff           []string `json:"backoff"`
 	DeadLetterSubject string   `json:"dead_letter_subject"`
 	DeadLetterExpired bool     `json:"dead_letter_expired"`
+	DeadRetention     string   `json:"dead_retention"`
 	TimeBucket        string   `json:"time_bucket"`
 	MaxPayload        int      `json:"max_payload"`
 	MaxControlLine    int      `json:"max_control_line"`
@@ -136,6 +139,9 @@ type SubjectInfo struct {
 	// Limited is set while the subject is at its in-flight limit with
 	// more due: its next deliveries wait for answers to those in flight.
 	Limited bool `json:"limited"`
+	// Dead is the subject's dead letters kept. A subject with dead
+	// letters and nothing pending is listed too.
+	Dead uint64 `json:"dead"`
 }
 
 // SubjectsReply is the body of SUBJECTS.
@@ -188,4 +194,128 @@ type SchedulesReply struct {
 	// Next is the cursor to pass as "after" for the next page; empty on
 	// the last.
 	Next string `json:"next,omitempty"`
+}
+
+// Filter selects messages, the same way for every bulk verb and for
+// DEAD.LIST (PROTOCOL section 8). Every field given must match; none
+// given matches everything.
+type Filter struct {
+	// Subject is a subject filter with wildcards; empty means ">".
+	Subject string `json:"subject,omitempty"`
+	// From and To bound the fire time, [From, To), each RFC 3339 or Unix
+	// seconds.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// State is pending (the default: every pending message, in flight
+	// or not), in_flight (delivered and not yet settled) or dead (dead
+	// letters).
+	State string `json:"state,omitempty"`
+	// MinAttempts keeps messages delivered at least that many times.
+	MinAttempts uint32 `json:"min_attempts,omitempty"`
+	// Recurring, when set, keeps only occurrences of recurring schedules
+	// (true) or only one-off messages (false).
+	Recurring *bool `json:"recurring,omitempty"`
+	// IDPrefix keeps messages whose Delay-Id starts with it.
+	IDPrefix string `json:"id_prefix,omitempty"`
+	// Headers keeps messages with each header equal to the value given
+	// (its first value; names matched without regard to case).
+	Headers map[string]string `json:"headers,omitempty"`
+	// Tag keeps only the message, or dead letter, with this tag: a bulk
+	// verb on one message, such as REPLAY of one dead letter.
+	Tag string `json:"tag,omitempty"`
+}
+
+// DeadListRequest is the body of DEAD.LIST: one page of the dead letters
+// that match the filter (its state may only be empty or dead), after the
+// cursor After (the Next of the previous page). Limit nil means the
+// service's default.
+type DeadListRequest struct {
+	Filter
+	Limit *int   `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// DeadLetterInfo describes one dead letter: the message as it was
+// pending (its tag is the one it had), and its death.
+type DeadLetterInfo struct {
+	MessageInfo
+	Reason string `json:"reason"`
+	// Attempts is the number of deliveries made.
+	Attempts uint32 `json:"attempts"`
+	// LastAnswer is the consumer's last answer (-NAK, +WPI, +TERM ...,
+	// failed ...), empty when none came since the service started.
+	LastAnswer string `json:"last_answer,omitempty"`
+	DiedAt     string `json:"died_at"`
+}
+
+// DeadListReply is the body of DEAD.LIST.
+type DeadListReply struct {
+	DeadLetters []DeadLetterInfo `json:"dead_letters"`
+	// Next is the cursor to pass as "after" for the next page; empty on
+	// the last.
+	Next string `json:"next,omitempty"`
+}
+
+// RescheduleRequest is the body of RESCHEDULE: the message, by tag or by
+// subject and id, and its new fire time, At (RFC 3339 or Unix seconds) or
+// Shift (a Go duration added to its fire time, negative allowed), one of
+// the two. A time before now means due now. FIRE takes a MessageRef.
+type RescheduleRequest struct {
+	Tag     string `json:"tag,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	ID      string `json:"id,omitempty"`
+	At      string `json:"at,omitempty"`
+	Shift   string `json:"shift,omitempty"`
+}
+
+// RescheduleReply is the body of the reply to RESCHEDULE and FIRE: the
+// message's new tag (its key holds its fire time, so it changes with it)
+// and fire time.
+type RescheduleReply struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}
+
+// BulkRequest is the body of BULK.<verb>: a filter and one bounded step.
+// DryRun counts and samples what the step would do and changes nothing.
+// Limit bounds the messages one step acts on (nil: the service's default),
+// and Cursor, the Cursor of the previous step's reply, resumes after it.
+// At or Shift is the new time of RESCHEDULE (as in RescheduleRequest);
+// ReplayTo, on REPLAY, sends the messages to that subject instead of
+// their own.
+type BulkRequest struct {
+	Filter
+	DryRun   bool   `json:"dry_run,omitempty"`
+	Limit    *int   `json:"limit,omitempty"`
+	Cursor   string `json:"cursor,omitempty"`
+	At       string `json:"at,omitempty"`
+	Shift    string `json:"shift,omitempty"`
+	ReplayTo string `json:"replay_to,omitempty"`
+}
+
+// BulkSample is one message a bulk step acted on, or would have.
+type BulkSample struct {
+	Tag     string `json:"tag"`
+	Subject string `json:"subject"`
+	FireAt  string `json:"fire_at"`
+}
+
+// BulkReply is the body of the reply to one step of BULK.<verb>.
+type BulkReply struct {
+	Verb   string `json:"verb"`
+	DryRun bool   `json:"dry_run"`
+	// Count is how many messages the step acted on, or would have.
+	Count int `json:"count"`
+	// Skipped counts messages that matched but were left as they are:
+	// in flight (RESCHEDULE, FIRE), occurrences of recurring schedules
+	// (RESCHEDULE, FIRE), or dead letters whose Delay-Id a pending message
+	// holds (REPLAY).
+	Skipped int `json:"skipped"`
+	// Scanned counts the entries the step read.
+	Scanned int `json:"scanned"`
+	// Sample lists up to 10 of the messages counted.
+	Sample []BulkSample `json:"sample"`
+	// Cursor resumes the operation after this step; empty when it is done.
+	Cursor string `json:"cursor,omitempty"`
 }

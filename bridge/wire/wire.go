@@ -101,6 +101,17 @@ const (
 	VerbCancel    = "CANCEL"
 	VerbSubjects  = "SUBJECTS"
 	VerbSchedules = "SCHEDULES"
+	// VerbReschedule moves a pending message to another fire time
+	// (RescheduleRequest); VerbFire makes it due now (MessageRef).
+	VerbReschedule = "RESCHEDULE"
+	VerbFire       = "FIRE"
+	// VerbBulk is the prefix of the bulk verbs (BulkRequest), each with
+	// one of the BulkVerbs after it: BULK.CANCEL and so on.
+	VerbBulk = "BULK"
+	// VerbDeadList lists dead letters (DeadListRequest); VerbDeadGet
+	// returns one, by tag (MessageRef).
+	VerbDeadList = "DEAD.LIST"
+	VerbDeadGet  = "DEAD.GET"
 	// VerbClusterStatus is answered by every node of a cluster, the
 	// followers too, each with its own NodeStatus: a requester that
 	// gathers replies sees them all.
@@ -112,6 +123,10 @@ const (
 	// leader answers.
 	VerbClusterRemove = "CLUSTER.REMOVE"
 )
+
+// BulkVerbs are the verbs of BULK.<verb>: CANCEL, RESCHEDULE and FIRE of
+// pending messages, REPLAY and DELETE of dead letters.
+var BulkVerbs = []string{"CANCEL", "RESCHEDULE", "FIRE", "REPLAY", "DELETE"}
 
 // Answers to a delivery, as a consumer sends them (the JetStream ack
 // vocabulary), and the service's reply to an answer sent as a request.

@@ -239,6 +239,16 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		"limits_delete": "$DELAY.API.LIMITS.DELETE",
 		"pause":         "$DELAY.API.PAUSE",
 		"resume":        "$DELAY.API.RESUME",
+		// Steering many at once, and dead letters.
+		"reschedule":      "$DELAY.API.RESCHEDULE",
+		"fire":            "$DELAY.API.FIRE",
+		"dead_list":       "$DELAY.API.DEAD.LIST",
+		"dead_get":        "$DELAY.API.DEAD.GET",
+		"bulk_cancel":     "$DELAY.API.BULK.CANCEL",
+		"bulk_reschedule": "$DELAY.API.BULK.RESCHEDULE",
+		"bulk_fire":       "$DELAY.API.BULK.FIRE",
+		"bulk_replay":     "$DELAY.API.BULK.REPLAY",
+		"bulk_delete":     "$DELAY.API.BULK.DELETE",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+wire.ServiceName, &info)

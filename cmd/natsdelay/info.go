@@ -43,6 +43,7 @@ func (c *infoCmd) Run(e *env) error {
 	row("due within 1h", r.Counts.NextHour)
 	row("due within 24h", r.Counts.NextDay)
 	row("schedules", r.Counts.Schedules)
+	row("dead letters kept", r.Counts.Dead)
 	fmt.Fprintln(tw, "\t")
 	st := r.Stats
 	row("delivered", st.Delivered)
@@ -68,6 +69,7 @@ func (c *infoCmd) Run(e *env) error {
 	row("backoff", orNone(len(cf.Backoff) == 0, "none", strings.Join(cf.Backoff, ",")))
 	row("dead letter", orNone(cf.DeadLetterSubject == "", "none", cf.DeadLetterSubject))
 	row("dead letter expired", cf.DeadLetterExpired)
+	row("dead retention", cf.DeadRetention)
 	row("time bucket", cf.TimeBucket)
 	row("max payload", orNone(cf.MaxPayload == 0, "server's max_payload", strconv.Itoa(cf.MaxPayload)))
 	if ci := r.Cluster; ci != nil {

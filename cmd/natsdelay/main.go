@@ -55,16 +55,19 @@ type cli struct {
 	Sub   subCmd   `cmd:"" help:"Print the deliveries of a subject and ACK them." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	// The admin commands use only the API, as any NATS client could.
-	Info      infoCmd      `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Subjects  subjectsCmd  `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Ls        lsCmd        `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Schedules schedulesCmd `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Get       getCmd       `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Cancel    cancelCmd    `cmd:"" help:"Cancel one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Limits    limitsCmd    `cmd:"" help:"Set, list or delete the flow control of subject patterns: max in flight, rate, burst." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Pause     pauseCmd     `cmd:"" help:"Hold back every delivery of the subjects a pattern matches; they keep taking messages." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Resume    resumeCmd    `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Cluster   clusterCmd   `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Info       infoCmd       `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Subjects   subjectsCmd   `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Ls         lsCmd         `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Get        getCmd        `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cancel     cancelCmd     `cmd:"" help:"Cancel one pending message, by tag or by subject and id, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Reschedule rescheduleCmd `cmd:"" help:"Move pending messages to another fire time (--at or --shift; never before now): one, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Fire       fireCmd       `cmd:"" help:"Make pending messages due now: one, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Dead       deadCmd       `cmd:"" help:"List, replay or delete the dead letters kept." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Limits     limitsCmd     `cmd:"" help:"Set, list or delete the flow control of subject patterns: max in flight, rate, burst." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Pause      pauseCmd      `cmd:"" help:"Hold back every delivery of the subjects a pattern matches; they keep taking messages." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Resume     resumeCmd     `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cluster    clusterCmd    `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
 	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`
@@ -75,6 +78,9 @@ type cli struct {
 type env struct {
 	stdin  io.Reader
 	stdout io.Writer
+	// stderr takes what is not the command's output, such as a progress
+	// bar.
+	stderr io.Writer
 	log    *slog.Logger
 }
 
@@ -88,7 +94,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	e := &env{stdin: stdin, stdout: stdout, log: newLogger(stderr, c.LogLevel, c.LogFormat)}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, c.LogLevel, c.LogFormat)}
 	if err := kctx.Run(e); err != nil {
 		return fail(stderr, err)
 	}

@@ -45,7 +45,7 @@ type serveCmd struct {
 	AckWait            time.Duration   `help:"How long a delivery waits for an ACK before it is redelivered." default:"30s" config:"Delivery.AckWait"`
 	MaxDeliver         int             `help:"Deliveries after which an unACKed message is dead-lettered; a message's Delay-Max-Deliver wins. 0 is unlimited." default:"0" config:"Delivery.MaxDeliver"`
 	Backoff            []time.Duration `help:"Waits before the redeliveries after attempts 1, 2, ..., such as 1s,5s,30s; the last repeats. Default none: redeliver right after the ack wait." placeholder:"DURATION" config:"Delivery.Backoff"`
-	DeadLetter         string          `help:"Subject that receives dead letters; empty deletes them unpublished." placeholder:"SUBJECT" config:"Delivery.DeadLetterSubject"`
+	DeadLetter         string          `help:"Subject that dead letters are also published to; empty publishes none (they are still kept: see --dead-retention)." placeholder:"SUBJECT" config:"Delivery.DeadLetterSubject"`
 	DeadLetterExp      bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)." config:"Delivery.DeadLetterExpired"`
 	IngestPrefix       string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}" config:"IngestPrefix"`
 	AckPrefix          string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}" config:"AckPrefix"`
@@ -54,7 +54,8 @@ type serveCmd struct {
 	EventPrefix        string          `help:"Prefix of lifecycle events." default:"${event_prefix}" config:"EventPrefix"`
 	MaxPayload         int             `help:"Largest payload accepted, in bytes; 0 is the NATS server's max_payload." default:"0" config:"MaxPayload"`
 	MaxControlLine     int             `help:"The NATS server's max_control_line, which it does not announce; ingest refuses messages whose delivery would exceed it." default:"4096" config:"MaxControlLine"`
-	ExpiryInterval     time.Duration   `help:"How often expired messages are removed." default:"1s" config:"Expiry.Interval"`
+	ExpiryInterval     time.Duration   `help:"How often expired messages, and dead letters past their retention, are removed." default:"1s" config:"Expiry.Interval"`
+	DeadRetention      time.Duration   `help:"How long dead letters are kept, from their death, unless replayed or deleted first; negative keeps them until then. 0 is the default, 168h (7 days)." default:"0s" config:"Expiry.DeadRetention"`
 	MaxInFlight        int             `help:"Deliveries waiting for an answer at most; memory grows with it. 0 is the default, 65536." default:"0" config:"Delivery.MaxInFlight"`
 	SubjectMaxInFlight int             `name:"subject-max-in-flight" help:"Deliveries of one subject waiting for an answer at most, so that no subject takes the whole window. 0 is the default, an eighth of --max-in-flight." default:"0" config:"Delivery.SubjectMaxInFlight"`
 	IdleRelease        time.Duration   `help:"How long the service waits, once quiet after a burst of writes, before it hands memory back to the OS (the store's memtables, Go's free pages); negative turns it off. 0 is the default, 10s." default:"0s" config:"IdleRelease"`

@@ -1,0 +1,456 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"natsdelay/bridge/events"
+	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+const (
+	defaultBulkLimit = 1000
+	maxBulkLimit     = 10_000
+	bulkSampleSize   = 10
+	bulkTimeout      = time.Minute
+)
+
+// bulkCursor is where a bulk operation stands: a position in the store,
+// so any process (a restarted service, a new leader) can resume from it.
+// It travels base64 encoded, opaque to users.
+type bulkCursor struct {
+	// Subject is the subject being read when the filter has wildcards.
+	Subject string `json:"s,omitempty"`
+	// Tag is the last key read: of the subject's messages, of the due
+	// index, or of the dead letters.
+	Tag string `json:"k,omitempty"`
+	// Op names a RESCHEDULE or FIRE, stored in each message it moves, so
+	// that a later step that meets a moved message again skips it.
+	Op string `json:"op,omitempty"`
+}
+
+func (c bulkCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (bulkCursor, *keys.Key, error) {
+	var c bulkCursor
+	bad := func() error {
+		return badRequest(`"cursor" %q: want the "cursor" of the previous step's reply`, keys.Clip(s))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return c, nil, bad()
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&c) != nil || c.Tag == "" {
+		return c, nil, bad()
+	}
+	k, err := keys.ParseTag(c.Tag)
+	if err != nil {
+		return c, nil, bad()
+	}
+	return c, &k, nil
+}
+
+// bulkVerb is one BULK verb: whether it works on dead letters, and what a
+// step does to the keys it selected (act), or nil for a dry run.
+type bulkVerb struct {
+	dead bool
+}
+
+var bulkVerbs = map[string]bulkVerb{
+	"CANCEL": {}, "RESCHEDULE": {}, "FIRE": {},
+	"REPLAY": {dead: true}, "DELETE": {dead: true},
+}
+
+// picked is one message a step selected.
+type picked struct {
+	key keys.Key
+	msg *delaystore.StoredMessage
+}
+
+// apiBulk runs one step of BULK.<verb>: it selects up to limit messages
+// matching the filter after the cursor, reading at most maxScanned
+// entries, acts on them unless it is a dry run, and answers the count, a
+// sample and the cursor to go on from.
+func (s *Service) apiBulk(verb string) func(micro.Request) (any, error) {
+	return func(req micro.Request) (any, error) {
+		var r wire.BulkRequest
+		if err := decodeRequest(req.Data(), &r); err != nil {
+			return nil, err
+		}
+		return s.bulk(verb, r)
+	}
+}
+
+func (s *Service) bulk(verb string, r wire.BulkRequest) (wire.BulkReply, error) {
+	out := wire.BulkReply{Verb: verb, DryRun: r.DryRun, Sample: []wire.BulkSample{}}
+	v := bulkVerbs[verb]
+	f, err := compileFilter(r.Filter)
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case v.dead && r.State != "" && f.state != stateDead:
+		return out, badRequest(`"state" %q: %s works on dead letters; leave it out or give "dead"`, r.State, verb)
+	case !v.dead && f.state == stateDead:
+		return out, badRequest(`"state" "dead": %s works on pending messages; REPLAY and DELETE work on dead letters`, verb)
+	case verb != "RESCHEDULE" && (r.At != "" || r.Shift != ""):
+		return out, badRequest(`"at" and "shift" are RESCHEDULE fields`)
+	case verb != "REPLAY" && r.ReplayTo != "":
+		return out, badRequest(`"replay_to" is a REPLAY field`)
+	}
+	if v.dead {
+		f.state = stateDead
+	}
+	limit := defaultBulkLimit
+	if r.Limit != nil {
+		if *r.Limit < 1 || *r.Limit > maxBulkLimit {
+			return out, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxBulkLimit)
+		}
+		limit = *r.Limit
+	}
+	var at time.Time
+	var shift time.Duration
+	if verb == "RESCHEDULE" {
+		switch {
+		case (r.At == "") == (r.Shift == ""):
+			return out, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
+		case r.At != "":
+			if at, err = parseTime(`"at"`, r.At); err != nil {
+				return out, err
+			}
+		default:
+			if shift, err = time.ParseDuration(r.Shift); err != nil {
+				return out, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
+			}
+		}
+	}
+	if r.ReplayTo != "" {
+		if err := checkTarget(r.ReplayTo, s.lim.reserved); err != nil {
+			return out, err
+		}
+	}
+	var cur bulkCursor
+	var after *keys.Key
+	if r.Cursor != "" {
+		if cur, after, err = decodeCursor(r.Cursor); err != nil {
+			return out, err
+		}
+		if cur.Subject != "" && !f.matchSubject(cur.Subject) {
+			return out, badRequest(`"cursor" is not one of this filter's`)
+		}
+	}
+	moving := verb == "RESCHEDULE" || verb == "FIRE"
+	if moving && !r.DryRun && cur.Op == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cur.Op = hex.EncodeToString(b[:])
+	}
+
+	c := s.core.Load()
+	now := c.Config().Now()
+	var sel []picked
+	keep := func(k keys.Key, m *delaystore.StoredMessage) bool {
+		if moving && cur.Op != "" && m.MovedBy == cur.Op {
+			return true // moved by an earlier step of this operation
+		}
+		if moving && (m.Recurrence != nil || c.InFlight(k)) {
+			out.Skipped++
+			return true
+		}
+		sel = append(sel, picked{k, m})
+		return len(sel) < limit
+	}
+	next, done, err := s.selectMessages(f, cur.Subject, after, &out.Scanned, keep)
+	if err != nil {
+		return out, err
+	}
+	if !done {
+		cur.Subject, cur.Tag = next.subject, next.key.Tag()
+		out.Cursor = cur.encode()
+	}
+	if !r.DryRun {
+		if sel, err = s.act(verb, sel, now, at, shift, r.At != "", r.ReplayTo, cur.Op, &out); err != nil {
+			return out, err
+		}
+	}
+	out.Count = len(sel)
+	for _, p := range sel[:min(len(sel), bulkSampleSize)] {
+		out.Sample = append(out.Sample, wire.BulkSample{Tag: p.key.Tag(), Subject: p.msg.Subject, FireAt: formatTime(p.msg.FireAtNs)})
+	}
+	return out, nil
+}
+
+// act does verb to the selected messages and returns those it changed.
+// Its writes are durable when it returns: a step's reply, and the cursor
+// in it, never runs ahead of what the store keeps.
+func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.Duration, hasAt bool, replayTo, op string, out *wire.BulkReply) ([]picked, error) {
+	c := s.core.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
+	defer cancel()
+	ks := make([]keys.Key, len(sel))
+	for i, p := range sel {
+		ks[i] = p.key
+	}
+	var done []picked
+	switch verb {
+	case "CANCEL":
+		// NB: canceling an occurrence ends its schedule, which the
+		// single CANCEL does; the others are canceled together.
+		var plain []keys.Key
+		for _, p := range sel {
+			if p.msg.Recurrence != nil {
+				if err := c.Cancel(ctx, p.key); err != nil && !errors.Is(err, wire.ErrNotFound) {
+					return done, err
+				} else if err == nil {
+					done = append(done, p)
+				}
+				continue
+			}
+			plain = append(plain, p.key)
+		}
+		if _, err := c.CancelMany(ctx, plain); err != nil {
+			return done, err
+		}
+		for _, p := range sel {
+			if p.msg.Recurrence == nil && !s.pending(p.key) {
+				done = append(done, p)
+			}
+		}
+		if err := c.Flush(); err != nil {
+			return done, err
+		}
+	case "RESCHEDULE", "FIRE":
+		for _, p := range sel {
+			to := fireNow(p.key, now)
+			if verb == "RESCHEDULE" {
+				to = moveTo(p.key, at, shift, hasAt, now)
+			}
+			nk, moved, err := s.moveOne(p.key, to, op)
+			switch {
+			case errors.Is(err, wire.ErrConflict):
+				out.Skipped++
+				continue
+			case errors.Is(err, wire.ErrNotFound):
+				continue
+			case err != nil:
+				return done, err
+			}
+			done = append(done, picked{nk, moved})
+		}
+	case "REPLAY":
+		res, err := c.Replay(ks, replayTo, now.UnixNano())
+		if err != nil {
+			return done, err
+		}
+		for _, r := range res {
+			switch {
+			case r.Done:
+				done = append(done, picked{r.Scheduled.Key, r.Msg})
+				if ev := s.Events(); ev != nil {
+					e := events.Of(events.Replayed, r.Scheduled.Key, r.Msg, r.Dead.Attempts)
+					e.To = replayTo
+					ev.Emit(e)
+				}
+			case r.Held:
+				out.Skipped++
+			}
+		}
+	case "DELETE":
+		if _, err := c.DeleteDead(ks); err != nil {
+			return done, err
+		}
+		for _, p := range sel {
+			if _, err := c.GetDead(p.key); errors.Is(err, wire.ErrNotFound) {
+				done = append(done, p)
+			}
+		}
+	}
+	return done, nil
+}
+
+// pending reports whether a message is still pending under k.
+func (s *Service) pending(k keys.Key) bool {
+	_, err := s.core.Load().Repository().Get(k)
+	return err == nil
+}
+
+// position is where a selection stopped: the subject being read (filters
+// with wildcards) and the last key read.
+type position struct {
+	subject string
+	key     keys.Key
+}
+
+// selectMessages reads the messages the filter selects, after the
+// position (subject, after), calling keep for each until it returns false
+// or maxScanned entries were read, and returns the position of the last
+// entry read and whether the selection is done. It reads through the
+// store's indexes:
+//
+//   - dead letters: the dead keyspace, of one subject when it has no
+//     wildcard, in key order;
+//   - a subject without wildcards: that subject's messages, in key order,
+//     from the fire time "from" to "to";
+//   - the filter ">" (every subject): the due index, in time order, from
+//     "from" to "to", and each entry's message;
+//   - another filter with wildcards: the subject registry from the
+//     filter's literal start, and each matching subject's messages as for
+//     one subject.
+func (s *Service) selectMessages(f *filter, subject string, after *keys.Key, scanned *int, keep func(keys.Key, *delaystore.StoredMessage) bool) (position, bool, error) {
+	c := s.core.Load()
+	bucketMs := c.Config().Repository.TimeBucket.Milliseconds()
+	var last position
+	stopped := false
+	visit := func(k keys.Key, m *delaystore.StoredMessage, attempt uint32) bool {
+		if *scanned == maxScanned {
+			stopped = true
+			return false
+		}
+		*scanned++
+		last.key = k
+		if !f.match(m, attempt) {
+			return true
+		}
+		if f.state == stateInFlight && !c.InFlight(k) {
+			return true
+		}
+		if !keep(k, m) {
+			stopped = true
+			return false
+		}
+		return true
+	}
+	loBucket := keys.Bucket(f.fromNs/1e6, bucketMs)
+	hiBucket := uint64(math.MaxUint64)
+	if f.toNs != math.MaxInt64 {
+		hiBucket = keys.Bucket(keys.FireAtMs(f.toNs), bucketMs)
+	}
+	topicRange := func(hash uint64, after *keys.Key) (from, upper []byte) {
+		from = keys.New(hash, loBucket, 0).Bytes()
+		if after != nil && string(after.Successor()) > string(from) {
+			from = after.Successor()
+		}
+		if hiBucket != math.MaxUint64 {
+			upper = keys.New(hash, hiBucket+1, 0).Bytes()
+		}
+		return from, upper
+	}
+
+	switch {
+	case f.tag != nil && after == nil:
+		// One message: read it, and the selection is done.
+		if f.state == stateDead {
+			dl, err := c.GetDead(*f.tag)
+			if err == nil && dl.GetMessage() != nil {
+				visit(*f.tag, dl.GetMessage(), dl.Attempts)
+			} else if err != nil && !errors.Is(err, wire.ErrNotFound) {
+				return last, false, err
+			}
+			return last, true, nil
+		}
+		m, err := c.Get(*f.tag)
+		if err == nil {
+			visit(*f.tag, m, m.Attempt)
+		} else if !errors.Is(err, wire.ErrNotFound) {
+			return last, false, err
+		}
+		return last, true, nil
+	case f.tag != nil:
+		return last, true, nil
+
+	case f.state == stateDead:
+		err := c.ScanDead(keys.TopicHash(f.subject), f.literal, after, func(k keys.Key, dl *delaystore.DeadLetter) bool {
+			m := dl.GetMessage()
+			if m == nil {
+				m = &delaystore.StoredMessage{}
+			}
+			return visit(k, m, dl.Attempts)
+		})
+		return last, !stopped, err
+
+	case f.literal:
+		from, upper := topicRange(keys.TopicHash(f.subject), after)
+		err := c.ScanTopic(keys.TopicHash(f.subject), from, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
+			return visit(k, m, m.Attempt)
+		})
+		return last, !stopped, err
+
+	case f.subject == ">":
+		start := after
+		if start == nil && loBucket > 0 {
+			k := keys.New(math.MaxUint64, loBucket-1, math.MaxUint64)
+			start = &k
+		}
+		var readErr error
+		err := c.ScanDue(start, hiBucket, func(k keys.Key) bool {
+			m, err := c.Get(k)
+			if errors.Is(err, wire.ErrNotFound) {
+				return true // settled since the index was read
+			}
+			if err != nil {
+				readErr = err
+				return false
+			}
+			return visit(k, m, m.Attempt)
+		})
+		if err == nil {
+			err = readErr
+		}
+		return last, !stopped, err
+	}
+
+	prefix := literalPrefix(f.subject)
+	from := prefix
+	if subject != "" {
+		from = subject
+	}
+	var inner error
+	err := c.ScanTopics(from, func(t delaystore.Topic) bool {
+		if !strings.HasPrefix(t.Subject, prefix) {
+			return false
+		}
+		if !f.matchSubject(t.Subject) {
+			return true
+		}
+		subj := t.Subject
+		var start *keys.Key
+		if subj == subject {
+			start = after
+		}
+		last.subject = subj
+		lo, upper := topicRange(t.Hash, start)
+		inner = c.ScanTopic(t.Hash, lo, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
+			if m.Subject != subj {
+				return true // another subject with the same hash
+			}
+			return visit(k, m, m.Attempt)
+		})
+		if inner != nil || stopped {
+			return false
+		}
+		// NB: the cursor of a subject read to its end is its last
+		// possible key, so a resume starts at the next subject.
+		last.key = keys.New(t.Hash, math.MaxUint64, math.MaxUint64)
+		return true
+	})
+	if err == nil {
+		err = inner
+	}
+	return last, !stopped, err
+}

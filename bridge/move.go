@@ -1,0 +1,122 @@
+package bridge
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"natsdelay/bridge/events"
+	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
+	"natsdelay/keys"
+)
+
+// errRecurring refuses to move an occurrence of a recurring schedule: its
+// schedule plans the occurrences, from their planned times.
+func errRecurring(k keys.Key) error {
+	return fmt.Errorf("%w: %s is an occurrence of a recurring schedule, which its schedule times; cancel the schedule and schedule it again to change it", wire.ErrConflict, k)
+}
+
+// moveTo is the MoveFunc of a RESCHEDULE (at or shift given) at now:
+// never before now, so a time that passed means due now.
+func moveTo(k keys.Key, at time.Time, shift time.Duration, hasAt bool, now time.Time) delaystore.MoveFunc {
+	return func(m *delaystore.StoredMessage) (int64, error) {
+		if m.Recurrence != nil {
+			return 0, errRecurring(k)
+		}
+		target := m.FireAtNs + int64(shift)
+		if hasAt {
+			target = at.UnixNano()
+		}
+		if target > maxFireAt.UnixNano() || (shift > 0 && target < m.FireAtNs) {
+			return 0, badRequest("the new fire time is after %s, the latest time that can be stored", maxFireAt.Format(time.DateOnly))
+		}
+		return max(target, now.UnixNano()), nil
+	}
+}
+
+// fireNow is the MoveFunc of a FIRE at now: due now, or as it is when it
+// was due already, so it keeps its place among the messages due.
+func fireNow(k keys.Key, now time.Time) delaystore.MoveFunc {
+	return func(m *delaystore.StoredMessage) (int64, error) {
+		if m.Recurrence != nil {
+			return 0, errRecurring(k)
+		}
+		return min(m.FireAtNs, now.UnixNano()), nil
+	}
+}
+
+func (s *Service) apiReschedule(req micro.Request) (any, error) {
+	var r wire.RescheduleRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	var at time.Time
+	var shift time.Duration
+	switch {
+	case (r.At == "") == (r.Shift == ""):
+		return nil, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
+	case r.At != "":
+		var err error
+		if at, err = parseTime(`"at"`, r.At); err != nil {
+			return nil, err
+		}
+	default:
+		var err error
+		if shift, err = time.ParseDuration(r.Shift); err != nil {
+			return nil, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
+		}
+	}
+	k, err := s.resolve(wire.MessageRef{Tag: r.Tag, Subject: r.Subject, ID: r.ID})
+	if err != nil {
+		return nil, err
+	}
+	c := s.core.Load()
+	return s.move(k, moveTo(k, at, shift, r.At != "", c.Config().Now()))
+}
+
+func (s *Service) apiFire(req micro.Request) (any, error) {
+	var ref wire.MessageRef
+	if err := decodeRequest(req.Data(), &ref); err != nil {
+		return nil, err
+	}
+	if ref.Payload {
+		return nil, badRequest(`"payload" is not a FIRE field`)
+	}
+	k, err := s.resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.move(k, fireNow(k, s.core.Load().Config().Now()))
+}
+
+func (s *Service) move(k keys.Key, to delaystore.MoveFunc) (wire.RescheduleReply, error) {
+	nk, m, err := s.moveOne(k, to, "")
+	if err != nil {
+		return wire.RescheduleReply{}, err
+	}
+	return wire.RescheduleReply{Tag: nk.Tag(), Subject: m.Subject, FireAt: formatTime(m.FireAtNs)}, nil
+}
+
+// moveOne moves the message under k to the fire time to chooses (for the
+// bulk operation op, if any), tells it as a rescheduled event, and
+// returns its new key and what events and replies show of it: subject,
+// id and new fire time.
+func (s *Service) moveOne(k keys.Key, to delaystore.MoveFunc, op string) (keys.Key, *delaystore.StoredMessage, error) {
+	var was delaystore.StoredMessage
+	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
+		was.Subject, was.ClientId, was.FireAtNs, was.Attempt = m.Subject, m.ClientId, m.FireAtNs, m.Attempt
+		return to(m)
+	}, op)
+	if err != nil {
+		return keys.Key{}, nil, err
+	}
+	moved := &delaystore.StoredMessage{Subject: was.Subject, ClientId: was.ClientId, FireAtNs: fireAtNs}
+	if ev := s.Events(); ev != nil {
+		e := events.Of(events.Rescheduled, nk, moved, was.Attempt)
+		e.PreviousFireAt = time.Unix(0, was.FireAtNs)
+		ev.Emit(e)
+	}
+	return nk, moved, nil
+}
