@@ -27,7 +27,9 @@ func (s *heldCommitStore) hold(on bool) {
 	s.cond.Broadcast()
 }
 
-func (s *heldCommitStore) NewBatch() delaystore.Batch { return &heldBatch{Batch: s.Store.NewBatch(), s: s} }
+func (s *heldCommitStore) NewBatch() delaystore.Batch {
+	return &heldBatch{Batch: s.Store.NewBatch(), s: s}
+}
 
 type heldBatch struct {
 	delaystore.Batch
