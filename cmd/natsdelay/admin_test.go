@@ -291,21 +291,21 @@ func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
 	schedule(t, url, "mail.out", "m1", "--delay", "1h")
 
 	out := mustRun(t, append([]string{"subjects"}, at...)...)
-	want := "SUBJECT         PENDING  DUE NOW\n" +
-		"mail.out        1        0\n" +
-		"shop.eu.orders  1        0\n" +
-		"shop.orders     2        1\n" +
-		"shop.refunds    1        0\n" +
-		"4 subjects matching >: 5 pending, 1 due now\n"
+	want := "SUBJECT         PENDING  DUE NOW  DEAD\n" +
+		"mail.out        1        0        0\n" +
+		"shop.eu.orders  1        0        0\n" +
+		"shop.orders     2        1        0\n" +
+		"shop.refunds    1        0        0\n" +
+		"4 subjects matching >: 5 pending, 1 due now, 0 dead\n"
 	if out != want {
 		t.Errorf("subjects printed\n%s\nwant\n%s", out, want)
 	}
 	out = mustRun(t, append([]string{"subjects", "shop.*"}, at...)...)
 	if !strings.Contains(out, "shop.orders ") || !strings.Contains(out, "shop.refunds ") || strings.Contains(out, "shop.eu.orders") ||
-		!strings.HasSuffix(out, "2 subjects matching shop.*: 3 pending, 1 due now\n") {
+		!strings.HasSuffix(out, "2 subjects matching shop.*: 3 pending, 1 due now, 0 dead\n") {
 		t.Errorf("subjects shop.* printed\n%s\nwant shop.orders and shop.refunds only", out)
 	}
-	if out := mustRun(t, append([]string{"subjects", "mail.*"}, at...)...); !strings.HasSuffix(out, "\n1 subject matching mail.*: 1 pending, 0 due now\n") {
+	if out := mustRun(t, append([]string{"subjects", "mail.*"}, at...)...); !strings.HasSuffix(out, "\n1 subject matching mail.*: 1 pending, 0 due now, 0 dead\n") {
 		t.Errorf("subjects mail.* printed\n%s\nwant one subject counted in the singular", out)
 	}
 	out = mustRun(t, append([]string{"subjects", "shop.>", "--limit", "1"}, at...)...)

@@ -67,12 +67,13 @@ func (c *subjectsCmd) Run(e *env) error {
 		return printValue(e, r)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tPENDING\tDUE NOW")
-	var pending, due uint64
+	fmt.Fprintln(tw, "SUBJECT\tPENDING\tDUE NOW\tDEAD")
+	var pending, due, dead uint64
 	for _, s := range r.Subjects {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", s.Subject, s.Pending, s.DueNow)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", s.Subject, s.Pending, s.DueNow, s.Dead)
 		pending += s.Pending
 		due += s.DueNow
+		dead += s.Dead
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -80,7 +81,7 @@ func (c *subjectsCmd) Run(e *env) error {
 	if r.Next != "" {
 		_, err = fmt.Fprintf(e.stdout, "more: natsdelay subjects %s --after %s, or --all\n", r.Filter, r.Next)
 	} else {
-		_, err = fmt.Fprintf(e.stdout, "%s matching %s: %d pending, %d due now\n", counted(len(r.Subjects), "subject"), r.Filter, pending, due)
+		_, err = fmt.Fprintf(e.stdout, "%s matching %s: %d pending, %d due now, %d dead\n", counted(len(r.Subjects), "subject"), r.Filter, pending, due, dead)
 	}
 	return err
 }
