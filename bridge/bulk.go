@@ -253,6 +253,9 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 			}
 			done = append(done, picked{nk, moved})
 		}
+		if err := c.Flush(); err != nil {
+			return done, err
+		}
 	case "REPLAY":
 		res, err := c.Replay(ks, replayTo, now.UnixNano())
 		if err != nil {

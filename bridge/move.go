@@ -104,11 +104,18 @@ func (s *Service) move(k keys.Key, to delaystore.MoveFunc) (wire.RescheduleReply
 // returns its new key and what events and replies show of it: subject,
 // id and new fire time.
 func (s *Service) moveOne(k keys.Key, to delaystore.MoveFunc, op string) (keys.Key, *delaystore.StoredMessage, error) {
+	// A single move is synced before its reply; the moves of a bulk step
+	// are not, and the step flushes them all before its reply (see act):
+	// one fsync a step instead of one a message.
+	sync := delaystore.Sync
+	if op != "" {
+		sync = delaystore.NoSync
+	}
 	var was delaystore.StoredMessage
 	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		was.Subject, was.ClientId, was.FireAtNs, was.Attempt = m.Subject, m.ClientId, m.FireAtNs, m.Attempt
 		return to(m)
-	}, op)
+	}, op, sync)
 	if err != nil {
 		return keys.Key{}, nil, err
 	}

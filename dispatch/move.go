@@ -15,14 +15,15 @@ import (
 var ErrInFlight = errors.New("dispatch: message is in flight")
 
 // Move gives the pending message under k the fire time that to chooses
-// (see delaystore.Repository.Move), durably, and returns its new key. A
+// (see delaystore.Repository.Move), committed with sync, and returns its
+// new key. A
 // message in flight, or whose settling is under way, is refused with
 // ErrInFlight; one that is not pending with an error wrapping
 // delaystore.ErrNotFound. No delivery of the message under k can begin
 // while Move runs, and once it returns the message goes out at its new
 // time: a scan that read it before is told it moved, as for a message
 // replaced through its Delay-Id.
-func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string) (keys.Key, error) {
+func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sync delaystore.SyncMode) (keys.Key, error) {
 	if d.del == nil {
 		return keys.Key{}, ErrClosed
 	}
@@ -45,7 +46,7 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string) (k
 		at, err := to(m)
 		fireAtNs = at
 		return at, err
-	}, movedBy, delaystore.Sync)
+	}, movedBy, sync)
 	if err != nil {
 		d.mu.Lock()
 		delete(d.mu.flights.canceled, k)

@@ -10,11 +10,11 @@ import (
 	"natsdelay/keys"
 )
 
-// Move gives the pending message under k the fire time to chooses, and
-// returns its new key and fire time. It answers 404 when k is not
+// Move gives the pending message under k the fire time to chooses,
+// committed with sync, and returns its new key and fire time. It answers 404 when k is not
 // pending, 409 when it is in flight (see dispatch.Dispatcher.Move), and
 // the error of to unchanged.
-func (s *Service) Move(k keys.Key, to delaystore.MoveFunc, movedBy string) (keys.Key, int64, error) {
+func (s *Service) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sync delaystore.SyncMode) (keys.Key, int64, error) {
 	if err := s.downErr(); err != nil {
 		return keys.Key{}, 0, err
 	}
@@ -23,7 +23,7 @@ func (s *Service) Move(k keys.Key, to delaystore.MoveFunc, movedBy string) (keys
 		at, err := to(m)
 		fireAtNs = at
 		return at, err
-	}, movedBy)
+	}, movedBy, sync)
 	switch {
 	case err == nil:
 		return nk, fireAtNs, nil
