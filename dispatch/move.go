@@ -32,13 +32,21 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	d.pubMu.Lock()
 	d.mu.Lock()
 	_, marked := d.mu.flights.canceled[k]
-	inFlight := d.mu.flights.byKey[k] != nil || marked || d.del.queued(k)
-	if !inFlight {
+	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
+	if !flying && !marked {
 		d.mu.flights.canceled[k] = struct{}{}
 	}
 	d.mu.Unlock()
 	d.pubMu.Unlock()
-	if inFlight {
+	if flying || marked {
+		if !flying {
+			// Marked with nothing in flight or queued: a delete or a move
+			// of k that has committed (its mark goes at the next pass), or
+			// another Move under way. Only the store tells them apart.
+			if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
+				return keys.Key{}, fmt.Errorf("dispatch: move %s: %w", k, err)
+			}
+		}
 		return keys.Key{}, fmt.Errorf("%w: %s", ErrInFlight, k)
 	}
 	var fireAtNs int64

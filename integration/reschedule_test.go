@@ -91,7 +91,8 @@ func TestReschedule_NeverEarly_KeepsOrder(t *testing.T) {
 // TestReschedule_Refused checks that RESCHEDULE and FIRE refuse, changing
 // nothing, a message in flight (409: its answer decides it), an
 // occurrence of a recurring schedule (409), one that is not pending
-// (404), and bad requests (400).
+// (404), also the tag a moved message had before it moved, and bad
+// requests (400).
 func TestReschedule_Refused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
@@ -126,4 +127,17 @@ func TestReschedule_Refused(t *testing.T) {
 		t.Fatalf("after refused requests the message fires at %s, want %s unchanged", mi.FireAt, later.FireAtRaw)
 	}
 	quiet(t, got, 100*time.Millisecond, "a delivery of a refused message")
+
+	// Moved an hour on, the message has a new tag; its old one names
+	// nothing pending: 404, not 409 as if it were in flight.
+	moved := reschedule(t, h, wire.RescheduleRequest{Tag: later.Tag, Shift: "1h"})
+	if moved.Tag == later.Tag {
+		t.Fatalf("moved an hour on, the message kept its tag %s", later.Tag)
+	}
+	apiError(t, h.nc, wire.VerbFire, wire.MessageRef{Tag: later.Tag}, 404, "no pending message")
+	apiError(t, h.nc, wire.VerbReschedule, wire.RescheduleRequest{Tag: later.Tag, Shift: "1h"}, 404, "no pending message")
+	fired := fire(t, h, wire.MessageRef{Tag: moved.Tag})
+	if r := next(t, got, "the moved message, fired"); r.Header.Get(wire.HeaderTag) != fired.Tag {
+		t.Fatalf("delivered %s, want the moved message, fired, %s", r.Header.Get(wire.HeaderTag), fired.Tag)
+	}
 }

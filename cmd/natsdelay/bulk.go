@@ -151,7 +151,7 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 		if err != nil || json {
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "would have %s %d messages (dry run: nothing changed)\n", past, n)
+		_, err = fmt.Fprintf(e.stdout, "would have %s %s (dry run: nothing changed)\n", past, counted(n, "message"))
 		return err
 	}
 
@@ -166,7 +166,7 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 			return err
 		}
 		if n > f.ConfirmAbove {
-			fmt.Fprintf(e.stdout, "%s %d messages? [y/N] ", strings.ToLower(verb), n)
+			fmt.Fprintf(e.stdout, "%s %s? [y/N] ", strings.ToLower(verb), counted(n, "message"))
 			line, _ := bufio.NewReader(e.stdin).ReadString('\n')
 			if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 				return fmt.Errorf("not confirmed: nothing %s", past)
@@ -215,10 +215,10 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 		return nil
 	}
 	if skipped > 0 {
-		_, err := fmt.Fprintf(e.stdout, "%s %d messages; %d left as they are (in flight, recurring, or their Delay-Id is pending)\n", past, done, skipped)
+		_, err := fmt.Fprintf(e.stdout, "%s %s; %d left as they are (in flight, recurring, or their Delay-Id is pending)\n", past, counted(done, "message"), skipped)
 		return err
 	}
-	_, err := fmt.Fprintf(e.stdout, "%s %d messages\n", past, done)
+	_, err := fmt.Fprintf(e.stdout, "%s %s\n", past, counted(done, "message"))
 	return err
 }
 

@@ -103,13 +103,13 @@ func TestCLI_RescheduleFireDead(t *testing.T) {
 	}
 	deadTag := strings.Fields(strings.Split(list, "\n")[1])[0]
 	out = mustRun(t, "dead", "replay", deadTag, "--nats", url, "--to", "cli.replayed")
-	if !strings.Contains(out, "replayed 1 messages") {
+	if !strings.Contains(out, "replayed 1 message\n") {
 		t.Fatalf("dead replay printed %q", out)
 	}
 	if out := mustRun(t, "dead", "replay", deadTag, "--nats", url); !strings.Contains(out, "replayed 0 messages") {
 		t.Fatalf("a second dead replay printed %q, want none replayed", out)
 	}
-	if out := mustRun(t, "dead", "rm", "--nats", url, "--filter", "cli.pay.>", "--yes"); !strings.Contains(out, "deleted 1 messages") {
+	if out := mustRun(t, "dead", "rm", "--nats", url, "--filter", "cli.pay.>", "--yes"); !strings.Contains(out, "deleted 1 message\n") {
 		t.Fatalf("dead rm printed %q", out)
 	}
 	if list := mustRun(t, "dead", "ls", "--nats", url); strings.Contains(list, "cli.pay") {
