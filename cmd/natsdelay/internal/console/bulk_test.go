@@ -235,8 +235,8 @@ func TestConsole_DeadLetter_ReplayDeliversOnce(t *testing.T) {
 	code, page, resp := post(t, s.base+"/ui/dead/replay", url.Values{"csrf": {csrf}, "tag": {tag}}, "", "")
 	mustStatus(t, "replay", code, http.StatusSeeOther, page)
 	loc := resp.Header.Get("Location")
-	if !strings.Contains(loc, "done=replayed") || strings.Contains(loc, "tag="+tag) {
-		t.Errorf("replay redirects to %q, want the new message's page", loc)
+	if !strings.HasPrefix(loc, "/ui/dead?done=replayed&what=") || strings.Contains(loc, tag) {
+		t.Errorf("replay redirects to %q, want the list with the new message's tag", loc)
 	}
 	if m := receive(t, got, "the replay"); m.Subject != "dl.one" || string(m.Data) != "die <b>once</b>" || m.Header.Get(wire.HeaderAttempt) != "1" {
 		t.Errorf("replayed %s %q attempt %s, want dl.one's payload at attempt 1", m.Subject, m.Data, m.Header.Get(wire.HeaderAttempt))

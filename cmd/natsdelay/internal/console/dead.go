@@ -85,8 +85,9 @@ func (c *Console) renderDeadLetter(w http.ResponseWriter, r *http.Request, statu
 }
 
 // deadReplay replays the dead letter the form names, to its subject or
-// to the form's other one, as BULK.REPLAY of its tag does, and shows the
-// new pending message.
+// to the form's other one, as BULK.REPLAY of its tag does, and goes back
+// to the list, saying the new message's tag: it is due now, so it may be
+// delivered and gone before its page could show it.
 func (c *Console) deadReplay(w http.ResponseWriter, r *http.Request) {
 	tag, to := r.PostFormValue("tag"), strings.TrimSpace(r.PostFormValue("to"))
 	s := c.service()
@@ -102,7 +103,7 @@ func (c *Console) deadReplay(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 	case rep.Count == 1:
-		redirect(w, r, Prefix+"message?tag="+urlQuery(rep.Sample[0].Tag), "replayed", rep.Sample[0].Tag)
+		redirect(w, r, Prefix+"dead", "replayed", rep.Sample[0].Tag)
 		return
 	case rep.Skipped > 0:
 		err = wireErr(wire.ErrConflict, "the dead letter %s was not replayed: a pending message holds its Delay-Id; cancel that one first, or let it be delivered", tag)
