@@ -93,13 +93,21 @@ func (s *Service) apiBulk(verb string) func(micro.Request) (any, error) {
 		if err := decodeRequest(req.Data(), &r); err != nil {
 			return nil, err
 		}
-		return s.bulk(verb, r)
+		return s.Bulk(verb, r)
 	}
 }
 
-func (s *Service) bulk(verb string, r wire.BulkRequest) (wire.BulkReply, error) {
+// Bulk is one step of BULK.<verb>, verb one of wire.BulkVerbs: see
+// apiBulk.
+func (s *Service) Bulk(verb string, r wire.BulkRequest) (wire.BulkReply, error) {
 	out := wire.BulkReply{Verb: verb, DryRun: r.DryRun, Sample: []wire.BulkSample{}}
-	v := bulkVerbs[verb]
+	if err := s.answering(); err != nil {
+		return out, err
+	}
+	v, ok := bulkVerbs[verb]
+	if !ok {
+		return out, badRequest("%q is not a bulk verb: want one of %s", keys.Clip(verb), strings.Join(wire.BulkVerbs, ", "))
+	}
 	f, err := compileFilter(r.Filter)
 	if err != nil {
 		return out, err

@@ -44,43 +44,60 @@ func (s *Service) apiDeadGet(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
+	return s.DeadLetter(ref)
+}
+
+// DeadLetter is DEAD.GET: the dead letter whose message had the tag ref
+// names, with its payload if ref asks for it.
+func (s *Service) DeadLetter(ref wire.MessageRef) (wire.DeadLetterInfo, error) {
+	if err := s.answering(); err != nil {
+		return wire.DeadLetterInfo{}, err
+	}
 	if ref.Tag == "" || ref.Subject != "" || ref.ID != "" {
-		return nil, badRequest(`give "tag": dead letters are found by the tag their message had`)
+		return wire.DeadLetterInfo{}, badRequest(`give "tag": dead letters are found by the tag their message had`)
 	}
 	k, err := keys.ParseTag(ref.Tag)
 	if err != nil {
-		return nil, badTag("tag", err)
+		return wire.DeadLetterInfo{}, badTag("tag", err)
 	}
 	dl, err := s.core.Load().GetDead(k)
 	if err != nil {
-		return nil, err
+		return wire.DeadLetterInfo{}, err
 	}
 	return deadLetterInfo(k, dl, ref.Payload), nil
 }
 
-// apiDeadList lists the dead letters that match a filter, in key order
-// (subject hash, then fire time), paged by the tag of the last one read.
 func (s *Service) apiDeadList(req micro.Request) (any, error) {
 	var r wire.DeadListRequest
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
+	return s.DeadLetters(r)
+}
+
+// DeadLetters is DEAD.LIST: the dead letters that match a filter, in key
+// order (subject hash, then fire time), paged by the tag of the last one
+// read.
+func (s *Service) DeadLetters(r wire.DeadListRequest) (wire.DeadListReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.DeadListReply{}, err
+	}
 	f, err := compileFilter(r.Filter)
 	if err != nil {
-		return nil, err
+		return wire.DeadListReply{}, err
 	}
 	if r.State != "" && f.state != stateDead {
-		return nil, badRequest(`"state" %q: DEAD.LIST lists dead letters; leave it out or give "dead"`, r.State)
+		return wire.DeadListReply{}, badRequest(`"state" %q: DEAD.LIST lists dead letters; leave it out or give "dead"`, r.State)
 	}
 	limit, err := pageLimit(r.Limit)
 	if err != nil {
-		return nil, err
+		return wire.DeadListReply{}, err
 	}
 	var after *keys.Key
 	if r.After != "" {
 		k, err := keys.ParseTag(r.After)
 		if err != nil {
-			return nil, badTag(`"after"`, err)
+			return wire.DeadListReply{}, badTag(`"after"`, err)
 		}
 		after = &k
 	}
@@ -112,7 +129,7 @@ func (s *Service) apiDeadList(req micro.Request) (any, error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return wire.DeadListReply{}, err
 	}
 	if more {
 		out.Next = last.Tag()

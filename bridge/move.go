@@ -52,25 +52,35 @@ func (s *Service) apiReschedule(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
+	return s.Reschedule(r)
+}
+
+// Reschedule is RESCHEDULE: it moves the pending message r names to its
+// new fire time, At or Shift, never before now. An occurrence of a
+// recurring schedule, or a message in flight, is a wire.ErrConflict.
+func (s *Service) Reschedule(r wire.RescheduleRequest) (wire.RescheduleReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.RescheduleReply{}, err
+	}
 	var at time.Time
 	var shift time.Duration
 	switch {
 	case (r.At == "") == (r.Shift == ""):
-		return nil, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
+		return wire.RescheduleReply{}, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
 	case r.At != "":
 		var err error
 		if at, err = parseTime(`"at"`, r.At); err != nil {
-			return nil, err
+			return wire.RescheduleReply{}, err
 		}
 	default:
 		var err error
 		if shift, err = time.ParseDuration(r.Shift); err != nil {
-			return nil, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
+			return wire.RescheduleReply{}, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
 		}
 	}
 	k, err := s.resolve(wire.MessageRef{Tag: r.Tag, Subject: r.Subject, ID: r.ID})
 	if err != nil {
-		return nil, err
+		return wire.RescheduleReply{}, err
 	}
 	c := s.core.Load()
 	return s.move(k, moveTo(k, at, shift, r.At != "", c.Config().Now()))
@@ -81,12 +91,22 @@ func (s *Service) apiFire(req micro.Request) (any, error) {
 	if err := decodeRequest(req.Data(), &ref); err != nil {
 		return nil, err
 	}
+	return s.Fire(ref)
+}
+
+// Fire is FIRE: the pending message ref names becomes due now. An
+// occurrence of a recurring schedule, or a message in flight, is a
+// wire.ErrConflict.
+func (s *Service) Fire(ref wire.MessageRef) (wire.RescheduleReply, error) {
+	if err := s.answering(); err != nil {
+		return wire.RescheduleReply{}, err
+	}
 	if ref.Payload {
-		return nil, badRequest(`"payload" is not a FIRE field`)
+		return wire.RescheduleReply{}, badRequest(`"payload" is not a FIRE field`)
 	}
 	k, err := s.resolve(ref)
 	if err != nil {
-		return nil, err
+		return wire.RescheduleReply{}, err
 	}
 	return s.move(k, fireNow(k, s.core.Load().Config().Now()))
 }

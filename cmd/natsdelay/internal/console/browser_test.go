@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,6 +386,105 @@ func TestBrowser_LiveTail(t *testing.T) {
 	b.do(t, "tail link", chromedp.Click(css(`#tail tbody tr:last-child a[href$="subject=tail.web"]`)), chromedp.WaitVisible(css("h1")))
 	if h1 := b.text(t, "h1"); h1 != "Subject tail.web" {
 		t.Errorf("the subject's link: %q", h1)
+	}
+	b.clean(t)
+}
+
+// TestBrowser_BulkAndDeadLetters checks the bulk actions and the dead
+// letters in a real browser against a real service: a bulk cancel by a
+// subject wildcard shows its dry-run count and sample first, and only
+// then its confirm button; confirmed, it runs step by step (one step a
+// request, htmx asking for the next) to the dry run's count, and the
+// messages are gone from their subject's list while the others stay; the
+// overview's dead count links to the dead letters, where a dead letter
+// opens with its reason and payload and, replayed, is delivered again.
+// No page breaks its Content-Security-Policy or throws. Screenshots of
+// the new pages are written.
+func TestBrowser_BulkAndDeadLetters(t *testing.T) {
+	b := newBrowser(t)
+	s := serve(t, "127.0.0.1:0", true, nil)
+	stepped := stepping(t, s) + "/ui/"
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	for i := range 12 {
+		s.schedule(t, fmt.Sprintf("web.bulk.%d", i%2), []byte(fmt.Sprintf(`{"n":%d}`, i)), "Delay", "1h")
+	}
+	s.schedule(t, "web.keep", []byte("stays"), "Delay", "1h")
+
+	// The form, then its dry run: a count, a sample, the confirm button.
+	b.do(t, "bulk", chromedp.Navigate(stepped+"bulk"), chromedp.WaitVisible(css("#bulk-form")))
+	b.accessible(t, "bulk")
+	b.do(t, "bulk form", chromedp.SendKeys(css("#subject"), "web.bulk.*"), chromedp.SendKeys(css("#step"), "5"))
+	b.shot(t, "bulk")
+	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(css("#dry-run")))); err != nil {
+		t.Fatalf("dry run: %v", err)
+	}
+	b.do(t, "dry run", chromedp.WaitVisible(css("#dry-n")))
+	b.accessible(t, "bulk dry run")
+	if n, samples := b.text(t, "#dry-n"), eval[int](t, b, `document.querySelectorAll('#sample tbody tr').length`); n != "12" || samples != 10 {
+		t.Errorf("dry run: count %q and %d sampled, want 12 and 10", n, samples)
+	}
+	if got := s.listed(t, "web.bulk.0") + s.listed(t, "web.bulk.1"); got != 12 {
+		t.Errorf("after the dry run %d pending, want 12", got)
+	}
+	b.shot(t, "bulk-dry-run")
+
+	// Confirmed: the steps follow one another to the end.
+	b.do(t, "confirm", chromedp.Click(css("#confirm")),
+		chromedp.Poll[chromedp.Void](`(document.querySelector('#run h2') || {}).textContent === 'Done'`, chromedp.WithPollingTimeout(15*time.Second)))
+	if n := b.text(t, "#run-n"); n != "12" {
+		t.Errorf("bulk cancel: canceled %q, want the dry run's 12", n)
+	}
+	b.shot(t, "bulk-done")
+	b.do(t, "subject after", chromedp.Navigate(stepped+"subject?subject=web.bulk.0"), chromedp.WaitVisible(css("#empty")))
+	if got := s.listed(t, "web.bulk.0") + s.listed(t, "web.bulk.1"); got != 0 || s.listed(t, "web.keep") != 1 {
+		t.Errorf("after the bulk cancel: %d pending on web.bulk.*, %d on web.keep; want 0 and 1", got, s.listed(t, "web.keep"))
+	}
+
+	// A dead letter: termed at its first delivery, replayed from its
+	// page, delivered again.
+	got := make(chan *nats.Msg, 4)
+	first := true
+	sub, err := s.nc.Subscribe("web.dead", func(m *nats.Msg) {
+		answer := "+ACK"
+		if first {
+			answer, first = "+TERM not today", false
+		}
+		if _, err := s.nc.Request(m.Reply, []byte(answer), 5*time.Second); err != nil {
+			t.Errorf("answer %s: %v", answer, err)
+		}
+		got <- m
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	s.schedule(t, "web.dead", []byte(`<script>alert(1)</script>`), "Delay", "1ms", "Trace-Id", "dead-1")
+	receive(t, got, "the delivery that dies")
+
+	b.do(t, "overview", chromedp.Navigate(s.base+"/ui/"), chromedp.WaitVisible(css("#dead a")))
+	if n := b.text(t, "#dead a"); n != "1" {
+		t.Errorf("overview: dead letters %q, want 1", n)
+	}
+	b.do(t, "dead letters", chromedp.Click(css("#dead a")), chromedp.WaitVisible(css("#dead tbody")))
+	if row := b.text(t, "#dead tbody tr"); !strings.Contains(row, "web.dead") || !strings.Contains(row, "+TERM not today") {
+		t.Errorf("dead letters: row %q, want web.dead and its last answer", row)
+	}
+	b.accessible(t, "dead letters")
+	b.shot(t, "dead")
+	b.do(t, "dead letter", chromedp.Click(css("#dead tbody a")), chromedp.WaitVisible(css("#payload")))
+	if p, reason := b.text(t, "#payload"), b.text(t, "#reason"); p != `<script>alert(1)</script>` || !strings.Contains(reason, "not today") {
+		t.Errorf("dead letter: payload %q, reason %q", p, reason)
+	}
+	b.accessible(t, "dead letter")
+	b.shot(t, "deadletter")
+	if done := b.submit(t, "#replay"); !strings.HasPrefix(done, "Replayed the dead letter as ") {
+		t.Errorf("after replay: %q", done)
+	}
+	if m := receive(t, got, "the replay"); string(m.Data) != `<script>alert(1)</script>` {
+		t.Errorf("replayed %q", m.Data)
+	}
+	if !eval[bool](t, b, `!!document.getElementById('empty')`) {
+		t.Error("dead letters after the replay: the list is not empty")
 	}
 	b.clean(t)
 }

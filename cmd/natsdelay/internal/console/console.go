@@ -1,9 +1,9 @@
 // Package console is natsdelay's web console: server-rendered pages under
 // /ui/ on serve's HTTP listener, one per concern (overview, subjects and
-// their messages, schedules, limits, the live tail of lifecycle events),
-// that read and change the service through the same methods its API
-// answers with, so that a page shows and does exactly what the matching
-// API verb would.
+// their messages, schedules, limits, bulk actions, dead letters, the live
+// tail of lifecycle events), that read and change the service through the
+// same methods its API answers with, so that a page shows and does
+// exactly what the matching API verb would.
 //
 // The console changes data, so it guards itself: on a listener that is
 // not on a loopback address it is off unless a password file names who
@@ -43,14 +43,17 @@ import (
 const Prefix = "/ui/"
 
 // Service is what the console reads and changes: *bridge.Service. Each
-// page asks only for its own part of it, so that a page added later (bulk
-// actions, dead letters) brings its own small interface.
+// page asks only for its own part of it, so that a page added later
+// brings its own small interface.
 type Service interface {
 	overviewSource
 	subjectsSource
 	schedulesSource
 	limitsSource
 	tailSource
+	bulkSource
+	deadSource
+	moveSource
 }
 
 // Config is a console's settings.
@@ -70,6 +73,10 @@ type Config struct {
 	Samples int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// BulkStepTime is how long one request of a bulk action runs steps
+	// before it answers with where it stands, and the page asks for the
+	// next ones. Default 1s.
+	BulkStepTime time.Duration
 }
 
 // Console serves the pages. Create it with New, give it the service with
@@ -115,6 +122,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.BulkStepTime <= 0 {
+		cfg.BulkStepTime = time.Second
+	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
 		csrfKey: make([]byte, 32), cross: http.NewCrossOriginProtection(), rates: newRates(cfg.Samples), tails: newTails(), done: make(chan struct{})}
 	if _, err := rand.Read(c.csrfKey); err != nil {
@@ -133,6 +143,9 @@ func New(cfg Config) (*Console, error) {
 	c.routeSubjects()
 	c.routeSchedules()
 	c.routeLimits()
+	c.routeBulk()
+	c.routeDead()
+	c.routeMove()
 	c.routeTail()
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
@@ -274,6 +287,8 @@ var nav = []navItem{
 	{Path: Prefix + "subjects", Title: "Subjects"},
 	{Path: Prefix + "schedules", Title: "Schedules"},
 	{Path: Prefix + "limits", Title: "Limits"},
+	{Path: Prefix + "bulk", Title: "Bulk actions"},
+	{Path: Prefix + "dead", Title: "Dead letters"},
 	{Path: Prefix + "tail", Title: "Live tail"},
 }
 
@@ -367,6 +382,10 @@ var doneTexts = map[string]string{
 	"paused":          "Paused %s.",
 	"resumed":         "Resumed %s.",
 	"schedule-cancel": "Canceled the schedule %s.",
+	"rescheduled":     "Rescheduled the message: it is now %s.",
+	"fired":           "Fired the message: it is due now, as %s.",
+	"replayed":        "Replayed the dead letter as %s.",
+	"dead-deleted":    "Deleted the dead letter %s.",
 }
 
 func doneText(r *http.Request) string {
@@ -382,7 +401,13 @@ var _ Service = (*bridge.Service)(nil)
 
 // badRequest is a 400 of the console's own, worded as the API's.
 func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", wire.ErrBadRequest, fmt.Sprintf(format, args...))
+	return wireErr(wire.ErrBadRequest, format, args...)
+}
+
+// wireErr is an error of the console's own in the API's vocabulary: code
+// is one of wire's errors (wire.ErrNotFound ...).
+func wireErr(code error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", code, fmt.Sprintf(format, args...))
 }
 
 // funcs are the templates' helpers.

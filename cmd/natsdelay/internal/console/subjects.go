@@ -88,51 +88,84 @@ type messageData struct {
 	Tag     string
 	Msg     wire.MessageInfo
 	Headers []header
-	// Text is the payload preview when it is text, Hex when it is not;
-	// Cut is set when the preview is only the first previewLimit bytes.
+	payloadView
+	// Next are a schedule's next times in its zone and in UTC.
+	Next []zoned
+	// Move is the reschedule form as it was filled in, kept when it is
+	// refused.
+	Move moveForm
+}
+
+// payloadView is a payload's preview: Text when it is text, Hex when it
+// is not; Cut is set when it is only the first previewLimit bytes.
+type payloadView struct {
 	Text, Hex string
 	IsText    bool
 	Shown     int
 	Cut       bool
-	// Next are a schedule's next times in its zone and in UTC.
-	Next []zoned
+}
+
+// previewOf is the preview of payload p.
+func previewOf(p []byte) payloadView {
+	var v payloadView
+	if len(p) > previewLimit {
+		p, v.Cut = p[:previewLimit], true
+	}
+	v.Shown = len(p)
+	if printable(p, v.Cut) {
+		v.Text, v.IsText = string(p), true
+	} else {
+		v.Hex = hex.Dump(p)
+	}
+	return v
+}
+
+// headersOf are headers h sorted by name.
+func headersOf(h map[string][]string) []header {
+	out := make([]header, 0, len(h))
+	for name, vs := range h {
+		out = append(out, header{name, vs})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // zoned is one time in a schedule's zone and in UTC.
 type zoned struct{ Local, UTC string }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request) {
-	d := messageData{Tag: r.URL.Query().Get("tag")}
+	c.renderMessage(w, r, http.StatusOK, r.URL.Query().Get("tag"), moveForm{}, nil)
+}
+
+// renderMessage renders the page of the message tag, with the reschedule
+// form as f, and the refusal failure of an action on it if there was one
+// (under its status).
+func (c *Console) renderMessage(w http.ResponseWriter, r *http.Request, status int, tag string, f moveForm, failure error) {
+	d := messageData{Tag: tag, Move: f}
 	s := c.service()
 	if s == nil {
-		c.render(w, r, http.StatusOK, "message", Prefix+"subjects", "Message", d, errStarting)
+		c.render(w, r, status, "message", Prefix+"subjects", "Message", d, errStarting)
 		return
 	}
 	m, err := s.Get(wire.MessageRef{Tag: d.Tag, Payload: true})
 	if err != nil {
-		c.render(w, r, http.StatusOK, "message", Prefix+"subjects", "Message", d, err)
+		if failure != nil {
+			err = failure
+		}
+		c.render(w, r, status, "message", Prefix+"subjects", "Message", d, err)
 		return
 	}
 	d.Msg = m
-	for name, vs := range m.Headers {
-		d.Headers = append(d.Headers, header{name, vs})
-	}
-	sort.Slice(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
-	p := m.Payload
-	if len(p) > previewLimit {
-		p, d.Cut = p[:previewLimit], true
-	}
-	d.Shown = len(p)
-	if printable(p, d.Cut) {
-		d.Text, d.IsText = string(p), true
-	} else {
-		d.Hex = hex.Dump(p)
-	}
+	d.Headers = headersOf(m.Headers)
+	d.payloadView = previewOf(m.Payload)
 	if m.Schedule != nil {
 		d.Next = inZone(m.Schedule.Zone, m.Schedule.Next)
 	}
-	m.Payload = nil
-	c.render(w, r, http.StatusOK, "message", Prefix+"subjects", "Message "+m.Tag, d, nil)
+	d.Msg.Payload = nil
+	if failure != nil && status == http.StatusOK {
+		status = httpStatus(failure)
+	}
+	c.render(w, r, status, "message", Prefix+"subjects", "Message "+m.Tag, d, failure)
 }
 
 // printable reports whether p reads as text: valid UTF-8 without control
