@@ -104,6 +104,10 @@ func BenchmarkConsole_Pages(b *testing.B) {
 		{"message", "/ui/message?tag=" + tag},
 		{"schedules", "/ui/schedules"},
 		{"limits", "/ui/limits"},
+		{"dead_letters", "/ui/dead"},
+		{"bulk_form", "/ui/bulk"},
+		{"bulk_dry_run_one_subject", "/ui/bulk?run=dry&verb=cancel&subject=bench.04321"},
+		{"bulk_dry_run_wildcard", "/ui/bulk?run=dry&verb=cancel&subject=bench.*"},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
