@@ -121,17 +121,12 @@ func (r *Repository) setDeadCounts(b Batch) (uint64, error) {
 			continue
 		}
 		key := appendDeadSubjectKey(nil, subject)
-		c, err := r.readCount(key)
+		c, err := r.count(key)
 		if err != nil {
 			return 0, fmt.Errorf("read dead count of %q: %w", keys.Clip(subject), err)
 		}
 		n := max(int64(c)+d, 0)
-		if n == 0 {
-			err = b.Delete(key)
-		} else {
-			err = b.Set(key, binary.BigEndian.AppendUint64(nil, uint64(n)))
-		}
-		if err != nil {
+		if err := r.writeCount(b, key, uint64(n)); err != nil {
 			return 0, fmt.Errorf("write dead count of %q: %w", keys.Clip(subject), err)
 		}
 		total += n - int64(c)

@@ -192,7 +192,7 @@ func (r *Repository) setDueCounts(b Batch) error {
 			continue
 		}
 		r.w.key = appendDueCountKey(r.w.key[:0], second)
-		cur, err := r.readCount(r.w.key)
+		cur, err := r.count(r.w.key)
 		if err != nil {
 			return fmt.Errorf("read due count of second %d: %w", second, err)
 		}
@@ -201,12 +201,7 @@ func (r *Repository) setDueCounts(b Batch) error {
 			r.log.Error("due count would go negative", "second", second, "count", cur, "delta", d)
 			n = 0
 		}
-		if n == 0 {
-			err = b.Delete(r.w.key)
-		} else {
-			err = b.Set(r.w.key, binary.BigEndian.AppendUint64(r.w.val[:0], uint64(n)))
-		}
-		if err != nil {
+		if err := r.writeCount(b, r.w.key, uint64(n)); err != nil {
 			return fmt.Errorf("write due count of second %d: %w", second, err)
 		}
 	}

@@ -150,6 +150,9 @@ type Repository struct {
 	wmu sync.Mutex
 	// w is the writers' scratch space, reused between calls. wmu must be held.
 	w scratch
+	// counts are the per-key counts writers keep (see countCache). wmu
+	// must be held.
+	counts countCache
 
 	mu struct {
 		sync.Mutex
@@ -168,8 +171,8 @@ type Repository struct {
 		// store with it, read at open, and changed (holding wmu and mu)
 		// only after a commit succeeds; as the only writer, a holder of
 		// wmu may read them without mu. Per-subject counts stay in the
-		// store alone, so memory does not grow with the number of
-		// subjects.
+		// store, and at most maxCachedCounts of them in the count cache,
+		// so memory does not grow with the number of subjects.
 		pending  uint64
 		subjects uint64
 		// schedules is the number of recurring schedules with an
@@ -227,6 +230,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		// A test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
 		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64)},
+		counts:      newCountCache(),
 	}
 
 	v, err := s.Get([]byte(lastIDKey))
@@ -658,9 +662,9 @@ type totals struct{ pending, subjects uint64 }
 
 // setCounts adds to b the registry entries of every subject in deltas, the
 // due counts, the totals and the schedule count this batch changes, and
-// returns the new totals. It reads each subject's count from the store:
-// with wmu held nothing else writes it, so the store has the count as
-// the last commit left it. wmu must be held.
+// returns the new totals. It reads each subject's count from the count
+// cache or the store: with wmu held nothing else writes it, so either has
+// the count as the last commit left it. wmu must be held.
 func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error) {
 	pending, subjects := int64(r.mu.pending), int64(r.mu.subjects)
 	for subject, d := range deltas {
@@ -668,7 +672,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 			continue
 		}
 		r.w.key = appendTopicKey(r.w.key[:0], subject)
-		c, err := r.readCount(r.w.key)
+		c, err := r.count(r.w.key)
 		if err != nil {
 			return totals{}, fmt.Errorf("read pending count of %q: %w", keys.Clip(subject), err)
 		}
@@ -680,12 +684,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 			r.log.Error("pending count would go negative", "subject", subject, "count", cur, "delta", d)
 			n = 0
 		}
-		if n == 0 {
-			err = b.Delete(r.w.key)
-		} else {
-			err = b.Set(r.w.key, binary.BigEndian.AppendUint64(r.w.val[:0], uint64(n)))
-		}
-		if err != nil {
+		if err := r.writeCount(b, r.w.key, uint64(n)); err != nil {
 			return totals{}, fmt.Errorf("write pending count of %q: %w", keys.Clip(subject), err)
 		}
 		pending += n - cur
@@ -720,6 +719,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 // state: the new totals, and lastID if the batch numbered messages (0 if
 // not). wmu must be held.
 func (r *Repository) committed(t totals, lastID uint64) {
+	r.counts.committed()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.pending, r.mu.subjects = t.pending, t.subjects
@@ -734,6 +734,7 @@ func (r *Repository) committed(t totals, lastID uint64) {
 // start of every write: a batch whose commit failed must leave nothing
 // behind for the next one. wmu must be held.
 func (r *Repository) resetScratch() {
+	r.counts.forgetUncommitted()
 	clear(r.w.deltas)
 	clear(r.w.due)
 	clear(r.w.deadDeltas)
