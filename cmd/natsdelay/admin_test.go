@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"regexp"
@@ -38,7 +39,14 @@ func mustRun(t testing.TB, args ...string) string {
 // schedule publishes one message with pub --json and returns its tag.
 func schedule(t testing.TB, url, subject, data string, extra ...string) string {
 	t.Helper()
-	out := mustRun(t, append([]string{"pub", subject, data, "--nats", url, "--json"}, extra...)...)
+	// In this process: the data of a test, not the pub command under
+	// test, so it need not pay a process start each.
+	var stdout, stderr bytes.Buffer
+	args := append([]string{"pub", subject, data, "--nats", url, "--json"}, extra...)
+	if code := run(args, strings.NewReader(""), &stdout, &stderr); code != 0 {
+		t.Fatalf("natsdelay %s: exit %d\n%s", strings.Join(args, " "), code, stderr.String())
+	}
+	out := stdout.String()
 	var rep struct{ Tag string }
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Tag) != 48 {
 		t.Fatalf("pub --json printed %q: %v", out, err)

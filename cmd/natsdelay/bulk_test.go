@@ -24,7 +24,7 @@ func runIn(t testing.TB, stdin string, args ...string) (code int, stdout, stderr
 // exactly the messages the dry run counted, and the others stay pending.
 func TestCLI_Cancel_Filter_DryRunConfirmYes(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir())
+	url := serveInProcess(t, t.TempDir()).URL()
 	for i := range 12 {
 		schedule(t, url, fmt.Sprintf("cli.orders.%d", i%3), "x", "--delay", "1h")
 	}
@@ -61,7 +61,7 @@ func TestCLI_Cancel_Filter_DryRunConfirmYes(t *testing.T) {
 // reason, replayed once, and the rest deleted.
 func TestCLI_RescheduleFireDead(t *testing.T) {
 	t.Parallel()
-	_, url := serve(t, t.TempDir(), "--ack-wait", "200ms")
+	url := serveInProcess(t, t.TempDir(), "--ack-wait", "200ms").URL()
 	tag := schedule(t, url, "cli.move", "x", "--delay", "1h")
 	out := mustRun(t, "reschedule", tag, "--nats", url, "--shift", "2h")
 	fields := strings.Fields(out)
