@@ -596,10 +596,14 @@ func (n *Node) Close() error {
 		watchers := n.mu.watchers
 		n.mu.watchers = nil
 		n.mu.Unlock()
+		// NB: done closes before the watchers stop. A watcher told false
+		// stops its service, which waits for the commits under way; a
+		// commit waits for its Raft future or done (see await), and Raft,
+		// shut down, may never answer the future.
+		close(n.done)
 		for w := range watchers {
 			w.stop()
 		}
-		close(n.done)
 		n.wg.Wait()
 		if n.transport != nil {
 			if err := n.transport.Close(); err != nil {

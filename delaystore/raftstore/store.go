@@ -186,10 +186,13 @@ func (b *batch) Close() error {
 // apply proposes one entry and waits for it to be committed and applied.
 func (n *Node) apply(entry []byte) error {
 	// No enqueue timeout: the future resolves when the entry is applied,
-	// when leadership is lost, or when Raft shuts down.
+	// or when leadership is lost. Raft does not always answer one it holds
+	// when it shuts down, so the wait ends with Close too (see await): a
+	// commit stuck there held a writer that Close waited for through the
+	// leadership watch, and Close hung.
 	term, start := n.lease.begin()
 	f := n.raft.Apply(entry, 0)
-	if err := f.Error(); err != nil {
+	if err := n.await(f); err != nil {
 		return n.raftError("commit", err)
 	}
 	n.lease.extend(term, start)
