@@ -109,8 +109,14 @@ func (s *Service) startServing() error {
 	if err := s.register(); err != nil {
 		return err
 	}
+	// NB: flushed before it says it leads, so that whoever sees Leader
+	// (or /leader) and then sends a request finds the subscriptions on
+	// the server, not "no responders". A flush that fails (the
+	// connection is down) changes nothing there: the subscriptions are
+	// sent again on reconnect.
+	err = s.nc.Flush()
 	s.leading.Store(true)
-	return s.nc.Flush()
+	return err
 }
 
 // stopServing stops the micro service (its endpoints drain: requests
