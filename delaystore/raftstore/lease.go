@@ -33,8 +33,9 @@ import (
 // A resumed node finds its lease run out and does nothing until a new
 // commit proves its leadership again, which a deposed node cannot get.
 //
-// Every commit renews the lease; an idle leader proposes a barrier when
-// half of the lease is left. A node that hands its leadership over ends
+// Every commit renews the lease, and so does every heartbeat that a
+// quorum answers (heartbeat.go); a leader that neither commits nor hears
+// answers proposes a barrier when half of the lease is left. A node that hands its leadership over ends
 // its lease first, since a transfer lets the others elect at once.
 type lease struct {
 	// base is the monotonic clock's origin for until.

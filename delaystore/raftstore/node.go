@@ -35,8 +35,10 @@ type Node struct {
 	fsm       *fsm
 	raft      *raft.Raft
 	// lease is what the node checks before effects others observe; see
-	// lease.go.
-	lease *lease
+	// lease.go. answers are the followers' answers that extend it too
+	// (heartbeat.go).
+	lease   *lease
+	answers followerAnswers
 
 	// cluster is the name of the cluster, empty while a fresh node waits
 	// for its peers.
@@ -225,7 +227,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	}
 	commits := newCommitWatch(n.transport, n.noteCommit)
 	n.started = time.Now()
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, commits)
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, &leaseTransport{commitWatch: commits, n: n})
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
