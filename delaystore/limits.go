@@ -66,8 +66,8 @@ func (r *Repository) DeleteLimit(pattern string) (bool, error) {
 func (r *Repository) writeLimit(pattern string, op func(Batch, []byte) error) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	if r.closed.Load() {
-		return ErrClosed
+	if err := r.writableLocked(); err != nil {
+		return err
 	}
 	b := r.s.NewBatch()
 	defer b.Close()
