@@ -212,6 +212,10 @@ func TestRepository_AdvanceEach_ReadsOnce(t *testing.T) {
 	planned, _ := r.Get(ks[3])
 	planned.Recurrence.Planned = true
 	advance(t, r, delaystore.Plan{Key: ks[3], Cur: planned, Next: occurrence("d", "w", t0+1e9, 2)})
+	// NB: reopened, so the occurrences are read from the store rather than
+	// from what the repository kept of its own writes.
+	r.Close()
+	r = openRepo(t, st, delaystore.RepositoryConfig{})
 	before := st.readsOf(ks[0])
 
 	var asked []string

@@ -1,6 +1,10 @@
 package delaystore
 
-import "reflect"
+import (
+	"reflect"
+
+	"natsdelay/keys"
+)
 
 // ScratchDeltas identifies the map a write keeps between batches for the
 // subject counts it changes, so a test can tell whether it was replaced.
@@ -13,3 +17,24 @@ func (r *Repository) ScratchDeltas() uintptr {
 // VersionGuardKey is the subject registry entry that keeps earlier versions from
 // opening a store (see versionguard.go).
 const VersionGuardKey = guardKey
+
+// Bounds of the cache of messages written last (see msgCache).
+const (
+	MaxCachedMessages     = maxCachedMessages
+	MaxCachedMessageBytes = maxCachedMessageBytes
+	MaxCachedValue        = maxCachedValue
+)
+
+// CachedMessages is how many messages, and encoded bytes, the cache of
+// messages written last holds.
+func (r *Repository) CachedMessages() (n, bytes int) {
+	r.msgs.mu.Lock()
+	defer r.msgs.mu.Unlock()
+	for _, m := range []map[keys.Key][]byte{r.msgs.mu.cur, r.msgs.mu.prev} {
+		for _, v := range m {
+			n++
+			bytes += len(v)
+		}
+	}
+	return n, bytes
+}

@@ -126,6 +126,9 @@ func (r *Repository) ProposeSchedule(msgs []*StoredMessage, sync SyncMode) *Prop
 	}
 	// The next batch builds on this one's counts.
 	r.counts.committed()
+	// NB: but its messages are not kept for reads (see msgCache): it is
+	// known to have committed only once settled, without wmu.
+	r.msgs.forgetUncommitted()
 	r.trimScratch()
 	p.built, p.wait = built, wait
 	r.proposals = append(r.proposals, p)

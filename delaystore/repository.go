@@ -161,6 +161,9 @@ type Repository struct {
 	// proposal's waiter takes without wmu.
 	proposalMu  sync.Mutex
 	proposalErr error
+	// msgs are the messages written last, encoded (see msgCache); it has
+	// its own lock, taken after wmu and never with mu.
+	msgs msgCache
 
 	mu struct {
 		sync.Mutex
@@ -240,6 +243,7 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64)},
 		counts:      newCountCache(),
 	}
+	r.msgs.init()
 
 	v, err := s.Get([]byte(lastIDKey))
 	switch {
@@ -666,6 +670,7 @@ func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage) error {
 	if err := b.Set(k[:], r.w.val); err != nil {
 		return fmt.Errorf("write %v: %w", k, err)
 	}
+	r.msgs.changed(k, r.w.val)
 	return nil
 }
 
@@ -676,6 +681,7 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 	if err := b.Delete(k[:]); err != nil {
 		return fmt.Errorf("delete %v: %w", k, err)
 	}
+	r.msgs.changed(k, nil)
 	if err := r.unindexDue(b, k); err != nil {
 		return err
 	}
@@ -773,6 +779,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 // not). wmu must be held.
 func (r *Repository) committed(t totals, lastID uint64) {
 	r.counts.committed()
+	r.msgs.committed()
 	r.publish(t, lastID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -796,6 +803,7 @@ func (r *Repository) publish(t totals, lastID uint64) {
 // behind for the next one. wmu must be held.
 func (r *Repository) resetScratch() {
 	r.counts.forgetUncommitted()
+	r.msgs.forgetUncommitted()
 	clear(r.w.deltas)
 	clear(r.w.due)
 	clear(r.w.deadDeltas)
@@ -979,6 +987,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	if err := b.Set(op.Key[:], r.w.val); err != nil {
 		return false, fmt.Errorf("write %v: %w", op.Key, err)
 	}
+	r.msgs.changed(&op.Key, r.w.val)
 	return true, nil
 }
 
@@ -996,11 +1005,15 @@ func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
 	return m, nil
 }
 
-// get reads and decodes the message under k.
+// get reads and decodes the message under k, from the cache of messages
+// written last or else the store.
 func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
-	v, err := r.s.Get(k[:])
-	if err != nil {
-		return nil, err
+	v, ok := r.msgs.lookup(&k)
+	if !ok {
+		var err error
+		if v, err = r.s.Get(k[:]); err != nil {
+			return nil, err
+		}
 	}
 	m := new(StoredMessage)
 	if err := proto.Unmarshal(v, m); err != nil {

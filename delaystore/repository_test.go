@@ -799,6 +799,7 @@ func TestRepository_ScanTopic(t *testing.T) {
 func TestRepository_ScanTopic_Corrupt(t *testing.T) {
 	r, s := newRepo(t)
 	got := schedule(t, r, msg("a", t0), msg("a", t0+1e6))
+	r.Close()
 	b := s.NewBatch()
 	if err := b.Set(got[1].Key[:], []byte{0xff, 0xff, 0xff}); err != nil {
 		t.Fatal(err)
@@ -806,6 +807,9 @@ func TestRepository_ScanTopic_Corrupt(t *testing.T) {
 	if err := b.Commit(delaystore.Sync); err != nil {
 		t.Fatal(err)
 	}
+	// NB: reopened, since a Repository is its store's only writer while
+	// open and serves what it wrote itself from memory.
+	r = openRepo(t, s, delaystore.RepositoryConfig{})
 	var seen []keys.Key
 	err := r.ScanTopic(keys.TopicHash("a"), nil, nil, func(k keys.Key, _ *delaystore.StoredMessage) bool {
 		seen = append(seen, k)

@@ -89,7 +89,16 @@ func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
 			p := newPublisher()
 			s := open(t, st, p, func(c *core.Config) {
 				c.Repository.AdvanceHook = func(at delaystore.AdvanceStage) {
-					if at == delaystore.AdvanceAfterCommit {
+					switch at {
+					case delaystore.AdvanceBeforeCommit:
+						// NB: no plan commits before Cancel has read the
+						// occurrence from the store: a commit would put it
+						// back in the memory the repository reads first.
+						select {
+						case <-st.read:
+						case <-st.release:
+						}
+					case delaystore.AdvanceAfterCommit:
 						planned <- struct{}{}
 					}
 				}
@@ -105,7 +114,11 @@ func TestService_Cancel_PlannedMeanwhile(t *testing.T) {
 				Recurrence: &delaystore.Recurrence{EveryNs: int64(tt.every), Id: "J", OccurrenceNs: occ.UnixNano(), Seq: 1, CatchUp: tt.catchUp}})
 
 			// Cancel reads the occurrence, still unplanned, and is held
-			// there until the dispatcher has planned it.
+			// there until the dispatcher has planned it. NB: the
+			// repository serves what it wrote itself from memory; dropped
+			// here (and no plan commits before the read), the read goes to
+			// the store, where it can be held.
+			s.Repository().ReleaseMemory()
 			st.arm()
 			canceled := make(chan error, 1)
 			go func() { canceled <- s.Cancel(context.Background(), k) }()

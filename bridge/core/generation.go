@@ -97,14 +97,15 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 }
 
 // releaseMemory hands back what the burst that just ended made the
-// process keep: the store's memory for writes, then the Go heap's free
-// pages. It runs on g's idle watcher, which stopWork stops first, so
+// process keep: the store's memory for writes, the messages the
+// repository kept from its writes, then the Go heap's free pages. It runs on g's idle watcher, which stopWork stops first, so
 // never on a closed store.
 func (s *Service) releaseMemory(g *generation) {
 	start := time.Now()
 	if err := g.store.(*watchedStore).ReleaseMemory(); err != nil {
 		s.log.Warn("handing the store's memory back", "err", err)
 	}
+	g.repo.ReleaseMemory()
 	// Once per burst, not periodically: it collects and scavenges
 	// the whole heap, a few milliseconds on an idle service.
 	debug.FreeOSMemory()
