@@ -55,8 +55,8 @@ func (r *Repository) Advance(plans []Plan, sync SyncMode) ([]Planned, error) {
 	}
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, err
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 	r.resetScratch()
 	out := make([]Planned, len(plans))
@@ -101,8 +101,8 @@ func (r *Repository) AdvanceEach(ks []keys.Key, plan PlanFunc, sync SyncMode) ([
 	}
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, nil, err
+	if r.closed.Load() {
+		return nil, nil, ErrClosed
 	}
 	r.resetScratch()
 	var plans []Plan

@@ -67,14 +67,6 @@ func (c *countCache) keep(key string, n uint64) {
 	c.known[key] = n
 }
 
-// nearFull reports whether a batch of n messages could fill the cache,
-// which would then start over and forget counts that batches still on
-// their way wrote (see Repository.ProposeSchedule). Each message writes
-// at most a subject's count and a second's.
-func (c *countCache) nearFull(n int) bool {
-	return len(c.known)+len(c.written)+2*n >= maxCachedCounts
-}
-
 // committed makes the counts the batch wrote known.
 func (c *countCache) committed() {
 	for k, n := range c.written {

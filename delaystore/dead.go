@@ -305,8 +305,8 @@ func (r *Repository) DeleteDead(ks []keys.Key, sync SyncMode) (deleted []bool, e
 	}
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, err
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 	b := r.s.NewBatch()
 	defer b.Close()
@@ -402,8 +402,8 @@ func (r *Repository) Replay(ks []keys.Key, target string, nowNs int64, sync Sync
 	}
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, err
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 	out := make([]Replayed, len(ks))
 	var msgs []*StoredMessage

@@ -66,8 +66,8 @@ func (r *Repository) DeleteLimit(pattern string) (bool, error) {
 func (r *Repository) writeLimit(pattern string, op func(Batch, []byte) error) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return err
+	if r.closed.Load() {
+		return ErrClosed
 	}
 	b := r.s.NewBatch()
 	defer b.Close()

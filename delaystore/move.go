@@ -29,8 +29,8 @@ type MoveFunc func(m *StoredMessage) (fireAtNs int64, err error)
 func (r *Repository) Move(k keys.Key, to MoveFunc, movedBy string, sync SyncMode) (Scheduled, error) {
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return Scheduled{}, err
+	if r.closed.Load() {
+		return Scheduled{}, ErrClosed
 	}
 	m, err := r.get(k)
 	if err != nil {

@@ -23,9 +23,7 @@ import (
 //   - the values a batch writes are kept only once it has committed (see
 //     committed), with wmu still held, so before the write returns;
 //   - readers never add to it: a reader that misses reads the store and
-//     keeps what it read to itself;
-//   - the messages of a batch proposed while earlier ones are on their way
-//     (ProposeSchedule) are not kept at all.
+//     keeps what it read to itself.
 //
 // Values are encoded bytes, never shared messages: each read decodes its
 // own, so a caller that changes the message it got cannot change the

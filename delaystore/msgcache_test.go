@@ -394,33 +394,3 @@ func TestRepository_MessageCache_RandomWrites(t *testing.T) {
 		}
 	})
 }
-
-// TestRepository_MessageCache_ProposalNotCommitted checks that the
-// messages of a batch proposed while others are on their way, which did
-// not commit, are never read back: a proposal is known to have committed
-// only once settled, so the repository does not keep its messages.
-func TestRepository_MessageCache_ProposalNotCommitted(t *testing.T) {
-	s := &logStore{Store: newStore(t)}
-	r := openRepo(t, s, delaystore.RepositoryConfig{})
-	committed := plainBatch("a", 2)
-	if _, err := r.ProposeSchedule(committed, delaystore.Sync).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	lost := plainBatch("a", 3)
-	s.fail()
-	if _, err := r.ProposeSchedule(lost, delaystore.Sync).Wait(); !errors.Is(err, errInjected) {
-		t.Fatalf("failed proposal: %v, want the injected error", err)
-	}
-	keyOf := func(m *delaystore.StoredMessage) keys.Key {
-		return keys.New(keys.TopicHash(m.Subject), keys.Bucket(keys.FireAtMs(m.FireAtNs), 0), m.EventId)
-	}
-	for _, m := range committed {
-		checkAgrees(t, r, s.Store, "committed proposal", keyOf(m))
-	}
-	for _, m := range lost {
-		k := keyOf(m)
-		if got, err := r.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
-			t.Fatalf("a message of the proposal that did not commit reads back: %v, %v", got, err)
-		}
-	}
-}

@@ -153,14 +153,6 @@ type Repository struct {
 	// counts are the per-key counts writers keep (see countCache). wmu
 	// must be held.
 	counts countCache
-	// proposals are the batches of ProposeSchedule on their way, in the
-	// order proposed. wmu must be held.
-	proposals []*Proposal
-	// proposalErr is the failure of the first proposal that did not
-	// commit; every write after it is refused. Under proposalMu, which a
-	// proposal's waiter takes without wmu.
-	proposalMu  sync.Mutex
-	proposalErr error
 	// msgs are the messages written last, encoded (see msgCache); it has
 	// its own lock, taken after wmu and never with mu.
 	msgs msgCache
@@ -318,9 +310,6 @@ func (r *Repository) checkTimeBucket() error {
 func (r *Repository) Close() error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	// Proposals on their way may still commit: wait for them before the
-	// ceiling comes down. After one that failed, leave it as leased.
-	failed := r.settleProposalsLocked()
 	if r.closed.Swap(true) {
 		return nil
 	}
@@ -331,7 +320,7 @@ func (r *Repository) Close() error {
 	r.mu.Lock()
 	reserved, ceiling := r.mu.reserved, r.mu.ceiling
 	r.mu.Unlock()
-	if reserved < ceiling && failed == nil {
+	if reserved < ceiling {
 		if err := r.writeCeiling(reserved); err != nil {
 			r.log.Debug("id ceiling left as leased", "ceiling", ceiling, "reserved", reserved, "err", err)
 		}
@@ -348,8 +337,8 @@ func (r *Repository) Close() error {
 func (r *Repository) CheckWritable() error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return err
+	if r.closed.Load() {
+		return ErrClosed
 	}
 	b := r.s.NewBatch()
 	defer b.Close()
@@ -379,8 +368,17 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	if err := checkSchedule(msgs); err != nil {
-		return nil, err
+	// Messages in a batch mostly share a subject, so work per subject is
+	// done once per run of equal subjects, here and below.
+	for i, m := range msgs {
+		if i == 0 || m.GetSubject() != msgs[i-1].GetSubject() {
+			if err := validateSubject(m.GetSubject()); err != nil {
+				return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+			}
+		}
+		if err := validateName("client id", m.GetClientId()); err != nil {
+			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+		}
 	}
 
 	// NB: wmu is held across the commit on purpose, against the usual rule of
@@ -390,71 +388,21 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	// write stale counts and could publish a lower last ID. All writes go
 	// through this one place (ingest through a group-commit writer, deletes
 	// through one deleter), so there is little concurrency to lose, and
-	// readers never take wmu. ProposeSchedule is the exception, for a
-	// replicated store, where the commit is a network round trip: it
-	// builds on the counts of the batches on their way, which holds only
-	// under the conditions it gives.
+	// readers never take wmu.
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, err
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 	return r.scheduleLocked(msgs, sync, nil)
-}
-
-// checkSchedule checks msgs as Schedule does before it stores anything.
-func checkSchedule(msgs []*StoredMessage) error {
-	// Messages in a batch mostly share a subject, so work per subject is
-	// done once per run of equal subjects, here and below.
-	for i, m := range msgs {
-		if i == 0 || m.GetSubject() != msgs[i-1].GetSubject() {
-			if err := validateSubject(m.GetSubject()); err != nil {
-				return fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
-			}
-		}
-		if err := validateName("client id", m.GetClientId()); err != nil {
-			return fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
-		}
-	}
-	return nil
 }
 
 // scheduleLocked is Schedule, with wmu held and msgs checked; extra, if
 // not nil, adds its own writes to the batch before the counts are set.
 func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch) error) ([]Scheduled, error) {
-	b := r.s.NewBatch()
-	defer b.Close()
-	built, err := r.buildSchedule(b, msgs, extra)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.Commit(sync); err != nil {
-		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
-	}
-	r.committed(built.counts, built.last)
-	if extra != nil {
-		r.committedDead(built.deadTotal)
-	}
-	r.trimScratch()
-	return built.out, nil
-}
-
-// builtSchedule is a schedule batch written and not yet committed: the
-// keys, and what the commit makes known.
-type builtSchedule struct {
-	out       []Scheduled
-	counts    totals
-	last      uint64
-	deadTotal uint64
-}
-
-// buildSchedule writes msgs into b, as scheduleLocked commits them. wmu
-// must be held.
-func (r *Repository) buildSchedule(b Batch, msgs []*StoredMessage, extra func(Batch) error) (builtSchedule, error) {
-	var none builtSchedule
 	first, last, err := r.reserveIDs(len(msgs))
 	if err != nil {
-		return none, err
+		return nil, err
 	}
 
 	out := make([]Scheduled, len(msgs))
@@ -468,6 +416,8 @@ func (r *Repository) buildSchedule(b Batch, msgs []*StoredMessage, extra func(Ba
 		out[i].Key = keys.New(hash, keys.Bucket(keys.FireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
 	}
 
+	b := r.s.NewBatch()
+	defer b.Close()
 	r.resetScratch()
 	deltas := r.w.deltas
 
@@ -491,7 +441,7 @@ func (r *Repository) buildSchedule(b Batch, msgs []*StoredMessage, extra func(Ba
 		} else {
 			old, ok, err := r.replacePending(b, deltas, []byte(ck))
 			if err != nil {
-				return none, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
 			}
 			out[i].Replaced, out[i].HasReplaced = old, ok
 		}
@@ -508,25 +458,25 @@ func (r *Repository) buildSchedule(b Batch, msgs []*StoredMessage, extra func(Ba
 			m.Recurrence.Name = scheduleName(m.Recurrence, out[i].Key)
 		}
 		if err := r.setMessage(b, &out[i].Key, m); err != nil {
-			return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if err := r.indexDue(b, &out[i].Key); err != nil {
-			return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if m.ClientId != "" {
 			r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
 			if err := b.Set(r.w.key, out[i].Key[:]); err != nil {
-				return none, fmt.Errorf("delaystore: schedule batch of %d: index client id: %w", len(msgs), err)
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: index client id: %w", len(msgs), err)
 			}
 		}
 		if m.ExpireAtNs != 0 {
 			r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, out[i].Key)
 			if err := b.Set(r.w.key, nil); err != nil {
-				return none, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
 			}
 		}
 		if err := r.indexSchedule(b, out[i].Key, m); err != nil {
-			return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		if m.Subject != runSubject {
 			if run != 0 {
@@ -542,25 +492,33 @@ func (r *Repository) buildSchedule(b Batch, msgs []*StoredMessage, extra func(Ba
 	deadTotal := r.mu.dead // NB: only wmu's holder changes it
 	if extra != nil {
 		if err := extra(b); err != nil {
-			return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		var err error
 		if deadTotal, err = r.setDeadCounts(b); err != nil {
-			return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 	}
 
 	counts, err := r.setCounts(b, deltas)
 	if err != nil {
-		return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 	}
 	if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
-		return none, fmt.Errorf("delaystore: schedule batch of %d: record last id: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: record last id: %w", len(msgs), err)
 	}
 	if err := r.leaseIDs(); err != nil {
-		return none, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 	}
-	return builtSchedule{out: out, counts: counts, last: last, deadTotal: deadTotal}, nil
+	if err := b.Commit(sync); err != nil {
+		return nil, fmt.Errorf("delaystore: schedule batch of %d: commit: %w", len(msgs), err)
+	}
+	r.committed(counts, last)
+	if extra != nil {
+		r.committedDead(deadTotal)
+	}
+	r.trimScratch()
+	return out, nil
 }
 
 // idLease is how many IDs one durable write of the ceiling covers: one
@@ -708,24 +666,13 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 // totals are the registry's totals as a batch leaves them.
 type totals struct{ pending, subjects uint64 }
 
-// totalsLocked is the totals as the last batch written leaves them: the
-// last proposal's, while any is on its way (see ProposeSchedule), else
-// the committed ones. wmu must be held.
-func (r *Repository) totalsLocked() totals {
-	if n := len(r.proposals); n > 0 {
-		return r.proposals[n-1].built.counts
-	}
-	return totals{pending: r.mu.pending, subjects: r.mu.subjects}
-}
-
 // setCounts adds to b the registry entries of every subject in deltas, the
 // due counts, the totals and the schedule count this batch changes, and
 // returns the new totals. It reads each subject's count from the count
 // cache or the store: with wmu held nothing else writes it, so either has
 // the count as the last commit left it. wmu must be held.
 func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error) {
-	base := r.totalsLocked()
-	pending, subjects := int64(base.pending), int64(base.subjects)
+	pending, subjects := int64(r.mu.pending), int64(r.mu.subjects)
 	for subject, d := range deltas {
 		if d == 0 {
 			continue
@@ -755,12 +702,12 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 		}
 	}
 	t := totals{pending: uint64(max(pending, 0)), subjects: uint64(max(subjects, 0))}
-	if t.pending != base.pending {
+	if t.pending != r.mu.pending {
 		if err := b.Set([]byte(pendingTotalKey), binary.BigEndian.AppendUint64(r.w.val[:0], t.pending)); err != nil {
 			return totals{}, fmt.Errorf("write pending total: %w", err)
 		}
 	}
-	if t.subjects != base.subjects {
+	if t.subjects != r.mu.subjects {
 		if err := b.Set([]byte(subjectsTotalKey), binary.BigEndian.AppendUint64(r.w.val[:0], t.subjects)); err != nil {
 			return totals{}, fmt.Errorf("write subjects total: %w", err)
 		}
@@ -780,22 +727,14 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 func (r *Repository) committed(t totals, lastID uint64) {
 	r.counts.committed()
 	r.msgs.committed()
-	r.publish(t, lastID)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.mu.schedules = uint64(max(int64(r.mu.schedules)+r.w.schedules, 0))
-	r.w.schedules = 0
-}
-
-// publish makes the totals and last ID of a committed batch known to
-// readers.
-func (r *Repository) publish(t totals, lastID uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.pending, r.mu.subjects = t.pending, t.subjects
 	if lastID > r.mu.lastID {
 		r.mu.lastID = lastID
 	}
+	r.mu.schedules = uint64(max(int64(r.mu.schedules)+r.w.schedules, 0))
+	r.w.schedules = 0
 }
 
 // resetScratch clears what a batch accumulates in scratch space, at the
@@ -856,8 +795,8 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	}
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
-	if err := r.writableLocked(); err != nil {
-		return nil, err
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 
 	b := r.s.NewBatch()

@@ -192,11 +192,7 @@ func (w *watchedStore) Get(key []byte) ([]byte, error) {
 }
 
 func (w *watchedStore) NewBatch() delaystore.Batch {
-	b := &watchedBatch{Batch: w.Store.NewBatch(), w: w}
-	if _, ok := b.Batch.(delaystore.ProposingBatch); ok {
-		return &watchedProposingBatch{b}
-	}
-	return b
+	return &watchedBatch{Batch: w.Store.NewBatch(), w: w}
 }
 
 func (w *watchedStore) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
@@ -235,24 +231,4 @@ func (b *watchedBatch) Commit(sync delaystore.SyncMode) error {
 		w.Touch(n)
 	}
 	return err
-}
-
-// watchedProposingBatch is a watchedBatch of a store whose batches
-// propose (a cluster's): it reports the failure of the proposal and of
-// its commit.
-type watchedProposingBatch struct{ *watchedBatch }
-
-func (b *watchedProposingBatch) Propose(sync delaystore.SyncMode) (func() error, error) {
-	n := b.Batch.Len()
-	wait, err := b.Batch.(delaystore.ProposingBatch).Propose(sync)
-	if err = b.w.check(err); err != nil {
-		return nil, err
-	}
-	return func() error {
-		err := b.w.check(wait())
-		if w := b.w.idle.Load(); w != nil && err == nil {
-			w.Touch(n)
-		}
-		return err
-	}, nil
 }

@@ -13,8 +13,8 @@ import (
 
 // ScheduleFunc is told the outcome of one Schedule: the new message's key,
 // or why it was not stored (an error wrapping wire.ErrUnavailable). It is
-// called on the writer's answering goroutine, after the commit, and should
-// not block: the answers of the next batch wait for it.
+// called on the writer's goroutine, after the commit, and should not block:
+// the next batch waits for it.
 type ScheduleFunc func(k keys.Key, err error)
 
 // scheduleRequest is one accepted message waiting for the group commit.
@@ -28,15 +28,6 @@ type scheduleRequest struct {
 // whatever is waiting, commits it in one synced batch, tells the
 // dispatcher, then tells every caller. Throughput grows with the number of
 // concurrent callers while latency stays about one fsync.
-//
-// One goroutine builds and commits the batches, another waits for each
-// commit and answers its callers, in order. With a cluster's store the
-// first only proposes each batch (see delaystore.ProposeSchedule), so up
-// to maxProposed batches are on their way to a quorum at once: callers
-// that arrive while one batch is on its way go out in the next at once,
-// instead of waiting for the round trip to end, which with concurrent
-// synchronous callers would otherwise split them into two groups that
-// take turns.
 //
 // Both the messages and the bytes it holds are bounded, so that large
 // payloads from many publishers at once cannot grow a batch (and the
@@ -55,9 +46,6 @@ type writer struct {
 
 	// reqs is bounded by maxBatch; submit blocks when it is full.
 	reqs chan scheduleRequest
-	// proposed carries each batch, in order, from the goroutine that
-	// commits (or proposes) it to the one that waits for it and answers.
-	proposed chan proposedBatch
 	// queued is the bytes handed over and not yet answered; submit waits
 	// on room while it is at the limit.
 	mu     sync.Mutex
@@ -67,29 +55,14 @@ type writer struct {
 }
 
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
-	w := &writer{
-		repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe,
-		reqs:     make(chan scheduleRequest, maxBatch),
-		proposed: make(chan proposedBatch, maxProposed-1),
-	}
+	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan scheduleRequest, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
-	// Both owned by the writer: close waits for them. run closes proposed
-	// once reqs is closed and drained, which ends answer.
-	w.wg.Go(w.run)
-	w.wg.Go(w.answer)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.run()
+	}()
 	return w
-}
-
-// maxProposed bounds the batches proposed and not yet answered.
-const maxProposed = 4
-
-// proposedBatch is a batch handed to the store, waiting for its answer.
-type proposedBatch struct {
-	reqs  []scheduleRequest
-	msgs  []*delaystore.StoredMessage
-	bytes int
-	start time.Time
-	p     *delaystore.Proposal
 }
 
 // submit hands r to the writer, first waiting while the bytes queued are
@@ -134,7 +107,7 @@ func (w *writer) close() {
 }
 
 func (w *writer) run() {
-	defer close(w.proposed)
+	batch := make([]scheduleRequest, 0, w.maxBatch)
 	// carry is a request taken from reqs that did not fit the last batch.
 	var carry *scheduleRequest
 	for {
@@ -147,10 +120,7 @@ func (w *writer) run() {
 				return
 			}
 		}
-		// A new array each time: the answering goroutine holds the
-		// batch until it is answered.
-		batch := make([]scheduleRequest, 1, min(w.maxBatch, 1+len(w.reqs)))
-		batch[0] = r
+		batch = append(batch[:0], r)
 		bytes := r.size
 	drain:
 		for len(batch) < w.maxBatch {
@@ -169,37 +139,25 @@ func (w *writer) run() {
 				break drain
 			}
 		}
-		w.propose(batch, bytes)
+		w.commit(batch)
+		w.release(bytes)
+		// NB: the array is reused, and its entries past the next batch's
+		// length would otherwise keep messages and their requests alive
+		// after they were answered: up to a whole batch of them, after
+		// traffic stopped.
+		clear(batch)
 	}
 }
 
-// propose commits batch, or hands it to the store's commit, and passes it
-// on to answer.
-func (w *writer) propose(batch []scheduleRequest, bytes int) {
+func (w *writer) commit(batch []scheduleRequest) {
 	msgs := make([]*delaystore.StoredMessage, len(batch))
 	for i, r := range batch {
 		msgs[i] = r.msg
 	}
 	start := time.Now()
-	p := w.repo.ProposeSchedule(msgs, delaystore.Sync)
-	w.proposed <- proposedBatch{reqs: batch, msgs: msgs, bytes: bytes, start: start, p: p}
-}
-
-// answer waits for each batch in the order proposed, tells the
-// dispatcher of its messages and answers its callers, until run closes
-// proposed.
-func (w *writer) answer() {
-	for pb := range w.proposed {
-		w.commit(pb)
-		w.release(pb.bytes)
-	}
-}
-
-func (w *writer) commit(pb proposedBatch) {
-	batch, msgs := pb.reqs, pb.msgs
-	res, err := pb.p.Wait()
+	res, err := w.repo.Schedule(msgs, delaystore.Sync)
 	if w.observe != nil {
-		w.observe(len(batch), time.Since(pb.start), err)
+		w.observe(len(batch), time.Since(start), err)
 	}
 	if errors.Is(err, delaystore.ErrNotLeader) {
 		// Not a storage fault: this node lost its cluster's leadership

@@ -177,37 +177,6 @@ func (b *batch) Commit(delaystore.SyncMode) error {
 	})
 }
 
-// Propose is Commit in two steps (see delaystore.ProposingBatch): it
-// hands the entry to Raft and returns a wait for its outcome. Raft appends
-// entries in the order they are handed to it, and commits an entry only
-// with every one before it, which makes a batch built on the one before
-// it sound.
-func (b *batch) Propose(delaystore.SyncMode) (wait func() error, err error) {
-	if err := b.usable(); err != nil {
-		return nil, err
-	}
-	b.committed = true
-	err = b.s.gate.Call(func() error {
-		if b.cmd.n == 0 {
-			wait = func() error { return nil }
-			return nil
-		}
-		entry := b.cmd.bytes()
-		if limit := b.s.n.cfg.MaxEntryBytes; len(entry) > limit {
-			return fmt.Errorf("%w: a batch of %d operations encodes to %d bytes, over MaxEntryBytes (%d): commit it in smaller batches",
-				ErrEntryTooLarge, b.cmd.n, len(entry), limit)
-		}
-		wait = b.s.n.propose(entry)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return wait, nil
-}
-
-var _ delaystore.ProposingBatch = (*batch)(nil)
-
 func (b *batch) Close() error {
 	b.closed = true
 	b.cmd = command{}
@@ -215,11 +184,7 @@ func (b *batch) Close() error {
 }
 
 // apply proposes one entry and waits for it to be committed and applied.
-func (n *Node) apply(entry []byte) error { return n.propose(entry)() }
-
-// propose hands one entry to Raft and returns a wait for it to be
-// committed and applied.
-func (n *Node) propose(entry []byte) (wait func() error) {
+func (n *Node) apply(entry []byte) error {
 	// No enqueue timeout: the future resolves when the entry is applied,
 	// or when leadership is lost. Raft does not always answer one it holds
 	// when it shuts down, so the wait ends with Close too (see await): a
@@ -227,16 +192,14 @@ func (n *Node) propose(entry []byte) (wait func() error) {
 	// leadership watch, and Close hung.
 	term, start := n.lease.begin()
 	f := n.raft.Apply(entry, 0)
-	return func() error {
-		if err := n.await(f); err != nil {
-			return n.raftError("commit", err)
-		}
-		n.lease.extend(term, start)
-		if err, ok := f.Response().(error); ok && err != nil {
-			return fmt.Errorf("raftstore: commit: %w", err)
-		}
-		return nil
+	if err := n.await(f); err != nil {
+		return n.raftError("commit", err)
 	}
+	n.lease.extend(term, start)
+	if err, ok := f.Response().(error); ok && err != nil {
+		return fmt.Errorf("raftstore: commit: %w", err)
+	}
+	return nil
 }
 
 // raftError maps Raft's errors to the package's.
