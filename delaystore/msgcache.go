@@ -11,7 +11,9 @@ import (
 // to the store: a recurring occurrence is written by one plan, read by the
 // next plan, by the dispatcher's pass and by the delete after its ACK,
 // and each of those reads was a point read of the store and most of the
-// cost of an occurrence.
+// cost of an occurrence. Only messages read back by key are kept
+// (occurrences, and messages with a client id: see readBack); a plain
+// message is not, as copying each would cost more than it saves.
 //
 // A value in it is the one the store holds, which holds because a
 // Repository is its store's only writer while it is open, and because:
@@ -75,9 +77,9 @@ func (c *msgCache) lookup(k *keys.Key) ([]byte, bool) {
 
 // changed records that the batch under way writes v under k (nil for a
 // delete), and drops k's cached value now: from here until the batch has
-// committed, reads of k go to the store. v may be scratch space; it is
-// copied. wmu must be held.
-func (c *msgCache) changed(k *keys.Key, v []byte) {
+// committed, reads of k go to the store. With keep, v is kept once the
+// batch commits; v may be scratch space, it is copied. wmu must be held.
+func (c *msgCache) changed(k *keys.Key, v []byte, keep bool) {
 	c.mu.Lock()
 	if old, ok := c.mu.cur[*k]; ok {
 		c.mu.curBytes -= len(old)
@@ -85,8 +87,10 @@ func (c *msgCache) changed(k *keys.Key, v []byte) {
 	}
 	delete(c.mu.prev, *k)
 	c.mu.Unlock()
-	if v == nil || len(v) > maxCachedValue {
-		c.written[*k] = nil
+	if !keep || v == nil || len(v) > maxCachedValue {
+		// NB: an earlier write of k in the same batch may have asked to
+		// keep its value; the last write wins.
+		delete(c.written, *k)
 		return
 	}
 	c.written[*k] = append(make([]byte, 0, len(v)), v...)
@@ -101,9 +105,6 @@ func (c *msgCache) committed() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, v := range c.written {
-		if v == nil {
-			continue // dropped by changed, and not to be kept
-		}
 		if len(c.mu.cur) >= maxCachedMessages/2 || c.mu.curBytes+len(v) > maxCachedMessageBytes/2 {
 			c.mu.prev, c.mu.cur, c.mu.curBytes = c.mu.cur, make(map[keys.Key][]byte, len(c.mu.cur)), 0
 		}

@@ -72,16 +72,18 @@ func planNext(_ keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 }
 
 // TestRepository_MessageCache_ServesItsWrites checks that a message the
-// repository wrote is read back from memory, not from the store, and
-// exactly as the store holds it after every kind of write: a schedule, a
+// repository wrote and reads back by key (one with a client id, an
+// occurrence) is read back from memory, not from the store, and exactly
+// as the store holds it after every kind of write: a schedule, a
 // replacement by Delay-Id, an update, a move, the planning of an
-// occurrence (its rewrite and its successor) and a delete.
+// occurrence (its rewrite and its successor) and a delete; and that a
+// plain message is not kept.
 func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 	forEachEngine(t, false, func(t *testing.T, e engine) {
 		st := &readCountingStore{Store: e.open(t, t.TempDir()), reads: map[string]int{}}
 		r := openRepo(t, st, delaystore.RepositoryConfig{})
-		s := schedule(t, r, withExpiry(msg("a", t0), t0+5e9), withID(msg("b", t0), "id"), occurrence("c", "job", t0, 1))
-		a, b, c := s[0].Key, s[1].Key, s[2].Key
+		s := schedule(t, r, withID(withExpiry(msg("a", t0), t0+5e9), "a"), withID(msg("b", t0), "id"), occurrence("c", "job", t0, 1), msg("plain", t0))
+		a, b, c, plain := s[0].Key, s[1].Key, s[2].Key, s[3].Key
 		fromMemory := func(step string, ks ...keys.Key) {
 			t.Helper()
 			checkAgrees(t, r, st.Store, step, ks...)
@@ -92,6 +94,12 @@ func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 			}
 		}
 		fromMemory("scheduled", a, b, c)
+		// A plain message is not kept: it is delivered from the due scan
+		// and deleted without a read.
+		checkAgrees(t, r, st.Store, "plain", plain)
+		if n := st.readsOf(plain); n != 1 {
+			t.Fatalf("a plain message read %d times from the store, want once: it is not kept", n)
+		}
 
 		m, _ := r.Get(a)
 		m.Attempt, m.ExpireAtNs = 3, t0+9e9
@@ -242,7 +250,7 @@ func TestRepository_MessageCache_Bounded(t *testing.T) {
 	for written := 0; written <= delaystore.MaxCachedMessages; {
 		batch := make([]*delaystore.StoredMessage, 8192)
 		for i := range batch {
-			batch[i] = msg("small", t0+int64(written+i))
+			batch[i] = withID(msg("small", t0+int64(written+i)), fmt.Sprint(written+i))
 		}
 		s := schedule(t, r, batch...)
 		written += len(batch)
@@ -254,7 +262,7 @@ func TestRepository_MessageCache_Bounded(t *testing.T) {
 	// By bytes: large messages, more than the bound in bytes.
 	big := make([]byte, delaystore.MaxCachedValue-1024)
 	for written := 0; written <= 2*delaystore.MaxCachedMessageBytes; written += len(big) {
-		m := msg("large", t0)
+		m := withID(msg("large", t0), fmt.Sprint(written))
 		m.Payload = big
 		last = schedule(t, r, m)[0].Key
 		within(fmt.Sprintf("%d bytes of large messages", written))

@@ -628,8 +628,18 @@ func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage) error {
 	if err := b.Set(k[:], r.w.val); err != nil {
 		return fmt.Errorf("write %v: %w", k, err)
 	}
-	r.msgs.changed(k, r.w.val)
+	r.msgs.changed(k, r.w.val, readBack(m))
 	return nil
+}
+
+// readBack reports whether the service reads m back by its key once
+// written, so that the message cache keeps it: an occurrence of a
+// recurring schedule is read to plan it, to publish it and to delete it,
+// and a message with a client id to replace or delete it. A plain message
+// is published from the due scan and deleted without a read (see
+// Op.Pending); keeping a copy of each would cost more than it saves.
+func readBack(m *StoredMessage) bool {
+	return m.Recurrence != nil || m.ClientId != ""
 }
 
 // deleteMessage adds to b the deletion of m, stored under k, and of its index
@@ -639,7 +649,7 @@ func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withC
 	if err := b.Delete(k[:]); err != nil {
 		return fmt.Errorf("delete %v: %w", k, err)
 	}
-	r.msgs.changed(k, nil)
+	r.msgs.changed(k, nil, false)
 	if err := r.unindexDue(b, k); err != nil {
 		return err
 	}
@@ -926,7 +936,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	if err := b.Set(op.Key[:], r.w.val); err != nil {
 		return false, fmt.Errorf("write %v: %w", op.Key, err)
 	}
-	r.msgs.changed(&op.Key, r.w.val)
+	r.msgs.changed(&op.Key, r.w.val, readBack(op.Msg))
 	return true, nil
 }
 
