@@ -98,8 +98,9 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 
 // releaseMemory hands back what the burst that just ended made the
 // process keep: the store's memory for writes, the messages the
-// repository kept from its writes, then the Go heap's free pages. It runs on g's idle watcher, which stopWork stops first, so
-// never on a closed store.
+// repository kept from its writes, then the Go heap's free pages. It runs
+// on g's idle watcher, which stopWork stops first, so never on a closed
+// store.
 func (s *Service) releaseMemory(g *generation) {
 	start := time.Now()
 	if err := g.store.(*watchedStore).ReleaseMemory(); err != nil {
