@@ -47,18 +47,6 @@ func checkAgrees(tb testing.TB, r *delaystore.Repository, s delaystore.Store, st
 	}
 }
 
-// messageKeys returns the keys of every message in s.
-func messageKeys(tb testing.TB, s delaystore.Store) []keys.Key {
-	tb.Helper()
-	var out []keys.Key
-	for _, k := range allKeys(tb, s) {
-		if len(k) == keys.Len {
-			out = append(out, keys.Key(k))
-		}
-	}
-	return out
-}
-
 // planNext is a PlanFunc that plans every occurrence with a successor a
 // second later.
 func planNext(_ keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
@@ -128,7 +116,7 @@ func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 
 		apply(t, r, delaystore.Op{Key: moved.Key}, delaystore.Op{Key: c})
 		checkAgrees(t, r, st.Store, "deleted", moved.Key, c)
-		checkAgrees(t, r, st.Store, "all", messageKeys(t, st.Store)...)
+		checkAgrees(t, r, st.Store, "all", eventKeys(t, st.Store)...)
 	})
 }
 
@@ -160,12 +148,12 @@ func TestRepository_MessageCache_ExactAfterUncertainCommits(t *testing.T) {
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("%s: %v, want the injected error", step, err)
 			}
-			checkAgrees(t, r, inner, step, messageKeys(t, inner)...)
+			checkAgrees(t, r, inner, step, eventKeys(t, inner)...)
 			checkAgrees(t, r, inner, step, a, b, c)
 			// A write that commits must not make known what the failed
 			// one meant to write.
 			schedule(t, r, msg("other", t0))
-			checkAgrees(t, r, inner, step+", then a commit", messageKeys(t, inner)...)
+			checkAgrees(t, r, inner, step+", then a commit", eventKeys(t, inner)...)
 			checkAgrees(t, r, inner, step+", then a commit", a, b, c)
 		}
 		update := func(k keys.Key, attempt uint32) func() error {
@@ -332,7 +320,7 @@ func TestRepository_MessageCache_RandomWrites(t *testing.T) {
 			return ks[rng.IntN(len(ks))], true
 		}
 		for step := range 150 {
-			ks := messageKeys(t, inner)
+			ks := eventKeys(t, inner)
 			seen.Store(&ks)
 			select {
 			case next <- struct{}{}:
@@ -392,7 +380,7 @@ func TestRepository_MessageCache_RandomWrites(t *testing.T) {
 				t.Fatalf("step %d, %s: %v", step, what, err)
 			}
 			// The keys before the step, and any it wrote.
-			after := messageKeys(t, inner)
+			after := eventKeys(t, inner)
 			for _, k := range ks {
 				if storedMessage(t, inner, k) == nil {
 					after = append(after, k)

@@ -1,17 +1,11 @@
 package raftstore
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"natsdelay/delaystore"
 )
 
 // The followers' answers prove leadership from a quorum only: with five
@@ -56,86 +50,18 @@ func TestFollowerAnswers_ProofNeedsAQuorumOfVoters(t *testing.T) {
 	}
 }
 
-// stallingStore holds every commit while stalled, as a local store on a
-// disk that stopped answering does.
-type stallingStore struct {
-	delaystore.Store
-	mu   sync.Mutex
-	gate chan struct{} // nil while commits pass
-}
-
-func (s *stallingStore) stall() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gate == nil {
-		s.gate = make(chan struct{})
-	}
-}
-
-func (s *stallingStore) release() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gate != nil {
-		close(s.gate)
-		s.gate = nil
-	}
-}
-
-func (s *stallingStore) NewBatch() delaystore.Batch {
-	return &stallingBatch{Batch: s.Store.NewBatch(), s: s}
-}
-
-type stallingBatch struct {
-	delaystore.Batch
-	s *stallingStore
-}
-
-func (b *stallingBatch) Commit(sync delaystore.SyncMode) error {
-	b.s.mu.Lock()
-	gate := b.s.gate
-	b.s.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-	return b.Batch.Commit(sync)
-}
-
 // A leader whose commits cannot finish (its local store stalls, so
 // neither a commit nor the barrier that renews an idle lease completes)
 // keeps its lease while its followers answer its heartbeats: a slow
 // commit path does not fence a leader that the others still follow.
 func TestCluster_LeaderWithStalledCommits_KeepsLeaseFromHeartbeats(t *testing.T) {
 	t.Parallel()
-	var nodes []*testNode
-	var lns []net.Listener
-	var peers []string
-	var stalling []*stallingStore
-	for i := range 3 {
-		n, ln := newTestNode(t, fmt.Sprintf("node%d", i), enginePebble)
-		s := &stallingStore{Store: n.local}
-		n.local = s
-		// Runs before the node's own cleanup closes it: Close waits for
-		// the apply that the stall holds.
-		t.Cleanup(s.release)
-		stalling = append(stalling, s)
-		nodes, lns, peers = append(nodes, n), append(lns, ln), append(peers, n.addr)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := errors.Join(openAll(ctx, nodes, lns, [][]string{peers, peers, peers}, nil)...); err != nil {
-		t.Fatal(err)
-	}
-	c := &testCluster{t: t, nodes: nodes}
+	c, stores := startHoldingCluster(t, testConfig())
 	leader := c.waitLeader()
 	waitFor(t, 10*time.Second, "the leader's lease", leader.node.HoldsLease)
-	var stalled *stallingStore
-	for i, n := range nodes {
-		if n == leader {
-			stalled = stalling[i]
-		}
-	}
+	stalled := stores[leader]
 
-	stalled.stall()
+	stalled.hold()
 	commitErr := make(chan error, 1)
 	go func() { commitErr <- commitPairs(leader.node.Store(), "stalled", "1") }()
 	first := leader.node.lease.until.Load()
@@ -150,7 +76,7 @@ func TestCluster_LeaderWithStalledCommits_KeepsLeaseFromHeartbeats(t *testing.T)
 		t.Fatalf("the commit finished while the leader's store stalled: %v", err)
 	default:
 	}
-	stalled.release()
+	stalled.let()
 	if err := <-commitErr; err != nil && !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("commit after the stall: %v", err)
 	}
