@@ -80,6 +80,10 @@ type Dispatcher struct {
 	// began, 0 if none; Health reads it.
 	signaledAt atomic.Int64
 
+	// deliverWarn and deadWarn limit the warnings of failed publishes of
+	// deliveries and of dead letters.
+	deliverWarn, deadWarn warnLimit
+
 	wake      chan struct{} // cap 1: a pending wake-up is enough
 	done      chan struct{}
 	wg        sync.WaitGroup
