@@ -47,16 +47,31 @@ func (s *Service) register() error {
 		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
 		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
 	}
-	// Endpoint names are not subjects. They are the verbs in lower
-	// case, as the ingest endpoint's name is; the subjects keep the verbs
-	// in capitals, as the protocol has them.
-	type endpoint struct {
-		verb string
-		h    func(micro.Request) (any, error)
-		// tooLarge says how to ask for a smaller reply.
-		tooLarge string
+	for _, ep := range s.apiEndpoints() {
+		// Endpoint names are not subjects. They are the verbs in lower
+		// case, as the ingest endpoint's name is; the subjects keep the
+		// verbs in capitals, as the protocol has them.
+		name := strings.ToLower(strings.ReplaceAll(ep.verb, ".", "_"))
+		err := svc.AddEndpoint(name, s.apiHandler(ep), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+ep.verb))
+		if err != nil {
+			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
+		}
 	}
-	eps := []endpoint{
+	return nil
+}
+
+// apiEndpoint is one verb of the API and its handler.
+type apiEndpoint struct {
+	verb string
+	h    func(micro.Request) (any, error)
+	// tooLarge says how to ask for a smaller reply.
+	tooLarge string
+}
+
+// apiEndpoints are the API's verbs: the bulk verbs, and the cluster's
+// when the service runs on one, with the others.
+func (s *Service) apiEndpoints() []apiEndpoint {
+	eps := []apiEndpoint{
 		{wire.VerbInfo, s.apiInfo, ""},
 		{wire.VerbGet, s.apiGet, `; ask without "payload"`},
 		{wire.VerbList, s.apiList, ""},
@@ -75,42 +90,41 @@ func (s *Service) register() error {
 		{wire.VerbResume, s.apiResume, ""},
 	}
 	for _, verb := range wire.BulkVerbs {
-		eps = append(eps, endpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
+		eps = append(eps, apiEndpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
 	if s.cfg.Cluster != nil {
-		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
+		eps = append(eps, apiEndpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, apiEndpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
 	}
-	for _, ep := range eps {
-		h, tooLarge := ep.h, ep.tooLarge
-		name := strings.ToLower(strings.ReplaceAll(ep.verb, ".", "_"))
-		err := svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
-			if !s.mayAnswer() {
-				return
-			}
-			v, err := h(req)
-			if err != nil {
-				respondError(req, err)
-				return
-			}
-			body, err := marshalReply(v)
-			if err != nil {
-				respondError(req, err)
-				return
-			}
-			// NB: nats.go refuses a reply over max_payload, and the
-			// requester would wait for nothing until its timeout.
-			if limit := int(s.nc.MaxPayload()); len(body) > limit {
-				respondError(req, badRequest("the reply would be %d bytes, %d over the server's max_payload of %d%s",
-					len(body), len(body)-limit, limit, tooLarge))
-				return
-			}
-			_ = req.Respond(body)
-		}), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+ep.verb))
-		if err != nil {
-			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
+	return eps
+}
+
+// apiHandler answers ep's requests with its handler's reply as JSON, or
+// its error.
+func (s *Service) apiHandler(ep apiEndpoint) micro.Handler {
+	h, tooLarge := ep.h, ep.tooLarge
+	return micro.HandlerFunc(func(req micro.Request) {
+		if !s.mayAnswer() {
+			return
 		}
-	}
-	return nil
+		v, err := h(req)
+		if err != nil {
+			respondError(req, err)
+			return
+		}
+		body, err := marshalReply(v)
+		if err != nil {
+			respondError(req, err)
+			return
+		}
+		// NB: nats.go refuses a reply over max_payload, and the
+		// requester would wait for nothing until its timeout.
+		if limit := int(s.nc.MaxPayload()); len(body) > limit {
+			respondError(req, badRequest("the reply would be %d bytes, %d over the server's max_payload of %d%s",
+				len(body), len(body)-limit, limit, tooLarge))
+			return
+		}
+		_ = req.Respond(body)
+	})
 }
 
 // marshalReply encodes an API reply as JSON. Unlike json.Marshal it
@@ -506,64 +520,11 @@ func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
 		return wire.SubjectsReply{}, err
 	}
 	c := s.core.Load()
-	// The registry is in subject order: the page starts after "after",
-	// which need not be pending any more, and no earlier than the
-	// filter's literal start, and ends where subjects stop having it, so
-	// a filter such as orders.> reads the orders and not every subject.
+	page, more, err := subjectsPage(c, r.Filter, r.After, limit)
+	if err != nil {
+		return wire.SubjectsReply{}, err
+	}
 	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
-	prefix := literalPrefix(r.Filter)
-	from := prefix
-	if r.After != "" && r.After+"\x00" > from {
-		from = r.After + "\x00" // subjects hold no NUL: the next one after
-	}
-	// A subject with dead letters and nothing pending is listed too: the
-	// page merges the two registries, each read up to a page.
-	type entry struct {
-		subject       string
-		pending, dead uint64
-	}
-	byName := map[string]*entry{}
-	scanned := func(subject string) bool { return strings.HasPrefix(subject, prefix) }
-	n := 0
-	err = c.ScanTopics(from, func(t delaystore.Topic) bool {
-		if !scanned(t.Subject) || n > limit {
-			return false
-		}
-		if dispatch.SubjectMatches(r.Filter, t.Subject) {
-			byName[t.Subject] = &entry{subject: t.Subject, pending: t.Pending}
-			n++
-		}
-		return true
-	})
-	if err != nil {
-		return wire.SubjectsReply{}, err
-	}
-	n = 0
-	err = c.ScanDeadTopics(from, func(t delaystore.DeadTopic) bool {
-		if !scanned(t.Subject) || n > limit {
-			return false
-		}
-		if dispatch.SubjectMatches(r.Filter, t.Subject) {
-			e := byName[t.Subject]
-			if e == nil {
-				e = &entry{subject: t.Subject}
-				byName[t.Subject] = e
-			}
-			e.dead = t.Dead
-			n++
-		}
-		return true
-	})
-	if err != nil {
-		return wire.SubjectsReply{}, err
-	}
-	page := make([]*entry, 0, len(byName))
-	for _, e := range byName {
-		page = append(page, e)
-	}
-	slices.SortFunc(page, func(a, b *entry) int { return strings.Compare(a.subject, b.subject) })
-	more := len(page) > limit
-	page = page[:min(len(page), limit)]
 	for _, t := range page {
 		var due uint64
 		if t.pending > 0 {
@@ -578,6 +539,78 @@ func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
 		out.Next = out.Subjects[len(out.Subjects)-1].Subject
 	}
 	return out, nil
+}
+
+// subjectEntry is a subject of a SUBJECTS page, with its counts.
+type subjectEntry struct {
+	subject       string
+	pending, dead uint64
+}
+
+// subjectRegistries are the registries of subjects with pending
+// messages and with dead letters, in subject order: the core's.
+type subjectRegistries interface {
+	ScanTopics(from string, yield func(delaystore.Topic) bool) error
+	ScanDeadTopics(from string, yield func(delaystore.DeadTopic) bool) error
+}
+
+// subjectsPage reads a page of up to limit subjects after "after" that
+// match filter, from the registries of pending messages and of dead
+// letters, in subject order; more says whether more follow.
+func subjectsPage(c subjectRegistries, filter, after string, limit int) (page []*subjectEntry, more bool, err error) {
+	// The registry is in subject order: the page starts after "after",
+	// which need not be pending any more, and no earlier than the
+	// filter's literal start, and ends where subjects stop having it, so
+	// a filter such as orders.> reads the orders and not every subject.
+	prefix := literalPrefix(filter)
+	from := prefix
+	if after != "" && after+"\x00" > from {
+		from = after + "\x00" // subjects hold no NUL: the next one after
+	}
+	// A subject with dead letters and nothing pending is listed too: the
+	// page merges the two registries, each read up to a page.
+	byName := map[string]*subjectEntry{}
+	scanned := func(subject string) bool { return strings.HasPrefix(subject, prefix) }
+	n := 0
+	err = c.ScanTopics(from, func(t delaystore.Topic) bool {
+		if !scanned(t.Subject) || n > limit {
+			return false
+		}
+		if dispatch.SubjectMatches(filter, t.Subject) {
+			byName[t.Subject] = &subjectEntry{subject: t.Subject, pending: t.Pending}
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	n = 0
+	err = c.ScanDeadTopics(from, func(t delaystore.DeadTopic) bool {
+		if !scanned(t.Subject) || n > limit {
+			return false
+		}
+		if dispatch.SubjectMatches(filter, t.Subject) {
+			e := byName[t.Subject]
+			if e == nil {
+				e = &subjectEntry{subject: t.Subject}
+				byName[t.Subject] = e
+			}
+			e.dead = t.Dead
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	page = make([]*subjectEntry, 0, len(byName))
+	for _, e := range byName {
+		page = append(page, e)
+	}
+	slices.SortFunc(page, func(a, b *subjectEntry) int { return strings.Compare(a.subject, b.subject) })
+	more = len(page) > limit
+	return page[:min(len(page), limit)], more, nil
 }
 
 // pageLimit is the page size a request asks for: the default when it

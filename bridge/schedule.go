@@ -130,102 +130,24 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 	}
 	var ctl controls
 	readControls(h, &ctl)
-	delay, hasDelay, err := ctl.value(wire.HeaderDelay)
+	fireAt, given, err := parseFireAt(&ctl, now)
 	if err != nil {
 		return nil, err
 	}
-	at, hasAt, err := ctl.value(wire.HeaderAt)
-	if err != nil {
-		return nil, err
-	}
-	if hasDelay && hasAt {
-		return nil, badRequest("both %s and %s given: want one of them", wire.HeaderDelay, wire.HeaderAt)
-	}
-	fireAt := now
-	switch {
-	case hasDelay:
-		d, err := parseDuration(wire.HeaderDelay, delay)
-		if err != nil {
-			return nil, err
-		}
-		if d > maxFireAt.Sub(now) {
-			return nil, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", wire.HeaderDelay, keys.Clip(delay), maxFireAt.Format(time.DateOnly))
-		}
-		fireAt = now.Add(d)
-	case hasAt:
-		t, err := parseAt(at)
-		if err != nil {
-			return nil, err
-		}
-		if t.After(now) {
-			fireAt = t
-		}
-	}
-
 	msg := &delaystore.StoredMessage{
 		Subject:      target,
 		Payload:      data,
 		EnqueuedAtNs: now.UnixNano(),
 		FireAtNs:     fireAt.UnixNano(),
 	}
-	if v, ok, err := ctl.value(wire.HeaderTTL); err != nil {
-		return nil, err
-	} else if ok {
-		ttl, err := parseDuration(wire.HeaderTTL, v)
-		if err != nil {
-			return nil, err
-		}
-		if ttl == 0 {
-			return nil, badRequest("%s %q: want a positive duration", wire.HeaderTTL, keys.Clip(v))
-		}
-		if ttl > maxFireAt.Sub(fireAt) {
-			return nil, badRequest("%s %q: the expiry would be after %s, the latest that can be stored", wire.HeaderTTL, keys.Clip(v), maxFireAt.Format(time.DateOnly))
-		}
-		msg.TtlNs = int64(ttl)
-		msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
-	}
-	if v, ok, err := ctl.value(wire.HeaderID); err != nil {
-		return nil, err
-	} else if ok {
-		if err := checkClientID(v); err != nil {
-			return nil, err
-		}
-		msg.ClientId = v
-	}
-	if v, ok, err := ctl.value(wire.HeaderAck); err != nil {
-		return nil, err
-	} else if ok {
-		switch strings.ToLower(v) {
-		case "explicit":
-			msg.AckPolicy = delaystore.AckPolicy_ACK_EXPLICIT
-		case "none":
-			msg.AckPolicy = delaystore.AckPolicy_ACK_NONE
-		default:
-			return nil, badRequest("%s %q: want explicit or none", wire.HeaderAck, keys.Clip(v))
-		}
-	}
-	if v, ok, err := ctl.value(wire.HeaderMaxDeliver); err != nil {
-		return nil, err
-	} else if ok {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			return nil, badRequest("%s %q: want a positive integer up to %d", wire.HeaderMaxDeliver, keys.Clip(v), uint32(math.MaxUint32))
-		}
-		msg.MaxDeliver = uint32(n)
-	}
-	if msg.Recurrence, err = parseRecurrence(&ctl, now, fireAt, hasDelay || hasAt); err != nil {
+	if err := parseTTL(&ctl, msg, fireAt); err != nil {
 		return nil, err
 	}
-	if r := msg.Recurrence; r != nil {
-		r.Id = msg.ClientId
-		msg.FireAtNs = r.OccurrenceNs
-		// An occurrence's expiry is set when it first goes out (see
-		// package recur); until then it has none, so it cannot expire
-		// before its successor is planned.
-		msg.ExpireAtNs = 0
-		if msg.TtlNs > maxFireAt.Sub(time.Unix(0, r.OccurrenceNs)).Nanoseconds() {
-			return nil, badRequest("%s: the first occurrence's expiry would be after %s, the latest that can be stored", wire.HeaderTTL, maxFireAt.Format(time.DateOnly))
-		}
+	if err := parseDelivery(&ctl, msg); err != nil {
+		return nil, err
+	}
+	if err := parseRecurring(&ctl, msg, now, fireAt, given); err != nil {
+		return nil, err
 	}
 	if msg.Headers, err = passedHeaders(h); err != nil {
 		return nil, err
@@ -234,6 +156,118 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		return nil, err
 	}
 	return msg, nil
+}
+
+// parseFireAt reads Delay or Delay-At: the fire time, now if neither was
+// given (or Delay-At is past), and whether one was.
+func parseFireAt(ctl *controls, now time.Time) (time.Time, bool, error) {
+	delay, hasDelay, err := ctl.value(wire.HeaderDelay)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	at, hasAt, err := ctl.value(wire.HeaderAt)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	switch {
+	case hasDelay && hasAt:
+		return time.Time{}, false, badRequest("both %s and %s given: want one of them", wire.HeaderDelay, wire.HeaderAt)
+	case hasDelay:
+		d, err := parseDuration(wire.HeaderDelay, delay)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if d > maxFireAt.Sub(now) {
+			return time.Time{}, false, badRequest("%s %q: the fire time would be after %s, the latest that can be stored", wire.HeaderDelay, keys.Clip(delay), maxFireAt.Format(time.DateOnly))
+		}
+		return now.Add(d), true, nil
+	case hasAt:
+		t, err := parseAt(at)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if t.After(now) {
+			return t, true, nil
+		}
+		return now, true, nil
+	}
+	return now, false, nil
+}
+
+// parseTTL reads Delay-TTL into msg, which fires at fireAt.
+func parseTTL(ctl *controls, msg *delaystore.StoredMessage, fireAt time.Time) error {
+	v, ok, err := ctl.value(wire.HeaderTTL)
+	if err != nil || !ok {
+		return err
+	}
+	ttl, err := parseDuration(wire.HeaderTTL, v)
+	if err != nil {
+		return err
+	}
+	if ttl == 0 {
+		return badRequest("%s %q: want a positive duration", wire.HeaderTTL, keys.Clip(v))
+	}
+	if ttl > maxFireAt.Sub(fireAt) {
+		return badRequest("%s %q: the expiry would be after %s, the latest that can be stored", wire.HeaderTTL, keys.Clip(v), maxFireAt.Format(time.DateOnly))
+	}
+	msg.TtlNs = int64(ttl)
+	msg.ExpireAtNs = fireAt.Add(ttl).UnixNano()
+	return nil
+}
+
+// parseDelivery reads Delay-Id, Delay-Ack and Delay-Max-Deliver into msg.
+func parseDelivery(ctl *controls, msg *delaystore.StoredMessage) error {
+	if v, ok, err := ctl.value(wire.HeaderID); err != nil {
+		return err
+	} else if ok {
+		if err := checkClientID(v); err != nil {
+			return err
+		}
+		msg.ClientId = v
+	}
+	if v, ok, err := ctl.value(wire.HeaderAck); err != nil {
+		return err
+	} else if ok {
+		switch strings.ToLower(v) {
+		case "explicit":
+			msg.AckPolicy = delaystore.AckPolicy_ACK_EXPLICIT
+		case "none":
+			msg.AckPolicy = delaystore.AckPolicy_ACK_NONE
+		default:
+			return badRequest("%s %q: want explicit or none", wire.HeaderAck, keys.Clip(v))
+		}
+	}
+	if v, ok, err := ctl.value(wire.HeaderMaxDeliver); err != nil {
+		return err
+	} else if ok {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return badRequest("%s %q: want a positive integer up to %d", wire.HeaderMaxDeliver, keys.Clip(v), uint32(math.MaxUint32))
+		}
+		msg.MaxDeliver = uint32(n)
+	}
+	return nil
+}
+
+// parseRecurring reads the headers of a recurring schedule into msg, if
+// it is one: its first occurrence replaces the fire time. fireAt and
+// given are parseFireAt's.
+func parseRecurring(ctl *controls, msg *delaystore.StoredMessage, now, fireAt time.Time, given bool) error {
+	r, err := parseRecurrence(ctl, now, fireAt, given)
+	if err != nil || r == nil {
+		return err
+	}
+	msg.Recurrence = r
+	r.Id = msg.ClientId
+	msg.FireAtNs = r.OccurrenceNs
+	// An occurrence's expiry is set when it first goes out (see
+	// package recur); until then it has none, so it cannot expire
+	// before its successor is planned.
+	msg.ExpireAtNs = 0
+	if msg.TtlNs > maxFireAt.Sub(time.Unix(0, r.OccurrenceNs)).Nanoseconds() {
+		return badRequest("%s: the first occurrence's expiry would be after %s, the latest that can be stored", wire.HeaderTTL, maxFireAt.Format(time.DateOnly))
+	}
+	return nil
 }
 
 // checkDeliverable refuses a message that could be stored but never
@@ -502,55 +536,17 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 
 	r := &delaystore.Recurrence{}
 	var p recur.Plan
+	var err error
 	if has[0] {
-		d, err := parseDuration(wire.HeaderEvery, every)
-		if err != nil {
-			return nil, err
-		}
-		if p.Spec, err = recur.ParseEvery(d); err != nil {
-			return nil, badRequest("%s %q: %s", wire.HeaderEvery, keys.Clip(every), recur.EveryForm)
-		}
-		r.EveryNs = int64(d)
+		err = parseEvery(r, &p, every)
 	} else {
-		if has[2] {
-			if _, err := time.LoadLocation(tz); err != nil || tz == "" || strings.EqualFold(tz, "local") {
-				return nil, badRequest("%s %q: want an IANA zone name such as Europe/Berlin, America/New_York or UTC", wire.HeaderTZ, keys.Clip(tz))
-			}
-		}
-		var err error
-		if p.Spec, err = recur.ParseCron(cron, tz); err != nil {
-			if errors.Is(err, recur.ErrNeverFires) {
-				return nil, badRequest("%s %q: matches no date, so it would never fire (such as day 30 of February): check the day-of-month and month fields", wire.HeaderCron, keys.Clip(cron))
-			}
-			return nil, badRequest("%s %q: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
-		}
-		r.Cron, r.Zone = cron, tz
+		err = parseCron(r, &p, cron, tz, has[2])
 	}
-	if has[3] {
-		t, err := parseTime(wire.HeaderUntil, until)
-		if err != nil {
-			return nil, err
-		}
-		p.Until, r.UntilNs = t, t.UnixNano()
+	if err != nil {
+		return nil, err
 	}
-	if has[4] {
-		n, err := strconv.ParseUint(limit, 10, 64)
-		if err != nil || n == 0 {
-			return nil, badRequest("%s %q: want a positive integer", wire.HeaderLimit, keys.Clip(limit))
-		}
-		p.Limit, r.Limit = n, n
-	}
-	if has[5] {
-		switch strings.ToLower(catchUp) {
-		case "one":
-			r.CatchUp = recur.One
-		case "all":
-			r.CatchUp = recur.All
-		case "none":
-			r.CatchUp = recur.None
-		default:
-			return nil, badRequest("%s %q: want one, all or none", wire.HeaderCatchUp, keys.Clip(catchUp))
-		}
+	if err := parseRecurEnd(r, &p, until, limit, catchUp, has[3], has[4], has[5]); err != nil {
+		return nil, err
 	}
 	first, ok := p.First(now, at, given)
 	switch {
@@ -564,4 +560,69 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 	}
 	r.OccurrenceNs, r.Seq = first.UnixNano(), 1
 	return r, nil
+}
+
+// parseEvery reads Delay-Every into r and p.
+func parseEvery(r *delaystore.Recurrence, p *recur.Plan, every string) error {
+	d, err := parseDuration(wire.HeaderEvery, every)
+	if err != nil {
+		return err
+	}
+	if p.Spec, err = recur.ParseEvery(d); err != nil {
+		return badRequest("%s %q: %s", wire.HeaderEvery, keys.Clip(every), recur.EveryForm)
+	}
+	r.EveryNs = int64(d)
+	return nil
+}
+
+// parseCron reads Delay-Cron, in the zone of Delay-TZ if hasTZ, into r
+// and p.
+func parseCron(r *delaystore.Recurrence, p *recur.Plan, cron, tz string, hasTZ bool) error {
+	if hasTZ {
+		if _, err := time.LoadLocation(tz); err != nil || tz == "" || strings.EqualFold(tz, "local") {
+			return badRequest("%s %q: want an IANA zone name such as Europe/Berlin, America/New_York or UTC", wire.HeaderTZ, keys.Clip(tz))
+		}
+	}
+	var err error
+	if p.Spec, err = recur.ParseCron(cron, tz); err != nil {
+		if errors.Is(err, recur.ErrNeverFires) {
+			return badRequest("%s %q: matches no date, so it would never fire (such as day 30 of February): check the day-of-month and month fields", wire.HeaderCron, keys.Clip(cron))
+		}
+		return badRequest("%s %q: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
+	}
+	r.Cron, r.Zone = cron, tz
+	return nil
+}
+
+// parseRecurEnd reads Delay-Until, Delay-Limit and Delay-Catch-Up, each
+// if given, into r and p.
+func parseRecurEnd(r *delaystore.Recurrence, p *recur.Plan, until, limit, catchUp string, hasUntil, hasLimit, hasCatchUp bool) error {
+	if hasUntil {
+		t, err := parseTime(wire.HeaderUntil, until)
+		if err != nil {
+			return err
+		}
+		p.Until, r.UntilNs = t, t.UnixNano()
+	}
+	if hasLimit {
+		n, err := strconv.ParseUint(limit, 10, 64)
+		if err != nil || n == 0 {
+			return badRequest("%s %q: want a positive integer", wire.HeaderLimit, keys.Clip(limit))
+		}
+		p.Limit, r.Limit = n, n
+	}
+	if !hasCatchUp {
+		return nil
+	}
+	switch strings.ToLower(catchUp) {
+	case "one":
+		r.CatchUp = recur.One
+	case "all":
+		r.CatchUp = recur.All
+	case "none":
+		r.CatchUp = recur.None
+	default:
+		return badRequest("%s %q: want one, all or none", wire.HeaderCatchUp, keys.Clip(catchUp))
+	}
+	return nil
 }

@@ -291,7 +291,31 @@ func floorDiv(a, b int64) int64 { return a / b } // a >= 0 here
 // next open builds again, overwriting what it wrote. It runs in
 // OpenRepository, before any other write.
 func (r *Repository) buildIndexes() error {
-	const chunk = 4096
+	counts, entries, err := r.buildDueIndex()
+	if err != nil {
+		return err
+	}
+	pending, subjects, err := r.readPendingTotals()
+	if err != nil {
+		return fmt.Errorf("read subject registry: %w", err)
+	}
+	if err := r.writeDueCountsAndTotals(counts, pending, subjects); err != nil {
+		return err
+	}
+	if entries > 0 {
+		r.log.Info("built the due index of a store written without it", "messages", entries, "subjects", subjects)
+	}
+	return nil
+}
+
+// indexBuildChunk bounds the keys buildIndexes reads, and the writes it
+// commits, at a time.
+const indexBuildChunk = 4096
+
+// buildDueIndex writes the due index entry of every event key, a chunk at
+// a time, and returns the count of messages due in each second and the
+// number of keys.
+func (r *Repository) buildDueIndex() (map[int64]uint64, int, error) {
 	counts := make(map[int64]uint64)
 	var from []byte
 	entries := 0
@@ -303,38 +327,41 @@ func (r *Repository) buildIndexes() error {
 				return true
 			}
 			ks = append(ks, keys.Key(kb))
-			if len(ks) == chunk {
+			if len(ks) == indexBuildChunk {
 				next = keys.Key(kb).Successor()
 				return false
 			}
 			return true
 		})
 		if err != nil {
-			return fmt.Errorf("read event keys: %w", err)
+			return nil, 0, fmt.Errorf("read event keys: %w", err)
 		}
 		b := r.s.NewBatch()
 		for _, k := range ks {
 			if err := b.Set(dueIndex.appendKey(nil, k), nil); err != nil {
 				b.Close()
-				return fmt.Errorf("index due time of %v: %w", k, err)
+				return nil, 0, fmt.Errorf("index due time of %v: %w", k, err)
 			}
 			counts[r.dueSecond(k)]++
 		}
 		err = b.Commit(NoSync)
 		b.Close()
 		if err != nil {
-			return fmt.Errorf("write due index: %w", err)
+			return nil, 0, fmt.Errorf("write due index: %w", err)
 		}
 		entries += len(ks)
 		if next == nil {
-			break
+			return counts, entries, nil
 		}
 		from = next
 	}
+}
 
-	var pending, subjects uint64
+// readPendingTotals reads the subject registry: the messages pending in
+// all, and the subjects with any.
+func (r *Repository) readPendingTotals() (pending, subjects uint64, err error) {
 	var entryErr error
-	err := r.s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
+	err = r.s.Scan(IterOptions{LowerBound: []byte(topicPrefix), UpperBound: prefixEnd(topicPrefix)}, func(k, v []byte) bool {
 		if isVersionGuard(string(k[len(topicPrefix):])) {
 			return true
 		}
@@ -351,14 +378,16 @@ func (r *Repository) buildIndexes() error {
 	if err == nil {
 		err = entryErr
 	}
-	if err != nil {
-		return fmt.Errorf("read subject registry: %w", err)
-	}
+	return pending, subjects, err
+}
 
+// writeDueCountsAndTotals writes the due counts per second, the totals
+// and index-version, the last in a synced commit.
+func (r *Repository) writeDueCountsAndTotals(counts map[int64]uint64, pending, subjects uint64) error {
 	b := r.s.NewBatch()
 	defer func() { b.Close() }()
 	for second, c := range counts {
-		if b.Len() >= chunk {
+		if b.Len() >= indexBuildChunk {
 			if err := b.Commit(NoSync); err != nil {
 				return fmt.Errorf("write due counts: %w", err)
 			}
@@ -379,9 +408,6 @@ func (r *Repository) buildIndexes() error {
 	}
 	if err := b.Commit(Sync); err != nil {
 		return fmt.Errorf("write totals: %w", err)
-	}
-	if entries > 0 {
-		r.log.Info("built the due index of a store written without it", "messages", entries, "subjects", subjects)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -72,6 +73,9 @@ type deleter struct {
 	kick    chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
+	// closeErr is why the writes queued at close were not committed; run
+	// sets it before it returns.
+	closeErr error
 }
 
 func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration, log *slog.Logger, onCommitted func([]keys.Key)) *deleter {
@@ -162,19 +166,22 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 	}
 }
 
-// close commits what is queued and stops. Later writes fail with ErrClosed.
-func (dl *deleter) close() {
+// close commits what is queued and stops. Later writes fail with
+// ErrClosed. It returns the error of the last commit if what was queued
+// could not be committed.
+func (dl *deleter) close() error {
 	dl.mu.Lock()
 	if dl.mu.closed {
 		dl.mu.Unlock()
 		dl.wg.Wait()
-		return
+		return dl.closeErr
 	}
 	dl.mu.closed = true
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
 	close(dl.done)
 	dl.wg.Wait()
+	return dl.closeErr
 }
 
 func (dl *deleter) run() {
@@ -207,6 +214,7 @@ func (dl *deleter) run() {
 			retry = min(max(2*retry, 10*time.Millisecond), time.Second)
 			dl.log.Warn("committing deletes failed; retrying", "err", err, "ops", n, "retry_in", retry)
 			if closing {
+				dl.closeErr = fmt.Errorf("dispatch: committing %d writes queued at close: %w", n, err)
 				dl.failAll(err)
 				return
 			}

@@ -80,10 +80,15 @@ type Dispatcher struct {
 	// began, 0 if none; Health reads it.
 	signaledAt atomic.Int64
 
+	// deliverWarn and deadWarn limit the warnings of failed publishes of
+	// deliveries and of dead letters.
+	deliverWarn, deadWarn warnLimit
+
 	wake      chan struct{} // cap 1: a pending wake-up is enough
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	closeErr  error // Close's result
 }
 
 // New returns a Dispatcher, not running yet, of the messages in repo,
@@ -160,7 +165,10 @@ func (d *Dispatcher) goFunc(f func()) {
 }
 
 // Close stops delivering, waits for the pass under way, and commits the
-// deletes and attempt counts still queued. It is safe to call twice.
+// deletes and attempt counts still queued; it returns the error of that
+// commit if it failed (the messages are then delivered again after a
+// restart). It is safe to call twice; the second call returns the result
+// of the first.
 func (d *Dispatcher) Close() error {
 	d.closeOnce.Do(func() {
 		d.mu.Lock()
@@ -169,10 +177,10 @@ func (d *Dispatcher) Close() error {
 		close(d.done)
 		d.wg.Wait()
 		if d.del != nil {
-			d.del.close()
+			d.closeErr = d.del.close()
 		}
 	})
-	return nil
+	return d.closeErr
 }
 
 // Stats returns the counters.

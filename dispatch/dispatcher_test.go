@@ -511,3 +511,26 @@ func TestDispatcher_Failed_WaitsBackoff(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcher_Close_ReportsWritesNotCommitted checks that a Close whose
+// last commit of queued writes fails says so: the attempt count it could
+// not write is lost (the message is delivered again as attempt 1), and the
+// caller that closes the store must know.
+func TestDispatcher_Close_ReportsWritesNotCommitted(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AttemptWriteDelay = time.Hour })
+	k := h.schedule(msgAt("w", time.Now()))[0]
+	h.next(10 * time.Second)
+	checkFor(t, 10*time.Second, func() error {
+		if !h.d.QueuedWriteForTest(k) {
+			return fmt.Errorf("no write of %v queued", k)
+		}
+		return nil
+	})
+	// A closed repository refuses every commit, as a failed store does.
+	if err := h.repo.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.Close(); err == nil {
+		t.Fatal("Close = nil, want the error of the attempt count it could not write")
+	}
+}

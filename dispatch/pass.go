@@ -338,7 +338,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			continue
 		}
 		if err != nil {
-			d.log.Warn("publishing delivery", "tag", f.key, "err", err)
+			if ok, n := d.deliverWarn.allow(now); ok {
+				d.log.Warn("publishing delivery", "tag", f.key, "err", err, "suppressed", n)
+			}
 			d.mu.Lock()
 			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
@@ -383,7 +385,9 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 			}
 			return
 		}
-		d.log.Warn("publishing dead letter of an undeliverable message", "tag", f.key, "err", err)
+		if ok, n := d.deadWarn.allow(d.nowNs()); ok {
+			d.log.Warn("publishing dead letter of an undeliverable message", "tag", f.key, "err", err, "suppressed", n)
+		}
 	}
 	d.mu.Lock()
 	if d.mu.flights.byKey[f.key] == f && f.state == stateSent {

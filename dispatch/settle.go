@@ -351,7 +351,9 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 	}
 	if subj := d.cfg.DeadLetterSubject; subj != "" {
 		if err := d.pub.DeadLetter(subj, k, msg, attempt, reason); err != nil {
-			d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err)
+			if ok, n := d.deadWarn.allow(d.nowNs()); ok {
+				d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err, "suppressed", n)
+			}
 			d.mu.Lock()
 			if f := d.mu.flights.byKey[k]; f != nil {
 				f.state = stateRetry

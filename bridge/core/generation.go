@@ -48,8 +48,7 @@ func (s *Service) startGeneration(st delaystore.Store, probe bool) (*generation,
 	g := &generation{}
 	g.store = &watchedStore{Store: st, onFail: func(err error) { s.fail(g, err) }}
 	if err := s.buildGeneration(g, probe); err != nil {
-		g.stopWork()
-		return nil, errors.Join(err, g.closeStore())
+		return nil, errors.Join(err, g.stopWork(), g.closeStore())
 	}
 	return g, nil
 }
@@ -126,9 +125,12 @@ func (s *Service) idleGeneration(st delaystore.Store) *generation {
 }
 
 // stopWork stops the idle watcher, the writer, the janitor and the
-// dispatcher, in that order. Nothing may hand the writer messages any
-// more: see Service.retire and Service.Stop. Safe to call twice.
-func (g *generation) stopWork() {
+// dispatcher, in that order, and returns the errors of the janitor's and
+// the dispatcher's Close, joined. Nothing may hand the writer messages
+// any more: see Service.retire and Service.Stop. Safe to call twice; the
+// second call returns nil.
+func (g *generation) stopWork() error {
+	var errs []error
 	g.stopWorkOnce.Do(func() {
 		if g.idle != nil {
 			// First, and waited for: a release under way uses the
@@ -139,12 +141,13 @@ func (g *generation) stopWork() {
 			g.w.close()
 		}
 		if g.jan != nil {
-			_ = g.jan.Close()
+			errs = append(errs, g.jan.Close())
 		}
 		if g.disp != nil {
-			_ = g.disp.Close()
+			errs = append(errs, g.disp.Close())
 		}
 	})
+	return errors.Join(errs...)
 }
 
 // closeStore closes the repository and the store, after stopWork. A

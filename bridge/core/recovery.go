@@ -186,8 +186,7 @@ func (s *Service) retire(g *generation) {
 	s.workMu.Lock()
 	g.retired.Store(true)
 	s.workMu.Unlock()
-	g.stopWork()
-	if err := g.closeStore(); err != nil {
+	if err := errors.Join(g.stopWork(), g.closeStore()); err != nil {
 		s.log.Warn("closing the store", "err", err)
 	}
 }
@@ -225,16 +224,14 @@ func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, b
 			return last, true
 		}
 		if d := s.down.Load(); err == nil && d != nil && d.suspended {
-			g.stopWork()
-			if err := g.closeStore(); err != nil {
+			if err := errors.Join(g.stopWork(), g.closeStore()); err != nil {
 				s.log.Warn("closing the store", "err", err)
 			}
 			return last, true
 		}
 		if err == nil {
 			// It failed after the probe, before it took over.
-			g.stopWork()
-			err = errors.Join(errors.New("core: reopened store failed at once"), g.closeStore())
+			err = errors.Join(errors.New("core: reopened store failed at once"), g.stopWork(), g.closeStore())
 		}
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.ReopenFailed()

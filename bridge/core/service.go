@@ -64,6 +64,7 @@ type Service struct {
 	stopping bool
 
 	stopOnce  sync.Once
+	stopErr   error // the current generation's stopWork, for Close
 	closeOnce sync.Once
 	closeErr  error
 
@@ -451,8 +452,8 @@ func (s *Service) ScheduleRefs(subject, afterSubject, afterName string, limit in
 // Stop turns new work away, stops the recovery loop, and stops the
 // current generation's work: the writer commits and answers what it took,
 // then the janitor stops, then the dispatcher (its publishes finish and
-// pending deletes are flushed). The store stays open until Close. Safe to
-// call twice.
+// pending deletes are flushed). The store stays open until Close, which
+// returns the errors of stopping. Safe to call twice.
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
 		s.workMu.Lock()
@@ -461,7 +462,7 @@ func (s *Service) Stop() {
 		// Recovery stops first, so the generation below is the last.
 		close(s.done)
 		s.wg.Wait()
-		s.gen.Load().stopWork()
+		s.stopErr = s.gen.Load().stopWork()
 	})
 }
 
@@ -470,7 +471,7 @@ func (s *Service) Stop() {
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.Stop()
-		s.closeErr = s.gen.Load().closeStore()
+		s.closeErr = errors.Join(s.stopErr, s.gen.Load().closeStore())
 	})
 	return s.closeErr
 }

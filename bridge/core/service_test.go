@@ -324,3 +324,27 @@ func TestService_Open_ReportsEverySetting(t *testing.T) {
 func containsErr(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
+
+// TestService_Close_ReportsDispatcherCloseError checks that Close returns
+// the error of a dispatcher that could not commit what it had queued (an
+// attempt count, written late by AttemptWriteDelay): the store failed at
+// close, and the caller is told so instead of a clean nil.
+func TestService_Close_ReportsDispatcherCloseError(t *testing.T) {
+	st := storetest.NewFailingStore(memStore(t))
+	p := newPublisher()
+	s, err := core.Open(st, p, core.Config{
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Delivery: dispatch.Config{AttemptWriteDelay: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := schedule(t, s, &delaystore.StoredMessage{Subject: "a", FireAtNs: time.Now().UnixNano()})
+	if got := next(t, p.delivered); got != k {
+		t.Fatalf("delivered %v, want %v", got, k)
+	}
+	st.Break()
+	if err := s.Close(); !errors.Is(err, delaystore.ErrFailed) {
+		t.Fatalf("Close = %v, want the dispatcher's failed commit", err)
+	}
+}

@@ -99,7 +99,8 @@ type Config struct {
 	// taken from the queue while it reports false is dropped and counted
 	// in Stats.Fenced. Nil: always.
 	Fence func() bool
-	// Now is the clock of Emit; nil means time.Now.
+	// Now is the clock of Emit and of the warnings' rate limit; nil
+	// means time.Now.
 	Now func() time.Time
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
@@ -125,7 +126,8 @@ func (c Config) Validate() error {
 type Stats struct {
 	// Published counts events handed to the connection.
 	Published uint64
-	// Dropped counts events Emit found no room for, or got after Close.
+	// Dropped counts events Emit found no room for, or got after or
+	// during Close.
 	Dropped uint64
 	// Failed counts events the connection refused (closed, or its
 	// reconnect buffer full while it reconnects).
@@ -149,12 +151,23 @@ type Publisher struct {
 	// Config.Buffer: Emit drops when it is full.
 	queue  chan Event
 	closed atomic.Bool
+	// stopped is set by the goroutine once it has drained the queue
+	// after Close: an event queued after it is dropped by its Emit.
+	stopped atomic.Bool
+
+	// warn limits the warnings of failed publishes; the goroutine alone
+	// uses it.
+	warn warnLimit
 
 	published, dropped, failed, fenced atomic.Uint64
 
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
+
+	// beforeQueue, if set (by tests only), is called by Emit between its
+	// check that p is open and its send to the queue.
+	beforeQueue func()
 }
 
 // New starts a Publisher that publishes on conn, which it does not close.
@@ -208,12 +221,34 @@ func (p *Publisher) Emit(e Event) bool {
 		p.dropped.Add(1)
 		return false
 	}
+	if p.beforeQueue != nil {
+		p.beforeQueue()
+	}
 	select {
 	case p.queue <- e:
-		return true
 	default:
 		p.dropped.Add(1)
 		return false
+	}
+	if p.stopped.Load() {
+		// NB: Close ran between the check of closed above and the send,
+		// and the goroutine has already drained the queue: nothing would
+		// publish this event, so it is dropped and counted here.
+		p.dropQueued()
+		return false
+	}
+	return true
+}
+
+// dropQueued takes every event left in the queue and counts it dropped.
+func (p *Publisher) dropQueued() {
+	for {
+		select {
+		case <-p.queue:
+			p.dropped.Add(1)
+		default:
+			return
+		}
 	}
 }
 
@@ -226,7 +261,8 @@ func (p *Publisher) Stats() Stats {
 }
 
 // Close publishes what is queued, stops the goroutine and waits for it.
-// Events emitted after it are dropped. It is safe to call twice, and on a
+// Events emitted after it, or during it, are dropped and counted, unless
+// the goroutine still publishes them. It is safe to call twice, and on a
 // nil Publisher.
 func (p *Publisher) Close() {
 	if p == nil {
@@ -246,16 +282,27 @@ func (p *Publisher) run() {
 		case e := <-p.queue:
 			body = p.publish(e, body[:0])
 		case <-p.done:
-			// NB: what was queued before Close is published; Emit queues
-			// nothing after it.
-			for {
-				select {
-				case e := <-p.queue:
-					body = p.publish(e, body[:0])
-				default:
-					return
-				}
-			}
+			// NB: what was queued before Close is published. An Emit that
+			// found p open before Close may still queue its event: if it
+			// sends before stopped is set, the second drain publishes the
+			// event; if after, that Emit sees stopped and drops it.
+			body = p.drain(body)
+			p.stopped.Store(true)
+			p.drain(body)
+			return
+		}
+	}
+}
+
+// drain publishes the events in the queue until it is empty, and returns
+// buf for reuse.
+func (p *Publisher) drain(buf []byte) []byte {
+	for {
+		select {
+		case e := <-p.queue:
+			buf = p.publish(e, buf[:0])
+		default:
+			return buf
 		}
 	}
 }
@@ -268,8 +315,10 @@ func (p *Publisher) publish(e Event, buf []byte) []byte {
 	}
 	buf = AppendBody(buf, e)
 	if err := p.conn.Publish(p.prefix[e.Kind]+e.Subject, buf); err != nil {
-		if p.failed.Add(1) == 1 {
-			p.log.Warn("publishing a lifecycle event failed; events are best effort (natsdelay_events_dropped_total counts them)", "err", err)
+		p.failed.Add(1)
+		if ok, n := p.warn.allow(p.now()); ok {
+			p.log.Warn("publishing a lifecycle event failed; events are best effort (natsdelay_events_dropped_total counts them)",
+				"err", err, "suppressed", n)
 		}
 		return buf
 	}
@@ -371,4 +420,27 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// warnInterval is the least time between two warnings of failed
+// publishes: an outage fails every event, and is told once per interval.
+const warnInterval = 10 * time.Second
+
+// warnLimit lets one warning through per warnInterval and counts the
+// ones it holds back. It is not safe for concurrent use.
+type warnLimit struct {
+	next       time.Time
+	suppressed uint64
+}
+
+// allow reports whether a warning at now may be logged and, if so, how
+// many were held back since the last one that was.
+func (w *warnLimit) allow(now time.Time) (bool, uint64) {
+	if now.Before(w.next) {
+		w.suppressed++
+		return false, 0
+	}
+	n := w.suppressed
+	w.next, w.suppressed = now.Add(warnInterval), 0
+	return true, n
 }

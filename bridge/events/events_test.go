@@ -1,7 +1,11 @@
 package events_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -209,5 +213,130 @@ func TestKind_String_WireNames(t *testing.T) {
 	}
 	if s := events.Kind(len(names) + 1).String(); s != "" {
 		t.Errorf("a kind past the last is %q", s)
+	}
+}
+
+// TestPublisher_Emit_DuringClose_DroppedAndCounted checks that every
+// event emitted is told or counted: an Emit that finds the Publisher open
+// and queues its event only after Close drained the queue for the last
+// time counts it as dropped instead of leaving it in the queue, told by
+// no counter.
+func TestPublisher_Emit_DuringClose_DroppedAndCounted(t *testing.T) {
+	g := newGate()
+	close(g.open)
+	p, err := events.New(g, events.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	events.SetBeforeQueue(p, func() {
+		close(entered)
+		<-release
+	})
+	emitted := make(chan bool)
+	go func() { emitted <- p.Emit(events.Event{Kind: events.Acked, Subject: "orders.new"}) }()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("Emit did not reach its queue")
+	}
+	p.Close()
+	close(release)
+	select {
+	case <-emitted:
+	case <-time.After(wait):
+		t.Fatal("Emit did not return")
+	}
+	if st := p.Stats(); st.Published+st.Dropped != 1 {
+		t.Fatalf("stats = %+v: the event emitted during Close is neither published nor dropped", st)
+	}
+}
+
+// records is a slog.Handler that keeps the records it is given.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// warnings returns the records logged so far at WARN, and the value of
+// "suppressed" on the last of them.
+func (r *records) warnings() (n int, suppressed string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.recs {
+		if rec.Level != slog.LevelWarn {
+			continue
+		}
+		n++
+		suppressed = ""
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "suppressed" {
+				suppressed = a.Value.String()
+			}
+			return true
+		})
+	}
+	return n, suppressed
+}
+
+type refusing struct{}
+
+func (refusing) Publish(string, []byte) error { return errors.New("nats: connection closed") }
+
+// TestPublisher_PublishFails_WarnsOncePerInterval checks that a
+// connection refusing events is logged once per interval, with the count
+// of failures held back, for as long as it lasts: not once per process
+// (an outage after the first would go unseen) and not once per event.
+func TestPublisher_PublishFails_WarnsOncePerInterval(t *testing.T) {
+	var clock struct {
+		sync.Mutex
+		now time.Time
+	}
+	clock.now = time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
+	now := func() time.Time {
+		clock.Lock()
+		defer clock.Unlock()
+		return clock.now
+	}
+	logs := &records{}
+	p, err := events.New(refusing{}, events.Config{Now: now, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	failMany := func(n int) {
+		t.Helper()
+		want := p.Stats().Failed + uint64(n)
+		for range n {
+			p.Emit(events.Event{Kind: events.Scheduled, Subject: "a"})
+		}
+		deadline := time.Now().Add(wait)
+		for p.Stats().Failed < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("stats = %+v, want %d failed", p.Stats(), want)
+			}
+			runtime.Gosched()
+		}
+	}
+	failMany(5)
+	if n, _ := logs.warnings(); n != 1 {
+		t.Fatalf("%d warnings after 5 failures in one interval, want 1", n)
+	}
+	clock.Lock()
+	clock.now = clock.now.Add(time.Minute)
+	clock.Unlock()
+	failMany(3)
+	if n, suppressed := logs.warnings(); n != 2 || suppressed != "4" {
+		t.Fatalf("%d warnings, the last with %s suppressed, after 3 more failures an interval later: want 2 and 4", n, suppressed)
 	}
 }

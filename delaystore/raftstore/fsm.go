@@ -212,19 +212,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
+// restore reads the snapshot in rc into the local store and returns the
+// number of keys it holds.
 func (f *fsm) restore(rc io.Reader) (uint64, error) {
-	crc := crc32.New(castagnoli)
-	br := bufio.NewReaderSize(rc, 256<<10)
-	r := io.TeeReader(br, crc)
-	header := make([]byte, len(snapshotMagic)+1+8)
-	if _, err := io.ReadFull(r, header); err != nil {
-		return 0, fmt.Errorf("read header: %w", err)
+	r := &snapshotReader{br: bufio.NewReaderSize(rc, 256<<10)}
+	applied, err := readHeader(r)
+	if err != nil {
+		return 0, err
 	}
-	if string(header[:4]) != snapshotMagic || header[4] != snapshotVersion {
-		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header[:5])
-	}
-	applied := binary.BigEndian.Uint64(header[5:])
-
 	// NB: no iterator stays open across the writes: bbolt cannot grow its
 	// memory map while a read transaction is open, and the writer would wait
 	// for the reader on this same goroutine. old holds the local keys in a
@@ -232,74 +227,15 @@ func (f *fsm) restore(rc io.Reader) (uint64, error) {
 	old := oldKeys{local: f.local}
 	w := chunkWriter{local: f.local}
 	defer w.close()
-	var n uint64
-	var key, value []byte
-	for {
-		key, err := readChunk(r, key[:0])
-		if err != nil {
-			return n, err
-		}
-		if len(key) == 0 {
-			break
-		}
-		if value, err = readChunk(r, value[:0]); err != nil {
-			return n, err
-		}
-		n++
-		// Delete the local keys that sort before this one: the snapshot lacks them.
-		for {
-			k, v, ok, err := old.peek()
-			if err != nil {
-				return n, err
-			}
-			c := 1
-			if ok {
-				c = bytes.Compare(k, key)
-			}
-			if c > 0 {
-				err = w.set(key, value)
-			} else if c < 0 {
-				err = w.del(k)
-			} else if !bytes.Equal(v, value) {
-				err = w.set(key, value)
-			}
-			if err != nil {
-				return n, err
-			}
-			if c >= 0 {
-				if c == 0 {
-					old.next()
-				}
-				break
-			}
-			old.next()
-		}
-		old.passed(key)
+	n, err := restoreRecords(r, &old, &w)
+	if err != nil {
+		return n, err
 	}
-	for {
-		k, _, ok, err := old.peek()
-		if err != nil {
-			return n, err
-		}
-		if !ok {
-			break
-		}
-		if err := w.del(k); err != nil {
-			return n, err
-		}
-		old.next()
+	if err := deleteRest(&old, &w); err != nil {
+		return n, err
 	}
-
-	var trailer [12]byte
-	if _, err := io.ReadFull(br, trailer[:]); err != nil {
-		return n, fmt.Errorf("read trailer: %w", err)
-	}
-	if got := binary.BigEndian.Uint64(trailer[:8]); got != n {
-		return n, fmt.Errorf("%w: snapshot says %d keys, held %d", errCorruptEntry, got, n)
-	}
-	crc.Write(trailer[:8])
-	if got, want := binary.BigEndian.Uint32(trailer[8:]), crc.Sum32(); got != want {
-		return n, fmt.Errorf("%w: snapshot checksum %08x, computed %08x", errCorruptEntry, got, want)
+	if err := readTrailer(r, n); err != nil {
+		return n, err
 	}
 	if err := w.commit(); err != nil {
 		return n, err
@@ -311,9 +247,114 @@ func (f *fsm) restore(rc io.Reader) (uint64, error) {
 	return n, nil
 }
 
+// readHeader reads and checks the snapshot's header, and returns the
+// index of the last command it holds.
+func readHeader(r *snapshotReader) (applied uint64, err error) {
+	header := make([]byte, len(snapshotMagic)+1+8)
+	if _, err := io.ReadFull(r, header); err != nil {
+		return 0, fmt.Errorf("read header: %w", err)
+	}
+	if string(header[:4]) != snapshotMagic || header[4] != snapshotVersion {
+		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header[:5])
+	}
+	return binary.BigEndian.Uint64(header[5:]), nil
+}
+
+// restoreRecords reads the snapshot's records up to its end mark, and
+// writes each key whose value differs from the local one, deleting the
+// local keys between them that the snapshot lacks. It returns the number
+// of records read.
+func restoreRecords(r *snapshotReader, old *oldKeys, w *chunkWriter) (uint64, error) {
+	var n uint64
+	// NB: key and value are read into the same two buffers each time:
+	// the writer's batch copies what it is given.
+	var key, value []byte
+	for {
+		var err error
+		if key, err = readChunk(r, key[:0]); err != nil {
+			return n, err
+		}
+		if len(key) == 0 {
+			return n, nil
+		}
+		if value, err = readChunk(r, value[:0]); err != nil {
+			return n, err
+		}
+		n++
+		if err := restoreRecord(old, w, key, value); err != nil {
+			return n, err
+		}
+		old.passed(key)
+	}
+}
+
+// restoreRecord writes key, value unless the local store holds it
+// already, and deletes the local keys that sort before key: the snapshot
+// lacks them.
+func restoreRecord(old *oldKeys, w *chunkWriter, key, value []byte) error {
+	for {
+		k, v, ok, err := old.peek()
+		if err != nil {
+			return err
+		}
+		c := 1
+		if ok {
+			c = bytes.Compare(k, key)
+		}
+		if c > 0 {
+			err = w.set(key, value)
+		} else if c < 0 {
+			err = w.del(k)
+		} else if !bytes.Equal(v, value) {
+			err = w.set(key, value)
+		}
+		if err != nil {
+			return err
+		}
+		if c >= 0 {
+			if c == 0 {
+				old.next()
+			}
+			return nil
+		}
+		old.next()
+	}
+}
+
+// deleteRest deletes the local keys above the snapshot's last one.
+func deleteRest(old *oldKeys, w *chunkWriter) error {
+	for {
+		k, _, ok, err := old.peek()
+		if err != nil || !ok {
+			return err
+		}
+		if err := w.del(k); err != nil {
+			return err
+		}
+		old.next()
+	}
+}
+
+// readTrailer reads the snapshot's trailer and checks its count of
+// records against n and its checksum against what r read before it.
+func readTrailer(r *snapshotReader, n uint64) error {
+	var trailer [12]byte
+	if _, err := io.ReadFull(r.br, trailer[:]); err != nil {
+		return fmt.Errorf("read trailer: %w", err)
+	}
+	if got := binary.BigEndian.Uint64(trailer[:8]); got != n {
+		return fmt.Errorf("%w: snapshot says %d keys, held %d", errCorruptEntry, got, n)
+	}
+	sum := crc32.Update(r.sum, castagnoli, trailer[:8])
+	if got := binary.BigEndian.Uint32(trailer[8:]); got != sum {
+		return fmt.Errorf("%w: snapshot checksum %08x, computed %08x", errCorruptEntry, got, sum)
+	}
+	return nil
+}
+
 // readChunk reads one length-prefixed byte string into buf.
-func readChunk(r io.Reader, buf []byte) ([]byte, error) {
-	n, err := binary.ReadUvarint(byteReader{r})
+func readChunk(r *snapshotReader, buf []byte) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot truncated: %w", errCorruptEntry, err)
 	}
@@ -330,12 +371,29 @@ func readChunk(r io.Reader, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-type byteReader struct{ io.Reader }
+// snapshotReader reads a snapshot stream through br, keeping the CRC-32C
+// of what it read. It is an io.ByteReader itself, so that reading a
+// length allocates nothing.
+type snapshotReader struct {
+	br  *bufio.Reader
+	sum uint32
+	one [1]byte
+}
 
-func (b byteReader) ReadByte() (byte, error) {
-	var one [1]byte
-	_, err := io.ReadFull(b.Reader, one[:])
-	return one[0], err
+func (r *snapshotReader) Read(p []byte) (int, error) {
+	n, err := r.br.Read(p)
+	r.sum = crc32.Update(r.sum, castagnoli, p[:n])
+	return n, err
+}
+
+func (r *snapshotReader) ReadByte() (byte, error) {
+	c, err := r.br.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	r.one[0] = c
+	r.sum = crc32.Update(r.sum, castagnoli, r.one[:])
+	return c, nil
 }
 
 // chunkWriter writes to the local store in batches of bounded size.

@@ -573,105 +573,118 @@ func testIterSnapshot(t *testing.T, s delaystore.Store) {
 // Readers running beside a writer see each batch whole or not at all, and
 // never go back in time, under the race detector.
 func testConcurrent(t *testing.T, s delaystore.Store) {
-	const (
-		width       = 8
-		generations = 60
-		readers     = 3
-	)
-	key := func(i int) []byte { return []byte{'g', byte(i)} }
-	// gen decodes a value; it runs on reader goroutines, so it cannot
-	// call t.Fatal, and a malformed value decodes to MaxUint64, which the
-	// checks below reject.
-	gen := func(v []byte) uint64 {
-		if len(v) != 8 {
-			return math.MaxUint64
-		}
-		return binary.BigEndian.Uint64(v)
-	}
-	writeGen := func(g uint64) {
-		b := s.NewBatch()
-		defer b.Close()
-		v := binary.BigEndian.AppendUint64(nil, g)
-		for i := range width {
-			if err := b.Set(key(i), v); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-		// A key that comes and goes, so deletes race with readers too.
-		if g%2 == 0 {
-			_ = b.Delete([]byte("flip"))
-		} else {
-			_ = b.Set([]byte("flip"), v)
-		}
-		if err := b.Commit(delaystore.NoSync); err != nil {
-			t.Error(err)
-		}
-	}
-	writeGen(0)
-
+	const readers = 3
+	writeGeneration(t, s, 0)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(done)
-		for g := uint64(1); g <= generations; g++ {
-			writeGen(g)
+		for g := uint64(1); g <= genCount; g++ {
+			writeGeneration(t, s, g)
 		}
 	})
 	for r := range readers {
-		wg.Go(func() {
-			var last uint64
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				seen := map[uint64]int{}
-				read := func(k, v []byte) bool {
-					if k[0] == 'g' {
-						seen[gen(v)]++
-					}
-					return true
-				}
-				var err error
-				if r%2 == 0 {
-					err = s.Scan(delaystore.IterOptions{}, read)
-				} else {
-					err = iterate(s, read)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if len(seen) != 1 {
-					t.Errorf("reader %d saw parts of several batches: %v", r, seen)
-					return
-				}
-				for g, n := range seen {
-					if n != width || g < last || g > generations {
-						t.Errorf("reader %d saw generation %d on %d keys after %d", r, g, n, last)
-						return
-					}
-					last = g
-				}
-				v, err := s.Get(key(0))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if g := gen(v); g < last || g > generations {
-					t.Errorf("reader %d: Get saw generation %d after a scan saw %d", r, g, last)
-					return
-				}
-			}
-		})
+		wg.Go(func() { readGenerations(t, s, r, done) })
 	}
 	wg.Wait()
-	for i := range width {
-		v, err := s.Get(key(i))
-		if err != nil || gen(v) != generations {
-			t.Fatalf("after the writer: Get(%x) = %x, %v; want generation %d", key(i), v, err, generations)
+	for i := range genWidth {
+		v, err := s.Get(genKey(i))
+		if err != nil || genOf(v) != genCount {
+			t.Fatalf("after the writer: Get(%x) = %x, %v; want generation %d", genKey(i), v, err, genCount)
+		}
+	}
+}
+
+// testConcurrent's writer writes generations 0 to genCount, each as
+// one batch that sets genWidth keys to the generation's number.
+const (
+	genWidth = 8
+	genCount = 60
+)
+
+// genKey is testConcurrent's key i.
+func genKey(i int) []byte { return []byte{'g', byte(i)} }
+
+// genOf decodes a value of testConcurrent; it runs on reader goroutines,
+// so it cannot call t.Fatal, and a malformed value decodes to MaxUint64,
+// which the readers' checks reject.
+func genOf(v []byte) uint64 {
+	if len(v) != 8 {
+		return math.MaxUint64
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// writeGeneration writes generation g in one batch.
+func writeGeneration(t *testing.T, s delaystore.Store, g uint64) {
+	b := s.NewBatch()
+	defer b.Close()
+	v := binary.BigEndian.AppendUint64(nil, g)
+	for i := range genWidth {
+		if err := b.Set(genKey(i), v); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+	// A key that comes and goes, so deletes race with readers too.
+	if g%2 == 0 {
+		_ = b.Delete([]byte("flip"))
+	} else {
+		_ = b.Set([]byte("flip"), v)
+	}
+	if err := b.Commit(delaystore.NoSync); err != nil {
+		t.Error(err)
+	}
+}
+
+// readGenerations is reader r of testConcurrent: until done, it reads the
+// whole store (by Scan for even r, an iterator for odd), then a key by
+// Get, and checks that each read saw one whole generation, none older
+// than the last.
+func readGenerations(t *testing.T, s delaystore.Store, r int, done <-chan struct{}) {
+	var last uint64
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		seen := map[uint64]int{}
+		read := func(k, v []byte) bool {
+			if k[0] == 'g' {
+				seen[genOf(v)]++
+			}
+			return true
+		}
+		var err error
+		if r%2 == 0 {
+			err = s.Scan(delaystore.IterOptions{}, read)
+		} else {
+			err = iterate(s, read)
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if len(seen) != 1 {
+			t.Errorf("reader %d saw parts of several batches: %v", r, seen)
+			return
+		}
+		for g, n := range seen {
+			if n != genWidth || g < last || g > genCount {
+				t.Errorf("reader %d saw generation %d on %d keys after %d", r, g, n, last)
+				return
+			}
+			last = g
+		}
+		v, err := s.Get(genKey(0))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if g := genOf(v); g < last || g > genCount {
+			t.Errorf("reader %d: Get saw generation %d after a scan saw %d", r, g, last)
+			return
 		}
 	}
 }

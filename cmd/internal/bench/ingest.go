@@ -43,25 +43,7 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 				return func() error { return e.deleteStream(ctx, s) }, 0, nil
 			}},
 		{SystemCore, func(int) *nats.Msg { return &nats.Msg{Subject: echo, Data: e.payload} }, anyOK,
-			func() (func() error, int, error) {
-				nc, err := e.connect("bench-echo")
-				if err != nil {
-					return nil, 0, err
-				}
-				// The answer is as small as natsdelay's, so the baseline
-				// differs only in what the server side does.
-				reply := []byte(`{"tag":"000000000000000000000000000000000000000000000000","subject":"x","fire_at":"2026-01-01T00:00:00.000Z"}`)
-				sub, err := nc.Subscribe(echo, func(m *nats.Msg) { _ = m.Respond(reply) })
-				if err == nil {
-					_ = sub.SetPendingLimits(-1, -1)
-					err = nc.Flush()
-				}
-				if err != nil {
-					nc.Close()
-					return nil, 0, fmt.Errorf("bench: echo responder: %w", err)
-				}
-				return func() error { nc.Close(); return nil }, 0, nil
-			}},
+			func() (func() error, int, error) { return e.startEcho(echo) }},
 	}
 	for _, t := range targets {
 		stop, pid, err := t.start()
@@ -94,6 +76,29 @@ func (e *env) runIngest(ctx context.Context) (res []IngestResult, err error) {
 		}
 	}
 	return res, nil
+}
+
+// startEcho starts the core baseline's responder on subject echo, on a
+// connection of its own, and returns its stop and 0 (it is no process of
+// natsdelay's).
+func (e *env) startEcho(echo string) (func() error, int, error) {
+	nc, err := e.connect("bench-echo")
+	if err != nil {
+		return nil, 0, err
+	}
+	// The answer is as small as natsdelay's, so the baseline
+	// differs only in what the server side does.
+	reply := []byte(`{"tag":"000000000000000000000000000000000000000000000000","subject":"x","fire_at":"2026-01-01T00:00:00.000Z"}`)
+	sub, err := nc.Subscribe(echo, func(m *nats.Msg) { _ = m.Respond(reply) })
+	if err == nil {
+		_ = sub.SetPendingLimits(-1, -1)
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, 0, fmt.Errorf("bench: echo responder: %w", err)
+	}
+	return func() error { nc.Close(); return nil }, 0, nil
 }
 
 // ingestResult is a run's figures. natsdelay runs inside the bench

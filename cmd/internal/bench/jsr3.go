@@ -125,6 +125,36 @@ func (e *env) runJSR3(ctx context.Context, cr *ClusterResult) error {
 	}
 	je.url = strings.Join(c.urls, ",")
 
+	if err := e.r3Ingest(ctx, &je, cr); err != nil {
+		return err
+	}
+
+	rate := e.cfg.FireRates[0]
+	rec := newRecorder(e.cfg.FireMsgs)
+	run, err := je.startSystem(ctx, SystemJS, "r3fire", rec)
+	if err != nil {
+		return err
+	}
+	run.system = SystemJSR3
+	r, err := je.fire(run, rec, e.cfg.FireMsgs, rate, e.cfg.FireLead)
+	if err = errors.Join(err, run.stop()); err != nil {
+		return err
+	}
+	cr.Fire = append(cr.Fire, r)
+
+	// NB: one failover only: the server shut down is not restarted, and
+	// a second would leave one server of three, no quorum.
+	f, err := je.jsFailover(ctx, c, 0)
+	if err != nil {
+		return err
+	}
+	cr.JSFailovers = append(cr.JSFailovers, f)
+	return nil
+}
+
+// r3Ingest measures ingest, pipelined and by requesters, into an R3
+// stream of je, the env's view of the JetStream cluster.
+func (e *env) r3Ingest(ctx context.Context, je *env, cr *ClusterResult) error {
 	s, err := je.stream(ctx, "r3ingest")
 	if err != nil {
 		return err
@@ -154,31 +184,7 @@ func (e *env) runJSR3(ctx context.Context, cr *ClusterResult) error {
 		}
 		cr.Ingest = append(cr.Ingest, ingestResult(SystemJSR3, mode, n, failed, el, cpu))
 	}
-	if err := je.deleteStream(ctx, s); err != nil {
-		return err
-	}
-
-	rate := e.cfg.FireRates[0]
-	rec := newRecorder(e.cfg.FireMsgs)
-	run, err := je.startSystem(ctx, SystemJS, "r3fire", rec)
-	if err != nil {
-		return err
-	}
-	run.system = SystemJSR3
-	r, err := je.fire(run, rec, e.cfg.FireMsgs, rate, e.cfg.FireLead)
-	if err = errors.Join(err, run.stop()); err != nil {
-		return err
-	}
-	cr.Fire = append(cr.Fire, r)
-
-	// NB: one failover only: the server shut down is not restarted, and
-	// a second would leave one server of three, no quorum.
-	f, err := je.jsFailover(ctx, c, 0)
-	if err != nil {
-		return err
-	}
-	cr.JSFailovers = append(cr.JSFailovers, f)
-	return nil
+	return je.deleteStream(ctx, s)
 }
 
 // jsFailover shuts the server of the stream leader down with a schedule

@@ -242,19 +242,9 @@ func (e *env) recurJetStream(ctx context.Context) (_ RecurLateness, err error) {
 	if err != nil {
 		return RecurLateness{}, err
 	}
-	// The first planned time of each schedule, as the server works it
-	// out: the time it stored the schedule, rounded to the second, plus
-	// the interval. The schedule message stays in the stream while the
-	// schedule repeats, so its stored time can be read back.
-	first := make([]int64, n)
-	var start int64 = math.MaxInt64
-	for i := range n {
-		rm, err := s.GetLastMsgForSubject(ctx, prefix+strconv.Itoa(i))
-		if err != nil {
-			return RecurLateness{}, fmt.Errorf("read back schedule %d: %w", i, err)
-		}
-		first[i] = rm.Time.Round(time.Second).Add(every).UnixNano()
-		start = min(start, first[i])
+	first, start, err := jsFirstPlanned(ctx, s, prefix, n, every)
+	if err != nil {
+		return RecurLateness{}, err
 	}
 	end := time.Unix(0, start).Add(e.cfg.RecurDuration)
 	e.recurWait(SystemJS, end, log)
@@ -265,6 +255,25 @@ func (e *env) recurJetStream(ctx context.Context) (_ RecurLateness, err error) {
 	r := recurStats(SystemJS, first, int64(every), end.UnixNano(), ds)
 	r.Unreadable, r.CPU = r.Unreadable+bad, cpu
 	return r, nil
+}
+
+// jsFirstPlanned returns the first planned time of each of the n
+// schedules under prefix in s, as the server works it out: the time it
+// stored the schedule, rounded to the second, plus the interval. The
+// schedule message stays in the stream while the schedule repeats, so its
+// stored time can be read back. start is the earliest of them.
+func jsFirstPlanned(ctx context.Context, s jetstream.Stream, prefix string, n int, every time.Duration) (first []int64, start int64, err error) {
+	first = make([]int64, n)
+	start = math.MaxInt64
+	for i := range n {
+		rm, err := s.GetLastMsgForSubject(ctx, prefix+strconv.Itoa(i))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read back schedule %d: %w", i, err)
+		}
+		first[i] = rm.Time.Round(time.Second).Add(every).UnixNano()
+		start = min(start, first[i])
+	}
+	return first, start, nil
 }
 
 // jsPlanned sets the planned time of every JetStream delivery in ds, in

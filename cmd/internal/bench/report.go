@@ -19,16 +19,7 @@ import (
 // by how many times, so no ratio needs reading against its row.
 func WriteTable(w io.Writer, res *Results) error {
 	c := res.Config
-	fmt.Fprintf(w, "natsdelay-bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
-		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
-	steal := "-"
-	if res.Host.StealPct >= 0 {
-		steal = fmt.Sprintf("%.1f%%", res.Host.StealPct)
-	}
-	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
-	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
-	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n", higher, lower)
-	fmt.Fprintf(w, "%s\n\n", cpuNote)
+	writeHeading(w, res)
 	// The rows end in a tab, so their last column is aligned too, and
 	// tabwriter pads it with trailing spaces: trimLines drops them.
 	t := &trimLines{w: w}
@@ -44,27 +35,78 @@ func WriteTable(w io.Writer, res *Results) error {
 		fmt.Fprintf(tw, format+"\n", args...)
 	}
 
-	if len(res.Ingest) > 0 {
-		p("ingest (acked scheduling, %d msgs)\tbetter\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay vs jetstream\tcore req/reply msgs/s\tnatsdelay vs core\t", c.IngestMsgs)
-		for _, mode := range []string{"pipelined", "requesters"} {
-			d, j, b := ingestRate(res, SystemDelay, mode), ingestRate(res, SystemJS, mode), ingestRate(res, SystemCore, mode)
-			p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), higher, num(d), num(j), versus(d, j, higher), num(b), versus(d, b, higher))
-		}
-		for _, mode := range []string{"pipelined", "requesters"} {
-			d, j, b := ingestCPU(res, SystemDelay, mode), ingestCPU(res, SystemJS, mode), ingestCPU(res, SystemCore, mode)
-			p("%s: %s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), cpuLabel(c.OwnProcess, c.ServerProcess), lower, dec(d), dec(j), versus(d, j, lower), dec(b), versus(d, b, lower))
-			dr, jr, br := ingestRun(res, SystemDelay, mode), ingestRun(res, SystemJS, mode), ingestRun(res, SystemCore, mode)
-			if c.OwnProcess {
-				p("%s: CPU µs/msg, natsdelay process\t%s\t%s\t\t\t\t\t", ingestLabel(c, mode), lower, dec(perMsgUs(dr.CPU.Service, dr.Msgs)))
-			}
-			if c.ServerProcess {
-				ds, js, bs := perMsgUs(dr.CPU.Server, dr.Msgs), perMsgUs(jr.CPU.Server, jr.Msgs), perMsgUs(br.CPU.Server, br.Msgs)
-				p("%s: CPU µs/msg, nats-server process\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), lower, dec(ds), dec(js), versus(ds, js, lower), dec(bs), versus(ds, bs, lower))
-			}
-		}
-		p("")
+	writeIngest(p, res)
+	writeFire(p, res)
+	writeEndToEnd(p, res)
+	writeScale(p, c, res.Scale)
+	writeExpiry(p, c, res.Expiry)
+	if wv := res.Waves; wv != nil {
+		writeWaves(p, wv)
 	}
+	if rr := res.Recurring; rr != nil {
+		writeRecurring(p, rr)
+	}
+	if fr := res.Flow; fr != nil {
+		writeFlow(p, fr, c.OwnProcess)
+	}
+	if er := res.Events; er != nil {
+		writeEvents(p, er, c.OwnProcess)
+	}
+	if cr := res.Cluster; cr != nil {
+		writeCluster(p, c, cr)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return t.flush()
+}
 
+// writeHeading prints what the run was on and how to read the tables.
+func writeHeading(w io.Writer, res *Results) {
+	c := res.Config
+	fmt.Fprintf(w, "natsdelay-bench: %s, %d cores, %s, nats-server %s (%s), %d-byte payloads\n", orDash(res.Host.CPU), res.Host.Cores,
+		res.Host.GoVersion, res.Host.NATS, map[bool]string{true: "embedded", false: "external"}[res.Host.Embedded], c.PayloadSize)
+	steal := "-"
+	if res.Host.StealPct >= 0 {
+		steal = fmt.Sprintf("%.1f%%", res.Host.StealPct)
+	}
+	fmt.Fprintf(w, "load average before %s, after %s; CPU steal %s; %.0f s in all\n", orDash(res.Host.LoadBefore), orDash(res.Host.LoadAfter), steal, res.Seconds)
+	fmt.Fprintf(w, "durability: natsdelay replies to a schedule only after the fsync of the batch that holds it;\n  %s\n", jsDurability(res.JetStreamSync))
+	fmt.Fprintf(w, "ratios: natsdelay against the other system, \"Nx better\" or \"Nx worse\" by the row's better column (%s msgs/s, %s lateness), \"same\" within rounding\n", higher, lower)
+	fmt.Fprintf(w, "%s\n\n", cpuNote)
+}
+
+// writeIngest prints the ingest table: natsdelay's rate and CPU beside
+// JetStream's and the core request/reply baseline's.
+func writeIngest(p func(string, ...any), res *Results) {
+	if len(res.Ingest) == 0 {
+		return
+	}
+	c := res.Config
+	p("ingest (acked scheduling, %d msgs)\tbetter\tnatsdelay msgs/s\tjetstream msgs/s\tnatsdelay vs jetstream\tcore req/reply msgs/s\tnatsdelay vs core\t", c.IngestMsgs)
+	for _, mode := range []string{"pipelined", "requesters"} {
+		d, j, b := ingestRate(res, SystemDelay, mode), ingestRate(res, SystemJS, mode), ingestRate(res, SystemCore, mode)
+		p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), higher, num(d), num(j), versus(d, j, higher), num(b), versus(d, b, higher))
+	}
+	for _, mode := range []string{"pipelined", "requesters"} {
+		d, j, b := ingestCPU(res, SystemDelay, mode), ingestCPU(res, SystemJS, mode), ingestCPU(res, SystemCore, mode)
+		p("%s: %s\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), cpuLabel(c.OwnProcess, c.ServerProcess), lower, dec(d), dec(j), versus(d, j, lower), dec(b), versus(d, b, lower))
+		dr, jr, br := ingestRun(res, SystemDelay, mode), ingestRun(res, SystemJS, mode), ingestRun(res, SystemCore, mode)
+		if c.OwnProcess {
+			p("%s: CPU µs/msg, natsdelay process\t%s\t%s\t\t\t\t\t", ingestLabel(c, mode), lower, dec(perMsgUs(dr.CPU.Service, dr.Msgs)))
+		}
+		if c.ServerProcess {
+			ds, js, bs := perMsgUs(dr.CPU.Server, dr.Msgs), perMsgUs(jr.CPU.Server, jr.Msgs), perMsgUs(br.CPU.Server, br.Msgs)
+			p("%s: CPU µs/msg, nats-server process\t%s\t%s\t%s\t%s\t%s\t%s\t", ingestLabel(c, mode), lower, dec(ds), dec(js), versus(ds, js, lower), dec(bs), versus(ds, bs, lower))
+		}
+	}
+	p("")
+}
+
+// writeFire prints a table per fire rate: lateness, deliveries and CPU of
+// both systems.
+func writeFire(p func(string, ...any), res *Results) {
+	c := res.Config
 	for _, rate := range c.FireRates {
 		d, j := fireFor(res, SystemDelay, rate), fireFor(res, SystemJS, rate)
 		if d == nil || j == nil {
@@ -89,83 +131,79 @@ func WriteTable(w io.Writer, res *Results) error {
 		}
 		p("")
 	}
+}
 
-	if len(res.EndToEnd) == 2 {
-		d, j := res.EndToEnd[0], res.EndToEnd[1]
-		p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
-		p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
-		writeSplitCPU(p, d.CPU, j.CPU, d.Msgs, j.Msgs, c.OwnProcess, c.ServerProcess)
-		p("")
+// writeEndToEnd prints the end-to-end run of both systems.
+func writeEndToEnd(p func(string, ...any), res *Results) {
+	if len(res.EndToEnd) != 2 {
+		return
 	}
+	c := res.Config
+	d, j := res.EndToEnd[0], res.EndToEnd[1]
+	p("end to end: %d due-now msgs scheduled+delivered+ACKed\tbetter\tnatsdelay\tjetstream\tnatsdelay vs jetstream\t", c.EndToEndMsgs)
+	p("msgs/s\t%s\t%s\t%s\t%s\t", higher, num(d.Rate), num(j.Rate), versus(d.Rate, j.Rate, higher))
+	writeSplitCPU(p, d.CPU, j.CPU, d.Msgs, j.Msgs, c.OwnProcess, c.ServerProcess)
+	p("")
+}
 
-	if s := res.Scale; s != nil {
-		p("scale: natsdelay with %s pending on %s\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), plural(s.Subjects, "subject"), num(float64(s.Pending)))
-		p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
-		writeCPURows(p, "fill ", s.FillCPU, s.Pending, s.OwnProcess, "\t\t%s\t\t")
-		if s.OwnProcess {
-			p("natsdelay process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
-			p("natsdelay process peak RSS MiB\t\t%s\t\t", dec(mib(s.RSSPeak)))
-		} else {
-			p("bench process RSS MiB (natsdelay in it)\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+// writeScale prints natsdelay's run with many messages pending, if s is
+// not nil.
+func writeScale(p func(string, ...any), c ConfigSummary, s *ScaleResult) {
+	if s == nil {
+		return
+	}
+	p("scale: natsdelay with %s pending on %s\twith 0 pending\twith %s pending\t\t", num(float64(s.Pending)), plural(s.Subjects, "subject"), num(float64(s.Pending)))
+	p("fill rate msgs/s\t\t%s\t\t", num(s.FillRate))
+	writeCPURows(p, "fill ", s.FillCPU, s.Pending, s.OwnProcess, "\t\t%s\t\t")
+	if s.OwnProcess {
+		p("natsdelay process RSS MiB\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+		p("natsdelay process peak RSS MiB\t\t%s\t\t", dec(mib(s.RSSPeak)))
+	} else {
+		p("bench process RSS MiB (natsdelay in it)\t%s\t%s\t\t", dec(mib(s.RSSEmpty)), dec(mib(s.RSSBytes)))
+	}
+	if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
+		p("natsdelay Go heap MiB, live after a GC\t%s\t%s\t\t", dec(mib(s.MemEmpty.HeapBytes)), dec(mib(s.MemPending.HeapBytes)))
+	}
+	p("dispatcher subjects (natsdelay_dispatch_subjects)\t%s\t%s\t\t", count(s.MemEmpty.DispatchSubjects), count(s.MemPending.DispatchSubjects))
+	per := func(name string, n int) {
+		rss, heap := num(growth(s.RSSEmpty, s.RSSBytes, n)), num(growth(s.MemEmpty.HeapBytes, s.MemPending.HeapBytes, n))
+		if n < minGrowthItems {
+			rss, heap = tooFew(n), tooFew(n)
 		}
+		p("RSS growth per %s, bytes\t\t%s\t\t", name, rss)
 		if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
-			p("natsdelay Go heap MiB, live after a GC\t%s\t%s\t\t", dec(mib(s.MemEmpty.HeapBytes)), dec(mib(s.MemPending.HeapBytes)))
+			p("Go heap growth per %s, bytes\t\t%s\t\t", name, heap)
 		}
-		p("dispatcher subjects (natsdelay_dispatch_subjects)\t%s\t%s\t\t", count(s.MemEmpty.DispatchSubjects), count(s.MemPending.DispatchSubjects))
-		per := func(name string, n int) {
-			rss, heap := num(growth(s.RSSEmpty, s.RSSBytes, n)), num(growth(s.MemEmpty.HeapBytes, s.MemPending.HeapBytes, n))
-			if n < minGrowthItems {
-				rss, heap = tooFew(n), tooFew(n)
-			}
-			p("RSS growth per %s, bytes\t\t%s\t\t", name, rss)
-			if s.MemEmpty.HeapBytes >= 0 && s.MemPending.HeapBytes >= 0 {
-				p("Go heap growth per %s, bytes\t\t%s\t\t", name, heap)
-			}
-		}
-		per("pending message", s.Pending)
-		// With one subject, growth per subject is growth in all.
-		if s.Subjects > 1 && s.Subjects != s.Pending {
-			per("subject", s.Subjects)
-		}
-		p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
-		p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
-		p("INFO ms, slowest of 3\t%s\t%s\t\t", dec(s.InfoEmptyMs), dec(s.InfoMs))
-		p("due set of %d, the run of median p99 of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, c.ScaleDueRuns, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
-		p("lateness p99 ms\t%s\t%s\t\t", dec(s.DueEmpty.P99Ms), dec(s.DuePending.P99Ms))
-		p("lateness max ms\t%s\t%s\t\t", dec(s.DueEmpty.MaxMs), dec(s.DuePending.MaxMs))
-		p("lateness p99 ms of each run\t%s\t%s\t\t", decs(s.DueEmptyP99s), decs(s.DuePendingP99s))
-		settled := dec(s.SettleS)
-		if s.SettleS < 0 {
-			settled = "not idle within " + settleLimit.String()
-		}
-		p("s until idle after the fill, before the due set\t\t%s\t\t", settled)
-		p("")
 	}
-	if x := res.Expiry; x != nil {
-		p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
-		p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
-		p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
-		p("")
+	per("pending message", s.Pending)
+	// With one subject, growth per subject is growth in all.
+	if s.Subjects > 1 && s.Subjects != s.Pending {
+		per("subject", s.Subjects)
 	}
-	if wv := res.Waves; wv != nil {
-		writeWaves(p, wv)
+	p("data dir on disk MiB\t\t%s\t\t", dec(mib(s.DiskBytes)))
+	p("restart to first delivery ms\t\t%s\t\t", dec(s.RestartMs))
+	p("INFO ms, slowest of 3\t%s\t%s\t\t", dec(s.InfoEmptyMs), dec(s.InfoMs))
+	p("due set of %d, the run of median p99 of %d: lateness p50 ms\t%s\t%s\t\t", c.ScaleDue, c.ScaleDueRuns, dec(s.DueEmpty.P50Ms), dec(s.DuePending.P50Ms))
+	p("lateness p99 ms\t%s\t%s\t\t", dec(s.DueEmpty.P99Ms), dec(s.DuePending.P99Ms))
+	p("lateness max ms\t%s\t%s\t\t", dec(s.DueEmpty.MaxMs), dec(s.DuePending.MaxMs))
+	p("lateness p99 ms of each run\t%s\t%s\t\t", decs(s.DueEmptyP99s), decs(s.DuePendingP99s))
+	settled := dec(s.SettleS)
+	if s.SettleS < 0 {
+		settled = "not idle within " + settleLimit.String()
 	}
-	if rr := res.Recurring; rr != nil {
-		writeRecurring(p, rr)
+	p("s until idle after the fill, before the due set\t\t%s\t\t", settled)
+	p("")
+}
+
+// writeExpiry prints the expiry run, if x is not nil.
+func writeExpiry(p func(string, ...any), c ConfigSummary, x *ExpiryResult) {
+	if x == nil {
+		return
 	}
-	if fr := res.Flow; fr != nil {
-		writeFlow(p, fr, c.OwnProcess)
-	}
-	if er := res.Events; er != nil {
-		writeEvents(p, er, c.OwnProcess)
-	}
-	if cr := res.Cluster; cr != nil {
-		writeCluster(p, c, cr)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return t.flush()
+	p("expiry: natsdelay, %s expired beside %s pending\t\t\t\t", num(float64(x.Expired)), num(float64(x.Pending)))
+	p("delivered, unACKed, before expiry\t\t%s\t\t", num(float64(x.InFlight)))
+	p("ms from expiry until removed (janitor interval %s)\t\t%s\t\t", c.ExpiryInterval, dec(x.Ms))
+	p("")
 }
 
 // cpuBench labels the rows of the bench process's CPU time, which holds
@@ -336,10 +374,14 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 		p("%s\t", recurMethod)
 		p("")
 	}
-	x := rr.Idle
-	if x == nil {
-		return
+	if rr.Idle != nil {
+		writeRecurringIdle(p, rr.Idle)
 	}
+}
+
+// writeRecurringIdle prints natsdelay's cost per idle schedule: memory,
+// CPU to take them in and while idle, and a restart.
+func writeRecurringIdle(p func(string, ...any), x *RecurIdleResult) {
 	who := "natsdelay process"
 	if !x.OwnProcess {
 		who = "bench process (natsdelay in it)"

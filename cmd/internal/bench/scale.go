@@ -46,20 +46,9 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 		return nil, nil, err
 	}
 
-	var done atomic.Int64
-	p := startProgress(e.cfg.Progress, "scale fill", e.cfg.ScalePending, &done)
-	mark := e.markCPU(d.pid())
-	el, failed, err := pipelined(e.conns[0], e.cfg.ScalePending, e.cfg.Outstanding, e.cfg.Timeout,
-		func(i int) *nats.Msg { return e.delayMsg(e.futureSubject(i), time.Time{}) }, delayOK, &done)
-	sr.FillCPU = mark.since()
-	p.done()
-	if err == nil && failed > 0 {
-		err = fmt.Errorf("bench: %d of %d schedules refused", failed, e.cfg.ScalePending)
+	if err := e.scaleFill(d, sr); err != nil {
+		return nil, nil, err
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("bench: scale fill: %w", err)
-	}
-	sr.FillRate = float64(e.cfg.ScalePending) / el.Seconds()
 
 	// Right after the fill the store compacts what was just written,
 	// on the same cores; the due set is timed once that is over, as on a
@@ -79,43 +68,68 @@ func (e *env) runScale() (sr *ScaleResult, er *ExpiryResult, err error) {
 		return nil, nil, err
 	}
 
-	// Restart: a message due now waits with no subscriber (natsdelay
-	// retries it without counting the attempt), the service stops, and
-	// the clock runs from reopening the store until it is delivered.
+	if d, sr.RestartMs, err = e.restartToFirstDelivery(dir, d); err != nil {
+		return nil, nil, err
+	}
+	er, err = e.expiry(d)
+	return sr, er, err
+}
+
+// scaleFill schedules ScalePending future messages on d, pipelined, and
+// records the fill's rate and CPU time in sr.
+func (e *env) scaleFill(d service, sr *ScaleResult) error {
+	var done atomic.Int64
+	p := startProgress(e.cfg.Progress, "scale fill", e.cfg.ScalePending, &done)
+	mark := e.markCPU(d.pid())
+	el, failed, err := pipelined(e.conns[0], e.cfg.ScalePending, e.cfg.Outstanding, e.cfg.Timeout,
+		func(i int) *nats.Msg { return e.delayMsg(e.futureSubject(i), time.Time{}) }, delayOK, &done)
+	sr.FillCPU = mark.since()
+	p.done()
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d schedules refused", failed, e.cfg.ScalePending)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: scale fill: %w", err)
+	}
+	sr.FillRate = float64(e.cfg.ScalePending) / el.Seconds()
+	return nil
+}
+
+// restartToFirstDelivery times a restart: a message due now waits with no
+// subscriber (natsdelay retries it without counting the attempt), d
+// stops, and the clock runs from reopening the store in dir until the
+// message is delivered. It returns the service to close at the end (d,
+// or the reopened one, or nil) and the time in milliseconds.
+func (e *env) restartToFirstDelivery(dir string, d service) (service, float64, error) {
 	subj := e.plain + ".restart"
 	if _, _, err := pipelined(e.conns[0], 1, 1, e.cfg.Timeout,
 		func(int) *nats.Msg { return e.delayMsg(subj, time.Now().Truncate(time.Millisecond)) }, delayOK, new(atomic.Int64)); err != nil {
-		return nil, nil, err
+		return d, 0, err
 	}
-	cerr := d.close()
-	d = nil
-	if cerr != nil {
-		return nil, nil, cerr
+	if err := d.close(); err != nil {
+		return nil, 0, err
 	}
 	rec := newRecorder(1)
 	stop, err := e.delayConsumer(subj, rec)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, err
 	}
 	t0 := time.Now()
 	d, err = e.openService(dir)
 	if err != nil {
-		return nil, nil, errors.Join(err, stop())
+		return d, 0, errors.Join(err, stop())
 	}
 	rec.wait(e.cfg.Timeout)
 	rec.mu.Lock()
 	first := rec.mu.first
 	rec.mu.Unlock()
 	if err := stop(); err != nil {
-		return nil, nil, err
+		return d, 0, err
 	}
 	if first.IsZero() {
-		return nil, nil, fmt.Errorf("bench: no delivery %v after restart", e.cfg.Timeout)
+		return d, 0, fmt.Errorf("bench: no delivery %v after restart", e.cfg.Timeout)
 	}
-	sr.RestartMs = ms(first.Sub(t0))
-
-	er, err = e.expiry(d)
-	return sr, er, err
+	return d, ms(first.Sub(t0)), nil
 }
 
 // timeInfo asks natsdelay for INFO three times and returns the slowest

@@ -330,22 +330,20 @@ func (s *Server) Lost() <-chan error { return s.lost }
 // what it accepted and closes its store), then the cluster node (a leader
 // hands its leadership over first) and its local store, the NATS
 // connection, the embedded server, the HTTP listener (so that /readyz
-// says 503 to the end), and the data dir's lock. It returns the service's
-// error; the others are logged.
+// says 503 to the end), and the data dir's lock. A part that fails to
+// stop does not keep the others from stopping: each error is logged, and
+// all are returned, joined.
 func (s *Server) Close() error {
-	var err error
+	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		c := s.closers[i]
-		if cerr := c.stop(); cerr != nil {
-			if c.what == "service" {
-				err = fmt.Errorf("stop the service: %w", cerr)
-				continue
-			}
-			s.log.Warn("stopping the "+c.what, "err", cerr)
+		if err := c.stop(); err != nil {
+			s.log.Warn("stopping the "+c.what, "err", err)
+			errs = append(errs, fmt.Errorf("stop the %s: %w", c.what, err))
 		}
 	}
 	s.closers = nil
-	return err
+	return errors.Join(errs...)
 }
 
 func (s *Server) push(what string, stop func() error) {
