@@ -210,9 +210,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			unauthorized(w, "log in with a user of the --ui-auth password file")
 			return
 		}
-		switch err := c.cfg.Users.check(name, pass); {
-		case errors.Is(err, errBusy):
-			w.Header().Set("Retry-After", "1")
+		switch err := c.cfg.Users.check(r.Context(), name, pass, remoteAddr(r)); {
+		case errors.Is(err, errSourceBusy), errors.Is(err, errUserBusy):
+			c.cfg.Logger.Warn("console: login throttled", "user", name, "remote", r.RemoteAddr, "why", err)
+			w.Header().Set("Retry-After", retryAfter(err))
 			http.Error(w, err.Error(), http.StatusTooManyRequests)
 			return
 		case err != nil:
@@ -240,6 +241,25 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type userKey struct{}
+
+// remoteAddr is the address of r's client, as the connection has it (a
+// proxy in front is one client), or the zero Addr when it has none.
+func remoteAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
+}
+
+// retryAfter is the Retry-After of a throttled login, in seconds: when
+// the budget it ran out of has room again.
+func retryAfter(err error) string {
+	if errors.Is(err, errUserBusy) {
+		return itoa(int(userEvery / time.Second))
+	}
+	return itoa(int(sourceEvery / time.Second))
+}
 
 func unauthorized(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Basic realm="natsdelay console", charset="UTF-8"`)
