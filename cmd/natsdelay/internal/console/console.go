@@ -347,7 +347,7 @@ func (c *Console) parseTemplates() error {
 // render writes the page name with data, under status.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, navPath, title string, data any, failure error) {
 	user, _ := r.Context().Value(userKey{}).(string)
-	v := view{Title: title, CSRF: c.csrfToken(user), User: user, Done: doneText(r), Data: data}
+	v := view{Title: title, CSRF: c.csrfToken(user), User: user, Done: c.doneText(r, user), Data: data}
 	for _, n := range nav {
 		n.Current = n.Path == navPath
 		v.Nav = append(v.Nav, n)
@@ -384,17 +384,29 @@ func httpStatus(err error) int {
 var errStarting = fmt.Errorf("%w: the service is starting", wire.ErrUnavailable)
 
 // redirect sends the browser, after a POST, to the page at target with
-// what was done: a 303, so that reloading it does not post again.
-func redirect(w http.ResponseWriter, r *http.Request, target, done, what string) {
+// what was done, signed: a 303, so that reloading it does not post again.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, target, done, what string) {
 	sep := "?"
 	if strings.Contains(target, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, target+sep+"done="+done+"&what="+urlQuery(what), http.StatusSeeOther)
+	user, _ := r.Context().Value(userKey{}).(string)
+	http.Redirect(w, r, target+sep+"done="+done+"&what="+urlQuery(what)+"&sig="+c.doneSig(user, done, what), http.StatusSeeOther)
+}
+
+// doneSig signs an outcome for user: an HMAC under this process's key,
+// so that a page shows only outcomes the console itself redirected to,
+// and a link of anyone else's (the console's origin, with a line of its
+// author's) shows nothing.
+func (c *Console) doneSig(user, done, what string) string {
+	m := hmac.New(sha256.New, c.csrfKey)
+	m.Write([]byte("natsdelay console done\x00" + user + "\x00" + done + "\x00" + what))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
 }
 
 // doneTexts are the sentences of the actions' outcomes; the redirect
-// names one and the object, and a page shows only these sentences.
+// names one and the object, signed, and a page shows only these
+// sentences, of outcomes the console signed.
 var doneTexts = map[string]string{
 	"canceled":        "Canceled %s.",
 	"limit-set":       "Set the limit of %s.",
@@ -408,12 +420,16 @@ var doneTexts = map[string]string{
 	"dead-deleted":    "Deleted the dead letter %s.",
 }
 
-func doneText(r *http.Request) string {
-	f, ok := doneTexts[r.URL.Query().Get("done")]
-	if !ok {
+// doneText is the sentence of the outcome r's query names, when the
+// console signed it for user; "" otherwise.
+func (c *Console) doneText(r *http.Request, user string) string {
+	q := r.URL.Query()
+	done, what := q.Get("done"), q.Get("what")
+	f, ok := doneTexts[done]
+	if !ok || !hmac.Equal([]byte(q.Get("sig")), []byte(c.doneSig(user, done, what))) {
 		return ""
 	}
-	return fmt.Sprintf(f, r.URL.Query().Get("what"))
+	return fmt.Sprintf(f, what)
 }
 
 // Assert that the service implements what the console reads.
