@@ -77,7 +77,16 @@ type Config struct {
 	// before it answers with where it stands, and the page asks for the
 	// next ones. Default 1s.
 	BulkStepTime time.Duration
+	// TailIdle is how long a live tail's stream stays open with no event
+	// to send. Default DefaultTailIdle.
+	TailIdle time.Duration
 }
+
+// DefaultTailIdle is how long a live tail's stream with no event stays
+// open by default: a client that holds streams and reads nothing keeps
+// their places no longer, and a browser's page opens a new stream after
+// tailRetry.
+const DefaultTailIdle = 2 * time.Minute
 
 // Console serves the pages. Create it with New, give it the service with
 // SetService once it runs, and Close it.
@@ -124,6 +133,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.BulkStepTime <= 0 {
 		cfg.BulkStepTime = time.Second
+	}
+	if cfg.TailIdle <= 0 {
+		cfg.TailIdle = DefaultTailIdle
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
 		csrfKey: make([]byte, 32), cross: http.NewCrossOriginProtection(), rates: newRates(cfg.Samples), tails: newTails(), done: make(chan struct{})}
