@@ -22,7 +22,10 @@ import (
 // part of the budget and wait for the rest cannot wait for each other for
 // good. A request whose connection holds all that is held may take more
 // than the budget: one request of the largest size the node sends itself
-// (maxRequestBytes) must always pass.
+// (maxRequestBytes) must always pass. And a connection that holds nothing
+// takes its first holdChunk without waiting, so that a heartbeat or a
+// vote is never held up behind large requests: that is at most
+// maxRaftConns times holdChunk (8 MiB) over the budget.
 
 // frameBudget is the node's budget, shared by its guards.
 type frameBudget struct {
@@ -45,7 +48,7 @@ func (b *frameBudget) acquire(n, mine int64, timeout time.Duration, stop <-chan 
 	var expired <-chan time.Time
 	for {
 		b.mu.Lock()
-		if b.held+n <= b.max || b.held == mine {
+		if b.held+n <= b.max || b.held == mine || mine == 0 && n <= holdChunk {
 			b.held += n
 			b.peak = max(b.peak, b.held)
 			b.mu.Unlock()
