@@ -25,7 +25,10 @@ import (
 //	natsdelay; run that version or a later one" is 0 bytes, want 8:
 //	delaystore: corrupt value
 //
-// The store is not corrupt, and the earlier version wrote nothing to it.
+// The store is not corrupt, and the earlier version changed no key of it
+// (its bbolt open commits an empty transaction, which rewrites a meta
+// page; this version commits nothing at open to a file that has its
+// bucket, so its own refusal of a later store leaves the file as it was).
 const (
 	guardSubject = "\x00written by a newer natsdelay; run that version or a later one"
 	guardKey     = topicPrefix + guardSubject

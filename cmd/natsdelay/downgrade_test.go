@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"natsdelay/delaystore"
+	"natsdelay/delaystore/boltstore"
+	"natsdelay/delaystore/engine"
 )
 
 // beforeIndexVersion is the last version whose stores carried no
@@ -167,5 +172,68 @@ func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
 				t.Fatalf("info after the refused downgrade:\n%s\nwant the message still pending", out)
 			}
 		})
+	}
+}
+
+// TestServe_NewerStore_RefusedWithoutWriting checks that this version
+// refuses a bbolt store of a later version (its index-version newer than
+// this version knows) with a failing exit code before it serves, and
+// leaves the file as it found it, byte for byte; it then opens the store
+// again once the later version's mark is gone, with its message pending.
+func TestServe_NewerStore_RefusedWithoutWriting(t *testing.T) {
+	dir := t.TempDir()
+	srv := serveInProcess(t, dir, "--engine", "bolt")
+	schedule(t, srv.URL(), "jobs.later", "x", "--delay", "1h")
+	if err := srv.Close(); err != nil {
+		t.Fatalf("serve: Close: %v", err)
+	}
+	path := filepath.Join(dir, engine.BoltFile)
+	setIndexVersion(t, path, 4)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, _, e := runCmd(t, "serve", "--nats-listen", "127.0.0.1:0", "--http", "", "--data-dir", dir, "--engine", "bolt")
+	if code != exitRuntime || !strings.Contains(e, "index version 4 is newer than this version knows") {
+		t.Fatalf("serve on a store of a later version: exit code %d, stderr %q; want it refused with %d", code, e, exitRuntime)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		n := 0
+		for i := range min(len(before), len(after)) {
+			if before[i] != after[i] {
+				n++
+			}
+		}
+		t.Fatalf("the refused start changed the store: %d bytes of %d differ (length %d -> %d)", n, len(before), len(before), len(after))
+	}
+
+	setIndexVersion(t, path, 3)
+	again := serveInProcess(t, dir, "--engine", "bolt")
+	if out := mustRun(t, "info", "--nats", again.URL()); !regexp.MustCompile(`(?m)^pending\s+1$`).MatchString(out) {
+		t.Fatalf("info after the refused start:\n%s\nwant the message still pending", out)
+	}
+}
+
+// setIndexVersion writes v as the index-version of the bbolt store at
+// path, as a later version would.
+func setIndexVersion(t *testing.T, path string, v uint64) {
+	t.Helper()
+	s, err := boltstore.Open(boltstore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	err = b.Set([]byte("metadata/event-repo/index-version"), binary.BigEndian.AppendUint64(nil, v))
+	if err == nil {
+		err = b.Commit(delaystore.Sync)
+	}
+	b.Close()
+	if err := errors.Join(err, s.Close()); err != nil {
+		t.Fatalf("set the index version to %d: %v", v, err)
 	}
 }

@@ -68,16 +68,32 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: open %q: %w", cfg.Path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucket)
-		return err
-	})
-	if err != nil {
+	if err := createBucket(db); err != nil {
 		return nil, errors.Join(fmt.Errorf("boltstore: open %q: create bucket: %w", cfg.Path, err), db.Close())
 	}
 	s := &Store{db: db, log: log, gate: gate.New[*iterator](nil)}
 	log.Debug("opened", "path", cfg.Path)
 	return s, nil
+}
+
+// createBucket creates the store's bucket if the file has none yet. A
+// file that has it is only read: every bbolt commit rewrites a meta page
+// (and the free list), even one that changes nothing, and an open that
+// goes on to refuse the store (a later version's) must leave its bytes as
+// they were.
+func createBucket(db *bolt.DB) error {
+	exists := false
+	_ = db.View(func(tx *bolt.Tx) error {
+		exists = tx.Bucket(bucket) != nil
+		return nil
+	})
+	if exists {
+		return nil
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	})
 }
 
 // checkFree fails, wrapping delaystore.ErrFailed and ENOSPC, when the disk

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -28,6 +29,10 @@ import (
 //   - an array of more than maxContainer elements, a map of more than
 //     maxContainer pairs, nesting deeper than maxDepth, an RPC type the
 //     transport does not know, or a byte msgpack does not use.
+//
+// What requests within those bounds hold at once, across all of a
+// node's connections, is bounded by the node's frame budget
+// (framebudget.go).
 //
 // The snapshot data that follows an InstallSnapshot request is not
 // decoded: the transport streams it to the snapshot store on disk, so it
@@ -72,12 +77,22 @@ const (
 // errFrame is why the guard dropped a connection.
 var errFrame = errors.New("raftstore: refused a Raft frame")
 
+// errGuardClosed ends a guard that waited for the budget when its
+// connection closed.
+var errGuardClosed = errors.New("raftstore: the Raft connection closed")
+
+// holdChunk is the least a request's reservation in the budget grows by.
+const holdChunk = 64 << 10
+
 // frameLimits are the bounds of one node's guard.
 type frameLimits struct {
 	maxFieldBytes, maxRequestBytes uint64
 	// firstRequest and stall bound the reads of a new connection and of a
 	// request under way; idle, between requests, 0 for no bound.
 	firstRequest, stall, idle time.Duration
+	// budget bounds the bytes of requests held at once across the node's
+	// connections (framebudget.go).
+	budget *frameBudget
 }
 
 func newFrameLimits(maxEntryBytes int) frameLimits {
@@ -87,6 +102,7 @@ func newFrameLimits(maxEntryBytes int) frameLimits {
 		maxRequestBytes: maxAppendEntries*field + 1<<20,
 		firstRequest:    firstRequestTimeout,
 		stall:           requestStallTimeout,
+		budget:          newFrameBudget(int64(2 * field)),
 	}
 }
 
@@ -95,19 +111,24 @@ func newFrameLimits(maxEntryBytes int) frameLimits {
 type guardedConn struct {
 	net.Conn
 	pr   *io.PipeReader
-	done chan struct{}
+	hold *connHold
+	// closing is closed by Close, to end a wait for the budget.
+	closing   chan struct{}
+	closeOnce sync.Once
+	done      chan struct{}
 }
 
 // guardFrames starts the guard of c; the returned connection owns it: its
 // Close stops it.
 func guardFrames(c net.Conn, lim frameLimits, refused func(error), released func()) net.Conn {
 	pr, pw := io.Pipe()
-	g := &guardedConn{Conn: c, pr: pr, done: make(chan struct{})}
-	p := &frameParser{lim: lim, conn: c, out: pw}
+	g := &guardedConn{Conn: c, pr: pr, hold: &connHold{budget: lim.budget}, closing: make(chan struct{}), done: make(chan struct{})}
+	p := &frameParser{lim: lim, conn: c, out: pw, hold: g.hold, stop: g.closing}
 	p.in = bufio.NewReaderSize(deadlineReader{p}, 64<<10)
 	go func() {
 		defer close(g.done)
 		defer released()
+		defer g.hold.releaseAll()
 		err := p.run()
 		if errors.Is(err, errFrame) {
 			refused(err)
@@ -122,8 +143,17 @@ func guardFrames(c net.Conn, lim frameLimits, refused func(error), released func
 
 func (g *guardedConn) Read(p []byte) (int, error) { return g.pr.Read(p) }
 
+// Write writes the transport's answer to the oldest request it has not
+// answered, whose bytes it no longer holds.
+func (g *guardedConn) Write(p []byte) (int, error) {
+	n, err := g.Conn.Write(p)
+	g.hold.answered()
+	return n, err
+}
+
 // Close closes the connection and waits for the guard to stop.
 func (g *guardedConn) Close() error {
+	g.closeOnce.Do(func() { close(g.closing) })
 	err := g.Conn.Close()
 	g.pr.Close()
 	<-g.done
@@ -143,6 +173,12 @@ type frameParser struct {
 	// the bytes of the request under way.
 	held    []byte
 	request uint64
+	// hold is what the connection holds of the node's budget; reserved
+	// the bytes of the request under way it holds; stop ends a wait for
+	// room.
+	hold     *connHold
+	reserved uint64
+	stop     <-chan struct{}
 }
 
 // deadlineReader reads from the parser's connection with the deadline its
@@ -176,20 +212,23 @@ func (p *frameParser) request1() error {
 		return err
 	}
 	p.timeout = p.lim.stall
-	p.request = 1
+	p.request, p.reserved = 0, 0
+	if err := p.count(1); err != nil {
+		return err
+	}
 	p.held = append(p.held[:0], typ)
 	switch typ {
 	case rpcAppendEntries, rpcRequestVote, rpcTimeoutNow, rpcRequestPreVote:
 		if err := p.value(0); err != nil {
 			return err
 		}
-		return p.flush()
+		return p.passed()
 	case rpcInstallSnapshot:
 		size, err := p.snapshotRequest()
 		if err != nil {
 			return err
 		}
-		if err := p.flush(); err != nil {
+		if err := p.passed(); err != nil {
 			return err
 		}
 		_, err = io.CopyN(p.out, p.in, size)
@@ -350,13 +389,31 @@ func (p *frameParser) byte1() (byte, error) {
 	return c, nil
 }
 
-// count adds n bytes to the request under way, within its bound.
+// count adds n bytes to the request under way, within its bound, and
+// reserves them in the node's budget before they are read.
 func (p *frameParser) count(n uint64) error {
 	p.request += n
 	if p.request > p.lim.maxRequestBytes {
 		return fmt.Errorf("%w: a request of more than %d bytes", errFrame, p.lim.maxRequestBytes)
 	}
+	if p.request <= p.reserved {
+		return nil
+	}
+	grow := max(p.request-p.reserved, holdChunk)
+	if err := p.hold.grow(int64(grow), p.lim.stall, p.stop); err != nil {
+		return err
+	}
+	p.reserved += grow
 	return nil
+}
+
+// passed hands on the rest of a request read whole; its bytes stay held
+// until the transport answers it.
+func (p *frameParser) passed() error {
+	// NB: recorded before the last bytes go: the transport may answer as
+	// soon as it has them.
+	p.hold.passed()
+	return p.flush()
 }
 
 // flush hands the held bytes on.

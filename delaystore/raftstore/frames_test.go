@@ -213,3 +213,101 @@ func TestCommit_EntryOverMaxEntryBytes_Refused(t *testing.T) {
 	}
 	c.commitOnLeader("small", fmt.Sprint(len(big)))
 }
+
+// Requests that each stay within the bounds, sent at once on many
+// connections of the plain port by a peer that never lets them be
+// answered, never hold more than the node's budget of request bytes: the
+// requests that find no room are refused and their connections dropped,
+// and what they held is given back once the connections close, so a
+// request after them passes.
+func TestTransport_ManyBigFrames_HeldBytesBounded(t *testing.T) {
+	ln := listen(t)
+	lim := shortLimits()
+	const budget = 3 << 20
+	lim.budget = newFrameBudget(budget)
+	_, ended := guardedMux(t, ln, lim)
+
+	// AppendEntries, a map of one pair: "Entries" -> a bin32 just under
+	// the field bound.
+	field := int(lim.maxFieldBytes) - 16
+	frame := []byte{rpcAppendEntries, 0x81, 0xa7}
+	frame = append(frame, "Entries"...)
+	frame = append(frame, 0xc6)
+	frame = binary.BigEndian.AppendUint32(frame, uint32(field))
+	frame = append(frame, make([]byte, field)...)
+	const conns = 8
+	var wg sync.WaitGroup
+	var open []net.Conn
+	for range conns {
+		c := rawRaft(t, ln.Addr().String())
+		open = append(open, c)
+		wg.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			_, _ = c.Write(frame)
+		})
+	}
+	// The connections past the budget are refused.
+	for range conns - 2 {
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			held, peak := lim.budget.usage()
+			t.Fatalf("the connections past the budget were not refused: %d bytes held, %d at most", held, peak)
+		}
+	}
+	held, peak := lim.budget.usage()
+	t.Logf("%d connections sent %d bytes each: %d bytes held at most, %d now", conns, len(frame), peak, held)
+	if peak > budget+conns*holdChunk {
+		t.Fatalf("the node held %d bytes of requests at once, over its budget of %d and a first chunk of each connection", peak, budget)
+	}
+	for _, c := range open {
+		c.Close()
+	}
+	wg.Wait()
+	for range 2 {
+		<-ended
+	}
+	if held, _ := lim.budget.usage(); held != 0 {
+		t.Fatalf("%d bytes still held after every connection closed", held)
+	}
+	c := rawRaft(t, ln.Addr().String())
+	if _, err := c.Write(frame); err != nil {
+		t.Fatalf("a request after the others closed: %v", err)
+	}
+	// Written whole, so the guard has read it all: it is held until an
+	// answer, or the connection's end.
+	deadline := time.Now().Add(30 * time.Second)
+	for held, _ := lim.budget.usage(); held < int64(len(frame)); held, _ = lim.budget.usage() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a request after the others closed: %d bytes held, want its %d", held, len(frame))
+		}
+		runtime.Gosched()
+	}
+}
+
+// The bytes a node reserves for the requests it is sent are given back as
+// Raft answers them: after a cluster commits batches of 512 KiB each,
+// every node holds less than one of them, though its followers held a
+// batch at a time.
+func TestCluster_FrameBudget_GivenBackWithAnswers(t *testing.T) {
+	c := startCluster(t, 3, enginePebble, testConfig())
+	const size = 512 << 10
+	value := string(make([]byte, size))
+	const batches = 4
+	for i := range batches {
+		c.commitOnLeader(fmt.Sprintf("big/%d", i), value)
+	}
+	leader := c.appliedEverywhere()
+	for _, n := range c.running() {
+		b := n.node.mux.frames.budget
+		waitFor(t, 20*time.Second, n.id+" to give back what it held", func() bool {
+			held, _ := b.usage()
+			return held < size
+		})
+		held, peak := b.usage()
+		t.Logf("%s: %d bytes held, %d at most", n.id, held, peak)
+		if n != leader && peak < size {
+			t.Errorf("follower %s held %d bytes at most: its requests of %d bytes were not reserved", n.id, peak, size)
+		}
+	}
+}

@@ -3,16 +3,17 @@ package console
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
 
 	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/time/rate"
 )
 
 // Users are who may log in to the console: names and bcrypt hashes of
@@ -25,12 +26,13 @@ type Users struct {
 	// milliseconds by design; a browser sends the password with every
 	// request. So a password that matched is remembered, by a hash of
 	// the user, the password and a key of this process, and pays bcrypt
-	// once; and comparisons of passwords not remembered are rationed, so
-	// that guesses cannot take the CPU.
-	mu     sync.Mutex
-	good   map[[32]byte]bool
-	salt   []byte
-	guards *rate.Limiter
+	// once; and comparisons of passwords not remembered are rationed by
+	// source and user (throttle.go), so that guesses can neither take the
+	// CPU nor lock anyone out.
+	mu       sync.Mutex
+	good     map[[32]byte]bool
+	salt     []byte
+	throttle *throttle
 }
 
 // minCost is the least bcrypt cost a password file may use: bcrypt's
@@ -40,9 +42,6 @@ const minCost = bcrypt.DefaultCost
 // maxRemembered bounds how many logins the console remembers.
 const maxRemembered = 256
 
-// errBusy is the answer when too many passwords are being checked.
-var errBusy = errors.New("too many logins at once: try again in a second")
-
 // LoadUsers reads the password file at path. Every problem is reported,
 // each with its line.
 func LoadUsers(path string) (*Users, error) {
@@ -50,9 +49,7 @@ func LoadUsers(path string) (*Users, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the password file: %w", err)
 	}
-	u := &Users{hashes: map[string][]byte{}, good: map[[32]byte]bool{}, salt: make([]byte, 32),
-		guards: rate.NewLimiter(10, 10)}
-	_, _ = rand.Read(u.salt)
+	u := newUsers()
 	var bad []error
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
@@ -71,7 +68,7 @@ func LoadUsers(path string) (*Users, error) {
 		case u.hashes[name] != nil:
 			bad = append(bad, fmt.Errorf("line %d: user %q: named twice", n, name))
 		default:
-			u.hashes[name] = []byte(hash)
+			u.add(name, []byte(hash))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -86,12 +83,26 @@ func LoadUsers(path string) (*Users, error) {
 	return u, nil
 }
 
+func newUsers() *Users {
+	u := &Users{hashes: map[string][]byte{}, good: map[[32]byte]bool{}, salt: make([]byte, 32), throttle: newThrottle()}
+	_, _ = rand.Read(u.salt)
+	return u
+}
+
+// add lets name in with the password of hash.
+func (u *Users) add(name string, hash []byte) {
+	u.hashes[name] = hash
+	u.throttle.addUser(name)
+}
+
 // dummy is compared against when a user is unknown, so that an unknown
 // user takes as long to refuse as a wrong password.
 var dummy, _ = bcrypt.GenerateFromPassword([]byte("natsdelay"), minCost)
 
-// check returns nil when pass is name's password.
-func (u *Users) check(name, pass string) error {
+// check returns nil when pass is name's password, checked for a client
+// at addr; errSourceBusy or errUserBusy when the throttle refuses to
+// compare it.
+func (u *Users) check(ctx context.Context, name, pass string, addr netip.Addr) error {
 	key := sha256.Sum256([]byte(string(u.salt) + "\x00" + name + "\x00" + pass))
 	u.mu.Lock()
 	ok := u.good[key]
@@ -99,14 +110,22 @@ func (u *Users) check(name, pass string) error {
 	if ok {
 		return nil
 	}
-	if !u.guards.Allow() {
-		return errBusy
+	if err := u.throttle.admit(name, addr); err != nil {
+		return err
+	}
+	select {
+	case u.throttle.comparing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	hash, known := u.hashes[name]
 	if !known {
 		hash = dummy
 	}
-	if err := bcrypt.CompareHashAndPassword(hash, []byte(pass)); err != nil || !known {
+	err := bcrypt.CompareHashAndPassword(hash, []byte(pass))
+	<-u.throttle.comparing
+	if err != nil || !known {
+		u.throttle.failed(name, addr)
 		return errors.New("wrong user or password")
 	}
 	u.mu.Lock()

@@ -169,3 +169,38 @@ func TestLoadUsers_Refuses(t *testing.T) {
 		t.Fatal("LoadUsers of a missing file: no error")
 	}
 }
+
+// TestConsole_DoneLine_OnlyWhatTheConsoleDid checks the line a page shows
+// after an action: a link that names an outcome and any text in its
+// query (a phishing line on the console's own origin) shows nothing of
+// it, nor does the console's own redirect with its text changed; the
+// redirect the console answered a cancel with shows its outcome.
+func TestConsole_DoneLine_OnlyWhatTheConsoleDid(t *testing.T) {
+	s := serve(t, "127.0.0.1:0", true, nil)
+	const phish = "Your session expired: call +1 555 0100 to unlock it"
+	code, body, _ := get(t, s.base+"/ui/?done=canceled&what="+url.QueryEscape(phish), "", "")
+	mustStatus(t, "GET /ui/ with a forged outcome", code, http.StatusOK, body)
+	if strings.Contains(body, "call +1 555") || strings.Contains(body, `class="done"`) {
+		t.Fatalf("a forged outcome is shown on the page:\n%s", body)
+	}
+
+	tag := s.schedule(t, "orders.1", []byte("hi"), "Delay", "1h")
+	_, page, _ := get(t, s.base+"/ui/message?tag="+tag, "", "")
+	form := url.Values{"tag": {tag}, "subject": {"orders.1"}, "csrf": {csrfOf(t, page)}}
+	code, body, resp := post(t, s.base+"/ui/cancel", form, "", "")
+	mustStatus(t, "cancel", code, http.StatusSeeOther, body)
+	loc := resp.Header.Get("Location")
+	code, body, _ = get(t, s.base+loc, "", "")
+	mustStatus(t, "GET "+loc, code, http.StatusOK, body)
+	if !strings.Contains(body, "Canceled "+tag+".") {
+		t.Errorf("the page after the cancel does not say what was canceled:\n%s", body)
+	}
+	forged := strings.Replace(loc, "what="+tag, "what="+url.QueryEscape(phish), 1)
+	if forged == loc {
+		t.Fatalf("the redirect %q names no tag to change", loc)
+	}
+	_, body, _ = get(t, s.base+forged, "", "")
+	if strings.Contains(body, "call +1 555") {
+		t.Errorf("the console's redirect with its text changed shows the text:\n%s", body)
+	}
+}

@@ -77,7 +77,16 @@ type Config struct {
 	// before it answers with where it stands, and the page asks for the
 	// next ones. Default 1s.
 	BulkStepTime time.Duration
+	// TailIdle is how long a live tail's stream stays open with no event
+	// to send. Default DefaultTailIdle.
+	TailIdle time.Duration
 }
+
+// DefaultTailIdle is how long a live tail's stream with no event stays
+// open by default: a client that holds streams and reads nothing keeps
+// their places no longer, and a browser's page opens a new stream after
+// tailRetry.
+const DefaultTailIdle = 2 * time.Minute
 
 // Console serves the pages. Create it with New, give it the service with
 // SetService once it runs, and Close it.
@@ -124,6 +133,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.BulkStepTime <= 0 {
 		cfg.BulkStepTime = time.Second
+	}
+	if cfg.TailIdle <= 0 {
+		cfg.TailIdle = DefaultTailIdle
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
 		csrfKey: make([]byte, 32), cross: http.NewCrossOriginProtection(), rates: newRates(cfg.Samples), tails: newTails(), done: make(chan struct{})}
@@ -210,9 +222,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			unauthorized(w, "log in with a user of the --ui-auth password file")
 			return
 		}
-		switch err := c.cfg.Users.check(name, pass); {
-		case errors.Is(err, errBusy):
-			w.Header().Set("Retry-After", "1")
+		switch err := c.cfg.Users.check(r.Context(), name, pass, remoteAddr(r)); {
+		case errors.Is(err, errSourceBusy), errors.Is(err, errUserBusy):
+			c.cfg.Logger.Warn("console: login throttled", "user", name, "remote", r.RemoteAddr, "why", err)
+			w.Header().Set("Retry-After", retryAfter(err))
 			http.Error(w, err.Error(), http.StatusTooManyRequests)
 			return
 		case err != nil:
@@ -240,6 +253,25 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type userKey struct{}
+
+// remoteAddr is the address of r's client, as the connection has it (a
+// proxy in front is one client), or the zero Addr when it has none.
+func remoteAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
+}
+
+// retryAfter is the Retry-After of a throttled login, in seconds: when
+// the budget it ran out of has room again.
+func retryAfter(err error) string {
+	if errors.Is(err, errUserBusy) {
+		return itoa(int(userEvery / time.Second))
+	}
+	return itoa(int(sourceEvery / time.Second))
+}
 
 func unauthorized(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Basic realm="natsdelay console", charset="UTF-8"`)
@@ -327,7 +359,7 @@ func (c *Console) parseTemplates() error {
 // render writes the page name with data, under status.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, navPath, title string, data any, failure error) {
 	user, _ := r.Context().Value(userKey{}).(string)
-	v := view{Title: title, CSRF: c.csrfToken(user), User: user, Done: doneText(r), Data: data}
+	v := view{Title: title, CSRF: c.csrfToken(user), User: user, Done: c.doneText(r, user), Data: data}
 	for _, n := range nav {
 		n.Current = n.Path == navPath
 		v.Nav = append(v.Nav, n)
@@ -364,17 +396,29 @@ func httpStatus(err error) int {
 var errStarting = fmt.Errorf("%w: the service is starting", wire.ErrUnavailable)
 
 // redirect sends the browser, after a POST, to the page at target with
-// what was done: a 303, so that reloading it does not post again.
-func redirect(w http.ResponseWriter, r *http.Request, target, done, what string) {
+// what was done, signed: a 303, so that reloading it does not post again.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, target, done, what string) {
 	sep := "?"
 	if strings.Contains(target, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, target+sep+"done="+done+"&what="+urlQuery(what), http.StatusSeeOther)
+	user, _ := r.Context().Value(userKey{}).(string)
+	http.Redirect(w, r, target+sep+"done="+done+"&what="+urlQuery(what)+"&sig="+c.doneSig(user, done, what), http.StatusSeeOther)
+}
+
+// doneSig signs an outcome for user: an HMAC under this process's key,
+// so that a page shows only outcomes the console itself redirected to,
+// and a link of anyone else's (the console's origin, with a line of its
+// author's) shows nothing.
+func (c *Console) doneSig(user, done, what string) string {
+	m := hmac.New(sha256.New, c.csrfKey)
+	m.Write([]byte("natsdelay console done\x00" + user + "\x00" + done + "\x00" + what))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
 }
 
 // doneTexts are the sentences of the actions' outcomes; the redirect
-// names one and the object, and a page shows only these sentences.
+// names one and the object, signed, and a page shows only these
+// sentences, of outcomes the console signed.
 var doneTexts = map[string]string{
 	"canceled":        "Canceled %s.",
 	"limit-set":       "Set the limit of %s.",
@@ -388,12 +432,16 @@ var doneTexts = map[string]string{
 	"dead-deleted":    "Deleted the dead letter %s.",
 }
 
-func doneText(r *http.Request) string {
-	f, ok := doneTexts[r.URL.Query().Get("done")]
-	if !ok {
+// doneText is the sentence of the outcome r's query names, when the
+// console signed it for user; "" otherwise.
+func (c *Console) doneText(r *http.Request, user string) string {
+	q := r.URL.Query()
+	done, what := q.Get("done"), q.Get("what")
+	f, ok := doneTexts[done]
+	if !ok || !hmac.Equal([]byte(q.Get("sig")), []byte(c.doneSig(user, done, what))) {
 		return ""
 	}
-	return fmt.Sprintf(f, r.URL.Query().Get("what"))
+	return fmt.Sprintf(f, what)
 }
 
 // Assert that the service implements what the console reads.

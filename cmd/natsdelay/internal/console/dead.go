@@ -103,7 +103,7 @@ func (c *Console) deadReplay(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 	case rep.Count == 1:
-		redirect(w, r, Prefix+"dead", "replayed", rep.Sample[0].Tag)
+		c.redirect(w, r, Prefix+"dead", "replayed", rep.Sample[0].Tag)
 		return
 	case rep.Skipped > 0:
 		err = wireErr(wire.ErrConflict, "the dead letter %s was not replayed: a pending message holds its Delay-Id; cancel that one first, or let it be delivered", tag)
@@ -134,5 +134,5 @@ func (c *Console) deadDelete(w http.ResponseWriter, r *http.Request) {
 		c.renderDeadLetter(w, r, http.StatusOK, tag, "", err)
 		return
 	}
-	redirect(w, r, Prefix+"dead", "dead-deleted", tag)
+	c.redirect(w, r, Prefix+"dead", "dead-deleted", tag)
 }

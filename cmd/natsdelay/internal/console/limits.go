@@ -86,7 +86,7 @@ func (c *Console) limitSet(w http.ResponseWriter, r *http.Request) {
 			c.renderLimits(w, r, http.StatusOK, f, err)
 			return
 		}
-		redirect(w, r, Prefix+"limits", "limit-set", l.Pattern)
+		c.redirect(w, r, Prefix+"limits", "limit-set", l.Pattern)
 	}
 }
 
@@ -104,6 +104,6 @@ func (c *Console) limitAction(done string, do func(limitsSource, string) error) 
 			c.renderLimits(w, r, http.StatusOK, limitForm{Pattern: p}, err)
 			return
 		}
-		redirect(w, r, Prefix+"limits", done, p)
+		c.redirect(w, r, Prefix+"limits", done, p)
 	}
 }

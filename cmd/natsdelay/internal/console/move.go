@@ -42,7 +42,7 @@ func (c *Console) reschedule(w http.ResponseWriter, r *http.Request) {
 		c.renderMessage(w, r, http.StatusOK, tag, f, err)
 		return
 	}
-	redirect(w, r, Prefix+"subject?subject="+urlQuery(rep.Subject), "rescheduled", rep.Tag+" to fire at "+rep.FireAt)
+	c.redirect(w, r, Prefix+"subject?subject="+urlQuery(rep.Subject), "rescheduled", rep.Tag+" to fire at "+rep.FireAt)
 }
 
 // fire makes the message the form names due now, as FIRE does, and shows
@@ -59,5 +59,5 @@ func (c *Console) fire(w http.ResponseWriter, r *http.Request) {
 		c.renderMessage(w, r, http.StatusOK, tag, moveForm{}, err)
 		return
 	}
-	redirect(w, r, Prefix+"subject?subject="+urlQuery(rep.Subject), "fired", rep.Tag)
+	c.redirect(w, r, Prefix+"subject?subject="+urlQuery(rep.Subject), "fired", rep.Tag)
 }

@@ -228,7 +228,7 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
 	if back == "schedules" {
 		done, target = "schedule-cancel", Prefix+"schedules"
 	}
-	redirect(w, r, target, done, tag)
+	c.redirect(w, r, target, done, tag)
 }
 
 // urlQuery escapes s for a query.

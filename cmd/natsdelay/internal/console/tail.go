@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,10 +45,13 @@ import (
 // does not keep up the channel fills, and the events that find it full
 // are dropped and counted (Subscription.Dropped), and the page shows the
 // count. A write to a browser that takes nothing for tailWriteTimeout
-// ends the stream. The stream ends, and unsubscribes, when the browser
-// goes (the request's context), when its subscription closes (the
-// connection closed), or when StopTail, called before the service stops
-// and by Close, ends every stream and waits for them.
+// ends the stream, and so does TailIdle with no event to send: a client
+// that holds streams and reads nothing while no events flow gives their
+// places back on time (its browser's page opens a new stream). The
+// stream ends, and unsubscribes, when the browser goes (the request's
+// context), when its subscription closes (the connection closed), or
+// when StopTail, called before the service stops and by Close, ends
+// every stream and waits for them.
 
 // tailSource is what the live tail reads of the service: the subject its
 // lifecycle events for a filter are published to.
@@ -197,12 +201,12 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 // (data: the count) when events were dropped for this browser; and "end"
 // (data: why) when the console ends the stream.
 func (c *Console) tailStream(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
 	s := c.service()
 	if s == nil {
 		refuse(w, errStarting)
 		return
 	}
+	q := r.URL.Query()
 	subject, err := s.EventSubject(strings.TrimSpace(q.Get("subject")), q.Get("kind"))
 	if err != nil {
 		refuse(w, err)
@@ -213,35 +217,23 @@ func (c *Console) tailStream(w http.ResponseWriter, r *http.Request) {
 		refuse(w, errNoTailConn)
 		return
 	}
-	conn := *connp
 	if err := c.tails.enter(); err != nil {
 		w.Header().Set("Retry-After", "5")
 		refuse(w, unavailable(err))
 		return
 	}
 	defer c.tails.leave()
-
-	ch := make(chan *nats.Msg, tailBuffer)
-	sub, err := conn.ChanSubscribe(subject, ch)
-	if err != nil {
-		refuse(w, unavailable(err))
-		return
+	ts, err := subscribeTail(*connp, subject)
+	if ts != nil {
+		defer func() { _ = ts.sub.Unsubscribe() }()
 	}
-	// NB: nats.go does not close the channel of a subscription whose
-	// connection closes; its closed handler tells.
-	closed := make(chan struct{})
-	var once sync.Once
-	sub.SetClosedHandler(func(string) { once.Do(func() { close(closed) }) })
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := conn.FlushTimeout(subscribeTimeout); err != nil {
-		refuse(w, unavailable(err))
-		return
-	}
-	// NB: the server answers a refused SUB with an error before the PONG
-	// of the flush, so it is known by now.
-	if err := conn.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+	if errors.Is(err, nats.ErrPermissionViolation) {
 		refuse(w, fmt.Errorf("%w: the NATS server refused the live tail's subscription to %s: give the service's NATS user subscribe permission on %s (docs/operations.md, NATS permissions)",
 			wire.ErrUnavailable, subject, eventsAll(s)))
+		return
+	}
+	if err != nil {
+		refuse(w, unavailable(err))
 		return
 	}
 
@@ -255,56 +247,112 @@ func (c *Console) tailStream(w http.ResponseWriter, r *http.Request) {
 		Subject string `json:"subject"`
 	}{subject})
 	sw.event("subscribed", hello)
-	if sw.flush() != nil {
-		return
+	if sw.flush() == nil {
+		c.pumpTail(r.Context(), sw, ts)
 	}
-	dropped := 0
-	// report adds the drop count to what is written, if it grew.
-	report := func() {
-		if n, err := sub.Dropped(); err == nil && n > dropped {
-			dropped = n
-			sw.event("dropped", strconv.AppendInt(nil, int64(n), 10))
-		}
+}
+
+// tailSub is a stream's subscription: events arrive on ch, and closed
+// is closed when the connection closes it.
+type tailSub struct {
+	sub     *nats.Subscription
+	ch      chan *nats.Msg
+	closed  chan struct{}
+	dropped int // the drop count the browser was told
+}
+
+// subscribeTail subscribes to subject on conn and waits for the NATS
+// server to confirm it; a refused subscription is an error that wraps
+// nats.ErrPermissionViolation. A tailSub not nil is to be unsubscribed,
+// error or not.
+func subscribeTail(conn EventConn, subject string) (*tailSub, error) {
+	ts := &tailSub{ch: make(chan *nats.Msg, tailBuffer), closed: make(chan struct{})}
+	sub, err := conn.ChanSubscribe(subject, ts.ch)
+	if err != nil {
+		return nil, err
 	}
+	ts.sub = sub
+	// NB: nats.go does not close the channel of a subscription whose
+	// connection closes; its closed handler tells.
+	var once sync.Once
+	sub.SetClosedHandler(func(string) { once.Do(func() { close(ts.closed) }) })
+	if err := conn.FlushTimeout(subscribeTimeout); err != nil {
+		return ts, err
+	}
+	// NB: the server answers a refused SUB with an error before the PONG
+	// of the flush, so it is known by now.
+	if err := conn.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+		return ts, err
+	}
+	return ts, nil
+}
+
+// errTailConnClosed is why a stream ends when the console's NATS
+// connection closed.
+const errTailConnClosed = "the console's NATS connection closed"
+
+// pumpTail writes ts's events to the browser until the browser goes, the
+// write to it times out, the tails stop, the connection closes, or no
+// event came for TailIdle: a stream is ended on time, not only when a
+// browser that reads nothing has let its buffers fill, so that streams
+// held open by a client that reads nothing give their places back while
+// no events flow.
+func (c *Console) pumpTail(ctx context.Context, sw *sseWriter, ts *tailSub) {
 	keepalive := time.NewTicker(tailKeepalive)
 	defer keepalive.Stop()
+	idle := time.NewTimer(c.cfg.TailIdle)
+	defer idle.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-c.tails.stop:
-			sw.event("end", []byte(errTailsStopped.Error()))
-			_ = sw.flush()
+			sw.end(errTailsStopped.Error())
 			return
-		case <-closed:
-			sw.event("end", []byte("the console's NATS connection closed"))
-			_ = sw.flush()
+		case <-ts.closed:
+			sw.end(errTailConnClosed)
 			return
-		case m := <-ch:
-			sw.event("", m.Data)
-			// Events that wait go in the same write.
-		batch:
-			for range tailMaxBatch - 1 {
-				select {
-				case m := <-ch:
-					sw.event("", m.Data)
-				default:
-					break batch
-				}
-			}
-			report()
+		case <-idle.C:
+			sw.end("no event for " + c.cfg.TailIdle.String() + ": the page opens a new stream")
+			return
+		case m := <-ts.ch:
+			ts.batch(sw, m)
+			idle.Reset(c.cfg.TailIdle)
 		case <-keepalive.C:
-			if !sub.IsValid() {
-				sw.event("end", []byte("the console's NATS connection closed"))
-				_ = sw.flush()
+			if !ts.sub.IsValid() {
+				sw.end(errTailConnClosed)
 				return
 			}
 			sw.comment("keepalive")
-			report()
+			ts.report(sw)
 		}
 		if sw.flush() != nil {
 			return
 		}
+	}
+}
+
+// batch adds m and the events that wait behind it, up to tailMaxBatch,
+// to what is written, then the drop count.
+func (ts *tailSub) batch(sw *sseWriter, m *nats.Msg) {
+	sw.event("", m.Data)
+	for range tailMaxBatch - 1 {
+		select {
+		case m := <-ts.ch:
+			sw.event("", m.Data)
+		default:
+			ts.report(sw)
+			return
+		}
+	}
+	ts.report(sw)
+}
+
+// report adds the drop count to what is written, if it grew.
+func (ts *tailSub) report(sw *sseWriter) {
+	if n, err := ts.sub.Dropped(); err == nil && n > ts.dropped {
+		ts.dropped = n
+		sw.event("dropped", strconv.AppendInt(nil, int64(n), 10))
 	}
 }
 
@@ -355,6 +403,12 @@ func (s *sseWriter) event(name string, data []byte) {
 		s.buf = append(append(append(s.buf, "data: "...), line...), '\n')
 	}
 	s.buf = append(s.buf, '\n')
+}
+
+// end adds an "end" event saying why, and writes it.
+func (s *sseWriter) end(why string) {
+	s.event("end", []byte(why))
+	_ = s.flush()
 }
 
 // flush writes what is buffered and flushes it to the browser.

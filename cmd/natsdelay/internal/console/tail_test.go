@@ -493,3 +493,39 @@ func TestTail_PermissionDenied_SaysWhich(t *testing.T) {
 		t.Fatal("no stream with the permission")
 	}
 }
+
+// TestTail_IdleStreams_EndOnTime checks that streams on which no event
+// flows do not keep their places: a client opens every one of them and
+// reads nothing, and another is refused (503); with no event published,
+// each held stream ends after the idle time, saying why, and a new
+// browser's stream then opens.
+func TestTail_IdleStreams_EndOnTime(t *testing.T) {
+	s := serve(t, "127.0.0.1:0", true, nil, withEvents, func(o *server.Options) { o.UITailIdle = 300 * time.Millisecond })
+	var held []*sseStream
+	for range 32 {
+		st, _ := mustOpenTail(t, s.base, "subject=quiet.*")
+		held = append(held, st)
+	}
+	if st, code, body := openTail(t, s.base, "", "", ""); st != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("a 33rd stream while 32 are held: %d %s, want 503", code, body)
+	}
+	for i, st := range held {
+		if e := st.next(t); e.Type != "end" || !strings.Contains(e.Data, "no event for") {
+			t.Fatalf("held stream %d: %+v, want end, saying it was idle", i, e)
+		}
+		if e, err := st.read(); err == nil {
+			t.Fatalf("held stream %d after its end: %+v, want the end of the stream", i, e)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, code, body := openTail(t, s.base, "", "", "")
+		if st != nil {
+			break
+		}
+		// NB: a stream's place is given back just after its body ends.
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("a new stream after the idle ones ended: %d %s", code, body)
+		}
+	}
+}

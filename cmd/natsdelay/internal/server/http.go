@@ -47,14 +47,15 @@ type httpServer struct {
 }
 
 // startHTTP listens on addr and serves reg's metrics and the health checks,
-// and with ui the web console (see package console; users, if not nil,
-// are who may log in to it). /readyz answers 503 until setReady is
+// and with ui the web console of ccfg (see package console; its Users, if
+// not nil, are who may log in to it; its Addr and Logger are set here).
+// /readyz answers 503 until setReady is
 // called. The caller calls close.
 //
 // With pprof, it also serves Go's profiles on /debug/pprof/. They are off
 // by default: the listener has no auth, and a profile shows the
 // process's internals and costs CPU while it runs.
-func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, users *console.Users, log *slog.Logger) (*httpServer, error) {
+func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, ccfg console.Config, log *slog.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -85,7 +86,8 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, users *c
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	if ui {
-		c, err := console.New(console.Config{Addr: h.addr, Users: users, Logger: log.With("component", "console")})
+		ccfg.Addr, ccfg.Logger = h.addr, log.With("component", "console")
+		c, err := console.New(ccfg)
 		if err != nil {
 			_ = ln.Close()
 			return nil, err

@@ -69,6 +69,9 @@ type Options struct {
 	// if not nil, are who may log in to it (see package console).
 	UI      bool
 	UIUsers *console.Users
+	// UITailIdle is how long a live tail's stream stays open with no
+	// event to send; default console.DefaultTailIdle.
+	UITailIdle time.Duration
 
 	// Cluster, if not nil, makes this a node of a cluster: its Dir, Local
 	// and Logger are set by Open.
@@ -153,7 +156,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	s.httpAddr = "off"
 	if o.HTTP != "" {
 		r := newRegistry()
-		if hs, err = startHTTP(o.HTTP, r, o.PProf, o.UI, o.UIUsers, s.log); err != nil {
+		if hs, err = startHTTP(o.HTTP, r, o.PProf, o.UI, console.Config{Users: o.UIUsers, TailIdle: o.UITailIdle}, s.log); err != nil {
 			return err
 		}
 		reg, s.httpAddr = r, hs.addr
