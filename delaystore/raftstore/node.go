@@ -39,6 +39,9 @@ type Node struct {
 	// (heartbeat.go).
 	lease   *lease
 	answers followerAnswers
+	// pipes are the pipelines of replication open to the followers
+	// (pipeline.go).
+	pipes pipelines
 
 	// cluster is the name of the cluster, empty while a fresh node waits
 	// for its peers.
@@ -497,28 +500,19 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	return n.wait(ctx, "remove server "+id, n.raft.RemoveServer(raft.ServerID(id), 0, 0))
 }
 
-// wait waits for f or ctx. A future left behind resolves at the latest
-// when Raft shuts down, which Close waits for.
+// wait waits for f, ctx or Close. NB: not on a goroutine that Close waits
+// for: Raft hands a committed membership change to its FSM loop to
+// answer, as it does a barrier, and at Shutdown that loop may end without
+// answering it (see await).
 func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
-	errc := make(chan error, 1)
-	n.mu.Lock()
-	if n.mu.closed {
-		n.mu.Unlock()
-		return fmt.Errorf("raftstore: %s: %w", op, delaystore.ErrClosed)
-	}
-	// NB: counted under mu, so that Close, which sets closed under mu before
-	// it waits, never waits on a count that is still growing.
-	n.goFunc(func() { errc <- f.Error() })
-	n.mu.Unlock()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return n.raftError(op, err)
-		}
+	err := n.awaitCtx(ctx, f)
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("raftstore: %s: %w", op, ctx.Err())
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("raftstore: %s: %w", op, err)
 	}
+	return n.raftError(op, err)
 }
 
 // TransferLeadership hands this node's leadership to the most up-to-date
@@ -580,13 +574,24 @@ func (n *Node) regainLease() {
 func (n *Node) snapshotNow() error { return n.raft.Snapshot().Error() }
 
 // Close stops Raft, the transport and the log store, in that order, and
-// waits for the node's goroutines. Watchers that were told true are told
-// false. It does not close Local. A second Close returns the first's error.
+// waits for the node's goroutines. It returns in bounded time whatever
+// the peers do: it closes the node's connections as Raft stops. Watchers
+// that were told true are told false. It does not close Local. A second
+// Close returns the first's error.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
 		if n.raft != nil {
-			if err := n.raft.Shutdown().Error(); err != nil {
+			shutdown := n.raft.Shutdown()
+			// NB: Shutdown waits for Raft's goroutines, and those that
+			// talk to a peer wait for its answers, up to the transport's
+			// timeout (longer for a snapshot), or for good in a pipeline
+			// (see pipeline.go). With the node's connections and
+			// pipelines closed, none waits on a peer: a stop ends in
+			// bounded time whatever the peers do.
+			n.pipes.closeAll()
+			n.mux.isolate(true)
+			if err := shutdown.Error(); err != nil {
 				errs = append(errs, fmt.Errorf("raftstore: shut raft down: %w", err))
 			}
 		}
