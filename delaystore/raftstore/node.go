@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	bolt "go.etcd.io/bbolt"
@@ -156,44 +157,65 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 
 // start finds or forms the cluster and starts Raft.
 func (n *Node) start(ctx context.Context, st dirState) error {
-	cfg := n.cfg
-	disc := discovery{cfg: cfg, log: n.log}
-	var bootstrap *raft.Configuration
+	bootstrap, err := n.findCluster(ctx, st)
+	if err != nil {
+		return err
+	}
+	rlog := newRaftLogger(n.log)
+	if err := n.openRaftStores(rlog); err != nil {
+		return err
+	}
+	if err := n.startRaft(st, rlog); err != nil {
+		return err
+	}
+	if bootstrap != nil {
+		if err := n.raft.BootstrapCluster(*bootstrap).Error(); err != nil {
+			return fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped the cluster", "cluster", n.clusterName(), "servers", len(bootstrap.Servers))
+	}
+	n.bootstrapping.Store(false)
+	n.log.Info("started", "addr", n.cfg.addr(), "cluster", n.clusterName())
+	return nil
+}
+
+// findCluster checks that a node with Raft state rejoins its cluster, or
+// has a fresh node join one or form one with its peers; for a cluster it
+// forms, it returns the configuration to bootstrap.
+func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuration, error) {
+	disc := discovery{cfg: n.cfg, log: n.log}
 	switch {
 	case st.hasLog:
-		if err := disc.checkRejoin(ctx, st.node.Cluster); err != nil {
-			return err
-		}
-	case cfg.Join:
+		return nil, disc.checkRejoin(ctx, st.node.Cluster)
+	case n.cfg.Join:
 		cluster, err := disc.join(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := n.recordCluster(st, cluster); err != nil {
-			return err
-		}
-	default:
-		conf, cluster, err := disc.bootstrap(ctx)
-		if err != nil {
-			return err
-		}
-		if err := n.recordCluster(st, cluster); err != nil {
-			return err
-		}
-		bootstrap = &conf
+		return nil, n.recordCluster(st, cluster)
 	}
+	conf, cluster, err := disc.bootstrap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.recordCluster(st, cluster); err != nil {
+		return nil, err
+	}
+	return &conf, nil
+}
 
+// openRaftStores opens Raft's log and snapshot stores and its transport.
+func (n *Node) openRaftStores(rlog hclog.Logger) error {
 	var err error
 	n.logs, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.Dir, logFile),
+		Path: filepath.Join(n.cfg.Dir, logFile),
 		// bbolt waits forever for the file lock without a timeout.
 		BoltOptions: &bolt.Options{Timeout: time.Second},
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
 	}
-	rlog := newRaftLogger(n.log)
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, rlog.Named("snapshots"))
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(n.cfg.Dir, snapshotsRetained, rlog.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store: %w", err)
 	}
@@ -203,14 +225,20 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		Timeout: 10 * time.Second,
 		Logger:  rlog.Named("transport"),
 	})
+	return nil
+}
+
+// startRaft starts Raft on the stores and the transport, with the FSM
+// over the local store, and the node's goroutines that follow it.
+func (n *Node) startRaft(st dirState, rlog hclog.Logger) error {
 	logs, err := raft.NewLogCache(512, n.logs)
 	if err != nil {
 		return fmt.Errorf("raftstore: %w", err)
 	}
 	n.fsm = &fsm{
-		local:         cfg.Local,
+		local:         n.cfg.Local,
 		log:           n.log,
-		restoreMarker: filepath.Join(cfg.Dir, restoreMarkerFile),
+		restoreMarker: filepath.Join(n.cfg.Dir, restoreMarkerFile),
 		onFail: func(err error) {
 			select {
 			case n.failCh <- err:
@@ -218,8 +246,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 			}
 		},
 	}
-
-	rc := cfg.raftConfig()
+	rc := n.cfg.raftConfig()
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = rlog
 	// The local store already holds everything up to the latest snapshot
@@ -236,15 +263,6 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	}
 	n.goFunc(func() { commits.watch(n.done) })
 	n.goFunc(n.watchRaft)
-
-	if bootstrap != nil {
-		if err := n.raft.BootstrapCluster(*bootstrap).Error(); err != nil {
-			return fmt.Errorf("raftstore: bootstrap: %w", err)
-		}
-		n.log.Info("bootstrapped the cluster", "cluster", n.clusterName(), "servers", len(bootstrap.Servers))
-	}
-	n.bootstrapping.Store(false)
-	n.log.Info("started", "addr", cfg.addr(), "cluster", n.clusterName())
 	return nil
 }
 
