@@ -203,6 +203,7 @@ func awaitClosed(t *testing.T, n *testNode, closed <-chan error, limit time.Dura
 // pipeline sender had a send under way when its decoder returned at the
 // failure, and both waited for each other for good, which stopped the
 // replication to that follower and made Close (Raft's Shutdown) hang.
+// 20 pipelines in make test, 1,000 under NATSDELAY_SOAK=1.
 func TestNode_PipelineAnsweredWithFailures_LeaderGoesOnAndCloses(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, enginePebble, testConfig())
@@ -233,14 +234,18 @@ func TestNode_PipelineAnsweredWithFailures_LeaderGoesOnAndCloses(t *testing.T) {
 	}
 	// NB: no waitFor: a test that failed here would hang in its cleanup,
 	// in the Close below.
-	const want = 20
-	for deadline := time.Now().Add(20 * time.Second); liar.lies.Load() < want && time.Now().Before(deadline); {
+	want := int64(20)
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		want = 1000
+	}
+	limit := time.Duration(want) * time.Second
+	for deadline := time.Now().Add(limit); liar.lies.Load() < want && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
 	load.Wait()
 	if got := liar.lies.Load(); got < want {
-		t.Errorf("%d pipelines failed by %s and closed by the leader in 20s, want %d: the leader stopped replicating to it", got, liar.id, want)
+		t.Errorf("%d pipelines failed by %s and closed by the leader in %v, want %d: the leader stopped replicating to it", got, liar.id, limit, want)
 	}
 	awaitClosed(t, leader, startClose(leader), 30*time.Second)
 }
