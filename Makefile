@@ -38,7 +38,8 @@ test: vet lint
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
 # soak size (200 kills per engine; 120 kills per engine inside the planning
 # of 200 recurring schedules; 100 cluster leader kills; 12 leader pauses
-# of 5 to 20 s; 30,000 good messages
+# of 5 to 20 s, then a SIGTERM of every node; 1,000 Raft pipelines a
+# follower fails; 30,000 good messages
 # beside 60 s of hostile traffic; a bulk cancel of 1,000,000 messages
 # across 1,000 subjects with a SIGKILL midway).
 # NB: the adversarial mix runs without the race detector here: at soak
@@ -48,7 +49,7 @@ test: vet lint
 soak:
 	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader|ClusterProcess_PausedLeader|Bulk_Cancel_SIGKILL' ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
-	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash' -v ./delaystore/raftstore
+	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash|PipelineAnswered' -v ./delaystore/raftstore
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)

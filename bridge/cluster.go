@@ -40,6 +40,10 @@ type Cluster interface {
 	// another node they return an error wrapping wire.ErrUnavailable.
 	AddVoter(ctx context.Context, id, addr string) error
 	RemoveServer(ctx context.Context, id string) error
+	// StepDown hands this node's leadership to another voter and returns
+	// once another leads, or ctx ends. A node that is the only voter
+	// keeps its leadership and gets an error.
+	StepDown(ctx context.Context) error
 }
 
 // errNotLeader is why a node of a cluster that is not the leader has its
@@ -72,7 +76,7 @@ func (s *Service) onLeadership(leader bool) {
 	if leader {
 		s.log.Info("cluster leader: serving ingest, acks and the API, and delivering")
 		if err := s.startServing(); err != nil {
-			s.log.Error("starting to serve as leader", "err", err)
+			s.stepDown(err)
 		}
 		return
 	}
@@ -82,9 +86,31 @@ func (s *Service) onLeadership(leader bool) {
 	}
 }
 
+// stepDownWait bounds how long a leader that cannot serve waits for
+// another node to take its leadership over.
+const stepDownWait = 10 * time.Second
+
+// stepDown undoes a start of serving that failed and hands the leadership
+// over. A leader that does not serve must not keep it: under its lease it
+// would deliver while ingest and the API answered no responders, and no
+// other node would serve meanwhile. If this node becomes leader again, it
+// tries again then.
+func (s *Service) stepDown(cause error) {
+	s.log.Error("cannot serve as cluster leader: handing the leadership over", "err", cause)
+	if err := s.stopServing(errNotLeader); err != nil {
+		s.log.Warn("stopping serving", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(s.closeCtx, stepDownWait)
+	defer cancel()
+	if err := s.cfg.Cluster.StepDown(ctx); err != nil && s.closeCtx.Err() == nil {
+		s.log.Error("could not hand the leadership over: this node leads, and serves nothing", "err", err)
+	}
+}
+
 // startServing subscribes to the acks, resumes the core (a new generation
 // on the replicated store, which holds everything committed), waits for it
-// to take work, and registers the micro service: ingest and the API.
+// to take work, and registers the micro service: ingest and the API. An
+// error means it does not serve; stopServing undoes what it started.
 func (s *Service) startServing() error {
 	s.serveMu.Lock()
 	defer s.serveMu.Unlock()
@@ -113,10 +139,12 @@ func (s *Service) startServing() error {
 	// (or /leader) and then sends a request finds the subscriptions on
 	// the server, not "no responders". A flush that fails (the
 	// connection is down) changes nothing there: the subscriptions are
-	// sent again on reconnect.
-	err = s.nc.Flush()
+	// sent again on reconnect. So it is no reason to step down.
+	if err := s.nc.Flush(); err != nil {
+		s.log.Warn("serving as leader before the NATS server confirmed the subscriptions", "err", err)
+	}
 	s.leading.Store(true)
-	return err
+	return nil
 }
 
 // stopServing stops the micro service (its endpoints drain: requests

@@ -65,7 +65,10 @@
 // becoming leader the node subscribes to the acks, resumes the core (a
 // fresh generation on the replicated store, which holds everything
 // committed before: the Cluster calls back only after a barrier), waits
-// until it takes work, and registers the micro service. On losing
+// until it takes work, and registers the micro service; if it cannot (a
+// subscription fails), it undoes that and hands the leadership over
+// (Cluster.StepDown), so that a leader never delivers while it answers
+// nothing. On losing
 // leadership it stops the micro service (its endpoints drain), suspends
 // the core (the writer answers what it took, with a 503 when the write can
 // no longer be committed; the dispatcher and janitor stop), and drains the

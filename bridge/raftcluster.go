@@ -45,6 +45,11 @@ func (c raftCluster) RemoveServer(ctx context.Context, id string) error {
 	return raftError(c.n.RemoveServer(ctx, id))
 }
 
+func (c raftCluster) StepDown(ctx context.Context) error {
+	_, err := c.n.TransferLeadership(ctx)
+	return err
+}
+
 // raftError makes a membership change refused for want of leadership a
 // 503: the client asks again, and reaches the new leader.
 func raftError(err error) error {

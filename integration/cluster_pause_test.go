@@ -157,7 +157,7 @@ func leaderAnswers(t *testing.T, addrs []string, stop <-chan struct{}) (rounds, 
 // answers /leader with 200 in any polling round after the resume; and
 // while the old leader is stopped, every ingest and API request sent once
 // the new leader serves is answered (the stopped node's subscriptions take
-// nothing from the new leader's).
+// nothing from the new leader's). At the end each node stops on SIGTERM.
 func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -329,5 +329,13 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 		if t.Failed() {
 			return
 		}
+	}
+	// Then every node stops on SIGTERM within stop's bound, those paused
+	// while they led included: Raft's pipeline to a follower that answered
+	// a resumed leader with a newer term could wait for good, and the
+	// node's stop with it.
+	for _, n := range c.nodes {
+		n.proc.stop(t)
+		n.proc = nil
 	}
 }

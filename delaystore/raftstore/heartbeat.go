@@ -45,6 +45,16 @@ func (t *leaseTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 	return err
 }
 
+// AppendEntriesPipeline opens a pipeline to a follower, closed as soon as
+// Raft stops taking its answers (see pipeline.go).
+func (t *leaseTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := t.commitWatch.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return t.n.pipes.add(p)
+}
+
 // answered records that follower id answered, in the lease's term, a
 // request sent at start, and extends the lease to the proof that a quorum
 // of the voters now gives.

@@ -11,7 +11,8 @@ import (
 // every goroutine of its own.
 //
 // One goroutine may outlive a node by design: Node.await's wait for a
-// barrier that Raft stopped answering at Shutdown (see await).
+// barrier or a membership change that Raft stopped answering at Shutdown
+// (see await).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/raft.(*deferError).Error"))
 }

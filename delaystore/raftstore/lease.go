@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -173,18 +174,23 @@ func (n *Node) proveLeadership() error {
 }
 
 // await waits for f's answer, or for Close. NB: Raft hands a committed
-// barrier to its FSM loop to answer, and that loop ends at Shutdown
-// without answering what it still holds; such a future would keep a
-// goroutine waiting for it, and Close waiting for that goroutine, forever.
-// So the wait is in a goroutine of its own, which Close does not wait for:
-// in that race it outlives the node, blocked on an answer that never
-// comes, and is all that is left of it.
-func (n *Node) await(f raft.Future) error {
+// barrier (or membership change) to its FSM loop to answer, and that loop
+// ends at Shutdown without answering what it still holds; such a future
+// would keep a goroutine waiting for it, and Close waiting for that
+// goroutine, forever. So the wait is in a goroutine of its own, which
+// Close does not wait for: in that race it outlives the node, blocked on
+// an answer that never comes, and is all that is left of it.
+func (n *Node) await(f raft.Future) error { return n.awaitCtx(context.Background(), f) }
+
+// awaitCtx is await that also ends with ctx.
+func (n *Node) awaitCtx(ctx context.Context, f raft.Future) error {
 	errc := make(chan error, 1)
 	go func() { errc <- f.Error() }()
 	select {
 	case err := <-errc:
 		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-n.done:
 		return raft.ErrRaftShutdown
 	}

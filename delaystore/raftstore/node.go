@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	bolt "go.etcd.io/bbolt"
@@ -39,6 +40,9 @@ type Node struct {
 	// (heartbeat.go).
 	lease   *lease
 	answers followerAnswers
+	// pipes are the pipelines of replication open to the followers
+	// (pipeline.go).
+	pipes pipelines
 
 	// cluster is the name of the cluster, empty while a fresh node waits
 	// for its peers.
@@ -153,44 +157,65 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 
 // start finds or forms the cluster and starts Raft.
 func (n *Node) start(ctx context.Context, st dirState) error {
-	cfg := n.cfg
-	disc := discovery{cfg: cfg, log: n.log}
-	var bootstrap *raft.Configuration
+	bootstrap, err := n.findCluster(ctx, st)
+	if err != nil {
+		return err
+	}
+	rlog := newRaftLogger(n.log)
+	if err := n.openRaftStores(rlog); err != nil {
+		return err
+	}
+	if err := n.startRaft(st, rlog); err != nil {
+		return err
+	}
+	if bootstrap != nil {
+		if err := n.raft.BootstrapCluster(*bootstrap).Error(); err != nil {
+			return fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped the cluster", "cluster", n.clusterName(), "servers", len(bootstrap.Servers))
+	}
+	n.bootstrapping.Store(false)
+	n.log.Info("started", "addr", n.cfg.addr(), "cluster", n.clusterName())
+	return nil
+}
+
+// findCluster checks that a node with Raft state rejoins its cluster, or
+// has a fresh node join one or form one with its peers; for a cluster it
+// forms, it returns the configuration to bootstrap.
+func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuration, error) {
+	disc := discovery{cfg: n.cfg, log: n.log}
 	switch {
 	case st.hasLog:
-		if err := disc.checkRejoin(ctx, st.node.Cluster); err != nil {
-			return err
-		}
-	case cfg.Join:
+		return nil, disc.checkRejoin(ctx, st.node.Cluster)
+	case n.cfg.Join:
 		cluster, err := disc.join(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := n.recordCluster(st, cluster); err != nil {
-			return err
-		}
-	default:
-		conf, cluster, err := disc.bootstrap(ctx)
-		if err != nil {
-			return err
-		}
-		if err := n.recordCluster(st, cluster); err != nil {
-			return err
-		}
-		bootstrap = &conf
+		return nil, n.recordCluster(st, cluster)
 	}
+	conf, cluster, err := disc.bootstrap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.recordCluster(st, cluster); err != nil {
+		return nil, err
+	}
+	return &conf, nil
+}
 
+// openRaftStores opens Raft's log and snapshot stores and its transport.
+func (n *Node) openRaftStores(rlog hclog.Logger) error {
 	var err error
 	n.logs, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.Dir, logFile),
+		Path: filepath.Join(n.cfg.Dir, logFile),
 		// bbolt waits forever for the file lock without a timeout.
 		BoltOptions: &bolt.Options{Timeout: time.Second},
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
 	}
-	rlog := newRaftLogger(n.log)
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, rlog.Named("snapshots"))
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(n.cfg.Dir, snapshotsRetained, rlog.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store: %w", err)
 	}
@@ -200,14 +225,20 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		Timeout: 10 * time.Second,
 		Logger:  rlog.Named("transport"),
 	})
+	return nil
+}
+
+// startRaft starts Raft on the stores and the transport, with the FSM
+// over the local store, and the node's goroutines that follow it.
+func (n *Node) startRaft(st dirState, rlog hclog.Logger) error {
 	logs, err := raft.NewLogCache(512, n.logs)
 	if err != nil {
 		return fmt.Errorf("raftstore: %w", err)
 	}
 	n.fsm = &fsm{
-		local:         cfg.Local,
+		local:         n.cfg.Local,
 		log:           n.log,
-		restoreMarker: filepath.Join(cfg.Dir, restoreMarkerFile),
+		restoreMarker: filepath.Join(n.cfg.Dir, restoreMarkerFile),
 		onFail: func(err error) {
 			select {
 			case n.failCh <- err:
@@ -215,8 +246,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 			}
 		},
 	}
-
-	rc := cfg.raftConfig()
+	rc := n.cfg.raftConfig()
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = rlog
 	// The local store already holds everything up to the latest snapshot
@@ -233,15 +263,6 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 	}
 	n.goFunc(func() { commits.watch(n.done) })
 	n.goFunc(n.watchRaft)
-
-	if bootstrap != nil {
-		if err := n.raft.BootstrapCluster(*bootstrap).Error(); err != nil {
-			return fmt.Errorf("raftstore: bootstrap: %w", err)
-		}
-		n.log.Info("bootstrapped the cluster", "cluster", n.clusterName(), "servers", len(bootstrap.Servers))
-	}
-	n.bootstrapping.Store(false)
-	n.log.Info("started", "addr", cfg.addr(), "cluster", n.clusterName())
 	return nil
 }
 
@@ -497,28 +518,19 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	return n.wait(ctx, "remove server "+id, n.raft.RemoveServer(raft.ServerID(id), 0, 0))
 }
 
-// wait waits for f or ctx. A future left behind resolves at the latest
-// when Raft shuts down, which Close waits for.
+// wait waits for f, ctx or Close. NB: not on a goroutine that Close waits
+// for: Raft hands a committed membership change to its FSM loop to
+// answer, as it does a barrier, and at Shutdown that loop may end without
+// answering it (see await).
 func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
-	errc := make(chan error, 1)
-	n.mu.Lock()
-	if n.mu.closed {
-		n.mu.Unlock()
-		return fmt.Errorf("raftstore: %s: %w", op, delaystore.ErrClosed)
-	}
-	// NB: counted under mu, so that Close, which sets closed under mu before
-	// it waits, never waits on a count that is still growing.
-	n.goFunc(func() { errc <- f.Error() })
-	n.mu.Unlock()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return n.raftError(op, err)
-		}
+	err := n.awaitCtx(ctx, f)
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("raftstore: %s: %w", op, ctx.Err())
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("raftstore: %s: %w", op, err)
 	}
+	return n.raftError(op, err)
 }
 
 // TransferLeadership hands this node's leadership to the most up-to-date
@@ -580,13 +592,24 @@ func (n *Node) regainLease() {
 func (n *Node) snapshotNow() error { return n.raft.Snapshot().Error() }
 
 // Close stops Raft, the transport and the log store, in that order, and
-// waits for the node's goroutines. Watchers that were told true are told
-// false. It does not close Local. A second Close returns the first's error.
+// waits for the node's goroutines. It returns in bounded time whatever
+// the peers do: it closes the node's connections as Raft stops. Watchers
+// that were told true are told false. It does not close Local. A second
+// Close returns the first's error.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
 		if n.raft != nil {
-			if err := n.raft.Shutdown().Error(); err != nil {
+			shutdown := n.raft.Shutdown()
+			// NB: Shutdown waits for Raft's goroutines, and those that
+			// talk to a peer wait for its answers, up to the transport's
+			// timeout (longer for a snapshot), or for good in a pipeline
+			// (see pipeline.go). With the node's connections and
+			// pipelines closed, none waits on a peer: a stop ends in
+			// bounded time whatever the peers do.
+			n.pipes.closeAll()
+			n.mux.isolate(true)
+			if err := shutdown.Error(); err != nil {
 				errs = append(errs, fmt.Errorf("raftstore: shut raft down: %w", err))
 			}
 		}
