@@ -48,21 +48,10 @@ func scheduleDue(tb testing.TB, nc *nats.Conn, subject string, n int) {
 	scheduleMany(tb, nc, msgs)
 }
 
-// arrivals records when each delivery on a subject arrived, ACKing it.
-type arrivals struct {
-	mu sync.Mutex
-	at []time.Time
-}
-
-func ackArrivals(tb testing.TB, nc *nats.Conn, subject string) *arrivals {
+// ackEach ACKs every delivery on subject.
+func ackEach(tb testing.TB, nc *nats.Conn, subject string) {
 	tb.Helper()
-	a := &arrivals{}
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		a.mu.Lock()
-		a.at = append(a.at, time.Now())
-		a.mu.Unlock()
-		_ = m.Respond([]byte(wire.AnswerAck))
-	})
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(wire.AnswerAck)) })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -70,13 +59,6 @@ func ackArrivals(tb testing.TB, nc *nats.Conn, subject string) *arrivals {
 	if err := nc.Flush(); err != nil {
 		tb.Fatal(err)
 	}
-	return a
-}
-
-func (a *arrivals) times() []time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]time.Time(nil), a.at...)
 }
 
 // TestLimits_Rate_HoldsItsRate checks a rate limit: a subject with a
@@ -92,8 +74,8 @@ func TestLimits_Rate_HoldsItsRate(t *testing.T) {
 	const rate, burst, span = 50, 50, 10 * time.Second
 	h := newHarness(t, func(c *bridge.Config) { c.Events = true })
 	setLimit(t, h.nc, wire.Limit{Pattern: "rated.>", Rate: rate, Burst: burst})
-	ackArrivals(t, h.nc, "rated.a")
-	ackArrivals(t, h.nc, "free.b")
+	ackEach(t, h.nc, "rated.a")
+	ackEach(t, h.nc, "free.b")
 	rated, free := publishTimes(t, h.nc, "rated.a"), publishTimes(t, h.nc, "free.b")
 	scheduleDue(t, h.nc, "rated.a", 1000)
 	scheduleDue(t, h.nc, "free.b", 100)
@@ -488,7 +470,7 @@ func TestLimits_Rate_NotRefilledMidRun(t *testing.T) {
 	t.Run("idle between messages", func(t *testing.T) {
 		const burst, n = 1, 4
 		setLimit(t, h.nc, wire.Limit{Pattern: "rr.idle", Rate: rate, Burst: burst})
-		ackArrivals(t, h.nc, "rr.idle")
+		ackEach(t, h.nc, "rr.idle")
 		pub := publishTimes(t, h.nc, "rr.idle")
 		due := time.Now().Add(200 * time.Millisecond)
 		msgs := make([]*nats.Msg, n)
@@ -503,7 +485,7 @@ func TestLimits_Rate_NotRefilledMidRun(t *testing.T) {
 	t.Run("limit of another pattern set", func(t *testing.T) {
 		const burst, n = 3, 6
 		setLimit(t, h.nc, wire.Limit{Pattern: "rr.reload", Rate: rate, Burst: burst})
-		ackArrivals(t, h.nc, "rr.reload")
+		ackEach(t, h.nc, "rr.reload")
 		pub := publishTimes(t, h.nc, "rr.reload")
 		scheduleDue(t, h.nc, "rr.reload", n)
 		pub.times(t, burst)
