@@ -51,7 +51,7 @@ func (d *Dispatcher) ReloadLimits() error {
 	d.mu.subjects.limits = limitTable{gen: d.mu.subjects.limits.gen + 1, limits: ls}
 	for t := range d.mu.subjects.held {
 		d.unholdLocked(t)
-		d.rescheduleLocked(t, now)
+		d.releaseLocked(t)
 	}
 	var waiting []*flight
 	for _, f := range d.mu.flights.timers {

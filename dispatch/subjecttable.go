@@ -22,8 +22,14 @@ type subjectTable struct {
 	// fairness.go), paused those of them held because paused;
 	// limitLogAt is when the next of them may be logged, and
 	// limitedUnlogged counts those since the last line.
-	held            map[*topic]struct{}
-	paused          int
+	held   map[*topic]struct{}
+	paused int
+	// released are the topics a change of limits let go (a resume, a
+	// larger max in flight) that wait to go back in the due heap: a pass
+	// puts back only what it can take (see readmitReleasedLocked), so a
+	// resume of a pattern with thousands of subjects due does not put
+	// them all before a subject that falls due after it.
+	released        []*topic
 	limitLogAt      int64
 	limitedUnlogged int
 	// limits are the limits set by pattern (see limits.go).
@@ -116,7 +122,7 @@ func (st *subjectTable) pruneSpent(now int64) {
 // a pass, when no scan is under way.
 func (st *subjectTable) dropIdle(now int64) {
 	for _, t := range st.idle {
-		if t.flights == 0 && t.idx < 0 && !t.limited && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
+		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
 			delete(st.byHash, t.hash)
 			st.keepSpent(t, now)
 		}
@@ -181,6 +187,10 @@ type topic struct {
 	// limited is set while the topic is held out of the due heap at its
 	// in-flight limit, with more due (see fairness.go).
 	limited bool
+	// released is set while the topic waits in subjectTable.released: as
+	// for a held one, its cursor is at its first message not delivered,
+	// and its return to the due heap brings it back there.
+	released bool
 	// subject is the subject of the first message a scan took, for logs
 	// and limits.
 	subject string
