@@ -298,10 +298,18 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		}
 		return
 	}
+	if d.mu.frontier.ahead(s.Key) && d.mu.frontier.lower(at) {
+		// NB: its due-index entry is still to be read, though its topic
+		// takes it now: read it soon, while others come in, so that a
+		// burst of them (a bulk FIRE, messages held by a pause) is not
+		// left for the frontier to wade through, a pass's worth at a
+		// time, when a message due later has to be read after them.
+		d.signal()
+	}
 	t := d.mu.subjects.topic(s.Key.TopicHash(), d.cfg.SubjectMaxInFlight)
 	t.rewindLocked(s.Key)
-	if t.limited {
-		return // its cursor is at it or before; room brings it back
+	if t.limited || t.released {
+		return // its cursor is at it or before; room or its turn brings it back
 	}
 	at = max(at, t.blockedUntil)
 	if at < t.next {
@@ -401,6 +409,7 @@ func (d *Dispatcher) pass() time.Duration {
 	d.advanceFrontier(now)
 	d.mu.Lock()
 	pass := d.beginPassLocked(now)
+	d.readmitReleasedLocked(now)
 	// A redelivery needs no room in the in-flight window: its flight
 	// holds a slot already. Only first deliveries wait for room, so a
 	// window full of NAKed or unanswered deliveries still redelivers them.
@@ -623,6 +632,9 @@ func (d *Dispatcher) untilNext() time.Duration {
 	}
 	if len(d.mu.flights.timers) > 0 {
 		next = min(next, d.mu.flights.timers[0].deadline)
+	}
+	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && len(d.mu.subjects.released) > 0 {
+		next = now // the next pass puts more of them back
 	}
 	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && d.dueNowLocked(now, d.frontierCap()) < d.frontierCap() {
 		// Not while the window is full, as for due topics: the

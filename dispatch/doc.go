@@ -61,6 +61,14 @@
 //     flights settles, and then resumes at its cursor, in order. Its
 //     redeliveries go on within its share, so a subject whose consumers
 //     never answer delays no other subject's first deliveries.
+//   - A change of limits that lets many subjects go at once (a resume of
+//     a pattern) puts them back in the due heap a pass's worth
+//     (Config.PassLimit) at a time, so a subject that falls due meanwhile
+//     waits for that many of them, not for all. Due-index entries that
+//     need nothing (their subject held, released, past them, or due
+//     already) cost the frontier a lookup, not a place in its pass, so a
+//     backlog's entries (a pause's, a bulk FIRE's) are not read a pass's
+//     worth at a time ahead of a message due after them.
 //   - A full in-flight window (Config.MaxInFlight) holds back first
 //     deliveries only: redeliveries go on, since each flight holds its
 //     slot, and the loop sleeps until a settled flight makes room. Flights

@@ -76,6 +76,40 @@ func (d *Dispatcher) unholdLocked(t *topic) {
 	}
 }
 
+// releaseLocked queues t, let go by a change of limits, to go back in
+// the due heap when a pass has room for it. mu must be held.
+func (d *Dispatcher) releaseLocked(t *topic) {
+	if t.released {
+		return
+	}
+	t.released = true
+	d.mu.subjects.released = append(d.mu.subjects.released, t)
+}
+
+// readmitReleasedLocked puts topics released by a change of limits back
+// in the due heap, due at now, in the order they were released, while
+// fewer than a pass's worth of topics are due: so those due after a resume
+// wait for a pass's worth of the resumed subjects, not for all of them,
+// however many the resumed pattern has. The topics put back are taken
+// first, ahead of what falls due later, as the backlog of one subject is.
+// mu must be held.
+func (d *Dispatcher) readmitReleasedLocked(now int64) {
+	st := &d.mu.subjects
+	if len(st.released) == 0 {
+		return
+	}
+	n := min(len(st.released), max(0, d.cfg.PassLimit-d.dueNowLocked(now, d.cfg.PassLimit)))
+	for _, t := range st.released[:n] {
+		t.released = false
+		d.rescheduleLocked(t, now)
+	}
+	clear(st.released[:n])
+	st.released = st.released[n:]
+	if len(st.released) == 0 {
+		st.released = nil // a burst gives its memory back
+	}
+}
+
 // roomFreedLocked is told that t lost a flight: if that takes a held topic
 // below its limit, it goes back in the due heap, due now, and the loop is
 // woken for it. mu must be held.

@@ -158,7 +158,7 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 		d.mu.subjects.idleNow(f.topic)
 	}
 	d.roomFreedLocked(f.topic)
-	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || d.mu.frontier.next != never) {
+	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || len(d.mu.subjects.released) > 0 || d.mu.frontier.next != never) {
 		d.signal()
 	}
 }

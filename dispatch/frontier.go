@@ -42,6 +42,9 @@ func (fr *dueFrontier) lower(at int64) bool {
 	return true
 }
 
+// ahead reports whether the due-index entry k is still to be read.
+func (fr *dueFrontier) ahead(k keys.Key) bool { return fr.at == nil || dueBefore(*fr.at, k) }
+
 // moved records a read that ended at last (nil: nothing read), with the
 // next entry scannable at next.
 func (fr *dueFrontier) moved(last *keys.Key, next int64) {
@@ -110,21 +113,34 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	// yet due: that entry's time is when to read again, so no second
 	// seek is needed to find it.
 	next := int64(never)
+	var lastRead keys.Key
+	read := 0
 	err := d.repo.ScanDue(from, math.MaxUint64, func(k keys.Key) bool {
 		if k.Bucket() > maxBucket {
 			next = msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs))
 			return false
 		}
-		if len(found) == limit {
+		if len(found) == limit || read == limit*frontierSkipFactor {
 			next = now // more is due: read on at the next pass
 			return false
 		}
-		found = append(found, k)
+		read++
+		lastRead = k
+		// NB: an entry that needs nothing costs a lookup, not a place
+		// among the pass's entries, so a backlog of them (held by a
+		// pause, taken by their topics already) is passed in one pass,
+		// not a pass's worth at a time ahead of what falls due after it.
+		d.mu.Lock()
+		skip := d.passedLocked(k, now)
+		d.mu.Unlock()
+		if !skip {
+			found = append(found, k)
+		}
 		return true
 	})
 	last := from
-	if len(found) > 0 {
-		last = &found[len(found)-1]
+	if read > 0 {
+		last = &lastRead
 	}
 	if err != nil {
 		d.log.Warn("reading the due index", "err", err)
@@ -137,15 +153,40 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	d.mu.frontier.moved(last, next)
 }
 
+// frontierSkipFactor bounds the due-index entries one read of the
+// frontier passes, those that need nothing included, to this many times
+// the entries it may hand to topics.
+const frontierSkipFactor = 16
+
+// passedLocked reports whether the due-index entry k needs nothing of the
+// frontier at now: its topic is held at its limit or released by a change
+// of limits (their return resumes at their cursors), its topic's scans
+// are past it (everything below a cursor is in flight or settled), or
+// its topic is due already, to be scanned in a range from a cursor at or
+// below it (a bulk FIRE of one subject's backlog). mu must be held.
+func (d *Dispatcher) passedLocked(k keys.Key, now int64) bool {
+	t := d.mu.subjects.byHash[k.TopicHash()]
+	switch {
+	case t == nil:
+		return false
+	case t.limited || t.released:
+		return true
+	case t.cursor != nil && bytes.Compare(k[:], t.cursor) < 0:
+		return true
+	}
+	return t.idx >= 0 && t.next <= now && t.single == nil
+}
+
 // admitLocked puts the topic of each due-index entry in found in the due
 // heap at the entry's time. mu must be held.
 func (d *Dispatcher) admitLocked(found []keys.Key, now int64) {
 	for _, k := range found {
 		t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
 		switch {
-		case t.limited:
+		case t.limited || t.released:
 			// Held at its limit, its cursor is at or below this
-			// entry, and room brings it back (see roomFreedLocked).
+			// entry, and room brings it back (see roomFreedLocked);
+			// released, its turn does (see readmitReleasedLocked).
 			continue
 		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
 			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):

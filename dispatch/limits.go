@@ -51,7 +51,7 @@ func (d *Dispatcher) ReloadLimits() error {
 	d.mu.subjects.limits = limitTable{gen: d.mu.subjects.limits.gen + 1, limits: ls}
 	for t := range d.mu.subjects.held {
 		d.unholdLocked(t)
-		d.rescheduleLocked(t, now)
+		d.releaseLocked(t)
 	}
 	var waiting []*flight
 	for _, f := range d.mu.flights.timers {
@@ -89,13 +89,31 @@ func (d *Dispatcher) ruleOfLocked(t *topic) rule {
 		break
 	}
 	t.rule = r
-	t.bucket = nil
-	if r.rate > 0 {
-		// A new bucket starts full; a topic dropped and made again
-		// starts full too, after at least a quiet pass.
-		t.bucket = rate.NewLimiter(r.rate, r.burst)
-	}
+	t.bucket = keptBucket(t.bucket, r, d.nowNs())
 	return r
+}
+
+// keptBucket is the bucket of a topic whose rule is now r, after b: b
+// itself, its tokens kept, set to r's rate and burst; a new one, full, if
+// the topic had none; none if r has no rate. A bucket starts full once,
+// when a rate first applies to its subject: resolving the rule again
+// after a change to any limit, or making the topic again after it was
+// dropped (see subjectTable.spent), must not hand out a second burst.
+func keptBucket(b *rate.Limiter, r rule, now int64) *rate.Limiter {
+	switch {
+	case r.rate <= 0:
+		return nil
+	case b == nil:
+		return rate.NewLimiter(r.rate, r.burst)
+	}
+	at := time.Unix(0, now)
+	if b.Limit() != r.rate {
+		b.SetLimitAt(at, r.rate)
+	}
+	if b.Burst() != r.burst {
+		b.SetBurstAt(at, r.burst)
+	}
+	return b
 }
 
 // DefaultBurst is the burst of a rate set without one: a tenth of a

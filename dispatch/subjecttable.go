@@ -22,12 +22,25 @@ type subjectTable struct {
 	// fairness.go), paused those of them held because paused;
 	// limitLogAt is when the next of them may be logged, and
 	// limitedUnlogged counts those since the last line.
-	held            map[*topic]struct{}
-	paused          int
+	held   map[*topic]struct{}
+	paused int
+	// released are the topics a change of limits let go (a resume, a
+	// larger max in flight) that wait to go back in the due heap: a pass
+	// puts back only what it can take (see readmitReleasedLocked), so a
+	// resume of a pattern with thousands of subjects due does not put
+	// them all before a subject that falls due after it.
+	released        []*topic
 	limitLogAt      int64
 	limitedUnlogged int
 	// limits are the limits set by pattern (see limits.go).
 	limits limitTable
+	// spent are the rate buckets of topics dropped before their buckets
+	// filled up again, by topic hash, until they would have: a topic made
+	// again takes its bucket back, so a subject that runs out of due
+	// messages between two gets no second burst (see keptBucket).
+	// spentPruneAt is when they are next looked through for full ones.
+	spent        map[uint64]spentBucket
+	spentPruneAt int64
 	// peak is the most topics byHash held since it was last copied (see
 	// shrunk).
 	peak int
@@ -37,6 +50,7 @@ func newSubjectTable() subjectTable {
 	st := subjectTable{
 		byHash: make(map[uint64]*topic),
 		held:   make(map[*topic]struct{}),
+		spent:  make(map[uint64]spentBucket),
 	}
 	st.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	return st
@@ -48,9 +62,55 @@ func (st *subjectTable) topic(hash uint64, maxInFlight int) *topic {
 	t := st.byHash[hash]
 	if t == nil {
 		t = &topic{hash: hash, next: never, idx: -1, rule: rule{maxInFlight: maxInFlight}}
+		if sb, ok := st.spent[hash]; ok {
+			// NB: used before the topic knows its subject, and so its
+			// rule: its first scan takes no more than the bucket holds.
+			t.bucket = sb.bucket
+			delete(st.spent, hash)
+		}
 		st.byHash[hash] = t
 	}
 	return t
+}
+
+// spentBucket is the rate bucket of a dropped topic, full again at fullAt.
+type spentBucket struct {
+	bucket *rate.Limiter
+	fullAt int64
+}
+
+// keepSpent keeps t's rate bucket, as t is dropped at now, until it would
+// be full again.
+func (st *subjectTable) keepSpent(t *topic, now int64) {
+	b := t.bucket
+	if b == nil || b.Limit() <= 0 {
+		return
+	}
+	missing := float64(b.Burst()) - b.TokensAt(time.Unix(0, now))
+	if missing <= 0 {
+		return
+	}
+	st.spent[t.hash] = spentBucket{bucket: b, fullAt: after(now, time.Duration(missing/float64(b.Limit())*float64(time.Second)))}
+}
+
+// pruneSpent forgets the buckets that are full again by now, at most once
+// a second: a topic made again without one starts full, as they are.
+func (st *subjectTable) pruneSpent(now int64) {
+	if now < st.spentPruneAt {
+		return
+	}
+	st.spentPruneAt = after(now, time.Second)
+	if len(st.spent) == 0 {
+		return
+	}
+	for h, sb := range st.spent {
+		if sb.fullAt <= now {
+			delete(st.spent, h)
+		}
+	}
+	if len(st.spent) == 0 {
+		st.spent = make(map[uint64]spentBucket) // a burst gives its memory back
+	}
 }
 
 // dropIdle forgets the topics that lost their last flight since the last
@@ -62,10 +122,12 @@ func (st *subjectTable) topic(hash uint64, maxInFlight int) *topic {
 // a pass, when no scan is under way.
 func (st *subjectTable) dropIdle(now int64) {
 	for _, t := range st.idle {
-		if t.flights == 0 && t.idx < 0 && !t.limited && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
+		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
 			delete(st.byHash, t.hash)
+			st.keepSpent(t, now)
 		}
 	}
+	st.pruneSpent(now)
 	st.idle = emptied(st.idle)
 	st.byHash = shrunk(st.byHash, &st.peak)
 	// The heap clears the slots it gives up, so only its array is
@@ -125,6 +187,10 @@ type topic struct {
 	// limited is set while the topic is held out of the due heap at its
 	// in-flight limit, with more due (see fairness.go).
 	limited bool
+	// released is set while the topic waits in subjectTable.released: as
+	// for a held one, its cursor is at its first message not delivered,
+	// and its return to the due heap brings it back there.
+	released bool
 	// subject is the subject of the first message a scan took, for logs
 	// and limits.
 	subject string

@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -46,21 +48,10 @@ func scheduleDue(tb testing.TB, nc *nats.Conn, subject string, n int) {
 	scheduleMany(tb, nc, msgs)
 }
 
-// arrivals records when each delivery on a subject arrived, ACKing it.
-type arrivals struct {
-	mu sync.Mutex
-	at []time.Time
-}
-
-func ackArrivals(tb testing.TB, nc *nats.Conn, subject string) *arrivals {
+// ackEach ACKs every delivery on subject.
+func ackEach(tb testing.TB, nc *nats.Conn, subject string) {
 	tb.Helper()
-	a := &arrivals{}
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		a.mu.Lock()
-		a.at = append(a.at, time.Now())
-		a.mu.Unlock()
-		_ = m.Respond([]byte(wire.AnswerAck))
-	})
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(wire.AnswerAck)) })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,59 +59,57 @@ func ackArrivals(tb testing.TB, nc *nats.Conn, subject string) *arrivals {
 	if err := nc.Flush(); err != nil {
 		tb.Fatal(err)
 	}
-	return a
-}
-
-func (a *arrivals) times() []time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]time.Time(nil), a.at...)
 }
 
 // TestLimits_Rate_HoldsItsRate checks a rate limit: a subject with a
-// backlog and a rate of 50/s with a burst of 50 gets, in the 10 s after
-// its first delivery, what the token bucket allows (the burst, then 50 a
-// second: 550) within 5% of the 500 the rate adds, while another subject,
-// due meanwhile, is delivered within a second of its fire time.
+// backlog and a rate of 50/s with a burst of 50 is published, in the 10 s
+// after its first publish, what the token bucket allows (the burst, then
+// 50 a second: 550), never more at any point and within 5% of it, while
+// another subject, due just after, is published all the same, before the
+// rated subject's second second. It measures where the service acts: the
+// `at` of each delivered event is the service's clock at the publish, so
+// a subscriber that is slow to see a delivery changes nothing.
 func TestLimits_Rate_HoldsItsRate(t *testing.T) {
 	t.Parallel()
 	const rate, burst, span = 50, 50, 10 * time.Second
-	h := newHarness(t, nil)
+	h := newHarness(t, func(c *bridge.Config) { c.Events = true })
 	setLimit(t, h.nc, wire.Limit{Pattern: "rated.>", Rate: rate, Burst: burst})
-	rated := ackArrivals(t, h.nc, "rated.a")
-	free := subscribe(t, h.nc, "free.b")
+	ackEach(t, h.nc, "rated.a")
+	ackEach(t, h.nc, "free.b")
+	rated, free := publishTimes(t, h.nc, "rated.a"), publishTimes(t, h.nc, "free.b")
 	scheduleDue(t, h.nc, "rated.a", 1000)
 	scheduleDue(t, h.nc, "free.b", 100)
-	for i := range 100 {
-		r := next(t, free, "the unlimited subject")
-		if late := r.at.Sub(parseTime(t, r.Header.Get(wire.HeaderFireAt))); late > time.Second {
-			t.Fatalf("unlimited delivery %d arrived %v late, want within 1s", i, late)
-		}
-		_ = r.Respond([]byte(wire.AnswerAck))
-	}
-	var first time.Time
+	freeAt := free.times(t, 100)
+	var at []time.Time
 	checkFor(t, span+wait, 50*time.Millisecond, func() error {
-		at := rated.times()
-		if len(at) == 0 {
-			return fmt.Errorf("no delivery of the rated subject yet")
-		}
-		first = at[0]
-		if last := at[len(at)-1]; last.Sub(first) < span {
-			return fmt.Errorf("%d deliveries over %v, want %v of them", len(at), last.Sub(first), span)
+		at = rated.times(t, 1)
+		if last := at[len(at)-1]; last.Sub(at[0]) < span {
+			return fmt.Errorf("%d publishes over %v, want %v of them", len(at), last.Sub(at[0]), span)
 		}
 		return nil
 	})
+	if st := h.svc.Events().Stats(); st.Dropped != 0 {
+		t.Fatalf("%d events dropped: the publish times are incomplete", st.Dropped)
+	}
+	// A pass spends tokens at its start and publishes after reading the
+	// messages: 200 ms of slack, under load, is 10 deliveries, where a
+	// bucket made again mid-run would add up to 50.
+	const slack = 200 * time.Millisecond
+	withinBucket(t, at, rate, burst, slack)
+	if second := at[burst+rate]; freeAt[len(freeAt)-1].After(second) {
+		t.Fatalf("the unlimited subject's last publish at %v, after the rated subject's second second began (%v): it waited for the rate", freeAt[len(freeAt)-1], second)
+	}
 	n := 0
-	for _, at := range rated.times() {
-		if at.Sub(first) < span {
+	for _, a := range at {
+		if a.Sub(at[0]) < span {
 			n++
 		}
 	}
 	want := burst + rate*int(span/time.Second)
-	if tol := rate * int(span/time.Second) / 20; n < want-tol || n > want+tol {
-		t.Fatalf("%d deliveries in the %v after the first, want %d ± %d", n, span, want, tol)
+	if tol, over := rate*int(span/time.Second)/20, int(rate*slack.Seconds()); n < want-tol || n > want+over {
+		t.Fatalf("%d publishes in the %v after the first, want %d, up to %d fewer or %d more (the slack)", n, span, want, tol, over)
 	}
-	t.Logf("%d deliveries in %v at rate %d/s, burst %d (the bucket allows %d)", n, span, rate, burst, want)
+	t.Logf("%d publishes in %v at rate %d/s, burst %d (the bucket allows %d)", n, span, rate, burst, want)
 }
 
 // TestLimits_MaxInFlight_PerPattern checks a pattern's max_in_flight:
@@ -389,5 +378,118 @@ func TestLimits_HeldLateness_ApartFromLateness(t *testing.T) {
 			return fmt.Errorf("held %d, late %d: want the 3 paused deliveries held and the free one late", held, late)
 		}
 		return nil
+	})
+}
+
+// published records when the service published each delivery of a
+// subject, from the `at` of its delivered events: the service's own
+// clock at the publish, not the subscriber's at the arrival.
+type published struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+// publishTimes subscribes to the delivered events of subject on nc, for
+// a service with events on.
+func publishTimes(tb testing.TB, nc *nats.Conn, subject string) *published {
+	tb.Helper()
+	p := &published{}
+	sub, err := nc.Subscribe(wire.DefaultEventPrefix+"."+wire.EventDelivered+"."+subject, func(m *nats.Msg) {
+		var e wire.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			tb.Errorf("delivered event %s: %v", m.Data, err)
+			return
+		}
+		at, err := time.Parse(time.RFC3339Nano, e.At)
+		if err != nil {
+			tb.Errorf("delivered event %s: at: %v", m.Data, err)
+			return
+		}
+		p.mu.Lock()
+		p.at = append(p.at, at)
+		p.mu.Unlock()
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// times waits until n publishes are recorded and returns them in order.
+func (p *published) times(tb testing.TB, n int) []time.Time {
+	tb.Helper()
+	var at []time.Time
+	checkFor(tb, wait, 10*time.Millisecond, func() error {
+		p.mu.Lock()
+		at = append(at[:0], p.at...)
+		p.mu.Unlock()
+		if len(at) < n {
+			return fmt.Errorf("%d delivered events, want %d", len(at), n)
+		}
+		return nil
+	})
+	slices.SortFunc(at, time.Time.Compare)
+	return at
+}
+
+// withinBucket fails tb unless the publishes at are what a token bucket
+// of rate r per second and burst b allows: in no span from one publish
+// to a later one more than b plus what r adds over the span, with slack
+// for the time from a pass's start, when it spends the tokens, to its
+// publish, which the event's `at` is.
+func withinBucket(tb testing.TB, at []time.Time, r float64, b int, slack time.Duration) {
+	tb.Helper()
+	for i := range at {
+		for j := i + 1; j < len(at); j++ {
+			span := at[j].Sub(at[i]) + slack
+			if allowed := float64(b) + r*span.Seconds(); float64(j-i+1) > allowed {
+				tb.Fatalf("publishes %d to %d (of %d, from %v to %v) are %d in %v: a bucket of %g/s and burst %d allows %.1f", i, j, len(at), at[0], at[len(at)-1], j-i+1, at[j].Sub(at[i]), r, b, allowed)
+			}
+		}
+	}
+}
+
+// TestLimits_Rate_NotRefilledMidRun checks that a subject's rate bucket
+// is one for as long as the service runs: not refilled when the subject
+// runs out of due messages between two (its state in the dispatcher is
+// dropped until the next falls due), nor when a limit of another pattern
+// is set. By the service's own clock, a rate of 2/s with a burst of 1
+// publishes messages due 150 ms apart half a second apart, and one with
+// a burst of 3 publishes a backlog 3 at once, then half a second apart,
+// whatever limits are set meanwhile.
+func TestLimits_Rate_NotRefilledMidRun(t *testing.T) {
+	t.Parallel()
+	const rate, slack = 2, 150 * time.Millisecond
+	h := newHarness(t, func(c *bridge.Config) { c.Events = true })
+
+	t.Run("idle between messages", func(t *testing.T) {
+		const burst, n = 1, 4
+		setLimit(t, h.nc, wire.Limit{Pattern: "rr.idle", Rate: rate, Burst: burst})
+		ackEach(t, h.nc, "rr.idle")
+		pub := publishTimes(t, h.nc, "rr.idle")
+		due := time.Now().Add(200 * time.Millisecond)
+		msgs := make([]*nats.Msg, n)
+		for i := range msgs {
+			at := due.Add(time.Duration(i) * 150 * time.Millisecond)
+			msgs[i] = newMsg("rr.idle", strconv.Itoa(i), wire.HeaderAt, at.UTC().Format(time.RFC3339Nano))
+		}
+		scheduleMany(t, h.nc, msgs)
+		withinBucket(t, pub.times(t, n), rate, burst, slack)
+	})
+
+	t.Run("limit of another pattern set", func(t *testing.T) {
+		const burst, n = 3, 6
+		setLimit(t, h.nc, wire.Limit{Pattern: "rr.reload", Rate: rate, Burst: burst})
+		ackEach(t, h.nc, "rr.reload")
+		pub := publishTimes(t, h.nc, "rr.reload")
+		scheduleDue(t, h.nc, "rr.reload", n)
+		pub.times(t, burst)
+		setLimit(t, h.nc, wire.Limit{Pattern: "other.>", MaxInFlight: 5})
+		withinBucket(t, pub.times(t, n), rate, burst, slack)
 	})
 }
