@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -59,5 +61,71 @@ func TestBulk_StepEndingWithASubject_NextSubjectWhole(t *testing.T) {
 	}
 	if p := pendingFor(t, nc, first); p != perFirst/2 {
 		t.Errorf("%s has %d messages pending after CANCEL, want its %d of globex", first, p, perFirst/2)
+	}
+}
+
+// TestEvents_BulkCancel_TellsEachCanceled checks, through the real service
+// with --events (real NATS, a store on disk, API requests), that a bulk
+// CANCEL tells each message it removed as one canceled event, as the
+// single CANCEL does, with the message's tag, id, subject and fire time,
+// and a bulk RESCHEDULE each message it moved as one rescheduled event.
+// A single CANCEL after them is a marker: events are told in order, so
+// every event of the bulk steps came before its own.
+func TestEvents_BulkCancel_TellsEachCanceled(t *testing.T) {
+	t.Parallel()
+	h := newEventHarness(t, nil)
+	const n = 30
+	var msgs []*nats.Msg
+	for i := range 2 * n {
+		verb := []string{"cancel", "move"}[i%2]
+		msgs = append(msgs, newMsg(fmt.Sprintf("evb.%s.%d", verb, i%3), "x", "Delay", "1h", "Delay-Id", fmt.Sprintf("%s-%d", verb, i)))
+	}
+	byID := map[string]scheduled{}
+	for i, s := range scheduleMany(t, h.nc, msgs) {
+		byID[msgs[i].Header.Get("Delay-Id")] = s
+	}
+	if c, _, _ := bulkRun(t, h.nc, "CANCEL", wire.BulkRequest{Filter: wire.Filter{Subject: "evb.cancel.>"}}, 7); c != n {
+		t.Fatalf("BULK.CANCEL canceled %d, want %d", c, n)
+	}
+	if c, _, _ := bulkRun(t, h.nc, "RESCHEDULE", wire.BulkRequest{Filter: wire.Filter{Subject: "evb.move.>"}, Shift: "1m"}, 7); c != n {
+		t.Fatalf("BULK.RESCHEDULE moved %d, want %d", c, n)
+	}
+	marker := schedule(t, h.nc, newMsg("evb.marker", "x", "Delay", "1h"))
+	cancelTag(t, h.nc, marker.Tag)
+
+	told := map[string]int{}
+	for {
+		r := next(t, h.events, fmt.Sprintf("events (told %d)", len(told)))
+		var e wire.Event
+		if err := json.Unmarshal(r.Data, &e); err != nil {
+			t.Fatalf("event %s: %v", r.Data, err)
+		}
+		if e.Kind == wire.EventCanceled && e.Tag == marker.Tag {
+			break
+		}
+		if e.Kind == wire.EventScheduled {
+			continue
+		}
+		// The message the event is about, by its id; a moved message has
+		// a new tag, and its previous fire time is its first.
+		s, ok := byID[e.ID]
+		switch {
+		case !ok || e.Subject != s.Subject:
+			ok = false
+		case e.Kind == wire.EventCanceled:
+			ok = strings.HasPrefix(e.ID, "cancel-") && e.Tag == s.Tag && e.FireAt == s.FireAtRaw
+		case e.Kind == wire.EventRescheduled:
+			ok = strings.HasPrefix(e.ID, "move-") && e.PreviousFireAt == s.FireAtRaw
+		}
+		if !ok {
+			t.Fatalf("event %s on %s: not of a message the bulk steps changed as told", r.Data, r.Subject)
+		}
+		told[e.Kind+" "+e.ID]++
+	}
+	for i := range 2 * n {
+		verb, kind := []string{"cancel", "move"}[i%2], []string{wire.EventCanceled, wire.EventRescheduled}[i%2]
+		if c := told[kind+" "+fmt.Sprintf("%s-%d", verb, i)]; c != 1 {
+			t.Errorf("%s-%d: told %d %s events, want 1 (told %d in all)", verb, i, c, kind, len(told))
+		}
 	}
 }
