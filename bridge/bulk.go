@@ -223,7 +223,7 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 	case "CANCEL":
 		// NB: canceling an occurrence ends its schedule, which the
 		// single CANCEL does; the others are canceled together.
-		var plain []keys.Key
+		var plain []picked
 		for _, p := range sel {
 			if p.msg.Recurrence != nil {
 				if err := c.Cancel(ctx, p.key); err != nil && !errors.Is(err, wire.ErrNotFound) {
@@ -233,15 +233,14 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 				}
 				continue
 			}
-			plain = append(plain, p.key)
+			plain = append(plain, p)
 		}
-		if _, err := c.CancelMany(ctx, plain); err != nil {
+		if _, err := c.CancelMany(ctx, keysOf(plain)); err != nil {
 			return done, err
 		}
-		for _, p := range sel {
-			if p.msg.Recurrence == nil && !s.pending(p.key) {
-				done = append(done, p)
-			}
+		gone, err := s.goneOf(plain, false)
+		if done = append(done, gone...); err != nil {
+			return done, err
 		}
 		if err := c.Flush(); err != nil {
 			return done, err
@@ -289,17 +288,43 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 		if _, err := c.DeleteDead(ks); err != nil {
 			return done, err
 		}
-		for _, p := range sel {
-			if _, err := c.GetDead(p.key); errors.Is(err, wire.ErrNotFound) {
-				done = append(done, p)
-			}
+		gone, err := s.goneOf(sel, true)
+		if done = append(done, gone...); err != nil {
+			return done, err
 		}
 	}
 	return done, nil
 }
 
-// pending reports whether a message is still pending under k.
-func (s *Service) pending(k keys.Key) bool {
-	_, err := s.core.Load().Repository().Get(k)
-	return err == nil
+// goneOf returns those of sel under whose keys no pending message (or
+// dead letter, when dead) is left. Only a read that finds none says so: a
+// read that fails says nothing, and is the error, with those found gone
+// before it.
+func (s *Service) goneOf(sel []picked, dead bool) ([]picked, error) {
+	c := s.core.Load()
+	var gone []picked
+	for _, p := range sel {
+		var err error
+		if dead {
+			_, err = c.GetDead(p.key)
+		} else {
+			_, err = c.Get(p.key)
+		}
+		switch {
+		case errors.Is(err, wire.ErrNotFound):
+			gone = append(gone, p)
+		case err != nil:
+			return gone, err
+		}
+	}
+	return gone, nil
+}
+
+// keysOf returns the keys of sel.
+func keysOf(sel []picked) []keys.Key {
+	ks := make([]keys.Key, len(sel))
+	for i, p := range sel {
+		ks[i] = p.key
+	}
+	return ks
 }

@@ -1,15 +1,22 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"natsdelay/bridge"
 	"natsdelay/bridge/bridgetest"
 	"natsdelay/bridge/wire"
+	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/keys"
 )
@@ -126,6 +133,100 @@ func TestEvents_BulkCancel_TellsEachCanceled(t *testing.T) {
 		verb, kind := []string{"cancel", "move"}[i%2], []string{wire.EventCanceled, wire.EventRescheduled}[i%2]
 		if c := told[kind+" "+fmt.Sprintf("%s-%d", verb, i)]; c != 1 {
 			t.Errorf("%s-%d: told %d %s events, want 1 (told %d in all)", verb, i, c, kind, len(told))
+		}
+	}
+}
+
+// readFaults is a store whose point reads of the keys a committed batch
+// deleted fail while it is on, as reads fail on a failing disk: a read
+// that fails after the write it follows.
+type readFaults struct {
+	delaystore.Store
+	on      atomic.Bool
+	failed  atomic.Int64
+	mu      sync.Mutex
+	deleted map[string]bool
+}
+
+var errReadFault = errors.New("injected read fault")
+
+func (s *readFaults) Get(key []byte) ([]byte, error) {
+	if s.on.Load() {
+		s.mu.Lock()
+		gone := s.deleted[string(key)]
+		s.mu.Unlock()
+		if gone {
+			s.failed.Add(1)
+			return nil, errReadFault
+		}
+	}
+	return s.Store.Get(key)
+}
+
+func (s *readFaults) NewBatch() delaystore.Batch {
+	return &faultBatch{Batch: s.Store.NewBatch(), s: s}
+}
+
+// faultBatch records the keys its commit deletes in its readFaults.
+type faultBatch struct {
+	delaystore.Batch
+	s       *readFaults
+	deletes []string
+}
+
+func (b *faultBatch) Delete(key []byte) error {
+	b.deletes = append(b.deletes, string(key))
+	return b.Batch.Delete(key)
+}
+
+func (b *faultBatch) Commit(sync delaystore.SyncMode) error {
+	if err := b.Batch.Commit(sync); err != nil {
+		return err
+	}
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	for _, k := range b.deletes {
+		b.s.deleted[k] = true
+	}
+	return nil
+}
+
+// TestBulk_ReadFailsAfterDelete_StepFails checks, through the real service
+// (real NATS, a store on disk whose reads of deleted keys fail on demand),
+// that a bulk step counts a message as canceled, or a dead letter as
+// deleted, only when a read finds it gone: a read that fails says nothing,
+// and the step answers 503 rather than a count it cannot know.
+func TestBulk_ReadFailsAfterDelete_StepFails(t *testing.T) {
+	t.Parallel()
+	st := &readFaults{Store: openPebble(t, pebblestore.Config{Dir: t.TempDir()}), deleted: map[string]bool{}}
+	bh := bridgetest.NewOn(t, st, func(c *bridge.Config) { c.Delivery.AckWait = time.Minute })
+	nc := bh.Conn
+	deliveries := subscribe(t, nc, "rf.dead")
+	var msgs []*nats.Msg
+	for range 4 {
+		msgs = append(msgs, newMsg("rf.cancel", "x", "Delay", "1h"), newMsg("rf.dead", "x"))
+	}
+	scheduleMany(t, nc, msgs)
+	for range 4 {
+		ackSync(t, nc, next(t, deliveries, "delivery to TERM").Msg, "+TERM")
+	}
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if n := info(t, nc).Counts.Dead; n != 4 {
+			return fmt.Errorf("INFO dead = %d, want 4", n)
+		}
+		return nil
+	})
+
+	for _, c := range []struct{ verb, subject string }{{"CANCEL", "rf.cancel"}, {"DELETE", "rf.dead"}} {
+		st.on.Store(true)
+		failed := st.failed.Load()
+		rep, err := api(nc).Request(context.Background(), wire.VerbBulk+"."+c.verb, wire.BulkRequest{Filter: wire.Filter{Subject: c.subject}})
+		st.on.Store(false)
+		if st.failed.Load() == failed {
+			t.Fatalf("BULK.%s: no read failed", c.verb)
+		}
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Errorf("BULK.%s with its reads failing answered %s, %v; want a 503", c.verb, rep, err)
 		}
 	}
 }
