@@ -99,16 +99,25 @@ type bulkProperty struct {
 // NATSDELAY_SOAK=1 runs more rounds, on more messages, and rounds with the
 // service's own bound of 10,000 entries and limits up to 10,000.
 func TestBulk_Property_StepsSelectExactlyTheModel(t *testing.T) {
-	rounds, perRound, bigRounds := 40, 40, 0
+	// The small rounds keep at most "most" messages in the store; the big
+	// ones fill it to "big", beyond a step's 10,000 entries.
+	rounds, perRound, most, bigRounds, big := 40, 40, 400, 0, 0
 	if os.Getenv("NATSDELAY_SOAK") != "" {
-		rounds, perRound, bigRounds = 400, 400, 6
+		rounds, perRound, most, bigRounds, big = 400, 400, 3000, 6, 12_000
 	}
+	// A failure logs its seed; NATSDELAY_BULK_SEED=<seed> plays it again.
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("NATSDELAY_BULK_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("NATSDELAY_BULK_SEED %q: %v", v, err)
+		}
+	}
 	t.Logf("seed %d", seed)
 	p := &bulkProperty{t: t, h: bridgetest.New(t, nil), rng: rand.New(rand.NewPCG(seed, 0)),
-		model: bulkModel{}, base: time.Now().Add(2 * time.Hour).Truncate(time.Second)}
+		model: bulkModel{}, base: time.Now().Add(48 * time.Hour).Truncate(time.Second)}
 	for range rounds {
-		p.add(p.rng.IntN(perRound + 1))
+		p.add(min(p.rng.IntN(perRound+1), most-len(p.model)))
 		scanned := 1 + p.rng.IntN(40)
 		limit := 1 + p.rng.IntN(60)
 		if p.rng.IntN(4) == 0 {
@@ -117,7 +126,7 @@ func TestBulk_Property_StepsSelectExactlyTheModel(t *testing.T) {
 		p.round(scanned, limit)
 	}
 	for range bigRounds {
-		p.add(12_000 - len(p.model))
+		p.add(big - len(p.model))
 		p.round(10_000, []int{1 + p.rng.IntN(10_000), 10_000, 5_000 + p.rng.IntN(5_001)}[p.rng.IntN(3)])
 	}
 }
