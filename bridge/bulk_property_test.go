@@ -101,7 +101,7 @@ type bulkProperty struct {
 func TestBulk_Property_StepsSelectExactlyTheModel(t *testing.T) {
 	// The small rounds keep at most "most" messages in the store; the big
 	// ones fill it to "big", beyond a step's 10,000 entries.
-	rounds, perRound, most, bigRounds, big := 40, 40, 400, 0, 0
+	rounds, perRound, most, bigRounds, big := 30, 30, 300, 0, 0
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		rounds, perRound, most, bigRounds, big = 400, 400, 3000, 6, 12_000
 	}
