@@ -1,7 +1,9 @@
 package bridge_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -340,3 +342,25 @@ func (p *bulkProperty) checkStore(what string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestBulk_CursorOfAnotherSubjectsKey_BadRequest checks that a cursor
+// naming a subject with a key that is not of that subject (no step
+// answers one) is a 400, and the step changes nothing.
+func TestBulk_CursorOfAnotherSubjectsKey_BadRequest(t *testing.T) {
+	t.Parallel()
+	h := bridgetest.New(t, nil)
+	p := &bulkProperty{t: t, h: h, rng: rand.New(rand.NewPCG(1, 0)), model: bulkModel{}, base: time.Now().Add(time.Hour).Truncate(time.Second)}
+	p.add(20)
+	var tag string
+	for _, m := range p.model {
+		if m.subject != "pp.a.x" {
+			tag = m.tag
+		}
+	}
+	cursor := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"s":"pp.a.x","k":%q}`, tag))
+	_, err := h.Service.Bulk("CANCEL", wire.BulkRequest{Filter: wire.Filter{Subject: "pp.>"}, Cursor: cursor})
+	if !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), `"cursor"`) {
+		t.Fatalf("BULK.CANCEL with a cursor of another subject's key: %v, want a 400 about the cursor", err)
+	}
+	p.checkStore("the refused step")
+}
