@@ -32,7 +32,9 @@ var bulkSampleSize = 10
 // so any process (a restarted service, a new leader) can resume from it.
 // It travels base64 encoded, opaque to users.
 type bulkCursor struct {
-	// Subject is the subject being read when the filter has wildcards.
+	// Subject is the subject being read when the step read subjects'
+	// messages (a filter on subjects); empty for the due index and the
+	// dead letters.
 	Subject string `json:"s,omitempty"`
 	// Tag is the last key read: of the subject's messages (always a key
 	// of Subject when Subject is set), of the due index, or of the dead
