@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"math"
 	"strings"
 	"time"
 
@@ -22,18 +21,24 @@ import (
 const (
 	defaultBulkLimit = 1000
 	maxBulkLimit     = 10_000
-	bulkSampleSize   = 10
 	bulkTimeout      = time.Minute
 )
+
+// bulkSampleSize bounds the sample of a step's reply. A variable so that a
+// test can see every message a step selected.
+var bulkSampleSize = 10
 
 // bulkCursor is where a bulk operation stands: a position in the store,
 // so any process (a restarted service, a new leader) can resume from it.
 // It travels base64 encoded, opaque to users.
 type bulkCursor struct {
-	// Subject is the subject being read when the filter has wildcards.
+	// Subject is the subject being read when the step read subjects'
+	// messages (a filter on subjects); empty for the due index and the
+	// dead letters.
 	Subject string `json:"s,omitempty"`
-	// Tag is the last key read: of the subject's messages, of the due
-	// index, or of the dead letters.
+	// Tag is the last key read: of the subject's messages (always a key
+	// of Subject when Subject is set), of the due index, or of the dead
+	// letters. A step resumes at the entry after it.
 	Tag string `json:"k,omitempty"`
 	// Op names a RESCHEDULE or FIRE, stored in each message it moves, so
 	// that a later step that meets a moved message again skips it.
@@ -60,7 +65,7 @@ func decodeCursor(s string) (bulkCursor, *keys.Key, error) {
 		return c, nil, bad()
 	}
 	k, err := keys.ParseTag(c.Tag)
-	if err != nil {
+	if err != nil || (c.Subject != "" && k.TopicHash() != keys.TopicHash(c.Subject)) {
 		return c, nil, bad()
 	}
 	return c, &k, nil
@@ -220,7 +225,7 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 	case "CANCEL":
 		// NB: canceling an occurrence ends its schedule, which the
 		// single CANCEL does; the others are canceled together.
-		var plain []keys.Key
+		var plain []picked
 		for _, p := range sel {
 			if p.msg.Recurrence != nil {
 				if err := c.Cancel(ctx, p.key); err != nil && !errors.Is(err, wire.ErrNotFound) {
@@ -230,15 +235,14 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 				}
 				continue
 			}
-			plain = append(plain, p.key)
+			plain = append(plain, p)
 		}
-		if _, err := c.CancelMany(ctx, plain); err != nil {
+		if _, err := c.CancelMany(ctx, keysOf(plain)); err != nil {
 			return done, err
 		}
-		for _, p := range sel {
-			if p.msg.Recurrence == nil && !s.pending(p.key) {
-				done = append(done, p)
-			}
+		gone, err := s.goneOf(plain, false)
+		if done = append(done, gone...); err != nil {
+			return done, err
 		}
 		if err := c.Flush(); err != nil {
 			return done, err
@@ -286,182 +290,43 @@ func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.D
 		if _, err := c.DeleteDead(ks); err != nil {
 			return done, err
 		}
-		for _, p := range sel {
-			if _, err := c.GetDead(p.key); errors.Is(err, wire.ErrNotFound) {
-				done = append(done, p)
-			}
+		gone, err := s.goneOf(sel, true)
+		if done = append(done, gone...); err != nil {
+			return done, err
 		}
 	}
 	return done, nil
 }
 
-// pending reports whether a message is still pending under k.
-func (s *Service) pending(k keys.Key) bool {
-	_, err := s.core.Load().Repository().Get(k)
-	return err == nil
-}
-
-// position is where a selection stopped: the subject being read (filters
-// with wildcards) and the last key read.
-type position struct {
-	subject string
-	key     keys.Key
-}
-
-// selectMessages reads the messages the filter selects, after the
-// position (subject, after), calling keep for each until it returns false
-// or maxScanned entries were read, and returns the position of the last
-// entry read and whether the selection is done. It reads through the
-// store's indexes:
-//
-//   - dead letters: the dead keyspace, of one subject when it has no
-//     wildcard, in key order;
-//   - a subject without wildcards: that subject's messages, in key order,
-//     from the fire time "from" to "to";
-//   - the filter ">" (every subject): the due index, in time order, from
-//     "from" to "to", and each entry's message;
-//   - another filter with wildcards: the subject registry from the
-//     filter's literal start, and each matching subject's messages as for
-//     one subject.
-func (s *Service) selectMessages(f *filter, subject string, after *keys.Key, scanned *int, keep func(keys.Key, *delaystore.StoredMessage) bool) (position, bool, error) {
+// goneOf returns those of sel under whose keys no pending message (or
+// dead letter, when dead) is left. Only a read that finds none says so: a
+// read that fails says nothing, and is the error, with those found gone
+// before it.
+func (s *Service) goneOf(sel []picked, dead bool) ([]picked, error) {
 	c := s.core.Load()
-	bucketMs := c.Config().Repository.TimeBucket.Milliseconds()
-	var last position
-	stopped := false
-	visit := func(k keys.Key, m *delaystore.StoredMessage, attempt uint32) bool {
-		if *scanned == maxScanned {
-			stopped = true
-			return false
+	var gone []picked
+	for _, p := range sel {
+		var err error
+		if dead {
+			_, err = c.GetDead(p.key)
+		} else {
+			_, err = c.Get(p.key)
 		}
-		*scanned++
-		last.key = k
-		if !f.match(m, attempt) {
-			return true
+		switch {
+		case errors.Is(err, wire.ErrNotFound):
+			gone = append(gone, p)
+		case err != nil:
+			return gone, err
 		}
-		if f.state == stateInFlight && !c.InFlight(k) {
-			return true
-		}
-		if !keep(k, m) {
-			stopped = true
-			return false
-		}
-		return true
 	}
-	loBucket := keys.Bucket(f.fromNs/1e6, bucketMs)
-	hiBucket := uint64(math.MaxUint64)
-	if f.toNs != math.MaxInt64 {
-		hiBucket = keys.Bucket(keys.FireAtMs(f.toNs), bucketMs)
-	}
-	topicRange := func(hash uint64, after *keys.Key) (from, upper []byte) {
-		from = keys.New(hash, loBucket, 0).Bytes()
-		if after != nil && string(after.Successor()) > string(from) {
-			from = after.Successor()
-		}
-		if hiBucket != math.MaxUint64 {
-			upper = keys.New(hash, hiBucket+1, 0).Bytes()
-		}
-		return from, upper
-	}
+	return gone, nil
+}
 
-	switch {
-	case f.tag != nil && after == nil:
-		// One message: read it, and the selection is done.
-		if f.state == stateDead {
-			dl, err := c.GetDead(*f.tag)
-			if err == nil && dl.GetMessage() != nil {
-				visit(*f.tag, dl.GetMessage(), dl.Attempts)
-			} else if err != nil && !errors.Is(err, wire.ErrNotFound) {
-				return last, false, err
-			}
-			return last, true, nil
-		}
-		m, err := c.Get(*f.tag)
-		if err == nil {
-			visit(*f.tag, m, m.Attempt)
-		} else if !errors.Is(err, wire.ErrNotFound) {
-			return last, false, err
-		}
-		return last, true, nil
-	case f.tag != nil:
-		return last, true, nil
-
-	case f.state == stateDead:
-		err := c.ScanDead(keys.TopicHash(f.subject), f.literal, after, func(k keys.Key, dl *delaystore.DeadLetter) bool {
-			m := dl.GetMessage()
-			if m == nil {
-				m = &delaystore.StoredMessage{}
-			}
-			return visit(k, m, dl.Attempts)
-		})
-		return last, !stopped, err
-
-	case f.literal:
-		from, upper := topicRange(keys.TopicHash(f.subject), after)
-		err := c.ScanTopic(keys.TopicHash(f.subject), from, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
-			return visit(k, m, m.Attempt)
-		})
-		return last, !stopped, err
-
-	case f.subject == ">":
-		start := after
-		if start == nil && loBucket > 0 {
-			k := keys.New(math.MaxUint64, loBucket-1, math.MaxUint64)
-			start = &k
-		}
-		var readErr error
-		err := c.ScanDue(start, hiBucket, func(k keys.Key) bool {
-			m, err := c.Get(k)
-			if errors.Is(err, wire.ErrNotFound) {
-				return true // settled since the index was read
-			}
-			if err != nil {
-				readErr = err
-				return false
-			}
-			return visit(k, m, m.Attempt)
-		})
-		if err == nil {
-			err = readErr
-		}
-		return last, !stopped, err
+// keysOf returns the keys of sel.
+func keysOf(sel []picked) []keys.Key {
+	ks := make([]keys.Key, len(sel))
+	for i, p := range sel {
+		ks[i] = p.key
 	}
-
-	prefix := literalPrefix(f.subject)
-	from := prefix
-	if subject != "" {
-		from = subject
-	}
-	var inner error
-	err := c.ScanTopics(from, func(t delaystore.Topic) bool {
-		if !strings.HasPrefix(t.Subject, prefix) {
-			return false
-		}
-		if !f.matchSubject(t.Subject) {
-			return true
-		}
-		subj := t.Subject
-		var start *keys.Key
-		if subj == subject {
-			start = after
-		}
-		last.subject = subj
-		lo, upper := topicRange(t.Hash, start)
-		inner = c.ScanTopic(t.Hash, lo, upper, func(k keys.Key, m *delaystore.StoredMessage) bool {
-			if m.Subject != subj {
-				return true // another subject with the same hash
-			}
-			return visit(k, m, m.Attempt)
-		})
-		if inner != nil || stopped {
-			return false
-		}
-		// NB: the cursor of a subject read to its end is its last
-		// possible key, so a resume starts at the next subject.
-		last.key = keys.New(t.Hash, math.MaxUint64, math.MaxUint64)
-		return true
-	})
-	if err == nil {
-		err = inner
-	}
-	return last, !stopped, err
+	return ks
 }

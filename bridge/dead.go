@@ -14,8 +14,9 @@ import (
 // maxScanned bounds the entries one page of a filtered listing or one step
 // of a bulk verb reads: a filter that matches little of a large range
 // answers a short page, or none, with a cursor to go on from, rather than
-// read the whole range in one request.
-const maxScanned = 10_000
+// read the whole range in one request. A variable so that a test can make
+// steps stop on it at small sizes.
+var maxScanned = 10_000
 
 // deadRetention is the retention INFO reports.
 func deadRetention(d time.Duration) string {

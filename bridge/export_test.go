@@ -7,3 +7,13 @@ import "github.com/nats-io/nats.go/micro"
 func APIHandlers(s *Service) []func(micro.Request) (any, error) {
 	return []func(micro.Request) (any, error){s.apiInfo, s.apiGet, s.apiList, s.apiCancel, s.apiSubjects}
 }
+
+// SetBulkBounds sets the entries a bulk step reads at most and the size of
+// its reply's sample, so that a test makes steps stop on their bound at
+// small sizes and sees every message a step selected. restore puts back
+// the bounds; the test must not run in parallel with others.
+func SetBulkBounds(scanned, sample int) (restore func()) {
+	oldScanned, oldSample := maxScanned, bulkSampleSize
+	maxScanned, bulkSampleSize = scanned, sample
+	return func() { maxScanned, bulkSampleSize = oldScanned, oldSample }
+}

@@ -75,12 +75,26 @@ func (d *Dispatcher) InFlight(k keys.Key) bool {
 }
 
 // CancelMany deletes the pending messages under ks, as Cancel does each,
-// with their deletes committed together, and returns how many were
-// pending. Once it returns none of them is published again. It does not
-// end recurring schedules: cancel an occurrence through Cancel for that.
+// with their deletes committed together, tells each it deleted as
+// Canceled, and returns how many were pending. Once it returns none of
+// them is published again. It does not end recurring schedules: cancel an
+// occurrence through Cancel for that.
 func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error) {
 	if d.del == nil {
 		return 0, ErrClosed
+	}
+	// What the events tell of each, read before its delete (nothing when
+	// nobody is told).
+	type told struct {
+		about   *about
+		attempt uint32
+	}
+	var tell []told
+	if d.cfg.Lifecycle != nil {
+		tell = make([]told, len(ks))
+		for i, k := range ks {
+			tell[i].about, tell[i].attempt = d.aboutKey(k)
+		}
 	}
 	d.pubMu.Lock()
 	d.mu.Lock()
@@ -90,12 +104,13 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 	d.mu.Unlock()
 	d.pubMu.Unlock()
 	type result struct {
+		i       int
 		applied bool
 		err     error
 	}
 	ch := make(chan result, len(ks))
-	for _, k := range ks {
-		d.del.delete(k, func(applied bool, err error) { ch <- result{applied, err} })
+	for i, k := range ks {
+		d.del.delete(k, func(applied bool, err error) { ch <- result{i, applied, err} })
 	}
 	n := 0
 	var first error
@@ -104,6 +119,9 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 		case r := <-ch:
 			if r.applied {
 				n++
+				if tell != nil {
+					d.happenedTo(Canceled, ks[r.i], tell[r.i].about, tell[r.i].attempt, "")
+				}
 			}
 			if r.err != nil && first == nil {
 				first = r.err
