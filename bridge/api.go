@@ -176,13 +176,16 @@ func (s *Service) Info() (wire.InfoReply, error) {
 	if s.cfg.Cluster != nil {
 		cluster = s.clusterInfo()
 	}
+	// NB: wire.Stats converts from dispatch.Stats only while the two have
+	// the same fields; TestInfoStats_SameJSONAsDispatch checks their names
+	// on the wire.
 	return wire.InfoReply{
 		Cluster:         cluster,
 		Version:         Version,
 		Engine:          s.cfg.Engine,
 		Storage:         storage,
 		Counts:          counts,
-		Stats:           c.Stats(),
+		Stats:           wire.Stats(c.Stats()),
 		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
