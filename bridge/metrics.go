@@ -231,13 +231,13 @@ func (s *Service) servingRepository() *delaystore.Repository {
 	if !s.Leader() {
 		return nil
 	}
-	return s.Repository()
+	return s.core.Load().Repository()
 }
 
 // dispatchStats is the serving dispatcher's stats, zero while there is
 // none (see servingRepository).
 func (s *Service) dispatchStats() dispatch.Stats {
-	if d := s.Dispatcher(); d != nil && s.Leader() {
+	if d := s.core.Load().Dispatcher(); d != nil && s.Leader() {
 		return d.Stats()
 	}
 	return dispatch.Stats{}

@@ -128,7 +128,7 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
 		t.Fatalf("after recovery: %s %s", code, text)
 	}
-	if n := s.Repository().Pending(); n != 1 {
+	if n := bridge.Pending(s); n != 1 {
 		t.Fatalf("pending in the reopened store = %d, want 1", n)
 	}
 	want := `

@@ -440,19 +440,6 @@ func (s *Service) Ready() error {
 	return s.core.Load().Ready()
 }
 
-// Core is the service's core, which runs the store and what works on it.
-func (s *Service) Core() *core.Service { return s.core.Load() }
-
-// Repository is the event repository of the current store, for reading
-// counts. After a storage fault it is replaced by one on the reopened
-// store.
-func (s *Service) Repository() *delaystore.Repository { return s.core.Load().Repository() }
-
-// Dispatcher is the running dispatcher, for its stats. After a storage
-// fault it is replaced by one on the reopened store; see Stats for
-// counters that survive that.
-func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.core.Load().Dispatcher() }
-
 // Stats returns the dispatch counters since New, across storage faults,
 // and the deliveries in flight now.
 func (s *Service) Stats() dispatch.Stats { return s.core.Load().Stats() }

@@ -74,7 +74,7 @@ func TestService_Schedule_DeliversAfterDelay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not delivered")
 	}
-	if n := s.Repository().Pending(); n != 0 {
+	if n := bridge.Pending(s); n != 0 {
 		t.Fatalf("pending after ACK = %d, want 0", n)
 	}
 }

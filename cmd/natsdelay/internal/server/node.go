@@ -17,9 +17,9 @@ func transferTimeout(electionTimeout time.Duration) time.Duration {
 	return 3 * electionTimeout
 }
 
-// RaftDir is where, under the data dir, a node keeps its Raft log,
+// raftDir is where, under the data dir, a node keeps its Raft log,
 // snapshots and cluster identity.
-const RaftDir = "raft"
+const raftDir = "raft"
 
 // openNode starts this node of the cluster as rc says, over its local
 // store rc.Local, which it replicates into: it rejoins with the state in

@@ -176,7 +176,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// applies to it, and it is closed after the node.
 		s.push("store", st.Close)
 		rc := *o.Cluster
-		rc.Dir = filepath.Join(dataDir, RaftDir)
+		rc.Dir = filepath.Join(dataDir, raftDir)
 		rc.Local, rc.Logger = st, s.log.With("component", "raft")
 		node, err := openNode(ctx, rc, s.log)
 		if err != nil {
