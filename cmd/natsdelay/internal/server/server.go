@@ -6,11 +6,14 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +45,7 @@ func settingsf(format string, args ...any) error {
 
 // Options are a server's settings and what it cannot build itself.
 type Options struct {
+	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 
 	// Connect connects to the NATS server to use, with the options the
@@ -84,6 +88,42 @@ type Options struct {
 	Preflight func() error
 }
 
+// Validate reports every bad option at once, each wrapping ErrSettings:
+// options that contradict each other, and the dependencies of the store,
+// the node and the service that Open builds itself and must find unset.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, settingsf(format, args...)) }
+	if o.Engine != "" && !slices.Contains(engine.Names(), o.Engine) {
+		bad("Engine %q: want one of %s", o.Engine, strings.Join(engine.Names(), ", "))
+	}
+	if o.DataDir == "" && o.Engine != engine.Memory {
+		bad("no DataDir: the %s engine keeps its messages there", cmp.Or(o.Engine, engine.Pebble))
+	}
+	switch {
+	case o.Connect == nil && o.NATSListen == "":
+		bad("no NATS server: set Connect, or NATSListen for the embedded one")
+	case o.Connect != nil && (o.NATSCluster.Name != "" || o.NATSCluster.Listen != "" || len(o.NATSCluster.Routes) > 0 || o.JetStreamDir != ""):
+		bad("NATSCluster and JetStreamDir configure the embedded nats-server, which Connect replaces")
+	}
+	if o.HTTP == "" && (o.UI || o.PProf) {
+		bad("UI and PProf are served on the HTTP listener: set HTTP")
+	}
+	if o.UIUsers != nil && !o.UI {
+		bad("UIUsers without UI: nobody would log in")
+	}
+	if c := o.Cluster; c != nil && (c.Dir != "" || c.Local != nil || c.Logger != nil) {
+		bad("Cluster.Dir, Local and Logger are set by Open (from DataDir, the store it opens and Logger): leave them unset")
+	}
+	if c := o.Service; c.Reopen != nil || c.Cluster != nil || c.Registerer != nil || c.Logger != nil {
+		bad("Service.Reopen, Cluster, Registerer and Logger are set by Open (from the store, Cluster, HTTP and Logger): leave them unset")
+	}
+	if err := o.Service.Validate(); err != nil {
+		errs = append(errs, settingsError{fmt.Errorf("Service: %w", err)})
+	}
+	return errors.Join(errs...)
+}
+
 // Server is a running natsdelay.
 type Server struct {
 	log *slog.Logger
@@ -106,11 +146,14 @@ type closer struct {
 	stop func() error
 }
 
-// Open starts a natsdelay as o says and returns once it serves (or, in a
-// cluster, follows). ctx bounds the start, a cluster's wait for its peers
+// Open starts a natsdelay as o says (see Options.Validate) and returns
+// once it serves (or, in a cluster, follows). ctx bounds the start, a cluster's wait for its peers
 // included. On error, what was started is stopped again.
 func Open(ctx context.Context, o Options) (*Server, error) {
-	s := &Server{log: o.Logger, lost: make(chan error, 1)}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), lost: make(chan error, 1)}
 	if err := s.open(ctx, o); err != nil {
 		if cerr := s.Close(); cerr != nil {
 			s.log.Warn("stopping what started", "err", cerr)
