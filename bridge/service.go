@@ -28,8 +28,7 @@ import (
 type Config struct {
 	// Config is the life of the service: Reopen, and the settings of
 	// delivery, keys, expiry and group commit, each declared by the
-	// package it configures. Its Metrics are set by the Service; leave
-	// them nil.
+	// package it configures.
 	core.Config
 
 	// Engine names the store's engine, for INFO.
@@ -291,7 +290,7 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
-	cc.Delivery.Observer, cc.Metrics = s.m, s.m
+	cc.Delivery.Observer = s.m
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
 		if s.cfg.Cluster != nil {
@@ -320,7 +319,7 @@ func (s *Service) start() error {
 		s.closeUnstarted()
 		return err
 	}
-	c, err := core.Open(s.store, s.pub, cc)
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m))
 	if err != nil {
 		return err
 	}
@@ -340,7 +339,7 @@ func (s *Service) start() error {
 // which starts and stops serving (see onLeadership).
 func (s *Service) startNode(cc core.Config) error {
 	cc.StartSuspended = errNotLeader
-	c, err := core.Open(s.store, s.pub, cc)
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m))
 	if err != nil {
 		return err
 	}

@@ -74,9 +74,6 @@ type Config struct {
 	// off. Default 10s.
 	IdleRelease time.Duration
 
-	// Metrics, if not nil, is told about commits and storage faults.
-	Metrics Metrics
-
 	// Now is the clock; nil means time.Now. It is also the dispatcher's
 	// and the janitor's.
 	Now func() time.Time
@@ -85,8 +82,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Metrics is told about the Service's commits and storage faults. Its
-// methods are called on the Service's goroutines and must not block.
+// Metrics is told about the Service's commits and storage faults (see
+// WithMetrics). Its methods are called on the Service's goroutines and
+// must not block.
 type Metrics interface {
 	// Committed is called after each group commit of batch messages.
 	Committed(batch int, took time.Duration, err error)

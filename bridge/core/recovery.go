@@ -25,8 +25,8 @@ func (s *Service) fail(g *generation, cause error) {
 		// dropped by reopen, which logs why.
 		return
 	}
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.StoreFailed()
+	if s.metrics != nil {
+		s.metrics.StoreFailed()
 	}
 	s.log.Error("storage failing: taking no messages until the store is reopened", "err", cause, "reopen", s.cfg.Reopen != nil)
 	s.wake()
@@ -236,8 +236,8 @@ func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, b
 			g.stopWork()
 			err = errors.Join(errors.New("core: reopened store failed at once"), g.closeStore())
 		}
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.ReopenFailed()
+		if s.metrics != nil {
+			s.metrics.ReopenFailed()
 		}
 		s.log.Warn("reopening the store failed; retrying", "err", err, "attempt", attempt, "retry_in", wait)
 		timer.Reset(wait)

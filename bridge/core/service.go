@@ -32,6 +32,8 @@ type Service struct {
 	cfg Config
 	pub dispatch.Publisher // every generation's dispatcher publishes through it
 	log *slog.Logger
+	// metrics, if not nil, is told about commits and storage faults.
+	metrics Metrics
 
 	// gen is the current generation: the store and what runs on it. It is
 	// replaced whole by recovery and Resume; see generation. Never nil
@@ -73,6 +75,13 @@ type Service struct {
 	wg   sync.WaitGroup
 }
 
+// An Option gives Open a dependency of the Service: something it uses,
+// where Config holds what it is told.
+type Option func(*Service)
+
+// WithMetrics has the Service tell m about its commits and storage faults.
+func WithMetrics(m Metrics) Option { return func(s *Service) { s.metrics = m } }
+
 // downState is why the Service takes no work.
 type downState struct {
 	cause error
@@ -85,8 +94,9 @@ type downState struct {
 // owns from here on (Close closes it, also when Open fails), and starts
 // the first generation, whose dispatcher publishes through pub, and the
 // recovery loop. On error everything started is stopped and the store is
-// closed.
-func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service, error) {
+// closed. cfg holds the settings; opts give what the Service uses besides
+// store and pub.
+func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config, opts ...Option) (*Service, error) {
 	err := cfg.Validate()
 	if store == nil {
 		err = errors.Join(err, fmt.Errorf("%w: no store", ErrInvalidConfig))
@@ -106,6 +116,9 @@ func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service,
 	cfg = cfg.withDefaults()
 	cfg.Limits = slices.Clone(cfg.Limits)
 	s := &Service{cfg: cfg, pub: pub, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
 	s.up = make(chan struct{})
 	if cfg.StartSuspended != nil {
 		s.gen.Store(s.idleGeneration(store))
@@ -477,7 +490,7 @@ func (s *Service) Close() error {
 
 // committed is the writer's hook.
 func (s *Service) committed(batch int, took time.Duration, err error) {
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.Committed(batch, took, err)
+	if s.metrics != nil {
+		s.metrics.Committed(batch, took, err)
 	}
 }
