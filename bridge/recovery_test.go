@@ -100,7 +100,6 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reopened := make(chan struct{})
 	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
-		c.Registerer = reg
 		c.ReopenBackoff = time.Millisecond
 		c.Reopen = func() (delaystore.Store, error) {
 			// The store is memory-only: the reopened one is a new, empty
@@ -108,7 +107,7 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 			defer close(reopened)
 			return pebblestore.Open(pebblestore.Config{InMemory: true})
 		}
-	})
+	}, bridge.WithRegisterer(reg))
 	st.Break()
 	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
 		t.Fatalf("commit under the fault: code %q, want 503", code)

@@ -70,10 +70,6 @@ type Config struct {
 	// server's default.
 	MaxControlLine int
 
-	// Registerer receives the service's Prometheus metrics; nil keeps them
-	// unregistered.
-	Registerer prometheus.Registerer
-
 	// Cluster, if not nil, makes the Service a node of a cluster: it
 	// serves ingest, acks and the API, and delivers, only while Cluster
 	// says this node leads, and answers CLUSTER.STATUS always. Store must
@@ -206,6 +202,8 @@ type Service struct {
 	// events publishes lifecycle events; nil when they are off, which
 	// every caller of its Emit relies on.
 	events *events.Publisher
+	// registerer receives the metrics; nil keeps them unregistered.
+	registerer prometheus.Registerer
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -251,13 +249,14 @@ type Service struct {
 // the Service owns from here on (Close closes it, also when New fails): it
 // subscribes to the ack prefix, opens the core over store (which starts
 // delivering), registers the micro service with the ingest endpoint and
-// the API, and registers the metrics. On error everything started is
-// stopped and the store is closed.
+// the API, and registers the metrics (see WithRegisterer). On error
+// everything started is stopped and the store is closed. cfg holds the
+// settings; opts give what the Service uses besides nc and store.
 //
 // The Service does not close nc. nc must not be created with nats.NoEcho:
 // the service hears its own flush markers and the server's no-responders
 // answers on it.
-func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
+func New(nc *nats.Conn, store delaystore.Store, cfg Config, opts ...Option) (*Service, error) {
 	err := cfg.Validate()
 	if nc == nil {
 		err = errors.Join(err, fmt.Errorf("%w: no NATS connection", ErrInvalidConfig))
@@ -276,6 +275,9 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 		cfg: cfg, store: store, log: cfg.Logger.With("component", "bridge"), nc: nc, m: newMetrics(),
 		started: make(chan struct{}), done: make(chan struct{}),
 	}
+	for _, o := range opts {
+		o(s)
+	}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
@@ -285,6 +287,15 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 		return nil, errors.Join(err, s.Close())
 	}
 	return s, nil
+}
+
+// An Option gives New a dependency of the Service: something it uses,
+// where Config holds what it is told.
+type Option func(*Service)
+
+// WithRegisterer registers the service's Prometheus metrics with r.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(s *Service) { s.registerer = r }
 }
 
 func (s *Service) start() error {
@@ -360,10 +371,10 @@ func (s *Service) startNode(cc core.Config) error {
 }
 
 func (s *Service) registerMetrics() error {
-	if s.cfg.Registerer == nil {
+	if s.registerer == nil {
 		return nil
 	}
-	if err := s.m.register(s.cfg.Registerer, s); err != nil {
+	if err := s.m.register(s.registerer, s); err != nil {
 		return fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	return nil

@@ -498,8 +498,7 @@ func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)
 		c.Reopen = open
 		c.ReopenBackoff = 5 * time.Millisecond
 		c.ReopenMaxBackoff = 50 * time.Millisecond
-		c.Registerer = reg
-	})
+	}, bridge.WithRegisterer(reg))
 	if n := l.send(t, nc, subject, "before", 20, []byte("b")); n != 0 {
 		t.Fatalf("%d refused before the disk filled", n)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/raftstore"
@@ -37,14 +36,11 @@ func TestOptions_Validate_BadOptionsNamed(t *testing.T) {
 		{"routes beside Connect", func(o *Options) { o.Connect, o.NATSCluster.Routes = connect, []string{"nats://x:6222"} }, "which Connect replaces"},
 		{"UI without HTTP", func(o *Options) { o.UI = true }, "UI and PProf are served on the HTTP listener: set HTTP"},
 		{"PProf without HTTP", func(o *Options) { o.PProf = true }, "UI and PProf are served on the HTTP listener"},
-		{"cluster's local store given", func(o *Options) {
-			o.Cluster = &raftstore.Config{Local: someStore{}}
-		}, "Cluster.Dir, Local and Logger are set by Open"},
-		{"service's registerer given", func(o *Options) { o.Service.Registerer = prometheus.NewRegistry() }, "Service.Reopen, Cluster, Registerer and Logger are set by Open"},
-		{"service's logger given", func(o *Options) { o.Service.Logger = slog.New(slog.DiscardHandler) }, "Service.Reopen, Cluster, Registerer and Logger are set by Open"},
+		{"cluster's dir given", func(o *Options) { o.Cluster = &raftstore.Config{Dir: "raft"} }, "Cluster.Dir and Logger are set by Open"},
+		{"service's logger given", func(o *Options) { o.Service.Logger = slog.New(slog.DiscardHandler) }, "Service.Reopen, Cluster and Logger are set by Open"},
 		{"service's reopen given", func(o *Options) {
 			o.Service.Reopen = func() (delaystore.Store, error) { return nil, errors.New("no") }
-		}, "Service.Reopen, Cluster, Registerer and Logger are set by Open"},
+		}, "Service.Reopen, Cluster and Logger are set by Open"},
 		{"bad service setting", func(o *Options) { o.Service.IngestPrefix = "delay.>" }, "Service: invalid config: IngestPrefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +63,3 @@ func TestOptions_Validate_BadOptionsNamed(t *testing.T) {
 		})
 	}
 }
-
-// someStore is a store that is never opened: Validate only sees it given.
-type someStore struct{ delaystore.Store }

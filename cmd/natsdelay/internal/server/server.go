@@ -74,12 +74,12 @@ type Options struct {
 	UI      bool
 	UIUsers *console.Users
 
-	// Cluster, if not nil, makes this a node of a cluster: its Dir, Local
-	// and Logger are set by Open.
+	// Cluster, if not nil, makes this a node of a cluster, over the store
+	// Open opens: its Dir and Logger are set by Open.
 	Cluster *raftstore.Config
 
-	// Service holds the service's settings; Open sets its connection,
-	// store, reopen, cluster, registerer and logger.
+	// Service holds the service's settings; Open sets its reopen,
+	// cluster and logger.
 	Service bridge.Config
 
 	// Preflight, if set, runs once the data dir is locked and before
@@ -112,11 +112,11 @@ func (o Options) Validate() error {
 	if o.UIUsers != nil && !o.UI {
 		bad("UIUsers without UI: nobody would log in")
 	}
-	if c := o.Cluster; c != nil && (c.Dir != "" || c.Local != nil || c.Logger != nil) {
-		bad("Cluster.Dir, Local and Logger are set by Open (from DataDir, the store it opens and Logger): leave them unset")
+	if c := o.Cluster; c != nil && (c.Dir != "" || c.Logger != nil) {
+		bad("Cluster.Dir and Logger are set by Open (from DataDir and Logger): leave them unset")
 	}
-	if c := o.Service; c.Reopen != nil || c.Cluster != nil || c.Registerer != nil || c.Logger != nil {
-		bad("Service.Reopen, Cluster, Registerer and Logger are set by Open (from the store, Cluster, HTTP and Logger): leave them unset")
+	if c := o.Service; c.Reopen != nil || c.Cluster != nil || c.Logger != nil {
+		bad("Service.Reopen, Cluster and Logger are set by Open (from the store, Cluster and Logger): leave them unset")
 	}
 	if err := o.Service.Validate(); err != nil {
 		errs = append(errs, settingsError{fmt.Errorf("Service: %w", err)})
@@ -212,7 +212,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	cfg := o.Service
-	cfg.Registerer, cfg.Logger = reg, s.log
+	cfg.Logger = s.log
 	svcStore := st
 	if o.Cluster != nil {
 		// The service does not own the local store of a node: the node
@@ -220,8 +220,8 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		s.push("store", st.Close)
 		rc := *o.Cluster
 		rc.Dir = filepath.Join(dataDir, raftDir)
-		rc.Local, rc.Logger = st, s.log.With("component", "raft")
-		node, err := openNode(ctx, rc, s.log)
+		rc.Logger = s.log.With("component", "raft")
+		node, err := openNode(ctx, st, rc, s.log)
 		if err != nil {
 			return err
 		}
@@ -241,7 +241,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
-	if s.svc, err = bridge.New(s.nc, svcStore, cfg); err != nil {
+	if s.svc, err = bridge.New(s.nc, svcStore, cfg, bridge.WithRegisterer(reg)); err != nil {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	s.push("service", s.svc.Close)
