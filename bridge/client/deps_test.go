@@ -2,8 +2,6 @@ package client_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +12,7 @@ import (
 // none of the storage engines, the Raft library, protobuf or the cron
 // parser that the server's packages bring.
 func TestClient_LinksNoPackageOfTheServer(t *testing.T) {
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", ".").Output()
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +14,7 @@ func TestDefaultBuild_HasNoCrashHooks(t *testing.T) {
 	const hooks = "natsdelay/cmd/natsdelay/internal/crashhook"
 	deps := func(args ...string) []string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"list", "-deps"}, args...)...)
+		cmd := exec.Command("go", append([]string{"list", "-deps"}, args...)...)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("go list -deps %v: %v", args, err)
