@@ -77,7 +77,7 @@ func (s *Service) register() error {
 	for _, verb := range wire.BulkVerbs {
 		eps = append(eps, endpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		eps = append(eps, endpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, endpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
 	}
 	for _, ep := range eps {
@@ -173,7 +173,7 @@ func (s *Service) Info() (wire.InfoReply, error) {
 		backoff[i] = b.String()
 	}
 	var cluster *wire.ClusterInfo
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		cluster = s.clusterInfo()
 	}
 	// NB: wire.Stats converts from dispatch.Stats only while the two have

@@ -70,13 +70,6 @@ type Config struct {
 	// server's default.
 	MaxControlLine int
 
-	// Cluster, if not nil, makes the Service a node of a cluster: it
-	// serves ingest, acks and the API, and delivers, only while Cluster
-	// says this node leads, and answers CLUSTER.STATUS always. Store must
-	// then be the cluster's replicated store, and Reopen return it again:
-	// the core is suspended while the node follows, and resumed on it
-	// when the node becomes leader.
-	Cluster Cluster
 	// ClusterStatusWait is how long INFO waits for the members' answers
 	// to CLUSTER.STATUS. Default 500ms.
 	ClusterStatusWait time.Duration
@@ -204,6 +197,8 @@ type Service struct {
 	events *events.Publisher
 	// registerer receives the metrics; nil keeps them unregistered.
 	registerer prometheus.Registerer
+	// cluster is set on a node of a cluster; see WithCluster.
+	cluster Cluster
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -298,14 +293,24 @@ func WithRegisterer(r prometheus.Registerer) Option {
 	return func(s *Service) { s.registerer = r }
 }
 
+// WithCluster makes the Service a node of the cluster c: it serves
+// ingest, acks and the API, and delivers, only while c says this node
+// leads, and answers CLUSTER.STATUS always. The store given to New must
+// then be the cluster's replicated store, and Config.Reopen return it
+// again: the core is suspended while the node follows, and resumed on it
+// when the node becomes leader.
+func WithCluster(c Cluster) Option {
+	return func(s *Service) { s.cluster = c }
+}
+
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
 	cc.Delivery.Observer = s.m
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
-		if s.cfg.Cluster != nil {
-			ec.Fence = s.cfg.Cluster.HoldsLease // only the leader tells
+		if s.cluster != nil {
+			ec.Fence = s.cluster.HoldsLease // only the leader tells
 		}
 		ev, err := events.New(s.nc, ec)
 		if err != nil {
@@ -315,10 +320,10 @@ func (s *Service) start() error {
 		s.events = ev
 		cc.Delivery.Lifecycle = dispatch.LifecycleFunc(s.lifecycle)
 	}
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
-		cc.Delivery.Fence = s.cfg.Cluster.HoldsLease
-		s.pub.fence = s.cfg.Cluster.HoldsLease
+		cc.Delivery.Fence = s.cluster.HoldsLease
+		s.pub.fence = s.cluster.HoldsLease
 		return s.startNode(cc)
 	}
 	// The ack subscriptions come first: deliveries rely on them for
@@ -366,7 +371,7 @@ func (s *Service) startNode(cc core.Config) error {
 	if err := s.nc.Flush(); err != nil {
 		return err
 	}
-	s.stopWatch = s.cfg.Cluster.WatchLeadership(s.onLeadership)
+	s.stopWatch = s.cluster.WatchLeadership(s.onLeadership)
 	return nil
 }
 
@@ -433,10 +438,10 @@ func (s *Service) Ready() error {
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
-	if s.cfg.Cluster != nil && !s.Leader() {
+	if s.cluster != nil && !s.Leader() {
 		// A follower is healthy: it replicates, and answers its
 		// status; it just does not serve. Leader tells them apart.
-		st := s.cfg.Cluster.Status()
+		st := s.cluster.Status()
 		switch {
 		case st.Err != "":
 			return unavailable("cluster node stopped: %s", st.Err)

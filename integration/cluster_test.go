@@ -91,12 +91,12 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 	}
 	for _, node := range nodes {
 		node.nc = bridgetestConnect(t, srv)
-		cfg := bridge.Config{Engine: "pebble", Cluster: bridge.RaftCluster(node.node)}
+		cfg := bridge.Config{Engine: "pebble"}
 		rn := node.node
 		cfg.Reopen = func() (delaystore.Store, error) { return rn.Store(), nil }
 		cfg.Delivery.AckWait = time.Second
 		cfg.Logger = testLogger(t).With("node_id", node.id)
-		svc, err := bridge.New(node.nc, rn.Store(), cfg)
+		svc, err := bridge.New(node.nc, rn.Store(), cfg, bridge.WithCluster(bridge.RaftCluster(node.node)))
 		if err != nil {
 			t.Fatalf("%s: bridge.New: %v", node.id, err)
 		}

@@ -78,8 +78,8 @@ type Options struct {
 	// Open opens: its Dir and Logger are set by Open.
 	Cluster *raftstore.Config
 
-	// Service holds the service's settings; Open sets its reopen,
-	// cluster and logger.
+	// Service holds the service's settings; Open sets its Reopen and
+	// Logger.
 	Service bridge.Config
 
 	// Preflight, if set, runs once the data dir is locked and before
@@ -115,8 +115,8 @@ func (o Options) Validate() error {
 	if c := o.Cluster; c != nil && (c.Dir != "" || c.Logger != nil) {
 		bad("Cluster.Dir and Logger are set by Open (from DataDir and Logger): leave them unset")
 	}
-	if c := o.Service; c.Reopen != nil || c.Cluster != nil || c.Logger != nil {
-		bad("Service.Reopen, Cluster and Logger are set by Open (from the store, Cluster and Logger): leave them unset")
+	if c := o.Service; c.Reopen != nil || c.Logger != nil {
+		bad("Service.Reopen and Logger are set by Open (from the store and Logger): leave them unset")
 	}
 	if err := o.Service.Validate(); err != nil {
 		errs = append(errs, settingsError{fmt.Errorf("Service: %w", err)})
@@ -213,7 +213,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	}
 	cfg := o.Service
 	cfg.Logger = s.log
-	svcStore := st
+	svcStore, svcOpts := st, []bridge.Option{bridge.WithRegisterer(reg)}
 	if o.Cluster != nil {
 		// The service does not own the local store of a node: the node
 		// applies to it, and it is closed after the node.
@@ -232,7 +232,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// the local store running.
 		svcStore = node.Store()
 		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
-		cfg.Cluster = bridge.RaftCluster(node)
+		svcOpts = append(svcOpts, bridge.WithCluster(bridge.RaftCluster(node)))
 	} else if !memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
@@ -241,7 +241,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
-	if s.svc, err = bridge.New(s.nc, svcStore, cfg, bridge.WithRegisterer(reg)); err != nil {
+	if s.svc, err = bridge.New(s.nc, svcStore, cfg, svcOpts...); err != nil {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	s.push("service", s.svc.Close)
