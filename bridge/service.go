@@ -26,9 +26,9 @@ import (
 // Config configures a Service. A zero field means the default shown by
 // DefaultConfig.
 type Config struct {
-	// Config is the life of the service: Reopen, and the settings of
-	// delivery, keys, expiry and group commit, each declared by the
-	// package it configures.
+	// Config is the life of the service: the settings of delivery, keys,
+	// expiry, group commit and recovery, each declared by the package it
+	// configures.
 	core.Config
 
 	// Engine names the store's engine, for INFO.
@@ -199,6 +199,8 @@ type Service struct {
 	registerer prometheus.Registerer
 	// cluster is set on a node of a cluster; see WithCluster.
 	cluster Cluster
+	// reopen opens the store again after a fault; see WithReopen.
+	reopen func() (delaystore.Store, error)
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -296,11 +298,19 @@ func WithRegisterer(r prometheus.Registerer) Option {
 // WithCluster makes the Service a node of the cluster c: it serves
 // ingest, acks and the API, and delivers, only while c says this node
 // leads, and answers CLUSTER.STATUS always. The store given to New must
-// then be the cluster's replicated store, and Config.Reopen return it
+// then be the cluster's replicated store, and WithReopen's return it
 // again: the core is suspended while the node follows, and resumed on it
 // when the node becomes leader.
 func WithCluster(c Cluster) Option {
 	return func(s *Service) { s.cluster = c }
+}
+
+// WithReopen gives the Service reopen, which opens the store again, with
+// the same settings, after a write to disk failed it, and on a node of a
+// cluster each time it becomes leader (see core.WithReopen). Without it a
+// storage fault leaves the Service unavailable until it is closed.
+func WithReopen(reopen func() (delaystore.Store, error)) Option {
+	return func(s *Service) { s.reopen = reopen }
 }
 
 func (s *Service) start() error {
@@ -335,7 +345,7 @@ func (s *Service) start() error {
 		s.closeUnstarted()
 		return err
 	}
-	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m))
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m), core.WithReopen(s.reopen))
 	if err != nil {
 		return err
 	}
@@ -355,7 +365,7 @@ func (s *Service) start() error {
 // which starts and stops serving (see onLeadership).
 func (s *Service) startNode(cc core.Config) error {
 	cc.StartSuspended = errNotLeader
-	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m))
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m), core.WithReopen(s.reopen))
 	if err != nil {
 		return err
 	}

@@ -93,10 +93,10 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 		node.nc = bridgetestConnect(t, srv)
 		cfg := bridge.Config{Engine: "pebble"}
 		rn := node.node
-		cfg.Reopen = func() (delaystore.Store, error) { return rn.Store(), nil }
+		reopen := func() (delaystore.Store, error) { return rn.Store(), nil }
 		cfg.Delivery.AckWait = time.Second
 		cfg.Logger = testLogger(t).With("node_id", node.id)
-		svc, err := bridge.New(node.nc, rn.Store(), cfg, bridge.WithCluster(bridge.RaftCluster(node.node)))
+		svc, err := bridge.New(node.nc, rn.Store(), cfg, bridge.WithCluster(bridge.RaftCluster(node.node)), bridge.WithReopen(reopen))
 		if err != nil {
 			t.Fatalf("%s: bridge.New: %v", node.id, err)
 		}

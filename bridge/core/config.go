@@ -38,20 +38,13 @@ type Config struct {
 	// start. The caller checks them (bridge.CheckLimit).
 	Limits []delaystore.Limit
 
-	// Reopen, if not nil, opens the store again, with the same settings,
-	// after a write to disk failed it (delaystore.ErrFailed), or for
-	// Resume. The Service closes the old store first, then calls Reopen
-	// with backoff until it succeeds, and owns each store it returns. Nil
-	// leaves the Service unavailable after such a failure until it is
-	// closed.
-	Reopen func() (delaystore.Store, error)
 	// StartSuspended, if not nil, makes Open start no generation: the
 	// Service starts as if Suspend(StartSuspended) had been called, with
 	// the store closed, and runs nothing on it until Resume, which opens it
-	// through Reopen (required then). A node of a cluster starts so: only
+	// through the reopen given by WithReopen (required then). A node of a cluster starts so: only
 	// its leader runs a generation.
 	StartSuspended error
-	// ReopenBackoff is the wait after the first failed Reopen; it doubles
+	// ReopenBackoff is the wait after the first failed reopen; it doubles
 	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
 	ReopenBackoff    time.Duration
 	ReopenMaxBackoff time.Duration

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/delaystore"
 	"natsdelay/delaystore/raftstore"
 )
 
@@ -37,10 +36,7 @@ func TestOptions_Validate_BadOptionsNamed(t *testing.T) {
 		{"UI without HTTP", func(o *Options) { o.UI = true }, "UI and PProf are served on the HTTP listener: set HTTP"},
 		{"PProf without HTTP", func(o *Options) { o.PProf = true }, "UI and PProf are served on the HTTP listener"},
 		{"cluster's dir given", func(o *Options) { o.Cluster = &raftstore.Config{Dir: "raft"} }, "Cluster.Dir and Logger are set by Open"},
-		{"service's logger given", func(o *Options) { o.Service.Logger = slog.New(slog.DiscardHandler) }, "Service.Reopen and Logger are set by Open"},
-		{"service's reopen given", func(o *Options) {
-			o.Service.Reopen = func() (delaystore.Store, error) { return nil, errors.New("no") }
-		}, "Service.Reopen and Logger are set by Open"},
+		{"service's logger given", func(o *Options) { o.Service.Logger = slog.New(slog.DiscardHandler) }, "Service.Logger is set by Open"},
 		{"bad service setting", func(o *Options) { o.Service.IngestPrefix = "delay.>" }, "Service: invalid config: IngestPrefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,8 +78,7 @@ type Options struct {
 	// Open opens: its Dir and Logger are set by Open.
 	Cluster *raftstore.Config
 
-	// Service holds the service's settings; Open sets its Reopen and
-	// Logger.
+	// Service holds the service's settings; Open sets its Logger.
 	Service bridge.Config
 
 	// Preflight, if set, runs once the data dir is locked and before
@@ -115,8 +114,8 @@ func (o Options) Validate() error {
 	if c := o.Cluster; c != nil && (c.Dir != "" || c.Logger != nil) {
 		bad("Cluster.Dir and Logger are set by Open (from DataDir and Logger): leave them unset")
 	}
-	if c := o.Service; c.Reopen != nil || c.Logger != nil {
-		bad("Service.Reopen and Logger are set by Open (from the store and Logger): leave them unset")
+	if o.Service.Logger != nil {
+		bad("Service.Logger is set by Open (from Logger): leave it unset")
 	}
 	if err := o.Service.Validate(); err != nil {
 		errs = append(errs, settingsError{fmt.Errorf("Service: %w", err)})
@@ -231,13 +230,13 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// again when it leads: Close of node.Store() leaves the node and
 		// the local store running.
 		svcStore = node.Store()
-		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
-		svcOpts = append(svcOpts, bridge.WithCluster(bridge.RaftCluster(node)))
+		reopen := func() (delaystore.Store, error) { return node.Store(), nil }
+		svcOpts = append(svcOpts, bridge.WithCluster(bridge.RaftCluster(node)), bridge.WithReopen(reopen))
 	} else if !memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
 		// writes again. Not in memory, where a reopen starts empty.
-		cfg.Reopen = func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }
+		svcOpts = append(svcOpts, bridge.WithReopen(func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }))
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
