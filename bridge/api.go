@@ -92,7 +92,7 @@ func (s *Service) apiEndpoints() []apiEndpoint {
 	for _, verb := range wire.BulkVerbs {
 		eps = append(eps, apiEndpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		eps = append(eps, apiEndpoint{wire.VerbClusterAdd, s.apiClusterAdd, ""}, apiEndpoint{wire.VerbClusterRemove, s.apiClusterRemove, ""})
 	}
 	return eps
@@ -187,16 +187,19 @@ func (s *Service) Info() (wire.InfoReply, error) {
 		backoff[i] = b.String()
 	}
 	var cluster *wire.ClusterInfo
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		cluster = s.clusterInfo()
 	}
+	// NB: wire.Stats converts from dispatch.Stats only while the two have
+	// the same fields; TestInfoStats_SameJSONAsDispatch checks their names
+	// on the wire.
 	return wire.InfoReply{
 		Cluster:         cluster,
 		Version:         Version,
 		Engine:          s.cfg.Engine,
 		Storage:         storage,
 		Counts:          counts,
-		Stats:           c.Stats(),
+		Stats:           wire.Stats(c.Stats()),
 		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,

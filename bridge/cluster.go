@@ -18,7 +18,7 @@ import (
 )
 
 // Cluster is the replication a Service runs on as a node of a cluster
-// (see Config.Cluster). The package raftstore's Node provides it, through
+// (see WithCluster). The package raftstore's Node provides it, through
 // an adapter that turns its Status into wire's.
 type Cluster interface {
 	// WatchLeadership calls f(true) when this node becomes leader, once
@@ -102,7 +102,7 @@ func (s *Service) stepDown(cause error) {
 	}
 	ctx, cancel := context.WithTimeout(s.closeCtx, stepDownWait)
 	defer cancel()
-	if err := s.cfg.Cluster.StepDown(ctx); err != nil && s.closeCtx.Err() == nil {
+	if err := s.cluster.StepDown(ctx); err != nil && s.closeCtx.Err() == nil {
 		s.log.Error("could not hand the leadership over: this node leads, and serves nothing", "err", err)
 	}
 }
@@ -177,7 +177,7 @@ func (s *Service) stopServing(reason error) error {
 // it is the leader and holds its lease, so that at most one node says so
 // at any moment, a node resumed from a pause included.
 func (s *Service) Leader() bool {
-	return s.cfg.Cluster == nil || (s.leading.Load() && s.cfg.Cluster.HoldsLease())
+	return s.cluster == nil || (s.leading.Load() && s.cluster.HoldsLease())
 }
 
 // leaseWait bounds how long a request waits for a lease that lapsed
@@ -190,10 +190,10 @@ const leaseWait = 500 * time.Millisecond
 // answer from it (the leader, which subscribes in a queue group of its own
 // term, answers it), rather than one read from a store that may be stale.
 func (s *Service) mayAnswer() bool {
-	if s.cfg.Cluster == nil || s.cfg.Cluster.HoldsLease() {
+	if s.cluster == nil || s.cluster.HoldsLease() {
 		return true
 	}
-	return s.cfg.Cluster.AwaitLease(leaseWait)
+	return s.cluster.AwaitLease(leaseWait)
 }
 
 // answering is nil when this Service may answer a request now (see
@@ -204,7 +204,7 @@ func (s *Service) answering() error {
 	if s.mayAnswer() {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", wire.ErrUnavailable, delaystore.NotLeaderText(&delaystore.NotLeaderError{Leader: s.cfg.Cluster.Status().LeaderID}))
+	return fmt.Errorf("%w: %s", wire.ErrUnavailable, delaystore.NotLeaderText(&delaystore.NotLeaderError{Leader: s.cluster.Status().LeaderID}))
 }
 
 // queueGroup is the queue group of the ingest and API subscriptions. A
@@ -213,20 +213,20 @@ func (s *Service) answering() error {
 // notices it no longer leads, and in a group of its own it cannot take
 // requests away from the new leader, which gets every one as well.
 func (s *Service) queueGroup() string {
-	if s.cfg.Cluster == nil {
+	if s.cluster == nil {
 		return s.cfg.QueueGroup
 	}
-	st := s.cfg.Cluster.Status()
+	st := s.cluster.Status()
 	return fmt.Sprintf("%s.%s.%d", s.cfg.QueueGroup, st.ID, st.Term)
 }
 
 // Role is the node's role in its cluster (leader, follower, candidate),
 // or "" when the Service is not a node of a cluster.
 func (s *Service) Role() string {
-	if s.cfg.Cluster == nil {
+	if s.cluster == nil {
 		return ""
 	}
-	return s.cfg.Cluster.Status().Role
+	return s.cluster.Status().Role
 }
 
 // handleClusterStatus answers CLUSTER.STATUS with this node's own status,
@@ -236,7 +236,7 @@ func (s *Service) handleClusterStatus(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	body, err := json.Marshal(s.cfg.Cluster.Status())
+	body, err := json.Marshal(s.cluster.Status())
 	if err != nil {
 		s.respondErr(m, err)
 		return
@@ -285,7 +285,7 @@ func (s *Service) gatherStatus(peers []wire.ClusterPeer, wait time.Duration) map
 // this node's view, and each member's answer to CLUSTER.STATUS with its
 // replication lag. Nil outside a cluster.
 func (s *Service) ClusterInfo() *wire.ClusterInfo {
-	if s.cfg.Cluster == nil {
+	if s.cluster == nil {
 		return nil
 	}
 	return s.clusterInfo()
@@ -294,7 +294,7 @@ func (s *Service) ClusterInfo() *wire.ClusterInfo {
 // clusterInfo is INFO's cluster object: this node's view, and each
 // member's answer to CLUSTER.STATUS with its replication lag.
 func (s *Service) clusterInfo() *wire.ClusterInfo {
-	me := s.cfg.Cluster.Status()
+	me := s.cluster.Status()
 	ci := &wire.ClusterInfo{
 		ID: me.ID, Role: me.Role, LeaderID: me.LeaderID, Term: me.Term,
 		CommitIndex: me.CommitIndex, AppliedIndex: me.AppliedIndex,
@@ -343,10 +343,10 @@ func (s *Service) apiClusterAdd(req micro.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if err := s.cfg.Cluster.AddVoter(ctx, r.ID, r.Addr); err != nil {
+	if err := s.cluster.AddVoter(ctx, r.ID, r.Addr); err != nil {
 		return nil, clusterChangeError("adding "+r.ID, err)
 	}
-	return wire.ClusterChangeReply{Peers: s.cfg.Cluster.Status().Peers}, nil
+	return wire.ClusterChangeReply{Peers: s.cluster.Status().Peers}, nil
 }
 
 // apiClusterRemove removes a member: CLUSTER.REMOVE, on the leader.
@@ -359,7 +359,7 @@ func (s *Service) apiClusterRemove(req micro.Request) (any, error) {
 		return nil, badRequest(`"id" is empty: want the --node-id of the member to remove`)
 	}
 	known := false
-	for _, p := range s.cfg.Cluster.Status().Peers {
+	for _, p := range s.cluster.Status().Peers {
 		known = known || p.ID == r.ID
 	}
 	if !known {
@@ -367,10 +367,10 @@ func (s *Service) apiClusterRemove(req micro.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if err := s.cfg.Cluster.RemoveServer(ctx, r.ID); err != nil {
+	if err := s.cluster.RemoveServer(ctx, r.ID); err != nil {
 		return nil, clusterChangeError("removing "+r.ID, err)
 	}
-	return wire.ClusterChangeReply{Peers: s.cfg.Cluster.Status().Peers}, nil
+	return wire.ClusterChangeReply{Peers: s.cluster.Status().Peers}, nil
 }
 
 // clusterChangeError is the answer to a membership change that failed:

@@ -58,7 +58,7 @@
 //
 // # A node of a cluster
 //
-// With Config.Cluster set, the Service is one node of a cluster whose
+// Given WithCluster, the Service is one node of a cluster whose
 // store is replicated (package delaystore/raftstore, adapted by
 // RaftCluster). Only the leader serves: the core opens suspended, and the
 // Cluster's leadership watch starts and stops serving (onLeadership). On

@@ -13,18 +13,17 @@ import (
 	"natsdelay/dispatch"
 )
 
-var (
-	// ErrInvalidConfig is wrapped by every Config validation error, of
-	// the service's own settings and of those it hands to its core: it is
-	// core's, so one value matches both.
-	ErrInvalidConfig = core.ErrInvalidConfig
-	// ErrTooLarge is wrapped when a delivery or dead letter is not published
-	// because the server would not take it: its protocol line would exceed
-	// the server's max_control_line (which would close the connection) or
-	// its headers and payload the server's max_payload. Ingest refuses such
-	// messages; only ones stored by older versions meet it.
-	ErrTooLarge error = undeliverableError("too large to publish")
-)
+// ErrInvalidConfig is wrapped by every Config validation error, of the
+// service's own settings and of those it hands to its core: it is core's,
+// so one value matches both.
+var ErrInvalidConfig = core.ErrInvalidConfig
+
+// errTooLarge is wrapped when a delivery or dead letter is not published
+// because the server would not take it: its protocol line would exceed
+// the server's max_control_line (which would close the connection) or its
+// headers and payload the server's max_payload. Ingest refuses such
+// messages; only ones stored by older versions meet it.
+var errTooLarge error = undeliverableError("too large to publish")
 
 // badRequest returns an error wrapping wire.ErrBadRequest.
 func badRequest(format string, args ...any) error {

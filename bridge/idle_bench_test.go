@@ -95,20 +95,20 @@ func BenchmarkIdleCPU_NoSubscribers(b *testing.B) {
 		idle += cpuPerMinute(b, window)
 
 		subject := "idle.nobody." + strconv.Itoa(i)
-		before := s.Dispatcher().Stats().NoResponders
+		before := s.Stats().NoResponders
 		scheduleDue(b, url, subject, backlog)
 		// The window starts once the subject is known to have nobody, so
 		// it measures the back-off, not the first pass.
 		deadline := time.Now().Add(time.Minute)
-		for s.Dispatcher().Stats().NoResponders == before {
+		for s.Stats().NoResponders == before {
 			if time.Now().After(deadline) {
 				b.Fatal("no delivery bounced within a minute")
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		bounced := s.Dispatcher().Stats().NoResponders
+		bounced := s.Stats().NoResponders
 		loaded += cpuPerMinute(b, window)
-		probes += float64(s.Dispatcher().Stats().NoResponders - bounced)
+		probes += float64(s.Stats().NoResponders - bounced)
 
 		// Each round's backlog stays pending; the next round's idle
 		// baseline would include it, so the rounds are cleared of it by
@@ -145,9 +145,9 @@ func drainSubject(b *testing.B, s *bridge.Service, url, subject string, n int) {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
-	for s.Repository().Pending() != 0 {
+	for bridge.Pending(s) != 0 {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d still pending after two minutes with a subscriber", s.Repository().Pending(), n)
+			b.Fatalf("%d of %d still pending after two minutes with a subscriber", bridge.Pending(s), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

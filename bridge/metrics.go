@@ -204,7 +204,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			ConstLabels: prometheus.Labels{"reason": r.reason}},
 			func() float64 { return float64(r.n(s.events.Stats())) }))
 	}
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		cs = append(cs, m.leaderChanges, &clusterCollector{s: s})
 	}
 	for _, c := range cs {
@@ -231,13 +231,13 @@ func (s *Service) servingRepository() *delaystore.Repository {
 	if !s.Leader() {
 		return nil
 	}
-	return s.Repository()
+	return s.core.Load().Repository()
 }
 
 // dispatchStats is the serving dispatcher's stats, zero while there is
 // none (see servingRepository).
 func (s *Service) dispatchStats() dispatch.Stats {
-	if d := s.Dispatcher(); d != nil && s.Leader() {
+	if d := s.core.Load().Dispatcher(); d != nil && s.Leader() {
 		return d.Stats()
 	}
 	return dispatch.Stats{}
@@ -279,7 +279,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.cfg.Cluster.Status()
+	st := c.s.cluster.Status()
 	for _, role := range []string{wire.RoleLeader, wire.RoleFollower, wire.RoleCandidate, wire.RoleShutdown} {
 		v := 0.0
 		if st.Role == role {

@@ -17,7 +17,7 @@ import (
 // commit and lateness histograms, and an invalid request counts as invalid.
 func TestService_Metrics_MoveWithMessages(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	svc, nc := startService(t, func(c *bridge.Config) { c.Registerer = reg })
+	svc, nc := startService(t, nil, bridge.WithRegisterer(reg))
 	got := make(chan *nats.Msg, 1)
 	sub, _ := nc.ChanSubscribe("m.x", got)
 	defer sub.Unsubscribe()

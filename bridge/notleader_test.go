@@ -39,12 +39,10 @@ func (b *deposedBatch) Commit(sync delaystore.SyncMode) error {
 func TestService_NotLeaderCommit_Is503NotLeader(t *testing.T) {
 	st := &deposedStore{Store: newFailingStore(t)}
 	reopened := atomic.Int64{}
-	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
-		c.Reopen = func() (delaystore.Store, error) {
-			reopened.Add(1)
-			return st, nil
-		}
-	})
+	s, nc := startServiceOn(t, st, nil, bridge.WithReopen(func() (delaystore.Store, error) {
+		reopened.Add(1)
+		return st, nil
+	}))
 	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
 		t.Fatalf("while leading: %s %s", code, text)
 	}

@@ -356,13 +356,13 @@ func controlLineLenOf(subjectLen, replyLen, hdrLen, total int) int {
 	return n
 }
 
-// checkLine returns an error wrapping ErrTooLarge if publishing m would
+// checkLine returns an error wrapping errTooLarge if publishing m would
 // exceed maxControlLine.
 func checkLine(m *nats.Msg, maxControlLine int) error {
 	hl := headerLen(m.Header)
 	if n := controlLineLen(m.Subject, m.Reply, hl, hl+len(m.Data)); n > maxControlLine {
 		return fmt.Errorf("%w: a %d-byte subject makes the protocol line %d bytes, %d over the server's max_control_line of %d",
-			ErrTooLarge, len(m.Subject), n, n-maxControlLine, maxControlLine)
+			errTooLarge, len(m.Subject), n, n-maxControlLine, maxControlLine)
 	}
 	return nil
 }
@@ -370,7 +370,7 @@ func checkLine(m *nats.Msg, maxControlLine int) error {
 // publish publishes m unless it is too large for the server: a protocol
 // line over max_control_line would make the server close the connection,
 // and more than max_payload is refused by nats.go. Either way it returns
-// an error wrapping ErrTooLarge, and the dispatcher treats the message as
+// an error wrapping errTooLarge, and the dispatcher treats the message as
 // not published.
 func (p *publisher) publish(m *nats.Msg) error {
 	if err := checkLine(m, p.maxControlLine); err != nil {
@@ -380,7 +380,7 @@ func (p *publisher) publish(m *nats.Msg) error {
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %d bytes of headers and payload, over the server's max_payload of %d (%w)",
-			ErrTooLarge, headerLen(m.Header)+len(m.Data), p.nc.MaxPayload(), err)
+			errTooLarge, headerLen(m.Header)+len(m.Data), p.nc.MaxPayload(), err)
 	case errors.Is(err, nats.ErrBadHeaderMsg):
 		// A header name nats.go will not send (stored by an older
 		// version, before ingest refused it): it never will.

@@ -51,14 +51,13 @@ func TestService_Recover_CloseWhileReopenFails(t *testing.T) {
 	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
 		c.ReopenBackoff = time.Millisecond
 		c.ReopenMaxBackoff = 2 * time.Millisecond
-		c.Reopen = func() (delaystore.Store, error) {
-			select {
-			case reopens <- struct{}{}:
-			default:
-			}
-			return nil, errors.New("test: still broken")
+	}, bridge.WithReopen(func() (delaystore.Store, error) {
+		select {
+		case reopens <- struct{}{}:
+		default:
 		}
-	})
+		return nil, errors.New("test: still broken")
+	}))
 	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
 		t.Fatalf("before the fault: %s %s", code, text)
 	}
@@ -100,15 +99,13 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reopened := make(chan struct{})
 	s, nc := startServiceOn(t, st, func(c *bridge.Config) {
-		c.Registerer = reg
 		c.ReopenBackoff = time.Millisecond
-		c.Reopen = func() (delaystore.Store, error) {
-			// The store is memory-only: the reopened one is a new, empty
-			// store, which is enough to show the swap.
-			defer close(reopened)
-			return pebblestore.Open(pebblestore.Config{InMemory: true})
-		}
-	})
+	}, bridge.WithReopen(func() (delaystore.Store, error) {
+		// The store is memory-only: the reopened one is a new, empty
+		// store, which is enough to show the swap.
+		defer close(reopened)
+		return pebblestore.Open(pebblestore.Config{InMemory: true})
+	}), bridge.WithRegisterer(reg))
 	st.Break()
 	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
 		t.Fatalf("commit under the fault: code %q, want 503", code)
@@ -128,7 +125,7 @@ func TestService_Recover_SwapsInReopenedStore(t *testing.T) {
 	if code, text := requestStatus(t, nc, "delay.r.x"); code != "" {
 		t.Fatalf("after recovery: %s %s", code, text)
 	}
-	if n := s.Repository().Pending(); n != 1 {
+	if n := bridge.Pending(s); n != 1 {
 		t.Fatalf("pending in the reopened store = %d, want 1", n)
 	}
 	want := `
@@ -184,13 +181,12 @@ func TestService_Recover_RefailingStoreBacksOff(t *testing.T) {
 		c.ReopenBackoff = time.Hour
 		c.ReopenMaxBackoff = time.Hour
 		c.Logger = slog.New(logSignal{want: "failed again soon after it recovered", ch: refailed})
-		c.Reopen = func() (delaystore.Store, error) {
-			if reopens.Add(1) > 1 {
-				return nil, errors.New("test: reopened twice")
-			}
-			return second, nil
+	}, bridge.WithReopen(func() (delaystore.Store, error) {
+		if reopens.Add(1) > 1 {
+			return nil, errors.New("test: reopened twice")
 		}
-	})
+		return second, nil
+	}))
 	first.Break()
 	if code, _ := requestStatus(t, nc, "delay.r.x"); code != "503" {
 		t.Fatalf("commit on the broken store: %q, want 503", code)

@@ -26,10 +26,9 @@ import (
 // Config configures a Service. A zero field means the default shown by
 // DefaultConfig.
 type Config struct {
-	// Config is the life of the service: Reopen, and the settings of
-	// delivery, keys, expiry and group commit, each declared by the
-	// package it configures. Its Metrics are set by the Service; leave
-	// them nil.
+	// Config is the life of the service: the settings of delivery, keys,
+	// expiry, group commit and recovery, each declared by the package it
+	// configures.
 	core.Config
 
 	// Engine names the store's engine, for INFO.
@@ -71,17 +70,6 @@ type Config struct {
 	// server's default.
 	MaxControlLine int
 
-	// Registerer receives the service's Prometheus metrics; nil keeps them
-	// unregistered.
-	Registerer prometheus.Registerer
-
-	// Cluster, if not nil, makes the Service a node of a cluster: it
-	// serves ingest, acks and the API, and delivers, only while Cluster
-	// says this node leads, and answers CLUSTER.STATUS always. Store must
-	// then be the cluster's replicated store, and Reopen return it again:
-	// the core is suspended while the node follows, and resumed on it
-	// when the node becomes leader.
-	Cluster Cluster
 	// ClusterStatusWait is how long INFO waits for the members' answers
 	// to CLUSTER.STATUS. Default 500ms.
 	ClusterStatusWait time.Duration
@@ -207,6 +195,12 @@ type Service struct {
 	// events publishes lifecycle events; nil when they are off, which
 	// every caller of its Emit relies on.
 	events *events.Publisher
+	// registerer receives the metrics; nil keeps them unregistered.
+	registerer prometheus.Registerer
+	// cluster is set on a node of a cluster; see WithCluster.
+	cluster Cluster
+	// reopen opens the store again after a fault; see WithReopen.
+	reopen func() (delaystore.Store, error)
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -252,13 +246,14 @@ type Service struct {
 // the Service owns from here on (Close closes it, also when New fails): it
 // subscribes to the ack prefix, opens the core over store (which starts
 // delivering), registers the micro service with the ingest endpoint and
-// the API, and registers the metrics. On error everything started is
-// stopped and the store is closed.
+// the API, and registers the metrics (see WithRegisterer). On error
+// everything started is stopped and the store is closed. cfg holds the
+// settings; opts give what the Service uses besides nc and store.
 //
 // The Service does not close nc. nc must not be created with nats.NoEcho:
 // the service hears its own flush markers and the server's no-responders
 // answers on it.
-func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
+func New(nc *nats.Conn, store delaystore.Store, cfg Config, opts ...Option) (*Service, error) {
 	err := cfg.Validate()
 	if nc == nil {
 		err = errors.Join(err, fmt.Errorf("%w: no NATS connection", ErrInvalidConfig))
@@ -277,6 +272,9 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 		cfg: cfg, store: store, log: cfg.Logger.With("component", "bridge"), nc: nc, m: newMetrics(),
 		started: make(chan struct{}), done: make(chan struct{}),
 	}
+	for _, o := range opts {
+		o(s)
+	}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
@@ -288,14 +286,41 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// An Option gives New a dependency of the Service: something it uses,
+// where Config holds what it is told.
+type Option func(*Service)
+
+// WithRegisterer registers the service's Prometheus metrics with r.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(s *Service) { s.registerer = r }
+}
+
+// WithCluster makes the Service a node of the cluster c: it serves
+// ingest, acks and the API, and delivers, only while c says this node
+// leads, and answers CLUSTER.STATUS always. The store given to New must
+// then be the cluster's replicated store, and WithReopen's return it
+// again: the core is suspended while the node follows, and resumed on it
+// when the node becomes leader.
+func WithCluster(c Cluster) Option {
+	return func(s *Service) { s.cluster = c }
+}
+
+// WithReopen gives the Service reopen, which opens the store again, with
+// the same settings, after a write to disk failed it, and on a node of a
+// cluster each time it becomes leader (see core.WithReopen). Without it a
+// storage fault leaves the Service unavailable until it is closed.
+func WithReopen(reopen func() (delaystore.Store, error)) Option {
+	return func(s *Service) { s.reopen = reopen }
+}
+
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.Config
-	cc.Delivery.Observer, cc.Metrics = s.m, s.m
+	cc.Delivery.Observer = s.m
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
-		if s.cfg.Cluster != nil {
-			ec.Fence = s.cfg.Cluster.HoldsLease // only the leader tells
+		if s.cluster != nil {
+			ec.Fence = s.cluster.HoldsLease // only the leader tells
 		}
 		ev, err := events.New(s.nc, ec)
 		if err != nil {
@@ -305,10 +330,10 @@ func (s *Service) start() error {
 		s.events = ev
 		cc.Delivery.Lifecycle = dispatch.LifecycleFunc(s.lifecycle)
 	}
-	if s.cfg.Cluster != nil {
+	if s.cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
-		cc.Delivery.Fence = s.cfg.Cluster.HoldsLease
-		s.pub.fence = s.cfg.Cluster.HoldsLease
+		cc.Delivery.Fence = s.cluster.HoldsLease
+		s.pub.fence = s.cluster.HoldsLease
 		return s.startNode(cc)
 	}
 	// The ack subscriptions come first: deliveries rely on them for
@@ -320,7 +345,7 @@ func (s *Service) start() error {
 		s.closeUnstarted()
 		return err
 	}
-	c, err := core.Open(s.store, s.pub, cc)
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m), core.WithReopen(s.reopen))
 	if err != nil {
 		return err
 	}
@@ -340,7 +365,7 @@ func (s *Service) start() error {
 // which starts and stops serving (see onLeadership).
 func (s *Service) startNode(cc core.Config) error {
 	cc.StartSuspended = errNotLeader
-	c, err := core.Open(s.store, s.pub, cc)
+	c, err := core.Open(s.store, s.pub, cc, core.WithMetrics(s.m), core.WithReopen(s.reopen))
 	if err != nil {
 		return err
 	}
@@ -356,15 +381,15 @@ func (s *Service) startNode(cc core.Config) error {
 	if err := s.nc.Flush(); err != nil {
 		return err
 	}
-	s.stopWatch = s.cfg.Cluster.WatchLeadership(s.onLeadership)
+	s.stopWatch = s.cluster.WatchLeadership(s.onLeadership)
 	return nil
 }
 
 func (s *Service) registerMetrics() error {
-	if s.cfg.Registerer == nil {
+	if s.registerer == nil {
 		return nil
 	}
-	if err := s.m.register(s.cfg.Registerer, s); err != nil {
+	if err := s.m.register(s.registerer, s); err != nil {
 		return fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	return nil
@@ -423,10 +448,10 @@ func (s *Service) Ready() error {
 	case !s.nc.IsConnected():
 		return unavailable("not connected to NATS (%s)", s.nc.Status())
 	}
-	if s.cfg.Cluster != nil && !s.Leader() {
+	if s.cluster != nil && !s.Leader() {
 		// A follower is healthy: it replicates, and answers its
 		// status; it just does not serve. Leader tells them apart.
-		st := s.cfg.Cluster.Status()
+		st := s.cluster.Status()
 		switch {
 		case st.Err != "":
 			return unavailable("cluster node stopped: %s", st.Err)
@@ -439,19 +464,6 @@ func (s *Service) Ready() error {
 	}
 	return s.core.Load().Ready()
 }
-
-// Core is the service's core, which runs the store and what works on it.
-func (s *Service) Core() *core.Service { return s.core.Load() }
-
-// Repository is the event repository of the current store, for reading
-// counts. After a storage fault it is replaced by one on the reopened
-// store.
-func (s *Service) Repository() *delaystore.Repository { return s.core.Load().Repository() }
-
-// Dispatcher is the running dispatcher, for its stats. After a storage
-// fault it is replaced by one on the reopened store; see Stats for
-// counters that survive that.
-func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.core.Load().Dispatcher() }
 
 // Stats returns the dispatch counters since New, across storage faults,
 // and the deliveries in flight now.

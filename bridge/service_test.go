@@ -14,16 +14,16 @@ import (
 
 // startService runs a Service through bridgetest and returns it with a
 // client connection of its own.
-func startService(t testing.TB, mod func(*bridge.Config)) (*bridge.Service, *nats.Conn) {
+func startService(t testing.TB, mod func(*bridge.Config), opts ...bridge.Option) (*bridge.Service, *nats.Conn) {
 	t.Helper()
-	h := bridgetest.New(t, mod)
+	h := bridgetest.New(t, mod, opts...)
 	return h.Service, h.Conn
 }
 
 // startServiceOn is startService on the store st.
-func startServiceOn(t testing.TB, st delaystore.Store, mod func(*bridge.Config)) (*bridge.Service, *nats.Conn) {
+func startServiceOn(t testing.TB, st delaystore.Store, mod func(*bridge.Config), opts ...bridge.Option) (*bridge.Service, *nats.Conn) {
 	t.Helper()
-	h := bridgetest.NewOn(t, st, mod)
+	h := bridgetest.NewOn(t, st, mod, opts...)
 	return h.Service, h.Conn
 }
 
@@ -74,7 +74,7 @@ func TestService_Schedule_DeliversAfterDelay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not delivered")
 	}
-	if n := s.Repository().Pending(); n != 0 {
+	if n := bridge.Pending(s); n != 0 {
 		t.Fatalf("pending after ACK = %d, want 0", n)
 	}
 }

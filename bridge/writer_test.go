@@ -21,8 +21,7 @@ func TestWriter_BatchBytesBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, nc := startService(t, func(c *bridge.Config) {
 		c.MaxBatchBytes = 10_000
-		c.Registerer = reg
-	})
+	}, bridge.WithRegisterer(reg))
 	payload := make([]byte, 4<<10)
 	calls := make([]*nats.Msg, 40)
 	replies := make(chan *nats.Msg, len(calls))

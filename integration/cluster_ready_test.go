@@ -64,9 +64,9 @@ func (b *heldBatch) Commit(sync delaystore.SyncMode) error {
 func TestCluster_InProcess_FollowerBehind_NotReady(t *testing.T) {
 	srv := startServer(t)
 	held := make([]*heldStore, 3)
-	nodes := startInProcessCluster(t, srv, 3, func(i int, rc *raftstore.Config) {
-		held[i] = &heldStore{Store: rc.Local}
-		rc.Local = held[i]
+	nodes := startInProcessCluster(t, srv, 3, func(i int, rc *raftstore.Config, local *delaystore.Store) {
+		held[i] = &heldStore{Store: *local}
+		*local = held[i]
 		rc.MaxLag = 500 * time.Millisecond
 	})
 	for _, h := range held {

@@ -51,8 +51,9 @@ func (n *inProcessNode) kill(t *testing.T) {
 
 // startInProcessCluster starts n nodes over srv, each bootstrapping once
 // all answer, with short Raft timeouts; every node is stopped when t ends.
-// Each of opts may change node i's Raft configuration before it opens.
-func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func(i int, rc *raftstore.Config)) []*inProcessNode {
+// Each of opts may change node i's Raft configuration, and wrap its local
+// store, before it opens.
+func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func(i int, rc *raftstore.Config, local *delaystore.Store)) []*inProcessNode {
 	t.Helper()
 	addrs := freeAddrs(t, n)
 	nodes := make([]*inProcessNode, n)
@@ -64,21 +65,22 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 		dir := t.TempDir()
 		node.local = openPebble(t, pebblestore.Config{Dir: filepath.Join(dir, "pebble"), DisableWAL: true})
 		rc := raftstore.DefaultConfig()
-		rc.NodeID, rc.Listen, rc.Peers, rc.Dir, rc.Local = node.id, addrs[i], addrs, filepath.Join(dir, "raft"), node.local
+		rc.NodeID, rc.Listen, rc.Peers, rc.Dir = node.id, addrs[i], addrs, filepath.Join(dir, "raft")
+		var local delaystore.Store = node.local
 		rc.Logger = testLogger(t).With("node_id", node.id)
 		// Short enough for a quick failover, long enough that a loaded
 		// machine under -race rarely elects without cause (the tests
 		// follow such an election wherever it happens).
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 		for _, opt := range opts {
-			opt(i, &rc)
+			opt(i, &rc, &local)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			node.node, errs[i] = raftstore.Open(ctx, rc)
+			node.node, errs[i] = raftstore.Open(ctx, local, rc)
 		}()
 	}
 	wg.Wait()
@@ -89,12 +91,12 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 	}
 	for _, node := range nodes {
 		node.nc = bridgetestConnect(t, srv)
-		cfg := bridge.Config{Engine: "pebble", Cluster: bridge.RaftCluster(node.node)}
+		cfg := bridge.Config{Engine: "pebble"}
 		rn := node.node
-		cfg.Reopen = func() (delaystore.Store, error) { return rn.Store(), nil }
+		reopen := func() (delaystore.Store, error) { return rn.Store(), nil }
 		cfg.Delivery.AckWait = time.Second
 		cfg.Logger = testLogger(t).With("node_id", node.id)
-		svc, err := bridge.New(node.nc, rn.Store(), cfg)
+		svc, err := bridge.New(node.nc, rn.Store(), cfg, bridge.WithCluster(bridge.RaftCluster(node.node)), bridge.WithReopen(reopen))
 		if err != nil {
 			t.Fatalf("%s: bridge.New: %v", node.id, err)
 		}

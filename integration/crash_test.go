@@ -26,7 +26,10 @@ var (
 	binaryErr  error
 )
 
-// natsdelayBinary builds the real binary once per test run.
+// natsdelayBinary builds the real binary once per test run, with the
+// crashtest tag: its crash hooks, which the default build leaves out, are
+// armed only by the tests that set them in the environment
+// (recurring_crash_test.go).
 func natsdelayBinary(t *testing.T) string {
 	t.Helper()
 	binaryOnce.Do(func() {
@@ -36,7 +39,7 @@ func natsdelayBinary(t *testing.T) string {
 			return
 		}
 		binaryPath = filepath.Join(dir, "natsdelay")
-		out, err := exec.Command("go", "build", "-o", binaryPath, "natsdelay/cmd/natsdelay").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "crashtest", "-o", binaryPath, "natsdelay/cmd/natsdelay").CombinedOutput()
 		if err != nil {
 			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -107,7 +107,7 @@ func TestDeadStore_KeptWithReasonAndSurvivesRestart(t *testing.T) {
 						t.Fatalf("SUBJECTS[%d] = %+v, want %+v", i, g, w)
 					}
 				}
-				if _, err := h.svc.Core().Get(kept.Key); err != nil {
+				if _, err := h.svc.Get(wire.MessageRef{Tag: kept.Tag}); err != nil {
 					t.Fatalf("the pending message: %v", err)
 				}
 			}

@@ -27,7 +27,7 @@ type eventHarness struct {
 	start  time.Time
 }
 
-func newEventHarness(t *testing.T, mod func(*bridge.Config)) *eventHarness {
+func newEventHarness(t *testing.T, mod func(*bridge.Config), opts ...bridge.Option) *eventHarness {
 	t.Helper()
 	st := openPebble(t, pebblestore.Config{Dir: t.TempDir()})
 	h := bridgetest.NewOn(t, st, func(c *bridge.Config) {
@@ -35,7 +35,7 @@ func newEventHarness(t *testing.T, mod func(*bridge.Config)) *eventHarness {
 		if mod != nil {
 			mod(c)
 		}
-	})
+	}, opts...)
 	eh := &eventHarness{harness: &harness{srv: h.Server, svc: h.Service, nc: h.Conn}, start: time.Now()}
 	eh.events = subscribe(t, connect(t, h.Server), wire.DefaultEventPrefix+".>")
 	return eh
@@ -202,7 +202,7 @@ func TestEvents_Off_NonePublished(t *testing.T) {
 func TestEvents_SlowSubscriber_DeliveryGoesOn(t *testing.T) {
 	const n = 500
 	reg := prometheus.NewRegistry()
-	h := newEventHarness(t, func(c *bridge.Config) { c.EventBuffer = 16; c.Registerer = reg })
+	h := newEventHarness(t, func(c *bridge.Config) { c.EventBuffer = 16 }, bridge.WithRegisterer(reg))
 	// Its client tells of the events it drops as a slow consumer: that
 	// is the test's point, so it is counted here, not printed as an
 	// error, and any other asynchronous error still fails the test.

@@ -90,9 +90,9 @@ type harness struct {
 	nc  *nats.Conn
 }
 
-func newHarness(tb testing.TB, mod func(*bridge.Config)) *harness {
+func newHarness(tb testing.TB, mod func(*bridge.Config), opts ...bridge.Option) *harness {
 	tb.Helper()
-	h := bridgetest.New(tb, mod)
+	h := bridgetest.New(tb, mod, opts...)
 	return &harness{srv: h.Server, svc: h.Service, nc: h.Conn}
 }
 

@@ -144,7 +144,7 @@ func TestDelivery_LongSubjectStoredBefore_Parked(t *testing.T) {
 	nc := connect(t, srv)
 	ch := subscribe(t, nc, subj)
 	reg := prometheus.NewRegistry()
-	svc := startService(t, srv, st, func(c *bridge.Config) { c.Registerer = reg })
+	svc := startService(t, srv, st, nil, bridge.WithRegisterer(reg))
 	h := &harness{srv: srv, svc: svc, nc: nc}
 	checkFor(t, wait, 5*time.Millisecond, func() error {
 		if n := gauge(t, reg, "natsdelay_messages_undeliverable_total"); n != 1 {
@@ -361,9 +361,9 @@ func TestAnswer_Bad_CountedAndLogged(t *testing.T) {
 	logs := newWarnings(t, "bad answer")
 	srv := startServer(t)
 	startService(t, srv, memStore(t), func(c *bridge.Config) {
-		c.Registerer, c.Delivery.AckWait, c.Logger = reg, 200*time.Millisecond, slog.New(logs)
+		c.Delivery.AckWait, c.Logger = 200*time.Millisecond, slog.New(logs)
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	})
+	}, bridge.WithRegisterer(reg))
 	nc := connect(t, srv)
 	ch := subscribe(t, nc, "answer.t")
 	schedule(t, nc, newMsg("answer.t", "x"))

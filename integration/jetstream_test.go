@@ -31,11 +31,10 @@ func newStreamHarness(t *testing.T) *streamHarness {
 	srv := startJetStreamServer(t, dir)
 	reg := prometheus.NewRegistry()
 	svc := bridgetest.Start(t, srv, bridgetest.MemStore(t), func(c *bridge.Config) {
-		c.Registerer = reg
 		c.Delivery.AckWait = 500 * time.Millisecond
 		c.Delivery.NoRespondersBackoff = 20 * time.Millisecond
 		c.Delivery.NoRespondersMaxBackoff = 100 * time.Millisecond
-	})
+	}, bridge.WithRegisterer(reg))
 	nc := connect(t, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -354,7 +354,7 @@ func histogramCount(tb testing.TB, reg *prometheus.Registry, name string) uint64
 func TestLimits_HeldLateness_ApartFromLateness(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg })
+	h := newHarness(t, nil, bridge.WithRegisterer(reg))
 	paused := subscribe(t, h.nc, "hl.paused")
 	free := subscribe(t, h.nc, "hl.free")
 	var got wire.Limit

@@ -308,10 +308,9 @@ func runWriteFault(t *testing.T, fs faultyStore) {
 		t.Fatal(err)
 	}
 	svc := startService(t, srv, st, func(c *bridge.Config) {
-		c.Reopen = fs.open
 		c.ReopenBackoff = 5 * time.Millisecond
 		c.ReopenMaxBackoff = 50 * time.Millisecond
-	})
+	}, bridge.WithReopen(fs.open))
 
 	// Before the fault: some delivered and ACKed, some still pending.
 	if n := l.send(t, nc, subject, "before", 20, []byte("b")); n != 0 {
@@ -495,11 +494,9 @@ func runFullDisk(t *testing.T, dir string, open func() (delaystore.Store, error)
 	}
 	reg := prometheus.NewRegistry()
 	svc := startService(t, srv, st, func(c *bridge.Config) {
-		c.Reopen = open
 		c.ReopenBackoff = 5 * time.Millisecond
 		c.ReopenMaxBackoff = 50 * time.Millisecond
-		c.Registerer = reg
-	})
+	}, bridge.WithReopen(open), bridge.WithRegisterer(reg))
 	if n := l.send(t, nc, subject, "before", 20, []byte("b")); n != 0 {
 		t.Fatalf("%d refused before the disk filled", n)
 	}

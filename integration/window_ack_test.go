@@ -345,7 +345,7 @@ func TestStats_Delivered_CountsOnlyReached(t *testing.T) {
 	// NB: the ack wait is the time the counters are read in after the
 	// first delivery, before a redelivery would change them: long enough
 	// for a loaded host, short enough for the bounces later on.
-	h := newHarness(t, func(c *bridge.Config) { c.Registerer = reg; c.Delivery.AckWait = 3 * time.Second })
+	h := newHarness(t, func(c *bridge.Config) { c.Delivery.AckWait = 3 * time.Second }, bridge.WithRegisterer(reg))
 	metric := func(name string) uint64 {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n != 1 {

@@ -63,20 +63,20 @@ func Logger(tb testing.TB) *slog.Logger {
 // nil, adjusts the config, which starts with the connection, st and
 // Logger(tb). Close is registered with tb.Cleanup, and an error from it
 // fails the test; it is harmless when the test closed the Service itself.
-func Start(tb testing.TB, srv *server.Server, st delaystore.Store, mod func(*bridge.Config)) *bridge.Service {
+func Start(tb testing.TB, srv *server.Server, st delaystore.Store, mod func(*bridge.Config), opts ...bridge.Option) *bridge.Service {
 	tb.Helper()
-	return StartOn(tb, Connect(tb, srv, nats.MaxReconnects(0)), st, mod)
+	return StartOn(tb, Connect(tb, srv, nats.MaxReconnects(0)), st, mod, opts...)
 }
 
 // StartOn is Start on the connection nc, which the test owns.
-func StartOn(tb testing.TB, nc *nats.Conn, st delaystore.Store, mod func(*bridge.Config)) *bridge.Service {
+func StartOn(tb testing.TB, nc *nats.Conn, st delaystore.Store, mod func(*bridge.Config), opts ...bridge.Option) *bridge.Service {
 	tb.Helper()
 	var cfg bridge.Config
 	cfg.Logger = Logger(tb)
 	if mod != nil {
 		mod(&cfg)
 	}
-	svc, err := bridge.New(nc, st, cfg)
+	svc, err := bridge.New(nc, st, cfg, opts...)
 	if err != nil {
 		tb.Fatalf("bridge.New: %v", err)
 	}
@@ -99,15 +99,15 @@ type Harness struct {
 
 // New runs a server, a Service on MemStore with mod applied (see Start),
 // and a client connection.
-func New(tb testing.TB, mod func(*bridge.Config)) *Harness {
+func New(tb testing.TB, mod func(*bridge.Config), opts ...bridge.Option) *Harness {
 	tb.Helper()
-	return NewOn(tb, MemStore(tb), mod)
+	return NewOn(tb, MemStore(tb), mod, opts...)
 }
 
 // NewOn is New with the Service on st, which it owns from here on.
-func NewOn(tb testing.TB, st delaystore.Store, mod func(*bridge.Config)) *Harness {
+func NewOn(tb testing.TB, st delaystore.Store, mod func(*bridge.Config), opts ...bridge.Option) *Harness {
 	tb.Helper()
 	srv := RunServer(tb)
-	svc := Start(tb, srv, st, mod)
+	svc := Start(tb, srv, st, mod, opts...)
 	return &Harness{Server: srv, Service: svc, Conn: Connect(tb, srv, nats.MaxReconnects(0))}
 }

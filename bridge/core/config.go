@@ -38,20 +38,13 @@ type Config struct {
 	// start. The caller checks them (bridge.CheckLimit).
 	Limits []delaystore.Limit
 
-	// Reopen, if not nil, opens the store again, with the same settings,
-	// after a write to disk failed it (delaystore.ErrFailed), or for
-	// Resume. The Service closes the old store first, then calls Reopen
-	// with backoff until it succeeds, and owns each store it returns. Nil
-	// leaves the Service unavailable after such a failure until it is
-	// closed.
-	Reopen func() (delaystore.Store, error)
 	// StartSuspended, if not nil, makes Open start no generation: the
 	// Service starts as if Suspend(StartSuspended) had been called, with
 	// the store closed, and runs nothing on it until Resume, which opens it
-	// through Reopen (required then). A node of a cluster starts so: only
+	// through the reopen given by WithReopen (required then). A node of a cluster starts so: only
 	// its leader runs a generation.
 	StartSuspended error
-	// ReopenBackoff is the wait after the first failed Reopen; it doubles
+	// ReopenBackoff is the wait after the first failed reopen; it doubles
 	// up to ReopenMaxBackoff. Defaults 100ms and 5s.
 	ReopenBackoff    time.Duration
 	ReopenMaxBackoff time.Duration
@@ -74,9 +67,6 @@ type Config struct {
 	// off. Default 10s.
 	IdleRelease time.Duration
 
-	// Metrics, if not nil, is told about commits and storage faults.
-	Metrics Metrics
-
 	// Now is the clock; nil means time.Now. It is also the dispatcher's
 	// and the janitor's.
 	Now func() time.Time
@@ -85,8 +75,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Metrics is told about the Service's commits and storage faults. Its
-// methods are called on the Service's goroutines and must not block.
+// Metrics is told about the Service's commits and storage faults (see
+// WithMetrics). Its methods are called on the Service's goroutines and
+// must not block.
 type Metrics interface {
 	// Committed is called after each group commit of batch messages.
 	Committed(batch int, took time.Duration, err error)

@@ -25,10 +25,10 @@ func (s *Service) fail(g *generation, cause error) {
 		// dropped by reopen, which logs why.
 		return
 	}
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.StoreFailed()
+	if s.deps.metrics != nil {
+		s.deps.metrics.StoreFailed()
 	}
-	s.log.Error("storage failing: taking no messages until the store is reopened", "err", cause, "reopen", s.cfg.Reopen != nil)
+	s.log.Error("storage failing: taking no messages until the store is reopened", "err", cause, "reopen", s.deps.reopen != nil)
 	s.wake()
 }
 
@@ -111,9 +111,9 @@ func (s *Service) Suspend(reason error) {
 }
 
 // Resume ends a Suspend: the recovery loop opens the store again through
-// Config.Reopen, with backoff, and starts a new generation on it. It
-// returns at once; Ready says when the Service is back. Without
-// Config.Reopen the Service stays down. Resume on a Service that is not
+// the reopen given by WithReopen, with backoff, and starts a new
+// generation on it. It returns at once; Ready says when the Service is
+// back. Without a reopen the Service stays down. Resume on a Service that is not
 // suspended does nothing.
 func (s *Service) Resume() {
 	s.stateMu.Lock()
@@ -128,7 +128,7 @@ func (s *Service) Resume() {
 
 // recoverLoop runs for the life of the Service: when the current
 // generation has failed or was suspended and resumed, it retires it and,
-// if Config.Reopen is set, opens the store again with backoff until it
+// given a reopen (WithReopen), opens the store again with backoff until it
 // succeeds, then starts a new generation on it.
 //
 // A store that fails again soon after it was reopened (a disk still
@@ -156,8 +156,8 @@ func (s *Service) recoverLoop() {
 			continue
 		}
 		s.retire(g)
-		if s.cfg.Reopen == nil {
-			s.log.Error("store closed and Config.Reopen is not set: the service stays unavailable until it is restarted")
+		if s.deps.reopen == nil {
+			s.log.Error("store closed and no reopen was given (WithReopen): the service stays unavailable until it is restarted")
 			continue
 		}
 		first := time.Duration(0)
@@ -210,7 +210,7 @@ func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, b
 		if d := s.down.Load(); d != nil && d.suspended {
 			return last, true
 		}
-		st, err := s.cfg.Reopen()
+		st, err := s.deps.reopen()
 		var g *generation
 		if err == nil {
 			g, err = s.startGeneration(st, true)
@@ -233,8 +233,8 @@ func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, b
 			// It failed after the probe, before it took over.
 			err = errors.Join(errors.New("core: reopened store failed at once"), g.stopWork(), g.closeStore())
 		}
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.ReopenFailed()
+		if s.deps.metrics != nil {
+			s.deps.metrics.ReopenFailed()
 		}
 		s.log.Warn("reopening the store failed; retrying", "err", err, "attempt", attempt, "retry_in", wait)
 		timer.Reset(wait)

@@ -25,13 +25,15 @@ import (
 // fsync, a full disk), the Service recovers by itself: Schedule, Ack and
 // the reads return a 503 "storage failing: <cause>; recovering" at once,
 // Ready reports unavailable, and delivery stops. The recovery loop closes
-// the failed store and opens it again through Config.Reopen, with backoff,
+// the failed store and opens it again through the reopen given to Open (WithReopen), with backoff,
 // until that works, then starts a new generation on it. Deliveries that
 // were in flight are delivered again (at least once).
 type Service struct {
 	cfg Config
 	pub dispatch.Publisher // every generation's dispatcher publishes through it
 	log *slog.Logger
+	// deps are what Open was given besides the store and publisher.
+	deps deps
 
 	// gen is the current generation: the store and what runs on it. It is
 	// replaced whole by recovery and Resume; see generation. Never nil
@@ -74,6 +76,28 @@ type Service struct {
 	wg   sync.WaitGroup
 }
 
+// An Option gives Open a dependency of the Service: something it uses,
+// where Config holds what it is told.
+type Option func(*deps)
+
+type deps struct {
+	metrics Metrics
+	reopen  func() (delaystore.Store, error)
+}
+
+// WithMetrics has the Service tell m about its commits and storage faults.
+func WithMetrics(m Metrics) Option { return func(d *deps) { d.metrics = m } }
+
+// WithReopen gives the Service reopen, which opens the store again, with
+// the same settings, after a write to disk failed it
+// (delaystore.ErrFailed), or for Resume. The Service closes the old store
+// first, then calls reopen with backoff until it succeeds, and owns each
+// store it returns. Without it the Service stays unavailable after such a
+// failure until it is closed.
+func WithReopen(reopen func() (delaystore.Store, error)) Option {
+	return func(d *deps) { d.reopen = reopen }
+}
+
 // downState is why the Service takes no work.
 type downState struct {
 	cause error
@@ -86,8 +110,9 @@ type downState struct {
 // owns from here on (Close closes it, also when Open fails), and starts
 // the first generation, whose dispatcher publishes through pub, and the
 // recovery loop. On error everything started is stopped and the store is
-// closed.
-func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service, error) {
+// closed. cfg holds the settings; opts give what the Service uses besides
+// store and pub.
+func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config, opts ...Option) (*Service, error) {
 	err := cfg.Validate()
 	if store == nil {
 		err = errors.Join(err, fmt.Errorf("%w: no store", ErrInvalidConfig))
@@ -95,8 +120,12 @@ func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service,
 	if pub == nil {
 		err = errors.Join(err, fmt.Errorf("%w: no publisher", ErrInvalidConfig))
 	}
-	if cfg.StartSuspended != nil && cfg.Reopen == nil {
-		err = errors.Join(err, fmt.Errorf("%w: StartSuspended needs Reopen, to open the store at Resume", ErrInvalidConfig))
+	var d deps
+	for _, o := range opts {
+		o(&d)
+	}
+	if cfg.StartSuspended != nil && d.reopen == nil {
+		err = errors.Join(err, fmt.Errorf("%w: StartSuspended needs WithReopen, to open the store at Resume", ErrInvalidConfig))
 	}
 	if err != nil {
 		if store != nil {
@@ -106,7 +135,7 @@ func Open(store delaystore.Store, pub dispatch.Publisher, cfg Config) (*Service,
 	}
 	cfg = cfg.withDefaults()
 	cfg.Limits = slices.Clone(cfg.Limits)
-	s := &Service{cfg: cfg, pub: pub, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Service{cfg: cfg, pub: pub, deps: d, log: cfg.Logger.With("component", "core"), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	s.up = make(chan struct{})
 	if cfg.StartSuspended != nil {
 		s.gen.Store(s.idleGeneration(store))
@@ -185,7 +214,7 @@ func (s *Service) downErr() error {
 		return unavailable("%s", delaystore.NotLeaderText(d.cause))
 	case d.suspended:
 		return unavailable("suspended: %v", d.cause)
-	case s.cfg.Reopen != nil:
+	case s.deps.reopen != nil:
 		return unavailable("storage failing: %v; recovering", d.cause)
 	default:
 		return unavailable("storage failing: %v; no way to reopen the store: restart the service", d.cause)
@@ -478,7 +507,7 @@ func (s *Service) Close() error {
 
 // committed is the writer's hook.
 func (s *Service) committed(batch int, took time.Duration, err error) {
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.Committed(batch, took, err)
+	if s.deps.metrics != nil {
+		s.deps.metrics.Committed(batch, took, err)
 	}
 }

@@ -59,14 +59,14 @@ func memStore(tb testing.TB) delaystore.Store {
 }
 
 // open runs a Service over st with p, closed when tb ends.
-func open(tb testing.TB, st delaystore.Store, p dispatch.Publisher, mod func(*core.Config)) *core.Service {
+func open(tb testing.TB, st delaystore.Store, p dispatch.Publisher, mod func(*core.Config), opts ...core.Option) *core.Service {
 	tb.Helper()
 	var cfg core.Config
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := core.Open(st, p, cfg)
+	s, err := core.Open(st, p, cfg, opts...)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
@@ -199,9 +199,8 @@ func TestService_StorageFault_ReplacesGeneration(t *testing.T) {
 	st := storetest.NewFailingStore(memStore(t))
 	r := &reopener{t: t}
 	s := open(t, st, newPublisher(), func(c *core.Config) {
-		c.Reopen = r.reopen
 		c.ReopenBackoff, c.ReopenMaxBackoff = time.Millisecond, 10*time.Millisecond
-	})
+	}, core.WithReopen(r.reopen))
 	st.Break()
 	done := make(chan error, 1)
 	if err := s.Schedule(&delaystore.StoredMessage{Subject: "a", FireAtNs: time.Now().Add(time.Hour).UnixNano()}, func(_ keys.Key, err error) { done <- err }); err != nil {
@@ -225,7 +224,7 @@ func TestService_StorageFault_ReplacesGeneration(t *testing.T) {
 // 503 naming the reason, and Resume brings a new generation up.
 func TestService_Suspend_Resume(t *testing.T) {
 	r := &reopener{t: t}
-	s := open(t, memStore(t), newPublisher(), func(c *core.Config) { c.Reopen = r.reopen })
+	s := open(t, memStore(t), newPublisher(), nil, core.WithReopen(r.reopen))
 	reason := errors.New("not the leader")
 	s.Suspend(reason)
 	err := s.Schedule(&delaystore.StoredMessage{Subject: "a"}, func(keys.Key, error) { t.Error("done called") })
@@ -258,10 +257,8 @@ func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
 
 	p := newPublisher()
 	reason := errors.New("not the leader")
-	s := open(t, keepOpen{st}, p, func(c *core.Config) {
-		c.StartSuspended = reason
-		c.Reopen = func() (delaystore.Store, error) { return keepOpen{st}, nil }
-	})
+	s := open(t, keepOpen{st}, p, func(c *core.Config) { c.StartSuspended = reason },
+		core.WithReopen(func() (delaystore.Store, error) { return keepOpen{st}, nil }))
 	err = s.Schedule(&delaystore.StoredMessage{Subject: "a"}, func(keys.Key, error) { t.Error("done called") })
 	if !errors.Is(err, wire.ErrUnavailable) || !errors.Is(s.Down(), reason) || s.Ready() == nil {
 		t.Fatalf("suspended at start: Schedule = %v, Down = %v, Ready = %v", err, s.Down(), s.Ready())
@@ -294,8 +291,8 @@ func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
 func TestService_Open_StartSuspendedNeedsReopen(t *testing.T) {
 	var cfg core.Config
 	cfg.StartSuspended = errors.New("follower")
-	if _, err := core.Open(memStore(t), newPublisher(), cfg); !errors.Is(err, core.ErrInvalidConfig) || !containsErr(err, "Reopen") {
-		t.Fatalf("Open = %v, want ErrInvalidConfig about Reopen", err)
+	if _, err := core.Open(memStore(t), newPublisher(), cfg); !errors.Is(err, core.ErrInvalidConfig) || !containsErr(err, "WithReopen") {
+		t.Fatalf("Open = %v, want ErrInvalidConfig about WithReopen", err)
 	}
 }
 

@@ -1,7 +1,5 @@
 package wire
 
-import "natsdelay/dispatch"
-
 // ScheduleReply is the body of the reply to an accepted message.
 type ScheduleReply struct {
 	Tag     string `json:"tag"`
@@ -68,16 +66,73 @@ type InfoReply struct {
 	Engine  string `json:"engine"`
 	// Storage is "ok", or "failing: <cause>" while the store has failed
 	// and is being reopened; Counts are then zero.
-	Storage string         `json:"storage"`
-	Counts  Counts         `json:"counts"`
-	Stats   dispatch.Stats `json:"stats"`
-	Config  ConfigSummary  `json:"config"`
+	Storage string        `json:"storage"`
+	Counts  Counts        `json:"counts"`
+	Stats   Stats         `json:"stats"`
+	Config  ConfigSummary `json:"config"`
 	// LimitedSubjects names up to MaxLimitedShown subjects at their
 	// in-flight limit with more due, in subject order; Stats counts them
 	// all (subjects_limited).
 	LimitedSubjects []string `json:"limited_subjects,omitempty"`
 	// Cluster is set when the service runs as a node of a cluster.
 	Cluster *ClusterInfo `json:"cluster,omitempty"`
+}
+
+// Stats are the service's counters that INFO reports, since the process
+// started (a node of a cluster counts only while it leads). They are
+// read one by one; together they are not a consistent snapshot.
+type Stats struct {
+	// Delivered counts first deliveries that reached a subscriber: the
+	// server took them and did not answer no responders. Redelivered
+	// counts the same for attempts after the first.
+	Delivered   uint64 `json:"delivered"`
+	Redelivered uint64 `json:"redelivered"`
+	// Acked counts the +ACKs that settled a pending message; Nacked,
+	// Progress and Termed the -NAK, +WPI and +TERM answers.
+	Acked    uint64 `json:"acked"`
+	Nacked   uint64 `json:"nacked"`
+	Progress uint64 `json:"progress"`
+	Termed   uint64 `json:"termed"`
+	// Failed counts attempts the consumer reported as failed: a JetStream
+	// stream's error answer.
+	Failed       uint64 `json:"failed"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Expired      uint64 `json:"expired"`
+	Canceled     uint64 `json:"canceled"`
+	// NoResponders counts deliveries that reached no subscriber (not
+	// attempts).
+	NoResponders uint64 `json:"no_responders"`
+	// Undeliverable counts messages the server refused for good, each
+	// dead-lettered or parked.
+	Undeliverable uint64 `json:"undeliverable"`
+	// Evicted counts long-waiting deliveries evicted from a full
+	// in-flight window to make room for first deliveries.
+	Evicted uint64 `json:"evicted"`
+	// Skipped counts occurrences of recurring schedules that were missed
+	// and not delivered, under Delay-Catch-Up none.
+	Skipped uint64 `json:"skipped"`
+	// PlannedAhead counts occurrences planned before they fell due, and
+	// PlannedOnDelivery those planned by the pass that delivered them.
+	PlannedAhead      uint64 `json:"planned_ahead"`
+	PlannedOnDelivery uint64 `json:"planned_on_delivery"`
+	// Withdrawn counts occurrences planned ahead and then not sent: their
+	// schedule was canceled or replaced by Delay-Id before they fell due.
+	Withdrawn uint64 `json:"withdrawn"`
+	// Fenced counts deliveries held back because the node did not hold
+	// its cluster's leadership lease at the moment of publishing; each
+	// goes out later, unchanged.
+	Fenced uint64 `json:"fenced"`
+	// InFlight is a gauge: deliveries waiting for an answer.
+	InFlight uint64 `json:"in_flight"`
+	// Topics is a gauge: the subjects with messages due or in flight, or
+	// backing off.
+	Topics uint64 `json:"topics"`
+	// Limited is a gauge: the subjects at their in-flight limit with
+	// more due.
+	Limited uint64 `json:"subjects_limited"`
+	// Paused is a gauge: the subjects held back by a pause with messages
+	// due.
+	Paused uint64 `json:"subjects_paused"`
 }
 
 // ConfigSummary is the configuration INFO reports.

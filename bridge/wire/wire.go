@@ -5,8 +5,9 @@
 // bridge), the client commands and the bench all speak it from here.
 //
 // Clients import only this small, NATS-free package, not the service. It
-// imports nothing of the project but dispatch's Stats, which INFO reports
-// as they are. It starts no goroutines.
+// owns every type it sends and imports nothing of the project, so a
+// program that only schedules and consumes links none of the service's
+// storage or dispatch. It starts no goroutines.
 package wire
 
 // ServiceName is the name under which natsdelay registers as a NATS micro

@@ -1,28 +1,30 @@
 package main
 
 import (
-	"log/slog"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestAdvanceCrashHook_Parse checks that the crash tests' hook is off
-// unless set, and that a bad value is refused with the accepted form
-// rather than armed in some other way.
-func TestAdvanceCrashHook_Parse(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	for _, v := range []string{"before-commit:1", "after-commit:7"} {
-		if h, err := advanceCrashHook(v, log); err != nil || h == nil {
-			t.Errorf("%q: hook %v, err %v; want a hook", v, h != nil, err)
+// The crash tests' hooks kill the process on an environment variable:
+// the default build links none of them, and only the crashtest tag, which
+// the integration tests build with, brings them in.
+func TestDefaultBuild_HasNoCrashHooks(t *testing.T) {
+	const hooks = "natsdelay/cmd/natsdelay/internal/crashhook"
+	deps := func(args ...string) []string {
+		t.Helper()
+		cmd := exec.Command("go", append([]string{"list", "-deps"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %v: %v", args, err)
 		}
+		return strings.Fields(string(out))
 	}
-	if h, err := advanceCrashHook("", log); err != nil || h != nil {
-		t.Errorf("unset: hook %v, err %v; want none", h != nil, err)
+	if slices.Contains(deps("."), hooks) {
+		t.Errorf("the default build links %s", hooks)
 	}
-	for _, v := range []string{"before-commit", "before-commit:0", "after-commit:-1", "during:1", "after-commit:x"} {
-		_, err := advanceCrashHook(v, log)
-		if err == nil || !strings.Contains(err.Error(), "want before-commit:N or after-commit:N") {
-			t.Errorf("%q: err %v, want the accepted form", v, err)
-		}
+	if !slices.Contains(deps("-tags", "crashtest", "."), hooks) {
+		t.Errorf("a build with the crashtest tag does not link %s", hooks)
 	}
 }

@@ -191,16 +191,14 @@ func (c *serveCmd) Run(e *env) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := e.log
-	crashHook, err := advanceCrashHook(os.Getenv(crashAdvanceEnv), log)
-	if err != nil {
-		return err
-	}
 	gogc.Apply(log, os.Getenv("GOGC"))
 	o, err := c.serverOptions(log)
 	if err != nil {
 		return err
 	}
-	o.Service.Repository.AdvanceHook = crashHook
+	if err := armCrashHooks(&o, log); err != nil {
+		return err
+	}
 	dataDir := c.DataDir
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"natsdelay/delaystore"
 )
 
 // Config configures one node. A zero duration or count means the default
@@ -50,12 +48,6 @@ type Config struct {
 	// the snapshots, and the files naming this node and its cluster. It is
 	// created, mode 0700, if it does not exist.
 	Dir string
-
-	// Local is this node's own store: the node applies the replicated log
-	// to it and serves reads from it. The caller opens it before Open and
-	// closes it after Close. Pebble should run with its WAL off
-	// (pebblestore.Config.DisableWAL): the Raft log is the WAL.
-	Local delaystore.Store
 
 	// Logger receives the node's logs and Raft's. Nil discards them.
 	Logger *slog.Logger
@@ -208,9 +200,6 @@ func (c Config) Validate() error {
 	}
 	if c.Dir == "" {
 		bad("Dir is empty: want the directory of the Raft log and snapshots")
-	}
-	if c.Local == nil {
-		bad("Local is nil: want this node's own store")
 	}
 	for _, d := range []struct {
 		name string

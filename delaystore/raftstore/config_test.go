@@ -23,7 +23,7 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	good := Config{NodeID: "a", Listen: "127.0.0.1:7000", Peers: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Dir: t.TempDir(), Local: local}
+	good := Config{NodeID: "a", Listen: "127.0.0.1:7000", Peers: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Dir: t.TempDir()}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -40,7 +40,6 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 		{"WildcardWithoutAdvertise", func(c *Config) { c.Listen = "0.0.0.0:7000" }, []string{"binds every interface: set Advertise"}},
 		{"AdvertiseWildcard", func(c *Config) { c.Listen = "0.0.0.0:7000"; c.Advertise = "0.0.0.0:7000" }, []string{`Advertise "0.0.0.0:7000": host "0.0.0.0" does not name one machine`}},
 		{"NoDir", func(c *Config) { c.Dir = "" }, []string{"Dir is empty"}},
-		{"NoLocal", func(c *Config) { c.Local = nil }, []string{"Local is nil"}},
 		{"LeaseAboveHeartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * time.Second }, []string{"LeaderLeaseTimeout (2s) must not exceed HeartbeatTimeout (1s)"}},
 		{"NegativeTimeout", func(c *Config) { c.CommitTimeout = -time.Second }, []string{"CommitTimeout (-1s) must be >= 0"}},
 		{"RaftLimit", func(c *Config) { c.HeartbeatTimeout = time.Millisecond; c.LeaderLeaseTimeout = time.Millisecond }, []string{"HeartbeatTimeout is too low"}},
@@ -60,10 +59,21 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 					t.Errorf("Validate: %v\nwant it to say %q", err, w)
 				}
 			}
-			if _, err := Open(context.Background(), cfg); !errors.Is(err, ErrInvalidConfig) {
+			if _, err := Open(context.Background(), local, cfg); !errors.Is(err, ErrInvalidConfig) {
 				t.Errorf("Open: %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// Open without a local store is refused as a bad config, before anything
+// runs.
+func TestOpen_NoLocalStore_Refused(t *testing.T) {
+	t.Parallel()
+	cfg := Config{NodeID: "a", Listen: "127.0.0.1:7000", Peers: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Dir: t.TempDir()}
+	_, err := Open(context.Background(), nil, cfg)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "no local store") {
+		t.Fatalf("Open without a local store: %v, want ErrInvalidConfig saying so", err)
 	}
 }
 

@@ -32,7 +32,7 @@
 // two facts:
 //
 //   - A snapshot is taken only after the local store is durable up to it:
-//     the FSM's Snapshot calls Local.Flush on the FSM goroutine, before any
+//     the FSM's Snapshot flushes the local store on the FSM goroutine, before any
 //     later entry is applied, and Raft drops log entries only once they are
 //     covered by a snapshot. So after a crash the local store holds at
 //     least every entry up to the latest snapshot, and the log holds every
@@ -99,7 +99,7 @@
 // Peers lacks this node's own address, two peers answer with one id or a
 // peer with this node's id, a peer belongs to another cluster, the peers
 // were started with different peer lists, Dir holds the state of another
-// node or cluster than the peers', or Dir holds no Raft state while Local
+// node or cluster than the peers', or Dir holds no Raft state while the local store
 // already holds data (ErrLocalNotEmpty: a single node's store, whose
 // messages the others would never have).
 //

@@ -31,7 +31,7 @@ var (
 	ErrClusterMismatch = errors.New("raftstore: cluster mismatch")
 
 	// ErrLocalNotEmpty is returned by Open when Dir holds no Raft state
-	// (a fresh node, bootstrapping or joining) but Local already holds
+	// (a fresh node, bootstrapping or joining) but the local store already holds
 	// data, such as a single node's messages: the other members build
 	// their stores from the Raft log alone and would never have them, and
 	// a joining node's snapshot would delete them. Open returns it before

@@ -127,18 +127,18 @@ func (n *testNode) openLocal() {
 	}
 }
 
-// open opens the node with cfg (NodeID, Dir, Local and Logger filled in).
+// open opens the node over its local store with cfg (NodeID, Dir and
+// Logger filled in).
 func (n *testNode) open(ctx context.Context, cfg Config, ln net.Listener) error {
 	cfg.NodeID = n.id
 	cfg.Dir = n.dir
-	cfg.Local = n.local
 	cfg.Logger = n.log
 	if cfg.Listen == "" {
 		cfg.Listen = n.addr
 	}
 	n.cfg = cfg
 	cfg.listener = ln
-	node, err := Open(ctx, cfg)
+	node, err := Open(ctx, n.local, cfg)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,11 @@ type Node struct {
 	}
 }
 
-// Open validates cfg, binds the cluster port, and starts the node. On a
+// Open validates cfg, binds the cluster port, and starts the node over
+// local, this node's own store: the node applies the replicated log to it
+// and serves reads from it. The caller opens local before Open and closes
+// it after Close; Pebble should run with its WAL off
+// (pebblestore.Config.DisableWAL), as the Raft log is the WAL. On a
 // fresh Dir it first waits until every peer has answered, then bootstraps
 // the cluster they form (with Join, it waits for a peer of the cluster to
 // answer and then to be added). With state in Dir it rejoins its cluster
@@ -91,8 +95,8 @@ type Node struct {
 // It returns an error wrapping ErrInvalidConfig for a bad Config, and
 // ErrClusterMismatch when the peers or Dir do not make one cluster with
 // this node; in both cases before writing anything.
-func Open(ctx context.Context, cfg Config) (*Node, error) {
-	n, err := open(ctx, cfg)
+func Open(ctx context.Context, local delaystore.Store, cfg Config) (*Node, error) {
+	n, err := open(ctx, local, cfg)
 	if err != nil && cfg.listener != nil {
 		// Open owns a listener it was given, on failure too. Closing
 		// it twice is harmless.
@@ -101,9 +105,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return n, err
 }
 
-func open(ctx context.Context, cfg Config) (*Node, error) {
+func open(ctx context.Context, local delaystore.Store, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if local == nil {
+		return nil, fmt.Errorf("%w: no local store: want this node's own store", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -121,7 +128,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	if !st.hasLog {
-		if err := checkLocalEmpty(cfg); err != nil {
+		if err := checkLocalEmpty(local, cfg.Dir); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +136,7 @@ func open(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      log,
-		local:    cfg.Local,
+		local:    local,
 		notifyCh: make(chan bool, 1),
 		failCh:   make(chan error, 1),
 		done:     make(chan struct{}),
@@ -236,7 +243,7 @@ func (n *Node) startRaft(st dirState, rlog hclog.Logger) error {
 		return fmt.Errorf("raftstore: %w", err)
 	}
 	n.fsm = &fsm{
-		local:         n.cfg.Local,
+		local:         n.local,
 		log:           n.log,
 		restoreMarker: filepath.Join(n.cfg.Dir, restoreMarkerFile),
 		onFail: func(err error) {
@@ -594,7 +601,7 @@ func (n *Node) snapshotNow() error { return n.raft.Snapshot().Error() }
 // Close stops Raft, the transport and the log store, in that order, and
 // waits for the node's goroutines. It returns in bounded time whatever
 // the peers do: it closes the node's connections as Raft stops. Watchers
-// that were told true are told false. It does not close Local. A second
+// that were told true are told false. It does not close the local store. A second
 // Close returns the first's error.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
@@ -651,9 +658,9 @@ func (n *Node) Close() error {
 
 // checkLocalEmpty refuses a fresh node whose local store holds data: a
 // cluster's stores are built from its Raft log, which would not hold it.
-func checkLocalEmpty(cfg Config) error {
+func checkLocalEmpty(local delaystore.Store, dir string) error {
 	var first []byte
-	err := cfg.Local.Scan(delaystore.IterOptions{}, func(k, _ []byte) bool {
+	err := local.Scan(delaystore.IterOptions{}, func(k, _ []byte) bool {
 		first = append([]byte(nil), k...)
 		return false
 	})
@@ -666,5 +673,5 @@ func checkLocalEmpty(cfg Config) error {
 	return fmt.Errorf("%w: Dir %s holds no Raft state, but the local store already holds data (first key %q): "+
 		"the other members build their stores from the Raft log and would never have it. "+
 		"Start a cluster member on an empty data dir; to keep these messages, run this data dir as a single node",
-		ErrLocalNotEmpty, cfg.Dir, first)
+		ErrLocalNotEmpty, dir, first)
 }

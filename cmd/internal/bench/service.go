@@ -39,12 +39,21 @@ type service interface {
 	close() error
 }
 
+// hasPending and pending ask the service as the process's do, through
+// the methods its API answers with: LIST with a limit of 1, and INFO.
 func (d *delay) hasPending(subject string) (bool, error) {
-	n, err := d.svc.Repository().PendingFor(subject)
-	return n > 0, err
+	one := 1
+	list, err := d.svc.List(wire.ListRequest{Subject: subject, Limit: &one})
+	return err == nil && len(list.Messages) > 0, err
 }
 
-func (d *delay) pending() (uint64, error) { return d.svc.Repository().Pending(), nil }
+func (d *delay) pending() (uint64, error) {
+	info, err := d.svc.Info()
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO: %w", err)
+	}
+	return info.Counts.Pending, nil
+}
 
 func (d *delay) mem() (MemSample, error) {
 	rss, _ := d.rss()

@@ -25,11 +25,11 @@ func ListenError(addr string, err error) error {
 	n, _ := strconv.Atoi(port)
 	return fmt.Errorf("--nats-listen %s: the port is already in use, perhaps by another natsdelay or nats-server; "+
 		"choose another with --nats-listen %s, or connect to the server there with --nats nats://%s",
-		addr, net.JoinHostPort(host, strconv.Itoa(n+1)), net.JoinHostPort(ClientHost(host), port))
+		addr, net.JoinHostPort(host, strconv.Itoa(n+1)), net.JoinHostPort(clientHost(host), port))
 }
 
-// ClientHost is the host a client uses to reach a server listening on host.
-func ClientHost(host string) string {
+// clientHost is the host a client uses to reach a server listening on host.
+func clientHost(host string) string {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		return "127.0.0.1"
 	}
@@ -119,7 +119,7 @@ func embeddedURL(s *server.Server) string {
 	if err != nil {
 		return s.ClientURL()
 	}
-	u.Host = net.JoinHostPort(ClientHost(u.Hostname()), u.Port())
+	u.Host = net.JoinHostPort(clientHost(u.Hostname()), u.Port())
 	return u.String()
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"natsdelay/delaystore"
 	"natsdelay/delaystore/raftstore"
 )
 
@@ -17,21 +18,21 @@ func transferTimeout(electionTimeout time.Duration) time.Duration {
 	return 3 * electionTimeout
 }
 
-// RaftDir is where, under the data dir, a node keeps its Raft log,
+// raftDir is where, under the data dir, a node keeps its Raft log,
 // snapshots and cluster identity.
-const RaftDir = "raft"
+const raftDir = "raft"
 
 // openNode starts this node of the cluster as rc says, over its local
-// store rc.Local, which it replicates into: it rejoins with the state in
+// store, which it replicates into: it rejoins with the state in
 // rc.Dir, or bootstraps a fresh cluster once every peer answers. ctx
 // bounds that wait. A cluster that does not fit this node (two nodes with
 // one id, a data dir of another cluster, a bad peer list, a data dir whose
 // store holds messages but no Raft state) is an error of the settings: it
 // needs another configuration, and starting anyway could split the
 // cluster.
-func openNode(ctx context.Context, rc raftstore.Config, log *slog.Logger) (*raftstore.Node, error) {
+func openNode(ctx context.Context, local delaystore.Store, rc raftstore.Config, log *slog.Logger) (*raftstore.Node, error) {
 	log.Info("cluster node starting", "node_id", rc.NodeID, "cluster_listen", rc.Listen, "peers", rc.Peers, "tls", rc.TLS != nil)
-	n, err := raftstore.Open(ctx, rc)
+	n, err := raftstore.Open(ctx, local, rc)
 	switch {
 	case errors.Is(err, raftstore.ErrInvalidConfig), errors.Is(err, raftstore.ErrClusterMismatch), errors.Is(err, raftstore.ErrLocalNotEmpty):
 		return nil, settingsError{fmt.Errorf("cluster node %s: %w", rc.NodeID, err)}

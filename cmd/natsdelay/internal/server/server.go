@@ -6,11 +6,14 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +45,7 @@ func settingsf(format string, args ...any) error {
 
 // Options are a server's settings and what it cannot build itself.
 type Options struct {
+	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 
 	// Connect connects to the NATS server to use, with the options the
@@ -73,18 +77,53 @@ type Options struct {
 	// event to send; default console.DefaultTailIdle.
 	UITailIdle time.Duration
 
-	// Cluster, if not nil, makes this a node of a cluster: its Dir, Local
-	// and Logger are set by Open.
+	// Cluster, if not nil, makes this a node of a cluster, over the store
+	// Open opens: its Dir and Logger are set by Open.
 	Cluster *raftstore.Config
 
-	// Service holds the service's settings; Open sets its connection,
-	// store, reopen, cluster, registerer and logger.
+	// Service holds the service's settings; Open sets its Logger.
 	Service bridge.Config
 
 	// Preflight, if set, runs once the data dir is locked and before
 	// anything listens: serve probes its ports there, so that a second
 	// serve on the same data dir is told about the data dir.
 	Preflight func() error
+}
+
+// Validate reports every bad option at once, each wrapping ErrSettings:
+// options that contradict each other, and the dependencies of the store,
+// the node and the service that Open builds itself and must find unset.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, settingsf(format, args...)) }
+	if o.Engine != "" && !slices.Contains(engine.Names(), o.Engine) {
+		bad("Engine %q: want one of %s", o.Engine, strings.Join(engine.Names(), ", "))
+	}
+	if o.DataDir == "" && o.Engine != engine.Memory {
+		bad("no DataDir: the %s engine keeps its messages there", cmp.Or(o.Engine, engine.Pebble))
+	}
+	switch {
+	case o.Connect == nil && o.NATSListen == "":
+		bad("no NATS server: set Connect, or NATSListen for the embedded one")
+	case o.Connect != nil && (o.NATSCluster.Name != "" || o.NATSCluster.Listen != "" || len(o.NATSCluster.Routes) > 0 || o.JetStreamDir != ""):
+		bad("NATSCluster and JetStreamDir configure the embedded nats-server, which Connect replaces")
+	}
+	if o.HTTP == "" && (o.UI || o.PProf) {
+		bad("UI and PProf are served on the HTTP listener: set HTTP")
+	}
+	if o.UIUsers != nil && !o.UI {
+		bad("UIUsers without UI: nobody would log in")
+	}
+	if c := o.Cluster; c != nil && (c.Dir != "" || c.Logger != nil) {
+		bad("Cluster.Dir and Logger are set by Open (from DataDir and Logger): leave them unset")
+	}
+	if o.Service.Logger != nil {
+		bad("Service.Logger is set by Open (from Logger): leave it unset")
+	}
+	if err := o.Service.Validate(); err != nil {
+		errs = append(errs, settingsError{fmt.Errorf("Service: %w", err)})
+	}
+	return errors.Join(errs...)
 }
 
 // Server is a running natsdelay.
@@ -109,11 +148,14 @@ type closer struct {
 	stop func() error
 }
 
-// Open starts a natsdelay as o says and returns once it serves (or, in a
-// cluster, follows). ctx bounds the start, a cluster's wait for its peers
+// Open starts a natsdelay as o says (see Options.Validate) and returns
+// once it serves (or, in a cluster, follows). ctx bounds the start, a cluster's wait for its peers
 // included. On error, what was started is stopped again.
 func Open(ctx context.Context, o Options) (*Server, error) {
-	s := &Server{log: o.Logger, lost: make(chan error, 1)}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), lost: make(chan error, 1)}
 	if err := s.open(ctx, o); err != nil {
 		if cerr := s.Close(); cerr != nil {
 			s.log.Warn("stopping what started", "err", cerr)
@@ -172,16 +214,16 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	cfg := o.Service
-	cfg.Registerer, cfg.Logger = reg, s.log
-	svcStore := st
+	cfg.Logger = s.log
+	svcStore, svcOpts := st, []bridge.Option{bridge.WithRegisterer(reg)}
 	if o.Cluster != nil {
 		// The service does not own the local store of a node: the node
 		// applies to it, and it is closed after the node.
 		s.push("store", st.Close)
 		rc := *o.Cluster
-		rc.Dir = filepath.Join(dataDir, RaftDir)
-		rc.Local, rc.Logger = st, s.log.With("component", "raft")
-		node, err := openNode(ctx, rc, s.log)
+		rc.Dir = filepath.Join(dataDir, raftDir)
+		rc.Logger = s.log.With("component", "raft")
+		node, err := openNode(ctx, st, rc, s.log)
 		if err != nil {
 			return err
 		}
@@ -191,17 +233,17 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// again when it leads: Close of node.Store() leaves the node and
 		// the local store running.
 		svcStore = node.Store()
-		cfg.Reopen = func() (delaystore.Store, error) { return node.Store(), nil }
-		cfg.Cluster = bridge.RaftCluster(node)
+		reopen := func() (delaystore.Store, error) { return node.Store(), nil }
+		svcOpts = append(svcOpts, bridge.WithCluster(bridge.RaftCluster(node)), bridge.WithReopen(reopen))
 	} else if !memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
 		// writes again. Not in memory, where a reopen starts empty.
-		cfg.Reopen = func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }
+		svcOpts = append(svcOpts, bridge.WithReopen(func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }))
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
-	if s.svc, err = bridge.New(s.nc, svcStore, cfg); err != nil {
+	if s.svc, err = bridge.New(s.nc, svcStore, cfg, svcOpts...); err != nil {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	s.push("service", s.svc.Close)

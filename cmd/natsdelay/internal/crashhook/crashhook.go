@@ -1,4 +1,8 @@
-package main
+// Package crashhook holds the faults the crash tests arm in a natsdelay
+// process through the environment. Only a binary built with the crashtest
+// tag imports it (see cmd/natsdelay's crashhook_on.go); the default build
+// links none of it, and the variables it reads have no effect there.
+package crashhook
 
 import (
 	"fmt"
@@ -10,17 +14,17 @@ import (
 	"natsdelay/delaystore"
 )
 
-// crashAdvanceEnv names the crash tests' fault: "before-commit:N" or
+// AdvanceEnv names the crash tests' fault: "before-commit:N" or
 // "after-commit:N" makes serve kill itself with SIGKILL at the Nth batch
 // that plans recurring occurrences, right before or right after its
 // commit. NB: a test hook, never set in production: it exists because a
 // kill from outside lands in that window only by chance.
-const crashAdvanceEnv = "NATSDELAY_CRASH_ADVANCE"
+const AdvanceEnv = "NATSDELAY_CRASH_ADVANCE"
 
-// advanceCrashHook parses the value of crashAdvanceEnv: nil for "", else
+// Advance parses the value of AdvanceEnv: nil for "", else
 // a RepositoryConfig.AdvanceHook that logs and kills the process at the
 // stage and batch it names.
-func advanceCrashHook(v string, log *slog.Logger) (func(delaystore.AdvanceStage), error) {
+func Advance(v string, log *slog.Logger) (func(delaystore.AdvanceStage), error) {
 	if v == "" {
 		return nil, nil
 	}
@@ -34,9 +38,9 @@ func advanceCrashHook(v string, log *slog.Logger) (func(delaystore.AdvanceStage)
 	}
 	n, err := strconv.Atoi(nStr)
 	if stage == 0 || err != nil || n < 1 {
-		return nil, fmt.Errorf("%s %q: want before-commit:N or after-commit:N, N a count from 1", crashAdvanceEnv, v)
+		return nil, fmt.Errorf("%s %q: want before-commit:N or after-commit:N, N a count from 1", AdvanceEnv, v)
 	}
-	log.Warn("crash test hook armed: natsdelay kills itself while planning recurring occurrences", "env", crashAdvanceEnv, "value", v)
+	log.Warn("crash test hook armed: natsdelay kills itself while planning recurring occurrences", "env", AdvanceEnv, "value", v)
 	var batches atomic.Int64
 	return func(at delaystore.AdvanceStage) {
 		if at != stage || batches.Add(1) != int64(n) {
