@@ -269,19 +269,30 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.HasReplaced {
-		if f := d.mu.flights.byKey[s.Replaced]; f != nil {
-			d.forgetLocked(f)
-		}
-		// A scan under way may have read the replaced message before
-		// this commit; the mark keeps it from delivering it after the
-		// publisher is told it was replaced. The delete is committed
-		// already, so the mark goes at the start of the next pass, as for
-		// the deleter's commits.
-		d.mu.flights.settledUncommitted(s.Replaced)
-		d.mu.ahead.withdraw(s.Replaced)
+		d.replacedLocked(s.Replaced)
 	}
-	at := d.scannableAt(s.Key, fireAtNs)
-	if s.Key.Bucket() >= d.mu.frontier.scannedUpTo {
+	d.arrivedLocked(s.Key, fireAtNs)
+}
+
+// replacedLocked is told that the message under k was replaced or moved
+// by a commit. pubMu and mu must be held.
+func (d *Dispatcher) replacedLocked(k keys.Key) {
+	if f := d.mu.flights.byKey[k]; f != nil {
+		d.forgetLocked(f)
+	}
+	// A scan under way may have read the replaced message before this
+	// commit; the mark keeps it from delivering it after the publisher is
+	// told it was replaced. The delete is committed already, so the mark
+	// goes at the start of the next pass, as for the deleter's commits.
+	d.mu.flights.settledUncommitted(k)
+	d.mu.ahead.withdraw(k)
+}
+
+// arrivedLocked brings the message just committed under k, due at
+// fireAtNs, to its topic or the frontier. mu must be held.
+func (d *Dispatcher) arrivedLocked(k keys.Key, fireAtNs int64) {
+	at := d.scannableAt(k, fireAtNs)
+	if k.Bucket() >= d.mu.frontier.scannedUpTo {
 		// Past every range scanned so far, so past the frontier too: the
 		// due index brings it to its topic when it is due, and until then
 		// its subject costs nothing here. Only the wake-up time moves.
@@ -290,8 +301,8 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		}
 		return
 	}
-	t := d.mu.subjects.topic(s.Key.TopicHash(), d.cfg.SubjectMaxInFlight)
-	t.rewindLocked(s.Key)
+	t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
+	t.rewindLocked(k)
 	if t.limited {
 		return // its cursor is at it or before; room brings it back
 	}
