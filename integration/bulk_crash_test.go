@@ -248,3 +248,53 @@ func TestBulk_Fire_SIGKILLInsideSteps_EachDeliveredUnderOneTag(t *testing.T) {
 	b.proc.stop(t)
 	b.proc = nil
 }
+
+// TestBulk_Reschedule_SIGKILLRetrySameOp_MovesEachOnce runs the real
+// binary, schedules messages all due at one time, and shifts them by 10
+// minutes with BULK.RESCHEDULE under an operation id the client chose,
+// SIGKILLing the process inside its first steps (the first of all
+// before any reply came, so the retry starts from the start) and sending
+// each killed step again with the same op. It checks that every message
+// moved exactly once: all are due 10 minutes later, none 20.
+func TestBulk_Reschedule_SIGKILLRetrySameOp_MovesEachOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	n, limit, kills := bulkCrashSize()
+	b := startBulkKiller(t)
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	scheduleForBulk(t, b.nc, "bulkr", n, 20, at)
+	start := time.Now()
+
+	req := wire.BulkRequest{Filter: wire.Filter{Subject: ">"}, Limit: &limit, Op: "reschedule-once", Shift: "10m"}
+	count, steps := b.run("RESCHEDULE", req, kills, &b.moved, int64(limit/4))
+
+	// Each due at at + 10m, which a double move would take to at + 20m.
+	dueAt := func(d time.Duration) int {
+		q := wire.BulkRequest{DryRun: true, Limit: new(int), Filter: wire.Filter{Subject: ">",
+			From: at.Add(d).UTC().Format(time.RFC3339Nano), To: at.Add(d + time.Second).UTC().Format(time.RFC3339Nano)}}
+		*q.Limit = 10_000
+		total := 0
+		for {
+			var rep wire.BulkReply
+			apiCall(t, b.nc, wire.VerbBulk+".CANCEL", q, &rep)
+			total += rep.Count
+			if rep.Cursor == "" {
+				return total
+			}
+			q.Cursor = rep.Cursor
+		}
+	}
+	if p := pending(t, b.nc); p != uint64(n) {
+		t.Fatalf("%d pending, want %d", p, n)
+	}
+	once, twice, never := dueAt(10*time.Minute), dueAt(20*time.Minute), dueAt(0)
+	t.Logf("rescheduled %d (%d counted in %d steps answered, %d kills inside steps) in %v: %d moved once, %d twice, %d never",
+		n, count, steps, kills, time.Since(start).Round(time.Millisecond), once, twice, never)
+	if once != n {
+		t.Errorf("%d of %d messages moved once by 10m; %d moved twice, %d not at all", once, n, twice, never)
+	}
+	b.proc.stop(t)
+	b.proc = nil
+}
