@@ -230,11 +230,16 @@ func bulkSteps(cl *apiClient, e *env, json bool, verb, past string, req wire.Bul
 	for {
 		rep, err := bulkStep(cl, e, verb, &req)
 		if err != nil {
-			resume := "--op " + req.Op
-			if req.Cursor != "" {
-				resume += " --cursor " + req.Cursor
+			var resume []string
+			if req.Op != "" {
+				resume = append(resume, "--op "+req.Op)
 			}
-			fmt.Fprintf(e.stderr, "stopped after %d %s; resume with %s\n", done, past, resume)
+			if req.Cursor != "" {
+				resume = append(resume, "--cursor "+req.Cursor)
+			}
+			if len(resume) > 0 {
+				fmt.Fprintf(e.stderr, "stopped after %d %s; resume with %s\n", done, past, strings.Join(resume, " "))
+			}
 			return cl.explain(wire.VerbBulk+"."+verb, err)
 		}
 		done, skipped = done+rep.Count, skipped+rep.Skipped
