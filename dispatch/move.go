@@ -35,14 +35,14 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 		return keys.Key{}, err
 	}
 	var fireAtNs int64
-	var held *unflushedMove
+	var held, prev *unflushedMove
 	s, err := d.repo.Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		at, err := to(m)
 		fireAtNs = at
 		if err == nil && sync == delaystore.NoSync {
 			// NB: held before the commit, so no scan that reads the new
 			// key once it is committed can deliver it before Flush.
-			held = d.holdUnflushed(k)
+			held, prev = d.holdUnflushed(k)
 		}
 		return at, err
 	}, movedBy, sync)
@@ -50,12 +50,22 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 		d.mu.Lock()
 		delete(d.mu.flights.canceled, k)
 		if held != nil && d.mu.flights.unflushed[k.EventID()] == held {
+			// An earlier move without sync of the message, if any, is
+			// still to flush.
 			delete(d.mu.flights.unflushed, k.EventID())
+			if prev != nil {
+				d.mu.flights.unflushed[k.EventID()] = prev
+			}
 		}
 		d.mu.Unlock()
 		return keys.Key{}, err
 	}
 	if held == nil {
+		// A move with sync makes an earlier one without sync durable
+		// too: the message needs no Flush any more.
+		d.mu.Lock()
+		delete(d.mu.flights.unflushed, k.EventID())
+		d.mu.Unlock()
 		d.Notify(s, fireAtNs)
 		return s.Key, nil
 	}
@@ -79,9 +89,6 @@ func (d *Dispatcher) markMoving(k keys.Key) error {
 	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
 	if !flying && !marked {
 		d.mu.flights.canceled[k] = struct{}{}
-		// A move with sync makes an earlier one without sync durable
-		// too: the message needs no Flush any more.
-		delete(d.mu.flights.unflushed, k.EventID())
 	}
 	d.mu.Unlock()
 	d.pubMu.Unlock()
@@ -100,13 +107,15 @@ func (d *Dispatcher) markMoving(k keys.Key) error {
 }
 
 // holdUnflushed holds the message of k (by its event ID, which its new
-// key keeps) until Flush, and returns the hold.
-func (d *Dispatcher) holdUnflushed(k keys.Key) *unflushedMove {
-	u := &unflushedMove{}
+// key keeps) until Flush, and returns the hold and the one it replaced,
+// of an earlier move without sync not yet flushed, if any.
+func (d *Dispatcher) holdUnflushed(k keys.Key) (held, prev *unflushedMove) {
+	held = &unflushedMove{}
 	d.mu.Lock()
-	d.mu.flights.unflushed[k.EventID()] = u
+	prev = d.mu.flights.unflushed[k.EventID()]
+	d.mu.flights.unflushed[k.EventID()] = held
 	d.mu.Unlock()
-	return u
+	return held, prev
 }
 
 // Flush makes every write committed without sync durable (see
