@@ -2,9 +2,7 @@ package bridge
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -109,96 +107,36 @@ func (s *Service) Bulk(verb string, r wire.BulkRequest) (wire.BulkReply, error) 
 	if err := s.answering(); err != nil {
 		return out, err
 	}
-	v, ok := bulkVerbs[verb]
-	if !ok {
-		return out, badRequest("%q is not a bulk verb: want one of %s", keys.Clip(verb), strings.Join(wire.BulkVerbs, ", "))
-	}
-	f, err := compileFilter(r.Filter)
+	st, err := s.bulkStepOf(verb, r)
 	if err != nil {
 		return out, err
 	}
-	switch {
-	case v.dead && r.State != "" && f.state != stateDead:
-		return out, badRequest(`"state" %q: %s works on dead letters; leave it out or give "dead"`, r.State, verb)
-	case !v.dead && f.state == stateDead:
-		return out, badRequest(`"state" "dead": %s works on pending messages; REPLAY and DELETE work on dead letters`, verb)
-	case verb != "RESCHEDULE" && (r.At != "" || r.Shift != ""):
-		return out, badRequest(`"at" and "shift" are RESCHEDULE fields`)
-	case verb != "REPLAY" && r.ReplayTo != "":
-		return out, badRequest(`"replay_to" is a REPLAY field`)
-	}
-	if v.dead {
-		f.state = stateDead
-	}
-	limit := defaultBulkLimit
-	if r.Limit != nil {
-		if *r.Limit < 1 || *r.Limit > maxBulkLimit {
-			return out, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxBulkLimit)
-		}
-		limit = *r.Limit
-	}
-	var at time.Time
-	var shift time.Duration
-	if verb == "RESCHEDULE" {
-		switch {
-		case (r.At == "") == (r.Shift == ""):
-			return out, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
-		case r.At != "":
-			if at, err = parseTime(`"at"`, r.At); err != nil {
-				return out, err
-			}
-		default:
-			if shift, err = time.ParseDuration(r.Shift); err != nil {
-				return out, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
-			}
-		}
-	}
-	if r.ReplayTo != "" {
-		if err := checkTarget(r.ReplayTo, s.lim.reserved); err != nil {
-			return out, err
-		}
-	}
-	var cur bulkCursor
-	var after *keys.Key
-	if r.Cursor != "" {
-		if cur, after, err = decodeCursor(r.Cursor); err != nil {
-			return out, err
-		}
-		if cur.Subject != "" && !f.matchSubject(cur.Subject) {
-			return out, badRequest(`"cursor" is not one of this filter's`)
-		}
-	}
-	moving := verb == "RESCHEDULE" || verb == "FIRE"
-	if moving && !r.DryRun && cur.Op == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		cur.Op = hex.EncodeToString(b[:])
-	}
-
+	out.Op = st.cur.Op
 	c := s.core.Load()
 	now := c.Config().Now()
 	var sel []picked
 	keep := func(k keys.Key, m *delaystore.StoredMessage) bool {
-		if moving && cur.Op != "" && m.MovedBy == cur.Op {
-			return true // moved by an earlier step of this operation
+		if st.moving && st.cur.Op != "" && m.MovedBy == st.cur.Op {
+			out.Already++ // moved by an earlier step, or try, of this operation
+			return true
 		}
-		if moving && (m.Recurrence != nil || c.InFlight(k)) {
+		if st.moving && (m.Recurrence != nil || c.InFlight(k)) {
 			out.Skipped++
 			return true
 		}
 		sel = append(sel, picked{k, m})
-		return len(sel) < limit
+		return len(sel) < st.limit
 	}
-	next, done, err := s.selectMessages(f, cur.Subject, after, &out.Scanned, keep)
+	next, done, err := s.selectMessages(st.f, st.cur.Subject, st.after, &out.Scanned, keep)
 	if err != nil {
 		return out, err
 	}
 	if !done {
-		cur.Subject, cur.Tag = next.subject, next.key.Tag()
-		out.Cursor = cur.encode()
+		st.cur.Subject, st.cur.Tag = next.subject, next.key.Tag()
+		out.Cursor = st.cur.encode()
 	}
 	if !r.DryRun {
-		if sel, err = s.act(verb, sel, now, at, shift, r.At != "", r.ReplayTo, cur.Op, &out); err != nil {
+		if sel, err = s.act(st, sel, now, &out); err != nil {
 			return out, err
 		}
 	}
@@ -209,93 +147,208 @@ func (s *Service) Bulk(verb string, r wire.BulkRequest) (wire.BulkReply, error) 
 	return out, nil
 }
 
-// act does verb to the selected messages and returns those it changed.
-// Its writes are durable when it returns: a step's reply, and the cursor
-// in it, never runs ahead of what the store keeps.
-func (s *Service) act(verb string, sel []picked, now, at time.Time, shift time.Duration, hasAt bool, replayTo, op string, out *wire.BulkReply) ([]picked, error) {
+// bulkStep is one step of a bulk operation, as its request asks once
+// checked.
+type bulkStep struct {
+	verb   string
+	f      *filter
+	limit  int
+	moving bool // RESCHEDULE or FIRE: it moves messages to new keys
+	// to is the new time of RESCHEDULE.
+	to       moveTime
+	replayTo string
+	// cur is where the step starts (after, the key in it, nil at the
+	// start) and, in cur.Op, the operation it belongs to.
+	cur   bulkCursor
+	after *keys.Key
+}
+
+// bulkStepOf checks the request of a step of BULK.<verb> and returns the
+// step it asks for, or a bad request that says what is wrong.
+func (s *Service) bulkStepOf(verb string, r wire.BulkRequest) (bulkStep, error) {
+	st := bulkStep{verb: verb, limit: defaultBulkLimit, replayTo: r.ReplayTo, moving: verb == "RESCHEDULE" || verb == "FIRE"}
+	v, ok := bulkVerbs[verb]
+	if !ok {
+		return st, badRequest("%q is not a bulk verb: want one of %s", keys.Clip(verb), strings.Join(wire.BulkVerbs, ", "))
+	}
+	var err error
+	if st.f, err = compileFilter(r.Filter); err != nil {
+		return st, err
+	}
+	if err := checkBulkFields(verb, v, st.f, r); err != nil {
+		return st, err
+	}
+	if v.dead {
+		st.f.state = stateDead
+	}
+	if r.Limit != nil {
+		if *r.Limit < 1 || *r.Limit > maxBulkLimit {
+			return st, badRequest(`"limit" %d: want 1 to %d`, *r.Limit, maxBulkLimit)
+		}
+		st.limit = *r.Limit
+	}
+	if verb == "RESCHEDULE" {
+		if st.to, err = parseMoveTime(r.At, r.Shift); err != nil {
+			return st, err
+		}
+	}
+	if r.ReplayTo != "" {
+		if err := checkTarget(r.ReplayTo, s.lim.reserved); err != nil {
+			return st, err
+		}
+	}
+	if r.Cursor != "" {
+		if st.cur, st.after, err = decodeCursor(r.Cursor); err != nil {
+			return st, err
+		}
+		if st.cur.Subject != "" && !st.f.matchSubject(st.cur.Subject) {
+			return st, badRequest(`"cursor" is not one of this filter's`)
+		}
+	}
+	st.cur.Op, err = bulkOp(r, st.cur.Op, st.moving)
+	return st, err
+}
+
+// checkBulkFields refuses the fields of a bulk request that verb does not
+// take.
+func checkBulkFields(verb string, v bulkVerb, f *filter, r wire.BulkRequest) error {
+	switch {
+	case v.dead && r.State != "" && f.state != stateDead:
+		return badRequest(`"state" %q: %s works on dead letters; leave it out or give "dead"`, r.State, verb)
+	case !v.dead && f.state == stateDead:
+		return badRequest(`"state" "dead": %s works on pending messages; REPLAY and DELETE work on dead letters`, verb)
+	case verb != "RESCHEDULE" && (r.At != "" || r.Shift != ""):
+		return badRequest(`"at" and "shift" are RESCHEDULE fields`)
+	case verb != "REPLAY" && r.ReplayTo != "":
+		return badRequest(`"replay_to" is a REPLAY field`)
+	}
+	return nil
+}
+
+// bulkOp is the operation of a step: the request's op, which must be
+// the one its cursor names if that names one (cursorOp); else cursorOp;
+// else, for a real step of RESCHEDULE or FIRE, a new one, which the reply
+// tells. A client that chooses its op before the first step can send any
+// step again, the first too, without moving a message twice.
+func bulkOp(r wire.BulkRequest, cursorOp string, moving bool) (string, error) {
+	switch {
+	case r.Op != "":
+		if err := wire.CheckBulkOp(r.Op); err != nil {
+			return "", badRequest(`"op" %q: %v`, keys.Clip(r.Op), err)
+		}
+		if cursorOp != "" && cursorOp != r.Op {
+			return "", badRequest(`"op" %q: the "cursor" is of operation %q; resume an operation with its own op`, r.Op, cursorOp)
+		}
+		return r.Op, nil
+	case cursorOp != "" || !moving || r.DryRun:
+		return cursorOp, nil
+	}
+	return wire.NewBulkOp(), nil
+}
+
+// act does the step's verb to the selected messages and returns those it
+// changed. Its writes are durable when it returns: a step's reply, and
+// the cursor in it, never runs ahead of what the store keeps.
+func (s *Service) act(st bulkStep, sel []picked, now time.Time, out *wire.BulkReply) ([]picked, error) {
+	switch st.verb {
+	case "CANCEL":
+		return s.cancelPicked(sel)
+	case "RESCHEDULE", "FIRE":
+		return s.movePicked(st, sel, now, out)
+	case "REPLAY":
+		return s.replayPicked(sel, st.replayTo, now, out)
+	case "DELETE":
+		return s.deletePicked(sel)
+	}
+	return nil, nil
+}
+
+// cancelPicked cancels the selected messages.
+func (s *Service) cancelPicked(sel []picked) ([]picked, error) {
 	c := s.core.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
 	defer cancel()
-	ks := make([]keys.Key, len(sel))
-	for i, p := range sel {
-		ks[i] = p.key
-	}
 	var done []picked
-	switch verb {
-	case "CANCEL":
-		// NB: canceling an occurrence ends its schedule, which the
-		// single CANCEL does; the others are canceled together.
-		var plain []picked
-		for _, p := range sel {
-			if p.msg.Recurrence != nil {
-				if err := c.Cancel(ctx, p.key); err != nil && !errors.Is(err, wire.ErrNotFound) {
-					return done, err
-				} else if err == nil {
-					done = append(done, p)
-				}
-				continue
-			}
-			plain = append(plain, p)
-		}
-		if _, err := c.CancelMany(ctx, keysOf(plain)); err != nil {
-			return done, err
-		}
-		gone, err := s.goneOf(plain, false)
-		if done = append(done, gone...); err != nil {
-			return done, err
-		}
-		if err := c.Flush(); err != nil {
-			return done, err
-		}
-	case "RESCHEDULE", "FIRE":
-		for _, p := range sel {
-			to := fireNow(p.key, now)
-			if verb == "RESCHEDULE" {
-				to = moveTo(p.key, at, shift, hasAt, now)
-			}
-			nk, moved, err := s.moveOne(p.key, to, op)
-			switch {
-			case errors.Is(err, wire.ErrConflict):
-				out.Skipped++
-				continue
-			case errors.Is(err, wire.ErrNotFound):
-				continue
-			case err != nil:
+	// NB: canceling an occurrence ends its schedule, which the single
+	// CANCEL does; the others are canceled together.
+	var plain []picked
+	for _, p := range sel {
+		if p.msg.Recurrence != nil {
+			if err := c.Cancel(ctx, p.key); err != nil && !errors.Is(err, wire.ErrNotFound) {
 				return done, err
+			} else if err == nil {
+				done = append(done, p)
 			}
-			done = append(done, picked{nk, moved})
+			continue
 		}
-		if err := c.Flush(); err != nil {
+		plain = append(plain, p)
+	}
+	if _, err := c.CancelMany(ctx, keysOf(plain)); err != nil {
+		return done, err
+	}
+	gone, err := s.goneOf(plain, false)
+	if done = append(done, gone...); err != nil {
+		return done, err
+	}
+	return done, c.Flush()
+}
+
+// movePicked moves the selected messages for the step's operation:
+// RESCHEDULE to the step's time, FIRE to now. Its moves are committed
+// without sync and flushed once at the end, also when one fails: their
+// messages go out only once flushed (see dispatch.Dispatcher.Move).
+func (s *Service) movePicked(st bulkStep, sel []picked, now time.Time, out *wire.BulkReply) (done []picked, err error) {
+	c := s.core.Load()
+	defer func() { err = errors.Join(err, c.Flush()) }()
+	for _, p := range sel {
+		to := fireNow(p.key, now)
+		if st.verb == "RESCHEDULE" {
+			to = st.to.of(p.key, now)
+		}
+		nk, moved, err := s.moveOne(p.key, to, st.cur.Op)
+		switch {
+		case errors.Is(err, wire.ErrConflict):
+			out.Skipped++
+			continue
+		case errors.Is(err, wire.ErrNotFound):
+			continue
+		case err != nil:
 			return done, err
 		}
-	case "REPLAY":
-		res, err := c.Replay(ks, replayTo, now.UnixNano())
-		if err != nil {
-			return done, err
-		}
-		for _, r := range res {
-			switch {
-			case r.Done:
-				done = append(done, picked{r.Scheduled.Key, r.Msg})
-				if ev := s.Events(); ev != nil {
-					e := events.Of(events.Replayed, r.Scheduled.Key, r.Msg, r.Dead.Attempts)
-					e.To = replayTo
-					ev.Emit(e)
-				}
-			case r.Held:
-				out.Skipped++
+		done = append(done, picked{nk, moved})
+	}
+	return done, nil
+}
+
+// replayPicked replays the selected dead letters, to replayTo if set.
+func (s *Service) replayPicked(sel []picked, replayTo string, now time.Time, out *wire.BulkReply) ([]picked, error) {
+	var done []picked
+	res, err := s.core.Load().Replay(keysOf(sel), replayTo, now.UnixNano())
+	if err != nil {
+		return done, err
+	}
+	for _, r := range res {
+		switch {
+		case r.Done:
+			done = append(done, picked{r.Scheduled.Key, r.Msg})
+			if ev := s.Events(); ev != nil {
+				e := events.Of(events.Replayed, r.Scheduled.Key, r.Msg, r.Dead.Attempts)
+				e.To = replayTo
+				ev.Emit(e)
 			}
-		}
-	case "DELETE":
-		if _, err := c.DeleteDead(ks); err != nil {
-			return done, err
-		}
-		gone, err := s.goneOf(sel, true)
-		if done = append(done, gone...); err != nil {
-			return done, err
+		case r.Held:
+			out.Skipped++
 		}
 	}
 	return done, nil
+}
+
+// deletePicked deletes the selected dead letters.
+func (s *Service) deletePicked(sel []picked) ([]picked, error) {
+	if _, err := s.core.Load().DeleteDead(keysOf(sel)); err != nil {
+		return nil, err
+	}
+	return s.goneOf(sel, true)
 }
 
 // goneOf returns those of sel under whose keys no pending message (or

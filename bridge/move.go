@@ -62,28 +62,50 @@ func (s *Service) Reschedule(r wire.RescheduleRequest) (wire.RescheduleReply, er
 	if err := s.answering(); err != nil {
 		return wire.RescheduleReply{}, err
 	}
-	var at time.Time
-	var shift time.Duration
-	switch {
-	case (r.At == "") == (r.Shift == ""):
-		return wire.RescheduleReply{}, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
-	case r.At != "":
-		var err error
-		if at, err = parseTime(`"at"`, r.At); err != nil {
-			return wire.RescheduleReply{}, err
-		}
-	default:
-		var err error
-		if shift, err = time.ParseDuration(r.Shift); err != nil {
-			return wire.RescheduleReply{}, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(r.Shift))
-		}
+	to, err := parseMoveTime(r.At, r.Shift)
+	if err != nil {
+		return wire.RescheduleReply{}, err
 	}
 	k, err := s.resolve(wire.MessageRef{Tag: r.Tag, Subject: r.Subject, ID: r.ID})
 	if err != nil {
 		return wire.RescheduleReply{}, err
 	}
 	c := s.core.Load()
-	return s.move(k, moveTo(k, at, shift, r.At != "", c.Config().Now()))
+	return s.move(k, to.of(k, c.Config().Now()))
+}
+
+// moveTime is the new time of a RESCHEDULE: at, or the fire time plus
+// shift.
+type moveTime struct {
+	at    time.Time
+	shift time.Duration
+	hasAt bool
+}
+
+// parseMoveTime reads the "at" and "shift" of a RESCHEDULE, one of which
+// must be given.
+func parseMoveTime(at, shift string) (moveTime, error) {
+	var t moveTime
+	var err error
+	switch {
+	case (at == "") == (shift == ""):
+		return t, badRequest(`give one of "at" (a time) and "shift" (a duration)`)
+	case at != "":
+		t.hasAt = true
+		if t.at, err = parseTime(`"at"`, at); err != nil {
+			return t, err
+		}
+	default:
+		if t.shift, err = time.ParseDuration(shift); err != nil {
+			return t, badRequest(`"shift" %q: want a Go duration such as 1h or -30m`, keys.Clip(shift))
+		}
+	}
+	return t, nil
+}
+
+// of is the MoveFunc that moves the message under k to t at now.
+func (t moveTime) of(k keys.Key, now time.Time) delaystore.MoveFunc {
+	return moveTo(k, t.at, t.shift, t.hasAt, now)
 }
 
 func (s *Service) apiFire(req micro.Request) (any, error) {

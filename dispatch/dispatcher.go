@@ -277,19 +277,30 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.HasReplaced {
-		if f := d.mu.flights.byKey[s.Replaced]; f != nil {
-			d.forgetLocked(f)
-		}
-		// A scan under way may have read the replaced message before
-		// this commit; the mark keeps it from delivering it after the
-		// publisher is told it was replaced. The delete is committed
-		// already, so the mark goes at the start of the next pass, as for
-		// the deleter's commits.
-		d.mu.flights.settledUncommitted(s.Replaced)
-		d.mu.ahead.withdraw(s.Replaced)
+		d.replacedLocked(s.Replaced)
 	}
-	at := d.scannableAt(s.Key, fireAtNs)
-	if s.Key.Bucket() >= d.mu.frontier.scannedUpTo {
+	d.arrivedLocked(s.Key, fireAtNs)
+}
+
+// replacedLocked is told that the message under k was replaced or moved
+// by a commit. pubMu and mu must be held.
+func (d *Dispatcher) replacedLocked(k keys.Key) {
+	if f := d.mu.flights.byKey[k]; f != nil {
+		d.forgetLocked(f)
+	}
+	// A scan under way may have read the replaced message before this
+	// commit; the mark keeps it from delivering it after the publisher is
+	// told it was replaced. The delete is committed already, so the mark
+	// goes at the start of the next pass, as for the deleter's commits.
+	d.mu.flights.settledUncommitted(k)
+	d.mu.ahead.withdraw(k)
+}
+
+// arrivedLocked brings the message just committed under k, due at
+// fireAtNs, to its topic or the frontier. mu must be held.
+func (d *Dispatcher) arrivedLocked(k keys.Key, fireAtNs int64) {
+	at := d.scannableAt(k, fireAtNs)
+	if k.Bucket() >= d.mu.frontier.scannedUpTo {
 		// Past every range scanned so far, so past the frontier too: the
 		// due index brings it to its topic when it is due, and until then
 		// its subject costs nothing here. Only the wake-up time moves.
@@ -298,7 +309,7 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		}
 		return
 	}
-	if d.mu.frontier.ahead(s.Key) && d.mu.frontier.lower(at) {
+	if d.mu.frontier.ahead(k) && d.mu.frontier.lower(at) {
 		// NB: its due-index entry is still to be read, though its topic
 		// takes it now: read it soon, while others come in, so that a
 		// burst of them (a bulk FIRE, messages held by a pause) is not
@@ -306,8 +317,8 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 		// time, when a message due later has to be read after them.
 		d.signal()
 	}
-	t := d.mu.subjects.topic(s.Key.TopicHash(), d.cfg.SubjectMaxInFlight)
-	t.rewindLocked(s.Key)
+	t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
+	t.rewindLocked(k)
 	if t.limited || t.released {
 		return // its cursor is at it or before; room or its turn brings it back
 	}

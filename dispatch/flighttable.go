@@ -20,6 +20,12 @@ type flightTable struct {
 	// deletes have not committed yet, so no scan that read the message
 	// before can deliver it again.
 	canceled map[keys.Key]struct{}
+	// unflushed holds the messages moved by commits without sync (see
+	// Dispatcher.Move), by event ID, until Dispatcher.Flush has made
+	// them durable: none goes out before, so a crash that undoes a move
+	// never leaves a message delivered under its new key and pending
+	// under its old one.
+	unflushed map[uint64]*unflushedMove
 	// unsent keeps the counted attempts of flights forgotten because
 	// their delivery reached nobody, until a scan makes a flight of the
 	// message again: its count in the store may lag (see
@@ -37,14 +43,23 @@ type flightTable struct {
 	evictedUnlogged int
 	// peaks are the most entries each map held since it was last copied
 	// (see shrunk).
-	peaks struct{ byKey, unsent, canceled int }
+	peaks struct{ byKey, unsent, canceled, unflushed int }
+}
+
+// unflushedMove is a message moved without sync: its move is committed
+// once committed is set, and s and fireAtNs are then its new key and time.
+type unflushedMove struct {
+	committed bool
+	s         delaystore.Scheduled
+	fireAtNs  int64
 }
 
 func newFlightTable() flightTable {
 	return flightTable{
-		byKey:    make(map[keys.Key]*flight),
-		canceled: make(map[keys.Key]struct{}),
-		unsent:   make(map[keys.Key]uint32),
+		byKey:     make(map[keys.Key]*flight),
+		canceled:  make(map[keys.Key]struct{}),
+		unsent:    make(map[keys.Key]uint32),
+		unflushed: make(map[uint64]*unflushedMove),
 	}
 }
 
@@ -64,11 +79,19 @@ func (ft *flightTable) attempt(k keys.Key) uint32 {
 	return ft.unsent[k]
 }
 
+// held reports whether k is a message moved without sync whose move is
+// not yet flushed: it must not go out.
+func (ft *flightTable) held(k keys.Key) bool {
+	_, ok := ft.unflushed[k.EventID()]
+	return ok
+}
+
 // notePeaks records how large the maps are; see Dispatcher.notePeaksLocked.
 func (ft *flightTable) notePeaks() {
 	ft.peaks.byKey = max(ft.peaks.byKey, len(ft.byKey))
 	ft.peaks.unsent = max(ft.peaks.unsent, len(ft.unsent))
 	ft.peaks.canceled = max(ft.peaks.canceled, len(ft.canceled))
+	ft.peaks.unflushed = max(ft.peaks.unflushed, len(ft.unflushed))
 }
 
 // shrink gives back the memory a burst left in the maps and the timer
@@ -77,6 +100,7 @@ func (ft *flightTable) shrink() {
 	ft.byKey = shrunk(ft.byKey, &ft.peaks.byKey)
 	ft.unsent = shrunk(ft.unsent, &ft.peaks.unsent)
 	ft.canceled = shrunk(ft.canceled, &ft.peaks.canceled)
+	ft.unflushed = shrunk(ft.unflushed, &ft.peaks.unflushed)
 	// The heap clears the slots it gives up, so only its array is
 	// left over from a burst.
 	if len(ft.timers) == 0 && cap(ft.timers) > keptCap {

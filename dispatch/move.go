@@ -23,10 +23,64 @@ var ErrInFlight = errors.New("dispatch: message is in flight")
 // while Move runs, and once it returns the message goes out at its new
 // time: a scan that read it before is told it moved, as for a message
 // replaced through its Delay-Id.
+//
+// A move committed with NoSync goes out only once Flush has made it
+// durable: a crash before then may undo it, and the message, delivered
+// under its new key, would be pending under its old one again.
 func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sync delaystore.SyncMode) (keys.Key, error) {
 	if d.del == nil {
 		return keys.Key{}, ErrClosed
 	}
+	if err := d.markMoving(k); err != nil {
+		return keys.Key{}, err
+	}
+	var fireAtNs int64
+	var held, prev *unflushedMove
+	s, err := d.repo.Move(k, func(m *delaystore.StoredMessage) (int64, error) {
+		at, err := to(m)
+		fireAtNs = at
+		if err == nil && sync == delaystore.NoSync {
+			// NB: held before the commit, so no scan that reads the new
+			// key once it is committed can deliver it before Flush.
+			held, prev = d.holdUnflushed(k)
+		}
+		return at, err
+	}, movedBy, sync)
+	if err != nil {
+		d.mu.Lock()
+		delete(d.mu.flights.canceled, k)
+		if held != nil && d.mu.flights.unflushed[k.EventID()] == held {
+			// An earlier move without sync of the message, if any, is
+			// still to flush.
+			delete(d.mu.flights.unflushed, k.EventID())
+			if prev != nil {
+				d.mu.flights.unflushed[k.EventID()] = prev
+			}
+		}
+		d.mu.Unlock()
+		return keys.Key{}, err
+	}
+	if held == nil {
+		// A move with sync makes an earlier one without sync durable
+		// too: the message needs no Flush any more.
+		d.mu.Lock()
+		delete(d.mu.flights.unflushed, k.EventID())
+		d.mu.Unlock()
+		d.Notify(s, fireAtNs)
+		return s.Key, nil
+	}
+	d.pubMu.Lock()
+	d.mu.Lock()
+	d.replacedLocked(s.Replaced)
+	held.committed, held.s, held.fireAtNs = true, s, fireAtNs
+	d.mu.Unlock()
+	d.pubMu.Unlock()
+	return s.Key, nil
+}
+
+// markMoving marks k so that no delivery of it begins while Move runs,
+// or returns why it cannot move (see Move).
+func (d *Dispatcher) markMoving(k keys.Key) error {
 	// NB: pubMu, as in Cancel: a pass checks the mark and publishes under
 	// it, so nothing of k goes out from here until the move commits.
 	d.pubMu.Lock()
@@ -38,31 +92,63 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	}
 	d.mu.Unlock()
 	d.pubMu.Unlock()
-	if flying || marked {
-		if !flying {
-			// Marked with nothing in flight or queued: a delete or a move
-			// of k that has committed (its mark goes at the next pass), or
-			// another Move under way. Only the store tells them apart.
-			if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
-				return keys.Key{}, fmt.Errorf("dispatch: move %s: %w", k, err)
+	if !flying && !marked {
+		return nil
+	}
+	if !flying {
+		// Marked with nothing in flight or queued: a delete or a move of
+		// k that has committed (its mark goes at the next pass), or
+		// another Move under way. Only the store tells them apart.
+		if _, err := d.repo.Get(k); errors.Is(err, delaystore.ErrNotFound) {
+			return fmt.Errorf("dispatch: move %s: %w", k, err)
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrInFlight, k)
+}
+
+// holdUnflushed holds the message of k (by its event ID, which its new
+// key keeps) until Flush, and returns the hold and the one it replaced,
+// of an earlier move without sync not yet flushed, if any.
+func (d *Dispatcher) holdUnflushed(k keys.Key) (held, prev *unflushedMove) {
+	held = &unflushedMove{}
+	d.mu.Lock()
+	prev = d.mu.flights.unflushed[k.EventID()]
+	d.mu.flights.unflushed[k.EventID()] = held
+	d.mu.Unlock()
+	return held, prev
+}
+
+// Flush makes every write committed without sync durable (see
+// delaystore.Repository.Flush), then lets the messages that Move moved
+// without sync before it go out.
+func (d *Dispatcher) Flush() error {
+	// NB: only moves committed before the flush begins are surely in it.
+	var ready []*unflushedMove
+	d.mu.Lock()
+	for id, u := range d.mu.flights.unflushed {
+		if u.committed {
+			ready = append(ready, u)
+			delete(d.mu.flights.unflushed, id)
+		}
+	}
+	d.mu.Unlock()
+	if err := d.repo.Flush(); err != nil {
+		d.mu.Lock()
+		for _, u := range ready {
+			// Held again, unless another move of the message came since.
+			if _, ok := d.mu.flights.unflushed[u.s.Key.EventID()]; !ok {
+				d.mu.flights.unflushed[u.s.Key.EventID()] = u
 			}
 		}
-		return keys.Key{}, fmt.Errorf("%w: %s", ErrInFlight, k)
-	}
-	var fireAtNs int64
-	s, err := d.repo.Move(k, func(m *delaystore.StoredMessage) (int64, error) {
-		at, err := to(m)
-		fireAtNs = at
-		return at, err
-	}, movedBy, sync)
-	if err != nil {
-		d.mu.Lock()
-		delete(d.mu.flights.canceled, k)
 		d.mu.Unlock()
-		return keys.Key{}, err
+		return err
 	}
-	d.Notify(s, fireAtNs)
-	return s.Key, nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, u := range ready {
+		d.arrivedLocked(u.s.Key, u.fireAtNs)
+	}
+	return nil
 }
 
 // InFlight reports whether the message under k is delivered and not yet

@@ -108,7 +108,8 @@ type dueRead struct {
 
 // readDue reads t's messages from from to the end of what is due at now,
 // at most limit of them to deliver (a point read of single when it is
-// set), skipping those in flight or canceled.
+// set), skipping those in flight, canceled, or moved without sync and not
+// yet flushed (see Move).
 func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64, limit int) (dueRead, error) {
 	r := dueRead{notDue: int64(never)}
 	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
@@ -122,6 +123,7 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 		if !busy {
 			_, busy = d.mu.flights.canceled[k]
 		}
+		busy = busy || d.mu.flights.held(k)
 		d.mu.Unlock()
 		switch {
 		case busy:

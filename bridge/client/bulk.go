@@ -63,13 +63,18 @@ func (c *Client) DeadLetters(ctx context.Context, r wire.DeadListRequest) iter.S
 }
 
 // Bulk runs one step of BULK.<verb> (one of wire.BulkVerbs) and returns
-// its reply; pass its Cursor in the next request to go on. A step that
-// changes messages is sent once, also with WithRetry: sent again, it
-// would be the next step, which the caller decides.
+// its reply; pass its Cursor in the next request to go on. Choose r.Op
+// (wire.NewBulkOp) once, before the first step, and send it with every
+// step of the operation: the service moves no message twice for one
+// operation, and CANCEL, REPLAY and DELETE act once by nature, so a step
+// with an op is sent again after a timeout or a 503 as any request is
+// with WithRetry. A real step without one is sent again only after no
+// responders: sent again, a RESCHEDULE by "shift" would move a message
+// twice.
 func (c *Client) Bulk(ctx context.Context, verb string, r wire.BulkRequest) (*wire.BulkReply, error) {
 	v := wire.VerbBulk + "." + verb
 	req := c.Request
-	if !r.DryRun {
+	if !r.DryRun && r.Op == "" {
 		req = c.requestOnce
 	}
 	data, err := req(ctx, v, r)

@@ -22,4 +22,7 @@
 // a retry could store it twice, and the error is returned. Cancel and
 // DeleteLimit are likewise retried only after no responders, since a
 // retry after a lost answer would be told 404 for what the first did.
+// A Bulk step with an operation id (BulkRequest.Op) is retried after any
+// of them, since the service moves no message twice for one operation;
+// a real step without one only after no responders.
 package client

@@ -97,12 +97,14 @@ func (s *Service) DeleteDead(ks []keys.Key) (int, error) {
 	return n, nil
 }
 
-// Flush makes the deletes and updates committed without sync durable.
+// Flush makes the deletes and updates committed without sync durable,
+// and lets the messages moved without sync go out (see
+// dispatch.Dispatcher.Flush).
 func (s *Service) Flush() error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	if err := s.gen.Load().repo.Flush(); err != nil {
+	if err := s.gen.Load().disp.Flush(); err != nil {
 		return unavailable("flushing: %v", err)
 	}
 	return nil

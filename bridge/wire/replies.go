@@ -1,5 +1,12 @@
 package wire
 
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
 // ScheduleReply is the body of the reply to an accepted message.
 type ScheduleReply struct {
 	Tag     string `json:"tag"`
@@ -339,14 +346,40 @@ type RescheduleReply struct {
 // At or Shift is the new time of RESCHEDULE (as in RescheduleRequest);
 // ReplayTo, on REPLAY, sends the messages to that subject instead of
 // their own.
+//
+// Op names the operation, chosen by the client (NewBulkOp) before its
+// first step and sent with each step: each message RESCHEDULE or FIRE
+// moves records it, and a step of the same operation leaves a message it
+// already moved as it is. So a step sent again after a timeout, even from
+// the start, moves no message twice. See CheckBulkOp for its form.
 type BulkRequest struct {
 	Filter
 	DryRun   bool   `json:"dry_run,omitempty"`
 	Limit    *int   `json:"limit,omitempty"`
 	Cursor   string `json:"cursor,omitempty"`
+	Op       string `json:"op,omitempty"`
 	At       string `json:"at,omitempty"`
 	Shift    string `json:"shift,omitempty"`
 	ReplayTo string `json:"replay_to,omitempty"`
+}
+
+// MaxBulkOpLen is the longest operation id (BulkRequest.Op) in bytes.
+const MaxBulkOpLen = 64
+
+// NewBulkOp returns a new operation id: 16 random hex digits.
+func NewBulkOp() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CheckBulkOp reports whether op is a valid operation id: 1 to
+// MaxBulkOpLen letters, digits, '-' and '_'.
+func CheckBulkOp(op string) error {
+	if op == "" || len(op) > MaxBulkOpLen || strings.Trim(op, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return fmt.Errorf("want 1 to %d letters, digits, '-' and '_', such as %s", MaxBulkOpLen, NewBulkOp())
+	}
+	return nil
 }
 
 // BulkSample is one message a bulk step acted on, or would have.
@@ -373,4 +406,10 @@ type BulkReply struct {
 	Sample []BulkSample `json:"sample"`
 	// Cursor resumes the operation after this step; empty when it is done.
 	Cursor string `json:"cursor,omitempty"`
+	// Op is the operation the step belongs to: the request's, or for a
+	// RESCHEDULE or FIRE begun without one, one the service chose.
+	Op string `json:"op,omitempty"`
+	// Already counts the messages that matched and that this operation
+	// had moved before (RESCHEDULE, FIRE): left as they are.
+	Already int `json:"already,omitempty"`
 }

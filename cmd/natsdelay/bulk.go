@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 
+	"natsdelay/bridge/client"
 	"natsdelay/bridge/wire"
 )
 
@@ -27,8 +30,9 @@ type filterFlags struct {
 	DryRun       bool     `name:"dry-run" help:"With --filter: count and show what would be done, and change nothing." env:"-"`
 	Yes          bool     `help:"With --filter: do not ask before acting on more than --confirm-above messages." env:"-"`
 	ConfirmAbove int      `name:"confirm-above" help:"With --filter: ask before acting on more messages than this, unless --yes." default:"100" env:"-"`
-	Limit        int      `help:"With --filter: messages per step (1 to 10000); each step is one request, resumable." default:"1000" env:"-"`
+	Limit        int      `help:"With --filter: messages per step (1 to 10000); each step is one request, resumable. A step waits at least 1m for its reply, and one that got none is sent again with half the limit." default:"1000" env:"-"`
 	Cursor       string   `help:"With --filter: resume an operation from the cursor it printed when it stopped." env:"-"`
+	Op           string   `help:"With --filter: the id of the operation, which it prints as it starts (default: a new one). Given again, with --cursor or alone, it resumes that operation: a message it moved already is left as it is." env:"-"`
 }
 
 // bulk reports whether the command acts on a filter rather than one message.
@@ -36,8 +40,8 @@ func (f *filterFlags) bulk() bool { return f.Filter != "" || f.Cursor != "" }
 
 func (f *filterFlags) checkFilter(p *problems, dead bool) {
 	if !f.bulk() {
-		if f.From != "" || f.Before != "" || f.InFlight || f.MinAttempts != 0 || f.Recurring != "" || f.IDPrefix != "" || len(f.Header) > 0 || f.DryRun || f.Yes {
-			p.add("--from, --before, --in-flight, --min-attempts, --recurring, --id-prefix, --header, --dry-run and --yes go with --filter")
+		if f.From != "" || f.Before != "" || f.InFlight || f.MinAttempts != 0 || f.Recurring != "" || f.IDPrefix != "" || len(f.Header) > 0 || f.DryRun || f.Yes || f.Op != "" {
+			p.add("--from, --before, --in-flight, --min-attempts, --recurring, --id-prefix, --header, --dry-run, --yes and --op go with --filter")
 		}
 		return
 	}
@@ -46,6 +50,11 @@ func (f *filterFlags) checkFilter(p *problems, dead bool) {
 	}
 	if f.Limit < 1 || f.Limit > 10_000 {
 		p.add("--limit %d: want 1 to 10000", f.Limit)
+	}
+	if f.Op != "" {
+		if err := wire.CheckBulkOp(f.Op); err != nil {
+			p.add("--op %q: %v", f.Op, err)
+		}
 	}
 	if dead && f.InFlight {
 		p.add("--in-flight: dead letters are not in flight")
@@ -82,7 +91,7 @@ func filterTime(v string) (string, error) {
 
 // request is the bulk request of the flags.
 func (f *filterFlags) request(dead bool) wire.BulkRequest {
-	r := wire.BulkRequest{Filter: wire.Filter{Subject: f.Filter, MinAttempts: f.MinAttempts, IDPrefix: f.IDPrefix}, Cursor: f.Cursor}
+	r := wire.BulkRequest{Filter: wire.Filter{Subject: f.Filter, MinAttempts: f.MinAttempts, IDPrefix: f.IDPrefix}, Cursor: f.Cursor, Op: f.Op}
 	r.From, _ = filterTime(f.From)
 	r.To, _ = filterTime(f.Before)
 	if f.InFlight {
@@ -107,57 +116,28 @@ func (f *filterFlags) request(dead bool) wire.BulkRequest {
 	return r
 }
 
+// bulkStepTimeout is the least time a bulk step waits for its reply: a
+// step of many moves on a cluster commits each through Raft, which takes
+// longer than the default --timeout.
+const bulkStepTimeout = time.Minute
+
+// bulkTries is how many times a step is sent, with the same operation id,
+// before the command stops.
+const bulkTries = 4
+
 // runBulk runs BULK.<verb> with req to its end: a dry run prints what it
 // would do; a real run first counts, asks above --confirm-above unless
 // --yes, and shows a progress bar on stderr while it runs the steps. past
-// names what was done ("canceled"). When a step fails, it prints the
-// cursor to resume from.
+// names what was done ("canceled"). A real run prints its operation id
+// as it starts, and when a step fails, how to resume (see bulkSteps).
 func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string, req wire.BulkRequest) error {
-	ctx := context.Background()
-	count := func(req wire.BulkRequest, show func(wire.BulkReply) error) (int, error) {
-		req.DryRun = true
-		n := 0
-		for {
-			rep, err := cl.api.Bulk(ctx, verb, req)
-			if err != nil {
-				return n, cl.explain(wire.VerbBulk+"."+verb, err)
-			}
-			n += rep.Count
-			if show != nil {
-				if err := show(*rep); err != nil {
-					return n, err
-				}
-			}
-			if rep.Cursor == "" {
-				return n, nil
-			}
-			req.Cursor = rep.Cursor
-		}
-	}
+	steps := newAPIClient(cl.nc, cl.prefix, max(cl.timeout, bulkStepTimeout))
 	if f.DryRun {
-		shown := 0
-		n, err := count(req, func(rep wire.BulkReply) error {
-			if json {
-				return printStep(e, rep)
-			}
-			for _, s := range rep.Sample {
-				if shown < 10 {
-					fmt.Fprintf(e.stdout, "%s  %s  %s\n", s.Tag, s.Subject, s.FireAt)
-				}
-				shown++
-			}
-			return nil
-		})
-		if err != nil || json {
-			return err
-		}
-		_, err = fmt.Fprintf(e.stdout, "would have %s %s (dry run: nothing changed)\n", past, counted(n, "message"))
-		return err
+		return bulkDryRun(steps, e, json, verb, past, req)
 	}
-
 	total := -1
 	if !f.Yes {
-		n, err := count(req, nil)
+		n, err := bulkCount(steps, e, verb, req, nil)
 		if err != nil {
 			return err
 		}
@@ -174,6 +154,67 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 		}
 		total = n
 	}
+	if req.Op == "" && req.Cursor == "" {
+		// NB: chosen here, before the first step, so that a step whose
+		// reply never came can be sent again, the first one too.
+		req.Op = wire.NewBulkOp()
+	}
+	if req.Op != "" {
+		fmt.Fprintf(e.stderr, "operation %s\n", req.Op)
+	}
+	return bulkSteps(steps, e, json, verb, past, req, total)
+}
+
+// bulkCount sums the counts of the dry run of req, calling show with each
+// step's reply.
+func bulkCount(cl *apiClient, e *env, verb string, req wire.BulkRequest, show func(wire.BulkReply) error) (int, error) {
+	req.DryRun = true
+	n := 0
+	for {
+		rep, err := bulkStep(cl, e, verb, &req)
+		if err != nil {
+			return n, cl.explain(wire.VerbBulk+"."+verb, err)
+		}
+		n += rep.Count
+		if show != nil {
+			if err := show(*rep); err != nil {
+				return n, err
+			}
+		}
+		if rep.Cursor == "" {
+			return n, nil
+		}
+		req.Cursor = rep.Cursor
+	}
+}
+
+// bulkDryRun prints what the operation would do: up to 10 of its
+// messages and their count, or each step's reply with --json.
+func bulkDryRun(cl *apiClient, e *env, json bool, verb, past string, req wire.BulkRequest) error {
+	shown := 0
+	n, err := bulkCount(cl, e, verb, req, func(rep wire.BulkReply) error {
+		if json {
+			return printStep(e, rep)
+		}
+		for _, s := range rep.Sample {
+			if shown < 10 {
+				fmt.Fprintf(e.stdout, "%s  %s  %s\n", s.Tag, s.Subject, s.FireAt)
+			}
+			shown++
+		}
+		return nil
+	})
+	if err != nil || json {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "would have %s %s (dry run: nothing changed)\n", past, counted(n, "message"))
+	return err
+}
+
+// bulkSteps runs the steps of the operation req to its end, with a
+// progress bar when total (-1: not counted) needs more than one step.
+// When a step fails it prints the operation id and cursor to resume from.
+func bulkSteps(cl *apiClient, e *env, json bool, verb, past string, req wire.BulkRequest, total int) error {
 	var bar *progressbar.ProgressBar
 	if total > *req.Limit && !json {
 		bar = progressbar.NewOptions64(int64(total),
@@ -187,10 +228,17 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 	}
 	done, skipped := 0, 0
 	for {
-		rep, err := cl.api.Bulk(ctx, verb, req)
+		rep, err := bulkStep(cl, e, verb, &req)
 		if err != nil {
+			var resume []string
+			if req.Op != "" {
+				resume = append(resume, "--op "+req.Op)
+			}
 			if req.Cursor != "" {
-				fmt.Fprintf(e.stderr, "stopped after %d %s; resume with --cursor %s\n", done, past, req.Cursor)
+				resume = append(resume, "--cursor "+req.Cursor)
+			}
+			if len(resume) > 0 {
+				fmt.Fprintf(e.stderr, "stopped after %d %s; resume with %s\n", done, past, strings.Join(resume, " "))
 			}
 			return cl.explain(wire.VerbBulk+"."+verb, err)
 		}
@@ -206,7 +254,7 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 		if rep.Cursor == "" {
 			break
 		}
-		req.Cursor = rep.Cursor
+		req.Cursor, req.Op = rep.Cursor, rep.Op
 	}
 	if bar != nil {
 		_ = bar.Finish()
@@ -220,6 +268,29 @@ func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string
 	}
 	_, err := fmt.Fprintf(e.stdout, "%s %s\n", past, counted(done, "message"))
 	return err
+}
+
+// bulkStep sends one step of req and returns its reply. A step that got
+// no reply in time, or met a service between leaders, is sent again as it
+// was, with the same operation id (its own, or the one of its cursor),
+// at most bulkTries times in all: the service leaves what the operation
+// did already as it is. After no reply
+// in time, req's limit is halved, for this step and the next ones.
+func bulkStep(cl *apiClient, e *env, verb string, req *wire.BulkRequest) (*wire.BulkReply, error) {
+	for try := 1; ; try++ {
+		rep, err := cl.api.Bulk(context.Background(), verb, *req)
+		if err == nil || try == bulkTries || !client.IsRetryable(err) {
+			return rep, err
+		}
+		if errors.Is(err, nats.ErrTimeout) && *req.Limit > 1 {
+			limit := *req.Limit / 2
+			req.Limit = &limit
+		} else {
+			// No leader, or one shutting down: wait for the next one.
+			time.Sleep(time.Duration(try) * time.Second)
+		}
+		fmt.Fprintf(e.stderr, "%v; sending the step again (--limit %d)\n", cl.explain(wire.VerbBulk+"."+verb, err), *req.Limit)
+	}
 }
 
 func printStep(e *env, rep wire.BulkReply) error {

@@ -115,8 +115,8 @@ func (c *deadLsCmd) check() error {
 		c.Filter = ">"
 	}
 	c.checkFilter(&p, true)
-	if c.DryRun || c.Yes || c.Cursor != "" {
-		p.add("--dry-run, --yes and --cursor do not go with dead ls")
+	if c.DryRun || c.Yes || c.Cursor != "" || c.Op != "" {
+		p.add("--dry-run, --yes, --cursor and --op do not go with dead ls")
 	}
 	return p.err()
 }
