@@ -1,6 +1,7 @@
 package delaystore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -129,6 +130,7 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 		if res, err = r.scheduleLocked(stored, sync, d.write); err != nil {
 			return nil, err
 		}
+		r.dedupSwept = d.swept
 	}
 	out := make([]Outcome, len(in))
 	for i, ref := range refs {
@@ -171,6 +173,8 @@ type dedupBatch struct {
 	nowNs    int64
 	expireNs int64
 	recs     map[string]*dedupEntry
+	// swept is where the next sweep starts once this batch commits.
+	swept uint64
 }
 
 // duplicate reports whether o is a resend of a message whose record
@@ -283,12 +287,21 @@ func (d *dedupBatch) write(b Batch, out []Scheduled) error {
 func sweepLimit(n int) int { return 64 + 2*n }
 
 // sweep adds to b the deletion of up to limit records expired at nowNs
-// and of their time entries, leaving those this batch rewrites.
+// and of their time entries, leaving those this batch rewrites. It starts
+// where the last committed sweep ended: the entries before are deleted,
+// and an LSM store would otherwise step over each deletion again, every
+// batch, until a compaction drops them (that made a batch of records cost
+// seven times a batch of plain messages).
 func (d *dedupBatch) sweep(b Batch, limit int) error {
 	var expired [][]byte
 	var entryErr error
-	opts := IterOptions{LowerBound: []byte(dedupAtPrefix), UpperBound: dedupAtUpperBound(d.nowNs)}
-	err := d.r.s.Scan(opts, func(k, _ []byte) bool {
+	lower := binary.BigEndian.AppendUint64([]byte(dedupAtPrefix), d.r.dedupSwept)
+	d.swept = d.r.dedupSwept
+	upper := dedupAtUpperBound(d.nowNs)
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	err := d.r.s.Scan(IterOptions{LowerBound: lower, UpperBound: upper}, func(k, _ []byte) bool {
 		if len(k) <= len(dedupAtPrefix)+8 {
 			entryErr = fmt.Errorf("duplicate time entry %x is %d bytes: %w", k, len(k), ErrCorrupt)
 			return false
@@ -301,6 +314,12 @@ func (d *dedupBatch) sweep(b Batch, limit int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sweep duplicate records: %w", err)
+	}
+	if len(expired) < limit {
+		d.swept = expiryOrder(d.nowNs) + 1 // every entry up to now is gone
+	} else {
+		// Entries may share the last one's expiry: start on it.
+		d.swept = binary.BigEndian.Uint64(expired[len(expired)-1][len(dedupAtPrefix):])
 	}
 	var rec []byte
 	for _, k := range expired {

@@ -156,6 +156,11 @@ type Repository struct {
 	// msgs are the messages written last, encoded (see msgCache); it has
 	// its own lock, taken after wmu and never with mu.
 	msgs msgCache
+	// dedupSwept is the expiry, in the order of the duplicate window's
+	// time entries, below which the last committed sweep left none (see
+	// dedup.go); the next sweep starts there, not over the deletions of
+	// those before it. wmu must be held.
+	dedupSwept uint64
 
 	mu struct {
 		sync.Mutex
