@@ -24,7 +24,6 @@ type metrics struct {
 	storeFailures prometheus.Counter
 	reopenFails   prometheus.Counter
 	scheduled     prometheus.Counter
-	duplicates    prometheus.Counter
 	commitBatch   prometheus.Histogram
 	commitLatency prometheus.Histogram
 	lateness      prometheus.Histogram
@@ -53,7 +52,7 @@ func newMetrics() *metrics {
 		}, []string{"err_code"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
-			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
+			Help: "Ingest messages by result: ok (stored), duplicate (a resend within the duplicate window, answered with the first reply), invalid (400) or unavailable (503).",
 		}, []string{"result"}),
 		storeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "store_failures_total",
@@ -66,10 +65,6 @@ func newMetrics() *metrics {
 		scheduled: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "messages_scheduled_total",
 			Help: "Messages durably stored by ingest.",
-		}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ingest_duplicates_total",
-			Help: "Ingest messages answered as resends within the duplicate window (--dedup-window): the first answer, nothing stored.",
 		}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "commit_batch_size",
@@ -154,7 +149,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.badAnswers, m.streamAnswers, m.streamErrors, m.storeFailures, m.reopenFails, m.scheduled, m.duplicates, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
+		m.ingest, m.badAnswers, m.streamAnswers, m.streamErrors, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

@@ -584,7 +584,7 @@ func (s *Service) handleIngest(req micro.Request) {
 	reply := req.Reply()
 	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
 		if err == nil && res.Duplicate {
-			s.m.duplicates.Inc()
+			s.m.ingest.WithLabelValues("duplicate").Inc()
 		} else if err == nil && s.events != nil {
 			s.events.Emit(events.Of(events.Scheduled, res.Key, msg, 0))
 		}
