@@ -239,7 +239,8 @@ func BenchmarkRepository_OpenBuildsOccurrenceIndex(b *testing.B) {
 
 // BenchmarkRepository_ScheduleOnce measures the duplicate window's cost:
 // each iteration commits, with Sync, one batch of 64 messages through each
-// of four paths, each on its own store: Schedule (the baseline),
+// of five paths, each on its own store: Schedule (the baseline), Schedule
+// with a Delay-Id each (what a Delay-Id cost before the window),
 // ScheduleOnce of messages without ids, with a Delay-Id and sum each, and
 // with a Nats-Msg-Id each. The clock moves 1ms a batch and the window is
 // 100ms, so after 100 batches every batch also sweeps as many records as
@@ -249,7 +250,7 @@ func BenchmarkRepository_OpenBuildsOccurrenceIndex(b *testing.B) {
 func BenchmarkRepository_ScheduleOnce(b *testing.B) {
 	const n = 64
 	const window = 100 * time.Millisecond
-	paths := []string{"schedule", "once-no-id", "once-delay-id", "once-msg-id"}
+	paths := []string{"schedule", "schedule-delay-id", "once-no-id", "once-delay-id", "once-msg-id"}
 	repos := make([]*delaystore.Repository, len(paths))
 	for i := range paths {
 		repos[i] = openRepo(b, openDisk(b, b.TempDir(), nil), delaystore.RepositoryConfig{})
@@ -266,6 +267,8 @@ func BenchmarkRepository_ScheduleOnce(b *testing.B) {
 				in[i].Msg = m
 				id := fmt.Sprintf("id-%d", seq+i)
 				switch paths[p] {
+				case "schedule-delay-id":
+					m.ClientId = id
 				case "once-delay-id":
 					m.ClientId, in[i].Sum = id, delaystore.DedupSum{byte(i)}
 				case "once-msg-id":
@@ -274,7 +277,7 @@ func BenchmarkRepository_ScheduleOnce(b *testing.B) {
 			}
 			start := processCPU(b)
 			var err error
-			if p == 0 {
+			if p < 2 {
 				_, err = r.Schedule(msgs, delaystore.Sync)
 			} else {
 				_, err = r.ScheduleOnce(in, window, now, delaystore.Sync)
