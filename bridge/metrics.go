@@ -52,7 +52,7 @@ func newMetrics() *metrics {
 		}, []string{"err_code"}),
 		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ingest_requests_total",
-			Help: "Ingest messages by result: ok, invalid (400) or unavailable (503).",
+			Help: "Ingest messages by result: ok (stored), duplicate (a resend within the duplicate window, answered with the first reply), invalid (400) or unavailable (503).",
 		}, []string{"result"}),
 		storeFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "store_failures_total",

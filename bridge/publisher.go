@@ -482,6 +482,13 @@ func deadLetterExtraLen(subject string, reasonLen int) int {
 		len(wire.HeaderReason) + reasonLen + len(": \r\n")
 }
 
+// duplicateReply is the JSON of wire.ScheduleReply for a resend within
+// the duplicate window: the first answer, marked as a duplicate.
+func duplicateReply(res delaystore.Outcome, subject string) []byte {
+	body, _ := json.Marshal(wire.ScheduleReply{Tag: res.Key.Tag(), Subject: subject, FireAt: formatTime(res.FireAtNs), Duplicate: true})
+	return body
+}
+
 // scheduleReply is the JSON of wire.ScheduleReply for a scheduled message,
 // as encoding/json writes it. The tag and time need no escaping, and most
 // subjects none either: those are written directly, which saves

@@ -579,7 +579,12 @@ func (s *Service) handleIngest(req micro.Request) {
 	lim := s.lim
 	// Read per message: a reconnect may reach a server with another.
 	lim.serverMaxPayload = int(s.nc.MaxPayload())
-	msg, err := parseSchedule(target, nats.Header(req.Headers()), req.Data(), s.cfg.Now(), lim)
+	h := nats.Header(req.Headers())
+	msg, err := parseSchedule(target, h, req.Data(), s.cfg.Now(), lim)
+	once := delaystore.Once{Msg: msg}
+	if err == nil && s.cfg.DedupWindow >= 0 {
+		once, err = onceOf(msg, h)
+	}
 	if err != nil {
 		s.ingestInvalid(req, err)
 		return
@@ -589,16 +594,20 @@ func (s *Service) handleIngest(req micro.Request) {
 	// and micro's request records an error answer in a field that its
 	// handler reads once the handler returns.
 	reply := req.Reply()
-	err = s.core.Load().Schedule(msg, func(k keys.Key, err error) {
-		if err == nil && s.events != nil {
-			s.events.Emit(events.Of(events.Scheduled, k, msg, 0))
+	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+		if err == nil && res.Duplicate {
+			s.m.ingest.WithLabelValues("duplicate").Inc()
+		} else if err == nil && s.events != nil {
+			s.events.Emit(events.Of(events.Scheduled, res.Key, msg, 0))
 		}
 		switch {
 		case reply == "":
 		case err != nil:
 			_ = s.nc.PublishMsg(errorMsg(reply, err))
+		case res.Duplicate:
+			_ = s.nc.Publish(reply, duplicateReply(res, msg.Subject))
 		default:
-			_ = s.nc.Publish(reply, scheduleReply(k, msg))
+			_ = s.nc.Publish(reply, scheduleReply(res.Key, msg))
 		}
 	})
 	if err != nil {

@@ -451,7 +451,7 @@ func (r *Repository) Replay(ks []keys.Key, target string, nowNs int64, sync Sync
 	if len(msgs) == 0 {
 		return out, nil
 	}
-	res, err := r.scheduleLocked(msgs, sync, func(b Batch) error {
+	res, err := r.scheduleLocked(msgs, sync, func(b Batch, _ []Scheduled) error {
 		for i, k := range dks {
 			if err := r.dropDead(b, k, dead[i]); err != nil {
 				return err

@@ -28,6 +28,8 @@
 //	metadata/event-repo/schedule/<subject>\x00<name>  next occurrence of a recurring schedule
 //	metadata/event-repo/schedules                      number of recurring schedules
 //	metadata/event-repo/recur-at/<bucket><hash><id>    one entry per occurrence still to plan, in time order
+//	metadata/event-repo/dedup/<kind><subject>\x00<id>  the duplicate window's record of a Delay-Id or Nats-Msg-Id (see dedup.go)
+//	metadata/event-repo/dedup-at/<expire_at><kind>...  the same records in expiry order
 //
 // # Why a due index
 //

@@ -156,6 +156,11 @@ type Repository struct {
 	// msgs are the messages written last, encoded (see msgCache); it has
 	// its own lock, taken after wmu and never with mu.
 	msgs msgCache
+	// dedupSwept is the expiry, in the order of the duplicate window's
+	// time entries, below which the last committed sweep left none (see
+	// dedup.go); the next sweep starts there, not over the deletions of
+	// those before it. wmu must be held.
+	dedupSwept uint64
 
 	mu struct {
 		sync.Mutex
@@ -368,17 +373,8 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	// Messages in a batch mostly share a subject, so work per subject is
-	// done once per run of equal subjects, here and below.
-	for i, m := range msgs {
-		if i == 0 || m.GetSubject() != msgs[i-1].GetSubject() {
-			if err := validateSubject(m.GetSubject()); err != nil {
-				return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
-			}
-		}
-		if err := validateName("client id", m.GetClientId()); err != nil {
-			return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
-		}
+	if err := validateBatch(msgs); err != nil {
+		return nil, err
 	}
 
 	// NB: wmu is held across the commit on purpose, against the usual rule of
@@ -397,9 +393,27 @@ func (r *Repository) Schedule(msgs []*StoredMessage, sync SyncMode) ([]Scheduled
 	return r.scheduleLocked(msgs, sync, nil)
 }
 
+// validateBatch checks the subjects and client ids of msgs.
+func validateBatch(msgs []*StoredMessage) error {
+	// Messages in a batch mostly share a subject, so work per subject is
+	// done once per run of equal subjects, here and in scheduleLocked.
+	for i, m := range msgs {
+		if i == 0 || m.GetSubject() != msgs[i-1].GetSubject() {
+			if err := validateSubject(m.GetSubject()); err != nil {
+				return fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+			}
+		}
+		if err := validateName("client id", m.GetClientId()); err != nil {
+			return fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(msgs), err)
+		}
+	}
+	return nil
+}
+
 // scheduleLocked is Schedule, with wmu held and msgs checked; extra, if
-// not nil, adds its own writes to the batch before the counts are set.
-func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch) error) ([]Scheduled, error) {
+// not nil, adds its own writes to the batch before the counts are set,
+// told the keys of msgs.
+func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch, []Scheduled) error) ([]Scheduled, error) {
 	first, last, err := r.reserveIDs(len(msgs))
 	if err != nil {
 		return nil, err
@@ -491,7 +505,7 @@ func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra 
 	}
 	deadTotal := r.mu.dead // NB: only wmu's holder changes it
 	if extra != nil {
-		if err := extra(b); err != nil {
+		if err := extra(b, out); err != nil {
 			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
 		}
 		var err error

@@ -2,6 +2,7 @@ package delaystore_test
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,4 +235,74 @@ func BenchmarkRepository_OpenBuildsOccurrenceIndex(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/n, "ns/msg")
+}
+
+// BenchmarkRepository_ScheduleOnce measures the duplicate window's cost:
+// each iteration commits, with Sync, one batch of 64 messages through each
+// of five paths, each on its own store: Schedule (the baseline), Schedule
+// with a Delay-Id each (what a Delay-Id cost before the window),
+// ScheduleOnce of messages without ids, with a Delay-Id and sum each, and
+// with a Nats-Msg-Id each. The clock moves 1ms a batch and the window is
+// 100ms, so after 100 batches every batch also sweeps as many records as
+// it writes, as at a steady rate. It reports the process's CPU time per
+// message of each path (all of the process's, so background flushes and
+// compactions count where they fall) and each one's ratio to the baseline.
+func BenchmarkRepository_ScheduleOnce(b *testing.B) {
+	const n = 64
+	const window = 100 * time.Millisecond
+	paths := []string{"schedule", "schedule-delay-id", "once-no-id", "once-delay-id", "once-msg-id"}
+	repos := make([]*delaystore.Repository, len(paths))
+	for i := range paths {
+		repos[i] = openRepo(b, openDisk(b, b.TempDir(), nil), delaystore.RepositoryConfig{})
+	}
+	cpu := make([]time.Duration, len(paths))
+	now, seq := t0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		now += int64(time.Millisecond)
+		for p, r := range repos {
+			msgs := benchMessages(n, "bench.orders", now)
+			in := make([]delaystore.Once, n)
+			for i, m := range msgs {
+				in[i].Msg = m
+				id := fmt.Sprintf("id-%d", seq+i)
+				switch paths[p] {
+				case "schedule-delay-id":
+					m.ClientId = id
+				case "once-delay-id":
+					m.ClientId, in[i].Sum = id, delaystore.DedupSum{byte(i)}
+				case "once-msg-id":
+					in[i].MsgID = id
+				}
+			}
+			start := processCPU(b)
+			var err error
+			if p < 2 {
+				_, err = r.Schedule(msgs, delaystore.Sync)
+			} else {
+				_, err = r.ScheduleOnce(in, window, now, delaystore.Sync)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			cpu[p] += processCPU(b) - start
+		}
+		seq += n
+	}
+	per := func(p int) float64 { return float64(cpu[p].Microseconds()) / float64(b.N*n) }
+	for p, name := range paths {
+		b.ReportMetric(per(p), name+"-cpu-µs/msg")
+		if p > 0 {
+			b.ReportMetric(per(p)/per(0), name+"/schedule")
+		}
+	}
+}
+
+// processCPU is the CPU time the process used so far, user and system.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

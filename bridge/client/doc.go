@@ -14,9 +14,11 @@
 // Retries: with WithRetry, a request that failed in a way that may pass
 // (no responders, no answer in time, a 503) is sent again, after a pause
 // that doubles each time. Schedule retries a message with an ID after any
-// of them: the service replaces a pending message of the same subject and
-// Delay-Id, so a retry after an answer that was lost stores the message
-// once. A message without an ID is retried only after no responders,
+// of them: the service answers a resend of the same message (subject,
+// Delay-Id and content) within its duplicate window with the first reply
+// (Scheduled.Duplicate), even when the first was already delivered, and
+// outside it replaces a pending message of the same subject and Delay-Id,
+// so a retry after an answer that was lost stores the message once. A message without an ID is retried only after no responders,
 // which says that no service received it (none runs there, or a cluster
 // is between leaders); after a timeout or a 503 it may have been stored,
 // a retry could store it twice, and the error is returned. Cancel and

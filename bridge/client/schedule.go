@@ -30,7 +30,9 @@ type Message struct {
 	Delay time.Duration
 	At    time.Time
 	// ID is the Delay-Id: scheduling again with the same subject and ID
-	// replaces the pending message, which makes Schedule safe to retry.
+	// replaces the pending message, and the same message sent again
+	// within the service's duplicate window is answered with the first
+	// reply, which makes Schedule safe to retry.
 	ID string
 	// TTL expires the message that long after its fire time (Delay-TTL).
 	TTL time.Duration
@@ -82,10 +84,14 @@ func (c *Client) msg(m Message) *nats.Msg {
 
 // Scheduled is the service's answer to a message it stored durably: its
 // tag (for Get, Cancel and the deliveries' Delay-Tag) and its fire time.
+// Duplicate says the message was a resend within the service's duplicate
+// window (a retry whose first try was stored): Tag and FireAt are then the
+// first try's, and nothing new was stored.
 type Scheduled struct {
-	Tag     string
-	Subject string
-	FireAt  time.Time
+	Tag       string
+	Subject   string
+	FireAt    time.Time
+	Duplicate bool
 }
 
 // Schedule stores m with the service and returns once it is durable. A
@@ -116,5 +122,5 @@ func (c *Client) Schedule(ctx context.Context, m Message) (*Scheduled, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("unexpected fire_at %q in the answer to a schedule", r.FireAt), err)
 	}
-	return &Scheduled{Tag: r.Tag, Subject: r.Subject, FireAt: at}, nil
+	return &Scheduled{Tag: r.Tag, Subject: r.Subject, FireAt: at, Duplicate: r.Duplicate}, nil
 }

@@ -67,6 +67,13 @@ type Config struct {
 	// off. Default 10s.
 	IdleRelease time.Duration
 
+	// DedupWindow is how long after a message is stored a resend of it
+	// is answered with the first answer and stores nothing: the same
+	// (subject, Nats-Msg-Id), or the same (subject, Delay-Id) with the
+	// same content (see delaystore.ScheduleOnce). Negative turns it off.
+	// Default 2m, as JetStream's duplicate window.
+	DedupWindow time.Duration
+
 	// Now is the clock; nil means time.Now. It is also the dispatcher's
 	// and the janitor's.
 	Now func() time.Time
@@ -79,7 +86,8 @@ type Config struct {
 // WithMetrics). Its methods are called on the Service's goroutines and
 // must not block.
 type Metrics interface {
-	// Committed is called after each group commit of batch messages.
+	// Committed is called after each group commit of batch messages
+	// (resends answered from the duplicate window not counted).
 	Committed(batch int, took time.Duration, err error)
 	// StoreFailed is called when a write fails the store.
 	StoreFailed()
@@ -99,6 +107,7 @@ func DefaultConfig() Config {
 		ReopenBackoff:    100 * time.Millisecond,
 		ReopenMaxBackoff: 5 * time.Second,
 		IdleRelease:      10 * time.Second,
+		DedupWindow:      2 * time.Minute,
 	}
 }
 
@@ -153,6 +162,7 @@ func (c Config) withDefaults() Config {
 		c.ReopenMaxBackoff = max(d.ReopenMaxBackoff, c.ReopenBackoff)
 	}
 	c.IdleRelease = cmp.Or(c.IdleRelease, d.IdleRelease)
+	c.DedupWindow = cmp.Or(c.DedupWindow, d.DedupWindow)
 	if c.Delivery.AckWait == 0 {
 		c.Delivery.AckWait = d.Delivery.AckWait // INFO reports it
 	}

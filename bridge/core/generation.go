@@ -81,6 +81,7 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	}
 	g.jan.Start()
 	g.w = newWriter(g.repo, g.disp, s.cfg.MaxBatch, s.cfg.MaxBatchBytes, s.log, s.committed)
+	g.w.window, g.w.now = s.cfg.DedupWindow, s.cfg.Now
 	if s.cfg.IdleRelease > 0 {
 		g.idle = idle.Start(idle.Config{
 			Quiet:       s.cfg.IdleRelease,

@@ -291,6 +291,13 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 // it (stopping, down) it returns a 503 error and done is not called. The
 // Service owns msg from then on.
 func (s *Service) Schedule(msg *delaystore.StoredMessage, done ScheduleFunc) error {
+	return s.ScheduleOnce(delaystore.Once{Msg: msg}, func(res delaystore.Outcome, err error) { done(res.Key, err) })
+}
+
+// ScheduleOnce is Schedule with the duplicate window (Config.DedupWindow):
+// done is told the outcome, which is the first answer when o is a resend
+// (see delaystore.Repository.ScheduleOnce).
+func (s *Service) ScheduleOnce(o delaystore.Once, done OnceFunc) error {
 	s.workMu.RLock()
 	defer s.workMu.RUnlock()
 	if s.stopping {
@@ -299,7 +306,7 @@ func (s *Service) Schedule(msg *delaystore.StoredMessage, done ScheduleFunc) err
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	s.gen.Load().w.submit(scheduleRequest{msg: msg, done: done})
+	s.gen.Load().w.submit(scheduleRequest{once: o, done: done})
 	return nil
 }
 

@@ -17,10 +17,14 @@ import (
 // the next batch waits for it.
 type ScheduleFunc func(k keys.Key, err error)
 
+// OnceFunc is ScheduleFunc for ScheduleOnce: it is told the outcome,
+// which may be a duplicate's first answer.
+type OnceFunc func(res delaystore.Outcome, err error)
+
 // scheduleRequest is one accepted message waiting for the group commit.
 type scheduleRequest struct {
-	msg  *delaystore.StoredMessage
-	done ScheduleFunc
+	once delaystore.Once
+	done OnceFunc
 	size int // messageSize, set by submit
 }
 
@@ -43,6 +47,10 @@ type writer struct {
 	maxBatch      int
 	maxBatchBytes int
 	observe       func(batch int, took time.Duration, err error)
+	// window is the duplicate window (Config.DedupWindow), read on the
+	// clock now.
+	window time.Duration
+	now    func() time.Time
 
 	// reqs is bounded by maxBatch; submit blocks when it is full.
 	reqs chan scheduleRequest
@@ -69,7 +77,7 @@ func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch,
 // at the limit. A message larger than the limit alone waits for an empty
 // queue.
 func (w *writer) submit(r scheduleRequest) {
-	r.size = messageSize(r.msg)
+	r.size = messageSize(r.once.Msg)
 	w.mu.Lock()
 	for w.queued > 0 && w.queued+r.size > 2*w.maxBatchBytes {
 		w.room.Wait()
@@ -149,15 +157,26 @@ func (w *writer) run() {
 	}
 }
 
+// duplicates counts the resends in res, which stored nothing.
+func duplicates(res []delaystore.Outcome) int {
+	n := 0
+	for _, o := range res {
+		if o.Duplicate {
+			n++
+		}
+	}
+	return n
+}
+
 func (w *writer) commit(batch []scheduleRequest) {
-	msgs := make([]*delaystore.StoredMessage, len(batch))
+	in := make([]delaystore.Once, len(batch))
 	for i, r := range batch {
-		msgs[i] = r.msg
+		in[i] = r.once
 	}
 	start := time.Now()
-	res, err := w.repo.Schedule(msgs, delaystore.Sync)
+	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
 	if w.observe != nil {
-		w.observe(len(batch), time.Since(start), err)
+		w.observe(len(batch)-duplicates(res), time.Since(start), err)
 	}
 	if errors.Is(err, delaystore.ErrNotLeader) {
 		// Not a storage fault: this node lost its cluster's leadership
@@ -166,7 +185,7 @@ func (w *writer) commit(batch []scheduleRequest) {
 		w.log.Warn("scheduled messages not committed: not the cluster leader", "err", err, "messages", len(batch))
 		err = unavailable("%s", delaystore.NotLeaderText(err))
 		for _, r := range batch {
-			r.done(keys.Key{}, err)
+			r.done(delaystore.Outcome{}, err)
 		}
 		return
 	}
@@ -174,14 +193,16 @@ func (w *writer) commit(batch []scheduleRequest) {
 		w.log.Error("committing scheduled messages", "err", err, "messages", len(batch))
 		err = unavailable("storage failing: %v", err)
 		for _, r := range batch {
-			r.done(keys.Key{}, err)
+			r.done(delaystore.Outcome{}, err)
 		}
 		return
 	}
-	for i, s := range res {
-		w.disp.Notify(s, msgs[i].FireAtNs)
+	for _, s := range res {
+		if !s.Duplicate {
+			w.disp.Notify(s.Scheduled, s.FireAtNs)
+		}
 	}
 	for i, r := range batch {
-		r.done(res[i].Key, nil)
+		r.done(res[i], nil)
 	}
 }

@@ -12,6 +12,10 @@ type ScheduleReply struct {
 	Tag     string `json:"tag"`
 	Subject string `json:"subject"`
 	FireAt  string `json:"fire_at"`
+	// Duplicate says the message was a resend within the duplicate
+	// window: nothing was stored, and Tag and FireAt are the first
+	// answer's (docs/protocol.md, section 1).
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // MessageRef names one pending message, in GET and CANCEL requests: by

@@ -157,6 +157,10 @@ func (c *pubCmd) Run(e *env) error {
 	if err := json.Unmarshal(rep.Data, &s); err != nil || s.Tag == "" {
 		return fmt.Errorf("unexpected reply on %s: %q", m.Subject, rep.Data)
 	}
+	if s.Duplicate {
+		_, err = fmt.Fprintf(e.stdout, "duplicate of %s tag=%s fire_at=%s: stored before, within the duplicate window\n", s.Subject, s.Tag, s.FireAt)
+		return err
+	}
 	_, err = fmt.Fprintf(e.stdout, "scheduled %s tag=%s fire_at=%s\n", s.Subject, s.Tag, s.FireAt)
 	return err
 }
