@@ -45,7 +45,7 @@ func TestService_Metrics_MoveWithMessages(t *testing.T) {
 		}
 	}
 	want := `
-# HELP natsdelay_ingest_requests_total Ingest messages by result: ok, invalid (400) or unavailable (503).
+# HELP natsdelay_ingest_requests_total Ingest messages by result: ok (stored), duplicate (a resend within the duplicate window, answered with the first reply), invalid (400) or unavailable (503).
 # TYPE natsdelay_ingest_requests_total counter
 natsdelay_ingest_requests_total{result="invalid"} 1
 natsdelay_ingest_requests_total{result="ok"} 1
