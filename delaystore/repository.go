@@ -418,90 +418,19 @@ func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra 
 	if err != nil {
 		return nil, err
 	}
-
-	out := make([]Scheduled, len(msgs))
-	var hash uint64
-	for i, m := range msgs {
-		m.EventId = first + uint64(i)
-		// keys.Make, with the subject's hash reused along a run.
-		if i == 0 || m.Subject != msgs[i-1].Subject {
-			hash = keys.TopicHash(m.Subject)
-		}
-		out[i].Key = keys.New(hash, keys.Bucket(keys.FireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
-	}
+	out := r.assignKeys(msgs, first)
 
 	b := r.s.NewBatch()
 	defer b.Close()
 	r.resetScratch()
 	deltas := r.w.deltas
 
-	// Resolve replacements before writing anything, so a message replaced
-	// later in the same call is never written at all: the batch then never
-	// sets and deletes the same key.
-	var superseded []bool
-	var latest map[string]int // client id index key -> index in msgs
-	for i, m := range msgs {
-		if m.ClientId == "" {
-			continue
-		}
-		if latest == nil {
-			latest = make(map[string]int)
-			superseded = make([]bool, len(msgs))
-		}
-		ck := string(appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId))
-		if j, ok := latest[ck]; ok {
-			out[i].Replaced, out[i].HasReplaced = out[j].Key, true
-			superseded[j] = true
-		} else {
-			old, ok, err := r.replacePending(b, deltas, []byte(ck))
-			if err != nil {
-				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
-			}
-			out[i].Replaced, out[i].HasReplaced = old, ok
-		}
-		latest[ck] = i
+	superseded, err := r.resolveReplacements(b, deltas, msgs, out)
+	if err != nil {
+		return nil, err
 	}
-
-	var run int64 // messages of subject runSubject not yet in deltas
-	var runSubject string
-	for i, m := range msgs {
-		if superseded != nil && superseded[i] {
-			continue
-		}
-		if m.Recurrence != nil && m.Recurrence.Name == "" {
-			m.Recurrence.Name = scheduleName(m.Recurrence, out[i].Key)
-		}
-		if err := r.setMessage(b, &out[i].Key, m); err != nil {
-			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
-		}
-		if err := r.indexDue(b, &out[i].Key); err != nil {
-			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
-		}
-		if m.ClientId != "" {
-			r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
-			if err := b.Set(r.w.key, out[i].Key[:]); err != nil {
-				return nil, fmt.Errorf("delaystore: schedule batch of %d: index client id: %w", len(msgs), err)
-			}
-		}
-		if m.ExpireAtNs != 0 {
-			r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, out[i].Key)
-			if err := b.Set(r.w.key, nil); err != nil {
-				return nil, fmt.Errorf("delaystore: schedule batch of %d: index expiry: %w", len(msgs), err)
-			}
-		}
-		if err := r.indexSchedule(b, out[i].Key, m); err != nil {
-			return nil, fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
-		}
-		if m.Subject != runSubject {
-			if run != 0 {
-				deltas[runSubject] += run
-			}
-			runSubject, run = m.Subject, 0
-		}
-		run++
-	}
-	if run != 0 {
-		deltas[runSubject] += run
+	if err := r.writeScheduled(b, deltas, msgs, out, superseded); err != nil {
+		return nil, err
 	}
 	deadTotal := r.mu.dead // NB: only wmu's holder changes it
 	if extra != nil {
@@ -533,6 +462,111 @@ func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra 
 	}
 	r.trimScratch()
 	return out, nil
+}
+
+// assignKeys numbers msgs from first on, setting their event ids, and
+// returns their keys.
+func (r *Repository) assignKeys(msgs []*StoredMessage, first uint64) []Scheduled {
+	out := make([]Scheduled, len(msgs))
+	var hash uint64
+	for i, m := range msgs {
+		m.EventId = first + uint64(i)
+		// keys.Make, with the subject's hash reused along a run.
+		if i == 0 || m.Subject != msgs[i-1].Subject {
+			hash = keys.TopicHash(m.Subject)
+		}
+		out[i].Key = keys.New(hash, keys.Bucket(keys.FireAtMs(m.FireAtNs), r.bucketMs), m.EventId)
+	}
+	return out
+}
+
+// resolveReplacements adds to b the removal of the pending messages that
+// msgs replace by client id, records in out what each message replaces,
+// and returns which of msgs a later one in the same call replaces (nil if
+// none has a client id). wmu must be held.
+//
+// Replacements are resolved before anything is written, so a message
+// replaced later in the same call is never written at all: the batch then
+// never sets and deletes the same key.
+func (r *Repository) resolveReplacements(b Batch, deltas map[string]int64, msgs []*StoredMessage, out []Scheduled) ([]bool, error) {
+	var superseded []bool
+	var latest map[string]int // client id index key -> index in msgs
+	for i, m := range msgs {
+		if m.ClientId == "" {
+			continue
+		}
+		if latest == nil {
+			latest = make(map[string]int)
+			superseded = make([]bool, len(msgs))
+		}
+		ck := string(appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId))
+		if j, ok := latest[ck]; ok {
+			out[i].Replaced, out[i].HasReplaced = out[j].Key, true
+			superseded[j] = true
+		} else {
+			old, ok, err := r.replacePending(b, deltas, []byte(ck))
+			if err != nil {
+				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
+			}
+			out[i].Replaced, out[i].HasReplaced = old, ok
+		}
+		latest[ck] = i
+	}
+	return superseded, nil
+}
+
+// writeScheduled adds to b each of msgs not superseded, under its key in
+// out, with its index entries, and adds to deltas the messages it writes
+// per subject. wmu must be held.
+func (r *Repository) writeScheduled(b Batch, deltas map[string]int64, msgs []*StoredMessage, out []Scheduled, superseded []bool) error {
+	var run int64 // messages of subject runSubject not yet in deltas
+	var runSubject string
+	for i, m := range msgs {
+		if superseded != nil && superseded[i] {
+			continue
+		}
+		if err := r.writeOneScheduled(b, &out[i].Key, m); err != nil {
+			return fmt.Errorf("delaystore: schedule batch of %d: %w", len(msgs), err)
+		}
+		if m.Subject != runSubject {
+			if run != 0 {
+				deltas[runSubject] += run
+			}
+			runSubject, run = m.Subject, 0
+		}
+		run++
+	}
+	if run != 0 {
+		deltas[runSubject] += run
+	}
+	return nil
+}
+
+// writeOneScheduled adds to b the new message m under key, with its due,
+// client id, expiry and schedule index entries. wmu must be held.
+func (r *Repository) writeOneScheduled(b Batch, key *keys.Key, m *StoredMessage) error {
+	if m.Recurrence != nil && m.Recurrence.Name == "" {
+		m.Recurrence.Name = scheduleName(m.Recurrence, *key)
+	}
+	if err := r.setMessage(b, key, m); err != nil {
+		return err
+	}
+	if err := r.indexDue(b, key); err != nil {
+		return err
+	}
+	if m.ClientId != "" {
+		r.w.key = appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId)
+		if err := b.Set(r.w.key, key[:]); err != nil {
+			return fmt.Errorf("index client id: %w", err)
+		}
+	}
+	if m.ExpireAtNs != 0 {
+		r.w.key = appendExpiryKey(r.w.key[:0], m.ExpireAtNs, *key)
+		if err := b.Set(r.w.key, nil); err != nil {
+			return fmt.Errorf("index expiry: %w", err)
+		}
+	}
+	return r.indexSchedule(b, *key, m)
 }
 
 // idLease is how many IDs one durable write of the ceiling covers: one
@@ -828,56 +862,11 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	r.resetScratch()
 	deltas := r.w.deltas
 	applied = make([]bool, len(ops))
-	// state holds the messages as this batch leaves them, nil once deleted,
-	// so later ops on the same key see earlier ones.
-	var state map[keys.Key]*StoredMessage
-	dead := false
-	for i, op := range ops {
-		cur, seen := state[op.Key]
-		if !seen && op.Msg == nil && op.Pending != nil && op.Dead == nil {
-			cur, seen = op.Pending, true
-		}
-		if !seen {
-			m, err := r.get(op.Key)
-			switch {
-			case errors.Is(err, ErrNotFound):
-			case err != nil:
-				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
-			default:
-				cur = m
-			}
-		}
-		if cur == nil {
-			continue
-		}
-		if state == nil {
-			state = make(map[keys.Key]*StoredMessage)
-		}
-		if op.Msg == nil {
-			if err := r.deleteMessage(b, &ops[i].Key, cur, true); err != nil {
-				return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
-			}
-			if op.Dead != nil {
-				if err := r.keepDead(b, op.Key, cur, op.Dead); err != nil {
-					return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
-				}
-				dead = true
-			}
-			deltas[cur.Subject]--
-			state[op.Key] = nil
-			applied[i] = true
-			continue
-		}
-		ok, err := r.update(b, &ops[i], cur)
-		if err != nil {
-			return nil, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
-		}
-		if ok {
-			state[op.Key] = op.Msg
-			applied[i] = true
-		}
+	found, dead, err := r.applyOps(b, deltas, ops, applied)
+	if err != nil {
+		return nil, err
 	}
-	if state == nil {
+	if !found {
 		return applied, nil
 	}
 
@@ -898,6 +887,82 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 	r.committedDead(deadTotal)
 	r.trimScratch()
 	return applied, nil
+}
+
+// applyOps adds ops to b, and their count changes to deltas, setting
+// applied[i] for each op that changes a pending message. It reports
+// whether any op found a pending message, and whether any kept one as
+// dead. wmu must be held.
+func (r *Repository) applyOps(b Batch, deltas map[string]int64, ops []Op, applied []bool) (found, dead bool, err error) {
+	// state holds the messages as this batch leaves them, nil once deleted,
+	// so later ops on the same key see earlier ones.
+	var state map[keys.Key]*StoredMessage
+	for i, op := range ops {
+		cur, err := r.applyTarget(&ops[i], state)
+		if err != nil {
+			return false, false, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+		}
+		if cur == nil {
+			continue
+		}
+		if state == nil {
+			state = make(map[keys.Key]*StoredMessage)
+		}
+		if op.Msg == nil {
+			if err := r.applyDelete(b, &ops[i], cur); err != nil {
+				return false, false, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+			}
+			if op.Dead != nil {
+				dead = true
+			}
+			deltas[cur.Subject]--
+			state[op.Key] = nil
+			applied[i] = true
+			continue
+		}
+		ok, err := r.update(b, &ops[i], cur)
+		if err != nil {
+			return false, false, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
+		}
+		if ok {
+			state[op.Key] = op.Msg
+			applied[i] = true
+		}
+	}
+	return state != nil, dead, nil
+}
+
+// applyTarget returns the message pending under op.Key as the ops before
+// it in the batch leave it (state), or nil if none is. A plain delete
+// takes the message its caller read, op.Pending, rather than reading it
+// again. wmu must be held.
+func (r *Repository) applyTarget(op *Op, state map[keys.Key]*StoredMessage) (*StoredMessage, error) {
+	if cur, seen := state[op.Key]; seen {
+		return cur, nil
+	}
+	if op.Msg == nil && op.Pending != nil && op.Dead == nil {
+		return op.Pending, nil
+	}
+	m, err := r.get(op.Key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return m, nil
+}
+
+// applyDelete adds to b the delete of cur, pending under op.Key, with its
+// index entries, keeping it as dead if op.Dead says so. wmu must be held.
+func (r *Repository) applyDelete(b Batch, op *Op, cur *StoredMessage) error {
+	if err := r.deleteMessage(b, &op.Key, cur, true); err != nil {
+		return err
+	}
+	if op.Dead != nil {
+		return r.keepDead(b, op.Key, cur, op.Dead)
+	}
+	return nil
 }
 
 // update adds to b the rewrite of cur, pending under op.Key, with op.Msg,

@@ -166,15 +166,8 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 }
 
 // open starts what o says, pushing on s.closers what stops each part.
-func (s *Server) open(ctx context.Context, o Options) (err error) {
-	dataDir := o.DataDir
-	if abs, err := filepath.Abs(dataDir); err == nil {
-		dataDir = abs
-	}
-	memory := o.Engine == engine.Memory
-	if memory {
-		dataDir = ""
-	}
+func (s *Server) open(ctx context.Context, o Options) error {
+	dataDir, memory := dataDirOf(o)
 
 	// The data dir comes first: a second serve on it stops here, before
 	// it starts a NATS server or takes a port.
@@ -193,16 +186,9 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 
 	// The HTTP listener comes next: a port in use fails before anything
 	// else starts, and /healthz answers while the rest starts.
-	var hs *httpServer
-	var reg prometheus.Registerer
-	s.httpAddr = "off"
-	if o.HTTP != "" {
-		r := newRegistry()
-		if hs, err = startHTTP(o.HTTP, r, o.PProf, o.UI, console.Config{Users: o.UIUsers, TailIdle: o.UITailIdle}, s.log); err != nil {
-			return err
-		}
-		reg, s.httpAddr = r, hs.addr
-		s.push("http listener", hs.close)
+	hs, reg, err := s.listenHTTP(o)
+	if err != nil {
+		return err
 	}
 
 	if err := s.connect(o); err != nil {
@@ -215,6 +201,61 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 	}
 	cfg := o.Service
 	cfg.Logger = s.log
+	svcStore, svcOpts, err := s.serviceStore(ctx, o, st, dataDir, memory, reg)
+	if err != nil {
+		return err
+	}
+	// From here the service owns the store, and closes it also when
+	// New fails.
+	if s.svc, err = bridge.New(s.nc, svcStore, cfg, svcOpts...); err != nil {
+		return fmt.Errorf("start the service: %w", err)
+	}
+	s.push("service", s.svc.Close)
+	if hs != nil {
+		s.serveHTTP(o, hs)
+	}
+	s.log.Info("natsdelay ready", "nats_url", s.url, "data_dir", dataDir, "engine", o.Engine,
+		"ingest", cfg.IngestPrefix+".>", "max_payload", s.nc.MaxPayload(), "http", s.httpAddr)
+	return nil
+}
+
+// dataDirOf returns the absolute data dir of o, and whether it keeps
+// its messages in memory, with no data dir ("" then).
+func dataDirOf(o Options) (dataDir string, memory bool) {
+	dataDir = o.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	memory = o.Engine == engine.Memory
+	if memory {
+		dataDir = ""
+	}
+	return dataDir, memory
+}
+
+// listenHTTP starts the HTTP listener o asks for, if any, and returns it
+// with the registry the service is to report its metrics to; both are nil
+// when o.HTTP is empty.
+func (s *Server) listenHTTP(o Options) (*httpServer, prometheus.Registerer, error) {
+	s.httpAddr = "off"
+	if o.HTTP == "" {
+		return nil, nil, nil
+	}
+	r := newRegistry()
+	hs, err := startHTTP(o.HTTP, r, o.PProf, o.UI, console.Config{Users: o.UIUsers, TailIdle: o.UITailIdle}, s.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.httpAddr = hs.addr
+	s.push("http listener", hs.close)
+	return hs, r, nil
+}
+
+// serviceStore returns the store the service is to use, st or, in a
+// cluster, the replicated store of a node started on it, with the options
+// that go with it. reg is where the service reports its metrics, nil for
+// nowhere.
+func (s *Server) serviceStore(ctx context.Context, o Options, st delaystore.Store, dataDir string, memory bool, reg prometheus.Registerer) (delaystore.Store, []bridge.Option, error) {
 	svcStore, svcOpts := st, []bridge.Option{bridge.WithRegisterer(reg)}
 	if o.Cluster != nil {
 		// The service does not own the local store of a node: the node
@@ -225,7 +266,7 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		rc.Logger = s.log.With("component", "raft")
 		node, err := openNode(ctx, st, rc, s.log)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		s.push("cluster node", func() error { return s.closeNode(node, transferTimeout(rc.ElectionTimeout)) })
 		// The service suspends its core while this node follows,
@@ -241,24 +282,19 @@ func (s *Server) open(ctx context.Context, o Options) (err error) {
 		// writes again. Not in memory, where a reopen starts empty.
 		svcOpts = append(svcOpts, bridge.WithReopen(func() (delaystore.Store, error) { return openStore(o.Engine, o.DataDir, s.log, false) }))
 	}
-	// From here the service owns the store, and closes it also when
-	// New fails.
-	if s.svc, err = bridge.New(s.nc, svcStore, cfg, svcOpts...); err != nil {
-		return fmt.Errorf("start the service: %w", err)
-	}
-	s.push("service", s.svc.Close)
-	if hs != nil {
-		hs.setReady(s.svc)
-		if hs.console != nil {
-			hs.console.SetService(s.svc)
-			if s.svc.Events() != nil {
-				s.connectConsole(o, hs.console)
-			}
+	return svcStore, svcOpts, nil
+}
+
+// serveHTTP tells hs, and its console if it has one, that the service is
+// up.
+func (s *Server) serveHTTP(o Options, hs *httpServer) {
+	hs.setReady(s.svc)
+	if hs.console != nil {
+		hs.console.SetService(s.svc)
+		if s.svc.Events() != nil {
+			s.connectConsole(o, hs.console)
 		}
 	}
-	s.log.Info("natsdelay ready", "nats_url", s.url, "data_dir", dataDir, "engine", o.Engine,
-		"ingest", cfg.IngestPrefix+".>", "max_payload", s.nc.MaxPayload(), "http", s.httpAddr)
-	return nil
 }
 
 // connect connects with o.Connect, or starts the embedded server and
