@@ -1,6 +1,6 @@
 # natsdelay build and test entry points.
 #
-#   make test            go vet and staticcheck, then every test with the race detector
+#   make test            go vet, staticcheck and the function length check, then every test with the race detector
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay-bench against JetStream
@@ -28,9 +28,11 @@ vet:
 	$(GO) vet $(PKG)
 
 # lint runs staticcheck at a pinned version, fetched through the module
-# proxy on first use; it is not a dependency of the module.
+# proxy on first use; it is not a dependency of the module. It then fails
+# on any function over 80 lines outside tests and generated code.
 lint:
 	$(GO) run $(STATICCHECK) $(PKG)
+	$(GO) run ./cmd/internal/funclen $(PKG)
 
 test: vet lint
 	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
