@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -27,17 +28,16 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	if d.del == nil {
 		return keys.Key{}, ErrClosed
 	}
-	// NB: pubMu, as in Cancel: a pass checks the mark and publishes under
-	// it, so nothing of k goes out from here until the move commits.
-	d.pubMu.Lock()
+	// NB: marked as in Cancel, so nothing of k goes out from here until
+	// the move commits.
 	d.mu.Lock()
 	_, marked := d.mu.flights.canceled[k]
 	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
 	if !flying && !marked {
 		d.mu.flights.canceled[k] = struct{}{}
 	}
+	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	if flying || marked {
 		if !flying {
 			// Marked with nothing in flight or queued: a delete or a move
@@ -82,13 +82,14 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 	if d.del == nil {
 		return 0, ErrClosed
 	}
-	d.pubMu.Lock()
 	d.mu.Lock()
 	for _, k := range ks {
 		d.markSettlingLocked(k)
 	}
+	for d.mu.inPublish && slices.Contains(ks, d.mu.publishing) {
+		d.waitPublishLocked() // as in waitUnpublishedLocked
+	}
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	type result struct {
 		applied bool
 		err     error
