@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,14 +86,30 @@ func BenchmarkIngest(b *testing.B) {
 	_ = responder.Flush()
 	hdr := nats.Header{wire.HeaderDelay: []string{"1h"}}
 	const n = 20000
-	var base, ingest float64
+	var base, ingest, baseCPU, ingestCPU float64
 	for b.Loop() {
+		start := processCPU(b)
 		base = requestLoop(b, url, "echo", nil, n)
+		mid := processCPU(b)
 		ingest = requestLoop(b, url, "delay.bench.ingest", hdr, n)
+		baseCPU, ingestCPU = (mid-start)/n, (processCPU(b)-mid)/n
 	}
 	b.ReportMetric(base, "baseline-msgs/s")
 	b.ReportMetric(ingest, "msgs/s")
 	b.ReportMetric(ingest/base, "ratio")
+	b.ReportMetric(baseCPU, "baseline-cpu-us/msg")
+	b.ReportMetric(ingestCPU, "cpu-us/msg")
+}
+
+// processCPU is the CPU time, user and system, the process has used so
+// far, in microseconds: the embedded server's, the requesters' and the
+// service's, all in this process.
+func processCPU(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // BenchmarkFireLateness schedules 20,000 messages due within 2 seconds and

@@ -204,6 +204,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			ConstLabels: prometheus.Labels{"reason": r.reason}},
 			func() float64 { return float64(r.n(s.events.Stats())) }))
 	}
+	cs = append(cs, answerMetrics(s.answers)...)
 	if s.cluster != nil {
 		cs = append(cs, m.leaderChanges, &clusterCollector{s: s})
 	}
@@ -213,6 +214,32 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		}
 	}
 	return nil
+}
+
+// answerMetrics are the answerer's counters and queue.
+func answerMetrics(a *answerer) []prometheus.Collector {
+	cs := []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "answers_sent_total",
+			Help: "Answers to ingest requests and to AckSyncs handed to the NATS connection."},
+			func() float64 { return float64(a.Stats().Sent) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "answers_queued",
+			Help: "Answers to ingest requests and to AckSyncs waiting to be published."},
+			func() float64 { return float64(a.Stats().Queued) }),
+	}
+	for _, r := range []struct {
+		reason string
+		n      func(answererStats) uint64
+	}{
+		{"full", func(st answererStats) uint64 { return st.Full }},
+		{"failed", func(st answererStats) uint64 { return st.Failed }},
+		{"closed", func(st answererStats) uint64 { return st.Late }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "answers_dropped_total",
+			Help:        "Answers to ingest requests and to AckSyncs not published, by reason: full (the queue stayed full for a second: the connection did not take them), failed (the connection refused them: closed, or reconnecting with its buffer full) or closed (handed over after the service closed). The requester times out and asks again; what the answer reported is stored.",
+			ConstLabels: prometheus.Labels{"reason": r.reason}},
+			func() float64 { return float64(r.n(a.Stats())) }))
+	}
+	return cs
 }
 
 // orZero is f(r), or 0 while there is no repository: a node of a cluster

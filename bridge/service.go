@@ -201,6 +201,9 @@ type Service struct {
 	cluster Cluster
 	// reopen opens the store again after a fault; see WithReopen.
 	reopen func() (delaystore.Store, error)
+	// answers publishes the answers that the writer and the deleter
+	// hand over: to ingest requests and to consumers' AckSyncs.
+	answers *answerer
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -276,6 +279,7 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config, opts ...Option) (*Se
 		o(s)
 	}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
+	s.answers = newAnswerer(nc, answerQueue, answerWait)
 	s.lim = scheduleLimits{
 		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
 		ackPrefix: cfg.AckPrefix, deadLetter: cfg.Delivery.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
@@ -474,7 +478,8 @@ func (s *Service) Stats() dispatch.Stats { return s.core.Load().Stats() }
 // (the writer commits and answers what it took, the janitor stops, the
 // dispatcher finishes its publishes and flushes pending deletes), the ack
 // subscriptions drain (the dispatcher needed them until then for flush
-// markers and no-responders notices), and last the store closes. It is
+// markers and no-responders notices), the store closes, and last the
+// answerer publishes the answers queued and stops. It is
 // safe to call twice; the second call returns the result of the first.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
@@ -508,6 +513,9 @@ func (s *Service) Close() error {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
+		// Last: until the core closed, its deleter could still settle
+		// an answer taken before the drain. What is queued goes out.
+		s.answers.Close()
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
@@ -538,6 +546,9 @@ func drain(sub *nats.Subscription, nc *nats.Conn) error {
 		return fmt.Errorf("bridge: draining %s: timed out", sub.Subject)
 	}
 }
+
+// replyOK is the answer to an AckSync that was applied.
+var replyOK = []byte(wire.ReplyOK)
 
 func (s *Service) respondErr(m *nats.Msg, err error) {
 	if m.Reply == "" {
@@ -589,10 +600,10 @@ func (s *Service) handleIngest(req micro.Request) {
 		s.ingestInvalid(req, err)
 		return
 	}
-	// The answer goes out on the connection, not through req: it is
-	// sent from the group commit's goroutine after the handler returned,
-	// and micro's request records an error answer in a field that its
-	// handler reads once the handler returns.
+	// The answer goes out on the connection, not through req: the group
+	// commit's goroutine hands it to the answerer after the handler
+	// returned, and micro's request records an error answer in a field
+	// that its handler reads once the handler returns.
 	reply := req.Reply()
 	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
 		if err == nil && res.Duplicate {
@@ -603,11 +614,11 @@ func (s *Service) handleIngest(req micro.Request) {
 		switch {
 		case reply == "":
 		case err != nil:
-			_ = s.nc.PublishMsg(errorMsg(reply, err))
+			s.answers.fail(reply, err)
 		case res.Duplicate:
-			_ = s.nc.Publish(reply, duplicateReply(res, msg.Subject))
+			s.answers.reply(reply, duplicateReply(res, msg.Subject))
 		default:
-			_ = s.nc.Publish(reply, scheduleReply(res.Key, msg))
+			s.answers.reply(reply, scheduleReply(res.Key, msg))
 		}
 	})
 	if err != nil {
@@ -711,10 +722,10 @@ func (s *Service) handleAnswer(m *nats.Msg, key keys.Key) {
 	if reply != "" {
 		done = func(err error) {
 			if err != nil {
-				_ = s.nc.PublishMsg(errorMsg(reply, err))
+				s.answers.fail(reply, err)
 				return
 			}
-			_ = s.nc.Publish(reply, []byte(wire.ReplyOK))
+			s.answers.reply(reply, replyOK)
 		}
 	}
 	// When the answer cannot be stored the message is delivered again

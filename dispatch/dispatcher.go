@@ -40,11 +40,6 @@ type Dispatcher struct {
 	del      *deleter
 	stats    counters
 
-	// pubMu is held while a pass checks and publishes one message; Ack,
-	// Cancel and +TERM take it to mark a message settled, so once they
-	// return the message is never published again.
-	pubMu sync.Mutex
-
 	// mu guards the dispatcher's state, kept in named parts: the subjects
 	// with something to do (subjectTable), the deliveries in flight
 	// (flightTable), how far the due index has been read (dueFrontier) and
@@ -64,7 +59,17 @@ type Dispatcher struct {
 		// Health reads them.
 		passStart int64
 		wakeBy    int64
+		// publishing is the key a pass is publishing now, while
+		// inPublish; the pass broadcasts published when it is done. See
+		// waitUnpublishedLocked.
+		publishing keys.Key
+		inPublish  bool
+		published  sync.Cond
 	}
+
+	// beforePublishWait, if set (by tests only), is called when a
+	// settling of a message waits for the publish of it under way.
+	beforePublishWait func()
 
 	// planning is the planner's own lock: held shared while occurrences
 	// are planned (a pass's planOccurrences, planLoop's planAhead) and
@@ -115,6 +120,7 @@ func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, e
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
+	d.mu.published.L = &d.mu.Mutex
 	d.mu.subjects = newSubjectTable()
 	d.mu.flights = newFlightTable()
 	d.mu.ahead = newAheadTable()
@@ -267,13 +273,6 @@ func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
 // delivered on time even if it is due before everything else. Call it
 // after the commit, for every message of the batch.
 func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
-	if s.HasReplaced {
-		// pubMu, as in Cancel, so that no publish of the replaced
-		// message can follow the reply that tells its publisher it was
-		// replaced: a pass checks and publishes under it.
-		d.pubMu.Lock()
-		defer d.pubMu.Unlock()
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.HasReplaced {
@@ -283,7 +282,9 @@ func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 }
 
 // replacedLocked is told that the message under k was replaced or moved
-// by a commit. pubMu and mu must be held.
+// by a commit, and waits for a publish of it under way (see
+// waitUnpublishedLocked), so that none follows the answer that tells
+// its publisher it was replaced or moved. mu must be held.
 func (d *Dispatcher) replacedLocked(k keys.Key) {
 	if f := d.mu.flights.byKey[k]; f != nil {
 		d.forgetLocked(f)
@@ -294,6 +295,7 @@ func (d *Dispatcher) replacedLocked(k keys.Key) {
 	// goes at the start of the next pass, as for the deleter's commits.
 	d.mu.flights.settledUncommitted(k)
 	d.mu.ahead.withdraw(k)
+	d.waitUnpublishedLocked(k)
 }
 
 // arrivedLocked brings the message just committed under k, due at

@@ -31,3 +31,8 @@ func (d *Dispatcher) QueuedWriteForTest(k keys.Key) bool {
 	defer d.del.mu.Unlock()
 	return d.del.mu.ops[k] != nil
 }
+
+// BeforePublishWaitForTest makes f be called each time a settling of a
+// message (Ack, +TERM, Cancel, Move, a replacing Notify) waits for the
+// publish of that message under way. Set it before the settling starts.
+func (d *Dispatcher) BeforePublishWaitForTest(f func()) { d.beforePublishWait = f }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"natsdelay/delaystore"
 	"natsdelay/keys"
@@ -69,29 +70,26 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 		d.Notify(s, fireAtNs)
 		return s.Key, nil
 	}
-	d.pubMu.Lock()
 	d.mu.Lock()
 	d.replacedLocked(s.Replaced)
 	held.committed, held.s, held.fireAtNs = true, s, fireAtNs
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	return s.Key, nil
 }
 
 // markMoving marks k so that no delivery of it begins while Move runs,
 // or returns why it cannot move (see Move).
 func (d *Dispatcher) markMoving(k keys.Key) error {
-	// NB: pubMu, as in Cancel: a pass checks the mark and publishes under
-	// it, so nothing of k goes out from here until the move commits.
-	d.pubMu.Lock()
+	// NB: marked as in Cancel, and a publish of k under way waited for,
+	// so nothing of k goes out from here until the move commits.
 	d.mu.Lock()
 	_, marked := d.mu.flights.canceled[k]
 	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
 	if !flying && !marked {
 		d.mu.flights.canceled[k] = struct{}{}
 	}
+	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	if !flying && !marked {
 		return nil
 	}
@@ -182,13 +180,14 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 			tell[i].about, tell[i].attempt = d.aboutKey(k)
 		}
 	}
-	d.pubMu.Lock()
 	d.mu.Lock()
 	for _, k := range ks {
 		d.markSettlingLocked(k)
 	}
+	for d.mu.inPublish && slices.Contains(ks, d.mu.publishing) {
+		d.waitPublishLocked() // as in waitUnpublishedLocked
+	}
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	type result struct {
 		i       int
 		applied bool

@@ -279,6 +279,49 @@ type flushBatch struct {
 	probed []*topic // topics whose probe is among sent, or bounced at once
 }
 
+// deliver publishes the delivery of f, which publish has marked as the
+// one being published, and clears the mark: see waitUnpublishedLocked.
+func (d *Dispatcher) deliver(f *flight, msg *delaystore.StoredMessage) error {
+	// Checked per message, right before it goes out, so that a pause
+	// anywhere in a long pass is noticed at the next message.
+	err := errFenced
+	if d.fenceHeld() {
+		err = d.pub.Deliver(f.key, msg, f.attempt)
+	}
+	d.mu.Lock()
+	d.mu.inPublish = false
+	d.mu.published.Broadcast()
+	d.mu.Unlock()
+	return err
+}
+
+// waitUnpublishedLocked returns, d.mu held, once no pass is publishing k.
+// Ack, +TERM, Cancel, Move and a replacing Notify call it after they
+// marked k settled, so that once they return k is never published again:
+//
+//   - publish checks the mark and marks k as the key it publishes in one
+//     hold of d.mu, and clears that only once the publish returned;
+//   - so a mark made before that hold makes publish skip k, and a mark
+//     made after it finds k being published and waits here until the
+//     publish is over; later passes see the mark and skip k.
+//
+// Only a settling of the very key being published waits for its publish:
+// a connection that stops taking deliveries holds up the answers to the
+// others no more (no lock is held across a publish).
+func (d *Dispatcher) waitUnpublishedLocked(k keys.Key) {
+	for d.mu.inPublish && d.mu.publishing == k {
+		d.waitPublishLocked()
+	}
+}
+
+// waitPublishLocked waits, d.mu held, until the publish under way ends.
+func (d *Dispatcher) waitPublishLocked() {
+	if d.beforePublishWait != nil {
+		d.beforePublishWait()
+	}
+	d.mu.published.Wait()
+}
+
 // publish sends the prepared deliveries and queues them for the flusher,
 // which settles what needs no ACK and records attempt counts for the rest.
 // The next pass need not wait for that: the flush is a round trip, and
@@ -288,16 +331,10 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 	sent := out[:0]
 	for _, o := range out {
 		f := o.f
-		// NB: pubMu is taken for each message, not for the whole loop: it
-		// only has to make the check and the publish of one key atomic
-		// against Ack and Cancel of that key, and holding it for a whole
-		// pass would stall every ACK behind thousands of publishes.
-		d.pubMu.Lock()
 		d.mu.Lock()
 		if d.mu.flights.byKey[f.key] != f || f.state == stateSettling {
 			// Canceled, ACKed by an earlier process's delivery, or replaced.
 			d.mu.Unlock()
-			d.pubMu.Unlock()
 			continue
 		}
 		if d.mu.ahead.take(f.key) {
@@ -307,7 +344,6 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			// not been planned yet.
 			d.markSettlingLocked(f.key)
 			d.mu.Unlock()
-			d.pubMu.Unlock()
 			d.stats.withdrawn.Add(1)
 			d.deleteThen(f.key, nil)
 			continue
@@ -315,14 +351,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		f.state = stateSent
 		f.pass = pass
 		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
+		d.mu.publishing, d.mu.inPublish = f.key, true
 		d.mu.Unlock()
-		// Checked per message, right before it goes out, so that a
-		// pause anywhere in a long pass is noticed at the next message.
-		err := errFenced
-		if d.fenceHeld() {
-			err = d.pub.Deliver(f.key, o.msg, f.attempt)
-		}
-		d.pubMu.Unlock()
+		err := d.deliver(f, o.msg)
 		if errors.Is(err, ErrUndeliverable) {
 			d.undeliverable(f, o.msg, err)
 			continue

@@ -37,9 +37,7 @@ func (d *Dispatcher) Ack(k keys.Key, a Ack, done func(error)) {
 // ackDone settles k for good: it is deleted, and done is told once the
 // delete is committed.
 func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
-	// pubMu, as in Cancel, so that no publish of k can follow the
-	// +OK: the pass checks and publishes under it.
-	d.pubMu.Lock()
+	// Marked as in Cancel, so that no publish of k can follow the +OK.
 	d.mu.Lock()
 	// Only the first answer that settles a flight may delete it
 	// unread: until then nothing else has queued a delete of it.
@@ -51,8 +49,8 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 	// Mark it as Cancel does, so that a scan which read the message
 	// before the delete commits does not deliver it after the +OK.
 	d.markSettlingLocked(k)
+	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	if tell && ab == nil {
 		ab, attempt = d.aboutKey(k)
 	}
@@ -120,7 +118,6 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		reason = "term: " + why
 	}
 	var attempt uint32
-	d.pubMu.Lock() // as for ackDone
 	d.mu.Lock()
 	if _, settling := d.mu.flights.canceled[k]; settling {
 		// NB: settled already, by an earlier +TERM or +ACK, a cancel or
@@ -129,7 +126,6 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		// second dead letter, or delete it before the first +TERM's dead
 		// letter has read it. A duplicate answer changes nothing.
 		d.mu.Unlock()
-		d.pubMu.Unlock()
 		done(ErrNotInFlight)
 		return
 	}
@@ -140,8 +136,8 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		d.markSettlingLocked(k)
 		f.term = &pendingTerm{reason: reason, answer: termAnswer(why), done: done}
 		termed, attempt := f.about, f.attempt
+		d.waitUnpublishedLocked(k) // as for ackDone
 		d.mu.Unlock()
-		d.pubMu.Unlock()
 		d.stats.termed.Add(1)
 		d.happenedTo(Termed, k, termed, attempt, why)
 		return
@@ -149,8 +145,8 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	if f := d.markSettlingLocked(k); f != nil {
 		attempt = f.counted
 	}
+	d.waitUnpublishedLocked(k) // as for ackDone
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 	msg, err := d.repo.Get(k)
 	if err != nil {
 		// Still queue the delete: it lets the flight be forgotten.
@@ -246,14 +242,13 @@ func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 // cancel deletes the pending message under k; see Cancel.
 func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 	ab, attempt := d.aboutKey(k)
-	d.pubMu.Lock()
 	d.mu.Lock()
 	d.markSettlingLocked(k)
 	// NB: canceling the successor of an occurrence planned ahead ends the
 	// schedule before that occurrence: it must not go out either.
 	d.mu.ahead.withdraw(k)
+	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
-	d.pubMu.Unlock()
 
 	type result struct {
 		applied bool
