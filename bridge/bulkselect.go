@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/keys"

@@ -1,5 +1,5 @@
 // Package bridge is natsdelay's NATS adapter: everything that speaks NATS
-// for the running service. Its core (package bridge/core) runs the store
+// for the running service. Its core (package bridge/internal/core) runs the store
 // and what works on it, with no NATS at all; bridge connects that core to
 // the wire.
 //
@@ -88,5 +88,5 @@
 // leadership changes of a node on the Cluster's watch, which Close cancels
 // first. The core owns
 // the recovery loop and each generation's writer, dispatcher and janitor
-// (see package bridge/core).
+// (see package bridge/internal/core).
 package bridge

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/dispatch"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"natsdelay/bridge/core"
 	"natsdelay/bridge/events"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch"

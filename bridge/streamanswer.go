@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/dispatch"
 	"natsdelay/keys"
 )

@@ -66,7 +66,7 @@
 // occurrence, which ends the chain; an occurrence already out finishes its
 // delivery. Canceling by the tag of the pending occurrence does the same,
 // and canceling one out for delivery cancels its successor too (package
-// bridge/core).
+// bridge/internal/core).
 //
 // # Catch-up
 //

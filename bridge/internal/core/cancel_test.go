@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/delaystore"
 	"natsdelay/dispatch/recur"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
 	"natsdelay/dispatch"

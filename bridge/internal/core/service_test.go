@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"natsdelay/bridge/core"
+	"natsdelay/bridge/internal/core"
 	"natsdelay/bridge/wire"
 	"natsdelay/delaystore"
 	"natsdelay/delaystore/pebblestore"
