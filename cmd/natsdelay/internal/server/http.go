@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,6 +45,53 @@ type httpServer struct {
 	// console serves the web console under console.Prefix; nil when it
 	// is turned off.
 	console *console.Console
+	// fresh holds the connections that have sent no request yet.
+	fresh freshConns
+}
+
+// freshConns tracks the connections an http.Server has accepted that
+// have sent no request yet, so that a stop can close them: browsers open
+// connections ahead of need, and Shutdown counts one that is new as in
+// progress for its first 5 seconds, which would hold up every stop
+// (and use up its grace period) while a console page was open.
+type freshConns struct {
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	closing bool
+	changed chan struct{} // told of each change, without waiting
+}
+
+// track is the server's ConnState hook.
+func (f *freshConns) track(c net.Conn, state http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case state == http.StateNew && f.closing:
+		_ = c.Close()
+	case state == http.StateNew:
+		if f.conns == nil {
+			f.conns = make(map[net.Conn]struct{})
+		}
+		f.conns[c] = struct{}{}
+	default:
+		delete(f.conns, c)
+	}
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// closeAll closes the connections that have sent nothing, and any
+// accepted from now on before they send anything.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closing = true
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	clear(f.conns)
 }
 
 // startHTTP listens on addr and serves reg's metrics and the health checks,
@@ -64,6 +112,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, ccfg con
 		return nil, settingsf("--http %s: cannot listen there: %w", addr, err)
 	}
 	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{})}
+	h.fresh.changed = make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A failing collector should not hide every other metric.
@@ -99,6 +148,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, ccfg con
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         h.fresh.track,
 	}
 	go func() {
 		defer close(h.done)
@@ -171,6 +221,7 @@ func (h *httpServer) close() error {
 		// tail's stream is one until the console ends it.
 		h.console.StopTail()
 	}
+	h.fresh.closeAll()
 	err := h.srv.Shutdown(ctx)
 	<-h.done
 	if h.console != nil {
