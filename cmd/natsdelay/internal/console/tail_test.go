@@ -57,6 +57,23 @@ var streamClient = &http.Client{Transport: &http.Transport{
 	},
 }}
 
+// openTailWhenFree opens a stream, asking again while every place is
+// taken: a stream's place is given back just after its body ends, so the
+// first ask after one ended may still find none.
+func openTailWhenFree(t *testing.T, base, what string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, code, body := openTail(t, base, "", "", "")
+		if st != nil {
+			return
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("%s: %d %s", what, code, body)
+		}
+	}
+}
+
 // openTail opens the live tail stream of query as user (when set); the
 // request fails after 30s at the latest, so that a test waiting on an
 // event that never comes fails instead of hanging. It returns the status
@@ -405,16 +422,7 @@ func TestTail_Bounded(t *testing.T) {
 		t.Errorf("the 33rd stream: %q does not say why", body)
 	}
 	open[0].close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, code, body := openTail(t, s.base, "", "", "")
-		if st != nil {
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("after one closed: %d %s", code, body)
-		}
-	}
+	openTailWhenFree(t, s.base, "after one closed")
 }
 
 // TestTail_OffLoopback_NeedsLogin checks that the live tail is behind the
@@ -517,15 +525,5 @@ func TestTail_IdleStreams_EndOnTime(t *testing.T) {
 			t.Fatalf("held stream %d after its end: %+v, want the end of the stream", i, e)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, code, body := openTail(t, s.base, "", "", "")
-		if st != nil {
-			break
-		}
-		// NB: a stream's place is given back just after its body ends.
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("a new stream after the idle ones ended: %d %s", code, body)
-		}
-	}
+	openTailWhenFree(t, s.base, "a new stream after the idle ones ended")
 }
