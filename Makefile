@@ -75,4 +75,4 @@ fuzz:
 
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=module=natsdelay delaystore/storedmessage.proto
+	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=module=github.com/natsdelay/natsdelay delaystore/storedmessage.proto

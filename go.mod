@@ -1,4 +1,4 @@
-module natsdelay
+module github.com/natsdelay/natsdelay
 
 go 1.26.0
 

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // parseAck reads the JetStream ack vocabulary: empty or +ACK, -NAK with an

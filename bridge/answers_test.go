@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // TestClose_EveryStoredMessageAnswered checks that a clean Close, with the

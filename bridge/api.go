@@ -12,11 +12,11 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/dispatch/recur"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Version is the service version reported by INFO and the micro service

@@ -11,10 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // benchService runs a server and a service on a Pebble store on disk, so

@@ -5,10 +5,10 @@ import (
 	"math"
 	"strings"
 
-	"natsdelay/bridge/internal/core"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // position is where a selection stopped: the last entry it read. subject

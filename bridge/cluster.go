@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Cluster is the replication a Service runs on as a node of a cluster

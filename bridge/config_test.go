@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge"
 )
 
 // TestConfig_PrefixesTooLongForTheControlLine checks that an ack prefix

@@ -6,9 +6,9 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // maxScanned bounds the entries one page of a filtered listing or one step

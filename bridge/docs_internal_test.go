@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestDocs_Limits_ControlHeaders checks the row of docs/limits.md about

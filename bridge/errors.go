@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge/internal/core"
-	"natsdelay/bridge/wire"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error, of the

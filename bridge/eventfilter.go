@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ErrEventsOff is returned by EventSubject when the service publishes no

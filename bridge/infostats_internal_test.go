@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // INFO's stats are wire.Stats, converted from the dispatcher's: each

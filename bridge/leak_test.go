@@ -6,8 +6,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: every

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge"
 )
 
 // TestService_Metrics_MoveWithMessages checks that the metrics follow what

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"natsdelay/bridge"
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // deposedStore refuses every commit, once deposed, as the replicated store

@@ -17,10 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // publisher adapts a *nats.Conn to dispatch.Publisher. Deliveries carry the

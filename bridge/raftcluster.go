@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // RaftCluster adapts a raftstore node to Cluster: its status in wire's

@@ -15,12 +15,12 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"natsdelay/bridge/events"
-	"natsdelay/bridge/internal/core"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/events"
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Config configures a Service. A zero field means the default shown by

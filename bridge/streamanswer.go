@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"natsdelay/bridge/internal/core"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // A delivery to a subject that a JetStream stream captures is answered by

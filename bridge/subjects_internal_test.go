@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // TestLiteralPrefix_StartsEveryMatch checks that SUBJECTS may start its

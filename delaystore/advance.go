@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Plan is one occurrence of a recurring schedule for Advance to plan.

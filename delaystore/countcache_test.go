@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // appliedFailStore wraps a Store so that while failAfter is set a commit

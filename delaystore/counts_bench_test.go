@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // BenchmarkRepository_ManySubjects measures the CPU cost per message of

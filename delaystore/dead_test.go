@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 func dead(reason string, diedAtNs int64) *delaystore.Dead {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // The duplicate window: a publisher that sends a message again because it

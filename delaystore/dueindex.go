@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // The due index, the due counts and the totals: what lets the service

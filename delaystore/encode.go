@@ -2,7 +2,7 @@ package delaystore
 
 import (
 	"fmt"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"

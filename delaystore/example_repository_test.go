@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 func ExampleRepository_Schedule() {

@@ -3,7 +3,7 @@ package delaystore
 import (
 	"reflect"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ScratchDeltas identifies the map a write keeps between batches for the

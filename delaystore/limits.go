@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Flow control set by users, per subject pattern, is kept in the store

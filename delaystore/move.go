@@ -3,7 +3,7 @@ package delaystore
 import (
 	"fmt"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // MoveFunc decides the new fire time of the pending message m, for Move,

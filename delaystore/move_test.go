@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // TestRepository_Move_KeepsIndexesAndOrder checks, on every engine, that

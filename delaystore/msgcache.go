@@ -3,7 +3,7 @@ package delaystore
 import (
 	"sync"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // msgCache keeps the encoded values of the messages this Repository wrote

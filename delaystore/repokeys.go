@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // The repository's non-event keys. Every one starts with a prefix of at

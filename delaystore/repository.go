@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // RepositoryConfig configures a Repository. A zero field means the default.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // benchPayloadSize is the payload of every benchmark message, and the value

@@ -14,9 +14,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/storetest"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // t0 is an arbitrary fire time, in Unix nanoseconds, that tests count from.

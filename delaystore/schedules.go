@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // The schedule index: one entry per recurring schedule that has an

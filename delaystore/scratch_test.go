@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Memory after a burst: a batch on many subjects grows the map of count

@@ -655,7 +655,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\rCATCH_UP_NONE\x10\x02*+\n" +
 	"\tAckPolicy\x12\x10\n" +
 	"\fACK_EXPLICIT\x10\x00\x12\f\n" +
-	"\bACK_NONE\x10\x01B\x16Z\x14natsdelay/delaystoreb\x06proto3"
+	"\bACK_NONE\x10\x01B+Z)github.com/natsdelay/natsdelay/delaystoreb\x06proto3"
 
 var (
 	file_delaystore_storedmessage_proto_rawDescOnce sync.Once

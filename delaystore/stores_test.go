@@ -10,9 +10,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // newStore opens an in-memory Pebble store that is closed when tb ends.

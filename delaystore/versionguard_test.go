@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // wantVersionGuard checks that s holds the version guard that keeps earlier versions out:

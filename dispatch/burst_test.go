@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // Guarantee: memory follows what is in flight, so a burst that is over

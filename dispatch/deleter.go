@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // deleteDone is told, once the delete it waited for was committed, whether

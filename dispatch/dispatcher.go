@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // never is the due time of a topic with nothing known to be pending.

@@ -1,6 +1,6 @@
 package dispatch
 
-import "natsdelay/keys"
+import "github.com/natsdelay/natsdelay/keys"
 
 // Held is what a Dispatcher keeps in memory between passes, for tests of
 // what a burst leaves behind: the most entries each map held since it was

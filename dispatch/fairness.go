@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Fairness: no topic holds more than its share of the in-flight window.

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // flightTable is the deliveries this process has handed out and not yet

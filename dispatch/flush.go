@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // flushQueue is the passes whose deliveries wait for their flush, which

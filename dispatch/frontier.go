@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // dueFrontier is how far the due index has been read: every entry up to

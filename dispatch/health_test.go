@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // hookPublisher is the fake publisher with Deliver and Flush made to block

@@ -1,8 +1,8 @@
 package dispatch
 
 import (
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Lifecycle is told what becomes of each message the dispatcher delivers

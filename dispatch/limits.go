@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Limits set by users, per subject pattern (see delaystore.Limit), on top

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"slices"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ErrInFlight is returned by Move for a message delivered and not yet

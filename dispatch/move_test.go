@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // TestDispatcher_Move_NoSync_HeldUntilFlush checks that a message moved

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 )
 
 // planOccurrences plans the successor of every occurrence of a recurring

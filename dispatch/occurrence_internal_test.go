@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // TestOccurrenceExpiry_NeverWraps checks that the expiry of an occurrence

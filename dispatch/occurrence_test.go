@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/dispatch/recur"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 func occurrenceAt(subject string, every time.Duration, occ time.Time, policy recur.CatchUp, limit uint64) *delaystore.StoredMessage {

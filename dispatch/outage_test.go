@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // refusingPublisher is the fake publisher with every Deliver refused, as

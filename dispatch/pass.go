@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // scan reads topic t from its cursor to the due bound, registers up to limit

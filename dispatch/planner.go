@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // aheadPlan is an occurrence the planner planned before it fell due and

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/dispatch"
-	"natsdelay/dispatch/recur"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // fakeClock is a clock the test moves by hand.

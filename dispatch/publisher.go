@@ -3,8 +3,8 @@ package dispatch
 import (
 	"context"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Publisher sends what the dispatcher decides to send. Implementations must

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // scalePending is how many future messages the scale benchmarks keep

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Ack applies a consumer's answer for the message under k. done, if not nil,

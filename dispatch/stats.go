@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Observer is told about deliveries, for metrics. Its methods are called by

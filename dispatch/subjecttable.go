@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // subjectTable is the topics (subjects, by hash) with something to do:

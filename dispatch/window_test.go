@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // countingClock is a Config.Now that counts its calls. Every pass of the

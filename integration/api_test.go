@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // apiRequest sends body to $DELAY.API.<verb> and returns the raw reply. A

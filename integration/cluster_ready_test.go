@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge"
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // heldStore is a node's local store whose commits wait while it is held,

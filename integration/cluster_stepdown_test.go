@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestCluster_InProcess_LeaderThatCannotServe_StepsDown checks that a node

@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // inProcessNode is one node of a cluster run inside the test: its local

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestClusterProcess_TLS_CertsFromTheCommand makes a CA and a certificate

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // TestConsumers_BadOnesDoNotStallOthers checks that misbehaving consumers

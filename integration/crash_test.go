@@ -17,7 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 var (
@@ -39,7 +39,7 @@ func natsdelayBinary(t *testing.T) string {
 			return
 		}
 		binaryPath = filepath.Join(dir, "natsdelay")
-		out, err := exec.Command("go", "build", "-tags", "crashtest", "-o", binaryPath, "natsdelay/cmd/natsdelay").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "crashtest", "-o", binaryPath, "github.com/natsdelay/natsdelay/cmd/natsdelay").CombinedOutput()
 		if err != nil {
 			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 const deadLetters = "natsdelay.dead"

@@ -8,11 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // TestDedup_ResendAfterDelivery_DeliveredOnce is a publisher retrying

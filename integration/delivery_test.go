@@ -2,7 +2,7 @@ package integration_test
 
 import (
 	"fmt"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 	"slices"
 	"strings"
 	"testing"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // nextEvent reads the next lifecycle event of kind, skipping others.

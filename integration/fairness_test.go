@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // fairnessSize is the in-flight window and the unanswered messages of the

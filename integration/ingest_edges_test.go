@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // startServerWith runs an embedded nats-server like startServer, with mod

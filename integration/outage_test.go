@@ -15,9 +15,9 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // request outcomes, as the publisher saw them.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // recurCrashSize is how many times each engine is killed and how many

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // lastStorable is the latest time a message can fire or expire at: times

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // occurrenceOf reads a delivery's Delay-Occurrence.

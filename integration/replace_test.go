@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestDelayID_Replace checks that scheduling again with the same

@@ -24,10 +24,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // servicePermissions are the permissions docs/security.md gives the

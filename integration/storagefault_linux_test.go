@@ -19,13 +19,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	storeengine "natsdelay/delaystore/engine"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	storeengine "github.com/natsdelay/natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ledger records, by the X-Id header the test gives every message, what

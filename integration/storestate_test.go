@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"natsdelay/delaystore"
-	storeengine "natsdelay/delaystore/engine"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	storeengine "github.com/natsdelay/natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // The checks and the setup here reach into the store itself, below the

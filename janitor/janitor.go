@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.

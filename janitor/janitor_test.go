@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/janitor"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/janitor"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // fakeIndex is an expiry index in memory: Expire removes what it is given.

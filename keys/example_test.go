@@ -3,7 +3,7 @@ package keys_test
 import (
 	"fmt"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 func ExampleNew() {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // FuzzDecode checks that Decode never panics and that whatever it accepts

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // TestKey_Order_MatchesFields checks the property every due scan relies on:

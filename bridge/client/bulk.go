@@ -4,7 +4,7 @@ import (
 	"context"
 	"iter"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // Reschedule moves one pending message to another fire time (At or Shift

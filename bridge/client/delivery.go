@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // Delivery is a message the service delivered, with its answers as

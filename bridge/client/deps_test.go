@@ -16,14 +16,14 @@ func TestClient_LinksNoPackageOfTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
-	own := []string{"natsdelay/bridge/client", "natsdelay/bridge/wire"}
+	own := []string{"github.com/natsdelay/natsdelay/bridge/client", "github.com/natsdelay/natsdelay/bridge/wire"}
 	server := []string{
 		"google.golang.org/protobuf", "github.com/robfig/cron", "github.com/cockroachdb/pebble",
 		"go.etcd.io/bbolt", "github.com/hashicorp/raft", "github.com/nats-io/nats-server",
 	}
 	deps := strings.Fields(string(out))
 	for _, dep := range deps {
-		if (dep == "natsdelay" || strings.HasPrefix(dep, "natsdelay/")) && !slices.Contains(own, dep) {
+		if (dep == "github.com/natsdelay/natsdelay" || strings.HasPrefix(dep, "github.com/natsdelay/natsdelay/")) && !slices.Contains(own, dep) {
 			t.Errorf("bridge/client depends on the project's %s", dep)
 		}
 		for _, s := range server {

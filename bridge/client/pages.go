@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"iter"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // ListPage is one page of LIST: a subject's pending messages in fire

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/client"
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // heldStore holds the commit of each batch while held is set, telling

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // Message is a message to schedule: its target subject, payload and

@@ -10,9 +10,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Kind is the kind of a lifecycle event; its String is the wire name.

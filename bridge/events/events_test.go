@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"natsdelay/bridge/events"
-	"natsdelay/bridge/wire"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/events"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // TestMain fails the package's tests if the Publisher's goroutine

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestParseError_Is checks that a client can tell an error reply's code

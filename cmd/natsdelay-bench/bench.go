@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/cmd/internal/bench"
-	"natsdelay/cmd/internal/natsurl"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/internal/bench"
+	"github.com/natsdelay/natsdelay/cmd/internal/natsurl"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // benchCmd runs natsdelay beside JetStream message schedules and reports

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/cmd/internal/bench"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/internal/bench"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // TestParse_Bench_Sizes checks that bench's size flags override the preset

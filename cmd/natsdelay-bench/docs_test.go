@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/cmd/internal/bench"
+	"github.com/natsdelay/natsdelay/cmd/internal/bench"
 )
 
 // TestDocs_BenchQuick_HowLong checks that --help and docs/performance.md

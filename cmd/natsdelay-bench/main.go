@@ -21,9 +21,9 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"natsdelay/cmd/internal/bench"
-	"natsdelay/cmd/internal/gogc"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/internal/bench"
+	"github.com/natsdelay/natsdelay/cmd/internal/gogc"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // Exit codes: 2 for a command line that is wrong, 1 for a run that failed.

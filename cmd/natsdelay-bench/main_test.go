@@ -47,7 +47,7 @@ func natsdelayBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "natsdelay")
-		out, err := exec.Command("go", "build", "-o", binPath, "natsdelay/cmd/natsdelay").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/natsdelay/natsdelay/cmd/natsdelay").CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build natsdelay: %v\n%s", err, out)
 		}

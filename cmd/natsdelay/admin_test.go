@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // runCmd runs natsdelay with args to the end and returns its exit code and

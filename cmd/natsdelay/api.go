@@ -9,8 +9,8 @@ import (
 	"io"
 	"time"
 
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

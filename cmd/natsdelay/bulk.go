@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // filterFlags select many messages for cancel, reschedule, fire and the

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // cancelCmd removes pending messages before they are delivered: one, or

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/cmd/internal/usage"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // clusterFlags are serve's flags for running as a node of a cluster, and

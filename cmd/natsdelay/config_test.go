@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // writeConfig writes a config file for the test and returns its path.

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // limitsKey is the config file's key of the limits that exist from the

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
-	"natsdelay/cmd/internal/natsurl"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/internal/natsurl"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 
 	"github.com/nats-io/nats.go"
 )

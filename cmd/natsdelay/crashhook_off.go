@@ -5,7 +5,7 @@ package main
 import (
 	"log/slog"
 
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 )
 
 // armCrashHooks does nothing: the default build has no crash hooks, and

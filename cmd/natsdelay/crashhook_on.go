@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"os"
 
-	"natsdelay/cmd/natsdelay/internal/crashhook"
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/crashhook"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 )
 
 // armCrashHooks arms the faults the crash tests set in the environment

@@ -11,7 +11,7 @@ import (
 // the default build links none of them, and only the crashtest tag, which
 // the integration tests build with, brings them in.
 func TestDefaultBuild_HasNoCrashHooks(t *testing.T) {
-	const hooks = "natsdelay/cmd/natsdelay/internal/crashhook"
+	const hooks = "github.com/natsdelay/natsdelay/cmd/natsdelay/internal/crashhook"
 	deps := func(args ...string) []string {
 		t.Helper()
 		cmd := exec.Command("go", append([]string{"list", "-deps"}, args...)...)

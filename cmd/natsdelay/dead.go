@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // deadCmd lists, replays and deletes the dead letters kept.

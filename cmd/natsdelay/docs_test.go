@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestDocs_Operations_AdminCommands checks section 3 of docs/operations.md

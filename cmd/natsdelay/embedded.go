@@ -4,7 +4,7 @@ import (
 	"net"
 	"strconv"
 
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 )
 
 // defaultListen is where the embedded server listens unless --nats-listen

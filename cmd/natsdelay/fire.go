@@ -1,7 +1,7 @@
 package main
 
 import (
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // fireCmd makes pending messages due now: one, or every one a filter

@@ -10,8 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // messageRef is a TAG argument or --subject with --id, as GET and CANCEL

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"natsdelay/cmd/internal/usage"
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // defaultHTTP is where serve's HTTP listener binds unless --http moves it:

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // infoCmd prints the service's version, counts, stats and configuration.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // limitsCmd groups the flow-control commands on subject patterns, over

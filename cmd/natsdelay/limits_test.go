@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // TestLimits_Commands drives the flow-control commands against a running

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // lsCmd lists the pending messages of one subject in fire order, or of

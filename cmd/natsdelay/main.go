@@ -30,9 +30,9 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 )
 
 // execEnv makes the test binary run main instead of the tests, so the

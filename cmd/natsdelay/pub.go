@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // rescheduleCmd moves pending messages to another fire time: one, or every

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // schedulesCmd lists the recurring schedules.

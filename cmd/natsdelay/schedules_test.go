@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestAdmin_SchedulesAndGet checks natsdelay schedules, get of a schedule

@@ -14,14 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/cmd/internal/gogc"
-	"natsdelay/cmd/internal/usage"
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/cmd/internal/gogc"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/engine"
 )
 
 // defaultDataDir is where serve keeps messages unless --data-dir moves it.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge"
 )
 
 // A serve flag that is a service setting carries the tag config:"Name",

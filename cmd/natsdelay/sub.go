@@ -14,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

@@ -8,8 +8,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"natsdelay/bridge"
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // versionCmd prints what --version prints.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge"
 )
 
 // TestVersionOf_BuildInfo checks what version prints for the builds it

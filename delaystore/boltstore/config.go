@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 const (

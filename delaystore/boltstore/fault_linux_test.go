@@ -7,9 +7,9 @@ import (
 	"syscall"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 // faultyFiles is an Options.OpenFile hook whose files can be made to fail

@@ -14,9 +14,9 @@ import (
 
 	berrors "go.etcd.io/bbolt/errors"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 // open opens a store with cfg, logging to the test, and closes it at cleanup.

@@ -23,9 +23,9 @@ import (
 	"slices"
 	"strings"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // Engine names accepted in Config.Engine.

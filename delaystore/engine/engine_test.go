@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/engine"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 func open(t *testing.T, cfg engine.Config) delaystore.Store {

@@ -3,8 +3,8 @@ package engine_test
 import (
 	"fmt"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/engine"
 )
 
 // Open picks the engine by name; the rest of the program sees only a

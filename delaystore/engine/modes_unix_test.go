@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/engine"
 )
 
 // Both disk engines keep the data private to the user the service runs

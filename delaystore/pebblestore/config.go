@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 const (

@@ -3,8 +3,8 @@ package pebblestore_test
 import (
 	"fmt"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // An iterator reads the store as it was when it was made, while commits go

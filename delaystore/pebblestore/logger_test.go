@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
 )
 
 func testLogger(buf *bytes.Buffer) logger {

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // Guarantee: handing memory back loses and changes nothing committed.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // reserveName is the reserve file in the store's directory. Pebble ignores

@@ -8,8 +8,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
 )
 
 // Store is a delaystore.Store on Pebble. It is safe for concurrent use.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 // open opens a store with cfg, logging to the test, and closes it at cleanup.

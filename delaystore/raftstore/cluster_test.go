@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 func openRepo(tb testing.TB, s delaystore.Store) *delaystore.Repository {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // One Raft log entry carries one committed batch, encoded once on the

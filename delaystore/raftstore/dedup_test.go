@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // The duplicate window's records travel in the batch of the message they

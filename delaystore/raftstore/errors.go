@@ -3,7 +3,7 @@ package raftstore
 import (
 	"errors"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 var (

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 // A node that cannot apply a committed entry does not diverge silently: it

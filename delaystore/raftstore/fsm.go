@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // fsm applies the Raft log to the local store. Raft calls Apply, Snapshot

@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // memStore opens a store in memory, closed when the test ends.

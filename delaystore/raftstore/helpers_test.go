@@ -15,9 +15,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/boltstore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/boltstore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // testConfig has Raft timeouts short enough for quick tests and long

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // holdingStore is a local store whose commits wait while it holds them,

@@ -19,8 +19,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	bolt "go.etcd.io/bbolt"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
 )
 
 // Node is one member of a cluster. It is safe for concurrent use.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // commitBudget wraps a store so that the commits of whole restore chunks

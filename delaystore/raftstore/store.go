@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
 )
 
 // store is the replicated delaystore.Store of a node: reads go to the local

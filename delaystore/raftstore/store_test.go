@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/storetest"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/storetest"
 )
 
 // The replicated Store keeps the delaystore.Store contract, on a

@@ -17,8 +17,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // testCA is a CA that signs node certificates, in memory.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // RawValueSize is the value size BenchRawCommit writes: about a small

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // FailingStore wraps a Store so that, once Break is called, every commit

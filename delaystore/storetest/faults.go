@@ -3,7 +3,7 @@ package storetest
 import (
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // RunFaults checks what a store does when a write to disk fails. open must

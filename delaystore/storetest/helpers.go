@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // kv is one copied key and value.

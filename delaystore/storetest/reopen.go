@@ -3,7 +3,7 @@ package storetest
 import (
 	"testing"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // RunReopen checks that what a store keeps on disk survives Close and a

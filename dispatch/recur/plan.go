@@ -3,7 +3,7 @@ package recur
 import (
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // CatchUp is the Delay-Catch-Up policy: what becomes of occurrences missed

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 )
 
 // BenchmarkPlan_Next measures what the dispatcher does for every

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 func mustCron(t *testing.T, spec, tz string) Spec {

@@ -3,8 +3,8 @@ package core
 import (
 	"context"
 
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // CancelMany cancels the pending messages under ks at once (see

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/bridge/internal/core"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 )
 
 // heldGetStore holds the first Get that Service.Cancel makes after arm

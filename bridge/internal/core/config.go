@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/janitor"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/janitor"
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // GetDead returns the dead letter kept under k, the tag the message had,

@@ -3,7 +3,7 @@ package core
 import (
 	"fmt"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // unavailable returns an error wrapping wire.ErrUnavailable: a 503.

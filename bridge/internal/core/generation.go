@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"natsdelay/bridge/idle"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/janitor"
+	"github.com/natsdelay/natsdelay/bridge/idle"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/janitor"
 )
 
 // generation is one open store and everything that runs on it: the

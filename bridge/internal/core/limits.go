@@ -3,7 +3,7 @@ package core
 import (
 	"fmt"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // SetLimit stores l, replacing the limit of its pattern, and puts it in

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Move gives the pending message under k the fire time to chooses,

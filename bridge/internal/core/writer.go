@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/dispatch"
-	"natsdelay/keys"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // ScheduleFunc is told the outcome of one Schedule: the new message's key,

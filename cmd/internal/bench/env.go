@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/client"
-	"natsdelay/bridge/wire"
-	"natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/client"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
 
 // benchFireAt carries the intended fire time in Unix nanoseconds on every

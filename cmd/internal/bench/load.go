@@ -3,7 +3,7 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 	"sync"
 	"sync/atomic"
 	"time"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
 )
 
 // The bench's timeout is a bound on a stall, not on a run: a fill of

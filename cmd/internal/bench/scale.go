@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 
 	"github.com/nats-io/nats.go"
 )

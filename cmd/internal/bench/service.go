@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // service is a natsdelay the scale and expiry phases run against: in this

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"testing"
 
-	"natsdelay/cmd/internal/usage"
+	"github.com/natsdelay/natsdelay/cmd/internal/usage"
 )
 
 // TestUsage_MarksWithoutChangingText checks that a usage error reads as the

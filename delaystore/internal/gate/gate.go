@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"sync"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Gate gates the calls into one engine. The zero Gate is not usable; see

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
 )
 
 // TestGate_Close_WaitsForCalls checks that Close waits for the calls in

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // passwordFile writes a password file with user's bcrypt'd password, as

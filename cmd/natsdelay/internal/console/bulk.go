@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // bulkSource is what the bulk actions page runs: BULK.<verb>, one bounded

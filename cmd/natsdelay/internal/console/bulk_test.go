@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // stepping is a second console on s's service, served over real HTTP,

@@ -35,8 +35,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // Prefix is where the console is served on the HTTP listener.

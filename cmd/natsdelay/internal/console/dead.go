@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // deadSource is what the dead letters pages read, and the replay and

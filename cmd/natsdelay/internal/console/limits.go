@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // limitsSource is what the limits page reads and changes: LIMITS.LIST,

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // moveSource is what the message page's reschedule and fire now run:

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // overviewSource is what the overview reads.

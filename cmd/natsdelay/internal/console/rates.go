@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge"
 )
 
 // totalsSource is what the rate sampler reads: the service's running

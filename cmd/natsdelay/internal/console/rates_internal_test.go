@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // TestOverview_RatesFromTheService checks that the overview's rates are

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // schedulesSource is what the schedules page reads, and the cancel it

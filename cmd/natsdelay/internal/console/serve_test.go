@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
-	"natsdelay/bridge/bridgetest"
-	"natsdelay/bridge/wire"
-	"natsdelay/cmd/natsdelay/internal/console"
-	"natsdelay/cmd/natsdelay/internal/server"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: the

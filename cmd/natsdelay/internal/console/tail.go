@@ -16,8 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/bridge"
-	"natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // The live tail shows the service's lifecycle events (serve --events) as

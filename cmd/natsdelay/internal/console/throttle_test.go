@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // fromAddr is an HTTP client whose connections come from the loopback

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // AdvanceEnv names the crash tests' fault: "before-commit:N" or

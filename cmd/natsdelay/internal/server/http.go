@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // httpShutdownTimeout bounds how long a scrape in progress may hold up exit.

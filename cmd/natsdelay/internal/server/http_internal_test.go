@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
 // TestHTTP_Close_ConnectionWithoutRequest_NoError checks that a stop

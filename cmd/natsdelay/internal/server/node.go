@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // transferTimeout bounds how long a stopping leader waits for another

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // Each bad option is refused by Validate, and by Open before it starts

@@ -21,11 +21,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"natsdelay/bridge"
-	"natsdelay/cmd/natsdelay/internal/console"
-	"natsdelay/delaystore"
-	"natsdelay/delaystore/engine"
-	"natsdelay/delaystore/raftstore"
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/engine"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
 
 // ErrSettings is matched by every error of Open that other settings would
