@@ -1,6 +1,6 @@
 # natsdelay build and test entry points.
 #
-#   make test            go vet, staticcheck and the function length check, then every test with the race detector
+#   make test            go vet, staticcheck and the function length check, beside every test with the race detector
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay-bench against JetStream
@@ -19,7 +19,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
 
-.PHONY: build test vet lint bench proto fuzz soak
+.PHONY: build test gotest vet lint bench proto fuzz soak
 
 build:
 	$(GO) build -o bin/natsdelay ./cmd/natsdelay
@@ -34,8 +34,16 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKG)
 	$(GO) run ./cmd/internal/funclen $(PKG)
 
-test: vet lint
-	$(GO) test -race -count=1 -timeout 15m $(RUN_FLAG) $(PKG)
+# test runs the checks and the tests side by side: the tests spend most of
+# their time waiting on processes, networks and timers, so the checks use
+# CPU the tests leave idle. For the same reason up to four test binaries
+# run at once (go test's default is one per core). Each part's output is
+# printed whole when it ends (-O); any part that fails fails test.
+test:
+	$(MAKE) --no-print-directory -O -j3 vet lint gotest
+
+gotest:
+	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(PKG)
 
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
 # soak size (200 kills per engine; 120 kills per engine inside the planning
