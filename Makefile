@@ -38,9 +38,10 @@ lint:
 # their time waiting on processes, networks and timers, so the checks use
 # CPU the tests leave idle. For the same reason up to four test binaries
 # run at once (go test's default is one per core). Each part's output is
-# printed whole when it ends (-O); any part that fails fails test.
+# printed a line at a time, never mixed within a line; any part that fails
+# fails test.
 test:
-	$(MAKE) --no-print-directory -O -j3 vet lint gotest
+	$(MAKE) --no-print-directory --output-sync=line -j3 vet lint gotest
 
 gotest:
 	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(PKG)

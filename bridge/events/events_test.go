@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 // wait bounds every wait for something the test caused.
-const wait = 10 * time.Second
+const wait = 30 * time.Second
 
 // gate is a Conn whose Publish blocks until it is opened: a connection
 // that does not keep up. It records what was published.

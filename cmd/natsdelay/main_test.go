@@ -113,14 +113,21 @@ func startExe(t testing.TB, exe string, env []string, stdin string, args ...stri
 	return p
 }
 
-// wait waits for the process to exit and returns its exit code.
+// slowMachine is how many times longer than on a quiet machine a process
+// may take to exit: the race detector on two cores doing other work. A
+// passing test never waits that long, and a hung process is still found.
+const slowMachine = 3
+
+// wait waits for the process to exit and returns its exit code. timeout
+// is what it takes on a quiet machine at most; see slowMachine.
 func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
+	limit := slowMachine * timeout
 	select {
 	case <-p.done:
 		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		t.Fatalf("natsdelay %s: still running after %v", p.name, timeout)
+	case <-time.After(limit):
+		t.Fatalf("natsdelay %s: still running after %v", p.name, limit)
 		return -1
 	}
 }

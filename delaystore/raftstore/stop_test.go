@@ -292,8 +292,11 @@ func TestNode_CloseWithMembershipChangeUnanswered_Returns(t *testing.T) {
 	awaitClosed(t, leader, closed, 30*time.Second)
 	if err := <-removed; err == nil {
 		t.Logf("the removal was answered before the shutdown")
-	} else if !errors.Is(err, raft.ErrRaftShutdown) && !errors.Is(err, delaystore.ErrClosed) {
-		t.Errorf("RemoveServer during Close: %v, want closed or shut down", err)
+	} else if !errors.Is(err, raft.ErrRaftShutdown) && !errors.Is(err, delaystore.ErrClosed) && !errors.Is(err, delaystore.ErrNotLeader) {
+		// NB: on a loaded machine the leader may lose its leadership
+		// before the shutdown: the removal is then refused as not the
+		// leader's, which is an answer too.
+		t.Errorf("RemoveServer during Close: %v, want closed, shut down or not the leader", err)
 	}
 	pending.Wait()
 }

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // wait bounds every wait for an event; a passing test never waits this
 // long.
-const wait = 10 * time.Second
+const wait = 30 * time.Second
 
 // publisher records deliveries on a channel; no NATS is involved.
 type publisher struct {
