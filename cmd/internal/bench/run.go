@@ -29,6 +29,9 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.checkMachines(); err != nil {
+		return nil, err
+	}
 	res = &Results{StartedAt: time.Now().UTC(), Host: host(), Config: summary(cfg)}
 	if len(cfg.Phases) > 0 {
 		res.Config.Phases = cfg.Phases
@@ -82,6 +85,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		{PhaseFlow, "flow", func(e *env) (err error) { res.Flow, err = e.runFlow(ctx); return err }},
 		{PhaseEvents, "events", func(e *env) (err error) { res.Events, err = e.runEvents(ctx); return err }},
 		{PhaseCluster, "cluster", func(e *env) (err error) { res.Cluster, err = e.runCluster(ctx); return err }},
+		{PhaseCells, "cells", func(e *env) (err error) { res.Cells, err = e.runCells(ctx); return err }},
 	}
 	for _, p := range phases {
 		if err := phase(p.name, func(e *env) error {
