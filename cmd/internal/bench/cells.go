@@ -34,6 +34,10 @@ type CellsResult struct {
 	// mode ("pipelined", or "<n> requesters"); CPU.Service sums the
 	// system's natsdelay processes.
 	Ingest []IngestResult `json:"ingest"`
+	// ThrottledPct is, per system, the share of its nodes' quota periods
+	// in which a node used up its quota and was held back; absent
+	// without a quota.
+	ThrottledPct map[string]float64 `json:"throttled_pct,omitempty"`
 }
 
 // The systems of the cells phase.
@@ -148,6 +152,17 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 			return err
 		}
 		cr.Ingest = append(cr.Ingest, row)
+	}
+	var periods, throttled int64
+	for _, s := range sets {
+		p, t := s.throttled()
+		periods, throttled = periods+p, throttled+t
+	}
+	if periods > 0 {
+		if cr.ThrottledPct == nil {
+			cr.ThrottledPct = map[string]float64{}
+		}
+		cr.ThrottledPct[system] = 100 * float64(throttled) / float64(periods)
 	}
 	return nil
 }

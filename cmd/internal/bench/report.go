@@ -733,6 +733,9 @@ func writeCells(p func(string, ...any), c ConfigSummary, cr *CellsResult) {
 		ac, fc, ic := perMsgUs(a.CPU.Service, a.Msgs), perMsgUs(f.CPU.Service, f.Msgs), perMsgUs(i.CPU.Service, i.Msgs)
 		p("%s: CPU µs/msg, natsdelay processes\t%s\t%s\t%s\t\t%s\t\t\t", mode, lower, dec(ac), dec(fc), dec(ic))
 	}
+	if t1, ok := cr.ThrottledPct[CellsOne]; ok {
+		p("quota periods throttled %%\t\t%s\t%s\t\t%s\t\t\t", dec(t1), throttledOf(cr.ThrottledPct, CellsFleet), dec(cr.ThrottledPct[CellsIdeal]))
+	}
 	if !cr.Fleet {
 		p("%d cells: not measured: this natsdelay has no serve --cell; the fleet's rows need a build with --cell\t\t\t\t\t\t\t\t", n)
 	}
@@ -745,4 +748,12 @@ func times(a, b float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// throttledOf is the throttled share of system, or "-" where it did not run.
+func throttledOf(pct map[string]float64, system string) string {
+	if v, ok := pct[system]; ok {
+		return dec(v)
+	}
+	return "-"
 }
