@@ -6,7 +6,11 @@
 // Both systems get the same messages over the same client code: only the
 // server side differs. The cluster phase, run only when asked for, sets
 // natsdelay as one `serve` process beside a cluster of three, and beside
-// JetStream schedules on an R3 stream of three embedded servers. Timings are of the whole system on this machine,
+// JetStream schedules on an R3 stream of three embedded servers; the cells
+// phase, likewise, ingests into one cell, a fleet of cells and as many
+// independent nodes the load partitions by hand. Either can run each node
+// as a machine of its own, in a cgroup with a CPU quota and with its data
+// on a tmpfs (see machine.go). Timings are of the whole system on this machine,
 // client included; nothing here asserts on them.
 package bench
 
