@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -336,4 +337,81 @@ func TestParse_Bench_Machines(t *testing.T) {
 	if !errors.Is(err, usage.ErrUsage) || !strings.Contains(err.Error(), "run one of them") {
 		t.Errorf("--node-cpu without the cluster or cells phase: %v, want a usage error", err)
 	}
+}
+
+// TestBench_NodeCPU_SIGINT_TearsDown starts the real command's cluster
+// phase with a CPU quota per node, interrupts it once a node's tmpfs is
+// mounted and its cgroup made, and checks that it exits with neither left
+// behind nor a node still running in them.
+func TestBench_NodeCPU_SIGINT_TearsDown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a CPU quota and a tmpfs per node need root")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"--cluster", "--node-cpu", "0.2", "--quick", "--quiet", "--dir", filepath.Join(dir, "data"),
+		"--json-out", filepath.Join(dir, "bench.json"), "--serve-binary", natsdelayBinary(t)}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), execEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	cgroups := func() []string {
+		pattern := "natsdelay-bench-" + strconv.Itoa(cmd.Process.Pid) + "-*"
+		v1, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", pattern))
+		v2, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", pattern))
+		return append(v1, v2...)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(tmpfsUnder(t, dir)) == 0 || len(cgroups()) == 0 {
+		select {
+		case err := <-done:
+			if strings.Contains(stderr.String(), "no cgroup cpu controller") {
+				t.Skipf("no cgroup cpu controller here:\n%s", stderr.String())
+			}
+			t.Fatalf("natsdelay-bench exited before a node's machine was set up: %v\n%s", err, stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("no node's tmpfs and cgroup after a minute:\n%s", stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("natsdelay-bench still running a minute after SIGINT:\n%s", stderr.String())
+	}
+	if m := tmpfsUnder(t, dir); len(m) > 0 {
+		t.Errorf("tmpfs left mounted after SIGINT: %v", m)
+	}
+	if cg := cgroups(); len(cg) > 0 {
+		t.Errorf("cgroups left after SIGINT: %v", cg)
+	}
+}
+
+// tmpfsUnder lists the tmpfs mounts under dir.
+func tmpfsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 3 && f[2] == "tmpfs" && strings.HasPrefix(f[1], dir+"/") {
+			out = append(out, f[1])
+		}
+	}
+	return out
 }
