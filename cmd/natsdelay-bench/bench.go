@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/natsdelay/natsdelay/cmd/internal/bench"
@@ -27,10 +29,16 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes, a smoke check that runs in ${quick_takes} on two cores; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow, events and cluster; default all but flow, events and cluster." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow, events, cluster and cells; default all but flow, events, cluster and cells." placeholder:"PHASE,..."`
 	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale, waves and cluster phases run (default the natsdelay next to this binary, else on the PATH), also to measure another version with the same bench." placeholder:"FILE"`
 	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
 	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
+	Cells        int      `help:"Run the cells phase with this many cells: ingest into one cell, into that many cells of a fleet, and into as many independent nodes the requesters partition by hand; alone unless --phases names others (default 3 when --phases names cells)."`
+	CellNodes    int      `name:"cell-nodes" help:"Nodes of each cell of the cells phase: 1, or 3 for a cluster (default 1)."`
+	CellParts    int      `name:"cell-partitions" help:"The fleet's --partitions in the cells phase (default 12)."`
+	CellReqs     []int    `name:"cell-requesters" help:"Synchronous requester counts of the cells phase (default 64,192)." placeholder:"N,..."`
+	NodeCPU      float64  `name:"node-cpu" help:"Run each natsdelay node of the cluster and cells phases in a cgroup of its own with this CPU quota in cores, every 10 ms, and its data on a tmpfs of its own, as a machine of its own; 0 shares this machine's cores and disk. Needs root." placeholder:"CORES"`
+	NodeTmpfs    bool     `name:"node-tmpfs" help:"Put each node's data on a tmpfs of its own, without a CPU quota (--node-cpu implies it). Needs root."`
 	Flow         bool     `help:"Run the flow phase: the fire lateness of an unlimited subject alone and beside a paused subject with many due and a rate-limited one; alone unless --phases names others."`
 	FlowPaused   int      `name:"flow-paused" help:"Messages due on the paused subject of the flow phase (default 1000000)."`
 	EventsRounds int      `name:"events-rounds" help:"Runs of --e2e-msgs the events phase makes with lifecycle events off, and as many with them on (default 3)."`
@@ -117,6 +125,14 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.FlowPaused, c.FlowPaused)
 	set(&cfg.Failovers, c.Failovers)
 	set(&cfg.EventsRounds, c.EventsRounds)
+	if c.Cells != 0 && !slices.Contains(cfg.Phases, bench.PhaseCells) {
+		cfg.Phases = append(slices.Clone(cfg.Phases), bench.PhaseCells)
+	}
+	set(&cfg.Cells, c.Cells)
+	set(&cfg.CellNodes, c.CellNodes)
+	set(&cfg.CellPartitions, c.CellParts)
+	cfg.CellRequesters = c.CellReqs
+	cfg.NodeCPU, cfg.NodeTmpfs = c.NodeCPU, c.NodeTmpfs
 	if c.ScaleSubjects == 0 {
 		// The preset's subjects fit a smaller --scale-pending.
 		cfg.ScaleSubjects = min(cfg.ScaleSubjects, cfg.ScalePending)
@@ -147,6 +163,7 @@ func (c *benchCmd) check() error {
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
 		{"--failovers", c.Failovers}, {"--events-rounds", c.EventsRounds},
+		{"--cells", c.Cells}, {"--cell-partitions", c.CellParts},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)
@@ -180,6 +197,20 @@ func (c *benchCmd) check() error {
 	if c.Trace != "" && c.OwnProcess {
 		p.add("--trace traces the bench process: it cannot show natsdelay with --own-process")
 	}
+	if c.CellNodes != 0 && c.CellNodes != 1 && c.CellNodes != 3 {
+		p.add("--cell-nodes %d: want 1, or 3 for cells that are clusters", c.CellNodes)
+	}
+	for _, r := range c.CellReqs {
+		if r <= 0 {
+			p.add("--cell-requesters %d: want counts of requesters > 0", r)
+		}
+	}
+	if c.NodeCPU != 0 && !(c.NodeCPU > 0 && c.NodeCPU <= 64) {
+		p.add("--node-cpu %v: want a quota in cores > 0, such as 0.2, or 0 for none", c.NodeCPU)
+	}
+	if (c.NodeCPU != 0 || c.NodeTmpfs) && !slices.Contains(c.config().Phases, bench.PhaseCluster) && !slices.Contains(c.config().Phases, bench.PhaseCells) {
+		p.add("--node-cpu and --node-tmpfs set up the nodes of the cluster and cells phases: run one of them (--cluster, --cells 3)")
+	}
 	if c.NATSPID < 0 || (c.NATSPID > 0 && c.NATS == "") {
 		p.add("--nats-pid %d: want the process id of the server --nats names", c.NATSPID)
 	}
@@ -211,6 +242,8 @@ func (c *benchCmd) Run(e *env) (err error) {
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
+	stop := closeMachinesOnSignal(e)
+	defer stop()
 	res, err := bench.Run(context.Background(), cfg)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -271,4 +304,29 @@ func startCPUProfile(file string) (stop func() error, err error) {
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// closeMachinesOnSignal tears down the nodes' cgroups and tmpfs mounts
+// when SIGINT or SIGTERM stops the bench, so that none outlives it, and
+// exits as a shell reports a signal. stop ends the watch and waits for it.
+func closeMachinesOnSignal(e *env) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			if err := bench.CloseMachines(); err != nil {
+				e.log.Error("tear down the nodes' cgroups and tmpfs mounts", "err", err)
+			}
+			os.Exit(128 + int(sig.(syscall.Signal)))
+		case <-quit:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(quit)
+		<-done
+	}
 }

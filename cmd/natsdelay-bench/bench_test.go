@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +278,140 @@ func TestBench_Cluster_Quick(t *testing.T) {
 	if f := cr.Failovers[0]; f.ToAckMs <= 0 || f.ToDeliveryMs <= 0 {
 		t.Errorf("failover %+v: want both times", f)
 	}
+}
+
+// TestBench_Cells_Quick runs bench --cells 3 at tiny sizes with a natsdelay
+// that runs no cells: it checks that the phase says so and measures one
+// cell and the hand-partitioned ideal, every mode, every message taken.
+func TestBench_Cells_Quick(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := runBench(t, dir, "--cells", "3", "--ingest-msgs", "300", "--cell-requesters", "16")
+	cr := res.Cells
+	if cr == nil || res.Cluster != nil || len(res.Ingest) != 0 {
+		t.Fatalf("--cells ran: cells %v, cluster %v, %d ingest", cr != nil, res.Cluster != nil, len(res.Ingest))
+	}
+	if cr.Fleet || cr.Cells != 3 || cr.CellNodes != 1 {
+		t.Errorf("cells %+v: want 3 one-node cells, no fleet in a natsdelay without --cell", cr)
+	}
+	want := map[string]bool{
+		bench.CellsOne + "/16 requesters": true, bench.CellsOne + "/pipelined": true,
+		bench.CellsIdeal + "/16 requesters": true, bench.CellsIdeal + "/pipelined": true,
+	}
+	for _, r := range cr.Ingest {
+		key := r.System + "/" + r.Mode
+		if !want[key] {
+			t.Errorf("unexpected row %s", key)
+		}
+		delete(want, key)
+		if r.Msgs != 300 || r.Failed != 0 || !(r.Rate > 0) || r.CPU.Service < 0 {
+			t.Errorf("%s: %d msgs, %d failed, %v msgs/s, %v s CPU", key, r.Msgs, r.Failed, r.Rate, r.CPU.Service)
+		}
+	}
+	for key := range want {
+		t.Errorf("no row %s", key)
+	}
+}
+
+// TestParse_Bench_Machines checks the flags of the nodes' machines and
+// the cells phase: --cells runs the phase, and every bad value is named.
+func TestParse_Bench_Machines(t *testing.T) {
+	c, err := parse([]string{"--cells", "3", "--node-cpu", "0.1", "--cell-requesters", "64,192"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.config()
+	if !slices.Equal(cfg.Phases, []string{bench.PhaseCells}) || cfg.NodeCPU != 0.1 || cfg.Cells != 3 || !slices.Equal(cfg.CellRequesters, []int{64, 192}) {
+		t.Errorf("config: phases %v, node CPU %v, cells %d, requesters %v", cfg.Phases, cfg.NodeCPU, cfg.Cells, cfg.CellRequesters)
+	}
+	_, err = parse([]string{"--cluster", "--node-cpu=-0.2", "--cell-nodes", "2", "--cell-requesters", "0"}, io.Discard, io.Discard)
+	if !errors.Is(err, usage.ErrUsage) {
+		t.Fatalf("got %v, want a usage error", err)
+	}
+	for _, want := range []string{"--node-cpu -0.2", "--cell-nodes 2", "--cell-requesters 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	_, err = parse([]string{"--node-cpu", "0.2"}, io.Discard, io.Discard)
+	if !errors.Is(err, usage.ErrUsage) || !strings.Contains(err.Error(), "run one of them") {
+		t.Errorf("--node-cpu without the cluster or cells phase: %v, want a usage error", err)
+	}
+}
+
+// TestBench_NodeCPU_SIGINT_TearsDown starts the real command's cluster
+// phase with a CPU quota per node, interrupts it once a node's tmpfs is
+// mounted and its cgroup made, and checks that it exits with neither left
+// behind nor a node still running in them.
+func TestBench_NodeCPU_SIGINT_TearsDown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a CPU quota and a tmpfs per node need root")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"--cluster", "--node-cpu", "0.2", "--quick", "--quiet", "--dir", filepath.Join(dir, "data"),
+		"--json-out", filepath.Join(dir, "bench.json"), "--serve-binary", natsdelayBinary(t)}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), execEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	cgroups := func() []string {
+		pattern := "natsdelay-bench-" + strconv.Itoa(cmd.Process.Pid) + "-*"
+		v1, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", pattern))
+		v2, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", pattern))
+		return append(v1, v2...)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(tmpfsUnder(t, dir)) == 0 || len(cgroups()) == 0 {
+		select {
+		case err := <-done:
+			if strings.Contains(stderr.String(), "no cgroup cpu controller") {
+				t.Skipf("no cgroup cpu controller here:\n%s", stderr.String())
+			}
+			t.Fatalf("natsdelay-bench exited before a node's machine was set up: %v\n%s", err, stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("no node's tmpfs and cgroup after a minute:\n%s", stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("natsdelay-bench still running a minute after SIGINT:\n%s", stderr.String())
+	}
+	if m := tmpfsUnder(t, dir); len(m) > 0 {
+		t.Errorf("tmpfs left mounted after SIGINT: %v", m)
+	}
+	if cg := cgroups(); len(cg) > 0 {
+		t.Errorf("cgroups left after SIGINT: %v", cg)
+	}
+}
+
+// tmpfsUnder lists the tmpfs mounts under dir.
+func tmpfsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 3 && f[2] == "tmpfs" && strings.HasPrefix(f[1], dir+"/") {
+			out = append(out, f[1])
+		}
+	}
+	return out
 }

@@ -1,7 +1,7 @@
 // Command natsdelay-bench measures natsdelay beside JetStream message
 // schedules on this machine: ingest, fire lateness, end to end, scale,
-// memory waves, recurring schedules, flow control and a cluster, and
-// writes a table, the figures as JSON and a chart.
+// memory waves, recurring schedules, flow control, a cluster and cells,
+// and writes a table, the figures as JSON and a chart.
 //
 // It is a binary of its own so that the service's binary links none of its
 // plotting. The phases that run natsdelay as a process of its own run the

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/natsdelay/natsdelay/bridge/client"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
@@ -34,6 +37,12 @@ type ClusterResult struct {
 	JSFailovers []FailoverResult `json:"jetstream_r3_failovers"`
 	// ClusterTimeout is the nodes' --cluster-timeout.
 	ClusterTimeout string `json:"cluster_timeout"`
+	// Machines is the CPU quota and the disk of each node.
+	Machines MachineNote `json:"machines"`
+	// ThrottledPct is, per natsdelay system, the share of its nodes'
+	// quota periods in which a node used up its quota and was held back;
+	// absent without a quota.
+	ThrottledPct map[string]float64 `json:"throttled_pct,omitempty"`
 }
 
 // FailoverResult is one SIGKILL of the leader of a cluster.
@@ -51,27 +60,51 @@ const clusterTimeout = time.Second
 // benchNode is one `serve` child process of the cluster phase.
 type benchNode struct {
 	id, dir, raft string
+	machine       *machine // its cgroup and tmpfs, where the run gives it them
 	cmd           *exec.Cmd
 	stderr        *tailBuffer
 	exited        chan struct{}
 }
 
-// nodeSet is the processes of one system of the cluster phase.
+// nodeSet is the processes of one system of the cluster and cells phases.
 type nodeSet struct {
 	e     *env
+	spec  setSpec
 	nodes []*benchNode
 }
 
-// startNodes starts n serve processes on the bench's server: one plain
-// node for n == 1, else a cluster of n, and waits until one serves.
+// setSpec is what startSet starts: n serve processes with data under dir,
+// on the subjects of prefixes, each with extra flags.
+type setSpec struct {
+	n        int
+	dir      string
+	prefixes prefixes
+	// extra is the flags of node i beyond those of every node.
+	extra func(i int) []string
+}
+
+// prefixes are the ingest, ack and API prefixes of a set of nodes.
+type prefixes struct {
+	ingest, ack, api string
+}
+
+// startNodes starts n serve processes on the bench's server and subjects:
+// one plain node for n == 1, else a cluster of n, and waits until one
+// serves.
 func (e *env) startNodes(n int, dir string) (*nodeSet, error) {
+	return e.startSet(setSpec{n: n, dir: dir, prefixes: prefixes{e.ingest, e.ack, e.api}})
+}
+
+// startSet starts spec's nodes, each on the machine the run gives it (a
+// cgroup with a CPU quota, a tmpfs), and waits until one serves.
+func (e *env) startSet(spec setSpec) (*nodeSet, error) {
 	if len(e.cfg.ServiceCommand) == 0 {
 		return nil, fmt.Errorf("%w: the cluster phase runs natsdelay serve as child processes: set ServiceCommand", ErrInvalidConfig)
 	}
-	s := &nodeSet{e: e}
+	s := &nodeSet{e: e, spec: spec}
 	var raft []string
-	if n > 1 {
-		for range n {
+	if spec.n > 1 {
+		for range spec.n {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return nil, err
@@ -80,15 +113,22 @@ func (e *env) startNodes(n int, dir string) (*nodeSet, error) {
 			_ = ln.Close()
 		}
 	}
-	for i := range n {
-		node := &benchNode{id: "n" + strconv.Itoa(i+1), dir: filepath.Join(dir, "n"+strconv.Itoa(i+1))}
+	if err := os.MkdirAll(spec.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: make %s: %w", spec.dir, err)
+	}
+	for i := range spec.n {
+		node := &benchNode{id: "n" + strconv.Itoa(i+1), dir: filepath.Join(spec.dir, "n"+strconv.Itoa(i+1))}
 		if raft != nil {
 			node.raft = raft[i]
 		}
 		s.nodes = append(s.nodes, node)
 	}
-	for _, node := range s.nodes {
-		if err := s.start(node, raft); err != nil {
+	for i, node := range s.nodes {
+		err := e.setMachine(node)
+		if err == nil {
+			err = s.start(node, i, raft)
+		}
+		if err != nil {
 			return nil, errors.Join(err, s.close())
 		}
 	}
@@ -98,14 +138,17 @@ func (e *env) startNodes(n int, dir string) (*nodeSet, error) {
 	return s, nil
 }
 
-func (s *nodeSet) start(node *benchNode, raft []string) error {
+func (s *nodeSet) start(node *benchNode, i int, raft []string) error {
 	e := s.e
 	args := append(e.cfg.ServiceCommand[1:len(e.cfg.ServiceCommand):len(e.cfg.ServiceCommand)],
 		"--nats", e.url, "--data-dir", node.dir, "--engine", "pebble",
-		"--ingest-prefix", e.ingest, "--ack-prefix", e.ack, "--api-prefix", e.api, "--http", "")
+		"--ingest-prefix", s.spec.prefixes.ingest, "--ack-prefix", s.spec.prefixes.ack, "--api-prefix", s.spec.prefixes.api, "--http", "")
 	if raft != nil {
 		args = append(args, "--node-id", node.id, "--cluster-listen", node.raft, "--cluster-peers", strings.Join(raft, ","),
 			"--cluster-timeout", clusterTimeout.String())
+	}
+	if s.spec.extra != nil {
+		args = append(args, s.spec.extra(i)...)
 	}
 	node.cmd = exec.Command(e.cfg.ServiceCommand[0], args...)
 	node.stderr = &tailBuffer{max: 8 << 10}
@@ -119,6 +162,10 @@ func (s *nodeSet) start(node *benchNode, raft []string) error {
 		_ = node.cmd.Wait()
 		close(node.exited)
 	}()
+	if err := node.machine.add(node.cmd.Process.Pid); err != nil {
+		node.kill()
+		return err
+	}
 	return nil
 }
 
@@ -132,14 +179,20 @@ func (s *nodeSet) waitServing() error {
 			default:
 			}
 		}
-		_, err := s.e.client(time.Second).Info(context.Background())
+		_, err := s.client(time.Second).Info(context.Background())
 		return err == nil, nil
 	})
 }
 
+// client is an API client of the set's prefixes.
+func (s *nodeSet) client(timeout time.Duration) *client.Client {
+	p := s.spec.prefixes
+	return client.New(s.e.conns[0], client.WithAPIPrefix(p.api), client.WithIngestPrefix(p.ingest), client.WithTimeout(timeout))
+}
+
 // leader is the node that says it leads, gathered over CLUSTER.STATUS.
 func (s *nodeSet) leader() (*benchNode, error) {
-	st, err := s.e.client(time.Second).ClusterStatus(context.Background())
+	st, err := s.client(time.Second).ClusterStatus(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("bench: cluster status: %w", err)
 	}
@@ -175,7 +228,8 @@ func (n *benchNode) kill() {
 	<-n.exited
 }
 
-// close stops every node with SIGTERM, killing those that do not stop.
+// close stops every node with SIGTERM, killing those that do not stop,
+// then tears down their machines.
 func (s *nodeSet) close() error {
 	var errs []error
 	for _, n := range s.nodes {
@@ -195,7 +249,22 @@ func (s *nodeSet) close() error {
 			errs = append(errs, fmt.Errorf("bench: natsdelay %s did not stop:\n%s", n.id, n.stderr))
 		}
 	}
+	for _, n := range s.nodes {
+		if n.machine != nil {
+			errs = append(errs, n.machine.close())
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// throttled sums the periods of the set's cgroups and those in which a
+// node was held back by its quota.
+func (s *nodeSet) throttled() (periods, throttled int64) {
+	for _, n := range s.nodes {
+		p, t := n.machine.throttled()
+		periods, throttled = periods+p, throttled+t
+	}
+	return periods, throttled
 }
 
 // runCluster measures natsdelay as one node and as a cluster of three:
@@ -203,7 +272,7 @@ func (s *nodeSet) close() error {
 // first offered rate, and for the three the failover after a SIGKILL of
 // the leader, Failovers times.
 func (e *env) runCluster(ctx context.Context) (*ClusterResult, error) {
-	cr := &ClusterResult{ClusterTimeout: clusterTimeout.String()}
+	cr := &ClusterResult{ClusterTimeout: clusterTimeout.String(), Machines: e.cfg.machineNote()}
 	for _, n := range []int{1, 3} {
 		system := fmt.Sprintf("%s x%d", SystemDelay, n)
 		s, err := e.startNodes(n, filepath.Join(e.dir, "cluster"+strconv.Itoa(n)))
@@ -211,6 +280,12 @@ func (e *env) runCluster(ctx context.Context) (*ClusterResult, error) {
 			return cr, err
 		}
 		err = e.clusterRuns(s, system, n, cr)
+		if periods, throttled := s.throttled(); periods > 0 {
+			if cr.ThrottledPct == nil {
+				cr.ThrottledPct = map[string]float64{}
+			}
+			cr.ThrottledPct[system] = 100 * float64(throttled) / float64(periods)
+		}
 		if err = errors.Join(err, s.close()); err != nil {
 			return cr, fmt.Errorf("bench: cluster phase, %s: %w", system, err)
 		}
@@ -337,7 +412,7 @@ func (e *env) failover(s *nodeSet, subj string) (FailoverResult, error) {
 	case <-time.After(e.cfg.Timeout):
 		return f, errors.New("bench: the message due after the kill was not delivered")
 	}
-	if err := s.start(leader, raftAddrs(s)); err != nil {
+	if err := s.start(leader, slices.Index(s.nodes, leader), raftAddrs(s)); err != nil {
 		return f, err
 	}
 	return f, s.waitAll()
@@ -355,7 +430,7 @@ func raftAddrs(s *nodeSet) []string {
 // waitAll waits until every node answers CLUSTER.STATUS as leader or
 // follower of one leader, and that leader serves.
 func (s *nodeSet) waitAll() error {
-	api := s.e.client(300 * time.Millisecond)
+	api := s.client(300 * time.Millisecond)
 	return poll(s.e.cfg.Timeout, func() (bool, error) {
 		st, err := api.ClusterStatus(context.Background())
 		if err != nil || len(st.Nodes) != len(s.nodes) {
@@ -368,7 +443,7 @@ func (s *nodeSet) waitAll() error {
 		if len(leaders) != 1 || leaders[""] > 0 {
 			return false, nil
 		}
-		_, err = s.e.client(time.Second).Info(context.Background())
+		_, err = s.client(time.Second).Info(context.Background())
 		return err == nil, nil
 	})
 }

@@ -114,6 +114,33 @@ type Config struct {
 	// its three-node cluster. Default 5.
 	Failovers int
 
+	// Cells is how many cells the cells phase sets beside one, and how
+	// many independent nodes (or clusters) it partitions the load over by
+	// hand. Default 3.
+	Cells int
+	// CellNodes is the nodes of each cell: 1, or 3 for a cluster. Default 1.
+	CellNodes int
+	// CellPartitions is the fleet's --partitions. Default 12.
+	CellPartitions int
+	// CellRequesters are the counts of synchronous requesters the cells
+	// phase ingests with, beside its pipelined publisher. Default 64, 192.
+	CellRequesters []int
+	// CellSubjects is how many subjects the cells phase's messages are
+	// spread over, so that each cell and each partition gets its share.
+	// Default 1024.
+	CellSubjects int
+
+	// NodeCPU, if not 0, runs each natsdelay node of the cluster and cells
+	// phases in a cgroup of its own with a quota of that many cores (every
+	// 10 ms, or the period that makes the quota the kernel's 1 ms minimum),
+	// and its data on a tmpfs of its own: as a machine of its own, not a
+	// process contending for this machine's cores and disk. It needs root
+	// and the cgroup cpu controller.
+	NodeCPU float64
+	// NodeTmpfs puts each node's data on a tmpfs of its own without a
+	// quota; NodeCPU implies it.
+	NodeTmpfs bool
+
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration
 
@@ -180,16 +207,20 @@ const (
 	// PhaseEvents measures natsdelay's end to end with lifecycle events
 	// off and on. It runs only when asked for.
 	PhaseEvents = "events"
+	// PhaseCells measures natsdelay's ingest on one cell, on several
+	// cells of a fleet, and on as many independent nodes the load
+	// partitions by hand. It runs only when asked for.
+	PhaseCells = "cells"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseEvents, PhaseCluster}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseEvents, PhaseCluster, PhaseCells}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
-	if phase == PhaseCluster || phase == PhaseFlow || phase == PhaseEvents {
+	if phase == PhaseCluster || phase == PhaseFlow || phase == PhaseEvents || phase == PhaseCells {
 		return slices.Contains(c.Phases, phase)
 	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
@@ -267,6 +298,7 @@ func Quick() Config {
 		FlowPaused:     20_000,
 		FlowRated:      1_000,
 		EventsRounds:   1,
+		CellSubjects:   64,
 		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}
@@ -320,6 +352,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	def(&c.Cells, 3)
+	def(&c.CellNodes, 1)
+	def(&c.CellPartitions, 12)
+	def(&c.CellSubjects, 1024)
+	if len(c.CellRequesters) == 0 {
+		c.CellRequesters = []int{64, 192}
+	}
+	c.CellRequesters = slices.Clone(c.CellRequesters)
 	c.Phases = slices.Clone(c.Phases)
 	c.ServiceCommand = slices.Clone(c.ServiceCommand)
 	return c
@@ -341,7 +381,7 @@ func (c Config) Validate() error {
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
-		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
+		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"Cells", c.Cells}, {"CellPartitions", c.CellPartitions}, {"CellSubjects", c.CellSubjects}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
@@ -377,6 +417,19 @@ func (c Config) Validate() error {
 	}
 	if c.TraceFile != "" && c.OwnProcess {
 		bad("TraceFile traces this process: it cannot show natsdelay with OwnProcess")
+	}
+	if c.CellNodes != 0 && c.CellNodes != 1 && c.CellNodes != 3 {
+		bad("CellNodes (%d) must be 1 or 3", c.CellNodes)
+	}
+	for _, r := range c.CellRequesters {
+		if r <= 0 {
+			bad("CellRequesters (%d) must be > 0", r)
+		}
+	}
+	if c.NodeCPU != 0 {
+		if _, err := limitFor(c.NodeCPU); err != nil {
+			bad("NodeCPU: %v", err)
+		}
 	}
 	if c.ServerPID < 0 || (c.ServerPID > 0 && c.NATSURL == "") {
 		bad("ServerPID (%d) must name the process of the server at NATSURL", c.ServerPID)

@@ -55,6 +55,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if cr := res.Cluster; cr != nil {
 		writeCluster(p, c, cr)
 	}
+	if cr := res.Cells; cr != nil {
+		writeCells(p, c, cr)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -669,6 +672,7 @@ func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
 		}
 		return FireResult{P50Ms: math.NaN(), P99Ms: math.NaN(), MaxMs: math.NaN()}
 	}
+	p("cluster: %s\t\t\t\t\t\t\t", cr.Machines)
 	p("cluster: %d msgs\tbetter\tnatsdelay 1 node\tnatsdelay 3 nodes\t3 nodes vs 1\tjetstream R3\t3 nodes vs R3\t", c.IngestMsgs)
 	for _, mode := range []string{"pipelined", "requesters"} {
 		a, b, j := find(cr.Ingest, one, mode), find(cr.Ingest, three, mode), find(cr.Ingest, SystemJSR3, mode)
@@ -688,6 +692,9 @@ func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
 	}
 	p("early\t\t%d\t%d\t\t%d\t\t", f1.Early, f3.Early, fj.Early)
 	p("delivered\t\t%d\t%d\t\t%d\t\t", f1.Delivered, f3.Delivered, fj.Delivered)
+	if t1, ok := cr.ThrottledPct[one]; ok {
+		p("quota periods throttled %%\t\t%s\t%s\t\t\t\t", dec(t1), dec(cr.ThrottledPct[three]))
+	}
 	if len(cr.Failovers) > 0 {
 		p("failover (natsdelay: SIGKILL of the leader, --cluster-timeout %s)\t\tto first ack ms\tto first delivery ms\t\t\t\t", cr.ClusterTimeout)
 		for i, f := range cr.Failovers {
@@ -698,4 +705,55 @@ func writeCluster(p func(string, ...any), c ConfigSummary, cr *ClusterResult) {
 		}
 	}
 	p("")
+}
+
+// writeCells writes the cells phase: one cell beside the fleet and the
+// hand-partitioned ideal, with the ratios between them.
+func writeCells(p func(string, ...any), c ConfigSummary, cr *CellsResult) {
+	find := func(system, mode string) IngestResult {
+		for _, r := range cr.Ingest {
+			if r.System == system && r.Mode == mode {
+				return r
+			}
+		}
+		return IngestResult{Rate: math.NaN(), CPU: CPU{Service: -1}}
+	}
+	n := cr.Cells
+	p("cells: %d-node cells, %s; %d msgs over %d subjects\t\t\t\t\t\t\t\t\t", cr.CellNodes, cr.Machines, c.IngestMsgs, cr.Subjects)
+	p("ingest msgs/s\tbetter\tone cell\t%d cells\t%d cells vs 1\tideal x%d\tideal vs 1\t%d cells vs ideal\t", n, n, n, n)
+	var modes []string
+	for _, r := range cr.Ingest {
+		if r.System == CellsOne {
+			modes = append(modes, r.Mode)
+		}
+	}
+	for _, mode := range modes {
+		a, f, i := find(CellsOne, mode), find(CellsFleet, mode), find(CellsIdeal, mode)
+		p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", mode, higher, num(a.Rate), num(f.Rate), times(f.Rate, a.Rate), num(i.Rate), times(i.Rate, a.Rate), times(f.Rate, i.Rate))
+		ac, fc, ic := perMsgUs(a.CPU.Service, a.Msgs), perMsgUs(f.CPU.Service, f.Msgs), perMsgUs(i.CPU.Service, i.Msgs)
+		p("%s: CPU µs/msg, natsdelay processes\t%s\t%s\t%s\t\t%s\t\t\t", mode, lower, dec(ac), dec(fc), dec(ic))
+	}
+	if t1, ok := cr.ThrottledPct[CellsOne]; ok {
+		p("quota periods throttled %%\t\t%s\t%s\t\t%s\t\t\t", dec(t1), throttledOf(cr.ThrottledPct, CellsFleet), dec(cr.ThrottledPct[CellsIdeal]))
+	}
+	if !cr.Fleet {
+		p("%d cells: not measured: this natsdelay has no serve --cell; the fleet's rows need a build with --cell\t\t\t\t\t\t\t\t", n)
+	}
+	p("")
+}
+
+// times is a/b as "N.NNx", or "-" where either is unknown.
+func times(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// throttledOf is the throttled share of system, or "-" where it did not run.
+func throttledOf(pct map[string]float64, system string) string {
+	if v, ok := pct[system]; ok {
+		return dec(v)
+	}
+	return "-"
 }

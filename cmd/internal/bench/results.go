@@ -21,6 +21,7 @@ type Results struct {
 	Waves     *WavesResult     `json:"waves,omitempty"`
 	Recurring *RecurringResult `json:"recurring,omitempty"`
 	Cluster   *ClusterResult   `json:"cluster,omitempty"`
+	Cells     *CellsResult     `json:"cells,omitempty"`
 	Flow      *FlowResult      `json:"flow,omitempty"`
 	Events    *EventsResult    `json:"events,omitempty"`
 	StartedAt time.Time        `json:"started_at"`

@@ -6,7 +6,11 @@
 // Both systems get the same messages over the same client code: only the
 // server side differs. The cluster phase, run only when asked for, sets
 // natsdelay as one `serve` process beside a cluster of three, and beside
-// JetStream schedules on an R3 stream of three embedded servers. Timings are of the whole system on this machine,
+// JetStream schedules on an R3 stream of three embedded servers; the cells
+// phase, likewise, ingests into one cell, a fleet of cells and as many
+// independent nodes the load partitions by hand. Either can run each node
+// as a machine of its own, in a cgroup with a CPU quota and with its data
+// on a tmpfs (see machine.go). Timings are of the whole system on this machine,
 // client included; nothing here asserts on them.
 package bench
 
@@ -29,6 +33,9 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.checkMachines(); err != nil {
+		return nil, err
+	}
 	res = &Results{StartedAt: time.Now().UTC(), Host: host(), Config: summary(cfg)}
 	if len(cfg.Phases) > 0 {
 		res.Config.Phases = cfg.Phases
@@ -82,6 +89,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		{PhaseFlow, "flow", func(e *env) (err error) { res.Flow, err = e.runFlow(ctx); return err }},
 		{PhaseEvents, "events", func(e *env) (err error) { res.Events, err = e.runEvents(ctx); return err }},
 		{PhaseCluster, "cluster", func(e *env) (err error) { res.Cluster, err = e.runCluster(ctx); return err }},
+		{PhaseCells, "cells", func(e *env) (err error) { res.Cells, err = e.runCells(ctx); return err }},
 	}
 	for _, p := range phases {
 		if err := phase(p.name, func(e *env) error {
