@@ -155,7 +155,7 @@ func (ft *flightTable) retryAt(f *flight, at int64) {
 	ft.timers.schedule(f, at)
 }
 
-// unsent keeps the counted attempts of f, whose delivery reached nobody,
+// unsend keeps the counted attempts of f, whose delivery reached nobody,
 // for the flight its message makes at its next scan (see takeCounted).
 func (ft *flightTable) unsend(f *flight) {
 	f.lostPass = f.pass
