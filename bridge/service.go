@@ -20,16 +20,66 @@ import (
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/janitor"
 	"github.com/natsdelay/natsdelay/keys"
 )
 
-// Config configures a Service. A zero field means the default shown by
-// DefaultConfig.
+// Config configures a Service: what it is told, settings only. What it
+// uses besides its connection and store (metrics registry, cluster,
+// reopen) is given to New as an Option. A zero field means the default
+// shown by DefaultConfig.
 type Config struct {
-	// Config is the life of the service: the settings of delivery, keys,
-	// expiry, group commit and recovery, each declared by the package it
-	// configures.
-	core.Config
+	// Delivery holds the delivery settings (AckWait, MaxDeliver, Backoff,
+	// DeadLetterSubject, MaxInFlight, ...). Its Observer, Lifecycle and
+	// Fence are the Service's own, which it sets, and its Now and Logger
+	// are Config's: what they hold here is not used.
+	Delivery dispatch.Config
+	// Repository holds TimeBucket, the width of the time bucket in keys.
+	// It must not change for an existing store.
+	Repository delaystore.RepositoryConfig
+	// Expiry configures the removal of expired messages and of old dead
+	// letters: Interval is how often (default 1s).
+	Expiry janitor.Config
+
+	// Limits are limits that exist from the start: each time the service
+	// starts on its store (New, a reopen after a fault, each time a node
+	// of a cluster becomes leader), each one whose pattern has no stored
+	// limit is stored. A limit stored already, set or changed through
+	// the API since, is kept as it is; one deleted is stored again at the
+	// next start. Validate checks them.
+	Limits []delaystore.Limit
+
+	// ReopenBackoff is the wait after the first failed reopen of the
+	// store (see WithReopen); it doubles up to ReopenMaxBackoff. Defaults
+	// 100ms and 5s.
+	ReopenBackoff    time.Duration
+	ReopenMaxBackoff time.Duration
+
+	// MaxBatch bounds the messages of one group commit. Default 4096.
+	MaxBatch int
+	// MaxBatchBytes bounds the bytes of one group commit (payloads,
+	// subjects, headers), and twice it the bytes waiting to be committed.
+	// Default 64 MiB.
+	MaxBatchBytes int
+
+	// IdleRelease is how long the service waits, once quiet after a burst
+	// of writes, before it hands memory back to the operating system (the
+	// store's memtables, the Go heap's free pages); once per burst of at
+	// least 10,000 writes. Negative turns it off. Default 10s.
+	IdleRelease time.Duration
+
+	// DedupWindow is how long after a message is stored a resend of it
+	// is answered with the first answer and stores nothing: the same
+	// (subject, Nats-Msg-Id), or the same (subject, Delay-Id) with the
+	// same content. Negative turns it off. Default 2m, as JetStream's
+	// duplicate window.
+	DedupWindow time.Duration
+
+	// Now is the clock; nil means time.Now. It is also the dispatcher's,
+	// the janitor's and the events'.
+	Now func() time.Time
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
 
 	// Engine names the store's engine, for INFO.
 	Engine string
@@ -77,15 +127,39 @@ type Config struct {
 
 // DefaultConfig returns every default in one place, core's included.
 func DefaultConfig() Config {
+	cc := core.DefaultConfig()
 	return Config{
-		Config:         core.DefaultConfig(),
-		IngestPrefix:   wire.DefaultIngestPrefix,
-		AckPrefix:      wire.DefaultAckPrefix,
-		APIPrefix:      wire.DefaultAPIPrefix,
-		EventPrefix:    wire.DefaultEventPrefix,
-		EventBuffer:    events.DefaultBuffer,
-		QueueGroup:     "natsdelay",
-		MaxControlLine: DefaultMaxControlLine,
+		Delivery:         cc.Delivery,
+		Repository:       cc.Repository,
+		Expiry:           cc.Expiry,
+		ReopenBackoff:    cc.ReopenBackoff,
+		ReopenMaxBackoff: cc.ReopenMaxBackoff,
+		MaxBatch:         cc.MaxBatch,
+		MaxBatchBytes:    cc.MaxBatchBytes,
+		IdleRelease:      cc.IdleRelease,
+		DedupWindow:      cc.DedupWindow,
+		IngestPrefix:     wire.DefaultIngestPrefix,
+		AckPrefix:        wire.DefaultAckPrefix,
+		APIPrefix:        wire.DefaultAPIPrefix,
+		EventPrefix:      wire.DefaultEventPrefix,
+		EventBuffer:      events.DefaultBuffer,
+		QueueGroup:       "natsdelay",
+		MaxControlLine:   DefaultMaxControlLine,
+	}
+}
+
+// core is the configuration of the Service's core: the settings of
+// delivery, keys, expiry, group commit and recovery that c holds. The
+// dispatcher's dependencies are the Service's to give (see start).
+func (c Config) core() core.Config {
+	d := c.Delivery
+	d.Observer, d.Lifecycle, d.Fence = nil, nil, nil
+	return core.Config{
+		Delivery: d, Repository: c.Repository, Expiry: c.Expiry, Limits: c.Limits,
+		ReopenBackoff: c.ReopenBackoff, ReopenMaxBackoff: c.ReopenMaxBackoff,
+		MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes,
+		IdleRelease: c.IdleRelease, DedupWindow: c.DedupWindow,
+		Now: c.Now, Logger: c.Logger,
 	}
 }
 
@@ -173,7 +247,7 @@ func (c Config) Validate() error {
 		}
 		seen[l.Pattern] = i
 	}
-	if err := c.Config.Validate(); err != nil {
+	if err := c.core().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -319,7 +393,7 @@ func WithReopen(reopen func() (delaystore.Store, error)) Option {
 
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
-	cc := s.cfg.Config
+	cc := s.cfg.core()
 	cc.Delivery.Observer = s.m
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}

@@ -43,8 +43,10 @@ type Dispatcher struct {
 	// mu guards the dispatcher's state, kept in named parts: the subjects
 	// with something to do (subjectTable), the deliveries in flight
 	// (flightTable), how far the due index has been read (dueFrontier) and
-	// the occurrences planned ahead (aheadTable). One lock, because a pass
-	// moves a message from one part to the next in one step.
+	// the occurrences planned ahead (aheadTable). Each part's methods are
+	// what is done to its state; the dispatcher's only order them. One
+	// lock, because a pass moves a message from one part to the next in
+	// one step.
 	mu struct {
 		sync.Mutex
 		subjects subjectTable
@@ -121,8 +123,8 @@ func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, e
 		done:     make(chan struct{}),
 	}
 	d.mu.published.L = &d.mu.Mutex
-	d.mu.subjects = newSubjectTable()
-	d.mu.flights = newFlightTable()
+	d.mu.subjects = newSubjectTable(cfg, d.bucketMs, d.nowNs, d.log)
+	d.mu.flights = newFlightTable(cfg, d.log)
 	d.mu.ahead = newAheadTable()
 	d.flushing.cond = sync.NewCond(&d.flushing.Mutex)
 	return d, nil
@@ -319,7 +321,7 @@ func (d *Dispatcher) arrivedLocked(k keys.Key, fireAtNs int64) {
 		// time, when a message due later has to be read after them.
 		d.signal()
 	}
-	t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
+	t := d.mu.subjects.topic(k.TopicHash())
 	t.rewindLocked(k)
 	if t.limited || t.released {
 		return // its cursor is at it or before; room or its turn brings it back
@@ -415,23 +417,28 @@ func (d *Dispatcher) run() {
 	}
 }
 
-// pass does what is due now and returns how long to sleep.
+// pass does what is due now and returns how long to sleep. It orders the
+// parts' steps: the frontier reads what fell due, the subject table puts
+// back what a change of limits released, the flight table makes room and
+// gives back its expired flights, and the due topics' scans fill what is
+// left of the pass.
 func (d *Dispatcher) pass() time.Duration {
 	d.signaledAt.Store(0)
 	now := d.nowNs()
 	d.advanceFrontier(now)
 	d.mu.Lock()
 	pass := d.beginPassLocked(now)
-	d.readmitReleasedLocked(now)
+	d.mu.subjects.readmitReleased(now)
 	// A redelivery needs no room in the in-flight window: its flight
 	// holds a slot already. Only first deliveries wait for room, so a
 	// window full of NAKed or unanswered deliveries still redelivers them.
 	budget := d.cfg.PassLimit
 	room := d.cfg.MaxInFlight - len(d.mu.flights.byKey)
-	if room <= 0 && len(d.mu.subjects.due) > 0 && d.mu.subjects.due[0].next <= now {
+	if room <= 0 && d.mu.subjects.dueBy(now) {
 		room += d.evictLongWaitsLocked(now)
 	}
-	redeliver, deadLetter := d.expiredTimersLocked(now, &budget)
+	paused := func(t *topic) bool { return d.mu.subjects.ruleOf(t).paused }
+	redeliver, deadLetter := d.mu.flights.expire(now, &budget, d.backoffAfter, paused)
 	d.mu.Unlock()
 
 	out := d.redeliveries(redeliver, now)
@@ -452,82 +459,10 @@ func (d *Dispatcher) beginPassLocked(now int64) uint64 {
 	d.mu.passStart = now
 	d.mu.pass++
 	d.notePeaksLocked()
-	for _, k := range d.mu.flights.committed {
-		if f := d.mu.flights.byKey[k]; f != nil && f.state == stateSettling {
-			d.forgetLocked(f)
-		}
-		delete(d.mu.flights.canceled, k)
-		delete(d.mu.flights.unsent, k)
-	}
-	d.mu.flights.committed = emptied(d.mu.flights.committed) // a burst of deletes gives its memory back
+	d.mu.flights.settleCommitted(d.forgetLocked)
 	d.mu.subjects.dropIdle(now)
 	d.mu.flights.shrink()
 	return d.mu.pass
-}
-
-// expiredTimersLocked takes the flights whose deadlines passed by now:
-// those to deliver again, at most *budget of them (spent from it), and
-// those at their Delay-Max-Deliver, to dead-letter. A flight whose topic
-// is blocked, paused or backing off gets a new deadline instead. mu must
-// be held.
-func (d *Dispatcher) expiredTimersLocked(now int64, budget *int) (redeliver, deadLetter []*flight) {
-	for len(d.mu.flights.timers) > 0 && d.mu.flights.timers[0].deadline <= now {
-		f := d.mu.flights.timers[0]
-		switch f.state {
-		case stateSent:
-			// The ack wait ran out: this attempt failed.
-			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
-				d.mu.flights.timers.unschedule(f)
-				f.state = stateSettling
-				deadLetter = append(deadLetter, f)
-				continue
-			}
-			if b := d.backoffAfter(f.attempt); b > 0 {
-				f.state = stateRetry
-				d.mu.flights.timers.schedule(f, after(now, b))
-				d.waitingLongLocked(f, now)
-				continue
-			}
-			fallthrough
-		case stateRetry:
-			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
-				// A NAKed delivery counts as an attempt, as in
-				// JetStream, and a NAK comes here without passing the
-				// ack-wait check above, so the limit is checked again
-				// before delivering once more.
-				d.mu.flights.timers.unschedule(f)
-				f.state = stateSettling
-				deadLetter = append(deadLetter, f)
-				continue
-			}
-			if t := f.topic; t.blockedUntil > now {
-				f.state = stateRetry
-				d.mu.flights.timers.schedule(f, t.blockedUntil)
-				continue
-			}
-			if d.ruleOfLocked(f.topic).paused {
-				// Paused: not redelivered either. ReloadLimits brings it
-				// back at a resume; until then it looks again every ack
-				// wait, which no eviction takes for a long wait.
-				f.state, f.pausedWait = stateRetry, true
-				d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
-				continue
-			}
-			if *budget <= 0 {
-				// This pass is full; it stays due, so the next pass starts
-				// at once and takes it.
-				f.state = stateRetry
-				return redeliver, deadLetter
-			}
-			*budget--
-			d.mu.flights.timers.unschedule(f)
-			f.state = stateRetry
-			redeliver = append(redeliver, f)
-		default:
-			d.mu.flights.timers.unschedule(f)
-		}
-	}
-	return redeliver, deadLetter
 }
 
 // redeliveries reads the messages of the flights to deliver again and
@@ -547,12 +482,12 @@ func (d *Dispatcher) redeliveries(redeliver []*flight, now int64) []outgoing {
 		case err != nil:
 			d.log.Warn("reading message to redeliver", "tag", f.key, "err", err)
 			d.mu.Lock()
-			d.mu.flights.timers.schedule(f, after(now, d.cfg.NoRespondersBackoff))
+			d.mu.flights.retryAt(f, after(now, d.cfg.NoRespondersBackoff))
 			d.mu.Unlock()
 			continue
 		case expired(msg, now):
 			d.mu.Lock()
-			f.state = stateSettling
+			d.mu.flights.settling(f)
 			d.mu.Unlock()
 			d.settleExpired(f.key, msg, nil)
 			continue
@@ -576,40 +511,21 @@ func (d *Dispatcher) scanDue(now int64, pass uint64, budget int, out *[]outgoing
 	var probed []*topic
 	for budget > 0 {
 		d.mu.Lock()
-		if len(d.mu.subjects.due) == 0 || d.mu.subjects.due[0].next > now || d.mu.subjects.due[0].scanPass == pass {
-			// Nothing more due, or only topics scanned in this pass and put
-			// back as due still: the next pass, at once, takes them.
+		t := d.mu.subjects.nextDue(now, pass)
+		if t == nil {
 			d.mu.Unlock()
 			break
 		}
-		t := d.mu.subjects.due[0]
-		d.mu.subjects.due.unschedule(t)
-		t.next = never // lets Notify schedule it again during the scan
-		if t.probeOpen {
-			// One probe at a time: its flush puts the topic back.
-			d.mu.Unlock()
-			continue
-		}
-		room := d.roomOfLocked(t)
-		if room <= 0 {
-			d.holdLocked(t, now)
-			t.heldAt = now
-			d.mu.Unlock()
-			continue
-		}
-		d.unholdLocked(t)
-		tokens, notBefore := d.tokensLocked(t, now)
-		if tokens == 0 {
-			t.heldAt = now
-			d.rescheduleLocked(t, notBefore) // its rate allows none yet
+		allowed := d.mu.subjects.toScan(t, now)
+		if allowed == 0 {
 			d.mu.Unlock()
 			continue
 		}
 		t.scanPass = pass
 		d.mu.Unlock()
-		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, room, tokens), out)
+		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, allowed), out)
 		d.mu.Lock()
-		d.spendLocked(t, now, n)
+		d.mu.subjects.spend(t, now, n)
 		d.mu.Unlock()
 		budget -= n
 		if probe {
@@ -643,18 +559,16 @@ func (d *Dispatcher) untilNext() time.Duration {
 	if scannable {
 		next = d.mu.subjects.due[0].next
 	}
-	if len(d.mu.flights.timers) > 0 {
-		next = min(next, d.mu.flights.timers[0].deadline)
-	}
+	next = min(next, d.mu.flights.nextDeadline())
 	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && len(d.mu.subjects.released) > 0 {
 		next = now // the next pass puts more of them back
 	}
-	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && d.dueNowLocked(now, d.frontierCap()) < d.frontierCap() {
+	if len(d.mu.flights.byKey) < d.cfg.MaxInFlight && d.mu.subjects.dueNow(now, d.frontierCap()) < d.frontierCap() {
 		// Not while the window is full, as for due topics: the
 		// flight that makes room wakes the loop (see forgetLocked).
 		next = min(next, d.mu.frontier.next)
 	}
-	if !scannable && len(d.mu.subjects.due) > 0 && d.mu.subjects.due[0].next <= now {
+	if !scannable && d.mu.subjects.dueBy(now) {
 		// Full, with topics due: look for flights to evict when that is
 		// allowed again (at once, if a flight began a long wait).
 		next = min(next, max(d.mu.flights.evictCheckAt, now))

@@ -12,7 +12,7 @@ import (
 // A topic at its limit (Config.SubjectMaxInFlight) with more due is held:
 // taken out of the due heap, its cursor kept at its first message not yet
 // delivered, so no pass reads it again, nor pays for it, until one of its
-// own flights is settled (see roomFreedLocked). It then goes back in the
+// own flights is settled (see subjectTable.lostFlight). It then goes back in the
 // due heap and its scan resumes at the cursor, so its messages still go
 // out in fire order. Its redeliveries need no room (their flights hold
 // their slots), so a subject whose consumers never answer is redelivered
@@ -23,85 +23,81 @@ import (
 // its limit; the gauge (Stats.Limited) has them all.
 const limitWarnInterval = 10 * time.Second
 
-// maxInFlightOf is the most flights topic t may hold. mu must be held.
-func (d *Dispatcher) maxInFlightOf(t *topic) int { return d.ruleOfLocked(t).maxInFlight }
+// maxInFlightOf is the most flights topic t may hold.
+func (st *subjectTable) maxInFlightOf(t *topic) int { return st.ruleOf(t).maxInFlight }
 
-// roomOfLocked is how many more first deliveries t may have now: none
-// while it is paused. mu must be held.
-func (d *Dispatcher) roomOfLocked(t *topic) int {
-	r := d.ruleOfLocked(t)
+// roomOf is how many more first deliveries t may have now: none while it
+// is paused.
+func (st *subjectTable) roomOf(t *topic) int {
+	r := st.ruleOf(t)
 	if r.paused {
 		return 0
 	}
 	return r.maxInFlight - t.flights
 }
 
-// holdLocked takes t, at its limit with more due, out of the due heap
-// until a flight of its own makes room. now is the pass's time. mu must
-// be held.
-func (d *Dispatcher) holdLocked(t *topic, now int64) {
-	d.mu.subjects.due.unschedule(t)
+// hold takes t, at its limit with more due, out of the due heap until a
+// flight of its own makes room. now is the pass's time.
+func (st *subjectTable) hold(t *topic, now int64) {
+	st.due.unschedule(t)
 	t.next = never
 	if t.limited {
 		return
 	}
 	t.limited = true
-	d.mu.subjects.held[t] = struct{}{}
-	if d.ruleOfLocked(t).paused {
+	st.held[t] = struct{}{}
+	if st.ruleOf(t).paused {
 		t.pausedHeld = true
-		d.mu.subjects.paused++
+		st.paused++
 		return // paused on purpose: nothing to warn about
 	}
-	d.mu.subjects.limitedUnlogged++
-	if now >= d.mu.subjects.limitLogAt {
-		d.log.Warn("subject at its in-flight limit: its next deliveries wait for answers to those in flight",
-			"subject", t.subject, "in_flight", t.flights, "max_in_flight", d.maxInFlightOf(t),
-			"subjects_limited", len(d.mu.subjects.held)-d.mu.subjects.paused, "suppressed", d.mu.subjects.limitedUnlogged-1)
-		d.mu.subjects.limitedUnlogged, d.mu.subjects.limitLogAt = 0, after(now, limitWarnInterval)
+	st.limitedUnlogged++
+	if now >= st.limitLogAt {
+		st.log.Warn("subject at its in-flight limit: its next deliveries wait for answers to those in flight",
+			"subject", t.subject, "in_flight", t.flights, "max_in_flight", st.maxInFlightOf(t),
+			"subjects_limited", len(st.held)-st.paused, "suppressed", st.limitedUnlogged-1)
+		st.limitedUnlogged, st.limitLogAt = 0, after(now, limitWarnInterval)
 	}
 }
 
-// unholdLocked clears t's mark of being held at its limit, when something
-// else put it back in the due heap (a back-off, a probe's flush). mu must
-// be held.
-func (d *Dispatcher) unholdLocked(t *topic) {
+// unhold clears t's mark of being held at its limit, when something else
+// put it back in the due heap (a back-off, a probe's flush).
+func (st *subjectTable) unhold(t *topic) {
 	if t.limited {
-		t.heldAt = d.nowNs() // held until now
+		t.heldAt = st.now() // held until now
 		t.limited = false
-		delete(d.mu.subjects.held, t)
+		delete(st.held, t)
 	}
 	if t.pausedHeld {
 		t.pausedHeld = false
-		d.mu.subjects.paused--
+		st.paused--
 	}
 }
 
-// releaseLocked queues t, let go by a change of limits, to go back in
-// the due heap when a pass has room for it. mu must be held.
-func (d *Dispatcher) releaseLocked(t *topic) {
+// release queues t, let go by a change of limits, to go back in the due
+// heap when a pass has room for it.
+func (st *subjectTable) release(t *topic) {
 	if t.released {
 		return
 	}
 	t.released = true
-	d.mu.subjects.released = append(d.mu.subjects.released, t)
+	st.released = append(st.released, t)
 }
 
-// readmitReleasedLocked puts topics released by a change of limits back
-// in the due heap, due at now, in the order they were released, while
-// fewer than a pass's worth of topics are due: so those due after a resume
-// wait for a pass's worth of the resumed subjects, not for all of them,
-// however many the resumed pattern has. The topics put back are taken
-// first, ahead of what falls due later, as the backlog of one subject is.
-// mu must be held.
-func (d *Dispatcher) readmitReleasedLocked(now int64) {
-	st := &d.mu.subjects
+// readmitReleased puts topics released by a change of limits back in
+// the due heap, due at now, in the order they were released, while fewer
+// than a pass's worth of topics are due: so those due after a resume wait
+// for a pass's worth of the resumed subjects, not for all of them, however
+// many the resumed pattern has. The topics put back are taken first, ahead
+// of what falls due later, as the backlog of one subject is.
+func (st *subjectTable) readmitReleased(now int64) {
 	if len(st.released) == 0 {
 		return
 	}
-	n := min(len(st.released), max(0, d.cfg.PassLimit-d.dueNowLocked(now, d.cfg.PassLimit)))
+	n := min(len(st.released), max(0, st.passLimit-st.dueNow(now, st.passLimit)))
 	for _, t := range st.released[:n] {
 		t.released = false
-		d.rescheduleLocked(t, now)
+		st.reschedule(t, now)
 	}
 	clear(st.released[:n])
 	st.released = st.released[n:]
@@ -110,16 +106,19 @@ func (d *Dispatcher) readmitReleasedLocked(now int64) {
 	}
 }
 
-// roomFreedLocked is told that t lost a flight: if that takes a held topic
-// below its limit, it goes back in the due heap, due now, and the loop is
-// woken for it. mu must be held.
-func (d *Dispatcher) roomFreedLocked(t *topic) {
-	if !t.limited || d.roomOfLocked(t) <= 0 {
-		return
+// lostFlight is told that t lost a flight, and reports whether the loop
+// must be woken for it: a held topic that this takes below its limit goes
+// back in the due heap, due now.
+func (st *subjectTable) lostFlight(t *topic) bool {
+	if t.flights--; t.flights == 0 {
+		st.idleNow(t)
 	}
-	d.unholdLocked(t)
-	d.rescheduleLocked(t, d.nowNs())
-	d.signal()
+	if !t.limited || st.roomOf(t) <= 0 {
+		return false
+	}
+	st.unhold(t)
+	st.reschedule(t, st.now())
+	return true
 }
 
 // SubjectState is what the dispatcher knows of one subject now.

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"cmp"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -44,6 +45,12 @@ type flightTable struct {
 	// peaks are the most entries each map held since it was last copied
 	// (see shrunk).
 	peaks struct{ byKey, unsent, canceled, unflushed int }
+
+	// What it is told: the size of the window (Config.MaxInFlight) and
+	// the ack wait (Config.AckWait); where evictions are logged.
+	maxInFlight int
+	ackWait     time.Duration
+	log         *slog.Logger
 }
 
 // unflushedMove is a message moved without sync: its move is committed
@@ -54,12 +61,146 @@ type unflushedMove struct {
 	fireAtNs  int64
 }
 
-func newFlightTable() flightTable {
+func newFlightTable(cfg Config, log *slog.Logger) flightTable {
 	return flightTable{
-		byKey:     make(map[keys.Key]*flight),
-		canceled:  make(map[keys.Key]struct{}),
-		unsent:    make(map[keys.Key]uint32),
-		unflushed: make(map[uint64]*unflushedMove),
+		byKey:       make(map[keys.Key]*flight),
+		canceled:    make(map[keys.Key]struct{}),
+		unsent:      make(map[keys.Key]uint32),
+		unflushed:   make(map[uint64]*unflushedMove),
+		maxInFlight: cfg.MaxInFlight,
+		ackWait:     cfg.AckWait,
+		log:         log,
+	}
+}
+
+// full reports whether the in-flight window is full: first deliveries
+// wait for room.
+func (ft *flightTable) full() bool { return len(ft.byKey) >= ft.maxInFlight }
+
+// add takes f, a message just read to deliver, in flight.
+func (ft *flightTable) add(f *flight) {
+	ft.byKey[f.key] = f
+	f.topic.flights++
+}
+
+// drop takes f out of the table, and reports whether it was in it.
+func (ft *flightTable) drop(f *flight) bool {
+	ft.timers.unschedule(f)
+	if ft.byKey[f.key] != f {
+		return false
+	}
+	delete(ft.byKey, f.key)
+	return true
+}
+
+// cancel marks k settled (see canceled), and uncancel takes the mark
+// back.
+func (ft *flightTable) cancel(k keys.Key)   { ft.canceled[k] = struct{}{} }
+func (ft *flightTable) uncancel(k keys.Key) { delete(ft.canceled, k) }
+
+// busy reports whether a scan must skip k: in flight, marked settled, or
+// moved without sync and not yet flushed.
+func (ft *flightTable) busy(k keys.Key) bool {
+	if _, ok := ft.byKey[k]; ok {
+		return true
+	}
+	return ft.isCanceled(k) || ft.held(k)
+}
+
+// nextDeadline is the earliest deadline of a flight, never if none.
+func (ft *flightTable) nextDeadline() int64 {
+	if len(ft.timers) == 0 {
+		return never
+	}
+	return ft.timers[0].deadline
+}
+
+// settling notes that f's delete is queued: it waits for no deadline
+// any more, and is forgotten once that commits.
+func (ft *flightTable) settling(f *flight) {
+	f.state = stateSettling
+	ft.timers.unschedule(f)
+}
+
+// isCanceled reports whether k is marked settled (see canceled).
+func (ft *flightTable) isCanceled(k keys.Key) bool {
+	_, ok := ft.canceled[k]
+	return ok
+}
+
+// markSettling marks k so that no scan, redelivery or publish sends it
+// again, from now until its delete commits: a scan may have read the
+// message before the answer that settles it arrived. It returns k's
+// flight, if any.
+func (ft *flightTable) markSettling(k keys.Key) *flight {
+	ft.cancel(k)
+	f := ft.byKey[k]
+	if f != nil {
+		ft.settling(f)
+	}
+	return f
+}
+
+// sent notes that f's delivery by pass is going out at now: it waits for
+// an answer until the ack wait is over.
+func (ft *flightTable) sent(f *flight, pass uint64, now int64) {
+	f.state = stateSent
+	f.pass = pass
+	ft.timers.schedule(f, after(now, ft.ackWait))
+}
+
+// retryAt makes f wait until at to be delivered again.
+func (ft *flightTable) retryAt(f *flight, at int64) {
+	f.state = stateRetry
+	ft.timers.schedule(f, at)
+}
+
+// unsend keeps the counted attempts of f, whose delivery reached nobody,
+// for the flight its message makes at its next scan (see takeCounted).
+func (ft *flightTable) unsend(f *flight) {
+	f.lostPass = f.pass
+	if f.counted > 0 {
+		ft.unsent[f.key] = f.counted
+	}
+}
+
+// takeCounted is the attempts of k known to have reached a subscriber,
+// from those stored (the store's count, which may lag) and those its
+// last flight counted.
+func (ft *flightTable) takeCounted(k keys.Key, stored uint32) uint32 {
+	if c, ok := ft.unsent[k]; ok {
+		delete(ft.unsent, k)
+		return max(stored, c)
+	}
+	return stored
+}
+
+// settleCommitted drops what it keeps of the keys whose deletes
+// committed since the last pass, handing forget each one's flight still
+// settling.
+func (ft *flightTable) settleCommitted(forget func(*flight)) {
+	for _, k := range ft.committed {
+		if f := ft.byKey[k]; f != nil && f.state == stateSettling {
+			forget(f)
+		}
+		delete(ft.canceled, k)
+		delete(ft.unsent, k)
+	}
+	ft.committed = emptied(ft.committed) // a burst of deletes gives its memory back
+}
+
+// resumePaused makes the flights waiting for their subjects' pause to
+// end due at now: the pass checks their pause again.
+func (ft *flightTable) resumePaused(now int64) {
+	var waiting []*flight
+	for _, f := range ft.timers {
+		if f.pausedWait {
+			waiting = append(waiting, f)
+		}
+	}
+	for _, f := range waiting {
+		f.pausedWait = false
+		ft.timers.schedule(f, now)
 	}
 }
 
@@ -169,85 +310,111 @@ type pendingTerm struct {
 	done   func(error)
 }
 
-// forgetLocked drops f. If that makes room in a full in-flight window, it
-// wakes the loop, which does not wait for due topics while the window is
-// full (see untilNext). mu must be held.
-func (d *Dispatcher) forgetLocked(f *flight) {
-	d.mu.flights.timers.unschedule(f)
-	if d.mu.flights.byKey[f.key] != f {
-		return
-	}
-	delete(d.mu.flights.byKey, f.key)
-	if f.topic.flights--; f.topic.flights == 0 {
-		d.mu.subjects.idleNow(f.topic)
-	}
-	d.roomFreedLocked(f.topic)
-	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || len(d.mu.subjects.released) > 0 || d.mu.frontier.next != never) {
-		d.signal()
-	}
-}
-
-// waitingLongLocked is told that f now waits until its deadline. If that
-// is longer than the ack wait, f may be evicted from a full window, so the
-// next pass looks again; it reports whether the loop should be woken for
-// that (the window is full and topics wait for room). mu must be held.
-func (d *Dispatcher) waitingLongLocked(f *flight, now int64) bool {
-	if f.state != stateRetry || f.deadline <= after(now, d.cfg.AckWait) {
+// waitsLong is told that f now waits until its deadline, and reports
+// whether that is longer than the ack wait: f may then be evicted from a
+// full window, so the next pass looks again.
+func (ft *flightTable) waitsLong(f *flight, now int64) bool {
+	if f.state != stateRetry || f.deadline <= after(now, ft.ackWait) {
 		return false
 	}
-	d.mu.flights.evictCheckAt = 0
-	return len(d.mu.flights.byKey) >= d.cfg.MaxInFlight && len(d.mu.subjects.due) > 0
+	ft.evictCheckAt = 0
+	return true
 }
 
-// evictLongWaitsLocked makes room in a full in-flight window for the
-// first deliveries of due topics, so that flights waiting a long time (a
-// -NAK with a long delay, a long back-off, a parked message) cannot hold
-// every slot and freeze every other subject. It evicts up to a quarter of
-// the window, furthest deadline first, from the flights waiting longer
-// than the ack wait, and returns how many. An evicted flight's message
-// stays in the store, and its topic is held back until the flight's
-// deadline and rewound to it: the message goes out again at its deadline,
-// never before, ahead of its topic's later messages, which wait with it.
-// Finding candidates reads every flight, so with none to evict it is not
-// tried again for a tenth of the ack wait. mu must be held.
-func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
-	if now < d.mu.flights.evictCheckAt {
-		return 0
+// longWaits picks the flights to evict from a full window at now (see
+// Dispatcher.evictLongWaitsLocked): up to a quarter of the window,
+// furthest deadline first, of those waiting longer than the ack wait.
+// Finding them reads every flight, so when there are none it does not
+// look again for a tenth of the ack wait.
+func (ft *flightTable) longWaits(now int64) []*flight {
+	if now < ft.evictCheckAt {
+		return nil
 	}
-	horizon := after(now, d.cfg.AckWait)
+	horizon := after(now, ft.ackWait)
 	var long []*flight
-	for _, f := range d.mu.flights.timers {
+	for _, f := range ft.timers {
 		if f.state == stateRetry && f.deadline > horizon {
 			long = append(long, f)
 		}
 	}
 	if len(long) == 0 {
-		d.mu.flights.evictCheckAt = after(now, d.cfg.AckWait/10)
-		return 0
+		ft.evictCheckAt = after(now, ft.ackWait/10)
+		return nil
 	}
 	slices.SortFunc(long, func(a, b *flight) int { return cmp.Compare(b.deadline, a.deadline) })
-	long = long[:min(len(long), max(1, d.cfg.MaxInFlight/4))]
-	for _, f := range long {
-		if f.parked {
-			// Behind its topic's cursor, out of memory, it stays parked
-			// until a restart scans the topic from the start.
-			d.forgetLocked(f)
-			continue
+	return long[:min(len(long), max(1, ft.maxInFlight/4))]
+}
+
+// evicted logs n evictions at now, at most one line per 10 s; the counter
+// has every eviction.
+func (ft *flightTable) evicted(n int, now int64) {
+	ft.evictedUnlogged += n
+	if now >= ft.evictLogAt {
+		ft.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",
+			"evicted", ft.evictedUnlogged, "max_in_flight", ft.maxInFlight)
+		ft.evictedUnlogged, ft.evictLogAt = 0, after(now, 10*time.Second)
+	}
+}
+
+// expire takes the flights whose deadlines passed by now: those to
+// deliver again, at most *budget of them (spent from it), and those at
+// their Delay-Max-Deliver, to dead-letter. A flight whose topic is
+// blocked or paused, or that backs off (backoff gives the back-off after
+// an attempt), gets a new deadline instead.
+func (ft *flightTable) expire(now int64, budget *int, backoff func(uint32) time.Duration, paused func(*topic) bool) (redeliver, deadLetter []*flight) {
+	for len(ft.timers) > 0 && ft.timers[0].deadline <= now {
+		f := ft.timers[0]
+		switch f.state {
+		case stateSent:
+			// The ack wait ran out: this attempt failed.
+			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
+				ft.settling(f)
+				deadLetter = append(deadLetter, f)
+				continue
+			}
+			if b := backoff(f.attempt); b > 0 {
+				ft.retryAt(f, after(now, b))
+				ft.waitsLong(f, now)
+				continue
+			}
+			fallthrough
+		case stateRetry:
+			if f.maxDeliver > 0 && f.attempt >= f.maxDeliver {
+				// A NAKed delivery counts as an attempt, as in
+				// JetStream, and a NAK comes here without passing the
+				// ack-wait check above, so the limit is checked again
+				// before delivering once more.
+				ft.settling(f)
+				deadLetter = append(deadLetter, f)
+				continue
+			}
+			if t := f.topic; t.blockedUntil > now {
+				ft.retryAt(f, t.blockedUntil)
+				continue
+			}
+			if paused(f.topic) {
+				// Paused: not redelivered either. ReloadLimits brings it
+				// back at a resume; until then it looks again every ack
+				// wait, which no eviction takes for a long wait.
+				f.pausedWait = true
+				ft.retryAt(f, after(now, ft.ackWait))
+				continue
+			}
+			if *budget <= 0 {
+				// This pass is full; it stays due, so the next pass starts
+				// at once and takes it.
+				f.state = stateRetry
+				return redeliver, deadLetter
+			}
+			*budget--
+			ft.timers.unschedule(f)
+			f.state = stateRetry
+			redeliver = append(redeliver, f)
+		default:
+			ft.timers.unschedule(f)
 		}
-		t := f.topic
-		t.blockedUntil = max(t.blockedUntil, f.deadline)
-		d.unsendLocked(f)
-		d.rescheduleLocked(t, t.blockedUntil)
 	}
-	d.stats.evicted.Add(uint64(len(long)))
-	// At most one line per 10 s; the counter has every eviction.
-	d.mu.flights.evictedUnlogged += len(long)
-	if now >= d.mu.flights.evictLogAt {
-		d.log.Warn("in-flight window full: evicted the longest-waiting deliveries, whose subjects wait with them",
-			"evicted", d.mu.flights.evictedUnlogged, "max_in_flight", d.cfg.MaxInFlight)
-		d.mu.flights.evictedUnlogged, d.mu.flights.evictLogAt = 0, after(now, 10*time.Second)
-	}
-	return len(long)
+	return redeliver, deadLetter
 }
 
 // committed is the deleter's callback: these keys are gone from the store.

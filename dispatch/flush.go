@@ -27,12 +27,11 @@ type flushQueue struct {
 	lastFail  int64
 }
 
-// queueFlush hands b to the flusher, waiting while PassLimit deliveries
-// already wait for a flush.
-func (d *Dispatcher) queueFlush(b flushBatch) {
-	q := &d.flushing
+// queue hands b to the flusher, waiting while limit deliveries already
+// wait for a flush.
+func (q *flushQueue) queue(b flushBatch, limit int) {
 	q.Lock()
-	for q.unflushed >= d.cfg.PassLimit {
+	for q.unflushed >= limit {
 		q.cond.Wait()
 	}
 	q.batches = append(q.batches, b)
@@ -41,30 +40,57 @@ func (d *Dispatcher) queueFlush(b flushBatch) {
 	q.cond.Broadcast()
 }
 
-// stopFlushing tells the flusher that no more batches come.
-func (d *Dispatcher) stopFlushing() {
-	q := &d.flushing
+// stop tells the flusher that no more batches come.
+func (q *flushQueue) stop() {
 	q.Lock()
 	q.stopped = true
 	q.Unlock()
 	q.cond.Broadcast()
 }
 
+// take waits for batches and takes them all, noting that their flush
+// begins at now(); none once stopped with nothing left.
+func (q *flushQueue) take(now func() int64) []flushBatch {
+	q.Lock()
+	defer q.Unlock()
+	for len(q.batches) == 0 && !q.stopped {
+		q.cond.Wait()
+	}
+	batches := q.batches
+	q.batches = nil
+	if len(batches) > 0 {
+		q.busySince = now()
+	}
+	return batches
+}
+
+// flushed notes that the flush of n deliveries ended at now with err, and
+// lets passes waiting for room in the queue go on.
+func (q *flushQueue) flushed(n int, err error, now int64) {
+	q.Lock()
+	q.unflushed -= n
+	q.busySince = 0
+	if err == nil {
+		q.lastOK, q.lastErr = now, nil
+	} else {
+		q.lastErr, q.lastFail = err, now
+	}
+	q.Unlock()
+	q.cond.Broadcast()
+}
+
+// queueFlush hands b to the flusher, waiting while PassLimit deliveries
+// already wait for a flush.
+func (d *Dispatcher) queueFlush(b flushBatch) { d.flushing.queue(b, d.cfg.PassLimit) }
+
+// stopFlushing tells the flusher that no more batches come.
+func (d *Dispatcher) stopFlushing() { d.flushing.stop() }
+
 // flushLoop flushes whatever batches wait, in one round trip for all of
 // them, and settles them, until run has stopped and nothing is left.
 func (d *Dispatcher) flushLoop() {
-	q := &d.flushing
 	for {
-		q.Lock()
-		for len(q.batches) == 0 && !q.stopped {
-			q.cond.Wait()
-		}
-		batches := q.batches
-		q.batches = nil
-		if len(batches) > 0 {
-			q.busySince = d.nowNs()
-		}
-		q.Unlock()
+		batches := d.flushing.take(d.nowNs)
 		if len(batches) == 0 {
 			return // stopped, and everything is settled
 		}
@@ -78,16 +104,7 @@ func (d *Dispatcher) flushLoop() {
 			d.settleFlushed(b, err)
 			n += len(b.sent)
 		}
-		q.Lock()
-		q.unflushed -= n
-		q.busySince = 0
-		if now := d.nowNs(); err == nil {
-			q.lastOK, q.lastErr = now, nil
-		} else {
-			q.lastErr, q.lastFail = err, now
-		}
-		q.Unlock()
-		q.cond.Broadcast()
+		d.flushing.flushed(n, err, d.nowNs())
 		d.signal() // probes were put back; flights may have been forgotten
 	}
 }
@@ -128,13 +145,12 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 			// Unknown whether it went out: deliver again, uncounted.
 			if f.state == stateSent {
 				d.unsendLocked(f)
-				d.blockLocked(f.topic, now)
+				d.mu.subjects.block(f.topic, now)
 			}
 			continue
 		}
 		if f.ackNone && f.state == stateSent {
-			f.state = stateSettling
-			d.mu.flights.timers.unschedule(f)
+			d.mu.flights.settling(f)
 			settle = append(settle, f.key)
 			continue
 		}
@@ -152,7 +168,7 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 		o.msg.Attempt = f.attempt
 		updates = append(updates, o)
 	}
-	d.closeProbesLocked(b, err, now)
+	d.mu.subjects.closeProbes(b.probed, b.pass, err, now)
 	d.mu.Unlock()
 	d.countReached(reached)
 	for _, f := range terms {
@@ -167,20 +183,6 @@ func (d *Dispatcher) settleFlushed(b flushBatch, err error) {
 	}
 	for _, o := range updates {
 		d.del.update(o.f.key, o.msg)
-	}
-}
-
-// closeProbesLocked ends the probes of b's pass, flushed with err: a
-// probe that got through ends its topic's back-off. mu must be held.
-func (d *Dispatcher) closeProbesLocked(b flushBatch, err error, now int64) {
-	for _, t := range b.probed {
-		t.probeOpen = false
-		if err == nil && t.probing && t.probePass == b.pass && t.noRespPass != b.pass {
-			t.probing, t.backoff = false, 0
-		}
-		// After a bounce, blockLocked scheduled it for when its
-		// back-off ends, and this keeps that.
-		d.rescheduleLocked(t, now)
 	}
 }
 

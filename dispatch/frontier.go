@@ -45,6 +45,22 @@ func (fr *dueFrontier) lower(at int64) bool {
 // ahead reports whether the due-index entry k is still to be read.
 func (fr *dueFrontier) ahead(k keys.Key) bool { return fr.at == nil || dueBefore(*fr.at, k) }
 
+// begin starts a read of the due index at now, up to the time bucket
+// maxBucket, for up to room topics, and returns where it starts. It
+// returns false when no read is due: the next entry is not due yet, or
+// the due heap has no room. It notes before any scan of the pass how far
+// passes scan, so that Notify sends a message within the range scanned to
+// its topic, and one beyond it to the frontier.
+func (fr *dueFrontier) begin(now int64, maxBucket uint64, room int) (*keys.Key, bool) {
+	fr.scannedUpTo = max(fr.scannedUpTo, maxBucket+1)
+	if fr.next > now || room <= 0 {
+		return nil, false
+	}
+	// Notify lowers it during the read for messages committed meanwhile.
+	fr.next = never
+	return fr.from(), true
+}
+
 // moved records a read that ended at last (nil: nothing read), with the
 // next entry scannable at next.
 func (fr *dueFrontier) moved(last *keys.Key, next int64) {
@@ -61,27 +77,6 @@ func (fr *dueFrontier) moved(last *keys.Key, next int64) {
 // time and never held in memory whole.
 func (d *Dispatcher) frontierCap() int { return 2 * d.cfg.PassLimit }
 
-// dueNowLocked counts the topics in the due heap that are due at now, up
-// to limit, visiting only those: by the heap order, the children of a
-// topic not yet due are not due either. Topics backing off wait in the
-// heap without counting, so subjects nobody listens to cannot stop the
-// frontier. mu must be held.
-func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
-	h := d.mu.subjects.due
-	n := 0
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(h) || n >= limit || h[i].next > now {
-			return
-		}
-		n++
-		walk(2*i + 1)
-		walk(2*i + 2)
-	}
-	walk(0)
-	return n
-}
-
 // advanceFrontier reads the due index from the frontier to the current
 // time bucket and puts the topic of each entry in the due heap at the
 // entry's time, up to frontierCap topics due now, then moves the frontier
@@ -93,19 +88,12 @@ func (d *Dispatcher) dueNowLocked(now int64, limit int) int {
 func (d *Dispatcher) advanceFrontier(now int64) {
 	maxBucket := keys.Bucket(now/int64(time.Millisecond), d.bucketMs)
 	d.mu.Lock()
-	// Set before any scan of this pass, so that Notify sends a
-	// message within the range scanned to its topic, and one beyond it
-	// to the frontier (see Notify).
-	d.mu.frontier.scannedUpTo = max(d.mu.frontier.scannedUpTo, maxBucket+1)
-	room := d.frontierCap() - d.dueNowLocked(now, d.frontierCap())
-	if d.mu.frontier.next > now || room <= 0 {
-		d.mu.Unlock()
+	room := d.frontierCap() - d.mu.subjects.dueNow(now, d.frontierCap())
+	from, ok := d.mu.frontier.begin(now, maxBucket, room)
+	d.mu.Unlock()
+	if !ok {
 		return
 	}
-	from := d.mu.frontier.from()
-	// Notify lowers it during the read for messages committed meanwhile.
-	d.mu.frontier.next = never
-	d.mu.Unlock()
 
 	limit := min(room, d.cfg.PassLimit)
 	found := make([]keys.Key, 0, min(limit, 256))
@@ -131,7 +119,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 		// pause, taken by their topics already) is passed in one pass,
 		// not a pass's worth at a time ahead of what falls due after it.
 		d.mu.Lock()
-		skip := d.passedLocked(k, now)
+		skip := d.mu.subjects.passed(k, now)
 		d.mu.Unlock()
 		if !skip {
 			found = append(found, k)
@@ -149,7 +137,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.admitLocked(found, now)
+	d.mu.subjects.admit(found, now)
 	d.mu.frontier.moved(last, next)
 }
 
@@ -158,14 +146,14 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 // the entries it may hand to topics.
 const frontierSkipFactor = 16
 
-// passedLocked reports whether the due-index entry k needs nothing of the
+// passed reports whether the due-index entry k needs nothing of the
 // frontier at now: its topic is held at its limit or released by a change
 // of limits (their return resumes at their cursors), its topic's scans
 // are past it (everything below a cursor is in flight or settled), or
 // its topic is due already, to be scanned in a range from a cursor at or
-// below it (a bulk FIRE of one subject's backlog). mu must be held.
-func (d *Dispatcher) passedLocked(k keys.Key, now int64) bool {
-	t := d.mu.subjects.byHash[k.TopicHash()]
+// below it (a bulk FIRE of one subject's backlog).
+func (st *subjectTable) passed(k keys.Key, now int64) bool {
+	t := st.byHash[k.TopicHash()]
 	switch {
 	case t == nil:
 		return false
@@ -177,23 +165,23 @@ func (d *Dispatcher) passedLocked(k keys.Key, now int64) bool {
 	return t.idx >= 0 && t.next <= now && t.single == nil
 }
 
-// admitLocked puts the topic of each due-index entry in found in the due
-// heap at the entry's time. mu must be held.
-func (d *Dispatcher) admitLocked(found []keys.Key, now int64) {
+// admit puts the topic of each due-index entry in found in the due heap
+// at the entry's time.
+func (st *subjectTable) admit(found []keys.Key, now int64) {
 	for _, k := range found {
-		t := d.mu.subjects.topic(k.TopicHash(), d.cfg.SubjectMaxInFlight)
+		t := st.topic(k.TopicHash())
 		switch {
 		case t.limited || t.released:
 			// Held at its limit, its cursor is at or below this
-			// entry, and room brings it back (see roomFreedLocked);
-			// released, its turn does (see readmitReleasedLocked).
+			// entry, and room brings it back (see lostFlight);
+			// released, its turn does (see readmitReleased).
 			continue
 		case t.idx < 0 && t.rewind == nil && !t.probing && !t.probeOpen && t.blockedUntil <= now &&
 			(t.cursor == nil || bytes.Compare(t.cursor, k[:]) <= 0):
 			// NB: a topic not waiting for a scan, with nothing arrived or
 			// bounced since its last one, has nothing pending from its
 			// cursor up to this entry but parked messages (see
-			// evictLongWaitsLocked): any other would have an entry the
+			// Dispatcher.evictLongWaitsLocked): any other would have an entry the
 			// frontier passed before (same subject, so due order is key
 			// order), whose scan took it or left the topic waiting for
 			// another. So its scan starts at the entry, and, while that
@@ -204,9 +192,9 @@ func (d *Dispatcher) admitLocked(found []keys.Key, now int64) {
 		case t.single != nil && *t.single != k:
 			t.single = nil // more than one entry: a range scan
 		}
-		at := max(msToNs(keys.BucketStartMs(k.Bucket(), d.bucketMs)), t.blockedUntil)
+		at := max(msToNs(keys.BucketStartMs(k.Bucket(), st.bucketMs)), t.blockedUntil)
 		if t.idx < 0 || at < t.next {
-			d.mu.subjects.due.schedule(t, at)
+			st.due.schedule(t, at)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func (d *Dispatcher) answeredLocked(k keys.Key) (ab *about, attempt uint32, tell
 	if d.cfg.Lifecycle == nil {
 		return nil, 0, false
 	}
-	if _, settling := d.mu.flights.canceled[k]; settling {
+	if d.mu.flights.isCanceled(k) {
 		return nil, 0, false
 	}
 	f := d.mu.flights.byKey[k]

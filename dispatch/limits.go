@@ -48,34 +48,31 @@ func (d *Dispatcher) ReloadLimits() error {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.subjects.limits = limitTable{gen: d.mu.subjects.limits.gen + 1, limits: ls}
-	for t := range d.mu.subjects.held {
-		d.unholdLocked(t)
-		d.releaseLocked(t)
-	}
-	var waiting []*flight
-	for _, f := range d.mu.flights.timers {
-		if f.pausedWait {
-			waiting = append(waiting, f)
-		}
-	}
-	for _, f := range waiting {
-		f.pausedWait = false
-		d.mu.flights.timers.schedule(f, now) // the pass checks its pause again
-	}
+	d.mu.subjects.setLimits(ls)
+	d.mu.flights.resumePaused(now)
 	d.signal()
 	return nil
 }
 
-// ruleOfLocked is t's rule, resolved again if the table changed since.
-// mu must be held.
-func (d *Dispatcher) ruleOfLocked(t *topic) rule {
-	if t.ruleGen == d.mu.subjects.limits.gen || t.subject == "" {
+// setLimits puts the limits ls, most specific first, in force: each
+// topic resolves its rule again before its next scan, and those held at
+// a limit or paused are released, to be looked at again.
+func (st *subjectTable) setLimits(ls []delaystore.Limit) {
+	st.limits = limitTable{gen: st.limits.gen + 1, limits: ls}
+	for t := range st.held {
+		st.unhold(t)
+		st.release(t)
+	}
+}
+
+// ruleOf is t's rule, resolved again if the table changed since.
+func (st *subjectTable) ruleOf(t *topic) rule {
+	if t.ruleGen == st.limits.gen || t.subject == "" {
 		return t.rule
 	}
-	t.ruleGen = d.mu.subjects.limits.gen
-	r := rule{maxInFlight: d.cfg.SubjectMaxInFlight}
-	for _, l := range d.mu.subjects.limits.limits {
+	t.ruleGen = st.limits.gen
+	r := rule{maxInFlight: st.maxInFlight}
+	for _, l := range st.limits.limits {
 		if !SubjectMatches(l.Pattern, t.subject) {
 			continue
 		}
@@ -89,7 +86,7 @@ func (d *Dispatcher) ruleOfLocked(t *topic) rule {
 		break
 	}
 	t.rule = r
-	t.bucket = keptBucket(t.bucket, r, d.nowNs())
+	t.bucket = keptBucket(t.bucket, r, st.now())
 	return r
 }
 
@@ -126,11 +123,10 @@ func DefaultBurst(r float64, burst int) int {
 	return max(1, int(math.Ceil(r/10)))
 }
 
-// tokensLocked is how many deliveries t's rate allows now, and if none,
-// when the next is allowed. A topic without a rate has no bound
-// (math.MaxInt). mu must be held.
-func (d *Dispatcher) tokensLocked(t *topic, now int64) (int, int64) {
-	d.ruleOfLocked(t)
+// tokens is how many deliveries t's rate allows now, and if none, when
+// the next is allowed. A topic without a rate has no bound (math.MaxInt).
+func (st *subjectTable) tokens(t *topic, now int64) (int, int64) {
+	st.ruleOf(t)
 	if t.bucket == nil {
 		return math.MaxInt, 0
 	}
@@ -152,16 +148,15 @@ func (d *Dispatcher) tokensLocked(t *topic, now int64) (int, int64) {
 // rateWakesPerSecond bounds how often a topic held by its rate is woken.
 const rateWakesPerSecond = 100
 
-// allowLocked is how many first deliveries t may have now, by its
-// in-flight limit, its pause and its rate. mu must be held.
-func (d *Dispatcher) allowLocked(t *topic, now int64) int {
-	tokens, _ := d.tokensLocked(t, now)
-	return max(0, min(d.roomOfLocked(t), tokens))
+// allow is how many first deliveries t may have now, by its in-flight
+// limit, its pause and its rate.
+func (st *subjectTable) allow(t *topic, now int64) int {
+	tokens, _ := st.tokens(t, now)
+	return max(0, min(st.roomOf(t), tokens))
 }
 
-// spendLocked takes n tokens of t's rate, for n deliveries taken now. mu
-// must be held.
-func (d *Dispatcher) spendLocked(t *topic, now int64, n int) {
+// spend takes n tokens of t's rate, for n deliveries taken now.
+func (st *subjectTable) spend(t *topic, now int64, n int) {
 	if t.bucket != nil && n > 0 {
 		t.bucket.AllowN(time.Unix(0, now), n)
 	}

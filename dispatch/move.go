@@ -49,7 +49,7 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	}, movedBy, sync)
 	if err != nil {
 		d.mu.Lock()
-		delete(d.mu.flights.canceled, k)
+		d.mu.flights.uncancel(k)
 		if held != nil && d.mu.flights.unflushed[k.EventID()] == held {
 			// An earlier move without sync of the message, if any, is
 			// still to flush.
@@ -83,10 +83,10 @@ func (d *Dispatcher) markMoving(k keys.Key) error {
 	// NB: marked as in Cancel, and a publish of k under way waited for,
 	// so nothing of k goes out from here until the move commits.
 	d.mu.Lock()
-	_, marked := d.mu.flights.canceled[k]
+	marked := d.mu.flights.isCanceled(k)
 	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
 	if !flying && !marked {
-		d.mu.flights.canceled[k] = struct{}{}
+		d.mu.flights.cancel(k)
 	}
 	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
@@ -182,7 +182,7 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 	}
 	d.mu.Lock()
 	for _, k := range ks {
-		d.markSettlingLocked(k)
+		d.mu.flights.markSettling(k)
 	}
 	for d.mu.inPublish && slices.Contains(ks, d.mu.publishing) {
 		d.waitPublishLocked() // as in waitUnpublishedLocked

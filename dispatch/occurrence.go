@@ -107,7 +107,7 @@ func (d *Dispatcher) applyPlan(o *outgoing, p delaystore.Plan, r delaystore.Plan
 	d.mu.Lock()
 	if d.mu.flights.byKey[f.key] == f && f.state != stateSettling {
 		d.unsendLocked(f)
-		d.blockLocked(f.topic, now)
+		d.mu.subjects.block(f.topic, now)
 	}
 	d.mu.Unlock()
 	return false

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"bytes"
 	"errors"
-	"math"
 	"slices"
 	"time"
 
@@ -17,27 +16,14 @@ import (
 // its next due time, except after a probe: the probe's flush does that.
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
-	from := t.cursor
-	// A point read only while nothing but the entry can be in the
-	// range: no message arrived or bounced below it since (rewind), and
-	// the cursor is still at it.
-	var single *keys.Key
-	if t.single != nil && t.rewind == nil && bytes.Equal(from, t.single[:]) {
-		single = t.single
-	}
-	t.single = nil
-	t.rewind = nil
-	if t.probing {
-		limit = 1
-		t.probePass = pass
-	}
+	from, single, limit := t.beginScan(pass, limit)
 	d.mu.Unlock()
 
 	r, err := d.readDue(t, from, single, now, limit)
 	if err != nil {
 		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
 		d.mu.Lock()
-		d.rescheduleLocked(t, after(now, d.cfg.NoRespondersBackoff))
+		d.mu.subjects.reschedule(t, after(now, d.cfg.NoRespondersBackoff))
 		d.mu.Unlock()
 		return 0, false
 	}
@@ -57,7 +43,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	// NB: a topic read for the first time learns its subject, and so its
 	// limits, only now; and the limits may have changed during the scan.
 	// What they do not allow stays behind the cursor for a later pass.
-	if allow := d.allowLocked(t, now); len(r.due) > allow {
+	if allow := d.mu.subjects.allow(t, now); len(r.due) > allow {
 		for _, f := range r.due[allow:] {
 			if r.held == nil || bytes.Compare(f.k[:], r.held) < 0 {
 				r.held = f.k.Bytes()
@@ -65,23 +51,12 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		}
 		r.due, r.full, next = r.due[:allow], true, now
 	}
-	d.moveCursorLocked(t, from, r)
+	t.moveCursor(from, r)
 	taken := d.takeLocked(t, r.due, out)
 	for _, g := range r.gone {
-		d.mu.flights.canceled[g.k] = struct{}{}
+		d.mu.flights.cancel(g.k)
 	}
-	probe := t.probing && taken > 0
-	switch {
-	case probe:
-		t.probeOpen = true
-	case r.full && d.roomOfLocked(t) <= 0:
-		d.holdLocked(t, now)
-	default:
-		d.rescheduleLocked(t, next)
-	}
-	if t.idx < 0 && t.flights == 0 {
-		d.mu.subjects.idleNow(t)
-	}
+	probe := d.mu.subjects.scanned(t, taken, r.full, next, now)
 	d.mu.Unlock()
 
 	for _, g := range r.gone {
@@ -119,11 +94,7 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			return false
 		}
 		d.mu.Lock()
-		_, busy := d.mu.flights.byKey[k]
-		if !busy {
-			_, busy = d.mu.flights.canceled[k]
-		}
-		busy = busy || d.mu.flights.held(k)
+		busy := d.mu.flights.busy(k)
 		d.mu.Unlock()
 		switch {
 		case busy:
@@ -167,48 +138,20 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 	return r, nil
 }
 
-// moveCursorLocked moves t's cursor past what a scan from from read, as r
-// says, but not past a message that arrived or bounced below it during
-// the scan. mu must be held.
-func (d *Dispatcher) moveCursorLocked(t *topic, from []byte, r dueRead) {
-	cursor := from
-	switch {
-	case r.held != nil:
-		cursor = r.held
-	case r.passed:
-		cursor = r.lastPassed.Successor()
-	}
-	if !bytes.Equal(t.cursor, from) && (t.cursor == nil || bytes.Compare(t.cursor, cursor) < 0) {
-		// A sooner message arrived, or a delivery bounced, during the scan.
-		cursor = t.cursor
-	}
-	if t.rewind != nil && cursor != nil && bytes.Compare(t.rewind, cursor) < 0 {
-		// One arrived or bounced during the scan above its start but
-		// below where the scan got to; the scan did not deliver it.
-		cursor = t.rewind
-	}
-	t.rewind = nil
-	t.cursor = cursor
-}
-
 // takeLocked makes a flight of each message of due that is not canceled
 // since the scan read it, and adds it to out; it returns how many. mu
 // must be held.
 func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 	taken := 0
 	for _, f := range due {
-		if _, ok := d.mu.flights.canceled[f.k]; ok {
+		if d.mu.flights.isCanceled(f.k) {
 			// NB: ACKed, TERMed, canceled or expired after the scan read it.
 			// Its delete may be committed already, and the answer sent, so
 			// it must not go out again.
 			continue
 		}
 		taken++
-		counted := f.msg.Attempt
-		if c, ok := d.mu.flights.unsent[f.k]; ok {
-			counted = max(counted, c)
-			delete(d.mu.flights.unsent, f.k)
-		}
+		counted := d.mu.flights.takeCounted(f.k, f.msg.Attempt)
 		fl := &flight{
 			key:        f.k,
 			topic:      t,
@@ -225,8 +168,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
 		}
 		fl.about = d.aboutOf(f.msg)
-		d.mu.flights.byKey[f.k] = fl
-		t.flights++
+		d.mu.flights.add(fl)
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
 	}
 	return taken
@@ -256,19 +198,6 @@ func (d *Dispatcher) maxDeliver(m *delaystore.StoredMessage) uint32 {
 		return m.MaxDeliver
 	}
 	return d.cfg.MaxDeliver
-}
-
-// rescheduleLocked puts t back in the due heap at next, unless something
-// sooner scheduled it meanwhile, and never before its no-responders block
-// ends. mu must be held.
-func (d *Dispatcher) rescheduleLocked(t *topic, next int64) {
-	if t.idx >= 0 {
-		next = min(next, t.next)
-	}
-	if next == never {
-		return
-	}
-	d.mu.subjects.due.schedule(t, max(next, t.blockedUntil))
 }
 
 // flushBatch is one pass's deliveries, waiting for the flush that tells
@@ -342,15 +271,13 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			// by Delay-Id (which took the successor) before it fell due:
 			// it ends with the schedule, unsent, as it would have had it
 			// not been planned yet.
-			d.markSettlingLocked(f.key)
+			d.mu.flights.markSettling(f.key)
 			d.mu.Unlock()
 			d.stats.withdrawn.Add(1)
 			d.deleteThen(f.key, nil)
 			continue
 		}
-		f.state = stateSent
-		f.pass = pass
-		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
+		d.mu.flights.sent(f, pass, now)
 		d.mu.publishing, d.mu.inPublish = f.key, true
 		d.mu.Unlock()
 		err := d.deliver(f, o.msg)
@@ -364,7 +291,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Lock()
 			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
-				d.rescheduleLocked(f.topic, now)
+				d.mu.subjects.reschedule(f.topic, now)
 			}
 			d.mu.Unlock()
 			d.stats.fenced.Add(1)
@@ -377,7 +304,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Lock()
 			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
-				d.blockLocked(f.topic, now)
+				d.mu.subjects.block(f.topic, now)
 			}
 			d.mu.Unlock()
 			continue
@@ -407,7 +334,7 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 			d.mu.Lock()
 			mine := d.mu.flights.byKey[f.key] == f && f.state == stateSent
 			if mine {
-				d.markSettlingLocked(f.key)
+				d.mu.flights.markSettling(f.key)
 			}
 			d.mu.Unlock()
 			if mine {
@@ -424,37 +351,74 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 	}
 	d.mu.Lock()
 	if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
-		f.state, f.parked = stateRetry, true
-		d.mu.flights.timers.schedule(f, never)
+		f.parked = true
+		d.mu.flights.retryAt(f, never)
 	}
 	d.mu.Unlock()
 	d.log.Error("message can never be delivered: parked, pending until canceled or expired (LIST shows it, CANCEL removes it)",
 		"tag", f.key, "err", cause)
 }
 
+// forgetLocked drops f from the flight table and from its topic's count.
+// If that makes room in a full in-flight window, it wakes the loop, which
+// does not wait for due topics while the window is full (see untilNext).
+// mu must be held.
+func (d *Dispatcher) forgetLocked(f *flight) {
+	if !d.mu.flights.drop(f) {
+		return
+	}
+	if d.mu.subjects.lostFlight(f.topic) {
+		d.signal()
+	}
+	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || len(d.mu.subjects.released) > 0 || d.mu.frontier.next != never) {
+		d.signal()
+	}
+}
+
 // unsendLocked forgets a delivery that did not reach anyone, so the next
 // scan of its topic delivers it again in order, as the same attempt.
 // mu must be held.
 func (d *Dispatcher) unsendLocked(f *flight) {
-	f.lostPass = f.pass
-	if f.counted > 0 {
-		d.mu.flights.unsent[f.key] = f.counted
-	}
+	d.mu.flights.unsend(f)
 	d.forgetLocked(f)
 	f.topic.rewindLocked(f.key)
 }
 
-// blockLocked backs topic t off after a delivery bounced, unless it is
-// backing off already, and schedules it for when the back-off ends: the
-// bounced message is due, so that is when t is due again, however much
-// later its next message is. mu must be held.
-func (d *Dispatcher) blockLocked(t *topic, now int64) {
-	if t.blockedUntil <= now {
-		t.backoff = min(max(t.backoff+min(t.backoff, math.MaxInt64-t.backoff), d.cfg.NoRespondersBackoff), d.cfg.NoRespondersMaxBackoff)
-		t.blockedUntil = after(now, t.backoff)
-		t.probing = true
+// waitingLongLocked is told that f now waits until its deadline. If that
+// is longer than the ack wait, f may be evicted from a full window, so the
+// next pass looks again; it reports whether the loop should be woken for
+// that (the window is full and topics wait for room). mu must be held.
+func (d *Dispatcher) waitingLongLocked(f *flight, now int64) bool {
+	return d.mu.flights.waitsLong(f, now) && d.mu.flights.full() && len(d.mu.subjects.due) > 0
+}
+
+// evictLongWaitsLocked makes room in a full in-flight window for the
+// first deliveries of due topics, so that flights waiting a long time (a
+// -NAK with a long delay, a long back-off, a parked message) cannot hold
+// every slot and freeze every other subject. The flight table picks them
+// (see flightTable.longWaits), and it returns how many. An evicted
+// flight's message stays in the store, and its topic is held back until
+// the flight's deadline and rewound to it: the message goes out again at
+// its deadline, never before, ahead of its topic's later messages, which
+// wait with it. mu must be held.
+func (d *Dispatcher) evictLongWaitsLocked(now int64) int {
+	long := d.mu.flights.longWaits(now)
+	if len(long) == 0 {
+		return 0
 	}
-	// Not max(t.next, ...): the scan that delivered the bounced
-	// message may have put t back at the time of the message after it.
-	d.mu.subjects.due.schedule(t, t.blockedUntil)
+	for _, f := range long {
+		if f.parked {
+			// Behind its topic's cursor, out of memory, it stays parked
+			// until a restart scans the topic from the start.
+			d.forgetLocked(f)
+			continue
+		}
+		t := f.topic
+		t.blockedUntil = max(t.blockedUntil, f.deadline)
+		d.unsendLocked(f)
+		d.mu.subjects.reschedule(t, t.blockedUntil)
+	}
+	d.stats.evicted.Add(uint64(len(long)))
+	d.mu.flights.evicted(len(long), now)
+	return len(long)
 }

@@ -236,7 +236,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 			from := keys.New(next.TopicHash(), next.Bucket(), next.EventID()-1)
 			d.mu.ahead.readFrom = &from
 		}
-		_, canceled := d.mu.flights.canceled[next]
+		canceled := d.mu.flights.isCanceled(next)
 		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs, canceled)
 	}
 	d.mu.Unlock()

@@ -48,7 +48,7 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 	ab, attempt, tell := d.answeredLocked(k)
 	// Mark it as Cancel does, so that a scan which read the message
 	// before the delete commits does not deliver it after the +OK.
-	d.markSettlingLocked(k)
+	d.mu.flights.markSettling(k)
 	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
 	if tell && ab == nil {
@@ -85,8 +85,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 	f.answer = a.String()
 	switch a.Kind {
 	case AckNak:
-		f.state = stateRetry
-		d.mu.flights.timers.schedule(f, after(now, a.Delay))
+		d.mu.flights.retryAt(f, after(now, a.Delay))
 		d.stats.nacked.Add(1)
 		naked = f.about
 	case AckFailed:
@@ -94,8 +93,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 		if wait == 0 {
 			wait = d.cfg.AckWait
 		}
-		f.state = stateRetry
-		d.mu.flights.timers.schedule(f, after(now, wait))
+		d.mu.flights.retryAt(f, after(now, wait))
 		d.stats.failed.Add(1)
 	default:
 		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
@@ -119,7 +117,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 	}
 	var attempt uint32
 	d.mu.Lock()
-	if _, settling := d.mu.flights.canceled[k]; settling {
+	if d.mu.flights.isCanceled(k) {
 		// NB: settled already, by an earlier +TERM or +ACK, a cancel or
 		// expiry, whose delete is under way: the message is still stored
 		// until that commits, and dead-lettering it again would publish a
@@ -133,7 +131,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		// A delivery of it is under way, and whether that was an
 		// attempt is known only once its pass has flushed: it may yet
 		// bounce. The pass dead-letters it then (see publish).
-		d.markSettlingLocked(k)
+		d.mu.flights.markSettling(k)
 		f.term = &pendingTerm{reason: reason, answer: termAnswer(why), done: done}
 		termed, attempt := f.about, f.attempt
 		d.waitUnpublishedLocked(k) // as for ackDone
@@ -142,7 +140,7 @@ func (d *Dispatcher) ackTerm(k keys.Key, why string, done func(error)) {
 		d.happenedTo(Termed, k, termed, attempt, why)
 		return
 	}
-	if f := d.markSettlingLocked(k); f != nil {
+	if f := d.mu.flights.markSettling(k); f != nil {
 		attempt = f.counted
 	}
 	d.waitUnpublishedLocked(k) // as for ackDone
@@ -169,20 +167,6 @@ func termAnswer(why string) string {
 		return "+TERM"
 	}
 	return "+TERM " + why
-}
-
-// markSettlingLocked marks k so that no scan, redelivery or publish sends
-// it again, from now until its delete commits: a scan may have read the
-// message before the answer that settles it arrived. It returns k's flight,
-// if any. mu must be held.
-func (d *Dispatcher) markSettlingLocked(k keys.Key) *flight {
-	d.mu.flights.canceled[k] = struct{}{}
-	f := d.mu.flights.byKey[k]
-	if f != nil {
-		f.state = stateSettling
-		d.mu.flights.timers.unschedule(f)
-	}
-	return f
 }
 
 // NoResponders reports that the delivery under k reached no subscriber, and
@@ -218,7 +202,7 @@ func (d *Dispatcher) NoResponders(k keys.Key) bool {
 	d.stats.noResponders.Add(1)
 	f.topic.noRespPass = f.pass
 	d.unsendLocked(f)
-	d.blockLocked(f.topic, now)
+	d.mu.subjects.block(f.topic, now)
 	return true
 }
 
@@ -243,7 +227,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, k keys.Key) (bool, error) {
 func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 	ab, attempt := d.aboutKey(k)
 	d.mu.Lock()
-	d.markSettlingLocked(k)
+	d.mu.flights.markSettling(k)
 	// NB: canceling the successor of an occurrence planned ahead ends the
 	// schedule before that occurrence: it must not go out either.
 	d.mu.ahead.withdraw(k)
@@ -288,11 +272,11 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 		// already is being settled by an answer or a cancel: expiring it
 		// too would dead-letter it a second time.
 		d.mu.Lock()
-		if _, settling := d.mu.flights.canceled[k]; settling {
+		if d.mu.flights.isCanceled(k) {
 			d.mu.Unlock()
 			continue
 		}
-		d.markSettlingLocked(k)
+		d.mu.flights.markSettling(k)
 		d.mu.Unlock()
 		n++
 		d.settleExpired(k, msg, func(err error) { errs <- err })
@@ -351,10 +335,9 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 			}
 			d.mu.Lock()
 			if f := d.mu.flights.byKey[k]; f != nil {
-				f.state = stateRetry
-				d.mu.flights.timers.schedule(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
+				d.mu.flights.retryAt(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
 			}
-			delete(d.mu.flights.canceled, k)
+			d.mu.flights.uncancel(k)
 			d.mu.Unlock()
 			if done != nil {
 				done(fmt.Errorf("dispatch: dead letter %s: %w", k, err))

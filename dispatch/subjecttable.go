@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"bytes"
+	"log/slog"
+	"math"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -26,7 +28,7 @@ type subjectTable struct {
 	paused int
 	// released are the topics a change of limits let go (a resume, a
 	// larger max in flight) that wait to go back in the due heap: a pass
-	// puts back only what it can take (see readmitReleasedLocked), so a
+	// puts back only what it can take (see readmitReleased), so a
 	// resume of a pattern with thousands of subjects due does not put
 	// them all before a subject that falls due after it.
 	released        []*topic
@@ -44,24 +46,44 @@ type subjectTable struct {
 	// peak is the most topics byHash held since it was last copied (see
 	// shrunk).
 	peak int
+
+	// What it is told: a topic's default share of the in-flight window
+	// (Config.SubjectMaxInFlight), the topics a pass takes
+	// (Config.PassLimit), the no-responders back-off
+	// (Config.NoRespondersBackoff and NoRespondersMaxBackoff) and the
+	// width of the keys' time buckets; the clock, and where the limits it
+	// holds topics at are logged.
+	maxInFlight         int
+	passLimit           int
+	backoff, maxBackoff time.Duration
+	bucketMs            int64
+	now                 func() int64
+	log                 *slog.Logger
 }
 
-func newSubjectTable() subjectTable {
+func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Logger) subjectTable {
 	st := subjectTable{
-		byHash: make(map[uint64]*topic),
-		held:   make(map[*topic]struct{}),
-		spent:  make(map[uint64]spentBucket),
+		byHash:      make(map[uint64]*topic),
+		held:        make(map[*topic]struct{}),
+		spent:       make(map[uint64]spentBucket),
+		maxInFlight: cfg.SubjectMaxInFlight,
+		passLimit:   cfg.PassLimit,
+		backoff:     cfg.NoRespondersBackoff,
+		maxBackoff:  cfg.NoRespondersMaxBackoff,
+		bucketMs:    bucketMs,
+		now:         now,
+		log:         log,
 	}
 	st.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	return st
 }
 
 // topic returns the state of hash, creating it with the default share of
-// the in-flight window, maxInFlight.
-func (st *subjectTable) topic(hash uint64, maxInFlight int) *topic {
+// the in-flight window.
+func (st *subjectTable) topic(hash uint64) *topic {
 	t := st.byHash[hash]
 	if t == nil {
-		t = &topic{hash: hash, next: never, idx: -1, rule: rule{maxInFlight: maxInFlight}}
+		t = &topic{hash: hash, next: never, idx: -1, rule: rule{maxInFlight: st.maxInFlight}}
 		if sb, ok := st.spent[hash]; ok {
 			// NB: used before the topic knows its subject, and so its
 			// rule: its first scan takes no more than the bucket holds.
@@ -140,6 +162,132 @@ func (st *subjectTable) dropIdle(now int64) {
 // idleNow notes that t may have nothing left to do.
 func (st *subjectTable) idleNow(t *topic) { st.idle = append(st.idle, t) }
 
+// reschedule puts t back in the due heap at next, unless something
+// sooner scheduled it meanwhile, and never before its no-responders block
+// ends.
+func (st *subjectTable) reschedule(t *topic, next int64) {
+	if t.idx >= 0 {
+		next = min(next, t.next)
+	}
+	if next == never {
+		return
+	}
+	st.due.schedule(t, max(next, t.blockedUntil))
+}
+
+// dueBy reports whether a topic is due at now.
+func (st *subjectTable) dueBy(now int64) bool { return len(st.due) > 0 && st.due[0].next <= now }
+
+// dueNow counts the topics in the due heap that are due at now, up to
+// limit, visiting only those: by the heap order, the children of a topic
+// not yet due are not due either. Topics backing off wait in the heap
+// without counting, so subjects nobody listens to cannot stop the
+// frontier.
+func (st *subjectTable) dueNow(now int64, limit int) int {
+	h := st.due
+	n := 0
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(h) || n >= limit || h[i].next > now {
+			return
+		}
+		n++
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return n
+}
+
+// nextDue takes the topic due first out of the due heap, if it is due at
+// now and this pass has not scanned it yet, and returns it; nil if none.
+// Its next is then never, which lets Notify schedule it again during its
+// scan.
+func (st *subjectTable) nextDue(now int64, pass uint64) *topic {
+	if !st.dueBy(now) || st.due[0].scanPass == pass {
+		// Nothing more due, or only topics scanned in this pass and put
+		// back as due still: the next pass, at once, takes them.
+		return nil
+	}
+	t := st.due[0]
+	st.due.unschedule(t)
+	t.next = never
+	return t
+}
+
+// toScan is how many first deliveries t, taken from the due heap at now
+// by nextDue, may have in its scan. None while its probe is out (its flush
+// puts it back), nor while it is at its limit (it is then held) or its
+// rate allows none yet (it is then due again when its rate does).
+func (st *subjectTable) toScan(t *topic, now int64) int {
+	if t.probeOpen {
+		return 0 // one probe at a time
+	}
+	room := st.roomOf(t)
+	if room <= 0 {
+		st.hold(t, now)
+		t.heldAt = now
+		return 0
+	}
+	st.unhold(t)
+	tokens, notBefore := st.tokens(t, now)
+	if tokens == 0 {
+		t.heldAt = now
+		st.reschedule(t, notBefore)
+		return 0
+	}
+	return min(room, tokens)
+}
+
+// scanned puts t back after a scan at now that took taken messages, with
+// more due (full) or its next message due at next: a probe waits for its
+// flush, a topic at its limit with more due is held, and any other goes
+// back in the due heap at next. It reports whether the scan sent a probe.
+func (st *subjectTable) scanned(t *topic, taken int, full bool, next, now int64) bool {
+	probe := t.probing && taken > 0
+	switch {
+	case probe:
+		t.probeOpen = true
+	case full && st.roomOf(t) <= 0:
+		st.hold(t, now)
+	default:
+		st.reschedule(t, next)
+	}
+	if t.idx < 0 && t.flights == 0 {
+		st.idleNow(t)
+	}
+	return probe
+}
+
+// block backs topic t off after a delivery bounced, unless it is backing
+// off already, and schedules it for when the back-off ends: the bounced
+// message is due, so that is when t is due again, however much later its
+// next message is.
+func (st *subjectTable) block(t *topic, now int64) {
+	if t.blockedUntil <= now {
+		t.backoff = min(max(t.backoff+min(t.backoff, math.MaxInt64-t.backoff), st.backoff), st.maxBackoff)
+		t.blockedUntil = after(now, t.backoff)
+		t.probing = true
+	}
+	// Not max(t.next, ...): the scan that delivered the bounced
+	// message may have put t back at the time of the message after it.
+	st.due.schedule(t, t.blockedUntil)
+}
+
+// closeProbes ends the probes of the topics probed by pass, flushed with
+// err: a probe that got through ends its topic's back-off.
+func (st *subjectTable) closeProbes(probed []*topic, pass uint64, err error, now int64) {
+	for _, t := range probed {
+		t.probeOpen = false
+		if err == nil && t.probing && t.probePass == pass && t.noRespPass != pass {
+			t.probing, t.backoff = false, 0
+		}
+		// After a bounce, block scheduled it for when its back-off
+		// ends, and this keeps that.
+		st.reschedule(t, now)
+	}
+}
+
 // topic is the dispatcher's view of one topic hash (one subject, barring
 // hash collisions, which merely share a range and stay correctly ordered).
 type topic struct {
@@ -213,4 +361,48 @@ func (t *topic) rewindLocked(k keys.Key) {
 	if t.rewind == nil || bytes.Compare(k[:], t.rewind) < 0 {
 		t.rewind = k.Bytes()
 	}
+}
+
+// beginScan starts a scan of t by pass that may take up to limit
+// messages: it returns where the scan starts, the key it reads alone when
+// a point read does, and how many it may take (one for a probe).
+func (t *topic) beginScan(pass uint64, limit int) (from []byte, single *keys.Key, n int) {
+	from = t.cursor
+	// A point read only while nothing but the entry can be in the
+	// range: no message arrived or bounced below it since (rewind), and
+	// the cursor is still at it.
+	if t.single != nil && t.rewind == nil && bytes.Equal(from, t.single[:]) {
+		single = t.single
+	}
+	t.single = nil
+	t.rewind = nil
+	if t.probing {
+		limit = 1
+		t.probePass = pass
+	}
+	return from, single, limit
+}
+
+// moveCursor moves t's cursor past what a scan from from read, as r says,
+// but not past a message that arrived or bounced below it during the
+// scan.
+func (t *topic) moveCursor(from []byte, r dueRead) {
+	cursor := from
+	switch {
+	case r.held != nil:
+		cursor = r.held
+	case r.passed:
+		cursor = r.lastPassed.Successor()
+	}
+	if !bytes.Equal(t.cursor, from) && (t.cursor == nil || bytes.Compare(t.cursor, cursor) < 0) {
+		// A sooner message arrived, or a delivery bounced, during the scan.
+		cursor = t.cursor
+	}
+	if t.rewind != nil && cursor != nil && bytes.Compare(t.rewind, cursor) < 0 {
+		// One arrived or bounced during the scan above its start but
+		// below where the scan got to; the scan did not deliver it.
+		cursor = t.rewind
+	}
+	t.rewind = nil
+	t.cursor = cursor
 }

@@ -15,9 +15,8 @@ import (
 
 // A serve flag that is a service setting carries the tag config:"Name",
 // the name of the field of bridge.Config that it sets: a field of
-// bridge.Config itself, one promoted from the configs it nests
-// (core.Config, dispatch.Config, the repository's), or a dotted path such
-// as Expiry.Interval. applySettings copies the flags there, and
+// bridge.Config itself, or a dotted path into a config it nests by name
+// (Delivery, Repository, Expiry) such as Expiry.Interval. applySettings copies the flags there, and
 // settingProblems reports the config's validation errors under the flags
 // that set them. So a new setting is a flag with its tag and a field in
 // the one config struct that owns it, validated by that struct.
