@@ -99,7 +99,7 @@ func fleetSize() (msgs, subjects int) {
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		return 10000, 1000
 	}
-	return 3000, 300
+	return 2000, 200
 }
 
 // TestFleet_ThreeCells runs a fleet of three single-node cells, each a
@@ -125,6 +125,27 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Run("GetCancel_ByTagAndByID_ThroughAnyNode", func(t *testing.T) { fleetGetCancel(t, nc) })
 	t.Run("StaleForward_SenderToldAndMessageGoesOnToTheOwner", func(t *testing.T) { fleetStaleForward(t, nc) })
 	t.Run("Info_SumsTheCells", func(t *testing.T) { fleetInfo(t, nc) })
+	t.Run("CellsCommand_ListsEachCellsPartitions", func(t *testing.T) { fleetCellsCommand(t, bin, srv.ClientURL()) })
+}
+
+// fleetCellsCommand checks that natsdelay cells lists each cell with the
+// partitions it owns, as ranges, and the node that serves it.
+func fleetCellsCommand(t *testing.T, bin, url string) {
+	code, out := runCLI(t, bin, "cells", "--nats", url, "--wait", "500ms")
+	if code != 0 {
+		t.Fatalf("natsdelay cells: exit %d:\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("natsdelay cells: want a header and three cells:\n%s", out)
+	}
+	for i, cell := range fleetCells {
+		f := strings.Fields(lines[i+1])
+		want := []string{cell, cell, fleet.FormatRanges(fleetSplit[cell]), strconv.Itoa(fleet.Count(fleetSplit[cell])), "of", "256", "1"}
+		if len(f) < len(want) || strings.Join(f[:len(want)], " ") != strings.Join(want, " ") {
+			t.Errorf("natsdelay cells, cell %s: %q, want it to begin %q", cell, lines[i+1], strings.Join(want, " "))
+		}
+	}
 }
 
 // fleetDelivery is one delivery the fleet test's consumer took.

@@ -137,10 +137,10 @@ func (n *Node) answerCells(m *nats.Msg) {
 	_ = n.nc.Publish(m.Reply, b)
 }
 
-// gatherCells asks every serving cell for its status and returns the
+// GatherCells asks every serving cell for its status and returns the
 // answers heard within wait, one a cell. It asks again every fifth of
 // wait, so a cell that begins to serve meanwhile is heard too.
-func gatherCells(nc *nats.Conn, wait time.Duration) []Status {
+func GatherCells(nc *nats.Conn, wait time.Duration) []Status {
 	inbox := nc.NewInbox()
 	ch := make(chan *nats.Msg, 4096)
 	sub, err := nc.ChanSubscribe(inbox, ch)

@@ -116,7 +116,7 @@ func (n *Node) loop() {
 		n.beat()
 		select {
 		case <-n.stop:
-			if err := n.unsubscribe(n.serving); err != nil {
+			if err := n.drain(n.serving); err != nil {
 				n.log.Warn("stopping the fleet's subscriptions", "err", err)
 			}
 			n.serving = nil
@@ -138,7 +138,7 @@ func (n *Node) beat() {
 		}
 		n.log.Info("cell serving in the fleet", "partitions", FormatRanges(n.rec.Owned), "epoch", n.rec.Epoch)
 	case !serving && n.serving != nil:
-		if err := n.unsubscribe(n.serving); err != nil {
+		if err := n.drain(n.serving); err != nil {
 			n.log.Warn("stopping the fleet's subscriptions", "err", err)
 		}
 		n.serving = nil
@@ -154,7 +154,7 @@ func (n *Node) beat() {
 // learnAll asks every serving cell for its status, for a heartbeat at
 // most, and learns the answers.
 func (n *Node) learnAll() {
-	for _, st := range gatherCells(n.nc, n.cfg.Heartbeat) {
+	for _, st := range GatherCells(n.nc, n.cfg.Heartbeat) {
 		n.table.learn(st, time.Now())
 	}
 }
@@ -192,6 +192,41 @@ func (n *Node) unsubscribe(subs []*nats.Subscription) error {
 		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 			errs = append(errs, err)
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// drain stops the serving subscriptions so that what each took is still
+// handed over: all drain at once, and each is waited for, 10s at most.
+func (n *Node) drain(subs []*nats.Subscription) error {
+	if !n.nc.IsConnected() {
+		return n.unsubscribe(subs)
+	}
+	var errs []error
+	closed := make([]<-chan nats.SubStatus, len(subs))
+	for i, s := range subs {
+		closed[i] = s.StatusChanged(nats.SubscriptionClosed)
+		if err := s.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			errs = append(errs, err)
+			closed[i] = nil
+		}
+	}
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	timedOut := false
+	for i, c := range closed {
+		if c == nil || !subs[i].IsValid() {
+			continue
+		}
+		if !timedOut {
+			select {
+			case <-c:
+				continue
+			case <-timeout.C:
+				timedOut = true
+			}
+		}
+		errs = append(errs, fmt.Errorf("fleet: draining %s: timed out", subs[i].Subject))
 	}
 	return errors.Join(errs...)
 }

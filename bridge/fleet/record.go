@@ -82,7 +82,7 @@ func newRecord(nc *nats.Conn, cfg Config) (Record, error) {
 		rec.Owned = Split(cfg.Founders, p)[cfg.Cell]
 		return rec, nil
 	}
-	found := gatherCells(nc, cfg.JoinWait)
+	found := GatherCells(nc, cfg.JoinWait)
 	if len(found) == 0 {
 		cfg.Logger.Info("no fleet answered: creating it, this cell owning every partition", "cell", cfg.Cell, "partitions", p)
 		rec.Owned = []Range{{From: 0, To: p - 1}}
