@@ -23,7 +23,15 @@ func (c *fleetFlags) checkFleet(p *problems) {
 	}
 	if err := c.fleetConfig().Validate(); err != nil {
 		for _, e := range leaves(err) {
-			p.add("--cell %s: %s", c.Cell, strings.TrimPrefix(e.Error(), fleet.ErrInvalidConfig.Error()+": "))
+			msg := strings.TrimPrefix(e.Error(), fleet.ErrInvalidConfig.Error()+": ")
+			switch {
+			case strings.HasPrefix(msg, "partitions"):
+				p.add("--%s", msg)
+			case strings.HasPrefix(msg, "founding") || strings.Contains(msg, "founding cells"):
+				p.add("--fleet-cells %s: %s", strings.Join(c.FleetCells, ","), msg)
+			default:
+				p.add("--%s", msg)
+			}
 		}
 	}
 }
