@@ -124,6 +124,7 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Run("PublishersUnchanged_EachDeliveredOnceInOrderByItsOwner", func(t *testing.T) { fleetDeliversOnce(t, nc) })
 	t.Run("GetCancel_ByTagAndByID_ThroughAnyNode", func(t *testing.T) { fleetGetCancel(t, nc) })
 	t.Run("StaleForward_SenderToldAndMessageGoesOnToTheOwner", func(t *testing.T) { fleetStaleForward(t, nc) })
+	t.Run("Subjects_MergedAcrossCellsInPages", func(t *testing.T) { fleetSubjects(t, nc) })
 	t.Run("Info_SumsTheCells", func(t *testing.T) { fleetInfo(t, nc) })
 	t.Run("CellsCommand_ListsEachCellsPartitions", func(t *testing.T) { fleetCellsCommand(t, bin, srv.ClientURL()) })
 }
@@ -415,5 +416,44 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 		if r := next(t, ch, "a delivery of cell "+cell); string(r.Data) != "while c has no quorum" {
 			t.Fatalf("cell %s delivered %q", cell, r.Data)
 		}
+	}
+}
+
+// fleetSubjects pages through SUBJECTS of 40 subjects spread over the
+// cells, 7 at a time: each subject must come once, in subject order, with
+// its count, and the last page must say there is no next.
+func fleetSubjects(t *testing.T, nc *nats.Conn) {
+	var want []string
+	for i := range 40 {
+		s := fmt.Sprintf("fleet.subj.%02d", i)
+		want = append(want, s)
+		for range 1 + i%3 {
+			schedule(t, nc, newMsg(s, "later", wire.HeaderDelay, "1h"))
+		}
+	}
+	var got []string
+	after, pages := "", 0
+	for {
+		limit := 7
+		page, err := api(nc).SubjectsPage(context.Background(), wire.SubjectsRequest{Filter: "fleet.subj.>", Limit: &limit, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, s := range page.Subjects {
+			var i int
+			_, _ = fmt.Sscanf(s.Subject, "fleet.subj.%d", &i)
+			if s.Pending != uint64(1+i%3) {
+				t.Errorf("%s: %d pending, want %d", s.Subject, s.Pending, 1+i%3)
+			}
+			got = append(got, s.Subject)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") || pages != 6 {
+		t.Fatalf("%d pages of subjects %v, want 6 pages of %v", pages, got, want)
 	}
 }

@@ -48,6 +48,8 @@ func (n *Node) routeAPI(m *nats.Msg) {
 	switch {
 	case verb == wire.VerbInfo:
 		n.answerInfo(m)
+	case verb == wire.VerbSubjects:
+		n.answerSubjects(m)
 	case routedByRef[verb]:
 		var ref struct {
 			Tag     string `json:"tag"`
