@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -185,6 +186,10 @@ func (n *Node) answerInfo(m *nats.Msg) {
 	var wg sync.WaitGroup
 	for i, h := range cells {
 		infos[i].Status = h.status
+		if since := time.Since(h.at); since > n.cfg.Silence && h.status.Cell != n.rec.Cell {
+			infos[i].Error = fmt.Sprintf("unavailable: not heard from for %v", since.Round(time.Millisecond))
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

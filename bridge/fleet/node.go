@@ -54,9 +54,11 @@ type Node struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
-	// stale counts the stale notices this router was sent.
-	stale  sync.Mutex
-	nStale uint64
+	// stale guards nStale, the stale notices this router was sent, and
+	// strangers, the cells of another fleet size already warned about.
+	stale     sync.Mutex
+	nStale    uint64
+	strangers map[string]bool
 }
 
 // New starts the node of cell rec (see Prepare) whose service is svc, on
@@ -168,7 +170,7 @@ func (n *Node) handleAlive(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &st); err != nil {
 		return
 	}
-	if !n.table.learn(st, time.Now()) {
+	if !n.table.learn(st, time.Now()) && n.firstStranger(st.Cell) {
 		n.log.Warn("a cell of another fleet size on this NATS: ignored", "other", st.Cell, "its_partitions", st.Partitions, "ours", n.rec.Partitions)
 	}
 }
@@ -184,6 +186,21 @@ func (n *Node) handleStale(m *nats.Msg) {
 	case n.refresh <- struct{}{}:
 	default:
 	}
+}
+
+// firstStranger reports whether cell, of another fleet, is heard for the
+// first time, so that it is warned about once, not every heartbeat.
+func (n *Node) firstStranger(cell string) bool {
+	n.stale.Lock()
+	defer n.stale.Unlock()
+	if n.strangers[cell] {
+		return false
+	}
+	if n.strangers == nil {
+		n.strangers = map[string]bool{}
+	}
+	n.strangers[cell] = true
+	return true
 }
 
 func (n *Node) unsubscribe(subs []*nats.Subscription) error {
