@@ -68,6 +68,7 @@ type cli struct {
 	Pause      pauseCmd      `cmd:"" help:"Hold back every delivery of the subjects a pattern matches; they keep taking messages." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Resume     resumeCmd     `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cluster    clusterCmd    `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Cells      cellsCmd      `cmd:"" help:"List the cells of a fleet: the partitions each owns, the node that serves it, its counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
 	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`

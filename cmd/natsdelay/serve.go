@@ -32,6 +32,7 @@ const defaultDataDir = "./natsdelay-data"
 type serveCmd struct {
 	connFlags    `embed:""`
 	clusterFlags `embed:""`
+	fleetFlags   `embed:""`
 
 	// No default in the tag, so that check can tell --nats-listen given
 	// alongside --nats; listen applies the default.
@@ -125,6 +126,7 @@ func (c *serveCmd) check() error {
 		}
 	}
 	c.checkCluster(&p, c.Engine, c.embedded())
+	c.checkFleet(&p)
 	checkHTTP(&p, c.HTTP)
 	if c.PProf && c.HTTP == "" {
 		p.add(`--pprof: serves on the HTTP listener, which --http "" turns off`)
@@ -276,6 +278,7 @@ func (c *serveCmd) serverOptions(log *slog.Logger) (server.Options, error) {
 		}
 		o.Cluster = &rc
 	}
+	o.Fleet = c.fleetConfig()
 	return o, nil
 }
 

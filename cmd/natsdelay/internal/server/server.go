@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/fleet"
 	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/delaystore/engine"
@@ -80,6 +81,12 @@ type Options struct {
 	// Cluster, if not nil, makes this a node of a cluster, over the store
 	// Open opens: its Dir and Logger are set by Open.
 	Cluster *raftstore.Config
+
+	// Fleet, if not nil, makes this node serve a cell of a fleet (see
+	// package bridge/fleet): the fleet's subjects are routed by partition,
+	// and the service serves on the cell's own. Its DataDir, Logger, Node
+	// and prefixes are set by Open.
+	Fleet *fleet.Config
 
 	// Service holds the service's settings; Open sets its Logger.
 	Service bridge.Config
@@ -201,6 +208,10 @@ func (s *Server) open(ctx context.Context, o Options) error {
 	}
 	cfg := o.Service
 	cfg.Logger = s.log
+	rec, fc, err := s.prepareFleet(o, dataDir, &cfg)
+	if err != nil {
+		return err
+	}
 	svcStore, svcOpts, err := s.serviceStore(ctx, o, st, dataDir, memory, reg)
 	if err != nil {
 		return err
@@ -211,6 +222,9 @@ func (s *Server) open(ctx context.Context, o Options) error {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	s.push("service", s.svc.Close)
+	if err := s.startFleet(o, rec, fc); err != nil {
+		return err
+	}
 	if hs != nil {
 		s.serveHTTP(o, hs)
 	}

@@ -1,0 +1,249 @@
+package fleet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
+
+	"github.com/natsdelay/natsdelay/bridge/wire"
+)
+
+// Service is what a Node needs of its cell's service (a *bridge.Service).
+type Service interface {
+	// Ingest schedules a message that arrived as the request req, whose
+	// subject is under the service's ingest prefix.
+	Ingest(req micro.Request)
+	// Leader reports whether the service serves now: always on a single
+	// node, only as the leader holding its lease in a cluster.
+	Leader() bool
+	// Info is the cell's INFO.
+	Info() (wire.InfoReply, error)
+}
+
+// Node is a node of a cell in the fleet. While its service serves, it
+// routes the fleet's ingest, API and header ACKs by partition, takes what
+// other nodes forward to its cell, and tells the fleet its record each
+// heartbeat. Every node learns the fleet's map from those heartbeats.
+type Node struct {
+	nc  *nats.Conn
+	svc Service
+	cfg Config
+	rec Record
+	log *slog.Logger
+	// id names this node's router in the subjects it forwards on, so a
+	// receiver can tell it that its map is stale.
+	id    string
+	table *table
+	// cellIngest is the cell's service's ingest prefix plus ".".
+	cellIngest string
+
+	// always are the subscriptions of every node: the heartbeats and the
+	// stale notices to this router.
+	always []*nats.Subscription
+	// serving holds the subscriptions taken while the service serves;
+	// only the loop's goroutine touches it.
+	serving []*nats.Subscription
+	refresh chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	// stale guards nStale, the stale notices this router was sent, and
+	// strangers, the cells of another fleet size already warned about.
+	stale     sync.Mutex
+	nStale    uint64
+	strangers map[string]bool
+}
+
+// New starts the node of cell rec (see Prepare) whose service is svc, on
+// nc. Close stops it.
+func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ingest, _, _ := CellSubjects(rec.Cell)
+	n := &Node{
+		nc: nc, svc: svc, cfg: cfg, rec: rec, log: cfg.Logger.With("component", "fleet", "cell", rec.Cell),
+		id: nuid.Next(), table: newTable(rec.Partitions), cellIngest: ingest + ".",
+		refresh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	n.table.learn(n.status(), time.Now())
+	for _, s := range []struct {
+		subject string
+		h       nats.MsgHandler
+	}{{AliveSubject, n.handleAlive}, {StalePrefix + "." + n.id, n.handleStale}} {
+		sub, err := nc.Subscribe(s.subject, s.h)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("fleet: subscribe %s: %w", s.subject, err), n.unsubscribe(n.always))
+		}
+		n.always = append(n.always, sub)
+	}
+	go n.loop()
+	return n, nil
+}
+
+// Close stops serving and the heartbeats, and waits for the loop.
+func (n *Node) Close() error {
+	n.once.Do(func() { close(n.stop) })
+	<-n.done
+	return n.unsubscribe(n.always)
+}
+
+// Record is this cell's record.
+func (n *Node) Record() Record { return n.rec }
+
+// StaleNotices is how many times a receiver told this node's router that
+// its map was stale.
+func (n *Node) StaleNotices() uint64 {
+	n.stale.Lock()
+	defer n.stale.Unlock()
+	return n.nStale
+}
+
+// loop follows the service's leadership each heartbeat: it takes the
+// serving subscriptions when the service serves and drops them when it
+// stops, and while it serves tells the fleet the cell's record.
+func (n *Node) loop() {
+	defer close(n.done)
+	t := time.NewTicker(n.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		n.beat()
+		select {
+		case <-n.stop:
+			if err := n.drain(n.serving); err != nil {
+				n.log.Warn("stopping the fleet's subscriptions", "err", err)
+			}
+			n.serving = nil
+			return
+		case <-t.C:
+		case <-n.refresh:
+			n.learnAll()
+		}
+	}
+}
+
+func (n *Node) beat() {
+	switch serving := n.svc.Leader(); {
+	case serving && n.serving == nil:
+		n.learnAll()
+		if err := n.subscribe(); err != nil {
+			n.log.Error("subscribing to the fleet's subjects: retrying next heartbeat", "err", err)
+			return
+		}
+		n.log.Info("cell serving in the fleet", "partitions", FormatRanges(n.rec.Owned), "epoch", n.rec.Epoch)
+	case !serving && n.serving != nil:
+		if err := n.drain(n.serving); err != nil {
+			n.log.Warn("stopping the fleet's subscriptions", "err", err)
+		}
+		n.serving = nil
+		n.log.Info("cell not serving: the fleet's routes stop here")
+		return
+	case !serving:
+		return
+	}
+	b, _ := json.Marshal(n.status())
+	_ = n.nc.Publish(AliveSubject, b)
+}
+
+// learnAll asks every serving cell for its status, for a heartbeat at
+// most, and learns the answers.
+func (n *Node) learnAll() {
+	for _, st := range GatherCells(n.nc, n.cfg.Heartbeat) {
+		n.table.learn(st, time.Now())
+	}
+}
+
+func (n *Node) status() Status {
+	return Status{Record: n.rec, Node: n.cfg.Node}
+}
+
+func (n *Node) handleAlive(m *nats.Msg) {
+	var st Status
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		return
+	}
+	if !n.table.learn(st, time.Now()) && n.firstStranger(st.Cell) {
+		n.log.Warn("a cell of another fleet size on this NATS: ignored", "other", st.Cell, "its_partitions", st.Partitions, "ours", n.rec.Partitions)
+	}
+}
+
+// handleStale learns the record a receiver sent with its notice, and asks
+// the loop to learn every cell's again.
+func (n *Node) handleStale(m *nats.Msg) {
+	n.stale.Lock()
+	n.nStale++
+	n.stale.Unlock()
+	n.handleAlive(m)
+	select {
+	case n.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// firstStranger reports whether cell, of another fleet, is heard for the
+// first time, so that it is warned about once, not every heartbeat.
+func (n *Node) firstStranger(cell string) bool {
+	n.stale.Lock()
+	defer n.stale.Unlock()
+	if n.strangers[cell] {
+		return false
+	}
+	if n.strangers == nil {
+		n.strangers = map[string]bool{}
+	}
+	n.strangers[cell] = true
+	return true
+}
+
+func (n *Node) unsubscribe(subs []*nats.Subscription) error {
+	var errs []error
+	for _, s := range subs {
+		if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// drain stops the serving subscriptions so that what each took is still
+// handed over: all drain at once, and each is waited for, 10s at most.
+func (n *Node) drain(subs []*nats.Subscription) error {
+	if !n.nc.IsConnected() {
+		return n.unsubscribe(subs)
+	}
+	var errs []error
+	closed := make([]<-chan nats.SubStatus, len(subs))
+	for i, s := range subs {
+		closed[i] = s.StatusChanged(nats.SubscriptionClosed)
+		if err := s.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			errs = append(errs, err)
+			closed[i] = nil
+		}
+	}
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	timedOut := false
+	for i, c := range closed {
+		if c == nil || !subs[i].IsValid() {
+			continue
+		}
+		if !timedOut {
+			select {
+			case <-c:
+				continue
+			case <-timeout.C:
+				timedOut = true
+			}
+		}
+		errs = append(errs, fmt.Errorf("fleet: draining %s: timed out", subs[i].Subject))
+	}
+	return errors.Join(errs...)
+}

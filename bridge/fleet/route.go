@@ -1,0 +1,120 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// refwd marks the router token of a message a receiver forwarded on: its
+// receiver forwards it no further.
+const refwd = "~"
+
+// subscribe takes the subscriptions of a serving node. Ingest and the
+// forwarded messages may come in bursts, as the service's own ingest
+// endpoint does.
+func (n *Node) subscribe() error {
+	type route struct {
+		subject, queue string
+		h              nats.MsgHandler
+	}
+	routes := []route{
+		{n.cfg.IngestPrefix + ".>", QueueGroup, n.routeIngest},
+		{forwardPrefix(n.rec.Cell) + ".>", "natsdelay.cell." + n.rec.Cell, n.receive},
+		{n.cfg.APIPrefix + ".>", QueueGroup, n.routeAPI},
+		{n.cfg.AckPrefix, QueueGroup, n.routeAckHeader},
+		{n.cfg.AckPrefix + ".>", QueueGroup, n.routeAckSubject},
+		{CellsSubject, "", n.answerCells},
+	}
+	for _, r := range routes {
+		sub, err := n.nc.QueueSubscribe(r.subject, r.queue, r.h)
+		if err == nil {
+			err = sub.SetPendingLimits(1<<20, 512<<20)
+		}
+		if err != nil {
+			err = fmt.Errorf("fleet: subscribe %s: %w", r.subject, err)
+			if uerr := n.unsubscribe(n.serving); uerr != nil {
+				err = fmt.Errorf("%w; and unsubscribing: %v", err, uerr)
+			}
+			n.serving = nil
+			return err
+		}
+		n.serving = append(n.serving, sub)
+	}
+	return n.nc.Flush()
+}
+
+// routeIngest takes a publish to <ingest prefix>.<subject> and sends it
+// to the cell that owns the subject's partition: to this cell's service
+// in process, or to the owner in one NATS hop.
+func (n *Node) routeIngest(m *nats.Msg) {
+	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
+	if n.reserved(target) {
+		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
+		return
+	}
+	n.send(m, target, n.id)
+}
+
+// reserved reports whether target lies inside a prefix of the fleet's,
+// where a delivery would come back as ingest or a request.
+func (n *Node) reserved(target string) bool {
+	for _, p := range []string{n.cfg.IngestPrefix, "$DELAY", n.cfg.AckPrefix, n.cfg.APIPrefix, "$SRV"} {
+		if target == p || strings.HasPrefix(target, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// send hands m, a message to schedule for target, to the owner of its
+// partition; from names the router in the forwarded subject.
+func (n *Node) send(m *nats.Msg, target, from string) {
+	p := Partition(target, n.rec.Partitions)
+	cell, at, ok := n.table.owner(p)
+	switch {
+	case !ok:
+		answerError(n.nc, m, 503, "partition %d of subject %q has no owner this node knows of yet: try again", p, target)
+	case cell == n.rec.Cell:
+		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
+	case time.Since(at) > n.cfg.Silence:
+		answerError(n.nc, m, 503, "cell %q, the owner of partition %d, is unavailable: not heard from for %v: try again", cell, p, time.Since(at).Round(time.Millisecond))
+	default:
+		out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
+		if err := n.nc.PublishMsg(out); err != nil {
+			answerError(n.nc, m, 503, "forwarding to cell %q: %v", cell, err)
+		}
+	}
+}
+
+// receive takes a message another node forwarded to this cell. If this
+// cell owns its partition, the service schedules it; otherwise the
+// sender's map is stale: it is told, with this cell's record, and the
+// message goes on to the owner this node knows, once.
+func (n *Node) receive(m *nats.Msg) {
+	rest := m.Subject[len(forwardPrefix(n.rec.Cell))+1:]
+	from, target, ok := strings.Cut(rest, ".")
+	if !ok || target == "" {
+		answerError(n.nc, m, 400, "forwarded subject %q: want <router>.<subject>", m.Subject)
+		return
+	}
+	if n.reserved(target) {
+		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
+		return
+	}
+	p := Partition(target, n.rec.Partitions)
+	if Contains(n.rec.Owned, p) {
+		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
+		return
+	}
+	b, _ := json.Marshal(n.status())
+	_ = n.nc.Publish(StalePrefix+"."+strings.TrimPrefix(from, refwd), b)
+	if strings.HasPrefix(from, refwd) {
+		answerError(n.nc, m, 503, "partition %d is moving between cells: try again", p)
+		return
+	}
+	n.send(m, target, refwd+n.id)
+}
