@@ -244,7 +244,7 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 				}
 			}
 		}
-		if err := r.setMessage(b, &k, cur); err != nil {
+		if err := r.setMessage(b, &k, cur, false); err != nil {
 			return keys.Key{}, false, err
 		}
 	}
@@ -259,7 +259,7 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 	next.EventId = id
 	nk := keys.New(keys.TopicHash(next.Subject), keys.Bucket(keys.FireAtMs(next.FireAtNs), r.bucketMs), id)
 	next.Recurrence.Name = stored.GetRecurrence().GetName()
-	if err := r.setMessage(b, &nk, next); err != nil {
+	if err := r.setMessage(b, &nk, next, true); err != nil {
 		return keys.Key{}, false, fmt.Errorf("successor: %w", err)
 	}
 	if err := r.indexDue(b, &nk); err != nil {

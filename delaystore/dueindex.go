@@ -159,11 +159,12 @@ func (r *Repository) indexDue(b Batch, k *keys.Key) error {
 	return nil
 }
 
-// unindexDue adds to b the removal of the due entry of the message under
-// k, and uncounts it. wmu must be held.
-func (r *Repository) unindexDue(b Batch, k *keys.Key) error {
+// unindexDue removes, with del, the due entry of the message under k, and
+// uncounts it. del is a batch's Delete, or its SingleDelete for an entry
+// written once (see singledelete.go). wmu must be held.
+func (r *Repository) unindexDue(del func([]byte) error, k *keys.Key) error {
 	r.w.key = dueIndex.appendKey(r.w.key[:0], *k)
-	if err := b.Delete(r.w.key); err != nil {
+	if err := del(r.w.key); err != nil {
 		return fmt.Errorf("delete due entry of %v: %w", k, err)
 	}
 	r.w.due[r.dueSecond(*k)]--

@@ -25,15 +25,18 @@ const (
 	fieldEventID      protowire.Number = 12
 	fieldRecurrence   protowire.Number = 13
 	fieldMovedBy      protowire.Number = 14
+	fieldWrittenOnce  protowire.Number = 15
 
 	fieldHeaderName   protowire.Number = 1
 	fieldHeaderValues protowire.Number = 2
 )
 
 // appendMessage appends the wire encoding of m with its event id set to
-// eventID to dst: the same bytes as proto.Marshal, fields in number order and
-// unknown fields last. Taking the id separately lets Apply store the key's id
-// without writing to a message its caller may be reading.
+// eventID and its written_once to once to dst: the same bytes as
+// proto.Marshal, fields in number order and unknown fields last. Taking
+// the id and the flag separately lets Apply store the key's id without
+// writing to a message its caller may be reading, and leaves whether a
+// key was written once to the repository, never to a caller's copy.
 //
 // It exists because the profile of Schedule showed the reflection-driven
 // proto.Marshal costing about as much as the engine's commit of a batch to
@@ -42,7 +45,7 @@ const (
 //
 // It returns an error wrapping ErrInvalidMessage for a string that is not
 // UTF-8, which proto3 refuses.
-func appendMessage(dst []byte, m *StoredMessage, eventID uint64) ([]byte, error) {
+func appendMessage(dst []byte, m *StoredMessage, eventID uint64, once bool) ([]byte, error) {
 	var err error
 	if dst, err = appendString(dst, fieldSubject, "subject", m.Subject); err != nil {
 		return dst, err
@@ -93,6 +96,9 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64) ([]byte, error)
 	}
 	if dst, err = appendString(dst, fieldMovedBy, "moved by", m.MovedBy); err != nil {
 		return dst, err
+	}
+	if once {
+		dst = appendVarint(dst, fieldWrittenOnce, 1)
 	}
 	return append(dst, m.unknownFields...), nil
 }

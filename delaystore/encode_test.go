@@ -25,8 +25,9 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 			"enqueued_at_ns": fieldEnqueuedAtNs, "fire_at_ns": fieldFireAtNs, "ttl_ns": fieldTTLNs,
 			"expire_at_ns": fieldExpireAtNs, "client_id": fieldClientID, "ack_policy": fieldAckPolicy,
 			"max_deliver": fieldMaxDeliver, "attempt": fieldAttempt, "event_id": fieldEventID,
-			"recurrence": fieldRecurrence,
-			"moved_by":   fieldMovedBy,
+			"recurrence":   fieldRecurrence,
+			"moved_by":     fieldMovedBy,
+			"written_once": fieldWrittenOnce,
 		}},
 		{(&Header{}).ProtoReflect().Descriptor(), map[string]protowire.Number{
 			"name": fieldHeaderName, "values": fieldHeaderValues,
@@ -114,13 +115,15 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 			m.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "future"))
 		}
 		id := rng.Uint64() >> rng.IntN(64)
-		m.EventId = id
+		once := rng.IntN(2) == 0
+		m.EventId, m.WrittenOnce = id, once
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.EventId = 0 // appendMessage takes the id separately
-		got, err := appendMessage([]byte("prefix"), m, id)
+		// appendMessage takes the id and the flag separately.
+		m.EventId, m.WrittenOnce = 0, !once
+		got, err := appendMessage([]byte("prefix"), m, id, once)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +147,7 @@ func TestAppendMessage_RejectsBadUTF8(t *testing.T) {
 			if _, err := proto.Marshal(m); err == nil {
 				t.Fatalf("proto.Marshal accepts it; the test case is wrong")
 			}
-			if _, err := appendMessage(nil, m, 1); !errors.Is(err, ErrInvalidMessage) {
+			if _, err := appendMessage(nil, m, 1, false); !errors.Is(err, ErrInvalidMessage) {
 				t.Fatalf("appendMessage error = %v, want ErrInvalidMessage", err)
 			}
 		})

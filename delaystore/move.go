@@ -52,9 +52,16 @@ func (r *Repository) Move(k keys.Key, to MoveFunc, movedBy string, sync SyncMode
 	defer b.Close()
 	r.resetScratch()
 	// NB: within a batch the last write to a key wins, so when nk is k
-	// the deletes below are undone by the writes after them.
+	// the deletes below are undone by the writes after them; they are
+	// plain deletes then, since k is set again.
+	if nk == k {
+		r.noteRewrite(k, m)
+	}
 	if err := r.deleteMessage(b, &k, m, false); err != nil {
 		return Scheduled{}, fmt.Errorf("delaystore: move %v: %w", k, err)
+	}
+	if nk == k {
+		r.noteRewrite(k, m)
 	}
 	m.FireAtNs = fireAtNs
 	if m.TtlNs != 0 {
@@ -64,7 +71,9 @@ func (r *Repository) Move(k keys.Key, to MoveFunc, movedBy string, sync SyncMode
 	if movedBy != "" {
 		m.MovedBy = movedBy
 	}
-	if err := r.setMessage(b, &nk, m); err != nil {
+	// NB: written as set more than once, even under a new key: a move
+	// back to the first time would set k again (see singledelete.go).
+	if err := r.setMessage(b, &nk, m, false); err != nil {
 		return Scheduled{}, fmt.Errorf("delaystore: move %v: %w", k, err)
 	}
 	if err := r.indexDue(b, &nk); err != nil {

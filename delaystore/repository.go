@@ -85,7 +85,8 @@ type Op struct {
 	// it is still pending: no op before this one deleted it and nothing
 	// can replace it (it has no client id). Apply then deletes it without
 	// reading it first, which on a large store is most of a delete's cost.
-	// It needs the subject and expiry time, and the client id if any.
+	// It needs the subject and expiry time, the client id if any, and
+	// WrittenOnce as read (see singledelete.go).
 	// A wrong Pending corrupts the counts and indexes; when unsure, leave
 	// it nil. It is not used with Dead.
 	Pending *StoredMessage
@@ -161,6 +162,12 @@ type Repository struct {
 	// dedup.go); the next sweep starts there, not over the deletions of
 	// those before it. wmu must be held.
 	dedupSwept uint64
+	// rewritten are the keys rewritten in this process from a value
+	// written once, until their delete, and rewrittenPeak the most it
+	// held since it was last made (see singledelete.go). wmu must be
+	// held.
+	rewritten     map[keys.Key]struct{}
+	rewrittenPeak int
 
 	mu struct {
 		sync.Mutex
@@ -210,6 +217,10 @@ type scratch struct {
 	// deadDeltas is the change this batch makes to the dead letters of
 	// each subject (see dead.go).
 	deadDeltas map[string]int64
+	// rewrites are the message keys this batch rewrites (true) or deletes
+	// (false), of those that matter to single deletes (see
+	// singledelete.go).
+	rewrites map[keys.Key]bool
 }
 
 // maxKeptScratch bounds the scratch buffer kept between writes, so one huge
@@ -237,8 +248,9 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		bucketMs: cfg.TimeBucket.Milliseconds(),
 		// A test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
-		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64)},
+		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64), rewrites: make(map[keys.Key]bool)},
 		counts:      newCountCache(),
+		rewritten:   make(map[keys.Key]struct{}),
 	}
 	r.msgs.init()
 
@@ -548,7 +560,7 @@ func (r *Repository) writeOneScheduled(b Batch, key *keys.Key, m *StoredMessage)
 	if m.Recurrence != nil && m.Recurrence.Name == "" {
 		m.Recurrence.Name = scheduleName(m.Recurrence, *key)
 	}
-	if err := r.setMessage(b, key, m); err != nil {
+	if err := r.setMessage(b, key, m, true); err != nil {
 		return err
 	}
 	if err := r.indexDue(b, key); err != nil {
@@ -664,12 +676,13 @@ func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte)
 	return old, true, nil
 }
 
-// setMessage adds the message's value to b. k is a pointer so that the key
-// passed to the Batch interface does not escape to the heap once per
-// message. wmu must be held.
-func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage) error {
+// setMessage adds the message's value to b; once says k never held a value
+// before (see singledelete.go). k is a pointer so that the key passed to
+// the Batch interface does not escape to the heap once per message. wmu
+// must be held.
+func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage, once bool) error {
 	var err error
-	r.w.val, err = appendMessage(r.w.val[:0], m, m.EventId)
+	r.w.val, err = appendMessage(r.w.val[:0], m, m.EventId, once)
 	if err != nil {
 		return fmt.Errorf("encode %v: %w", k, err)
 	}
@@ -694,11 +707,16 @@ func readBack(m *StoredMessage) bool {
 // entries; withClientID says whether to delete its client id entry too (not
 // when the entry is about to be overwritten). wmu must be held.
 func (r *Repository) deleteMessage(b Batch, k *keys.Key, m *StoredMessage, withClientID bool) error {
-	if err := b.Delete(k[:]); err != nil {
+	del := b.Delete
+	if r.singleDeletable(k, m) {
+		del = b.SingleDelete
+	}
+	r.noteDelete(*k)
+	if err := del(k[:]); err != nil {
 		return fmt.Errorf("delete %v: %w", k, err)
 	}
 	r.msgs.changed(k, nil, false)
-	if err := r.unindexDue(b, k); err != nil {
+	if err := r.unindexDue(del, k); err != nil {
 		return err
 	}
 	if m.ExpireAtNs != 0 {
@@ -785,6 +803,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 func (r *Repository) committed(t totals, lastID uint64) {
 	r.counts.committed()
 	r.msgs.committed()
+	r.committedRewrites()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.pending, r.mu.subjects = t.pending, t.subjects
@@ -804,6 +823,7 @@ func (r *Repository) resetScratch() {
 	clear(r.w.deltas)
 	clear(r.w.due)
 	clear(r.w.deadDeltas)
+	clear(r.w.rewrites)
 	r.w.schedules = 0
 }
 
@@ -987,7 +1007,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	}
 	if bad == "" {
 		var err error
-		r.w.val, err = appendMessage(r.w.val[:0], m, id)
+		r.w.val, err = appendMessage(r.w.val[:0], m, id, false)
 		if err != nil {
 			bad = "does not encode: " + err.Error()
 		}
@@ -1015,6 +1035,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 	if err := b.Set(op.Key[:], r.w.val); err != nil {
 		return false, fmt.Errorf("write %v: %w", op.Key, err)
 	}
+	r.noteRewrite(op.Key, cur)
 	r.msgs.changed(&op.Key, r.w.val, readBack(op.Msg))
 	return true, nil
 }

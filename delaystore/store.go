@@ -87,6 +87,14 @@ type Batch interface {
 	Set(key, value []byte) error
 	// Delete removes key. Deleting a missing key succeeds at commit.
 	Delete(key []byte) error
+	// SingleDelete removes key, which the caller guarantees was set at
+	// most once since the store began and has not been deleted since:
+	// Pebble then drops the delete together with that one set, in the
+	// memtable or the first compaction that meets both, instead of
+	// carrying a tombstone down every level. On a key set twice it may
+	// bring back the older value after a compaction, so a caller that is
+	// not sure uses Delete. Engines without such an operation delete.
+	SingleDelete(key []byte) error
 	// Len is the number of operations added so far.
 	Len() int
 	// Commit applies every operation at once with the given sync mode. A

@@ -154,7 +154,12 @@ type StoredMessage struct {
 	Recurrence *Recurrence `protobuf:"bytes,13,opt,name=recurrence,proto3" json:"recurrence,omitempty"`
 	// moved_by names the bulk RESCHEDULE or FIRE that moved it last, so a
 	// step of that operation that meets it again at its new key skips it.
-	MovedBy       string `protobuf:"bytes,14,opt,name=moved_by,json=movedBy,proto3" json:"moved_by,omitempty"`
+	MovedBy string `protobuf:"bytes,14,opt,name=moved_by,json=movedBy,proto3" json:"moved_by,omitempty"`
+	// written_once says the repository wrote this value under a key that
+	// had never held one, and has not rewritten it since, so its key and
+	// its due entry may be deleted with a single delete. A rewrite stores
+	// it false; values written before it existed read false.
+	WrittenOnce   bool `protobuf:"varint,15,opt,name=written_once,json=writtenOnce,proto3" json:"written_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +290,13 @@ func (x *StoredMessage) GetMovedBy() string {
 		return x.MovedBy
 	}
 	return ""
+}
+
+func (x *StoredMessage) GetWrittenOnce() bool {
+	if x != nil {
+		return x.WrittenOnce
+	}
+	return false
 }
 
 // Recurrence is the schedule an occurrence belongs to, and where this
@@ -597,7 +609,7 @@ var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\x91\x04\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xb4\x04\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -619,7 +631,8 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
 	"recurrence\x12\x19\n" +
-	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\"\xfd\x02\n" +
+	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\x12!\n" +
+	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\"\xfd\x02\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +

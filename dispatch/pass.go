@@ -165,7 +165,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 		if f.msg.ClientId == "" && f.msg.Recurrence == nil {
 			// NB: not for an occurrence: planning it changes its expiry
 			// and its schedule index entry, which a delete must see.
-			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs}
+			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}
 		}
 		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.add(fl)

@@ -179,6 +179,11 @@ func (b *faultBatch) Delete(key []byte) error {
 	return b.Batch.Delete(key)
 }
 
+func (b *faultBatch) SingleDelete(key []byte) error {
+	b.deletes = append(b.deletes, string(key))
+	return b.Batch.SingleDelete(key)
+}
+
 func (b *faultBatch) Commit(sync delaystore.SyncMode) error {
 	if err := b.Batch.Commit(sync); err != nil {
 		return err

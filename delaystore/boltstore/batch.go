@@ -58,6 +58,10 @@ func (b *batch) Delete(key []byte) error {
 	return nil
 }
 
+// SingleDelete is Delete: a B+tree removes the key in place, with no
+// tombstone to save.
+func (b *batch) SingleDelete(key []byte) error { return b.Delete(key) }
+
 // Len is the number of operations added so far.
 func (b *batch) Len() int { return len(b.ops) }
 

@@ -53,6 +53,21 @@ func (b *batch) Delete(key []byte) error {
 	return nil
 }
 
+// SingleDelete removes key, set at most once (see delaystore.Batch). The
+// key is copied.
+func (b *batch) SingleDelete(key []byte) error {
+	if err := b.writable(); err != nil {
+		return fmt.Errorf("pebblestore: batch single delete: %w", err)
+	}
+	if len(key) == 0 {
+		return fmt.Errorf("pebblestore: batch single delete: %w", errEmptyKey)
+	}
+	if err := b.b.SingleDelete(key, nil); err != nil {
+		return fmt.Errorf("pebblestore: batch single delete: %w", err)
+	}
+	return nil
+}
+
 // Len is the number of operations added so far.
 func (b *batch) Len() int {
 	if b.b == nil {

@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) delaystore.Store) {
 		{"Batch_Set_OverwritesValue", testSetOverwrites},
 		{"Batch_LastOpPerKeyWins", testLastOpWins},
 		{"Batch_Delete_MissingKeySucceeds", testDeleteMissing},
+		{"Batch_SingleDelete_RemovesKeySetOnce", testSingleDelete},
 		{"Batch_EmptyKey_Rejected", testEmptyKey},
 		{"Batch_EmptyValue_RoundTrips", testEmptyValue},
 		{"Batch_Len_CountsOps", testBatchLen},
@@ -127,6 +128,33 @@ func testDeleteMissing(t *testing.T, s delaystore.Store) {
 	commit(t, s, delaystore.Sync, set("a", "1"), del("b"), set("c", "3"))
 	commit(t, s, delaystore.NoSync, del("a"), del("a"))
 	wantPairs(t, s, pair("c", "3"))
+}
+
+// A key set once and single-deleted is gone, in a later batch or the same
+// one, and a missing key single-deletes as Delete does; an empty key is
+// rejected.
+func testSingleDelete(t *testing.T, s delaystore.Store) {
+	commit(t, s, delaystore.Sync, set("a", "1"), set("b", "2"), set("c", "3"))
+	b := s.NewBatch()
+	defer b.Close()
+	for _, k := range []string{"a", "never-existed"} {
+		if err := b.SingleDelete([]byte(k)); err != nil {
+			t.Fatalf("SingleDelete(%s): %v", k, err)
+		}
+	}
+	if err := b.Set([]byte("d"), []byte("4")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SingleDelete([]byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SingleDelete(nil); err == nil {
+		t.Errorf("SingleDelete(nil key) succeeded, want an error")
+	}
+	if err := b.Commit(delaystore.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	wantPairs(t, s, pair("b", "2"), pair("c", "3"))
 }
 
 // An empty key is rejected when it is added, for every engine, because

@@ -220,8 +220,8 @@ func (w *watchedStore) ReleaseMemory() error {
 	return nil
 }
 
-// watchedBatch reports the failure of its Commit, and of Set and Delete on
-// a batch the failed store made.
+// watchedBatch reports the failure of its Commit, and of Set, Delete and
+// SingleDelete on a batch the failed store made.
 type watchedBatch struct {
 	delaystore.Batch
 	w *watchedStore
@@ -229,6 +229,9 @@ type watchedBatch struct {
 
 func (b *watchedBatch) Set(key, value []byte) error { return b.w.check(b.Batch.Set(key, value)) }
 func (b *watchedBatch) Delete(key []byte) error     { return b.w.check(b.Batch.Delete(key)) }
+func (b *watchedBatch) SingleDelete(key []byte) error {
+	return b.w.check(b.Batch.SingleDelete(key))
+}
 func (b *watchedBatch) Commit(sync delaystore.SyncMode) error {
 	n := b.Batch.Len()
 	err := b.w.check(b.Batch.Commit(sync))

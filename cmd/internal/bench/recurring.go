@@ -372,6 +372,29 @@ func recurStats(system string, first []int64, every, end int64, ds []recurDelive
 	return r
 }
 
+// memHandedBack waits until natsdelay has released memory since its count
+// of releases was released (see --idle-release), and reads its memory
+// then; nil where it does not count them (released < 0) or did not
+// release within the wait, which is a finding, not a failure.
+func (e *env) memHandedBack(d service, released int64) (*MemSample, error) {
+	if released < 0 {
+		return nil, nil
+	}
+	// Each reading asks natsdelay for a collection, so once a second.
+	deadline := time.Now().Add(e.releaseWait())
+	for time.Now().Before(deadline) {
+		mem, err := d.mem()
+		if err != nil {
+			return nil, err
+		}
+		if mem.Releases > released {
+			return &mem, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil, nil
+}
+
 // recurIdle starts natsdelay as the scale phase does (its own process
 // when the config names a command), adds RecurIdle schedules whose first
 // occurrence is months away, one subject each, and measures its memory
@@ -422,6 +445,9 @@ func (e *env) recurIdle() (_ *RecurIdleResult, err error) {
 	mark = e.markCPU(d.pid())
 	time.Sleep(e.cfg.RecurIdleFor)
 	res.IdleCPU = mark.since()
+	if res.MemIdle, err = e.memHandedBack(d, res.MemBefore.Releases); err != nil {
+		return nil, fmt.Errorf("memory once idle: %w", err)
+	}
 
 	cerr := d.close()
 	d = nil

@@ -382,6 +382,23 @@ func writeRecurring(p func(string, ...any), rr *RecurringResult) {
 	}
 }
 
+// writeMemParts prints where natsdelay's resident set lives, empty, right
+// after the schedules and once idle, where it knows (see MemSample).
+func writeMemParts(p func(string, ...any), before, after MemSample, idle *MemSample) {
+	if before.RSSAnonBytes == 0 || after.RSSAnonBytes == 0 {
+		return
+	}
+	parts := func(m MemSample) string {
+		return fmt.Sprintf("%s/%s/%s/%s/%s", dec(mib(m.RSSFileBytes)), dec(mib(m.RSSAnonBytes)),
+			dec(mib(m.GoHeldBytes)), dec(mib(m.HeapInuseBytes)), dec(mib(m.RSSAnonBytes-m.GoHeldBytes)))
+	}
+	idleParts := "-"
+	if idle != nil {
+		idleParts = parts(*idle)
+	}
+	p("RSS MiB: file/anonymous/Go holds/heap in use/outside Go; empty, with them, once idle\t%s\t%s\t%s\t", parts(before), parts(after), idleParts)
+}
+
 // writeRecurringIdle prints natsdelay's cost per idle schedule: memory,
 // CPU to take them in and while idle, and a restart.
 func writeRecurringIdle(p func(string, ...any), x *RecurIdleResult) {
@@ -405,6 +422,11 @@ func writeRecurringIdle(p func(string, ...any), x *RecurIdleResult) {
 		if x.MemBefore.HeapBytes >= 0 && x.MemAfter.HeapBytes >= 0 {
 			p("Go heap growth per 100,000 schedules, MiB\t\t%s\t\t", dec(mib(x.MemAfter.HeapBytes-x.MemBefore.HeapBytes)/per))
 		}
+	}
+	writeMemParts(p, x.MemBefore, x.MemAfter, x.MemIdle)
+	if m := x.MemIdle; m != nil && x.Schedules >= minGrowthItems {
+		p("once idle, memory handed back: RSS MiB, growth per 100,000 schedules\t\t%s, %s\t\t", dec(mib(m.RSSBytes)), dec(mib(m.RSSBytes-x.MemBefore.RSSBytes)/per))
+		p("once idle: Go heap MiB, growth per 100,000 schedules\t\t%s, %s\t\t", dec(mib(m.HeapBytes)), dec(mib(m.HeapBytes-x.MemBefore.HeapBytes)/per))
 	}
 	p("schedules taken in per s\t\t%s\t\t", num(x.IngestRate))
 	cpuS := x.IngestCPU.Service

@@ -211,6 +211,18 @@ type MemSample struct {
 	// times natsdelay handed memory back once idle after a burst. -1
 	// where unknown (in this process, or a version without it).
 	Releases int64 `json:"memory_releases"`
+	// Where the resident set lives, for natsdelay as its own process
+	// (0 where unknown): RSSAnonBytes and RSSFileBytes split it into
+	// anonymous memory and pages of files (the executable's, mostly);
+	// GoHeldBytes is what Go's runtime holds from the system and has not
+	// returned (go_memstats_sys_bytes less go_memstats_heap_released_bytes),
+	// of it HeapInuseBytes in spans with live objects; anonymous memory
+	// beyond GoHeldBytes is C's allocator: Pebble's memtables and block
+	// cache.
+	RSSAnonBytes   int64 `json:"rss_anon_bytes,omitempty"`
+	RSSFileBytes   int64 `json:"rss_file_bytes,omitempty"`
+	GoHeldBytes    int64 `json:"go_held_bytes,omitempty"`
+	HeapInuseBytes int64 `json:"heap_inuse_bytes,omitempty"`
 }
 
 // WavesResult is natsdelay's memory over waves of subjects that come and
@@ -299,9 +311,14 @@ type RecurIdleResult struct {
 	OwnProcess bool      `json:"own_process"`
 	MemBefore  MemSample `json:"mem_before"`
 	MemAfter   MemSample `json:"mem_after"`
-	RSSPeak    int64     `json:"rss_peak_bytes"`
-	IngestRate float64   `json:"ingest_per_s"`
-	IngestCPU  CPU       `json:"ingest_cpu"`
+	// MemIdle is read once natsdelay, idle after taking the schedules
+	// in, has handed memory back (natsdelay_memory_releases_total went
+	// up); nil where it does not count its releases or did not release
+	// within the wait.
+	MemIdle    *MemSample `json:"mem_idle,omitempty"`
+	RSSPeak    int64      `json:"rss_peak_bytes"`
+	IngestRate float64    `json:"ingest_per_s"`
+	IngestCPU  CPU        `json:"ingest_cpu"`
 	// IdleCPU is the CPU time over IdleS seconds with nothing due.
 	IdleS   float64 `json:"idle_s"`
 	IdleCPU CPU     `json:"idle_cpu"`

@@ -219,6 +219,11 @@ func (p *process) mem() (MemSample, error) {
 	if v, ok := metric(b, "natsdelay_memory_releases_total"); ok {
 		m.Releases = int64(v)
 	}
+	sys, _ := metric(b, "go_memstats_sys_bytes")
+	released, _ := metric(b, "go_memstats_heap_released_bytes")
+	inuse, _ := metric(b, "go_memstats_heap_inuse_bytes")
+	m.GoHeldBytes, m.HeapInuseBytes = int64(sys-released), int64(inuse)
+	m.RSSAnonBytes, m.RSSFileBytes = procRSSParts(strconv.Itoa(p.pid()))
 	return m, nil
 }
 
@@ -320,6 +325,28 @@ func procRSS(pid string) (now, peak int64) {
 		}
 	}
 	return now, peak
+}
+
+// procRSSParts reads RssAnon and RssFile of /proc/<pid>/status: the
+// anonymous and the file-backed parts of the resident set; 0, 0 where
+// there is no /proc.
+func procRSSParts(pid string) (anon, file int64) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	kb := func(v string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		return n << 10
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			anon = kb(v)
+		} else if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			file = kb(v)
+		}
+	}
+	return anon, file
 }
 
 // tailBuffer keeps the last max bytes written to it, for error messages.
