@@ -420,8 +420,8 @@ func (r *Repository) openIndexes() error {
 	if err != nil {
 		return fmt.Errorf("read index version: %w", err)
 	}
-	if v > guardVersion {
-		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, guardVersion, ErrCorrupt)
+	if v > indexVersion {
+		return fmt.Errorf("index version %d is newer than this version knows (%d): %w", v, indexVersion, ErrCorrupt)
 	}
 	if v < dueIndexVersion {
 		if err := r.buildIndexes(); err != nil {
@@ -433,7 +433,7 @@ func (r *Repository) openIndexes() error {
 			return fmt.Errorf("build index of recurring occurrences: %w", err)
 		}
 	}
-	if v < guardVersion {
+	if v < indexVersion {
 		if err := r.writeVersionGuard(); err != nil {
 			return err
 		}

@@ -395,13 +395,13 @@ func TestRepository_NewerIndexVersionRefused(t *testing.T) {
 	r.Close()
 	b := s.NewBatch()
 	defer b.Close()
-	if err := b.Set([]byte("metadata/event-repo/index-version"), binary.BigEndian.AppendUint64(nil, 4)); err != nil {
+	if err := b.Set([]byte("metadata/event-repo/index-version"), binary.BigEndian.AppendUint64(nil, 5)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Commit(delaystore.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := delaystore.OpenRepository(s, delaystore.RepositoryConfig{}); !errors.Is(err, delaystore.ErrCorrupt) {
-		t.Fatalf("OpenRepository with index-version 4: %v, want ErrCorrupt", err)
+		t.Fatalf("OpenRepository with index-version 5: %v, want ErrCorrupt", err)
 	}
 }

@@ -36,6 +36,18 @@ const (
 	// guardVersion is what index-version holds once the version guard is in
 	// place, on top of everything recurIndexVersion says.
 	guardVersion = 3
+
+	// singleDeleteVersion is what index-version holds once messages may
+	// be written with written_once and then removed with a single delete.
+	// A version before it would rewrite such a message keeping the flag
+	// (an unknown field to it), and a later single delete of the key, set
+	// twice, could bring the earlier value back: so index-version 4 keeps
+	// every version before it out, as index-version does.
+	singleDeleteVersion = 4
+
+	// indexVersion is the index-version this version writes and the
+	// newest it opens.
+	indexVersion = singleDeleteVersion
 )
 
 // Fails to compile if the text grows past the 64 bytes an earlier
@@ -46,7 +58,7 @@ var _ [64 - len(guardSubject)]struct{}
 // which no subject can be: registry scans skip it.
 func isVersionGuard(subject string) bool { return strings.HasPrefix(subject, "\x00") }
 
-// writeVersionGuard puts the version guard in the store and records index-version 3, in
+// writeVersionGuard puts the version guard in the store and records indexVersion, in
 // one synced batch. It runs in OpenRepository, before any other write,
 // after the indexes were built if they needed to be.
 func (r *Repository) writeVersionGuard() error {
@@ -55,7 +67,7 @@ func (r *Repository) writeVersionGuard() error {
 	if err := b.Set([]byte(guardKey), nil); err != nil {
 		return fmt.Errorf("write version guard: %w", err)
 	}
-	if err := b.Set([]byte(indexVersionKey), binary.BigEndian.AppendUint64(nil, guardVersion)); err != nil {
+	if err := b.Set([]byte(indexVersionKey), binary.BigEndian.AppendUint64(nil, indexVersion)); err != nil {
 		return fmt.Errorf("record index version: %w", err)
 	}
 	if err := b.Commit(Sync); err != nil {

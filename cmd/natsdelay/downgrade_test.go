@@ -188,14 +188,14 @@ func TestServe_NewerStore_RefusedWithoutWriting(t *testing.T) {
 		t.Fatalf("serve: Close: %v", err)
 	}
 	path := filepath.Join(dir, engine.BoltFile)
-	setIndexVersion(t, path, 4)
+	setIndexVersion(t, path, 5)
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	code, _, e := runCmd(t, "serve", "--nats-listen", "127.0.0.1:0", "--http", "", "--data-dir", dir, "--engine", "bolt")
-	if code != exitRuntime || !strings.Contains(e, "index version 4 is newer than this version knows") {
+	if code != exitRuntime || !strings.Contains(e, "index version 5 is newer than this version knows") {
 		t.Fatalf("serve on a store of a later version: exit code %d, stderr %q; want it refused with %d", code, e, exitRuntime)
 	}
 	after, err := os.ReadFile(path)
