@@ -185,7 +185,13 @@ func (d *delay) close() error {
 // client is natsdelay's API on the bench's first connection, each
 // request waiting at most timeout.
 func (e *env) client(timeout time.Duration) *client.Client {
-	return client.New(e.conns[0], client.WithAPIPrefix(e.api), client.WithIngestPrefix(e.ingest), client.WithTimeout(timeout))
+	c, err := client.New(e.conns[0], client.WithAPIPrefix(e.api), client.WithIngestPrefix(e.ingest), client.WithTimeout(timeout))
+	if err != nil {
+		// NB: the timeouts are constants or the checked Config.Timeout,
+		// all more than 0: an error here is a bug of the bench.
+		panic(err)
+	}
+	return c
 }
 
 func (e *env) stream(ctx context.Context, phase string) (jetstream.Stream, error) {
