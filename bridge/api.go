@@ -527,6 +527,10 @@ func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
 	if err != nil {
 		return wire.SubjectsReply{}, err
 	}
+	paused, err := pauses(c)
+	if err != nil {
+		return wire.SubjectsReply{}, err
+	}
 	out := wire.SubjectsReply{Filter: r.Filter, Subjects: []wire.SubjectInfo{}}
 	for _, t := range page {
 		var due uint64
@@ -536,7 +540,8 @@ func (s *Service) Subjects(r wire.SubjectsRequest) (wire.SubjectsReply, error) {
 			}
 		}
 		st := c.SubjectState(t.subject)
-		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.subject, Pending: t.pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited, Dead: t.dead})
+		out.Subjects = append(out.Subjects, wire.SubjectInfo{Subject: t.subject, Pending: t.pending, DueNow: due, InFlight: st.InFlight, Limited: st.Limited, Dead: t.dead,
+			PausedBy: paused.of(t.subject)})
 	}
 	if more {
 		out.Next = out.Subjects[len(out.Subjects)-1].Subject

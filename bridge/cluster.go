@@ -304,7 +304,7 @@ func (s *Service) clusterInfo() *wire.ClusterInfo {
 	for _, p := range me.Peers {
 		pi := wire.PeerInfo{ID: p.ID, Addr: p.Addr, Voter: p.Voter}
 		if st, ok := answers[p.ID]; ok {
-			pi.Answered, pi.Role, pi.AppliedIndex = true, st.Role, st.AppliedIndex
+			pi.Answered, pi.Role, pi.AppliedIndex, pi.HTTP = true, st.Role, st.AppliedIndex, st.HTTP
 			lag := uint64(0)
 			if me.CommitIndex > st.AppliedIndex {
 				lag = me.CommitIndex - st.AppliedIndex

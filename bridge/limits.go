@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch"
@@ -135,6 +136,35 @@ func (s *Service) Limits() (wire.LimitsReply, error) {
 		out.Limits = append(out.Limits, wireLimit(l))
 	}
 	return out, nil
+}
+
+// limitTable is the stored limits, the most specific pattern first: the
+// order in which the dispatcher finds the one limit of a subject.
+type limitTable []delaystore.Limit
+
+// pauses is the stored limits of c as a limitTable.
+func pauses(c *core.Service) (limitTable, error) {
+	ls, err := c.Limits()
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(ls, func(a, b delaystore.Limit) int { return dispatch.MoreSpecific(a.Pattern, b.Pattern) })
+	return ls, nil
+}
+
+// of is the pattern whose limit pauses subject, empty when none does: as
+// in the dispatcher, only the most specific pattern that matches it
+// applies, so a resumed orders.a under a paused orders.> is not paused.
+func (t limitTable) of(subject string) string {
+	for _, l := range t {
+		if dispatch.SubjectMatches(l.Pattern, subject) {
+			if l.Paused {
+				return l.Pattern
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 func (s *Service) apiLimitsDelete(req micro.Request) (any, error) {

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/natsdelay/natsdelay/bridge"
-	"github.com/natsdelay/natsdelay/bridge/client"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/keys"
 )
@@ -51,7 +50,7 @@ func apiRequest(tb testing.TB, nc *nats.Conn, verb string, body any) *nats.Msg {
 // answers' wire form use apiRequest.
 func apiCall(tb testing.TB, nc *nats.Conn, verb string, body, out any) {
 	tb.Helper()
-	data, err := client.New(nc, client.WithTimeout(wait)).Request(context.Background(), verb, body)
+	data, err := api(nc).Request(context.Background(), verb, body)
 	if err != nil {
 		tb.Fatalf("%s %v: %v", verb, body, err)
 	}

@@ -27,7 +27,7 @@ func TestDedup_ResendAfterDelivery_DeliveredOnce(t *testing.T) {
 	dir := t.TempDir()
 	srv := startServer(t)
 	nc := connect(t, srv)
-	c := client.New(nc, client.WithTimeout(wait))
+	c := api(nc)
 	got := subscribe(t, nc, "dedup.a")
 	open := func() *bridge.Service {
 		return startService(t, srv, openPebble(t, pebblestore.Config{Dir: dir}), nil)

@@ -294,7 +294,13 @@ func tagKey(tb testing.TB, m *nats.Msg) keys.Key {
 // what no public surface shows are in storestate_test.go.
 
 // api is a client of the service's API on nc.
-func api(nc *nats.Conn) *client.Client { return client.New(nc, client.WithTimeout(wait)) }
+func api(nc *nats.Conn) *client.Client {
+	c, err := client.New(nc, client.WithTimeout(wait))
+	if err != nil {
+		panic(err) // NB: wait is a constant more than 0
+	}
+	return c
+}
 
 // pendingCount is the count of pending messages INFO reports, or why
 // there is none: no answer, an error answer, or a store that is failing,
@@ -376,7 +382,7 @@ func isGone(nc *nats.Conn, k keys.Key) error {
 
 // stored fails tb unless GET finds the message under k pending, and
 // returns it with its payload. Its attempt is the one in flight, if any.
-func stored(tb testing.TB, nc *nats.Conn, k keys.Key) *wire.MessageInfo {
+func stored(tb testing.TB, nc *nats.Conn, k keys.Key) *client.MessageInfo {
 	tb.Helper()
 	m, err := api(nc).Get(context.Background(), wire.MessageRef{Tag: k.Tag(), Payload: true})
 	if err != nil {

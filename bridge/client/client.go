@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,36 +24,64 @@ type Client struct {
 	backoff time.Duration
 }
 
-// Option sets up a Client.
-type Option func(*Client)
+// Option sets up a Client; an error refuses the setting.
+type Option func(*Client) error
 
 // WithAPIPrefix is the service's --api-prefix (default $DELAY.API).
-func WithAPIPrefix(prefix string) Option { return func(c *Client) { c.api = prefix } }
+func WithAPIPrefix(prefix string) Option {
+	return func(c *Client) error { c.api = prefix; return nil }
+}
 
 // WithIngestPrefix is the service's --ingest-prefix (default delay).
-func WithIngestPrefix(prefix string) Option { return func(c *Client) { c.ingest = prefix } }
+func WithIngestPrefix(prefix string) Option {
+	return func(c *Client) error { c.ingest = prefix; return nil }
+}
 
 // WithTimeout bounds each request's wait for its answer (default 5s),
-// within the context's own deadline.
-func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+// within the context's own deadline. It must be more than 0: a request
+// that may not wait at all could never be answered.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("client: the timeout must be more than 0, not %v", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
 
 // WithRetry sends a request that failed in a way that may pass up to
-// attempts times in all, waiting backoff after the first failure and twice
-// as long after each next one (see the package doc for what is retried).
+// attempts times in all, waiting about backoff after the first failure
+// and twice as long after each next one, up to MaxRetryWait (or backoff,
+// if it is longer); each wait is drawn between half of that and all of
+// it, so that clients that failed together do not all retry together
+// (see the package doc for what is retried).
 func WithRetry(attempts int, backoff time.Duration) Option {
-	return func(c *Client) { c.retries, c.backoff = max(attempts, 1)-1, backoff }
+	return func(c *Client) error {
+		if backoff < 0 {
+			return fmt.Errorf("client: the retry backoff must not be negative, not %v", backoff)
+		}
+		c.retries, c.backoff = max(attempts, 1)-1, backoff
+		return nil
+	}
 }
 
 // DefaultTimeout is how long a request waits for its answer by default.
 const DefaultTimeout = 5 * time.Second
 
-// New returns a client of the service on nc.
-func New(nc *nats.Conn, opts ...Option) *Client {
+// MaxRetryWait caps the doubling of WithRetry's wait between tries.
+const MaxRetryWait = 10 * time.Second
+
+// New returns a client of the service on nc, or the error of an option
+// that refused its setting.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{nc: nc, api: wire.DefaultAPIPrefix, ingest: wire.DefaultIngestPrefix, timeout: DefaultTimeout}
 	for _, o := range opts {
-		o(c)
+		if err := o(c); err != nil {
+			return nil, err
+		}
 	}
-	return c
+	return c, nil
 }
 
 // IsRetryable reports whether err may pass if the request is sent again:
@@ -138,21 +167,38 @@ func (c *Client) roundTrip(ctx context.Context, m *nats.Msg) ([]byte, error) {
 // retry runs try, and again while its error is one retryable says may
 // pass, up to the client's retries.
 func (c *Client) retry(ctx context.Context, retryable func(error) bool, try func() ([]byte, error)) ([]byte, error) {
-	wait := c.backoff
 	for n := 0; ; n++ {
 		data, err := try()
 		if err == nil || n >= c.retries || !retryable(err) {
 			return data, err
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(retryWait(c.backoff, n, rand.Int64N))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, errors.Join(err, ctx.Err())
 		case <-t.C:
 		}
-		wait *= 2
 	}
+}
+
+// retryWait is the wait after the failure of try n (0 for the first):
+// base doubled n times, at most MaxRetryWait (or base, if longer), and
+// of that a random part, from half to all of it, drawn with randN (which
+// returns a number in [0, its argument)).
+func retryWait(base time.Duration, n int, randN func(int64) int64) time.Duration {
+	limit := max(base, MaxRetryWait)
+	w := base
+	// NB: doubled step by step up to the limit, not shifted: base<<n
+	// overflows into a negative wait after some 30 tries.
+	for ; n > 0 && w < limit; n-- {
+		w *= 2
+	}
+	w = min(w, limit)
+	if w < 2 {
+		return w
+	}
+	return w/2 + time.Duration(randN(int64(w-w/2)+1))
 }
 
 // Info is the service's INFO: version, counts, stats and settings.
@@ -164,9 +210,13 @@ func (c *Client) Info(ctx context.Context) (*wire.InfoReply, error) {
 // Get is one pending message, by tag or by subject and id; ref.Payload
 // asks for its payload too. A message that is not pending is a
 // *wire.ServiceError matching wire.ErrNotFound.
-func (c *Client) Get(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
+func (c *Client) Get(ctx context.Context, ref wire.MessageRef) (*MessageInfo, error) {
 	var r wire.MessageInfo
-	return &r, c.call(ctx, wire.VerbGet, ref, &r)
+	if err := c.call(ctx, wire.VerbGet, ref, &r); err != nil {
+		return nil, err
+	}
+	m, err := messageInfo(r)
+	return &m, err
 }
 
 // Cancel deletes one pending message, by tag or by subject and id (a

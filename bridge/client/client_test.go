@@ -24,7 +24,7 @@ import (
 func newClient(t *testing.T, opts ...client.Option) (*bridgetest.Harness, *client.Client) {
 	t.Helper()
 	h := bridgetest.New(t, nil)
-	return h, client.New(h.Conn, opts...)
+	return h, mustClient(t, h.Conn, opts...)
 }
 
 // A message scheduled through the client is stored with every field as
@@ -53,7 +53,7 @@ func TestSchedule_DeliveredWithItsHeaders(t *testing.T) {
 		t.Fatalf("Schedule = %+v, want a tag, the subject and a fire time", s)
 	}
 	info, err := c.Get(ctx, wire.MessageRef{Subject: "orders.reminder", ID: "order-42"})
-	if err == nil && (info.Tag != s.Tag || info.MaxDeliver != 3 || info.ExpireAt == "") {
+	if err == nil && (info.Tag != s.Tag || info.MaxDeliver != 3 || info.ExpireAt.IsZero()) {
 		err = fmt.Errorf("Get = %+v, want tag %s, max deliver 3 and an expiry", info, s.Tag)
 	}
 	if err != nil && !errors.Is(err, wire.ErrNotFound) { // delivered already: fine
@@ -61,8 +61,8 @@ func TestSchedule_DeliveredWithItsHeaders(t *testing.T) {
 	}
 	select {
 	case d := <-got:
-		if d.Tag() != s.Tag || d.Attempt() != 1 || string(d.Data) != `{"order":42}` || d.Header.Get("X-Tenant") != "acme" || d.FireAt().Before(s.FireAt.Add(-time.Millisecond)) {
-			t.Fatalf("delivery tag %s attempt %d data %q tenant %q fire %v; want %s, 1, the payload, acme, %v", d.Tag(), d.Attempt(), d.Data, d.Header.Get("X-Tenant"), d.FireAt(), s.Tag, s.FireAt)
+		if d.Tag() != s.Tag || d.Attempt() != 1 || string(d.Data()) != `{"order":42}` || d.Header().Get("X-Tenant") != "acme" || d.FireAt().Before(s.FireAt.Add(-time.Millisecond)) {
+			t.Fatalf("delivery tag %s attempt %d data %q tenant %q fire %v; want %s, 1, the payload, acme, %v", d.Tag(), d.Attempt(), d.Data(), d.Header().Get("X-Tenant"), d.FireAt(), s.Tag, s.FireAt)
 		}
 		if err := d.AckSync(ctx); err != nil {
 			t.Fatal(err)
@@ -117,12 +117,12 @@ func TestSchedule_RetriesUntilAServiceAnswers(t *testing.T) {
 			srv := bridgetest.RunServer(t)
 			nc := bridgetest.Connect(t, srv)
 			ctx := context.Background()
-			_, err := client.New(nc).Schedule(ctx, client.Message{Subject: "jobs.x", ID: id})
+			_, err := mustClient(t, nc).Schedule(ctx, client.Message{Subject: "jobs.x", ID: id})
 			if !errors.Is(err, nats.ErrNoResponders) || !client.IsRetryable(err) {
 				t.Fatalf("Schedule with no service: %v, want no responders, retryable", err)
 			}
 			before := inMsgs(t, srv)
-			c := client.New(nc, client.WithRetry(1000, time.Millisecond))
+			c := mustClient(t, nc, client.WithRetry(1000, time.Millisecond))
 			type result struct {
 				s   *client.Scheduled
 				err error
@@ -211,7 +211,7 @@ func TestSchedule_NoRetryWithoutAnID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = watch.Unsubscribe() }()
-	c := client.New(nc, client.WithRetry(5, time.Millisecond))
+	c := mustClient(t, nc, client.WithRetry(5, time.Millisecond))
 	_, err = c.Schedule(context.Background(), client.Message{Subject: "jobs.x"})
 	if !errors.Is(err, wire.ErrUnavailable) || attempts.Load() != 1 {
 		t.Fatalf("Schedule without an ID: %v after %d attempts, want one 503", err, attempts.Load())
@@ -238,7 +238,7 @@ func TestSchedule_NoRetryWithoutAnID(t *testing.T) {
 		}
 		return n
 	}
-	c = client.New(nc, client.WithRetry(5, time.Millisecond), client.WithTimeout(20*time.Millisecond))
+	c = mustClient(t, nc, client.WithRetry(5, time.Millisecond), client.WithTimeout(20*time.Millisecond))
 	_, err = c.Schedule(context.Background(), client.Message{Subject: "jobs.silent"})
 	if n := received(); !errors.Is(err, nats.ErrTimeout) || n != 1 {
 		t.Fatalf("Schedule without an ID to a silent service: %v after %d attempts, want one timeout", err, n)
@@ -381,7 +381,7 @@ func TestIterators_NextThatDoesNotMoveOn_EndsWithError(t *testing.T) {
 	defer func() { _ = sub.Unsubscribe() }()
 	var tags []string
 	var last error
-	for m, err := range client.New(nc).List(context.Background(), wire.ListRequest{Subject: "pages.a"}) {
+	for m, err := range mustClient(t, nc).List(context.Background(), wire.ListRequest{Subject: "pages.a"}) {
 		if err != nil {
 			last = err
 			continue
@@ -417,7 +417,7 @@ func TestDelivery_AckSync_WantsOK(t *testing.T) {
 func TestCancel_RetriedOnlyAfterNoResponders(t *testing.T) {
 	srv := bridgetest.RunServer(t)
 	nc := bridgetest.Connect(t, srv)
-	c := client.New(nc, client.WithRetry(1000, time.Millisecond))
+	c := mustClient(t, nc, client.WithRetry(1000, time.Millisecond))
 	ref := wire.MessageRef{Subject: "jobs.x", ID: "never"}
 	before := inMsgs(t, srv)
 	done := make(chan error, 1)
@@ -445,7 +445,7 @@ func TestCancel_RetriedOnlyAfterNoResponders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = busy.Unsubscribe() }()
-	c = client.New(nc, client.WithAPIPrefix(wire.DefaultAPIPrefix+".BUSY"), client.WithRetry(5, time.Millisecond))
+	c = mustClient(t, nc, client.WithAPIPrefix(wire.DefaultAPIPrefix+".BUSY"), client.WithRetry(5, time.Millisecond))
 	if err := c.Cancel(context.Background(), ref); !errors.Is(err, wire.ErrUnavailable) || attempts.Load() != 1 {
 		t.Fatalf("Cancel answered 503: %v after %d attempts, want one", err, attempts.Load())
 	}

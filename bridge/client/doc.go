@@ -6,14 +6,17 @@
 // Nothing here is needed to use natsdelay: any NATS client can publish to
 // delay.<subject> with a Delay header and answer +ACK. The package saves a
 // Go program the protocol's details: the error answers, which come back as
-// *wire.ServiceError values that match wire.ErrBadRequest, wire.ErrNotFound
-// and wire.ErrUnavailable with errors.Is; which errors are worth a retry
-// (IsRetryable); and the paging of LIST, SUBJECTS and SCHEDULES, walked as
-// iterators.
+// *wire.ServiceError values that match wire.ErrBadRequest, wire.ErrNotFound,
+// wire.ErrConflict and wire.ErrUnavailable with errors.Is; which errors
+// are worth a retry (IsRetryable); the paging of LIST, SUBJECTS,
+// SCHEDULES and DEAD.LIST, walked as iterators, and the steps of a bulk
+// operation (BulkAll). Requests are package wire's types; answers are
+// the client's own, with each time a time.Time.
 //
 // Retries: with WithRetry, a request that failed in a way that may pass
 // (no responders, no answer in time, a 503) is sent again, after a pause
-// that doubles each time. Schedule retries a message with an ID after any
+// that doubles each time up to MaxRetryWait, drawn between half of it and
+// all of it. Schedule retries a message with an ID after any
 // of them: the service answers a resend of the same message (subject,
 // Delay-Id and content) within its duplicate window with the first reply
 // (Scheduled.Duplicate), even when the first was already delivered, and

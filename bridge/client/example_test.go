@@ -52,6 +52,15 @@ func runService() (*nats.Conn, func()) {
 	}
 }
 
+// newExampleClient is a client of nc with the default options.
+func newExampleClient(nc *nats.Conn) *client.Client {
+	c, err := client.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c
+}
+
 // The README's "From Go": schedule a message in 30 minutes, consume the
 // subject. The code between the markers is the README's, word for word
 // (TestReadme_GoExampleIsTheClients holds them together).
@@ -61,11 +70,14 @@ func Example() {
 	ctx := context.Background()
 
 	// README begins
-	c := client.New(nc)
+	c, err := client.New(nc, client.WithRetry(5, 100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	// Consume: Ack settles; Nak, InProgress and Term are the other answers.
 	client.Subscribe(nc, "orders.reminder", func(d client.Delivery) {
-		log.Printf("attempt %d: %s", d.Attempt(), d.Data)
+		log.Printf("attempt %d: %s", d.Attempt(), d.Data())
 		d.Ack()
 	})
 
@@ -97,11 +109,11 @@ func ExampleSubscribe() {
 	nc, stop := runService()
 	defer stop()
 	ctx := context.Background()
-	c := client.New(nc)
+	c := newExampleClient(nc)
 
 	done := make(chan struct{})
 	sub, err := client.Subscribe(nc, "mail.welcome", func(d client.Delivery) {
-		fmt.Printf("attempt %d: %s\n", d.Attempt(), d.Data)
+		fmt.Printf("attempt %d: %s\n", d.Attempt(), d.Data())
 		if err := d.AckSync(ctx); err != nil {
 			log.Fatal(err)
 		}
@@ -132,7 +144,7 @@ func ExampleSubscribe() {
 func ExampleClient_Schedule_badRequest() {
 	nc, stop := runService()
 	defer stop()
-	c := client.New(nc)
+	c := newExampleClient(nc)
 	_, err := c.Schedule(context.Background(), client.Message{Subject: "reports.daily", Cron: "0 0 30 2 *"})
 	fmt.Println(errors.Is(err, wire.ErrBadRequest), client.IsRetryable(err))
 	// Output: true false
@@ -143,7 +155,7 @@ func ExampleClient_List() {
 	nc, stop := runService()
 	defer stop()
 	ctx := context.Background()
-	c := client.New(nc)
+	c := newExampleClient(nc)
 	at := time.Now().Add(time.Hour)
 	for i := range 3 {
 		if _, err := c.Schedule(ctx, client.Message{Subject: "reminders", ID: fmt.Sprint("r", i), At: at.Add(time.Duration(i) * time.Minute)}); err != nil {
@@ -168,7 +180,7 @@ func ExampleClient_Schedule_recurring() {
 	nc, stop := runService()
 	defer stop()
 	ctx := context.Background()
-	c := client.New(nc)
+	c := newExampleClient(nc)
 	_, err := c.Schedule(ctx, client.Message{
 		Subject: "reports.daily", Data: []byte(`{}`), ID: "daily-report",
 		Cron: "0 9 * * MON-FRI", Zone: "Europe/Berlin", Limit: 10,
@@ -189,7 +201,7 @@ func ExampleClient_Cancel() {
 	nc, stop := runService()
 	defer stop()
 	ctx := context.Background()
-	c := client.New(nc)
+	c := newExampleClient(nc)
 	if _, err := c.Schedule(ctx, client.Message{Subject: "orders.reminder", ID: "order-42", Delay: time.Hour}); err != nil {
 		log.Fatal(err)
 	}
@@ -213,7 +225,7 @@ func ExampleIsRetryable() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	_, err = client.New(nc).Schedule(context.Background(), client.Message{Subject: "orders.reminder", Delay: time.Minute})
+	_, err = newExampleClient(nc).Schedule(context.Background(), client.Message{Subject: "orders.reminder", Delay: time.Minute})
 	fmt.Println(errors.Is(err, nats.ErrNoResponders), client.IsRetryable(err))
 	// Output: true true
 }

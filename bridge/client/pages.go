@@ -10,9 +10,13 @@ import (
 
 // ListPage is one page of LIST: a subject's pending messages in fire
 // order, after req.After.
-func (c *Client) ListPage(ctx context.Context, req wire.ListRequest) (*wire.ListReply, error) {
+func (c *Client) ListPage(ctx context.Context, req wire.ListRequest) (*MessagePage, error) {
 	var r wire.ListReply
-	return &r, c.call(ctx, wire.VerbList, req, &r)
+	if err := c.call(ctx, wire.VerbList, req, &r); err != nil {
+		return nil, err
+	}
+	ms, err := messageInfos(r.Messages)
+	return &MessagePage{Messages: ms, Next: r.Next}, err
 }
 
 // SubjectsPage is one page of SUBJECTS: the subjects with pending messages
@@ -24,16 +28,20 @@ func (c *Client) SubjectsPage(ctx context.Context, req wire.SubjectsRequest) (*w
 
 // SchedulesPage is one page of SCHEDULES: the recurring schedules, each as
 // its next occurrence, after req.After.
-func (c *Client) SchedulesPage(ctx context.Context, req wire.SchedulesRequest) (*wire.SchedulesReply, error) {
+func (c *Client) SchedulesPage(ctx context.Context, req wire.SchedulesRequest) (*MessagePage, error) {
 	var r wire.SchedulesReply
-	return &r, c.call(ctx, wire.VerbSchedules, req, &r)
+	if err := c.call(ctx, wire.VerbSchedules, req, &r); err != nil {
+		return nil, err
+	}
+	ms, err := messageInfos(r.Schedules)
+	return &MessagePage{Messages: ms, Next: r.Next}, err
 }
 
 // List walks a subject's pending messages in fire order, from req.After,
 // a page of req.Limit (the service's default if nil) at a time. An error
 // ends the walk as its last element.
-func (c *Client) List(ctx context.Context, req wire.ListRequest) iter.Seq2[wire.MessageInfo, error] {
-	return walk(func(after string) ([]wire.MessageInfo, string, error) {
+func (c *Client) List(ctx context.Context, req wire.ListRequest) iter.Seq2[MessageInfo, error] {
+	return walk(func(after string) ([]MessageInfo, string, error) {
 		req.After = after
 		r, err := c.ListPage(ctx, req)
 		if err != nil {
@@ -58,14 +66,14 @@ func (c *Client) Subjects(ctx context.Context, req wire.SubjectsRequest) iter.Se
 
 // Schedules walks the recurring schedules (of req.Subject if set), as
 // List does.
-func (c *Client) Schedules(ctx context.Context, req wire.SchedulesRequest) iter.Seq2[wire.MessageInfo, error] {
-	return walk(func(after string) ([]wire.MessageInfo, string, error) {
+func (c *Client) Schedules(ctx context.Context, req wire.SchedulesRequest) iter.Seq2[MessageInfo, error] {
+	return walk(func(after string) ([]MessageInfo, string, error) {
 		req.After = after
 		r, err := c.SchedulesPage(ctx, req)
 		if err != nil {
 			return nil, "", err
 		}
-		return r.Schedules, r.Next, nil
+		return r.Messages, r.Next, nil
 	}, req.After)
 }
 

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,30 @@ func TestReadme_GoExampleIsTheClients(t *testing.T) {
 	}
 	if want := strings.Join(lines, "\n"); code != want {
 		t.Errorf("README's Go example, after the connect line:\n%s\nwant the Example's code:\n%s", code, want)
+	}
+}
+
+// TestReadme_NamesEverySentinelError checks that the README and
+// docs/protocol.md name each error value of package wire that an error
+// answer matches, so that a new one cannot go unmentioned.
+func TestReadme_NamesEverySentinelError(t *testing.T) {
+	src, err := os.ReadFile("../wire/errors.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`(?m)^\t(Err\w+) += errors\.New`).FindAllStringSubmatch(string(src), -1)
+	if len(names) < 4 {
+		t.Fatalf("found %d error values in wire/errors.go, want at least 4", len(names))
+	}
+	for _, doc := range []string{"../../README.md", "../../docs/protocol.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if !strings.Contains(string(text), "`wire."+n[1]+"`") {
+				t.Errorf("%s does not name `wire.%s`", doc, n[1])
+			}
+		}
 	}
 }

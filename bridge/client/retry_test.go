@@ -67,7 +67,7 @@ func TestSchedule_RetryAfterTimeout_DeliveredOnce(t *testing.T) {
 	st.held = true
 	st.mu.Unlock()
 	before := inMsgs(t, srv)
-	c := client.New(nc, client.WithTimeout(time.Second), client.WithRetry(3, time.Millisecond))
+	c := mustClient(t, nc, client.WithTimeout(time.Second), client.WithRetry(3, time.Millisecond))
 	done := make(chan *client.Scheduled, 1)
 	go func() {
 		s, err := c.Schedule(context.Background(), client.Message{Subject: "jobs.pay", ID: "pay-1", Data: []byte("10")})
@@ -99,7 +99,7 @@ func TestSchedule_RetryAfterTimeout_DeliveredOnce(t *testing.T) {
 	for len(ids) == 0 || ids[len(ids)-1] != "marker" {
 		select {
 		case d := <-got:
-			ids = append(ids, d.Header.Get("Delay-Id"))
+			ids = append(ids, d.ID())
 		case <-time.After(10 * time.Second):
 			t.Fatalf("delivered %v, and no marker within 10s", ids)
 		}

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -118,9 +117,5 @@ func (c *Client) Schedule(ctx context.Context, m Message) (*Scheduled, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("unexpected answer to a schedule %q: %w", data, err)
 	}
-	at, err := time.Parse(time.RFC3339Nano, r.FireAt)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("unexpected fire_at %q in the answer to a schedule", r.FireAt), err)
-	}
-	return &Scheduled{Tag: r.Tag, Subject: r.Subject, FireAt: at, Duplicate: r.Duplicate}, nil
+	return scheduled(r)
 }

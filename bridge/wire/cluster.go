@@ -38,6 +38,10 @@ type NodeStatus struct {
 	LagEntries uint64  `json:"lag_entries"`
 	LagSeconds float64 `json:"lag_seconds"`
 	Behind     string  `json:"behind,omitempty"`
+	// HTTP is the base URL of the node's HTTP listener (its console
+	// under /ui/), http://host:port, when it has one; so that the
+	// console of one node can link to another's.
+	HTTP string `json:"http,omitempty"`
 }
 
 // ClusterPeer is one member of a cluster's configuration.
@@ -76,6 +80,8 @@ type PeerInfo struct {
 	// Lag is the leader's commit index minus the member's applied index:
 	// the entries it has still to apply. Nil when unknown.
 	Lag *uint64 `json:"lag,omitempty"`
+	// HTTP is the member's NodeStatus.HTTP, when it answered one.
+	HTTP string `json:"http,omitempty"`
 }
 
 // ClusterAddRequest is the body of CLUSTER.ADD: the new member's node id

@@ -208,6 +208,10 @@ type SubjectInfo struct {
 	// Dead is the subject's dead letters kept. A subject with dead
 	// letters and nothing pending is listed too.
 	Dead uint64 `json:"dead"`
+	// PausedBy is the pattern whose limit pauses the subject (PAUSE):
+	// none of its messages is delivered until RESUME. Empty when it is
+	// not paused.
+	PausedBy string `json:"paused_by,omitempty"`
 }
 
 // SubjectsReply is the body of SUBJECTS.

@@ -299,11 +299,11 @@ func TestAdmin_SubjectsAndLsFilter(t *testing.T) {
 	schedule(t, url, "mail.out", "m1", "--delay", "1h")
 
 	out := mustRun(t, append([]string{"subjects"}, at...)...)
-	want := "SUBJECT         PENDING  DUE NOW  DEAD\n" +
-		"mail.out        1        0        0\n" +
-		"shop.eu.orders  1        0        0\n" +
-		"shop.orders     2        1        0\n" +
-		"shop.refunds    1        0        0\n" +
+	want := "SUBJECT         PENDING  DUE NOW  DEAD  HELD\n" +
+		"mail.out        1        0        0     no\n" +
+		"shop.eu.orders  1        0        0     no\n" +
+		"shop.orders     2        1        0     no\n" +
+		"shop.refunds    1        0        0     no\n" +
 		"4 subjects matching >: 5 pending, 1 due now, 0 dead\n"
 	if out != want {
 		t.Errorf("subjects printed\n%s\nwant\n%s", out, want)

@@ -45,9 +45,12 @@ type apiClient struct {
 }
 
 // newAPIClient is the API client of the command line on nc.
-func newAPIClient(nc *nats.Conn, prefix string, timeout time.Duration) *apiClient {
-	return &apiClient{nc: nc, prefix: prefix, timeout: timeout,
-		api: client.New(nc, client.WithAPIPrefix(prefix), client.WithTimeout(timeout))}
+func newAPIClient(nc *nats.Conn, prefix string, timeout time.Duration) (*apiClient, error) {
+	api, err := client.New(nc, client.WithAPIPrefix(prefix), client.WithTimeout(timeout))
+	if err != nil {
+		return nil, err
+	}
+	return &apiClient{nc: nc, prefix: prefix, timeout: timeout, api: api}, nil
 }
 
 // dial connects for the command name.
@@ -56,7 +59,11 @@ func (c *apiFlags) dial(name string, e *env) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newAPIClient(nc, c.APIPrefix, c.Timeout), nil
+	cl, err := newAPIClient(nc, c.APIPrefix, c.Timeout)
+	if err != nil {
+		nc.Close()
+	}
+	return cl, err
 }
 
 func (cl *apiClient) close() { cl.nc.Close() }

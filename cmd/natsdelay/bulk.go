@@ -131,7 +131,10 @@ const bulkTries = 4
 // names what was done ("canceled"). A real run prints its operation id
 // as it starts, and when a step fails, how to resume (see bulkSteps).
 func runBulk(cl *apiClient, e *env, f *filterFlags, json bool, verb, past string, req wire.BulkRequest) error {
-	steps := newAPIClient(cl.nc, cl.prefix, max(cl.timeout, bulkStepTimeout))
+	steps, err := newAPIClient(cl.nc, cl.prefix, max(cl.timeout, bulkStepTimeout))
+	if err != nil {
+		return err
+	}
 	if f.DryRun {
 		return bulkDryRun(steps, e, json, verb, past, req)
 	}
@@ -278,7 +281,7 @@ func bulkSteps(cl *apiClient, e *env, json bool, verb, past string, req wire.Bul
 // in time, req's limit is halved, for this step and the next ones.
 func bulkStep(cl *apiClient, e *env, verb string, req *wire.BulkRequest) (*wire.BulkReply, error) {
 	for try := 1; ; try++ {
-		rep, err := cl.api.Bulk(context.Background(), verb, *req)
+		rep, err := cl.bulk(verb, *req)
 		if err == nil || try == bulkTries || !client.IsRetryable(err) {
 			return rep, err
 		}
@@ -291,6 +294,18 @@ func bulkStep(cl *apiClient, e *env, verb string, req *wire.BulkRequest) (*wire.
 		}
 		fmt.Fprintf(e.stderr, "%v; sending the step again (--limit %d)\n", cl.explain(wire.VerbBulk+"."+verb, err), *req.Limit)
 	}
+}
+
+// bulk sends one step of BULK.<verb> and returns its reply as it came,
+// for --json to print so; bulkStep says when it is sent again.
+func (cl *apiClient) bulk(verb string, req wire.BulkRequest) (*wire.BulkReply, error) {
+	v := wire.VerbBulk + "." + verb
+	data, err := cl.api.Request(context.Background(), v, req)
+	if err != nil {
+		return nil, err
+	}
+	var rep wire.BulkReply
+	return &rep, decodeReply(v, data, &rep)
 }
 
 func printStep(e *env, rep wire.BulkReply) error {

@@ -39,7 +39,10 @@ func TestClusterStatus_DeadMemberShown(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	cl := newAPIClient(nc, wire.DefaultAPIPrefix, time.Minute)
+	cl, err := newAPIClient(nc, wire.DefaultAPIPrefix, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	nodes, missing, err := cl.gatherStatus()
 	if took := time.Since(start); err != nil || len(nodes) != 2 || len(missing) != 1 || missing[0].ID != "c" || took > 30*time.Second {

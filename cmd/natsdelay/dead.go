@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -132,11 +131,20 @@ func (c *deadLsCmd) Run(e *env) error {
 	req := wire.DeadListRequest{Filter: br.Filter, Limit: &limit}
 	req.State = ""
 	var all []wire.DeadLetterInfo
-	for d, err := range cl.api.DeadLetters(context.Background(), req) {
-		if err != nil {
-			return cl.explain(wire.VerbDeadList, err)
+	for {
+		var page wire.DeadListReply
+		data, err := cl.call(wire.VerbDeadList, req)
+		if err == nil {
+			err = decodeReply(wire.VerbDeadList, data, &page)
 		}
-		all = append(all, d)
+		if err != nil {
+			return err
+		}
+		all = append(all, page.DeadLetters...)
+		if page.Next == "" || page.Next == req.After {
+			break
+		}
+		req.After = page.Next
 	}
 	if c.JSON {
 		b, err := json.Marshal(wire.DeadListReply{DeadLetters: all})

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,6 +87,71 @@ func TestArchitecture_NamedFunctionsExist(t *testing.T) {
 		}
 		if !funcs[key] {
 			t.Errorf("docs/architecture.md names %s in %s, which has no such function", key, file)
+		}
+	}
+}
+
+// TestDocs_ClusterCerts_SampleIsTheOutput checks docs/cluster.md's run of
+// cluster certs against the command: its lines are what it prints for
+// the sample's --dir under the sample's working directory.
+func TestDocs_ClusterCerts_SampleIsTheOutput(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cluster.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cwd = "/srv/natsdelay"
+	_, sample, ok := strings.Cut(string(doc), "$ cd "+cwd+"\n$ natsdelay cluster certs --dir certs --hosts 127.0.0.1 a b c\n")
+	sample, _, ok2 := strings.Cut(sample, "\n\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/cluster.md has no run of natsdelay cluster certs --dir certs in " + cwd)
+	}
+	dir := filepath.Join(t.TempDir(), "certs")
+	var out, errOut bytes.Buffer
+	if code := run([]string{"cluster", "certs", "--dir", dir, "--hosts", "127.0.0.1", "a", "b", "c"}, strings.NewReader(""), &out, &errOut); code != exitOK {
+		t.Fatalf("cluster certs: exit %d, %s", code, errOut.String())
+	}
+	if got := strings.ReplaceAll(strings.TrimSuffix(out.String(), "\n"), dir, cwd+"/certs"); got != sample {
+		t.Errorf("docs/cluster.md shows\n%s\nthe command prints (its dir as the sample's)\n%s", sample, got)
+	}
+}
+
+// TestDocs_Operations_EveryServeFlag checks docs/operations.md's table of
+// serve flags against serve's flags: each flag serve takes has a row, and
+// each row names a flag serve takes, so that neither can drift.
+func TestDocs_Operations_EveryServeFlag(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "\n### serve flags\n")
+	table, _, _ = strings.Cut(table, "\n### ")
+	rows := map[string]bool{}
+	for line := range strings.SplitSeq(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`--([a-z0-9-]+)").FindAllStringSubmatch(cells[1], -1) {
+			rows[m[1]] = true
+		}
+	}
+	_, kctx, err := parse([]string{"serve"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]bool{}
+	for _, group := range kctx.Flags() {
+		if group.Hidden || group.Name == "help" || group.Name == "version" {
+			continue
+		}
+		flags[group.Name] = true
+		if !rows[group.Name] {
+			t.Errorf("docs/operations.md's serve flags have no row for --%s", group.Name)
+		}
+	}
+	for name := range rows {
+		if !flags[name] {
+			t.Errorf("docs/operations.md's serve flags have a row for --%s, which serve does not take", name)
 		}
 	}
 }

@@ -59,6 +59,9 @@ type cli struct {
 	Subjects   subjectsCmd   `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Ls         lsCmd         `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Events     eventsCmd     `cmd:"" help:"Print the lifecycle events of a service started with --events, one a line, until interrupted." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	UIPasswd   uiPasswdCmd   `cmd:"" name:"ui-passwd" help:"Print a line of the console's --ui-auth password file for a user: name:bcrypt-hash, the password read from stdin."`
+	Completion completionCmd `cmd:"" help:"Print the shell code of natsdelay's tab completion: bash, zsh or fish."`
 	Get        getCmd        `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cancel     cancelCmd     `cmd:"" help:"Cancel one pending message, by tag or by subject and id, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Reschedule rescheduleCmd `cmd:"" help:"Move pending messages to another fire time (--at or --shift; never before now): one, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
@@ -131,6 +134,7 @@ func parse(args []string, stdout, stderr io.Writer) (*cli, *kong.Context, error)
 		// Only a mistake in the struct tags above gets here.
 		panic(err)
 	}
+	complete(p)
 	var withContext []string
 	for _, n := range p.Model.Children {
 		if hasFlag(n, "context") {

@@ -67,10 +67,10 @@ func (c *subjectsCmd) Run(e *env) error {
 		return printValue(e, r)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tPENDING\tDUE NOW\tDEAD")
+	fmt.Fprintln(tw, "SUBJECT\tPENDING\tDUE NOW\tDEAD\tHELD")
 	var pending, due, dead uint64
 	for _, s := range r.Subjects {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", s.Subject, s.Pending, s.DueNow, s.Dead)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.Subject, s.Pending, s.DueNow, s.Dead, held(s))
 		pending += s.Pending
 		due += s.DueNow
 		dead += s.Dead
@@ -102,4 +102,16 @@ func counted(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// held is the HELD column of s: paused (by the pattern that pauses it),
+// at its in-flight limit, or no.
+func held(s wire.SubjectInfo) string {
+	switch {
+	case s.PausedBy != "":
+		return "paused by " + s.PausedBy
+	case s.Limited:
+		return "at limit"
+	}
+	return "no"
 }

@@ -187,7 +187,13 @@ func (s *nodeSet) waitServing() error {
 // client is an API client of the set's prefixes.
 func (s *nodeSet) client(timeout time.Duration) *client.Client {
 	p := s.spec.prefixes
-	return client.New(s.e.conns[0], client.WithAPIPrefix(p.api), client.WithIngestPrefix(p.ingest), client.WithTimeout(timeout))
+	c, err := client.New(s.e.conns[0], client.WithAPIPrefix(p.api), client.WithIngestPrefix(p.ingest), client.WithTimeout(timeout))
+	if err != nil {
+		// NB: every timeout here is a constant above 0: an error is a
+		// bug of the bench.
+		panic(err)
+	}
+	return c
 }
 
 // leader is the node that says it leads, gathered over CLUSTER.STATUS.

@@ -179,15 +179,21 @@ func (d *delay) close() error {
 	return err
 }
 
-// stream creates a stream that allows schedules for one phase. The
-// schedules and their targets are both in it: the server refuses a target
-// outside the stream's subjects and stores the fired message in the stream.
 // client is natsdelay's API on the bench's first connection, each
 // request waiting at most timeout.
 func (e *env) client(timeout time.Duration) *client.Client {
-	return client.New(e.conns[0], client.WithAPIPrefix(e.api), client.WithIngestPrefix(e.ingest), client.WithTimeout(timeout))
+	c, err := client.New(e.conns[0], client.WithAPIPrefix(e.api), client.WithIngestPrefix(e.ingest), client.WithTimeout(timeout))
+	if err != nil {
+		// NB: the timeouts are constants or the checked Config.Timeout,
+		// all more than 0: an error here is a bug of the bench.
+		panic(err)
+	}
+	return c
 }
 
+// stream creates a stream that allows schedules for one phase. The
+// schedules and their targets are both in it: the server refuses a target
+// outside the stream's subjects and stores the fired message in the stream.
 func (e *env) stream(ctx context.Context, phase string) (jetstream.Stream, error) {
 	s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:              "BENCH_" + e.id + "_" + phase,

@@ -1,8 +1,10 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
@@ -13,6 +15,8 @@ import (
 type deadSource interface {
 	DeadLetters(wire.DeadListRequest) (wire.DeadListReply, error)
 	DeadLetter(wire.MessageRef) (wire.DeadLetterInfo, error)
+	// Info is INFO's answer, for the retention of the dead letters.
+	Info() (wire.InfoReply, error)
 	bulkSource
 }
 
@@ -26,6 +30,9 @@ func (c *Console) routeDead() {
 type deadData struct {
 	Subject, After string
 	Reply          wire.DeadListReply
+	// Retention is how long dead letters are kept (INFO's
+	// dead_retention), empty when INFO did not answer.
+	Retention string
 }
 
 // dead lists the dead letters of a subject filter, a page at a time.
@@ -40,7 +47,26 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 	limit := pageSize
 	rep, err := s.DeadLetters(wire.DeadListRequest{Filter: wire.Filter{Subject: d.Subject}, After: d.After, Limit: &limit})
 	d.Reply = rep
+	if info, ierr := s.Info(); ierr == nil {
+		d.Retention = retention(info.Config.DeadRetention)
+	}
 	c.render(w, r, http.StatusOK, "dead", Prefix+"dead", "Dead letters", d, err)
+}
+
+// retention says how long dead letters are kept, from INFO's
+// dead_retention: a Go duration, or forever.
+func retention(s string) string {
+	if s == "forever" {
+		return "until they are replayed or deleted"
+	}
+	span := s
+	if d, err := time.ParseDuration(s); err == nil && d > 0 && d%(24*time.Hour) == 0 {
+		span = fmt.Sprintf("%d days", d/(24*time.Hour))
+		if d == 24*time.Hour {
+			span = "1 day"
+		}
+	}
+	return "for " + span + " from their death, unless replayed or deleted first"
 }
 
 type deadLetterData struct {

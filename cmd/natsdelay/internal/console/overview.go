@@ -31,8 +31,11 @@ type overviewData struct {
 	Info    *wire.InfoReply
 	InfoErr *wire.ServiceError
 	Cluster *wire.ClusterInfo
-	Windows []window
-	Chart   *chart
+	// LeaderConsole is the leader's console, when this node does not
+	// lead and the leader told its HTTP listener.
+	LeaderConsole string
+	Windows       []window
+	Chart         *chart
 	// Every is the refresh interval, as htmx's trigger has it.
 	Every string
 }
@@ -59,6 +62,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Info, d.Cluster = &info, info.Cluster
 	}
+	d.LeaderConsole = leaderConsole(d.Cluster)
 	now := sample{at: c.cfg.Now(), t: s.Totals()}
 	samples := c.rates.all()
 	ring := c.cfg.SampleEvery * time.Duration(c.cfg.Samples)
@@ -69,6 +73,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Chart = newChart(append(samples, now))
 	c.render(w, r, http.StatusOK, "overview", Prefix, "Overview", d, nil)
+}
+
+// leaderConsole is the URL of the console of ci's leader, when the
+// leader is another node and answered with its HTTP listener.
+func leaderConsole(ci *wire.ClusterInfo) string {
+	if ci == nil || ci.LeaderID == "" || ci.LeaderID == ci.ID {
+		return ""
+	}
+	for _, p := range ci.Peers {
+		if p.ID == ci.LeaderID && p.HTTP != "" {
+			return p.HTTP + Prefix
+		}
+	}
+	return ""
 }
 
 // hasSpan reports whether a window of about secs is already shown: with

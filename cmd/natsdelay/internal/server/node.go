@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"time"
 
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/delaystore/raftstore"
 )
@@ -40,4 +44,33 @@ func openNode(ctx context.Context, local delaystore.Store, rc raftstore.Config, 
 		return nil, fmt.Errorf("cluster node %s: %w", rc.NodeID, err)
 	}
 	return n, nil
+}
+
+// advertisingHTTP is a node's Cluster whose status names the node's HTTP
+// listener, so that the console of a follower links to the leader's.
+type advertisingHTTP struct {
+	bridge.Cluster
+	url string
+}
+
+func (c advertisingHTTP) Status() wire.NodeStatus {
+	st := c.Cluster.Status()
+	st.HTTP = c.url
+	return st
+}
+
+// httpURL is the base URL others reach the HTTP listener at addr by,
+// empty when it is off: on a listener of every address (0.0.0.0:7070,
+// :7070), with the host of the node's cluster address clusterAddr.
+func httpURL(addr, clusterAddr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+		if host, _, err = net.SplitHostPort(clusterAddr); err != nil {
+			return ""
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

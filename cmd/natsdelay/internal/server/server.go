@@ -289,7 +289,8 @@ func (s *Server) serviceStore(ctx context.Context, o Options, st delaystore.Stor
 		// the local store running.
 		svcStore = node.Store()
 		reopen := func() (delaystore.Store, error) { return node.Store(), nil }
-		svcOpts = append(svcOpts, bridge.WithCluster(bridge.RaftCluster(node)), bridge.WithReopen(reopen))
+		cluster := advertisingHTTP{bridge.RaftCluster(node), httpURL(s.httpAddr, node.Status().Addr)}
+		svcOpts = append(svcOpts, bridge.WithCluster(cluster), bridge.WithReopen(reopen))
 	} else if !memory {
 		// After a write to disk fails, the service closes the store and
 		// opens it again with the same settings, until the disk takes
