@@ -57,6 +57,11 @@ func (s *Service) register() error {
 			return fmt.Errorf("bridge: add %s endpoint: %w", ep.verb, err)
 		}
 	}
+	// BACKUP answers with a stream, not one reply: see handleBackup.
+	err = svc.AddEndpoint("backup", micro.HandlerFunc(s.handleBackup), micro.WithEndpointSubject(s.cfg.APIPrefix+"."+wire.VerbBackup))
+	if err != nil {
+		return fmt.Errorf("bridge: add %s endpoint: %w", wire.VerbBackup, err)
+	}
 	return nil
 }
 

@@ -278,6 +278,8 @@ type Service struct {
 	// answers publishes the answers that the writer and the deleter
 	// hand over: to ingest requests and to consumers' AckSyncs.
 	answers *answerer
+	// backups runs the BACKUP streams.
+	backups backups
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -571,6 +573,8 @@ func (s *Service) Close() error {
 		}
 		s.closing.Store(true)
 		close(s.done)
+		// A backup stream reads the store: it ends with closeCtx.
+		s.backups.close()
 		c := s.core.Load()
 		if c != nil {
 			c.Stop()

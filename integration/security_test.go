@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -25,6 +26,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/backup"
 	"github.com/natsdelay/natsdelay/bridge/bridgetest"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/keys"
@@ -361,7 +363,8 @@ func optionsTemplate(o *server.Options) {
 		user("orders-worker", consumer("orders.>")),
 		user("billing-api", publisher("delay.billing.>")),
 		user("billing-worker", consumer("billing.>")),
-		user("ops", &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{"$DELAY.API.>", "$SRV.>"}}, Subscribe: inbox}),
+		user("ops", &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{"$DELAY.API.>", "$SRV.>"}}, Subscribe: inbox,
+			Response: &server.ResponsePermission{MaxMsgs: 1, Expires: 2 * time.Minute}}),
 	}
 }
 
@@ -475,6 +478,12 @@ func checkPermissions(t *testing.T, srv *server.Server) {
 	}
 	if info.Counts.Pending != 1 {
 		t.Fatalf("INFO pending = %d, want 1 (only the other consumer's message)", info.Counts.Pending)
+	}
+	// And take a backup: it acknowledges each chunk, a response.
+	if _, err := backup.Fetch(context.Background(), ops, filepath.Join(t.TempDir(), "ops.backup"), backup.FetchConfig{
+		Subject: wire.DefaultAPIPrefix + "." + wire.VerbBackup, ChunkSize: wire.MinBackupChunk, Wait: wait,
+	}); err != nil {
+		t.Fatalf("backup as operator: %v", err)
 	}
 
 	// The service's documented permissions were enough for all of it.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -67,9 +66,6 @@ func writeClusterStatus(w io.Writer, nodes []wire.NodeStatus, missing []wire.Clu
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tADDRESS\tROLE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tPEERS")
-	for _, p := range silentMembers(nodes) {
-		fmt.Fprintf(tw, "%s\t%s\tno answer\t\t\t\t\t\n", p.ID, p.Addr)
-	}
 	for _, n := range nodes {
 		ids := make([]string, len(n.Peers))
 		for i, p := range n.Peers {
@@ -85,27 +81,6 @@ func writeClusterStatus(w io.Writer, nodes []wire.NodeStatus, missing []wire.Clu
 		return err
 	}
 	return trimLines(w, buf.Bytes())
-}
-
-// silentMembers are the members that the answering nodes list but that
-// did not answer themselves: down, cut off, or stopped. They are shown,
-// not dropped, so that a dead member stands out.
-func silentMembers(nodes []wire.NodeStatus) []wire.ClusterPeer {
-	answered := map[string]bool{}
-	for _, n := range nodes {
-		answered[n.ID] = true
-	}
-	var out []wire.ClusterPeer
-	for _, n := range nodes {
-		for _, p := range n.Peers {
-			if !answered[p.ID] {
-				answered[p.ID] = true
-				out = append(out, p)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b wire.ClusterPeer) int { return strings.Compare(a.ID, b.ID) })
-	return out
 }
 
 // gatherStatus collects the nodes' answers to CLUSTER.STATUS, sorted by

@@ -72,6 +72,8 @@ type cli struct {
 	Resume     resumeCmd     `cmd:"" help:"Deliver a paused pattern's subjects again, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cluster    clusterCmd    `cmd:"" help:"Show a cluster's nodes, or add or remove one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cells      cellsCmd      `cmd:"" help:"List the cells of a fleet: the partitions each owns, the node that serves it, its counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Backup     backupCmd     `cmd:"" help:"Write a consistent backup of the running service's store to a file." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Restore    restoreCmd    `cmd:"" help:"Write a backup into an empty data directory, for serve to start on."`
 
 	VersionCmd versionCmd `cmd:"" name:"version" help:"Print the version and exit."`
 	Help       helpCmd    `cmd:"" help:"Show the help of natsdelay or of one command."`

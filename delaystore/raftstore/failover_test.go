@@ -215,3 +215,39 @@ func TestCluster_FollowerRestart_IdleCluster_StatusCatchesUp(t *testing.T) {
 	}
 	t.Logf("follower %s: commit %d applied %d; leader commit %d", follower.id, st.CommitIndex, st.AppliedIndex, lst.CommitIndex)
 }
+
+// TestNode_HandOver_TellsWhetherItLed checks what HandOver reports, for
+// a stopping node to log the truth: a follower handed nothing over and
+// names the leader it knows; a leader hands over to another node and
+// names it; a leader that lost its leadership (its followers stopped)
+// before the call handed nothing over and knows no leader, where
+// TransferLeadership alone says "" and nil, as for a handover whose
+// winner was not heard of.
+func TestNode_HandOver_TellsWhetherItLed(t *testing.T) {
+	c := startCluster(t, 3, enginePebble, testConfig())
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, n := range c.nodes {
+		if n == leader {
+			continue
+		}
+		if h, err := n.node.HandOver(ctx); err != nil || h.Led || h.Leader != leader.id {
+			t.Fatalf("HandOver on follower %s: %+v, %v; want not led, leader %s", n.id, h, err, leader.id)
+		}
+	}
+	h, err := leader.node.HandOver(ctx)
+	if err != nil || !h.Led || h.Leader == "" || h.Leader == leader.id {
+		t.Fatalf("HandOver on leader %s: %+v, %v; want led, and another node named", leader.id, h, err)
+	}
+	next := c.waitLeader()
+	for _, n := range c.running() {
+		if n != next {
+			n.stop()
+		}
+	}
+	waitFor(t, 20*time.Second, "the lone leader to step down", func() bool { return next.node.Status().Role != "leader" })
+	if h, err := next.node.HandOver(ctx); err != nil || h.Led || h.Leader != "" {
+		t.Fatalf("HandOver on %s, which lost its leadership: %+v, %v; want not led, no leader", next.id, h, err)
+	}
+}

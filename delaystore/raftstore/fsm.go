@@ -1,12 +1,9 @@
 package raftstore
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/natsdelay/natsdelay/delaystore"
+	snapfmt "github.com/natsdelay/natsdelay/delaystore/snapshot"
 )
 
 // fsm applies the Raft log to the local store. Raft calls Apply, Snapshot
@@ -109,18 +107,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	return &snapshot{it: it, applied: f.applied.Load()}, nil
 }
 
-// A snapshot is a stream of the whole local store in key order:
-//
-//	magic "NDRS" | version byte | index of the last command applied, 8 bytes BE
-//	records: key length uvarint (> 0) | key | value length uvarint | value
-//	end: a zero key length | record count, 8 bytes BE | CRC-32C of all before, 4 bytes BE
-const (
-	snapshotMagic   = "NDRS"
-	snapshotVersion = 1
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
+// A snapshot is a stream of the whole local store in key order, in the
+// format of package snapshot, with the index of the last command applied
+// in its header.
 type snapshot struct {
 	// mu serialises Persist and Release, which Raft may call from
 	// different goroutines.
@@ -140,32 +129,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *snapshot) write(sink io.Writer) error {
-	crc := crc32.New(castagnoli)
-	w := bufio.NewWriterSize(io.MultiWriter(sink, crc), 256<<10)
-	var scratch [binary.MaxVarintLen64]byte
-	put := func(b []byte) {
-		w.Write(binary.AppendUvarint(scratch[:0], uint64(len(b))))
-		w.Write(b)
-	}
-	w.WriteString(snapshotMagic)
-	w.WriteByte(snapshotVersion)
-	w.Write(binary.BigEndian.AppendUint64(scratch[:0], s.applied))
-	var n uint64
-	for ok := s.it.First(); ok; ok = s.it.Next() {
-		put(s.it.Key())
-		put(s.it.Value())
-		n++
-	}
-	if err := s.it.Error(); err != nil {
-		return err
-	}
-	w.WriteByte(0)
-	w.Write(binary.BigEndian.AppendUint64(scratch[:0], n))
-	// bufio keeps the first write error and returns it from Flush.
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	_, err := sink.Write(binary.BigEndian.AppendUint32(scratch[:0], crc.Sum32()))
+	_, err := snapfmt.Write(sink, s.it, s.applied)
 	return err
 }
 
@@ -215,8 +179,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 // restore reads the snapshot in rc into the local store and returns the
 // number of keys it holds.
 func (f *fsm) restore(rc io.Reader) (uint64, error) {
-	r := &snapshotReader{br: bufio.NewReaderSize(rc, 256<<10)}
-	applied, err := readHeader(r)
+	r, err := snapfmt.NewReader(rc)
 	if err != nil {
 		return 0, err
 	}
@@ -227,62 +190,35 @@ func (f *fsm) restore(rc io.Reader) (uint64, error) {
 	old := oldKeys{local: f.local}
 	w := chunkWriter{local: f.local}
 	defer w.close()
-	n, err := restoreRecords(r, &old, &w)
-	if err != nil {
-		return n, err
+	if err := restoreRecords(r, &old, &w); err != nil {
+		return r.Count(), err
 	}
 	if err := deleteRest(&old, &w); err != nil {
-		return n, err
-	}
-	if err := readTrailer(r, n); err != nil {
-		return n, err
+		return r.Count(), err
 	}
 	if err := w.commit(); err != nil {
-		return n, err
+		return r.Count(), err
 	}
 	if err := f.local.Flush(); err != nil {
-		return n, err
+		return r.Count(), err
 	}
-	f.applied.Store(applied)
-	return n, nil
+	f.applied.Store(r.Applied())
+	return r.Count(), nil
 }
 
-// readHeader reads and checks the snapshot's header, and returns the
-// index of the last command it holds.
-func readHeader(r *snapshotReader) (applied uint64, err error) {
-	header := make([]byte, len(snapshotMagic)+1+8)
-	if _, err := io.ReadFull(r, header); err != nil {
-		return 0, fmt.Errorf("read header: %w", err)
-	}
-	if string(header[:4]) != snapshotMagic || header[4] != snapshotVersion {
-		return 0, fmt.Errorf("%w: snapshot header %q", errCorruptEntry, header[:5])
-	}
-	return binary.BigEndian.Uint64(header[5:]), nil
-}
-
-// restoreRecords reads the snapshot's records up to its end mark, and
-// writes each key whose value differs from the local one, deleting the
-// local keys between them that the snapshot lacks. It returns the number
-// of records read.
-func restoreRecords(r *snapshotReader, old *oldKeys, w *chunkWriter) (uint64, error) {
-	var n uint64
-	// NB: key and value are read into the same two buffers each time:
-	// the writer's batch copies what it is given.
-	var key, value []byte
+// restoreRecords reads the snapshot's records to its end, checked whole,
+// and writes each key whose value differs from the local one, deleting
+// the local keys between them that the snapshot lacks.
+func restoreRecords(r *snapfmt.Reader, old *oldKeys, w *chunkWriter) error {
 	for {
-		var err error
-		if key, err = readChunk(r, key[:0]); err != nil {
-			return n, err
+		// NB: key and value are valid until the next record: the
+		// writer's batch copies what it is given.
+		key, value, ok, err := r.Next()
+		if err != nil || !ok {
+			return err
 		}
-		if len(key) == 0 {
-			return n, nil
-		}
-		if value, err = readChunk(r, value[:0]); err != nil {
-			return n, err
-		}
-		n++
 		if err := restoreRecord(old, w, key, value); err != nil {
-			return n, err
+			return err
 		}
 		old.passed(key)
 	}
@@ -333,67 +269,6 @@ func deleteRest(old *oldKeys, w *chunkWriter) error {
 		}
 		old.next()
 	}
-}
-
-// readTrailer reads the snapshot's trailer and checks its count of
-// records against n and its checksum against what r read before it.
-func readTrailer(r *snapshotReader, n uint64) error {
-	var trailer [12]byte
-	if _, err := io.ReadFull(r.br, trailer[:]); err != nil {
-		return fmt.Errorf("read trailer: %w", err)
-	}
-	if got := binary.BigEndian.Uint64(trailer[:8]); got != n {
-		return fmt.Errorf("%w: snapshot says %d keys, held %d", errCorruptEntry, got, n)
-	}
-	sum := crc32.Update(r.sum, castagnoli, trailer[:8])
-	if got := binary.BigEndian.Uint32(trailer[8:]); got != sum {
-		return fmt.Errorf("%w: snapshot checksum %08x, computed %08x", errCorruptEntry, got, sum)
-	}
-	return nil
-}
-
-// readChunk reads one length-prefixed byte string into buf.
-func readChunk(r *snapshotReader, buf []byte) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: snapshot truncated: %w", errCorruptEntry, err)
-	}
-	if n > 1<<31 {
-		return nil, fmt.Errorf("%w: snapshot record of %d bytes", errCorruptEntry, n)
-	}
-	if uint64(cap(buf)) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("%w: snapshot truncated: %w", errCorruptEntry, err)
-	}
-	return buf, nil
-}
-
-// snapshotReader reads a snapshot stream through br, keeping the CRC-32C
-// of what it read. It is an io.ByteReader itself, so that reading a
-// length allocates nothing.
-type snapshotReader struct {
-	br  *bufio.Reader
-	sum uint32
-	one [1]byte
-}
-
-func (r *snapshotReader) Read(p []byte) (int, error) {
-	n, err := r.br.Read(p)
-	r.sum = crc32.Update(r.sum, castagnoli, p[:n])
-	return n, err
-}
-
-func (r *snapshotReader) ReadByte() (byte, error) {
-	c, err := r.br.ReadByte()
-	if err != nil {
-		return 0, err
-	}
-	r.one[0] = c
-	r.sum = crc32.Update(r.sum, castagnoli, r.one[:])
-	return c, nil
 }
 
 // chunkWriter writes to the local store in batches of bounded size.

@@ -547,11 +547,31 @@ func (n *Node) wait(ctx context.Context, op string, f raft.Future) error {
 // not heard of before ctx ended), or, when this node did not lead, whoever
 // it knows leads (empty if none). A node that
 // leads alone (no other voter) keeps its leadership and returns an error.
-// ctx bounds the wait.
+// ctx bounds the wait. HandOver tells the cases apart.
 func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
+	h, err := n.HandOver(ctx)
+	return h.Leader, err
+}
+
+// A Handover is what HandOver did.
+type Handover struct {
+	// Led is whether this node led when HandOver was called: only then
+	// did it hand anything over.
+	Led bool
+	// Leader is the id of the node that leads after it, as this node
+	// knows it: empty when none was heard of (before ctx ended, if it
+	// led).
+	Leader string
+}
+
+// HandOver is TransferLeadership, telling whether this node led: a node
+// that lost its leadership before the call hands nothing over, and one
+// that gave it up without hearing of a new leader before ctx ended has
+// Led set and Leader empty.
+func (n *Node) HandOver(ctx context.Context) (Handover, error) {
 	if n.raft.State() != raft.Leader {
 		_, id := n.raft.LeaderWithID()
-		return string(id), nil
+		return Handover{Leader: string(id)}, nil
 	}
 	// The transfer resolves once the target has been told to stand; this
 	// node learns who won from the new leader's first message. Observe
@@ -568,17 +588,18 @@ func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
 	n.lease.revoke()
 	if err := n.wait(ctx, "transfer leadership", n.raft.LeadershipTransfer()); err != nil {
 		n.regainLease()
-		return "", err
+		return Handover{Led: true}, err
 	}
 	for {
 		if _, id := n.raft.LeaderWithID(); id != "" && string(id) != n.cfg.NodeID {
-			return string(id), nil
+			return Handover{Led: true, Leader: string(id)}, nil
 		}
 		select {
 		case <-changes:
 		case <-ctx.Done():
-			// Handed over, but the winner has not been heard of yet.
-			return "", nil
+			// Given up (Raft also answers a transfer during which this
+			// node lost its leadership as done), but no winner heard of.
+			return Handover{Led: true}, nil
 		}
 	}
 }

@@ -231,6 +231,22 @@ func (s *Service) Repository() *delaystore.Repository { return s.gen.Load().repo
 // counters that survive a new generation. Nil as Repository is.
 func (s *Service) Dispatcher() *dispatch.Dispatcher { return s.gen.Load().disp }
 
+// NewSnapshot opens an iterator on one consistent view of the whole
+// store, for a backup: every write committed before it returns is in the
+// view, and none made after. The caller must close it, promptly: it pins
+// the engine's files. After a storage fault it is on the store that
+// failed, whose Close ends it.
+func (s *Service) NewSnapshot() (delaystore.Iterator, error) {
+	if err := s.downErr(); err != nil {
+		return nil, err
+	}
+	it, err := s.gen.Load().store.NewIter(delaystore.IterOptions{})
+	if err != nil {
+		return nil, unavailable("opening a view of the store: %v", err)
+	}
+	return it, nil
+}
+
 // SubjectState is what the current dispatcher knows of subject now: its
 // deliveries in flight, and whether it is held at its in-flight limit.
 func (s *Service) SubjectState(subject string) dispatch.SubjectState {

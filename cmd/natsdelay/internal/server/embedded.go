@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -79,6 +80,9 @@ func startEmbedded(addr string, log *slog.Logger, rc EmbeddedCluster, jsDir stri
 		}
 		opts.ServerName = rc.ServerName
 		opts.Cluster = server.ClusterOpts{Name: rc.Name, Host: ch, Port: cn}
+		// A peer that is down makes the server retry its route every
+		// second; it tells the first failure, then one a minute.
+		opts.ReconnectErrorReports = routeErrorReports
 		for _, r := range rc.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
@@ -138,9 +142,29 @@ var _ server.Logger = (*serverLogger)(nil)
 
 func (l *serverLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l *serverLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *serverLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l *serverLogger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLogger) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+// Errorf logs at error level, but a failed attempt to connect a route
+// to a peer at warning level: the peer is down or not started yet, which
+// the cluster rides out; the server retries it every second and reports
+// the first failure and then one in routeErrorReports.
+func (l *serverLogger) Errorf(format string, v ...any) {
+	if strings.HasPrefix(format, routeConnectError) {
+		l.log.Warn(fmt.Sprintf(format, v...))
+		return
+	}
+	l.log.Error(fmt.Sprintf(format, v...))
+}
+
+// routeConnectError starts nats-server's report of a failed attempt to
+// connect a route (server/route.go connectToRoute).
+const routeConnectError = "Error trying to connect to route"
+
+// routeErrorReports is how many failed attempts to reconnect a route
+// make one report: at the server's one attempt a second, one a minute.
+const routeErrorReports = 60
+
+func (l *serverLogger) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Tracef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 
 // Fatalf records the first fatal error for startEmbedded to report. NB:
 // nats-server's own logger exits the process here; ours must not, so the

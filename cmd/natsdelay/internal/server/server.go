@@ -453,14 +453,29 @@ func (s *Server) push(what string, stop func() error) {
 func (s *Server) closeNode(node *raftstore.Node, timeout time.Duration) error {
 	if node.Status().Role == "leader" {
 		tctx, cancel := context.WithTimeout(context.Background(), timeout)
-		if leader, err := node.TransferLeadership(tctx); err != nil {
-			s.log.Warn("could not hand the cluster leadership over before stopping: the others elect a leader after --cluster-timeout", "err", err)
-		} else {
-			s.log.Info("cluster leadership handed over", "leader", leader)
-		}
+		h, err := node.HandOver(tctx)
 		cancel()
+		logHandover(s.log, h, err)
 	}
 	return node.Close()
+}
+
+// logHandover tells what a leader's handover at its stop did, as it was:
+// handed over to a named leader, given up with no successor heard of,
+// nothing to hand over (the leadership was lost meanwhile), or failed.
+func logHandover(log *slog.Logger, h raftstore.Handover, err error) {
+	switch {
+	case err != nil:
+		log.Warn("could not hand the cluster leadership over before stopping: the others elect a leader after --cluster-timeout", "err", err)
+	case !h.Led && h.Leader != "":
+		log.Info("cluster leadership already lost before the stop: nothing to hand over", "leader", h.Leader)
+	case !h.Led:
+		log.Warn("cluster leadership already lost before the stop, and no leader known: the others elect one after --cluster-timeout")
+	case h.Leader == "":
+		log.Warn("cluster leadership given up, but no new leader heard of before stopping: the others elect one after --cluster-timeout")
+	default:
+		log.Info("cluster leadership handed over", "leader", h.Leader)
+	}
 }
 
 // closeConn sends what the service still buffers, then closes the
