@@ -89,6 +89,7 @@ func (s *Service) apiEndpoints() []apiEndpoint {
 		{wire.VerbPause, s.apiPause, ""},
 		{wire.VerbResume, s.apiResume, ""},
 	}
+	eps = append(eps, s.scheduleEndpoints()...)
 	for _, verb := range wire.BulkVerbs {
 		eps = append(eps, apiEndpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
@@ -287,7 +288,8 @@ func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 		si.Until = formatTime(r.UntilNs)
 	}
 	p, err := recur.Of(r)
-	if err != nil {
+	if err != nil || r.Paused {
+		si.Paused = r.Paused
 		return si
 	}
 	var next []time.Time

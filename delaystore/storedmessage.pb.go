@@ -321,7 +321,11 @@ type Recurrence struct {
 	Skipped uint64 `protobuf:"varint,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	// name is the schedule's name in the schedule index: its id, or the tag
 	// of its first occurrence. The repository sets it.
-	Name          string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
+	// paused says the schedule plans nothing until it is resumed: this
+	// occurrence, the one still to plan, waits at the latest storable time
+	// and occurrence_ns keeps its planned time (see Repository.Rewrite).
+	Paused        bool `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +456,13 @@ func (x *Recurrence) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *Recurrence) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 // Header is one header name with its values in order.
@@ -619,7 +630,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
 	"recurrence\x12\x19\n" +
-	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\"\xfd\x02\n" +
+	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\"\x95\x03\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -636,7 +647,8 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\anext_ns\x18\v \x01(\x03R\x06nextNs\x12\x16\n" +
 	"\x06behind\x18\f \x01(\rR\x06behind\x12\x18\n" +
 	"\askipped\x18\r \x01(\x04R\askipped\x12\x12\n" +
-	"\x04name\x18\x0e \x01(\tR\x04name\"4\n" +
+	"\x04name\x18\x0e \x01(\tR\x04name\x12\x16\n" +
+	"\x06paused\x18\x0f \x01(\bR\x06paused\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\xc1\x01\n" +

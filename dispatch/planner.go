@@ -62,6 +62,22 @@ func (at *aheadTable) withdraw(next keys.Key) {
 	}
 }
 
+// moved is told that next, a pending occurrence, was rewritten under nk
+// (see Dispatcher.Rewrite): the occurrence planned ahead whose successor
+// it is, if any, now has nk as its successor.
+func (at *aheadTable) moved(next, nk keys.Key) {
+	x, ok := at.bySuccessor[next]
+	if !ok || next == nk {
+		return
+	}
+	delete(at.bySuccessor, next)
+	at.bySuccessor[nk] = x
+	if a, ok := at.byKey[x]; ok {
+		a.next = nk
+		at.byKey[x] = a
+	}
+}
+
 // take forgets k's entry as an occurrence planned ahead, as it goes out,
 // and reports whether it was withdrawn.
 func (at *aheadTable) take(k keys.Key) (withdrawn bool) {

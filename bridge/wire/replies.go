@@ -241,6 +241,9 @@ type ScheduleInfo struct {
 	// Next are the next planned times not yet delivered, up to 5, this
 	// occurrence's first when it has not gone out yet; empty at the end.
 	Next []string `json:"next"`
+	// Paused says the schedule is paused (SCHEDULE.PAUSE): it plans
+	// nothing, and Next is empty, until it is resumed.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // SchedulesRequest is the body of SCHEDULES: one page of the recurring
