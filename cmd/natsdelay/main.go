@@ -58,7 +58,7 @@ type cli struct {
 	Info       infoCmd       `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Subjects   subjectsCmd   `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Ls         lsCmd         `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired; pause, resume or trigger one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Get        getCmd        `cmd:"" help:"Print one pending message, by tag or by subject and id." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Cancel     cancelCmd     `cmd:"" help:"Cancel one pending message, by tag or by subject and id, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Reschedule rescheduleCmd `cmd:"" help:"Move pending messages to another fire time (--at or --shift; never before now): one, or every one a --filter matches." set:"nats_url=" set:"nats_help=${client_nats_help}"`
