@@ -277,7 +277,7 @@ const upcomingShown = 5
 func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 	si := &wire.ScheduleInfo{
 		Name: r.Name, Spec: scheduleSpec(r), Zone: r.Zone, Limit: r.Limit,
-		CatchUp:    strings.ToLower(strings.TrimPrefix(r.CatchUp.String(), "CATCH_UP_")),
+		CatchUp:    catchUpName(r.CatchUp),
 		Occurrence: formatTime(r.OccurrenceNs), Seq: r.Seq, Fired: r.Seq - 1, Skipped: r.Skipped,
 		Next: []string{},
 	}

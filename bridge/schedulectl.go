@@ -20,6 +20,7 @@ func (s *Service) scheduleEndpoints() []apiEndpoint {
 		{wire.VerbSchedulePause, s.apiSchedulePause, ""},
 		{wire.VerbScheduleResume, s.apiScheduleResume, ""},
 		{wire.VerbScheduleTrigger, s.apiScheduleTrigger, ""},
+		{wire.VerbScheduleEdit, s.apiScheduleEdit, ""},
 	}
 }
 

@@ -216,3 +216,92 @@ func TestCluster_InProcess_SchedulePause_SurvivesLeaderChange(t *testing.T) {
 	})
 	next(t, got, "an occurrence after the resume")
 }
+
+// TestSchedule_EditInPlace checks SCHEDULE.EDIT through the real service:
+// a new interval, payload, header and limit take effect on the next
+// occurrence planned after the edit, never before the edit and never at a
+// time delivered already, with the schedule's name, Delay-Id and count
+// kept; a payload-only edit keeps the next time; bad values are 400s that
+// change nothing.
+func TestSchedule_EditInPlace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	cl := api(h.nc)
+	got := subscribe(t, h.nc, "sched.edit")
+	ref := wire.MessageRef{Subject: "sched.edit", ID: "e"}
+	schedule(t, h.nc, newMsg("sched.edit", "v1", "Delay-Every", "200ms", "Delay-Id", "e", "Delay-Limit", "100", "Delay-Catch-Up", "all", "X-V", "1"))
+	seen := map[time.Time]bool{}
+	first := next(t, got, "first occurrence")
+	seen[occurrenceOf(t, first)] = true
+	ackSync(t, h.nc, first.Msg, "")
+
+	limit := uint64(50)
+	edited := time.Now()
+	mi, err := cl.EditSchedule(ctx, wire.ScheduleEditRequest{Subject: "sched.edit", ID: "e", Every: "300ms", Payload: []byte("v2"),
+		Headers: map[string][]string{"X-V": {"2"}}, Limit: &limit})
+	if err != nil {
+		t.Fatalf("edit: %v", err)
+	}
+	if s := mi.Schedule; s == nil || s.Spec != "@every 300ms" || s.Limit != 50 || s.Name != "e" || mi.ID != "e" || s.Seq < 2 || s.CatchUp != "all" {
+		t.Fatalf("edit answered %+v %+v", mi, mi.Schedule)
+	}
+	var v2 []time.Time
+	for len(v2) < 2 {
+		r := next(t, got, "an occurrence after the edit")
+		occ := occurrenceOf(t, r)
+		notEarly(t, r, occ)
+		if seen[occ] {
+			t.Fatalf("occurrence of %v delivered twice", occ)
+		}
+		seen[occ] = true
+		if r.Header.Get(wire.HeaderID) != "e" {
+			t.Fatalf("occurrence with Delay-Id %q", r.Header.Get(wire.HeaderID))
+		}
+		if string(r.Data) == "v2" {
+			if r.Header.Get("X-V") != "2" || r.Header.Get(wire.HeaderSchedule) != "@every 300ms" || occ.Before(edited) {
+				t.Fatalf("edited occurrence of %v (edit at %v) with headers %v", occ, edited, r.Header)
+			}
+			v2 = append(v2, occ)
+		} else if len(v2) > 0 {
+			t.Fatalf("an occurrence of the old schedule (%q) after one of the edited", r.Data)
+		}
+		ackSync(t, h.nc, r.Msg, "")
+	}
+	if d := v2[1].Sub(v2[0]); d != 300*time.Millisecond {
+		t.Fatalf("edited occurrences %v apart, want 300ms", d)
+	}
+
+	before, err := cl.Get(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []wire.ScheduleEditRequest{
+		{Subject: "sched.edit", ID: "e", Cron: "* * *"},
+		{Subject: "sched.edit", ID: "e", Every: "1s", Cron: "@daily"},
+		{Subject: "sched.edit", ID: "e", Zone: "Europe/Berlin"},
+		{Subject: "sched.edit", ID: "e", Limit: func() *uint64 { n := uint64(1); return &n }()},
+		{Subject: "sched.edit", ID: "e", Until: "2001-01-01T00:00:00Z"},
+		{Subject: "sched.edit", ID: "e", CatchUp: "some"},
+		{Subject: "sched.edit", ID: "e", Headers: map[string][]string{"Delay-Foo": {"x"}}},
+	} {
+		if _, err := cl.EditSchedule(ctx, bad); !errors.Is(err, wire.ErrBadRequest) {
+			t.Errorf("edit %+v: %v, want a 400", bad, err)
+		}
+	}
+	after, err := cl.Get(ctx, ref)
+	if err != nil || after.Schedule.Spec != before.Schedule.Spec || after.Schedule.Limit != 50 || after.Schedule.CatchUp != "all" {
+		t.Fatalf("after refused edits: %+v %v, want %+v", after, err, before)
+	}
+
+	// Pause, then a payload-only edit: the planned time stays, the pause
+	// too.
+	if _, err := cl.PauseSchedule(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := cl.Get(ctx, ref)
+	mi, err = cl.EditSchedule(ctx, wire.ScheduleEditRequest{Subject: "sched.edit", ID: "e", Payload: []byte{}})
+	if err != nil || !mi.Schedule.Paused || mi.Schedule.Occurrence != p.Schedule.Occurrence || mi.Size != 0 {
+		t.Fatalf("payload edit of a paused schedule: %+v %v, want it paused at %s with an empty payload", mi, err, p.Schedule.Occurrence)
+	}
+}

@@ -36,3 +36,19 @@ func (c *Client) TriggerSchedule(ctx context.Context, ref wire.MessageRef) (*wir
 	var out wire.TriggerReply
 	return &out, decode(wire.VerbScheduleTrigger, data, &out)
 }
+
+// EditSchedule changes the recurring schedule r names in place (its spec,
+// end, limit, catch-up policy, payload or headers; what r leaves out
+// stays) and returns it as GET shows it. Its name, occurrence count and
+// history stay. A bad value is a *wire.ServiceError matching
+// wire.ErrBadRequest, and changes nothing. With WithRetry it is sent again
+// only after no responders: a second edit of the spec would plan from the
+// second's time.
+func (c *Client) EditSchedule(ctx context.Context, r wire.ScheduleEditRequest) (*wire.MessageInfo, error) {
+	data, err := c.requestOnce(ctx, wire.VerbScheduleEdit, r)
+	if err != nil {
+		return nil, err
+	}
+	var out wire.MessageInfo
+	return &out, decode(wire.VerbScheduleEdit, data, &out)
+}

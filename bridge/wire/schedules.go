@@ -11,7 +11,32 @@ const (
 	// VerbScheduleTrigger delivers one extra occurrence now
 	// (TriggerReply), the schedule's planned times unchanged.
 	VerbScheduleTrigger = "SCHEDULE.TRIGGER"
+	// VerbScheduleEdit changes the schedule in place
+	// (ScheduleEditRequest), and answers it as GET shows it.
+	VerbScheduleEdit = "SCHEDULE.EDIT"
 )
+
+// ScheduleEditRequest is the body of SCHEDULE.EDIT: the schedule, by Tag
+// or by Subject and ID, and what changes; a field left out stays as it
+// is. Every or Cron replace the spec (Zone goes with Cron, or alone moves
+// the cron spec to another zone), with the values of Delay-Every,
+// Delay-Cron and Delay-TZ; Until is a time as Delay-Until or "none";
+// Limit 0 removes the limit; CatchUp is one, all or none. Payload, when
+// not null (even empty), replaces the payload; Headers, when not null
+// (even {}), replace every header the schedule delivers.
+type ScheduleEditRequest struct {
+	Tag     string              `json:"tag,omitempty"`
+	Subject string              `json:"subject,omitempty"`
+	ID      string              `json:"id,omitempty"`
+	Every   string              `json:"every,omitempty"`
+	Cron    string              `json:"cron,omitempty"`
+	Zone    string              `json:"zone,omitempty"`
+	Until   string              `json:"until,omitempty"`
+	Limit   *uint64             `json:"limit,omitempty"`
+	CatchUp string              `json:"catch_up,omitempty"`
+	Payload []byte              `json:"payload"`
+	Headers map[string][]string `json:"headers"`
+}
 
 // TriggerReply is the answer of SCHEDULE.TRIGGER: the extra occurrence's
 // tag and time, and the schedule's name.
