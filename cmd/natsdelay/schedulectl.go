@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/cmd/internal/usage"
@@ -88,5 +89,77 @@ func (c *scheduleTriggerCmd) Run(e *env) error {
 		return err
 	}
 	_, err = fmt.Fprintf(e.stdout, "triggered %s name=%s tag=%s fire_at=%s\n", tr.Subject, tr.Name, tr.Tag, tr.FireAt)
+	return err
+}
+
+// scheduleEditCmd changes a schedule in place.
+type scheduleEditCmd struct {
+	apiFlags    `embed:""`
+	scheduleRef `embed:""`
+
+	Every     string   `help:"New interval (at least 100ms; days as in pub --delay): replans from now." placeholder:"DURATION" xor:"repeat" env:"-"`
+	Cron      string   `help:"New cron spec: replans from now." placeholder:"SPEC" xor:"repeat" env:"-"`
+	TZ        string   `name:"tz" help:"IANA zone of the cron spec, with --cron or alone." placeholder:"ZONE" env:"-"`
+	Until     string   `help:"New end, RFC 3339 or Unix seconds, or none to remove it." placeholder:"TIME" env:"-"`
+	Limit     int64    `help:"New limit of occurrences; 0 removes it, -1 keeps it." default:"-1" env:"-"`
+	CatchUp   string   `help:"New catch-up policy: one, all or none." placeholder:"POLICY" env:"-"`
+	Payload   *string  `help:"New payload; an empty one is allowed." placeholder:"DATA" env:"-"`
+	Header    []string `short:"H" help:"Replace every header with these, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
+	NoHeaders bool     `help:"Remove every header the schedule delivers." xor:"headers" env:"-"`
+}
+
+func (c *scheduleEditCmd) check() error {
+	if err := c.scheduleRef.check(&c.apiFlags, "edit"); err != nil {
+		return err
+	}
+	var p problems
+	for _, h := range c.Header {
+		if k, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(k) == "" {
+			p.add("--header %q: want K:V, such as X-Trace:abc", h)
+		}
+	}
+	if c.NoHeaders && len(c.Header) > 0 {
+		p.add("give --header or --no-headers, not both")
+	}
+	if c.Limit < -1 {
+		p.add("--limit %d: want a count, 0 for no limit, or -1 to keep it", c.Limit)
+	}
+	return p.err()
+}
+
+// request is the SCHEDULE.EDIT request the flags ask for.
+func (c *scheduleEditCmd) request() wire.ScheduleEditRequest {
+	r := wire.ScheduleEditRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Every: c.Every, Cron: c.Cron, Zone: c.TZ, Until: c.Until, CatchUp: c.CatchUp}
+	if c.Limit >= 0 {
+		n := uint64(c.Limit)
+		r.Limit = &n
+	}
+	if c.Payload != nil {
+		r.Payload = []byte(*c.Payload)
+	}
+	if c.NoHeaders || len(c.Header) > 0 {
+		r.Headers = map[string][]string{}
+		for _, h := range c.Header {
+			k, v, _ := strings.Cut(h, ":")
+			k = strings.TrimSpace(k)
+			r.Headers[k] = append(r.Headers[k], strings.TrimSpace(v))
+		}
+	}
+	return r
+}
+
+func (c *scheduleEditCmd) Run(e *env) error {
+	mi, printed, err := askFor[wire.MessageInfo](&c.apiFlags, e, "schedules edit", wire.VerbScheduleEdit, c.request())
+	if err != nil || printed {
+		return err
+	}
+	if mi.Schedule == nil {
+		return fmt.Errorf("schedules edit: the answer has no schedule")
+	}
+	next := "-"
+	if len(mi.Schedule.Next) > 0 {
+		next = mi.Schedule.Next[0]
+	}
+	_, err = fmt.Fprintf(e.stdout, "edited %s name=%s spec=%q next=%s tag=%s\n", mi.Subject, mi.Schedule.Name, mi.Schedule.Spec, next, mi.Tag)
 	return err
 }

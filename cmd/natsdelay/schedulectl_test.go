@@ -7,10 +7,10 @@ import (
 )
 
 // TestAdmin_SchedulesPauseResumeTrigger checks natsdelay schedules pause,
-// resume and trigger against a running serve: the schedules table shows a
-// paused schedule as paused, resume puts it back on its plan, trigger
-// prints the extra occurrence's tag, and naming no schedule, or one that
-// does not exist, is an error.
+// resume, trigger and edit against a running serve: the schedules table
+// shows a paused schedule as paused, resume puts it back on its plan,
+// trigger prints the extra occurrence's tag, edit the new spec, and naming
+// no schedule, one that does not exist, or a bad spec is an error.
 func TestAdmin_SchedulesPauseResumeTrigger(t *testing.T) {
 	t.Parallel()
 	url := serveInProcess(t, t.TempDir()).URL()
@@ -32,6 +32,13 @@ func TestAdmin_SchedulesPauseResumeTrigger(t *testing.T) {
 	out = mustRun(t, append([]string{"schedules", "trigger", "--subject", "cli.ctl", "--id", "nightly"}, at...)...)
 	if !regexp.MustCompile(`^triggered cli\.ctl name=nightly tag=\S{48} fire_at=\d{4}-`).MatchString(out) {
 		t.Fatalf("schedules trigger printed %q", out)
+	}
+	out = mustRun(t, append([]string{"schedules", "edit", "--subject", "cli.ctl", "--id", "nightly", "--every", "2h", "--payload", "", "-H", "X-V:2"}, at...)...)
+	if !regexp.MustCompile(`^edited cli\.ctl name=nightly spec="@every 2h0m0s" next=\d{4}-\S+ tag=\S{48}\n$`).MatchString(out) {
+		t.Fatalf("schedules edit printed %q", out)
+	}
+	if code, out, errOut := runCmd(t, append([]string{"schedules", "edit", "--subject", "cli.ctl", "--id", "nightly", "--cron", "* *"}, at...)...); code != 1 || !strings.Contains(out+errOut, "400") {
+		t.Fatalf("schedules edit --cron '* *': exit %d, %q %q; want 1 and the 400", code, out, errOut)
 	}
 	if code, out, errOut := runCmd(t, append([]string{"schedules", "pause"}, at...)...); code == 0 || !strings.Contains(errOut, "which schedule?") {
 		t.Fatalf("schedules pause with no schedule: exit %d, %q %q", code, out, errOut)

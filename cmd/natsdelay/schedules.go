@@ -18,6 +18,7 @@ type schedulesCmd struct {
 	Pause   schedulePauseCmd   `cmd:"" help:"Pause a recurring schedule, by --subject and --id or by the TAG of an occurrence: it plans nothing until resumed."`
 	Resume  scheduleResumeCmd  `cmd:"" help:"Resume a paused schedule; its catch-up policy (Delay-Catch-Up) decides what the pause missed."`
 	Trigger scheduleTriggerCmd `cmd:"" help:"Deliver one extra occurrence of a schedule now; its planned times stay as they are."`
+	Edit    scheduleEditCmd    `cmd:"" help:"Change a schedule in place: spec, until, limit, catch-up, payload or headers; what is not given stays. Its name and count stay."`
 }
 
 // schedulesLsCmd lists the recurring schedules.
