@@ -284,6 +284,9 @@ func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 	if si.Zone == "" {
 		si.Zone = "UTC"
 	}
+	if r.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
+		si.Overlap = overlapName(r.Overlap)
+	}
 	if r.UntilNs != 0 {
 		si.Until = formatTime(r.UntilNs)
 	}

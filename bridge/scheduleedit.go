@@ -76,7 +76,7 @@ func editOccurrence(m *delaystore.StoredMessage, r wire.ScheduleEditRequest, fro
 			return err
 		}
 	}
-	nr.Id, nr.Name, nr.Seq, nr.Skipped, nr.Paused = old.Id, old.Name, old.Seq, old.Skipped, old.Paused
+	nr.Id, nr.Name, nr.Seq, nr.Skipped, nr.Paused, nr.Prev = old.Id, old.Name, old.Seq, old.Skipped, old.Paused, old.Prev
 	m.Recurrence = nr
 	if !nr.Paused {
 		m.FireAtNs = nr.OccurrenceNs
@@ -128,7 +128,13 @@ func editHeaders(old *delaystore.Recurrence, r wire.ScheduleEditRequest) (nats.H
 		h.Set(wire.HeaderLimit, strconv.FormatUint(old.Limit, 10))
 	}
 	h.Set(wire.HeaderCatchUp, cmp.Or(r.CatchUp, catchUpName(old.CatchUp)))
+	h.Set(wire.HeaderOverlap, cmp.Or(r.Overlap, overlapName(old.Overlap)))
 	return h, specChanged
+}
+
+// overlapName is the Delay-Overlap value of o: allow, skip or buffer-one.
+func overlapName(o delaystore.Overlap) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(o.String(), "OVERLAP_")), "_", "-")
 }
 
 // catchUpName is the Delay-Catch-Up value of c: one, all or none.

@@ -169,16 +169,18 @@ func (d *Dispatcher) planAhead() time.Duration {
 	d.planning.RLock()
 	defer d.planning.RUnlock()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
-		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 {
+		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 || m.Recurrence.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
 			// NB: one due already is being delivered by a pass, which
 			// plans it with the catch-up policy; one beyond the horizon
 			// (a coarse time bucket) is planned on delivery. So is one
 			// with a TTL: planning sets its expiry, which counts from
 			// when it first goes out, and a pass late by more than the
-			// TTL must not find it expired unsent.
+			// TTL must not find it expired unsent. And one with an
+			// overlap policy, which only the answer of the one before,
+			// when it falls due, decides.
 			return delaystore.Plan{}, false
 		}
-		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
+		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now, false)
 		// A catch-up skip is not possible for one in the future; if
 		// it were, the pass that delivers it decides.
 		return p, !p.Drop

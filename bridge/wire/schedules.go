@@ -21,7 +21,8 @@ const (
 // is. Every or Cron replace the spec (Zone goes with Cron, or alone moves
 // the cron spec to another zone), with the values of Delay-Every,
 // Delay-Cron and Delay-TZ; Until is a time as Delay-Until or "none";
-// Limit 0 removes the limit; CatchUp is one, all or none. Payload, when
+// Limit 0 removes the limit; CatchUp is one, all or none; Overlap allow,
+// skip or buffer-one. Payload, when
 // not null (even empty), replaces the payload; Headers, when not null
 // (even {}), replace every header the schedule delivers.
 type ScheduleEditRequest struct {
@@ -34,6 +35,7 @@ type ScheduleEditRequest struct {
 	Until   string              `json:"until,omitempty"`
 	Limit   *uint64             `json:"limit,omitempty"`
 	CatchUp string              `json:"catch_up,omitempty"`
+	Overlap string              `json:"overlap,omitempty"`
 	Payload []byte              `json:"payload"`
 	Headers map[string][]string `json:"headers"`
 }

@@ -103,6 +103,7 @@ type scheduleEditCmd struct {
 	Until     string   `help:"New end, RFC 3339 or Unix seconds, or none to remove it." placeholder:"TIME" env:"-"`
 	Limit     int64    `help:"New limit of occurrences; 0 removes it, -1 keeps it." default:"-1" env:"-"`
 	CatchUp   string   `help:"New catch-up policy: one, all or none." placeholder:"POLICY" env:"-"`
+	Overlap   string   `help:"New overlap policy (Delay-Overlap): allow, skip or buffer-one." placeholder:"POLICY" env:"-"`
 	Payload   *string  `help:"New payload; an empty one is allowed." placeholder:"DATA" env:"-"`
 	Header    []string `short:"H" help:"Replace every header with these, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
 	NoHeaders bool     `help:"Remove every header the schedule delivers." xor:"headers" env:"-"`
@@ -129,7 +130,7 @@ func (c *scheduleEditCmd) check() error {
 
 // request is the SCHEDULE.EDIT request the flags ask for.
 func (c *scheduleEditCmd) request() wire.ScheduleEditRequest {
-	r := wire.ScheduleEditRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Every: c.Every, Cron: c.Cron, Zone: c.TZ, Until: c.Until, CatchUp: c.CatchUp}
+	r := wire.ScheduleEditRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Every: c.Every, Cron: c.Cron, Zone: c.TZ, Until: c.Until, CatchUp: c.CatchUp, Overlap: c.Overlap}
 	if c.Limit >= 0 {
 		n := uint64(c.Limit)
 		r.Limit = &n
