@@ -48,7 +48,8 @@ gotest:
 
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
 # soak size (200 kills per engine; 120 kills per engine inside the planning
-# of 200 recurring schedules; 100 cluster leader kills; 12 leader pauses
+# of 200 recurring schedules; 60 per engine inside edits of 16
+# schedules; 100 cluster leader kills; 12 leader pauses
 # of 5 to 20 s, then a SIGTERM of every node; 1,000 Raft pipelines a
 # follower fails; 30,000 good messages
 # beside 60 s of hostile traffic; a bulk cancel of 1,000,000 messages

@@ -94,6 +94,7 @@ func (s *Service) apiEndpoints() []apiEndpoint {
 		{wire.VerbPause, s.apiPause, ""},
 		{wire.VerbResume, s.apiResume, ""},
 	}
+	eps = append(eps, s.scheduleEndpoints()...)
 	for _, verb := range wire.BulkVerbs {
 		eps = append(eps, apiEndpoint{wire.VerbBulk + "." + verb, s.apiBulk(verb), ""})
 	}
@@ -281,18 +282,22 @@ const upcomingShown = 5
 func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 	si := &wire.ScheduleInfo{
 		Name: r.Name, Spec: scheduleSpec(r), Zone: r.Zone, Limit: r.Limit,
-		CatchUp:    strings.ToLower(strings.TrimPrefix(r.CatchUp.String(), "CATCH_UP_")),
+		CatchUp:    catchUpName(r.CatchUp),
 		Occurrence: formatTime(r.OccurrenceNs), Seq: r.Seq, Fired: r.Seq - 1, Skipped: r.Skipped,
 		Next: []string{},
 	}
 	if si.Zone == "" {
 		si.Zone = "UTC"
 	}
+	if r.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
+		si.Overlap = overlapName(r.Overlap)
+	}
 	if r.UntilNs != 0 {
 		si.Until = formatTime(r.UntilNs)
 	}
 	p, err := recur.Of(r)
-	if err != nil {
+	if err != nil || r.Paused {
+		si.Paused = r.Paused
 		return si
 	}
 	var next []time.Time

@@ -44,6 +44,8 @@ func TestParseSchedule_Recurrence(t *testing.T) {
 			&delaystore.Recurrence{EveryNs: int64(time.Minute), UntilNs: time.Unix(1796299200, 0).UnixNano(), CatchUp: recur.None}},
 		{"id names the schedule", nats.Header{"Delay-Every": {"1m"}, "Delay-Id": {"nightly"}, "Delay-Catch-Up": {"one"}}, now.Add(time.Minute),
 			&delaystore.Recurrence{EveryNs: int64(time.Minute), Id: "nightly"}},
+		{"overlap buffer-one", nats.Header{"Delay-Every": {"1m"}, "Delay-Overlap": {"Buffer-One"}}, now.Add(time.Minute),
+			&delaystore.Recurrence{EveryNs: int64(time.Minute), Overlap: delaystore.Overlap_OVERLAP_BUFFER_ONE}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +100,8 @@ func TestParseSchedule_RecurrenceErrors(t *testing.T) {
 		{"limit zero", nats.Header{"Delay-Every": {"1h"}, "Delay-Limit": {"0"}}, "want a positive integer"},
 		{"limit negative", nats.Header{"Delay-Every": {"1h"}, "Delay-Limit": {"-3"}}, "want a positive integer"},
 		{"catch-up bad", nats.Header{"Delay-Every": {"1h"}, "Delay-Catch-Up": {"some"}}, "want one, all or none"},
+		{"overlap alone", nats.Header{"Delay-Overlap": {"skip"}}, "want it only on a recurring schedule"},
+		{"overlap bad", nats.Header{"Delay-Every": {"1h"}, "Delay-Overlap": {"queue"}}, "want allow, skip or buffer-one"},
 		{"cron twice", nats.Header{"Delay-Cron": {"@daily", "@hourly"}}, "given 2 times"},
 	}
 	for _, tt := range tests {

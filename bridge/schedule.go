@@ -87,7 +87,7 @@ type controls struct {
 	count [numControl]int    // how many values each has, over every case of its name
 }
 
-const numControl = 12
+const numControl = 13
 
 func readControls(h nats.Header, c *controls) {
 	for k, vs := range h {
@@ -497,7 +497,7 @@ func checkClientID(id string) error {
 
 // controlHeaders are matched case-insensitively and never passed on.
 var controlHeaders = [numControl]string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
-	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
+	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap}
 
 // ownHeaders are the headers the service sets on deliveries and dead
 // letters; they replace publisher headers of the same name in any case.
@@ -510,9 +510,9 @@ var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt,
 // given says whether one was; the first occurrence is then at, else the
 // first planned time after now.
 func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.Recurrence, error) {
-	var v [6]string
-	var has [6]bool
-	names := [6]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp}
+	var v [7]string
+	var has [7]bool
+	names := [7]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap}
 	for i, name := range names {
 		var err error
 		if v[i], has[i], err = ctl.value(name); err != nil {
@@ -546,6 +546,9 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 		return nil, err
 	}
 	if err := parseRecurEnd(r, &p, until, limit, catchUp, has[3], has[4], has[5]); err != nil {
+		return nil, err
+	}
+	if err := parseOverlap(r, v[6], has[6]); err != nil {
 		return nil, err
 	}
 	first, ok := p.First(now, at, given)
@@ -591,6 +594,24 @@ func parseCron(r *delaystore.Recurrence, p *recur.Plan, cron, tz string, hasTZ b
 		return badRequest("%s %q: %s", wire.HeaderCron, keys.Clip(cron), recur.CronForm)
 	}
 	r.Cron, r.Zone = cron, tz
+	return nil
+}
+
+// parseOverlap reads Delay-Overlap, if given, into r.
+func parseOverlap(r *delaystore.Recurrence, overlap string, has bool) error {
+	if !has {
+		return nil
+	}
+	switch strings.ToLower(overlap) {
+	case "allow":
+		r.Overlap = delaystore.Overlap_OVERLAP_ALLOW
+	case "skip":
+		r.Overlap = delaystore.Overlap_OVERLAP_SKIP
+	case "buffer-one":
+		r.Overlap = delaystore.Overlap_OVERLAP_BUFFER_ONE
+	default:
+		return badRequest("%s %q: want allow, skip or buffer-one", wire.HeaderOverlap, keys.Clip(overlap))
+	}
 	return nil
 }
 

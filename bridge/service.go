@@ -864,5 +864,5 @@ func (s *Service) lifecycle(e dispatch.LifecycleEvent) {
 var lifecycleKinds = [...]events.Kind{
 	dispatch.Delivered: events.Delivered, dispatch.Acked: events.Acked, dispatch.Naked: events.Nak,
 	dispatch.Termed: events.Term, dispatch.Expired: events.Expired, dispatch.DeadLettered: events.Dead,
-	dispatch.Canceled: events.Canceled,
+	dispatch.Canceled: events.Canceled, dispatch.Skipped: events.Skipped,
 }

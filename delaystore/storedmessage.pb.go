@@ -21,6 +21,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Overlap is the Delay-Overlap header.
+type Overlap int32
+
+const (
+	// OVERLAP_ALLOW delivers each occurrence on time.
+	Overlap_OVERLAP_ALLOW Overlap = 0
+	// OVERLAP_SKIP skips an occurrence while the one before is unanswered.
+	Overlap_OVERLAP_SKIP Overlap = 1
+	// OVERLAP_BUFFER_ONE holds an occurrence until the one before is answered.
+	Overlap_OVERLAP_BUFFER_ONE Overlap = 2
+)
+
+// Enum value maps for Overlap.
+var (
+	Overlap_name = map[int32]string{
+		0: "OVERLAP_ALLOW",
+		1: "OVERLAP_SKIP",
+		2: "OVERLAP_BUFFER_ONE",
+	}
+	Overlap_value = map[string]int32{
+		"OVERLAP_ALLOW":      0,
+		"OVERLAP_SKIP":       1,
+		"OVERLAP_BUFFER_ONE": 2,
+	}
+)
+
+func (x Overlap) Enum() *Overlap {
+	p := new(Overlap)
+	*p = x
+	return p
+}
+
+func (x Overlap) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Overlap) Descriptor() protoreflect.EnumDescriptor {
+	return file_delaystore_storedmessage_proto_enumTypes[0].Descriptor()
+}
+
+func (Overlap) Type() protoreflect.EnumType {
+	return &file_delaystore_storedmessage_proto_enumTypes[0]
+}
+
+func (x Overlap) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Overlap.Descriptor instead.
+func (Overlap) EnumDescriptor() ([]byte, []int) {
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{0}
+}
+
 // CatchUp is the Delay-Catch-Up header.
 type CatchUp int32
 
@@ -58,11 +111,11 @@ func (x CatchUp) String() string {
 }
 
 func (CatchUp) Descriptor() protoreflect.EnumDescriptor {
-	return file_delaystore_storedmessage_proto_enumTypes[0].Descriptor()
+	return file_delaystore_storedmessage_proto_enumTypes[1].Descriptor()
 }
 
 func (CatchUp) Type() protoreflect.EnumType {
-	return &file_delaystore_storedmessage_proto_enumTypes[0]
+	return &file_delaystore_storedmessage_proto_enumTypes[1]
 }
 
 func (x CatchUp) Number() protoreflect.EnumNumber {
@@ -71,7 +124,7 @@ func (x CatchUp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CatchUp.Descriptor instead.
 func (CatchUp) EnumDescriptor() ([]byte, []int) {
-	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{0}
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{1}
 }
 
 // AckPolicy is the Delay-Ack header.
@@ -107,11 +160,11 @@ func (x AckPolicy) String() string {
 }
 
 func (AckPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_delaystore_storedmessage_proto_enumTypes[1].Descriptor()
+	return file_delaystore_storedmessage_proto_enumTypes[2].Descriptor()
 }
 
 func (AckPolicy) Type() protoreflect.EnumType {
-	return &file_delaystore_storedmessage_proto_enumTypes[1]
+	return &file_delaystore_storedmessage_proto_enumTypes[2]
 }
 
 func (x AckPolicy) Number() protoreflect.EnumNumber {
@@ -120,7 +173,7 @@ func (x AckPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AckPolicy.Descriptor instead.
 func (AckPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{1}
+	return file_delaystore_storedmessage_proto_rawDescGZIP(), []int{2}
 }
 
 // StoredMessage is the value stored under a message's 24-byte event key.
@@ -333,7 +386,17 @@ type Recurrence struct {
 	Skipped uint64 `protobuf:"varint,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	// name is the schedule's name in the schedule index: its id, or the tag
 	// of its first occurrence. The repository sets it.
-	Name          string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,14,opt,name=name,proto3" json:"name,omitempty"`
+	// paused says the schedule plans nothing until it is resumed: this
+	// occurrence, the one still to plan, waits at the latest storable time
+	// and occurrence_ns keeps its planned time (see Repository.Rewrite).
+	Paused bool `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
+	// overlap is the Delay-Overlap policy.
+	Overlap Overlap `protobuf:"varint,16,opt,name=overlap,proto3,enum=natsdelay.delaystore.v1.Overlap" json:"overlap,omitempty"`
+	// prev is, under an overlap policy other than allow, the key of the
+	// last occurrence delivered before this one: while it is still pending
+	// (in flight or waiting for a redelivery) this one is skipped or waits.
+	Prev          []byte `protobuf:"bytes,17,opt,name=prev,proto3" json:"prev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -464,6 +527,27 @@ func (x *Recurrence) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *Recurrence) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Recurrence) GetOverlap() Overlap {
+	if x != nil {
+		return x.Overlap
+	}
+	return Overlap_OVERLAP_ALLOW
+}
+
+func (x *Recurrence) GetPrev() []byte {
+	if x != nil {
+		return x.Prev
+	}
+	return nil
 }
 
 // Header is one header name with its values in order.
@@ -632,7 +716,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
 	"recurrence\x12\x19\n" +
 	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\x12!\n" +
-	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\"\xfd\x02\n" +
+	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\"\xe5\x03\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -649,7 +733,10 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\anext_ns\x18\v \x01(\x03R\x06nextNs\x12\x16\n" +
 	"\x06behind\x18\f \x01(\rR\x06behind\x12\x18\n" +
 	"\askipped\x18\r \x01(\x04R\askipped\x12\x12\n" +
-	"\x04name\x18\x0e \x01(\tR\x04name\"4\n" +
+	"\x04name\x18\x0e \x01(\tR\x04name\x12\x16\n" +
+	"\x06paused\x18\x0f \x01(\bR\x06paused\x12:\n" +
+	"\aoverlap\x18\x10 \x01(\x0e2 .natsdelay.delaystore.v1.OverlapR\aoverlap\x12\x12\n" +
+	"\x04prev\x18\x11 \x01(\fR\x04prev\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\xc1\x01\n" +
@@ -661,7 +748,11 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\vlast_answer\x18\x04 \x01(\tR\n" +
 	"lastAnswer\x12\x1c\n" +
 	"\n" +
-	"died_at_ns\x18\x05 \x01(\x03R\bdiedAtNs*@\n" +
+	"died_at_ns\x18\x05 \x01(\x03R\bdiedAtNs*F\n" +
+	"\aOverlap\x12\x11\n" +
+	"\rOVERLAP_ALLOW\x10\x00\x12\x10\n" +
+	"\fOVERLAP_SKIP\x10\x01\x12\x16\n" +
+	"\x12OVERLAP_BUFFER_ONE\x10\x02*@\n" +
 	"\aCatchUp\x12\x10\n" +
 	"\fCATCH_UP_ONE\x10\x00\x12\x10\n" +
 	"\fCATCH_UP_ALL\x10\x01\x12\x11\n" +
@@ -682,27 +773,29 @@ func file_delaystore_storedmessage_proto_rawDescGZIP() []byte {
 	return file_delaystore_storedmessage_proto_rawDescData
 }
 
-var file_delaystore_storedmessage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_delaystore_storedmessage_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_delaystore_storedmessage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_delaystore_storedmessage_proto_goTypes = []any{
-	(CatchUp)(0),          // 0: natsdelay.delaystore.v1.CatchUp
-	(AckPolicy)(0),        // 1: natsdelay.delaystore.v1.AckPolicy
-	(*StoredMessage)(nil), // 2: natsdelay.delaystore.v1.StoredMessage
-	(*Recurrence)(nil),    // 3: natsdelay.delaystore.v1.Recurrence
-	(*Header)(nil),        // 4: natsdelay.delaystore.v1.Header
-	(*DeadLetter)(nil),    // 5: natsdelay.delaystore.v1.DeadLetter
+	(Overlap)(0),          // 0: natsdelay.delaystore.v1.Overlap
+	(CatchUp)(0),          // 1: natsdelay.delaystore.v1.CatchUp
+	(AckPolicy)(0),        // 2: natsdelay.delaystore.v1.AckPolicy
+	(*StoredMessage)(nil), // 3: natsdelay.delaystore.v1.StoredMessage
+	(*Recurrence)(nil),    // 4: natsdelay.delaystore.v1.Recurrence
+	(*Header)(nil),        // 5: natsdelay.delaystore.v1.Header
+	(*DeadLetter)(nil),    // 6: natsdelay.delaystore.v1.DeadLetter
 }
 var file_delaystore_storedmessage_proto_depIdxs = []int32{
-	4, // 0: natsdelay.delaystore.v1.StoredMessage.headers:type_name -> natsdelay.delaystore.v1.Header
-	1, // 1: natsdelay.delaystore.v1.StoredMessage.ack_policy:type_name -> natsdelay.delaystore.v1.AckPolicy
-	3, // 2: natsdelay.delaystore.v1.StoredMessage.recurrence:type_name -> natsdelay.delaystore.v1.Recurrence
-	0, // 3: natsdelay.delaystore.v1.Recurrence.catch_up:type_name -> natsdelay.delaystore.v1.CatchUp
-	2, // 4: natsdelay.delaystore.v1.DeadLetter.message:type_name -> natsdelay.delaystore.v1.StoredMessage
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 0: natsdelay.delaystore.v1.StoredMessage.headers:type_name -> natsdelay.delaystore.v1.Header
+	2, // 1: natsdelay.delaystore.v1.StoredMessage.ack_policy:type_name -> natsdelay.delaystore.v1.AckPolicy
+	4, // 2: natsdelay.delaystore.v1.StoredMessage.recurrence:type_name -> natsdelay.delaystore.v1.Recurrence
+	1, // 3: natsdelay.delaystore.v1.Recurrence.catch_up:type_name -> natsdelay.delaystore.v1.CatchUp
+	0, // 4: natsdelay.delaystore.v1.Recurrence.overlap:type_name -> natsdelay.delaystore.v1.Overlap
+	3, // 5: natsdelay.delaystore.v1.DeadLetter.message:type_name -> natsdelay.delaystore.v1.StoredMessage
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_delaystore_storedmessage_proto_init() }
@@ -715,7 +808,7 @@ func file_delaystore_storedmessage_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delaystore_storedmessage_proto_rawDesc), len(file_delaystore_storedmessage_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

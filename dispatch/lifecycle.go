@@ -43,6 +43,10 @@ const (
 	DeadLettered
 	// Canceled: Cancel deleted it; told once the delete is committed.
 	Canceled
+	// Skipped: an occurrence of a recurring schedule that its
+	// Delay-Overlap skip policy deleted unsent, the one before it being
+	// unanswered; told once the delete is committed.
+	Skipped
 )
 
 // LifecycleEvent is one thing that happened to the message under Key.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // planOccurrences plans the successor of every occurrence of a recurring
@@ -22,19 +23,29 @@ import (
 func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 	var plans []delaystore.Plan
 	var at []int // index in out of each plan
+	var overlapped []bool
+	drop := make(map[int]bool)
 	for i, o := range out {
-		if r := o.msg.GetRecurrence(); r != nil && !r.Planned {
-			plans = append(plans, d.plan(o, now))
-			at = append(at, i)
+		r := o.msg.GetRecurrence()
+		if r == nil || r.Planned {
+			continue
 		}
+		held := d.overlapHeld(r)
+		if held && r.Overlap == delaystore.Overlap_OVERLAP_BUFFER_ONE {
+			d.holdBehind(o.f, now)
+			drop[i] = true
+			continue
+		}
+		plans = append(plans, d.plan(o, now, held))
+		at = append(at, i)
+		overlapped = append(overlapped, held)
 	}
-	if len(plans) == 0 {
+	if len(plans) == 0 && len(drop) == 0 {
 		return out
 	}
 	d.planning.RLock()
 	res, err := d.repo.Advance(plans, delaystore.Sync)
 	d.planning.RUnlock()
-	drop := make(map[int]bool, len(plans))
 	for j, p := range plans {
 		var r delaystore.Planned
 		if err == nil {
@@ -42,6 +53,9 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 		}
 		if !d.applyPlan(&out[at[j]], p, r, err, now) {
 			drop[at[j]] = true
+			if overlapped[j] && err == nil && r.Err == nil {
+				d.happened(Skipped, p.Key, out[at[j]].msg, 0, "overlap")
+			}
 		}
 	}
 	kept := out[:0]
@@ -116,7 +130,10 @@ func (d *Dispatcher) applyPlan(o *outgoing, p delaystore.Plan, r delaystore.Plan
 // plan is the plan of o's occurrence at now: the occurrence as rewritten
 // (planned, with its Delay-Next time and its expiry), whether the catch-up
 // policy skips it, and its successor, if any.
-func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
+//
+// skip says the overlap policy skips it: the occurrence before it is
+// still unanswered (see overlapHeld).
+func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 	r := o.msg.GetRecurrence()
 	nowT := time.Unix(0, now)
 	occ := time.Unix(0, r.OccurrenceNs)
@@ -137,7 +154,7 @@ func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
 		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", o.f.key, "subject", o.msg.Subject, "err", err)
 		return p
 	}
-	p.Drop = sched.Skip(occ, nowT)
+	p.Drop = skip || sched.Skip(occ, nowT)
 	seq := r.Seq
 	if p.Drop {
 		seq-- // a skipped occurrence does not count toward the limit
@@ -153,9 +170,46 @@ func (d *Dispatcher) plan(o outgoing, now int64) delaystore.Plan {
 		if p.Drop {
 			nr.Skipped++
 		}
+		if r.Overlap != delaystore.Overlap_OVERLAP_ALLOW && !p.Drop {
+			// The successor waits for this one's answer; one skipped
+			// leaves it waiting for the one before.
+			nr.Prev = o.f.key[:]
+		}
 		p.Next = next
 	}
 	return p
+}
+
+// overlapHeld reports whether the occurrence of r must not go out yet
+// under its overlap policy: the occurrence delivered before it is still
+// unanswered, pending in flight or waiting for a redelivery. An answer
+// marks it settled at once, before its delete commits.
+func (d *Dispatcher) overlapHeld(r *delaystore.Recurrence) bool {
+	if r.Overlap == delaystore.Overlap_OVERLAP_ALLOW || len(r.Prev) != keys.Len {
+		return false
+	}
+	prev := keys.Key(r.Prev)
+	d.mu.Lock()
+	_, settled := d.mu.flights.canceled[prev]
+	d.mu.Unlock()
+	if settled {
+		return false
+	}
+	_, err := d.repo.Get(prev)
+	return err == nil
+}
+
+// holdBehind puts f, an occurrence held by Delay-Overlap buffer-one, back
+// as not sent and blocks its subject for a backoff, as for a delivery
+// that reached no one: it is tried again then, and goes out once the
+// occurrence before it is answered.
+func (d *Dispatcher) holdBehind(f *flight, now int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.flights.byKey[f.key] == f && f.state != stateSettling {
+		d.unsendLocked(f)
+		d.mu.subjects.block(f.topic, now)
+	}
 }
 
 // occurrenceExpiry is the expiry of an occurrence that goes out at from

@@ -62,6 +62,22 @@ func (at *aheadTable) withdraw(next keys.Key) {
 	}
 }
 
+// moved is told that next, a pending occurrence, was rewritten under nk
+// (see Dispatcher.Rewrite): the occurrence planned ahead whose successor
+// it is, if any, now has nk as its successor.
+func (at *aheadTable) moved(next, nk keys.Key) {
+	x, ok := at.bySuccessor[next]
+	if !ok || next == nk {
+		return
+	}
+	delete(at.bySuccessor, next)
+	at.bySuccessor[nk] = x
+	if a, ok := at.byKey[x]; ok {
+		a.next = nk
+		at.byKey[x] = a
+	}
+}
+
 // take forgets k's entry as an occurrence planned ahead, as it goes out,
 // and reports whether it was withdrawn.
 func (at *aheadTable) take(k keys.Key) (withdrawn bool) {
@@ -153,16 +169,18 @@ func (d *Dispatcher) planAhead() time.Duration {
 	d.planning.RLock()
 	defer d.planning.RUnlock()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
-		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 {
+		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 || m.Recurrence.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
 			// NB: one due already is being delivered by a pass, which
 			// plans it with the catch-up policy; one beyond the horizon
 			// (a coarse time bucket) is planned on delivery. So is one
 			// with a TTL: planning sets its expiry, which counts from
 			// when it first goes out, and a pass late by more than the
-			// TTL must not find it expired unsent.
+			// TTL must not find it expired unsent. And one with an
+			// overlap policy, which only the answer of the one before,
+			// when it falls due, decides.
 			return delaystore.Plan{}, false
 		}
-		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now)
+		p := d.plan(outgoing{f: &flight{key: k}, msg: m}, now, false)
 		// A catch-up skip is not possible for one in the future; if
 		// it were, the pass that delivers it decides.
 		return p, !p.Drop

@@ -45,13 +45,15 @@ type Message struct {
 	// Every or Cron make it a recurring schedule (Delay-Every,
 	// Delay-Cron), in Zone (Delay-TZ, an IANA name), ended by Until
 	// (Delay-Until) or after Limit occurrences (Delay-Limit); CatchUp is
-	// one, all or none (Delay-Catch-Up).
+	// one, all or none (Delay-Catch-Up); Overlap is allow, skip or
+	// buffer-one (Delay-Overlap).
 	Every   time.Duration
 	Cron    string
 	Zone    string
 	Until   time.Time
 	Limit   uint64
 	CatchUp string
+	Overlap string
 }
 
 // msg is m as the NATS message to publish on ingest.
@@ -77,6 +79,7 @@ func (c *Client) msg(m Message) *nats.Msg {
 	set(wire.HeaderTZ, m.Zone, m.Zone != "")
 	set(wire.HeaderUntil, m.Until.UTC().Format(time.RFC3339Nano), !m.Until.IsZero())
 	set(wire.HeaderLimit, strconv.FormatUint(m.Limit, 10), m.Limit != 0)
+	set(wire.HeaderOverlap, m.Overlap, m.Overlap != "")
 	set(wire.HeaderCatchUp, m.CatchUp, m.CatchUp != "")
 	return nm
 }

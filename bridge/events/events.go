@@ -30,13 +30,14 @@ const (
 	Canceled
 	Rescheduled
 	Replayed
+	Skipped
 )
 
 // kindNames are the wire names, indexed by Kind.
 var kindNames = [...]string{
 	Scheduled: wire.EventScheduled, Delivered: wire.EventDelivered, Acked: wire.EventAcked, Nak: wire.EventNak,
 	Term: wire.EventTerm, Expired: wire.EventExpired, Dead: wire.EventDead, Canceled: wire.EventCanceled,
-	Rescheduled: wire.EventRescheduled, Replayed: wire.EventReplayed,
+	Rescheduled: wire.EventRescheduled, Replayed: wire.EventReplayed, Skipped: wire.EventSkipped,
 }
 
 // String returns the kind's wire name, or "" for a kind that is not one.

@@ -29,13 +29,16 @@ const (
 	EventRescheduled = "rescheduled"
 	// EventReplayed: a dead letter was sent again, to its subject or To.
 	EventReplayed = "replayed"
+	// EventSkipped: an occurrence of a recurring schedule was removed
+	// unsent by its Delay-Overlap skip policy (Reason overlap).
+	EventSkipped = "skipped"
 )
 
 // EventKinds lists every kind of lifecycle event, in the order of a
 // message's life.
 func EventKinds() []string {
 	return []string{EventScheduled, EventDelivered, EventAcked, EventNak, EventTerm, EventExpired, EventDead,
-		EventCanceled, EventRescheduled, EventReplayed}
+		EventCanceled, EventRescheduled, EventReplayed, EventSkipped}
 }
 
 // Event is the JSON body of a lifecycle event. Times are written as

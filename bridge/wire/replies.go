@@ -239,12 +239,19 @@ type ScheduleInfo struct {
 	Occurrence string `json:"occurrence"`
 	Seq        uint64 `json:"seq"`
 	// Fired counts the occurrences delivered so far, this one included
-	// once it went out; Skipped those skipped by Delay-Catch-Up none.
+	// once it went out; Skipped those skipped by Delay-Catch-Up none or
+	// Delay-Overlap skip.
 	Fired   uint64 `json:"fired"`
 	Skipped uint64 `json:"skipped"`
 	// Next are the next planned times not yet delivered, up to 5, this
 	// occurrence's first when it has not gone out yet; empty at the end.
 	Next []string `json:"next"`
+	// Paused says the schedule is paused (SCHEDULE.PAUSE): it plans
+	// nothing, and Next is empty, until it is resumed.
+	Paused bool `json:"paused,omitempty"`
+	// Overlap is the Delay-Overlap policy, skip or buffer-one; empty for
+	// allow.
+	Overlap string `json:"overlap,omitempty"`
 }
 
 // SchedulesRequest is the body of SCHEDULES: one page of the recurring

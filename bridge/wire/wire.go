@@ -57,6 +57,9 @@ const (
 	// HeaderCatchUp says what becomes of occurrences missed while the
 	// service was down: one (default), all or none.
 	HeaderCatchUp = "Delay-Catch-Up"
+	// HeaderOverlap ties an occurrence to the answer of the one before:
+	// allow (default), skip or buffer-one.
+	HeaderOverlap = "Delay-Overlap"
 
 	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
 	HeaderTag = "Delay-Tag"

@@ -58,7 +58,7 @@ type cli struct {
 	Info       infoCmd       `cmd:"" help:"Print the service's version, counts, stats and configuration." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Subjects   subjectsCmd   `cmd:"" help:"List the subjects with pending messages, with their pending and due counts." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Ls         lsCmd         `cmd:"" help:"List the pending messages of a subject, or of the subjects a filter matches, in fire order." set:"nats_url=" set:"nats_help=${client_nats_help}"`
-	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired." set:"nats_url=" set:"nats_help=${client_nats_help}"`
+	Schedules  schedulesCmd  `cmd:"" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired; pause, resume or trigger one." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	Events     eventsCmd     `cmd:"" help:"Print the lifecycle events of a service started with --events, one a line, until interrupted." set:"nats_url=" set:"nats_help=${client_nats_help}"`
 	UIPasswd   uiPasswdCmd   `cmd:"" name:"ui-passwd" help:"Print a line of the console's --ui-auth password file for a user: name:bcrypt-hash, the password read from stdin."`
 	Completion completionCmd `cmd:"" help:"Print the shell code of natsdelay's tab completion: bash, zsh or fish."`

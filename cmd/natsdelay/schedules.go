@@ -11,8 +11,18 @@ import (
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
-// schedulesCmd lists the recurring schedules.
+// schedulesCmd lists the recurring schedules (its default), and pauses,
+// resumes and triggers one.
 type schedulesCmd struct {
+	Ls      schedulesLsCmd     `cmd:"" default:"withargs" help:"List the recurring schedules, with their spec, zone, next time and occurrences fired; the default."`
+	Pause   schedulePauseCmd   `cmd:"" help:"Pause a recurring schedule, by --subject and --id or by the TAG of an occurrence: it plans nothing until resumed."`
+	Resume  scheduleResumeCmd  `cmd:"" help:"Resume a paused schedule; its catch-up policy (Delay-Catch-Up) decides what the pause missed."`
+	Trigger scheduleTriggerCmd `cmd:"" help:"Deliver one extra occurrence of a schedule now; its planned times stay as they are."`
+	Edit    scheduleEditCmd    `cmd:"" help:"Change a schedule in place: spec, until, limit, catch-up, payload or headers; what is not given stays. Its name and count stay."`
+}
+
+// schedulesLsCmd lists the recurring schedules.
+type schedulesLsCmd struct {
 	apiFlags `embed:""`
 
 	Subject string `arg:"" optional:"" help:"Target subject; default every subject."`
@@ -21,7 +31,7 @@ type schedulesCmd struct {
 	All     bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
 }
 
-func (c *schedulesCmd) check() error {
+func (c *schedulesLsCmd) check() error {
 	var p problems
 	c.checkAPI(&p)
 	if c.Subject != "" {
@@ -45,7 +55,7 @@ func schedulePages(cl *apiClient, req wire.SchedulesRequest, all bool) (wire.Sch
 	return out, err
 }
 
-func (c *schedulesCmd) Run(e *env) error {
+func (c *schedulesLsCmd) Run(e *env) error {
 	req := wire.SchedulesRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After}
 	if c.JSON && !c.All {
 		_, _, err := c.ask(e, "schedules", wire.VerbSchedules, req) // the reply as it came
@@ -91,7 +101,10 @@ func writeSchedules(w io.Writer, schedules []wire.MessageInfo) error {
 			continue
 		}
 		next, local := "-", "-"
-		if len(s.Next) > 0 {
+		switch {
+		case s.Paused:
+			next, local = "paused", "paused"
+		case len(s.Next) > 0:
 			next, local = s.Next[0], inZone(s.Next[0], s.Zone)
 		}
 		limit, remaining, until := "-", "-", "-"

@@ -49,6 +49,7 @@ type Service interface {
 	overviewSource
 	subjectsSource
 	schedulesSource
+	scheduleCtlSource
 	limitsSource
 	tailSource
 	bulkSource
@@ -154,6 +155,7 @@ func New(cfg Config) (*Console, error) {
 	c.routeOverview()
 	c.routeSubjects()
 	c.routeSchedules()
+	c.routeScheduleCtl()
 	c.routeLimits()
 	c.routeBulk()
 	c.routeDead()
@@ -420,16 +422,19 @@ func (c *Console) doneSig(user, done, what string) string {
 // names one and the object, signed, and a page shows only these
 // sentences, of outcomes the console signed.
 var doneTexts = map[string]string{
-	"canceled":        "Canceled %s.",
-	"limit-set":       "Set the limit of %s.",
-	"limit-removed":   "Removed the limit of %s.",
-	"paused":          "Paused %s.",
-	"resumed":         "Resumed %s.",
-	"schedule-cancel": "Canceled the schedule %s.",
-	"rescheduled":     "Rescheduled the message: it is now %s.",
-	"fired":           "Fired the message: it is due now, as %s.",
-	"replayed":        "Replayed the dead letter as %s.",
-	"dead-deleted":    "Deleted the dead letter %s.",
+	"canceled":           "Canceled %s.",
+	"limit-set":          "Set the limit of %s.",
+	"limit-removed":      "Removed the limit of %s.",
+	"paused":             "Paused %s.",
+	"resumed":            "Resumed %s.",
+	"schedule-cancel":    "Canceled the schedule %s.",
+	"schedule-paused":    "Paused the schedule %s.",
+	"schedule-resumed":   "Resumed the schedule %s.",
+	"schedule-triggered": "Triggered one extra occurrence of the schedule %s.",
+	"rescheduled":        "Rescheduled the message: it is now %s.",
+	"fired":              "Fired the message: it is due now, as %s.",
+	"replayed":           "Replayed the dead letter as %s.",
+	"dead-deleted":       "Deleted the dead letter %s.",
 }
 
 // doneText is the sentence of the outcome r's query names, when the

@@ -17,7 +17,9 @@ import (
 // AdvanceEnv names the crash tests' fault: "before-commit:N" or
 // "after-commit:N" makes serve kill itself with SIGKILL at the Nth batch
 // that plans recurring occurrences, right before or right after its
-// commit. NB: a test hook, never set in production: it exists because a
+// commit; "rewrite-before-commit:N" and "rewrite-after-commit:N" do the
+// same at the Nth batch that rewrites a schedule (a pause, resume or
+// edit). NB: a test hook, never set in production: it exists because a
 // kill from outside lands in that window only by chance.
 const AdvanceEnv = "NATSDELAY_CRASH_ADVANCE"
 
@@ -35,10 +37,14 @@ func Advance(v string, log *slog.Logger) (func(delaystore.AdvanceStage), error) 
 		stage = delaystore.AdvanceBeforeCommit
 	case "after-commit":
 		stage = delaystore.AdvanceAfterCommit
+	case "rewrite-before-commit":
+		stage = delaystore.RewriteBeforeCommit
+	case "rewrite-after-commit":
+		stage = delaystore.RewriteAfterCommit
 	}
 	n, err := strconv.Atoi(nStr)
 	if stage == 0 || err != nil || n < 1 {
-		return nil, fmt.Errorf("%s %q: want before-commit:N or after-commit:N, N a count from 1", AdvanceEnv, v)
+		return nil, fmt.Errorf("%s %q: want before-commit:N, after-commit:N, rewrite-before-commit:N or rewrite-after-commit:N, N a count from 1", AdvanceEnv, v)
 	}
 	log.Warn("crash test hook armed: natsdelay kills itself while planning recurring occurrences", "env", AdvanceEnv, "value", v)
 	var batches atomic.Int64

@@ -21,7 +21,7 @@ func TestAdvance_Parse(t *testing.T) {
 	}
 	for _, v := range []string{"before-commit", "before-commit:0", "after-commit:-1", "during:1", "after-commit:x"} {
 		_, err := Advance(v, log)
-		if err == nil || !strings.Contains(err.Error(), "want before-commit:N or after-commit:N") {
+		if err == nil || !strings.Contains(err.Error(), "want before-commit:N, after-commit:N, rewrite-before-commit:N or rewrite-after-commit:N") {
 			t.Errorf("%q: err %v, want the accepted form", v, err)
 		}
 	}

@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+
+	"github.com/natsdelay/natsdelay/bridge/wire"
+)
+
+// PauseSchedule pauses the recurring schedule ref names (by subject and
+// id, its name, or the tag of an occurrence) and returns it as GET shows
+// it: a paused schedule plans nothing until ResumeSchedule. Pausing a
+// paused schedule changes nothing, so it is safe to retry. A schedule
+// that does not exist is a *wire.ServiceError matching wire.ErrNotFound.
+func (c *Client) PauseSchedule(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
+	var r wire.MessageInfo
+	return &r, c.call(ctx, wire.VerbSchedulePause, ref, &r)
+}
+
+// ResumeSchedule resumes the recurring schedule ref names and returns it
+// as GET shows it; its Delay-Catch-Up decides what the pause missed.
+// Resuming a schedule that runs changes nothing.
+func (c *Client) ResumeSchedule(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
+	var r wire.MessageInfo
+	return &r, c.call(ctx, wire.VerbScheduleResume, ref, &r)
+}
+
+// TriggerSchedule delivers one extra occurrence of the recurring schedule
+// ref names now, its planned times unchanged, and returns the extra
+// occurrence's tag. With WithRetry it is sent again only after no
+// responders, so a lost answer never makes two.
+func (c *Client) TriggerSchedule(ctx context.Context, ref wire.MessageRef) (*wire.TriggerReply, error) {
+	data, err := c.requestOnce(ctx, wire.VerbScheduleTrigger, ref)
+	if err != nil {
+		return nil, err
+	}
+	var out wire.TriggerReply
+	return &out, decode(wire.VerbScheduleTrigger, data, &out)
+}
+
+// EditSchedule changes the recurring schedule r names in place (its spec,
+// end, limit, catch-up policy, payload or headers; what r leaves out
+// stays) and returns it as GET shows it. Its name, occurrence count and
+// history stay. A bad value is a *wire.ServiceError matching
+// wire.ErrBadRequest, and changes nothing. With WithRetry it is sent again
+// only after no responders: a second edit of the spec would plan from the
+// second's time.
+func (c *Client) EditSchedule(ctx context.Context, r wire.ScheduleEditRequest) (*wire.MessageInfo, error) {
+	data, err := c.requestOnce(ctx, wire.VerbScheduleEdit, r)
+	if err != nil {
+		return nil, err
+	}
+	var out wire.MessageInfo
+	return &out, decode(wire.VerbScheduleEdit, data, &out)
+}
