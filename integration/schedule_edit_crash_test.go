@@ -130,10 +130,13 @@ func editCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 
 // editPayload edits subj's schedule: the payload, and an interval of
 // 100ms or 150ms by round.
-func editPayload(nc *nats.Conn, subj, payload string, round int) (*wire.MessageInfo, error) {
+func editPayload(nc *nats.Conn, subj, payload string, round int) (*client.MessageInfo, error) {
 	id := schedID(subj)
 	every := [...]string{"100ms", "150ms"}[round%2]
-	cl := client.New(nc, client.WithTimeout(2*time.Second))
+	cl, err := client.New(nc, client.WithTimeout(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
 	return cl.EditSchedule(context.Background(), wire.ScheduleEditRequest{Subject: subj, ID: id, Every: every, Payload: []byte(payload)})
 }
 

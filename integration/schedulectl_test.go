@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/client"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 )
@@ -81,15 +82,15 @@ func TestSchedule_PauseAcrossRestart_ResumeCatchesUp(t *testing.T) {
 	}
 	svc = open()
 	page, err := cl.SchedulesPage(ctx, wire.SchedulesRequest{})
-	if err != nil || len(page.Schedules) != 2 {
+	if err != nil || len(page.Messages) != 2 {
 		t.Fatalf("SCHEDULES after the restart: %+v %v, want the two schedules", page, err)
 	}
 	held := map[string]time.Time{}
-	for _, s := range page.Schedules {
+	for _, s := range page.Messages {
 		if !s.Schedule.Paused || len(s.Schedule.Next) != 0 {
 			t.Fatalf("after the restart %s shows %+v, want it paused", s.Subject, s.Schedule)
 		}
-		held[s.Subject] = parseTime(t, s.Schedule.Occurrence)
+		held[s.Subject] = s.Schedule.Occurrence
 	}
 	for _, p := range policies {
 		quiet(t, subs[p], 3*every, "an occurrence of a paused schedule")
@@ -200,7 +201,7 @@ func TestCluster_InProcess_SchedulePause_SurvivesLeaderChange(t *testing.T) {
 	leader := serving(t, nodes)
 	leader.kill(t)
 	serving(t, nodes)
-	var mi *wire.MessageInfo
+	var mi *client.MessageInfo
 	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
 		var err error
 		mi, err = cl.Get(ctx, ref)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
@@ -11,30 +12,52 @@ import (
 // it: a paused schedule plans nothing until ResumeSchedule. Pausing a
 // paused schedule changes nothing, so it is safe to retry. A schedule
 // that does not exist is a *wire.ServiceError matching wire.ErrNotFound.
-func (c *Client) PauseSchedule(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
-	var r wire.MessageInfo
-	return &r, c.call(ctx, wire.VerbSchedulePause, ref, &r)
+func (c *Client) PauseSchedule(ctx context.Context, ref wire.MessageRef) (*MessageInfo, error) {
+	return c.scheduleCall(ctx, wire.VerbSchedulePause, ref)
 }
 
 // ResumeSchedule resumes the recurring schedule ref names and returns it
 // as GET shows it; its Delay-Catch-Up decides what the pause missed.
 // Resuming a schedule that runs changes nothing.
-func (c *Client) ResumeSchedule(ctx context.Context, ref wire.MessageRef) (*wire.MessageInfo, error) {
+func (c *Client) ResumeSchedule(ctx context.Context, ref wire.MessageRef) (*MessageInfo, error) {
+	return c.scheduleCall(ctx, wire.VerbScheduleResume, ref)
+}
+
+// scheduleCall sends verb with req and reads the schedule it answers.
+func (c *Client) scheduleCall(ctx context.Context, verb string, req any) (*MessageInfo, error) {
 	var r wire.MessageInfo
-	return &r, c.call(ctx, wire.VerbScheduleResume, ref, &r)
+	if err := c.call(ctx, verb, req, &r); err != nil {
+		return nil, err
+	}
+	m, err := messageInfo(r)
+	return &m, err
 }
 
 // TriggerSchedule delivers one extra occurrence of the recurring schedule
 // ref names now, its planned times unchanged, and returns the extra
 // occurrence's tag. With WithRetry it is sent again only after no
 // responders, so a lost answer never makes two.
-func (c *Client) TriggerSchedule(ctx context.Context, ref wire.MessageRef) (*wire.TriggerReply, error) {
+func (c *Client) TriggerSchedule(ctx context.Context, ref wire.MessageRef) (*Triggered, error) {
 	data, err := c.requestOnce(ctx, wire.VerbScheduleTrigger, ref)
 	if err != nil {
 		return nil, err
 	}
 	var out wire.TriggerReply
-	return &out, decode(wire.VerbScheduleTrigger, data, &out)
+	if err := decode(wire.VerbScheduleTrigger, data, &out); err != nil {
+		return nil, err
+	}
+	at, err := wireTime("fire_at", out.FireAt)
+	return &Triggered{Tag: out.Tag, Subject: out.Subject, Name: out.Name, FireAt: at}, err
+}
+
+// Triggered is the extra occurrence TriggerSchedule stored
+// (wire.TriggerReply): its tag, the schedule's subject and name, and when
+// it is due.
+type Triggered struct {
+	Tag     string
+	Subject string
+	Name    string
+	FireAt  time.Time
 }
 
 // EditSchedule changes the recurring schedule r names in place (its spec,
@@ -44,11 +67,15 @@ func (c *Client) TriggerSchedule(ctx context.Context, ref wire.MessageRef) (*wir
 // wire.ErrBadRequest, and changes nothing. With WithRetry it is sent again
 // only after no responders: a second edit of the spec would plan from the
 // second's time.
-func (c *Client) EditSchedule(ctx context.Context, r wire.ScheduleEditRequest) (*wire.MessageInfo, error) {
+func (c *Client) EditSchedule(ctx context.Context, r wire.ScheduleEditRequest) (*MessageInfo, error) {
 	data, err := c.requestOnce(ctx, wire.VerbScheduleEdit, r)
 	if err != nil {
 		return nil, err
 	}
 	var out wire.MessageInfo
-	return &out, decode(wire.VerbScheduleEdit, data, &out)
+	if err := decode(wire.VerbScheduleEdit, data, &out); err != nil {
+		return nil, err
+	}
+	m, err := messageInfo(out)
+	return &m, err
 }

@@ -52,6 +52,12 @@ type ScheduleInfo struct {
 	Seq        uint64
 	Fired      uint64
 	Skipped    uint64
+	// Paused says the schedule is paused (PauseSchedule): it plans
+	// nothing until it is resumed.
+	Paused bool
+	// Overlap is the Delay-Overlap policy, skip or buffer-one; empty for
+	// allow.
+	Overlap string
 	// Next are the next planned times not yet delivered, up to 5.
 	Next []time.Time
 }
@@ -148,7 +154,7 @@ func messageInfo(w wire.MessageInfo) (MessageInfo, error) {
 
 func scheduleInfo(w wire.ScheduleInfo) (ScheduleInfo, error) {
 	s := ScheduleInfo{Name: w.Name, Spec: w.Spec, Zone: w.Zone, Limit: w.Limit, CatchUp: w.CatchUp,
-		Seq: w.Seq, Fired: w.Fired, Skipped: w.Skipped, Next: make([]time.Time, len(w.Next))}
+		Seq: w.Seq, Fired: w.Fired, Skipped: w.Skipped, Paused: w.Paused, Overlap: w.Overlap, Next: make([]time.Time, len(w.Next))}
 	ts := times{{"until", w.Until, &s.Until}, {"occurrence", w.Occurrence, &s.Occurrence}}
 	for i, n := range w.Next {
 		ts = append(ts, wireField{"next", n, &s.Next[i]})
