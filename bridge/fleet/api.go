@@ -51,6 +51,12 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		n.answerInfo(m)
 	case verb == wire.VerbSubjects:
 		n.answerSubjects(m)
+	case limitWrites[verb]:
+		n.answerLimitWrite(m, verb)
+	case verb == wire.VerbLimitsGet:
+		n.answerLimitGet(m)
+	case verb == wire.VerbLimitsList:
+		n.answerLimitsList(m)
 	case routedByRef[verb]:
 		var ref struct {
 			Tag     string `json:"tag"`
