@@ -128,6 +128,8 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Run("Info_SumsTheCells", func(t *testing.T) { fleetInfo(t, nc) })
 	t.Run("CellsCommand_ListsEachCellsPartitions", func(t *testing.T) { fleetCellsCommand(t, bin, srv.ClientURL()) })
 	t.Run("Limits_WrittenToEveryCell_ReadsNameCellsThatDiffer", func(t *testing.T) { fleetLimits(t, nc) })
+	t.Run("Schedules_MergedAcrossCellsInPages", func(t *testing.T) { fleetSchedules(t, nc) })
+	t.Run("DeadList_MergedInKeyOrder_FleetCursor", func(t *testing.T) { fleetDeadList(t, nc) })
 	// Last: it adds a cell to the fleet for good.
 	t.Run("LimitWrite_ACellRefuses_NamedAndRetrySafe", func(t *testing.T) { fleetLimitWriteCellFails(t, nc) })
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +163,114 @@ func fleetLimitWriteCellFails(t *testing.T, nc *nats.Conn) {
 		if l, err := cellAPI(nc, cell).Limit(context.Background(), "fleet.fails.>"); err != nil || *l != (wire.Limit{Pattern: "fleet.fails.>", Paused: true}) {
 			t.Fatalf("cell %s after the PAUSE sent again: %+v, %v", cell, l, err)
 		}
+	}
+}
+
+// fleetSchedules pages through SCHEDULES of 24 recurring schedules on
+// subjects spread over the cells, two names on every third subject, 5 at
+// a time: each must come once, in (subject, name) order.
+func fleetSchedules(t *testing.T, nc *nats.Conn) {
+	var want []string
+	for i := range 16 {
+		s := fmt.Sprintf("fleet.sched.%02d", i)
+		names := []string{"n1"}
+		if i%3 == 0 {
+			names = append(names, "n2")
+		}
+		for _, name := range names {
+			schedule(t, nc, newMsg(s, "tick", wire.HeaderEvery, "1h", wire.HeaderID, name))
+			want = append(want, s+" "+name)
+		}
+	}
+	var got []string
+	after, pages := "", 0
+	for {
+		limit := 5
+		page, err := api(nc).SchedulesPage(context.Background(), wire.SchedulesRequest{Limit: &limit, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, s := range page.Schedules {
+			if strings.HasPrefix(s.Subject, "fleet.sched.") {
+				got = append(got, s.Subject+" "+s.Schedule.Name)
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") || pages != (len(want)+4)/5 {
+		t.Fatalf("%d pages of schedules %v, want %d pages of %v", pages, got, (len(want)+4)/5, want)
+	}
+}
+
+// fleetDeadList makes 30 dead letters on subjects spread over the cells
+// and pages through DEAD.LIST 4 at a time: each must come once, in key
+// order (their tags' order) across the cells, with a fleet cursor; a
+// cursor that is not the fleet's is a 400.
+func fleetDeadList(t *testing.T, nc *nats.Conn) {
+	sub, err := nc.Subscribe("fleet.dead.>", func(m *nats.Msg) { _ = m.Respond([]byte("+TERM refused")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range 30 {
+		want[schedule(t, nc, newMsg(fmt.Sprintf("fleet.dead.%02d", i), "x")).Tag] = true
+	}
+	c := api(nc)
+	filter := wire.Filter{Subject: "fleet.dead.>"}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		n := 0
+		for _, cell := range fleetCells {
+			for _, err := range cellAPI(nc, cell).DeadLetters(context.Background(), wire.DeadListRequest{Filter: filter}) {
+				if err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		if n != len(want) {
+			return fmt.Errorf("%d of %d dead", n, len(want))
+		}
+		return nil
+	})
+	var got []string
+	after, pages := "", 0
+	for {
+		limit := 4
+		body, err := c.Request(context.Background(), wire.VerbDeadList, wire.DeadListRequest{Filter: filter, Limit: &limit, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page wire.DeadListReply
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, d := range page.DeadLetters {
+			if !want[d.Tag] || d.Reason == "" {
+				t.Fatalf("dead letter %+v: not one of the test's, or no reason", d)
+			}
+			got = append(got, d.Tag)
+		}
+		if page.Next == "" {
+			break
+		}
+		if !strings.HasPrefix(page.Next, "fleet:") {
+			t.Fatalf("next %q, want a fleet cursor", page.Next)
+		}
+		after = page.Next
+	}
+	if len(got) != len(want) || !slices.IsSorted(got) || pages != 8 || len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Fatalf("%d pages of %d dead letters, sorted %v: want 8 pages of the %d, each once, in tag order", pages, len(got), slices.IsSorted(got), len(want))
+	}
+	if _, err := c.Request(context.Background(), wire.VerbDeadList, wire.DeadListRequest{After: got[0]}); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("DEAD.LIST after a cell's cursor: %v, want a 400", err)
 	}
 }

@@ -51,6 +51,10 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		n.answerInfo(m)
 	case verb == wire.VerbSubjects:
 		n.answerSubjects(m)
+	case verb == wire.VerbSchedules:
+		n.answerSchedules(m)
+	case verb == wire.VerbDeadList:
+		n.answerDeadList(m)
 	case limitWrites[verb]:
 		n.answerLimitWrite(m, verb)
 	case verb == wire.VerbLimitsGet:
