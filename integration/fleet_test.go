@@ -130,6 +130,7 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Run("Limits_WrittenToEveryCell_ReadsNameCellsThatDiffer", func(t *testing.T) { fleetLimits(t, nc) })
 	t.Run("Schedules_MergedAcrossCellsInPages", func(t *testing.T) { fleetSchedules(t, nc) })
 	t.Run("DeadList_MergedInKeyOrder_FleetCursor", func(t *testing.T) { fleetDeadList(t, nc) })
+	t.Run("Bulk_StepsOnEveryCell_FleetCursor_RetryMovesOnce", func(t *testing.T) { fleetBulk(t, nc) })
 	// Last: it adds a cell to the fleet for good.
 	t.Run("LimitWrite_ACellRefuses_NamedAndRetrySafe", func(t *testing.T) { fleetLimitWriteCellFails(t, nc) })
 }

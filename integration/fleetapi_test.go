@@ -274,3 +274,64 @@ func fleetDeadList(t *testing.T, nc *nats.Conn) {
 		t.Fatalf("DEAD.LIST after a cell's cursor: %v, want a 400", err)
 	}
 }
+
+// fleetBulkSteps runs BULK.verb through the fleet from req, step by step,
+// and returns the steps' count and already summed (a message a step moved
+// later may be met again by a later step, and counted already), and the
+// steps.
+func fleetBulkSteps(t *testing.T, nc *nats.Conn, verb string, req wire.BulkRequest) (count, already, steps int) {
+	t.Helper()
+	for {
+		r, err := api(nc).Bulk(context.Background(), verb, req)
+		if err != nil {
+			t.Fatalf("BULK.%s step %d: %v", verb, steps+1, err)
+		}
+		steps++
+		count += r.Count
+		already += r.Already
+		if r.Cursor == "" {
+			return count, already, steps
+		}
+		if !strings.HasPrefix(r.Cursor, "fleet:") || r.Op == "" {
+			t.Fatalf("BULK.%s: cursor %q op %q, want a fleet cursor and an op", verb, r.Cursor, r.Op)
+		}
+		req.Cursor, req.Op = r.Cursor, r.Op
+	}
+}
+
+// fleetBulk schedules 30 messages on subjects spread over the cells and
+// checks BULK through the fleet: a dry run's steps sum to them all, a
+// RESCHEDULE whose first step is sent twice shifts each message once,
+// and a cursor that is not the fleet's is a 400.
+func fleetBulk(t *testing.T, nc *nats.Conn) {
+	start := time.Now()
+	for i := range 30 {
+		fleetSchedule(t, nc, fmt.Sprintf("fleet.bulk.%02d", i), "b")
+	}
+	limit := 4
+	filter := wire.Filter{Subject: "fleet.bulk.>"}
+	if n, _, steps := fleetBulkSteps(t, nc, "CANCEL", wire.BulkRequest{Filter: filter, DryRun: true, Limit: &limit}); n != 30 || steps < 3 {
+		t.Fatalf("a dry run of CANCEL: %d in %d steps, want 30 in steps of 4 a cell", n, steps)
+	}
+	req := wire.BulkRequest{Filter: filter, Limit: &limit, Shift: "1h", Op: wire.NewBulkOp()}
+	first, err := api(nc).Bulk(context.Background(), "RESCHEDULE", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, already, _ := fleetBulkSteps(t, nc, "RESCHEDULE", req)
+	if first.Count == 0 || first.Count+n != 30 || already < first.Count {
+		t.Fatalf("RESCHEDULE with its first step sent twice: %d moved by the first, %d by the steps sent again, %d already, want 30 in all and the first's met as already", first.Count, n, already)
+	}
+	window := func(from, to time.Duration) int {
+		f := filter
+		f.From, f.To = start.Add(from).Format(time.RFC3339), start.Add(to).Format(time.RFC3339)
+		n, _, _ := fleetBulkSteps(t, nc, "CANCEL", wire.BulkRequest{Filter: f, DryRun: true})
+		return n
+	}
+	if shifted, twice := window(90*time.Minute, 150*time.Minute), window(150*time.Minute, 5*time.Hour); shifted != 30 || twice != 0 {
+		t.Fatalf("after the RESCHEDULE by 1h: %d due in 2h, %d later, want 30 and 0", shifted, twice)
+	}
+	if _, err := api(nc).Bulk(context.Background(), "CANCEL", wire.BulkRequest{Filter: filter, Cursor: "abc"}); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("BULK.CANCEL with a cursor not the fleet's: %v, want a 400", err)
+	}
+}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,8 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		n.answerSchedules(m)
 	case verb == wire.VerbDeadList:
 		n.answerDeadList(m)
+	case slices.Contains(wire.BulkVerbs, strings.TrimPrefix(verb, wire.VerbBulk+".")):
+		n.answerBulk(m, verb)
 	case limitWrites[verb]:
 		n.answerLimitWrite(m, verb)
 	case verb == wire.VerbLimitsGet:
