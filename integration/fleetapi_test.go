@@ -211,35 +211,9 @@ func fleetSchedules(t *testing.T, nc *nats.Conn) {
 // order (their tags' order) across the cells, with a fleet cursor; a
 // cursor that is not the fleet's is a 400.
 func fleetDeadList(t *testing.T, nc *nats.Conn) {
-	sub, err := nc.Subscribe("fleet.dead.>", func(m *nats.Msg) { _ = m.Respond([]byte("+TERM refused")) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]bool{}
-	for i := range 30 {
-		want[schedule(t, nc, newMsg(fmt.Sprintf("fleet.dead.%02d", i), "x")).Tag] = true
-	}
+	want := fleetDead(t, nc, "fleet.dead", 30)
 	c := api(nc)
 	filter := wire.Filter{Subject: "fleet.dead.>"}
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		n := 0
-		for _, cell := range fleetCells {
-			for _, err := range cellAPI(nc, cell).DeadLetters(context.Background(), wire.DeadListRequest{Filter: filter}) {
-				if err != nil {
-					return err
-				}
-				n++
-			}
-		}
-		if n != len(want) {
-			return fmt.Errorf("%d of %d dead", n, len(want))
-		}
-		return nil
-	})
 	var got []string
 	after, pages := "", 0
 	for {
@@ -333,5 +307,89 @@ func fleetBulk(t *testing.T, nc *nats.Conn) {
 	}
 	if _, err := api(nc).Bulk(context.Background(), "CANCEL", wire.BulkRequest{Filter: filter, Cursor: "abc"}); !errors.Is(err, wire.ErrBadRequest) {
 		t.Fatalf("BULK.CANCEL with a cursor not the fleet's: %v, want a 400", err)
+	}
+}
+
+// fleetDead makes n dead letters on subjects prefix.<i>, spread over the
+// cells, each refused with +TERM at its first delivery, and returns their
+// tags once each cell lists its own.
+func fleetDead(t *testing.T, nc *nats.Conn, prefix string, n int) map[string]bool {
+	t.Helper()
+	sub, err := nc.Subscribe(prefix+".>", func(m *nats.Msg) { _ = m.Respond([]byte("+TERM refused")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range n {
+		want[schedule(t, nc, newMsg(fmt.Sprintf("%s.%02d", prefix, i), "x")).Tag] = true
+	}
+	filter := wire.Filter{Subject: prefix + ".>"}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		dead := 0
+		for _, cell := range fleetCells {
+			for _, err := range cellAPI(nc, cell).DeadLetters(context.Background(), wire.DeadListRequest{Filter: filter}) {
+				if err != nil {
+					return err
+				}
+				dead++
+			}
+		}
+		if dead != n {
+			return fmt.Errorf("%d of %d dead", dead, n)
+		}
+		return nil
+	})
+	return want
+}
+
+// fleetCLI runs natsdelay's admin commands against the fleet's default
+// API prefix, as against one service: limits, pause and resume reach
+// every cell, schedules, dead ls and cancel --filter see every cell's.
+func fleetCLI(t *testing.T, nc *nats.Conn, bin, url string) {
+	run := func(args ...string) string {
+		t.Helper()
+		code, out := runCLI(t, bin, append(args, "--nats", url)...)
+		if code != 0 {
+			t.Fatalf("natsdelay %s: exit %d:\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	run("limits", "set", "fleet.cli.>", "--max-in-flight", "3")
+	run("pause", "fleet.cli.x")
+	for _, cell := range fleetCells {
+		if ls, err := cellAPI(nc, cell).Limits(context.Background()); err != nil || len(ls) != 2 {
+			t.Fatalf("cell %s after limits set and pause: %+v, %v", cell, ls, err)
+		}
+	}
+	if out := run("limits", "ls"); !strings.Contains(out, "fleet.cli.>") || !strings.Contains(out, "fleet.cli.x") {
+		t.Fatalf("natsdelay limits ls:\n%s", out)
+	}
+	run("resume", "fleet.cli.x")
+	run("limits", "rm", "fleet.cli.>")
+	for _, cell := range fleetCells {
+		if ls, err := cellAPI(nc, cell).Limits(context.Background()); err != nil || len(ls) != 0 {
+			t.Fatalf("cell %s after resume and limits rm: %+v, %v", cell, ls, err)
+		}
+	}
+
+	for i := range 6 {
+		schedule(t, nc, newMsg(fmt.Sprintf("fleet.clis.%d", i), "tick", wire.HeaderEvery, "1h", wire.HeaderID, "s"))
+		fleetSchedule(t, nc, fmt.Sprintf("fleet.clic.%d", i), "c")
+	}
+	if out := run("schedules", "--all", "--limit", "2"); strings.Count(out, "fleet.clis.") != 6 {
+		t.Fatalf("natsdelay schedules --all: want the 6 schedules of every cell:\n%s", out)
+	}
+	fleetDead(t, nc, "fleet.clid", 6)
+	if out := run("dead", "ls", "--filter", "fleet.clid.>"); strings.Count(out, "fleet.clid.") != 6 {
+		t.Fatalf("natsdelay dead ls: want the 6 dead letters of every cell:\n%s", out)
+	}
+	run("cancel", "--filter", "fleet.clic.>", "--yes")
+	n, _, _ := fleetBulkSteps(t, nc, "CANCEL", wire.BulkRequest{Filter: wire.Filter{Subject: "fleet.clic.>"}, DryRun: true})
+	if n != 0 {
+		t.Fatalf("after natsdelay cancel --filter: %d left, want 0", n)
 	}
 }
