@@ -44,7 +44,7 @@ func parseCursor(s string) (fleetCursor, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil || !strings.HasPrefix(s, cursorPrefix) || c.Cells == nil {
-		return fleetCursor{}, fmt.Errorf("cursor %q is not one the fleet answered: want the previous reply's, %s...", clip(s), cursorPrefix)
+		return fleetCursor{}, fmt.Errorf("cursor %q is not one the fleet answered: want the previous reply's next or cursor, beginning %s", clip(s), cursorPrefix)
 	}
 	return c, nil
 }
