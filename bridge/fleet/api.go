@@ -56,7 +56,7 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		n.answerSchedules(m)
 	case verb == wire.VerbDeadList:
 		n.answerDeadList(m)
-	case slices.Contains(wire.BulkVerbs, strings.TrimPrefix(verb, wire.VerbBulk+".")):
+	case isBulk(verb):
 		n.answerBulk(m, verb)
 	case limitWrites[verb]:
 		n.answerLimitWrite(m, verb)
@@ -81,6 +81,12 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		_, _, api := CellSubjects("<cell>")
 		answerError(n.nc, m, 400, "%s is not served across a fleet of cells yet: ask one cell on %s.%s", verb, api, verb)
 	}
+}
+
+// isBulk reports whether verb is one of BULK.<verb>.
+func isBulk(verb string) bool {
+	v, ok := strings.CutPrefix(verb, wire.VerbBulk+".")
+	return ok && slices.Contains(wire.BulkVerbs, v)
 }
 
 // partitionOf is the partition a request names by tag or else by subject;

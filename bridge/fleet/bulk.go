@@ -23,7 +23,7 @@ func (n *Node) answerBulk(m *nats.Msg, verb string) {
 		Cursor string `json:"cursor"`
 		Op     string `json:"op"`
 	}
-	if err := json.Unmarshal(m.Data, &req); err != nil {
+	if err := json.Unmarshal(m.Data, &req); len(m.Data) > 0 && err != nil {
 		answerError(n.nc, m, 400, "%s: the request is not JSON: %v", verb, err)
 		return
 	}
