@@ -127,6 +127,13 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Run("Subjects_MergedAcrossCellsInPages", func(t *testing.T) { fleetSubjects(t, nc) })
 	t.Run("Info_SumsTheCells", func(t *testing.T) { fleetInfo(t, nc) })
 	t.Run("CellsCommand_ListsEachCellsPartitions", func(t *testing.T) { fleetCellsCommand(t, bin, srv.ClientURL()) })
+	t.Run("Limits_WrittenToEveryCell_ReadsNameCellsThatDiffer", func(t *testing.T) { fleetLimits(t, nc) })
+	t.Run("Schedules_MergedAcrossCellsInPages", func(t *testing.T) { fleetSchedules(t, nc) })
+	t.Run("DeadList_MergedInKeyOrder_FleetCursor", func(t *testing.T) { fleetDeadList(t, nc) })
+	t.Run("Bulk_StepsOnEveryCell_FleetCursor_RetryMovesOnce", func(t *testing.T) { fleetBulk(t, nc) })
+	t.Run("AdminCommands_AgainstTheFleet", func(t *testing.T) { fleetCLI(t, nc, bin, srv.ClientURL()) })
+	// Last: it adds a cell to the fleet for good.
+	t.Run("LimitWrite_ACellRefuses_NamedAndRetrySafe", func(t *testing.T) { fleetLimitWriteCellFails(t, nc) })
 }
 
 // fleetCellsCommand checks that natsdelay cells lists each cell with the

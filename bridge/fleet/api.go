@@ -3,6 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,18 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		n.answerInfo(m)
 	case verb == wire.VerbSubjects:
 		n.answerSubjects(m)
+	case verb == wire.VerbSchedules:
+		n.answerSchedules(m)
+	case verb == wire.VerbDeadList:
+		n.answerDeadList(m)
+	case isBulk(verb):
+		n.answerBulk(m, verb)
+	case limitWrites[verb]:
+		n.answerLimitWrite(m, verb)
+	case verb == wire.VerbLimitsGet:
+		n.answerLimitGet(m)
+	case verb == wire.VerbLimitsList:
+		n.answerLimitsList(m)
 	case routedByRef[verb]:
 		var ref struct {
 			Tag     string `json:"tag"`
@@ -68,6 +81,12 @@ func (n *Node) routeAPI(m *nats.Msg) {
 		_, _, api := CellSubjects("<cell>")
 		answerError(n.nc, m, 400, "%s is not served across a fleet of cells yet: ask one cell on %s.%s", verb, api, verb)
 	}
+}
+
+// isBulk reports whether verb is one of BULK.<verb>.
+func isBulk(verb string) bool {
+	v, ok := strings.CutPrefix(verb, wire.VerbBulk+".")
+	return ok && slices.Contains(wire.BulkVerbs, v)
 }
 
 // partitionOf is the partition a request names by tag or else by subject;

@@ -2,11 +2,8 @@ package fleet
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -72,36 +69,13 @@ func (n *Node) answerSubjects(m *nats.Msg) {
 // and returns their answers; the first error answer, or a 503 naming a
 // cell that did not answer, instead.
 func (n *Node) askEveryCell(verb string, body []byte) ([][]byte, *wire.ServiceError) {
-	cells := n.table.heardCells()
-	out := make([][]byte, len(cells))
-	errs := make([]*wire.ServiceError, len(cells))
-	var wg sync.WaitGroup
-	for i, h := range cells {
-		if since := time.Since(h.at); since > n.cfg.Silence && h.status.Cell != n.rec.Cell {
-			errs[i] = &wire.ServiceError{Code: 503, Description: fmt.Sprintf("cell %q is unavailable: not heard from for %v: try again", h.status.Cell, since.Round(time.Millisecond))}
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _, api := CellSubjects(h.status.Cell)
-			r, err := n.nc.Request(api+"."+verb, body, 5*time.Second)
-			if err != nil {
-				errs[i] = &wire.ServiceError{Code: 503, Description: "cell " + h.status.Cell + " did not answer " + verb + ": " + err.Error() + ": try again"}
-				return
-			}
-			if err := wire.ParseError(r.Header, r.Data); err != nil {
-				errs[i] = wire.NewServiceError(err)
-				return
-			}
-			out[i] = r.Data
-		}()
+	answers := n.askCells(verb, everyCell(body))
+	if err := firstError(answers); err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return nil, e
-		}
+	out := make([][]byte, len(answers))
+	for i, a := range answers {
+		out[i] = a.body
 	}
 	return out, nil
 }
