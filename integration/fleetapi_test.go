@@ -20,7 +20,11 @@ import (
 // cellAPI is a client of one cell's own API, past the fleet's routing.
 func cellAPI(nc *nats.Conn, cell string) *client.Client {
 	_, _, prefix := fleet.CellSubjects(cell)
-	return client.New(nc, client.WithTimeout(wait), client.WithAPIPrefix(prefix))
+	c, err := client.New(nc, client.WithTimeout(wait), client.WithAPIPrefix(prefix))
+	if err != nil {
+		panic(err) // NB: wait is a constant more than 0
+	}
+	return c
 }
 
 // fleetLimits checks that LIMITS.SET, PAUSE, RESUME and LIMITS.DELETE
@@ -191,7 +195,7 @@ func fleetSchedules(t *testing.T, nc *nats.Conn) {
 			t.Fatal(err)
 		}
 		pages++
-		for _, s := range page.Schedules {
+		for _, s := range page.Messages {
 			if strings.HasPrefix(s.Subject, "fleet.sched.") {
 				got = append(got, s.Subject+" "+s.Schedule.Name)
 			}
