@@ -4,9 +4,12 @@
 #   make test T=Name     only tests matching Name
 #   make test PKG=./keys only one package
 #   make bench           the Go benchmarks, then natsdelay-bench against JetStream
+#   make package         release binaries, .deb, .rpm, image and chart into dist/
+#   make package-test    build the linux/amd64 artifacts and check them (root, podman, dpkg)
 #   make soak            the crash loop, outage, adversarial and cluster tests, larger
 #   make fuzz            each fuzz target for FUZZTIME (default 30s), one by one
 #   make proto           regenerate the protobuf code (needs protoc)
+#   make package         release artifacts in dist/: static binaries, .deb, .rpm, images, the chart, SHA256SUMS
 
 GO      ?= go
 PKG     ?= ./...
@@ -19,7 +22,19 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
 
-.PHONY: build test gotest vet lint bench proto fuzz soak
+# Release builds. VERSION is what natsdelay version prints and what the
+# packages are called: the tag at HEAD, or the last tag and the commits
+# past it. The tools are fetched through the module proxy at pinned
+# versions on first use; they are not dependencies of the module.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.1.0-dev)
+DIST      ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+IMAGE_REPO ?= natsdelay
+NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
+HELM      := helm.sh/helm/v4/cmd/helm@v4.3.2
+RELEASE_LDFLAGS := -s -w -X main.releaseVersion=$(VERSION)
+
+.PHONY: build test gotest vet lint bench proto fuzz soak package linux-package package-test
 
 build:
 	$(GO) build -o bin/natsdelay ./cmd/natsdelay
@@ -66,6 +81,47 @@ soak:
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash|PipelineAnswered' -v ./delaystore/raftstore
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Bulk_Property' -v ./bridge
+
+# package builds, for each of PLATFORMS, a static binary; for each linux
+# one also a .deb and an .rpm (nfpm, cmd/internal/dist/nfpm.yaml) and an
+# image (podman, cmd/internal/dist/Containerfile, saved as an OCI archive);
+# then the Helm chart of docs/helm/natsdelay, and SHA256SUMS of it all.
+# cmd/internal/dist's test runs it for linux/amd64 and checks what it made.
+package:
+	rm -rf $(DIST)
+	mkdir -p $(DIST)
+	for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; bin=$(DIST)/natsdelay-$(VERSION)-$$os-$$arch; \
+		if [ $$os = windows ]; then bin=$$bin.exe; fi; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $$bin ./cmd/natsdelay || exit 1; \
+		if [ $$os = linux ]; then \
+			$(MAKE) --no-print-directory linux-package ARCH=$$arch BINARY=$$bin || exit 1; \
+		fi; \
+	done
+	$(GO) run $(HELM) package docs/helm/natsdelay --version $(VERSION:v%=%) --app-version $(VERSION) -d $(DIST)
+	cd $(DIST) && sha256sum natsdelay* > SHA256SUMS
+
+# linux-package is the .deb, the .rpm and the image of one linux BINARY of
+# ARCH; package runs it.
+# package-test builds the linux/amd64 artifacts and checks them
+# (cmd/internal/dist): installs the .deb and runs it, verifies the unit,
+# runs the image's binary, lints and renders the chart. It needs root,
+# podman, dpkg and systemd-analyze, and fails without them.
+package-test:
+	NATSDELAY_PACKAGE_TESTS=required $(GO) test -count=1 -timeout 30m -run TestPackage -v ./cmd/internal/dist
+
+linux-package:
+	VERSION=$(VERSION) ARCH=$(ARCH) BINARY=$(BINARY) $(GO) run $(NFPM) package --config cmd/internal/dist/nfpm.yaml --packager deb --target $(DIST)/
+	VERSION=$(VERSION) ARCH=$(ARCH) BINARY=$(BINARY) $(GO) run $(NFPM) package --config cmd/internal/dist/nfpm.yaml --packager rpm --target $(DIST)/
+	rm -rf $(DIST)/image-$(ARCH)
+	mkdir -p $(DIST)/image-$(ARCH)/data
+	cp $(BINARY) $(DIST)/image-$(ARCH)/natsdelay
+	podman build --quiet --platform linux/$(ARCH) -f cmd/internal/dist/Containerfile \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+		-t $(IMAGE_REPO):$(VERSION:v%=%)-$(ARCH) $(DIST)/image-$(ARCH)
+	podman save --quiet --format oci-archive -o $(DIST)/natsdelay-$(VERSION)-image-linux-$(ARCH).tar $(IMAGE_REPO):$(VERSION:v%=%)-$(ARCH)
+	rm -rf $(DIST)/image-$(ARCH)
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 $(PKG)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -20,15 +21,32 @@ func (versionCmd) Run(e *env) error {
 	return err
 }
 
+// releaseVersion is the version a release build names, set by the linker:
+// go build -ldflags "-X main.releaseVersion=v0.1.0" (make package does).
+// Empty, the build info's module version stands: the tag that go install
+// ...@v0.1.0 fetched, or (devel) for a build of a checkout.
+var releaseVersion string
+
 // version describes this binary: its module version, the VCS revision it
 // was built from when the build recorded one, the service version that
 // INFO reports, and the Go version.
 func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return versionOf(nil)
+	bi, _ := debug.ReadBuildInfo() // nil when the binary has none
+	return versionOf(released(bi, releaseVersion))
+}
+
+// released is bi with its module version replaced by v, a release build's
+// version, when v is set; bi itself otherwise. bi may be nil.
+func released(bi *debug.BuildInfo, v string) *debug.BuildInfo {
+	if v == "" {
+		return bi
 	}
-	return versionOf(bi)
+	if bi == nil {
+		return &debug.BuildInfo{GoVersion: runtime.Version(), Main: debug.Module{Version: v}}
+	}
+	out := *bi
+	out.Main.Version = v
+	return &out
 }
 
 // versionOf is version for the build info bi, which may be nil.

@@ -95,3 +95,23 @@ func helpLine(help, flag string) string {
 	}
 	return ""
 }
+
+// TestReleased_LinkerVersionWins checks that a version set by the linker
+// (make package's -X main.releaseVersion) replaces the module version and
+// keeps the VCS revision, and that without one the build info is as it was.
+func TestReleased_LinkerVersionWins(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "2e05afa0c0ffee"}}
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: vcs}
+	if got, want := versionOf(released(bi, "v0.1.0")), "natsdelay v0.1.0 revision 2e05afa0c0ffee service "+bridge.Version+" go1.26.0"; got != want {
+		t.Errorf("release build: %q, want %q", got, want)
+	}
+	if bi.Main.Version != "(devel)" {
+		t.Errorf("released changed the build info it was given: module version %q", bi.Main.Version)
+	}
+	if got := released(bi, ""); got != bi {
+		t.Errorf("no release version: got a new build info %+v, want the one given", got)
+	}
+	if got := versionOf(released(nil, "v0.1.0")); !strings.HasPrefix(got, "natsdelay v0.1.0 service "+bridge.Version+" go") {
+		t.Errorf("release build without build info: %q, want natsdelay v0.1.0 service %s go...", got, bridge.Version)
+	}
+}
