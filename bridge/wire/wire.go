@@ -57,6 +57,13 @@ const (
 	// HeaderCatchUp says what becomes of occurrences missed while the
 	// service was down: one (default), all or none.
 	HeaderCatchUp = "Delay-Catch-Up"
+	// HeaderDebounce, with HeaderID, debounces the (subject, id): each
+	// publish moves the fire time to that long after it and replaces the
+	// payload and headers.
+	HeaderDebounce = "Delay-Debounce"
+	// HeaderDebounceMax bounds a debounce: the message fires at the
+	// latest that long after the first publish of the burst.
+	HeaderDebounceMax = "Delay-Debounce-Max"
 
 	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
 	HeaderTag = "Delay-Tag"
