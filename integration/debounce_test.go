@@ -89,3 +89,56 @@ func inWindow(tb testing.TB, what string, at, lo, hi time.Time) {
 		tb.Fatalf("%s %s, want within [%s, %s]", what, at.Format(time.RFC3339Nano), lo.Format(time.RFC3339Nano), hi.Format(time.RFC3339Nano))
 	}
 }
+
+// TestCrash_Debounce_SIGKILLBetweenPublishes runs the real binary,
+// SIGKILLs it between publishes of two bursts and publishes again after
+// the restart: the burst's first time survived, so a publish after the
+// restart is due no later than the maximum after the first; the other
+// burst is delivered once, with the last payload, not before the last
+// publish's fire time.
+func TestCrash_Debounce_SIGKILLBetweenPublishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	dir := t.TempDir()
+	nc := connect(t, srv)
+	got := subscribe(t, nc, "debounce.crash.short")
+	long := func(data string) *nats.Msg {
+		return newMsg("debounce.crash.long", data, "Delay-Id", "L", "Delay-Debounce", "1h", "Delay-Debounce-Max", "1h")
+	}
+	// Before the kill the short burst waits an hour, so that nothing of
+	// it falls due while the service restarts; its last publish asks for
+	// less, as any publish of a burst may.
+	short := func(data, debounce string) *nats.Msg {
+		return newMsg("debounce.crash.short", data, "Delay-Id", "S", "Delay-Debounce", debounce, "Delay-Debounce-Max", "1h")
+	}
+
+	p := startProcess(t, bin, srv.ClientURL(), dir)
+	first := schedule(t, nc, long("one"))
+	schedule(t, nc, short("one", "1h"))
+	schedule(t, nc, short("two", "1h"))
+	p.kill(t)
+
+	p = startProcess(t, bin, srv.ClientURL(), dir)
+	defer p.stop(t)
+	again := schedule(t, nc, long("two"))
+	if again.FireAtRaw != first.FireAtRaw {
+		t.Fatalf("after the restart the burst is due at %s, want its first publish's time plus the maximum, %s", again.FireAtRaw, first.FireAtRaw)
+	}
+	last := schedule(t, nc, short("three", "300ms"))
+	r := next(t, got, "delivery of the short burst")
+	notEarly(t, r, last.FireAt)
+	if string(r.Data) != "three" || r.Header.Get(wire.HeaderTag) != last.Tag {
+		t.Fatalf("delivered %q with headers %v, want the last publish", r.Data, r.Header)
+	}
+	ackSync(t, nc, r.Msg, "")
+	if n := pendingFor(t, nc, "debounce.crash.short"); n != 0 {
+		t.Fatalf("%d pending of the short burst after its ACK, want 0", n)
+	}
+	quiet(t, got, 300*time.Millisecond, "a second delivery of one burst")
+	if n := pending(t, nc); n != 1 {
+		t.Fatalf("pending %d, want the long burst's one message", n)
+	}
+}
