@@ -1,11 +1,18 @@
 package bridge
 
 import (
+	"slices"
 	"time"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/keys"
+)
+
+// The places of the debounce headers in controlHeaders.
+var (
+	debounceIndex    = slices.Index(controlHeaders[:], wire.HeaderDebounce)
+	debounceMaxIndex = slices.Index(controlHeaders[:], wire.HeaderDebounceMax)
 )
 
 // parseDebounce reads Delay-Debounce and Delay-Debounce-Max into msg, if
@@ -14,6 +21,9 @@ import (
 // (see delaystore's Repository.resolveDebounce). given says whether
 // Delay or Delay-At was.
 func parseDebounce(ctl *controls, msg *delaystore.StoredMessage, now time.Time, given bool) error {
+	if ctl.count[debounceIndex] == 0 && ctl.count[debounceMaxIndex] == 0 {
+		return nil // most messages: no search of controlHeaders by name
+	}
 	v, ok, err := ctl.value(wire.HeaderDebounce)
 	if err != nil {
 		return err
