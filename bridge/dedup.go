@@ -32,7 +32,9 @@ func onceOf(msg *delaystore.StoredMessage, h nats.Header) (delaystore.Once, erro
 		}
 		o.MsgID = ids[0]
 	}
-	if msg.ClientId != "" {
+	// Each publish of a debounce is news, the same text included: it
+	// moves the fire time, so none is a resend of the one before.
+	if msg.ClientId != "" && msg.DebounceFirstNs == 0 {
 		o.Sum = sentSum(msg, h)
 	}
 	return o, nil

@@ -80,14 +80,14 @@ func controlIndex(name string) int {
 }
 
 // controls are the control headers of one message, read in one pass over
-// its header: reading each of the twelve by a pass of its own was a large
+// its header: reading each by a pass of its own was a large
 // share of ingest's cost.
 type controls struct {
 	first [numControl]string // the first value of each
 	count [numControl]int    // how many values each has, over every case of its name
 }
 
-const numControl = 13
+const numControl = 15
 
 func readControls(h nats.Header, c *controls) {
 	for k, vs := range h {
@@ -147,6 +147,9 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		return nil, err
 	}
 	if err := parseRecurring(&ctl, msg, now, fireAt, given); err != nil {
+		return nil, err
+	}
+	if err := parseDebounce(&ctl, msg, now, given); err != nil {
 		return nil, err
 	}
 	if msg.Headers, err = passedHeaders(h); err != nil {
@@ -497,7 +500,8 @@ func checkClientID(id string) error {
 
 // controlHeaders are matched case-insensitively and never passed on.
 var controlHeaders = [numControl]string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
-	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap}
+	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap,
+	wire.HeaderDebounce, wire.HeaderDebounceMax}
 
 // ownHeaders are the headers the service sets on deliveries and dead
 // letters; they replace publisher headers of the same name in any case.

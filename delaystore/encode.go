@@ -11,21 +11,23 @@ import (
 
 // Field numbers of StoredMessage and Header, as in storedmessage.proto.
 const (
-	fieldSubject      protowire.Number = 1
-	fieldPayload      protowire.Number = 2
-	fieldHeaders      protowire.Number = 3
-	fieldEnqueuedAtNs protowire.Number = 4
-	fieldFireAtNs     protowire.Number = 5
-	fieldTTLNs        protowire.Number = 6
-	fieldExpireAtNs   protowire.Number = 7
-	fieldClientID     protowire.Number = 8
-	fieldAckPolicy    protowire.Number = 9
-	fieldMaxDeliver   protowire.Number = 10
-	fieldAttempt      protowire.Number = 11
-	fieldEventID      protowire.Number = 12
-	fieldRecurrence   protowire.Number = 13
-	fieldMovedBy      protowire.Number = 14
-	fieldWrittenOnce  protowire.Number = 15
+	fieldSubject       protowire.Number = 1
+	fieldPayload       protowire.Number = 2
+	fieldHeaders       protowire.Number = 3
+	fieldEnqueuedAtNs  protowire.Number = 4
+	fieldFireAtNs      protowire.Number = 5
+	fieldTTLNs         protowire.Number = 6
+	fieldExpireAtNs    protowire.Number = 7
+	fieldClientID      protowire.Number = 8
+	fieldAckPolicy     protowire.Number = 9
+	fieldMaxDeliver    protowire.Number = 10
+	fieldAttempt       protowire.Number = 11
+	fieldEventID       protowire.Number = 12
+	fieldRecurrence    protowire.Number = 13
+	fieldMovedBy       protowire.Number = 14
+	fieldWrittenOnce   protowire.Number = 15
+	fieldDebounceFirst protowire.Number = 20
+	fieldDebounceMax   protowire.Number = 21
 
 	fieldHeaderName   protowire.Number = 1
 	fieldHeaderValues protowire.Number = 2
@@ -100,6 +102,8 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64, once bool) ([]b
 	if once {
 		dst = appendVarint(dst, fieldWrittenOnce, 1)
 	}
+	dst = appendVarint(dst, fieldDebounceFirst, uint64(m.DebounceFirstNs))
+	dst = appendVarint(dst, fieldDebounceMax, uint64(m.DebounceMaxNs))
 	return append(dst, m.unknownFields...), nil
 }
 

@@ -27,7 +27,7 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 			"max_deliver": fieldMaxDeliver, "attempt": fieldAttempt, "event_id": fieldEventID,
 			"recurrence":   fieldRecurrence,
 			"moved_by":     fieldMovedBy,
-			"written_once": fieldWrittenOnce,
+			"written_once": fieldWrittenOnce, "debounce_first_ns": fieldDebounceFirst, "debounce_max_ns": fieldDebounceMax,
 		}},
 		{(&Header{}).ProtoReflect().Descriptor(), map[string]protowire.Number{
 			"name": fieldHeaderName, "values": fieldHeaderValues,
@@ -87,6 +87,7 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 		m := &StoredMessage{
 			Subject: str(), EnqueuedAtNs: i64(), FireAtNs: i64(), TtlNs: i64(), ExpireAtNs: i64(),
 			ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(), MovedBy: str(),
+			DebounceFirstNs: i64(), DebounceMaxNs: i64(),
 		}
 		if rng.IntN(2) == 0 {
 			m.Payload = []byte(str())

@@ -426,6 +426,9 @@ func validateBatch(msgs []*StoredMessage) error {
 // not nil, adds its own writes to the batch before the counts are set,
 // told the keys of msgs.
 func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra func(Batch, []Scheduled) error) ([]Scheduled, error) {
+	if err := r.resolveDebounce(msgs); err != nil {
+		return nil, err
+	}
 	first, last, err := r.reserveIDs(len(msgs))
 	if err != nil {
 		return nil, err

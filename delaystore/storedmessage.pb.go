@@ -212,7 +212,15 @@ type StoredMessage struct {
 	// had never held one, and has not rewritten it since, so its key and
 	// its due entry may be deleted with a single delete. A rewrite stores
 	// it false; values written before it existed read false.
-	WrittenOnce   bool `protobuf:"varint,15,opt,name=written_once,json=writtenOnce,proto3" json:"written_once,omitempty"`
+	WrittenOnce bool `protobuf:"varint,15,opt,name=written_once,json=writtenOnce,proto3" json:"written_once,omitempty"`
+	// debounce_first_ns is set on a message scheduled with Delay-Debounce:
+	// when the first publish of its burst was accepted, Unix nanoseconds.
+	// A publish that replaces it keeps it, so the burst's maximum wait is
+	// counted from it. Numbered apart from the fields before it, which
+	// other features extend.
+	DebounceFirstNs int64 `protobuf:"varint,20,opt,name=debounce_first_ns,json=debounceFirstNs,proto3" json:"debounce_first_ns,omitempty"`
+	// debounce_max_ns is the Delay-Debounce-Max; 0 means no maximum.
+	DebounceMaxNs int64 `protobuf:"varint,21,opt,name=debounce_max_ns,json=debounceMaxNs,proto3" json:"debounce_max_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +358,20 @@ func (x *StoredMessage) GetWrittenOnce() bool {
 		return x.WrittenOnce
 	}
 	return false
+}
+
+func (x *StoredMessage) GetDebounceFirstNs() int64 {
+	if x != nil {
+		return x.DebounceFirstNs
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetDebounceMaxNs() int64 {
+	if x != nil {
+		return x.DebounceMaxNs
+	}
+	return 0
 }
 
 // Recurrence is the schedule an occurrence belongs to, and where this
@@ -693,7 +715,7 @@ var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xb4\x04\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\x88\x05\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -716,7 +738,9 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"recurrence\x18\r \x01(\v2#.natsdelay.delaystore.v1.RecurrenceR\n" +
 	"recurrence\x12\x19\n" +
 	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\x12!\n" +
-	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\"\xe5\x03\n" +
+	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\x12*\n" +
+	"\x11debounce_first_ns\x18\x14 \x01(\x03R\x0fdebounceFirstNs\x12&\n" +
+	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\"\xe5\x03\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +

@@ -67,6 +67,14 @@ var badInputs = []struct {
 	{name: "Delay twice, two spellings", hdr: []string{"Delay", "1s", "delay", "1s"}, want: "Delay given 2 times"},
 	{name: "Delay-Id twice", hdr: []string{"Delay-Id", "a", "Delay-Id", "b"}, want: "Delay-Id given 2 times"},
 	{name: "Delay-TTL twice", hdr: []string{"Delay-TTL", "1s", "DELAY-TTL", "1s"}, want: "Delay-TTL given 2 times"},
+	{name: "debounce without id", hdr: []string{"Delay-Debounce", "30s"}, want: "Delay-Debounce without Delay-Id"},
+	{name: "debounce with Delay", hdr: []string{"Delay-Debounce", "30s", "Delay-Id", "d", "Delay", "1s"}, want: "the debounce sets the fire time"},
+	{name: "debounce with Delay-At", hdr: []string{"Delay-Debounce", "30s", "Delay-Id", "d", "Delay-At", "2030-01-01T00:00:00Z"}, want: "the debounce sets the fire time"},
+	{name: "debounce recurring", hdr: []string{"Delay-Debounce", "30s", "Delay-Id", "d", "Delay-Every", "1h"}, want: "Delay-Debounce on a recurring schedule"},
+	{name: "debounce zero", hdr: []string{"Delay-Debounce", "0", "Delay-Id", "d"}, want: `Delay-Debounce "0": want a positive duration`},
+	{name: "debounce garbage", hdr: []string{"Delay-Debounce", "soon", "Delay-Id", "d"}, want: `Delay-Debounce "soon"`},
+	{name: "debounce max alone", hdr: []string{"Delay-Debounce-Max", "5m", "Delay-Id", "d"}, want: "Delay-Debounce-Max without Delay-Debounce"},
+	{name: "debounce max shorter", hdr: []string{"Delay-Debounce", "30s", "Delay-Debounce-Max", "10s", "Delay-Id", "d"}, want: "want at least the debounce"},
 }
 
 // badMsg builds the ingest message of bad input i.

@@ -54,6 +54,15 @@ type Message struct {
 	Limit   uint64
 	CatchUp string
 	Overlap string
+
+	// Debounce, with ID and without Delay or At, debounces the subject
+	// and ID (Delay-Debounce): the message is due that long after this
+	// Schedule, replacing the pending one, and a burst is delivered once,
+	// with its last message. DebounceMax (Delay-Debounce-Max) delivers a
+	// burst that never pauses at the latest that long after its first
+	// message. A retry of a debounce is a new publish of the burst.
+	Debounce    time.Duration
+	DebounceMax time.Duration
 }
 
 // msg is m as the NATS message to publish on ingest.
@@ -81,6 +90,8 @@ func (c *Client) msg(m Message) *nats.Msg {
 	set(wire.HeaderLimit, strconv.FormatUint(m.Limit, 10), m.Limit != 0)
 	set(wire.HeaderOverlap, m.Overlap, m.Overlap != "")
 	set(wire.HeaderCatchUp, m.CatchUp, m.CatchUp != "")
+	set(wire.HeaderDebounce, m.Debounce.String(), m.Debounce != 0)
+	set(wire.HeaderDebounceMax, m.DebounceMax.String(), m.DebounceMax != 0)
 	return nm
 }
 

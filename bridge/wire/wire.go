@@ -60,6 +60,13 @@ const (
 	// HeaderOverlap ties an occurrence to the answer of the one before:
 	// allow (default), skip or buffer-one.
 	HeaderOverlap = "Delay-Overlap"
+	// HeaderDebounce, with HeaderID, debounces the (subject, id): each
+	// publish moves the fire time to that long after it and replaces the
+	// payload and headers.
+	HeaderDebounce = "Delay-Debounce"
+	// HeaderDebounceMax bounds a debounce: the message fires at the
+	// latest that long after the first publish of the burst.
+	HeaderDebounceMax = "Delay-Debounce-Max"
 
 	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
 	HeaderTag = "Delay-Tag"

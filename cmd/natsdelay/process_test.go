@@ -282,7 +282,8 @@ func TestSub_Count_TakesExactlyThat(t *testing.T) {
 
 // TestPub_DelayInDays_Scheduled checks that pub --delay takes days, which
 // the service's Delay header does not: 7d is scheduled seven days out, and
-// a --ttl in days is taken too; a fraction of a day is a usage error.
+// a --ttl in days is taken too, and so is a --debounce; a fraction of a
+// day is a usage error.
 func TestPub_DelayInDays_Scheduled(t *testing.T) {
 	t.Parallel()
 	url := serveInProcess(t, t.TempDir()).URL()
@@ -296,6 +297,20 @@ func TestPub_DelayInDays_Scheduled(t *testing.T) {
 	}
 	if lo, hi := before.Add(7*24*time.Hour), time.Now().Add(7*24*time.Hour); rep.FireAt.Before(lo.Truncate(time.Millisecond)) || rep.FireAt.After(hi) {
 		t.Errorf("--delay 7d: fire_at %v, want between %v and %v", rep.FireAt, lo, hi)
+	}
+	// --debounce takes days too; with --debounce-max equal to it the
+	// second publish is due when the first was.
+	var first, second struct {
+		FireAt string `json:"fire_at"`
+	}
+	for _, rep := range []any{&first, &second} {
+		out := mustRun(t, "pub", "days.debounced", "x", "--id", "d", "--debounce", "1d", "--debounce-max", "1d", "--nats", url, "--json")
+		if err := json.Unmarshal([]byte(out), rep); err != nil {
+			t.Fatalf("pub --debounce --json printed %q: %v", out, err)
+		}
+	}
+	if second.FireAt == "" || second.FireAt != first.FireAt {
+		t.Errorf("--debounce 1d --debounce-max 1d: fire_at %q then %q, want the same", first.FireAt, second.FireAt)
 	}
 	code, _, errOut := runCmd(t, "pub", "days.later", "x", "--delay", "1.5d", "--nats", url)
 	if code != exitUsage || !strings.Contains(errOut, `--delay "1.5d": want whole days first, such as 7d or 1d12h`) {

@@ -34,6 +34,8 @@ type pubCmd struct {
 	Until        string        `help:"Recurring: no occurrence after this time, RFC 3339 or Unix seconds." placeholder:"TIME" env:"-"`
 	Limit        int           `help:"Recurring: at most this many occurrences; 0 is no limit." default:"0" env:"-"`
 	CatchUp      string        `help:"Recurring: occurrences missed while the service was down: one, all or none; empty leaves it to the service (one)." placeholder:"POLICY" env:"-"`
+	Debounce     string        `help:"Debounce the --id: due this long after this publish, replacing the pending one, so a burst is delivered once, with its last message; days as in --delay. Not with --delay or --at." placeholder:"DURATION" env:"-"`
+	DebounceMax  string        `help:"With --debounce: deliver a burst that never pauses at the latest this long after its first publish." placeholder:"DURATION" env:"-"`
 	Header       []string      `short:"H" help:"Header to store and deliver, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
 	Timeout      time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
 	JSON         bool          `name:"json" help:"Print the service's JSON reply instead of a line of text." env:"-"`
@@ -58,13 +60,14 @@ func (c *pubCmd) check() error {
 			p.add("--header %q: want K:V, such as X-Trace:abc", h)
 		}
 	}
+	c.checkDebounce(&p)
 	if c.IngestPrefix == "" {
 		p.add(`--ingest-prefix "": want the service's prefix, such as %s`, wire.DefaultIngestPrefix)
 	}
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"--delay", &c.Delay}, {"--ttl", &c.TTL}} {
+	}{{"--delay", &c.Delay}, {"--ttl", &c.TTL}, {"--debounce", &c.Debounce}, {"--debounce-max", &c.DebounceMax}} {
 		v, err := expandDays(*f.v)
 		if err != nil {
 			p.add("%s %q: %v", f.name, *f.v, err)
@@ -73,6 +76,20 @@ func (c *pubCmd) check() error {
 		*f.v = v
 	}
 	return p.err()
+}
+
+// checkDebounce adds to p what --debounce and --debounce-max lack: the
+// service would refuse them the same, in its own words.
+func (c *pubCmd) checkDebounce(p *problems) {
+	switch {
+	case c.DebounceMax != "" && c.Debounce == "":
+		p.add("--debounce-max goes with --debounce")
+	case c.Debounce == "":
+	case c.ID == "":
+		p.add("--debounce needs --id: the id names what is debounced")
+	case c.Delay != "" || c.At != "":
+		p.add("--debounce sets the fire time: give no --delay or --at with it")
+	}
 }
 
 // expandDays turns a duration that starts with whole days, 7d or 1d12h,
@@ -123,6 +140,8 @@ func (c *pubCmd) Run(e *env) error {
 		set(wire.HeaderLimit, strconv.Itoa(c.Limit))
 	}
 	set(wire.HeaderCatchUp, c.CatchUp)
+	set(wire.HeaderDebounce, c.Debounce)
+	set(wire.HeaderDebounceMax, c.DebounceMax)
 	m.Data = []byte(c.Data)
 	if c.Data == "-" {
 		b, err := io.ReadAll(e.stdin)
