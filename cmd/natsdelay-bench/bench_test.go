@@ -280,9 +280,12 @@ func TestBench_Cluster_Quick(t *testing.T) {
 	}
 }
 
-// TestBench_Cells_Quick runs bench --cells 3 at tiny sizes with a natsdelay
-// that runs no cells: it checks that the phase says so and measures one
-// cell and the hand-partitioned ideal, every mode, every message taken.
+// TestBench_Cells_Quick runs bench --cells 3 at tiny sizes with the
+// natsdelay of this tree, which runs cells: it checks that one cell, the
+// fleet of three and the hand-partitioned ideal each took every message
+// of every mode, none refused, and stored each once, so that the fleet's
+// rows measure three cells sharing the load, not a refusing or a
+// duplicating fleet; never how fast.
 func TestBench_Cells_Quick(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -291,12 +294,15 @@ func TestBench_Cells_Quick(t *testing.T) {
 	if cr == nil || res.Cluster != nil || len(res.Ingest) != 0 {
 		t.Fatalf("--cells ran: cells %v, cluster %v, %d ingest", cr != nil, res.Cluster != nil, len(res.Ingest))
 	}
-	if cr.Fleet || cr.Cells != 3 || cr.CellNodes != 1 {
-		t.Errorf("cells %+v: want 3 one-node cells, no fleet in a natsdelay without --cell", cr)
+	if !cr.Fleet || cr.Cells != 3 || cr.CellNodes != 1 {
+		t.Errorf("cells %+v: want a fleet of 3 one-node cells", cr)
 	}
-	want := map[string]bool{
-		bench.CellsOne + "/16 requesters": true, bench.CellsOne + "/pipelined": true,
-		bench.CellsIdeal + "/16 requesters": true, bench.CellsIdeal + "/pipelined": true,
+	want := map[string]bool{}
+	for _, system := range []string{bench.CellsOne, bench.CellsFleet, bench.CellsIdeal} {
+		want[system+"/16 requesters"], want[system+"/pipelined"] = true, true
+		if got := cr.Stored[system]; got != 600 {
+			t.Errorf("%s stored %d messages over its timed runs, want the 600 it took", system, got)
+		}
 	}
 	for _, r := range cr.Ingest {
 		key := r.System + "/" + r.Mode
@@ -310,6 +316,16 @@ func TestBench_Cells_Quick(t *testing.T) {
 	}
 	for key := range want {
 		t.Errorf("no row %s", key)
+	}
+	parts := 0
+	for _, c := range cr.FleetCells {
+		parts += c.Partitions
+		if c.Partitions == 0 || c.Pending == 0 {
+			t.Errorf("fleet cell %s owns %d partitions and holds %d messages: want a share of both", c.Cell, c.Partitions, c.Pending)
+		}
+	}
+	if len(cr.FleetCells) != 3 || parts != cr.Partitions {
+		t.Errorf("fleet cells %+v: want 3 owning the %d partitions between them", cr.FleetCells, cr.Partitions)
 	}
 }
 

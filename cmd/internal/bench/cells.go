@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/nats-io/nats.go"
 
+	"github.com/natsdelay/natsdelay/bridge/fleet"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
@@ -38,6 +40,21 @@ type CellsResult struct {
 	// in which a node used up its quota and was held back; absent
 	// without a quota.
 	ThrottledPct map[string]float64 `json:"throttled_pct,omitempty"`
+	// Stored is, per system, how many messages its pending count rose by
+	// over its timed runs: every message answered with OK, once each.
+	Stored map[string]uint64 `json:"stored"`
+	// FleetCells is each cell of the fleet, as it answered CELLS after
+	// the fleet's runs: a fleet whose cells share the load has every
+	// cell owning partitions and holding messages.
+	FleetCells []FleetCell `json:"fleet_cells,omitempty"`
+}
+
+// FleetCell is a cell of the fleet: how many of the fleet's partitions it
+// owns and how many messages it holds pending.
+type FleetCell struct {
+	Cell       string `json:"cell"`
+	Partitions int    `json:"partitions"`
+	Pending    uint64 `json:"pending"`
 }
 
 // The systems of the cells phase.
@@ -83,15 +100,34 @@ func (l *cellsLoad) msg(i int) *nats.Msg {
 	return &nats.Msg{Subject: l.ingest[j] + "." + l.subjects[j], Header: h, Data: l.e.payload}
 }
 
-// warm sends one message on every subject and waits for every reply: it
-// proves that whatever owns a subject serves before a run is timed.
+// warm sends one message on every subject, again until every one is
+// answered with OK: it proves that whatever owns a subject serves before
+// a run is timed and, in a fleet, that each cell's partitions are served
+// through whichever cell a publish reaches, since a cell that has not
+// yet heard of a partition's owner refuses its messages.
 func (l *cellsLoad) warm() error {
-	var done atomic.Int64
-	_, failed, err := requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, delayOK, &done)
-	if err == nil && failed > 0 {
-		err = fmt.Errorf("bench: %d of %d messages of the warm-up refused", failed, len(l.subjects))
+	var failed int
+	err := poll(l.e.cfg.Timeout, func() (bool, error) {
+		var done atomic.Int64
+		var err error
+		_, failed, err = requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, delayOK, &done)
+		return failed == 0, err
+	})
+	if err != nil && failed > 0 {
+		err = fmt.Errorf("bench: %d of %d messages of the warm-up still refused: %w", failed, len(l.subjects), err)
 	}
 	return err
+}
+
+// uncovered is the first of parts partitions that none of the load's
+// subjects falls in, or -1: a warm-up that misses a partition does not
+// prove that its owner serves.
+func (l *cellsLoad) uncovered(parts int) int {
+	hit := make([]bool, parts)
+	for _, s := range l.subjects {
+		hit[partitionOf(s, parts)] = true
+	}
+	return slices.Index(hit, false)
 }
 
 // runCells measures ingest into one cell, a fleet and the ideal.
@@ -133,6 +169,10 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 	if err := load.warm(); err != nil {
 		return err
 	}
+	stored0, err := storedBy(system, sets)
+	if err != nil {
+		return err
+	}
 	cpu := func() float64 {
 		var sum float64
 		for _, s := range sets {
@@ -153,6 +193,41 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		}
 		cr.Ingest = append(cr.Ingest, row)
 	}
+	stored1, err := storedBy(system, sets)
+	if err != nil {
+		return err
+	}
+	if cr.Stored == nil {
+		cr.Stored = map[string]uint64{}
+	}
+	cr.Stored[system] = stored1 - stored0
+	noteThrottled(system, sets, cr)
+	if system == CellsFleet {
+		return e.noteFleetCells(cr)
+	}
+	return nil
+}
+
+// noteFleetCells notes what each cell of the fleet answers to CELLS.
+func (e *env) noteFleetCells(cr *CellsResult) error {
+	var heard []fleet.Status
+	err := poll(e.cfg.Timeout, func() (bool, error) {
+		heard = fleet.GatherCells(e.conns[0], 250*time.Millisecond)
+		return len(heard) == e.cfg.Cells, nil
+	})
+	if err != nil {
+		return fmt.Errorf("bench: %d of the fleet's %d cells answer: %w", len(heard), e.cfg.Cells, err)
+	}
+	slices.SortFunc(heard, func(a, b fleet.Status) int { return strings.Compare(a.Cell, b.Cell) })
+	for _, st := range heard {
+		cr.FleetCells = append(cr.FleetCells, FleetCell{Cell: st.Cell, Partitions: fleet.Count(st.Owned), Pending: st.Pending})
+	}
+	return nil
+}
+
+// noteThrottled notes the share of the quota periods of system's nodes
+// that were throttled, where they have a quota.
+func noteThrottled(system string, sets []*nodeSet, cr *CellsResult) {
 	var periods, throttled int64
 	for _, s := range sets {
 		p, t := s.throttled()
@@ -164,7 +239,24 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		}
 		cr.ThrottledPct[system] = 100 * float64(throttled) / float64(periods)
 	}
-	return nil
+}
+
+// storedBy is how many messages system's nodes hold pending: the sum of
+// its sets' INFO, but a fleet's INFO alone, since any of its cells
+// answers for all of them.
+func storedBy(system string, sets []*nodeSet) (uint64, error) {
+	if system == CellsFleet {
+		sets = sets[:1]
+	}
+	var sum uint64
+	for _, s := range sets {
+		info, err := s.client(s.e.cfg.Timeout).Info(context.Background())
+		if err != nil {
+			return 0, fmt.Errorf("bench: INFO: %w", err)
+		}
+		sum += info.Counts.Pending
+	}
+	return sum, nil
 }
 
 // cellsRun times IngestMsgs messages of load: by r synchronous
@@ -202,16 +294,21 @@ func (e *env) startCellsSystem(system string, fleet bool) ([]*nodeSet, *cellsLoa
 	own := prefixes{e.ingest, e.ack, e.api}
 	var specs []setSpec
 	load := e.newCellsLoad(1, func(int) string { return e.ingest })
+	var founders []string // the cells of a fleet, c1 to c<n>
 	switch system {
 	case CellsOne:
-		specs = append(specs, e.cellSpec(system, 0, own, fleet))
+		if fleet {
+			founders = cellNames(1)
+		}
+		specs = append(specs, e.cellSpec(system, 0, own, founders))
 	case CellsFleet:
+		founders = cellNames(c.Cells)
 		for i := range c.Cells {
-			specs = append(specs, e.cellSpec(system, i, own, true))
+			specs = append(specs, e.cellSpec(system, i, own, founders))
 		}
 	case CellsIdeal:
 		for i := range c.Cells {
-			specs = append(specs, e.cellSpec(system, i, e.partPrefixes(i), false))
+			specs = append(specs, e.cellSpec(system, i, e.partPrefixes(i), nil))
 		}
 		load = e.newCellsLoad(c.Cells, func(part int) string { return e.partPrefixes(part).ingest })
 	}
@@ -223,20 +320,55 @@ func (e *env) startCellsSystem(system string, fleet bool) ([]*nodeSet, *cellsLoa
 		}
 		sets = append(sets, s)
 	}
+	if founders != nil {
+		return sets, load, e.waitFleet(founders, load)
+	}
 	return sets, load, nil
 }
 
+// cellNames are the names of a fleet's n cells: c1 to c<n>.
+func cellNames(n int) []string {
+	var names []string
+	for i := range n {
+		names = append(names, "c"+strconv.Itoa(i+1))
+	}
+	return names
+}
+
 // cellSpec is cell i of system: CellNodes nodes on pre, as cell c<i+1>
-// of a fleet of CellPartitions partitions where asCell.
-func (e *env) cellSpec(system string, i int, pre prefixes, asCell bool) setSpec {
+// of the fleet that founders create, of CellPartitions partitions, where
+// founders are given. Every cell of a fleet gets the same founders, so
+// that each owns its share of the partitions from the start; a cell
+// started without them would find no fleet and create one of its own.
+func (e *env) cellSpec(system string, i int, pre prefixes, founders []string) setSpec {
 	name := "c" + strconv.Itoa(i+1)
 	spec := setSpec{n: e.cfg.CellNodes, dir: filepath.Join(e.dir, "cells", strings.ReplaceAll(system, " ", "-"), name), prefixes: pre}
-	if asCell {
+	if founders != nil {
 		spec.extra = func(int) []string {
-			return []string{"--cell", name, "--partitions", strconv.Itoa(e.cfg.CellPartitions)}
+			return []string{"--cell", name, "--partitions", strconv.Itoa(e.cfg.CellPartitions),
+				"--fleet-cells", strings.Join(founders, ",")}
 		}
 	}
 	return spec
+}
+
+// waitFleet waits until every one of founders answers the fleet's CELLS
+// request, serving and telling the fleet its partitions, and checks that
+// the load's subjects fall in every partition, so that the warm-up that
+// follows reaches each cell's.
+func (e *env) waitFleet(founders []string, load *cellsLoad) error {
+	if p := load.uncovered(e.cfg.CellPartitions); p >= 0 {
+		return fmt.Errorf("%w: none of the %d subjects falls in partition %d of %d: raise CellSubjects", ErrInvalidConfig, len(load.subjects), p, e.cfg.CellPartitions)
+	}
+	var heard []fleet.Status
+	err := poll(e.cfg.Timeout, func() (bool, error) {
+		heard = fleet.GatherCells(e.conns[0], 250*time.Millisecond)
+		return len(heard) == len(founders), nil
+	})
+	if err != nil {
+		return fmt.Errorf("bench: %d of the fleet's %d cells answer: %w", len(heard), len(founders), err)
+	}
+	return nil
 }
 
 // partPrefixes are the prefixes of the ideal's independent cell part.

@@ -298,7 +298,7 @@ func Quick() Config {
 		FlowPaused:     20_000,
 		FlowRated:      1_000,
 		EventsRounds:   1,
-		CellSubjects:   64,
+		CellSubjects:   256,
 		Failovers:      1,
 		Timeout:        30 * time.Second,
 	}

@@ -758,6 +758,13 @@ func writeCells(p func(string, ...any), c ConfigSummary, cr *CellsResult) {
 	if t1, ok := cr.ThrottledPct[CellsOne]; ok {
 		p("quota periods throttled %%\t\t%s\t%s\t\t%s\t\t\t", dec(t1), throttledOf(cr.ThrottledPct, CellsFleet), dec(cr.ThrottledPct[CellsIdeal]))
 	}
+	if len(cr.FleetCells) > 0 {
+		var cells []string
+		for _, fc := range cr.FleetCells {
+			cells = append(cells, fmt.Sprintf("%s: %d partitions, %d pending", fc.Cell, fc.Partitions, fc.Pending))
+		}
+		p("%d cells after their runs: %s\t\t\t\t\t\t\t\t", n, strings.Join(cells, "; "))
+	}
 	if !cr.Fleet {
 		p("%d cells: not measured: this natsdelay has no serve --cell; the fleet's rows need a build with --cell\t\t\t\t\t\t\t\t", n)
 	}
