@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -214,8 +215,7 @@ func (dl *deleter) run() {
 			retry = min(max(2*retry, 10*time.Millisecond), time.Second)
 			dl.log.Warn("committing deletes failed; retrying", "err", err, "ops", n, "retry_in", retry)
 			if closing {
-				dl.closeErr = fmt.Errorf("dispatch: committing %d writes queued at close: %w", n, err)
-				dl.failAll(err)
+				dl.closeAfterFailure(n, err)
 				return
 			}
 			select {
@@ -354,4 +354,18 @@ func (dl *deleter) queued(k keys.Key) bool {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	return dl.mu.ops[k] != nil
+}
+
+// closeAfterFailure ends the writes queued at close that could not commit:
+// each is told err. A node of a cluster that no longer leads cannot
+// commit them, and need not: the messages stay pending in the replicated
+// store and the leader delivers them again, so that is no failure of
+// Close. Any other error is.
+func (dl *deleter) closeAfterFailure(n int, err error) {
+	if errors.Is(err, delaystore.ErrNotLeader) {
+		dl.log.Info("writes queued at close not committed: this node no longer leads, and the leader delivers their messages again", "ops", n)
+	} else {
+		dl.closeErr = fmt.Errorf("dispatch: committing %d writes queued at close: %w", n, err)
+	}
+	dl.failAll(err)
 }

@@ -217,7 +217,10 @@ func fleetDeliversOnce(t *testing.T, nc *nats.Conn) {
 
 // publishFleet requests per messages on each of n subjects, from 32
 // publishers that each own some subjects and send each subject's next
-// message once the last one's reply came.
+// message once the last one's reply came. A publisher sends a message
+// again after a 503, as the protocol says a publisher may: while the
+// fleet forms, a node that has not yet heard a partition's owner answers
+// so, and a message sent again before the next keeps the subject's order.
 func publishFleet(t *testing.T, nc *nats.Conn, n, per int) {
 	const publishers = 32
 	var wg sync.WaitGroup
@@ -230,10 +233,7 @@ func publishFleet(t *testing.T, nc *nats.Conn, n, per int) {
 				for s := w; s < n; s += publishers {
 					m := nats.NewMsg(fmt.Sprintf("delay.fleet.once.%d", s))
 					m.Data = []byte(strconv.Itoa(seq))
-					r, err := nc.RequestMsg(m, 10*time.Second)
-					if err == nil {
-						err = wire.ParseError(r.Header, r.Data)
-					}
+					err := requestRetryingUnavailable(nc, m)
 					if err != nil {
 						errs <- fmt.Errorf("%s #%d: %w", m.Subject, seq, err)
 						return
@@ -398,8 +398,10 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	// Until the fleet notices c is gone a publish may find nobody
 	// subscribed (no responders), which is retryable too; then every one
 	// gets the fleet's 503.
-	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		r, err := nc.RequestMsg(newMsg(onC, "during"), wait)
+	// NB: a short timeout per try: while c's last node still holds the
+	// fleet's subscriptions, a request it takes may go unanswered.
+	checkFor(t, 2*wait, 50*time.Millisecond, func() error {
+		r, err := nc.RequestMsg(newMsg(onC, "during"), 2*time.Second)
 		if err != nil {
 			return err
 		}
@@ -462,5 +464,21 @@ func fleetSubjects(t *testing.T, nc *nats.Conn) {
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") || pages != 6 {
 		t.Fatalf("%d pages of subjects %v, want 6 pages of %v", pages, got, want)
+	}
+}
+
+// requestRetryingUnavailable sends m until its answer is not a 503, for
+// up to wait, and returns the error of the last answer.
+func requestRetryingUnavailable(nc *nats.Conn, m *nats.Msg) error {
+	deadline := time.Now().Add(wait)
+	for {
+		r, err := nc.RequestMsg(m, 10*time.Second)
+		if err == nil {
+			err = wire.ParseError(r.Header, r.Data)
+		}
+		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // NB: a retrying publisher's pause, not a wait for an event
 	}
 }

@@ -135,7 +135,7 @@ func fleetLimitWriteCellFails(t *testing.T, nc *nats.Conn) {
 	})
 	req := []byte(`{"pattern":"fleet.fails.>"}`)
 	var last error
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, 2*wait, 20*time.Millisecond, func() error {
 		r, err := nc.Request(wire.DefaultAPIPrefix+"."+wire.VerbPause, req, wait)
 		if err != nil {
 			return err
