@@ -110,7 +110,7 @@ func (n *Node) partitionOf(m *nats.Msg, verb, tag, subject string) (int, bool) {
 // forwardTo sends m, keeping its reply subject, to the subject that
 // subjectOf names for the cell that owns partition p.
 func (n *Node) forwardTo(m *nats.Msg, p int, subjectOf func(cell string) string) {
-	cell, at, ok := n.table.owner(p)
+	cell, at, ok := n.ownerOf(p)
 	switch {
 	case !ok:
 		answerError(n.nc, m, 503, "partition %d has no owner this node knows of yet: try again", p)

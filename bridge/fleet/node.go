@@ -59,6 +59,10 @@ type Node struct {
 	stale     sync.Mutex
 	nStale    uint64
 	strangers map[string]bool
+	// gather guards gathered, when a route last asked every cell for a
+	// partition with no owner known (see ownerOf).
+	gather   sync.Mutex
+	gathered time.Time
 }
 
 // New starts the node of cell rec (see Prepare) whose service is svc, on
@@ -246,4 +250,25 @@ func (n *Node) drain(subs []*nats.Subscription) error {
 		errs = append(errs, fmt.Errorf("fleet: draining %s: timed out", subs[i].Subject))
 	}
 	return errors.Join(errs...)
+}
+
+// ownerOf returns the owner of partition p as the table knows it. While
+// the fleet forms, a node may take a request before it has heard the
+// cell that owns p: it then asks every cell once (for a heartbeat at
+// most) before it answers that no owner is known, so a publish waits for
+// a heartbeat rather than being refused. It asks at most once a
+// heartbeat, so a partition whose owner is truly gone costs the routes
+// no more than that.
+func (n *Node) ownerOf(p int) (cell string, at time.Time, ok bool) {
+	if cell, at, ok = n.table.owner(p); ok {
+		return cell, at, ok
+	}
+	n.gather.Lock()
+	defer n.gather.Unlock()
+	if cell, at, ok = n.table.owner(p); ok || time.Since(n.gathered) < n.cfg.Heartbeat {
+		return cell, at, ok
+	}
+	n.learnAll()
+	n.gathered = time.Now()
+	return n.table.owner(p)
 }

@@ -74,7 +74,7 @@ func (n *Node) reserved(target string) bool {
 // partition; from names the router in the forwarded subject.
 func (n *Node) send(m *nats.Msg, target, from string) {
 	p := Partition(target, n.rec.Partitions)
-	cell, at, ok := n.table.owner(p)
+	cell, at, ok := n.ownerOf(p)
 	switch {
 	case !ok:
 		answerError(n.nc, m, 503, "partition %d of subject %q has no owner this node knows of yet: try again", p, target)
