@@ -33,9 +33,8 @@ const (
 	guardSubject = "\x00written by a newer natsdelay; run that version or a later one"
 	guardKey     = topicPrefix + guardSubject
 
-	// guardVersion is what index-version holds once the version guard is in
-	// place, on top of everything recurIndexVersion says.
-	guardVersion = 3
+	// NB: index-version 3 was the version guard's own, on top of
+	// everything recurIndexVersion says; singleDeleteVersion says it too.
 
 	// singleDeleteVersion is what index-version holds once messages may
 	// be written with written_once and then removed with a single delete.
