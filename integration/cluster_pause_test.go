@@ -31,7 +31,7 @@ func pauseRounds() int {
 // stopped waits for its answer. Far longer than any answer takes on a
 // loaded machine; a request that the stopped node alone took would wait
 // for good.
-const pausedAnswerWait = 20 * time.Second
+const pausedAnswerWait = 30 * time.Second
 
 // pauseLength is how long a round stops the leader: 6 s in make test, 5
 // to 20 s in make soak.

@@ -508,14 +508,25 @@ func TestTail_PermissionDenied_SaysWhich(t *testing.T) {
 // each held stream ends after the idle time, saying why, and a new
 // browser's stream then opens.
 func TestTail_IdleStreams_EndOnTime(t *testing.T) {
-	s := serve(t, "127.0.0.1:0", true, nil, withEvents, func(o *server.Options) { o.UITailIdle = 300 * time.Millisecond })
+	const idle = 2 * time.Second
+	s := serve(t, "127.0.0.1:0", true, nil, withEvents, func(o *server.Options) { o.UITailIdle = idle })
 	var held []*sseStream
+	start := time.Now()
 	for range 32 {
 		st, _ := mustOpenTail(t, s.base, "subject=quiet.*")
 		held = append(held, st)
 	}
-	if st, code, body := openTail(t, s.base, "", "", ""); st != nil || code != http.StatusServiceUnavailable {
+	st, code, body := openTail(t, s.base, "", "", "")
+	// NB: only when the 33rd was answered within the idle time of the
+	// first held stream is every place surely still held; a machine slow
+	// enough to take longer may have ended the first already.
+	if took := time.Since(start); took < idle && (st != nil || code != http.StatusServiceUnavailable) {
 		t.Fatalf("a 33rd stream while 32 are held: %d %s, want 503", code, body)
+	} else if took >= idle {
+		t.Logf("opening 33 streams took %v, over the idle time %v: the 33rd's answer (%d) is not checked", took, idle, code)
+	}
+	if st != nil {
+		st.close()
 	}
 	for i, st := range held {
 		if e := st.next(t); e.Type != "end" || !strings.Contains(e.Data, "no event for") {
