@@ -257,6 +257,12 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		"bulk_fire":       "$DELAY.API.BULK.FIRE",
 		"bulk_replay":     "$DELAY.API.BULK.REPLAY",
 		"bulk_delete":     "$DELAY.API.BULK.DELETE",
+		// Recurring schedules in the operator's hands, and backup.
+		"schedule_pause":   "$DELAY.API.SCHEDULE.PAUSE",
+		"schedule_resume":  "$DELAY.API.SCHEDULE.RESUME",
+		"schedule_trigger": "$DELAY.API.SCHEDULE.TRIGGER",
+		"schedule_edit":    "$DELAY.API.SCHEDULE.EDIT",
+		"backup":           "$DELAY.API.BACKUP",
 	}
 	var info micro.Info
 	request("$SRV.INFO."+wire.ServiceName, &info)
