@@ -25,31 +25,73 @@ import (
 // index-version: a store it opens is checked only by the keys it knew.
 const beforeIndexVersion = "2e05afa"
 
-// olderBuild builds an earlier version of natsdelay once per test binary.
-var olderBuild struct {
-	once sync.Once
+// olderBuilds are the earlier versions of natsdelay this test binary
+// built, one per commit, each built once whichever tests ask for it.
+var olderBuilds struct {
+	mu   sync.Mutex
 	dir  string // removed by TestMain
+	revs map[string]*olderBuild
+	// building is held through one build: a second build then finds the
+	// dependencies the first compiled in Go's build cache, where two at
+	// once would each compile them.
+	building sync.Mutex
+}
+
+// olderBuild is natsdelay built at one commit.
+type olderBuild struct {
+	once sync.Once
 	bin  string
 	skip string // why the build is not possible here
 	err  error
 }
 
-// buildOlder returns the path of natsdelay built at commit rev (only
-// beforeIndexVersion is asked for), from this checkout's history. It
-// skips the test when the history is not there (a source archive, a
-// shallow clone), and fails it when the build fails.
+// buildOlder returns the path of natsdelay built at commit rev, from this
+// checkout's history, built once per test binary. It skips the test when
+// the history is not there (a source archive, a shallow clone), and fails
+// it when the build fails.
 func buildOlder(t *testing.T, rev string) string {
 	t.Helper()
-	olderBuild.once.Do(func() {
-		olderBuild.bin, olderBuild.skip, olderBuild.err = buildAt(rev)
+	olderBuilds.mu.Lock()
+	if olderBuilds.revs == nil {
+		olderBuilds.revs = map[string]*olderBuild{}
+	}
+	b := olderBuilds.revs[rev]
+	if b == nil {
+		b = &olderBuild{}
+		olderBuilds.revs[rev] = b
+	}
+	olderBuilds.mu.Unlock()
+	b.once.Do(func() {
+		olderBuilds.building.Lock()
+		defer olderBuilds.building.Unlock()
+		start := time.Now()
+		b.bin, b.skip, b.err = buildAt(rev)
+		if b.err == nil && b.skip == "" {
+			t.Logf("built natsdelay at %s in %v", rev, time.Since(start).Round(time.Second))
+		}
 	})
 	switch {
-	case olderBuild.skip != "":
-		t.Skip(olderBuild.skip)
-	case olderBuild.err != nil:
-		t.Fatalf("build natsdelay at %s: %v", rev, olderBuild.err)
+	case b.skip != "":
+		t.Skip(b.skip)
+	case b.err != nil:
+		t.Fatalf("build natsdelay at %s: %v", rev, b.err)
 	}
-	return olderBuild.bin
+	return b.bin
+}
+
+// olderDir returns the directory the earlier builds go in, made on first
+// use.
+func olderDir() (string, error) {
+	olderBuilds.mu.Lock()
+	defer olderBuilds.mu.Unlock()
+	if olderBuilds.dir == "" {
+		dir, err := os.MkdirTemp("", "natsdelay-older")
+		if err != nil {
+			return "", err
+		}
+		olderBuilds.dir = dir
+	}
+	return olderBuilds.dir, nil
 }
 
 func buildAt(rev string) (bin, skip string, err error) {
@@ -63,11 +105,11 @@ func buildAt(rev string) (bin, skip string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("git rev-parse --show-toplevel: %w", err)
 	}
-	olderBuild.dir, err = os.MkdirTemp("", "natsdelay-older")
+	dir, err := olderDir()
 	if err != nil {
 		return "", "", err
 	}
-	src := filepath.Join(olderBuild.dir, "src")
+	src := filepath.Join(dir, "src-"+rev)
 	// NB: from the top: in a subdirectory git archive takes only that.
 	archive := exec.Command("git", "archive", "--format=tar", rev)
 	archive.Dir = string(bytes.TrimSpace(top))
@@ -80,7 +122,7 @@ func buildAt(rev string) (bin, skip string, err error) {
 	if err := untar(src, bytes.NewReader(out)); err != nil {
 		return "", "", err
 	}
-	bin = filepath.Join(olderBuild.dir, "natsdelay-"+rev)
+	bin = filepath.Join(dir, "natsdelay-"+rev)
 	build := exec.Command("go", "build", "-o", bin, "./cmd/natsdelay")
 	build.Dir = src
 	// NB: no VCS stamp: the extracted tree is not a repository.
@@ -132,8 +174,8 @@ func untar(dir string, r io.Reader) error {
 
 // removeOlderBuild removes what buildOlder built.
 func removeOlderBuild() {
-	if olderBuild.dir != "" {
-		os.RemoveAll(olderBuild.dir)
+	if olderBuilds.dir != "" {
+		os.RemoveAll(olderBuilds.dir)
 	}
 }
 
@@ -144,6 +186,9 @@ func removeOlderBuild() {
 // delivers; and this version still opens the store afterwards, with its
 // message pending.
 func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
+	// NB: parallel, so that the wait for its build overlaps the other
+	// tests, and the rolling upgrade's build follows it at once.
+	t.Parallel()
 	older := buildOlder(t, beforeIndexVersion)
 	for _, engine := range []string{"pebble", "bolt"} {
 		t.Run(engine, func(t *testing.T) {
