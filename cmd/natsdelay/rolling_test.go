@@ -680,3 +680,93 @@ func checkStoreVersion(t *testing.T, n *rollNode) {
 		t.Errorf("node %s: the version guard: %v", n.id, err)
 	}
 }
+
+// TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled checks
+// what docs/upgrading.md says of a roll out of order: once a node of this
+// version has led, it has upgraded the replicated store to index-version
+// 4 through the log, which every node applies, old ones too; a node of
+// the previous release elected after it then refuses the store, as a
+// downgrade is refused, and serves nothing while it leads (ingest gets no
+// answer or a 503); the roll carried on as the docs say, the remaining
+// old follower upgraded and the old leader last, brings the cluster back,
+// with the message scheduled before delivered.
+func TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled(t *testing.T) {
+	t.Parallel()
+	older := buildOlder(t, previousRelease)
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	c := newRollCluster(t, ns.ClientURL(), 3)
+	c.startAll(t, older)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w := watchDeliveries(t, nc)
+	leader := c.waitLeader(t)
+	kept := mustSchedule(t, nc, "roll.kept", "kept", nats.Header{"Delay": {"20s"}})
+
+	// One follower to this version, then the leadership to it: the old
+	// leader's SIGTERM hands it to the most up-to-date follower, the
+	// first of equals in the configuration; should the old follower get
+	// it, it is stopped in turn, until the new node leads.
+	var upgraded, old *rollNode
+	for _, n := range c.nodes {
+		switch {
+		case n == leader:
+		case upgraded == nil:
+			upgraded = n
+		default:
+			old = n
+		}
+	}
+	c.upgrade(t, upgraded, os.Args[0])
+	for range 5 {
+		leader.stop(t)
+		next := c.waitLeader(t)
+		leader.proc = startExe(t, older, nil, "", c.args(leader)...)
+		leader.waitReady(t, "ok: ")
+		if next == upgraded {
+			break
+		}
+		leader, old = next, leader
+	}
+	if l := c.waitLeader(t); l != upgraded {
+		t.Fatalf("the leadership did not come to the upgraded node %s in 5 handovers (leader %s)", upgraded.id, l.id)
+	}
+	upgraded.waitReady(t, "ok: leader")
+	mustSchedule(t, nc, "roll.kept", "new-leader", nats.Header{"Delay": {"1s"}})
+
+	// The new node stops; an old one takes over and refuses the store.
+	upgraded.stop(t)
+	stuck := c.waitLeader(t)
+	stuck.proc.waitLine(t, `index version 4 is newer than this version knows \(3\)`, rollWait)
+	if code, body := stuck.get("/readyz"); code == http.StatusOK {
+		t.Errorf("old leader %s on the upgraded store: /readyz %d %q, want it not ready", stuck.id, code, body)
+	}
+	if r, err := scheduleOnce(nc, "roll.kept", "refused", nil); !errors.Is(err, errRetry) {
+		t.Errorf("old leader %s on the upgraded store accepted a message: %+v, %v", stuck.id, r, err)
+	}
+	t.Logf("old leader %s refused the store a new leader upgraded", stuck.id)
+
+	// The roll goes on: the old follower, the stopped node, then the old leader.
+	other := leader
+	if stuck == leader {
+		other = old
+	}
+	c.upgrade(t, other, os.Args[0])
+	upgraded.proc = startExe(t, os.Args[0], nil, "", c.args(upgraded)...)
+	upgraded.waitReady(t, "ok: follower")
+	c.upgrade(t, stuck, os.Args[0])
+	c.waitLeader(t).waitReady(t, "ok: leader")
+	after := mustSchedule(t, nc, "roll.kept", "after", nats.Header{"Delay": {"1s"}})
+	w.waitDelivered(t, []rollReply{kept, after})
+	for _, n := range c.nodes {
+		n.stop(t)
+	}
+	for _, n := range c.nodes {
+		checkStoreVersion(t, n)
+	}
+}
