@@ -770,3 +770,17 @@ func TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled(t *testing
 		checkStoreVersion(t, n)
 	}
 }
+
+// TestDocs_Upgrading_NamesTheRollingTests checks that docs/upgrading.md
+// names the release the rolling upgrade is tested from, and the tests.
+func TestDocs_Upgrading_NamesTheRollingTests(t *testing.T) {
+	b, err := os.ReadFile("../../docs/upgrading.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"commit " + previousRelease, "`TestCluster_RollingUpgrade_FromPreviousRelease`", "`TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled`"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("docs/upgrading.md does not name %s", want)
+		}
+	}
+}
