@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,14 @@ import (
 // index-version: a store it opens is checked only by the keys it knew.
 const beforeIndexVersion = "2e05afa"
 
+// olderTests are the commits tests build, with the tests that build
+// each: TestMain starts building those that -run selects (see
+// startOlderBuilds).
+var olderTests = map[string][]string{
+	beforeIndexVersion: {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
+	previousRelease:    {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
+}
+
 // olderBuilds are the earlier versions of natsdelay this test binary
 // built, one per commit, each built once whichever tests ask for it.
 var olderBuilds struct {
@@ -35,14 +45,82 @@ var olderBuilds struct {
 	// dependencies the first compiled in Go's build cache, where two at
 	// once would each compile them.
 	building sync.Mutex
+	// started is closed once the builds TestMain started are done.
+	started chan struct{}
 }
 
 // olderBuild is natsdelay built at one commit.
 type olderBuild struct {
 	once sync.Once
+	rev  string
 	bin  string
 	skip string // why the build is not possible here
 	err  error
+	took time.Duration
+}
+
+// olderBuildOf returns the build of rev, built or not.
+func olderBuildOf(rev string) *olderBuild {
+	olderBuilds.mu.Lock()
+	defer olderBuilds.mu.Unlock()
+	if olderBuilds.revs == nil {
+		olderBuilds.revs = map[string]*olderBuild{}
+	}
+	b := olderBuilds.revs[rev]
+	if b == nil {
+		b = &olderBuild{rev: rev}
+		olderBuilds.revs[rev] = b
+	}
+	return b
+}
+
+// build builds b's commit, once; a second caller waits for the first.
+func (b *olderBuild) build() {
+	b.once.Do(func() {
+		olderBuilds.building.Lock()
+		defer olderBuilds.building.Unlock()
+		start := time.Now()
+		b.bin, b.skip, b.err = buildAt(b.rev)
+		b.took = time.Since(start)
+	})
+}
+
+// startOlderBuilds starts building, one after the other, the commits of
+// olderTests whose tests the -run and -skip flags select, so that the
+// builds, which take a minute or more of CPU each, overlap the tests
+// that need none: a test that waited for its build from its start would
+// hold one of the -parallel slots meanwhile. buildOlder builds what this
+// did not. Flags must be parsed.
+func startOlderBuilds() {
+	olderBuilds.started = make(chan struct{})
+	var revs []string
+	for rev, tests := range olderTests {
+		if slices.ContainsFunc(tests, selected) {
+			revs = append(revs, rev)
+		}
+	}
+	slices.Sort(revs)
+	go func() {
+		defer close(olderBuilds.started)
+		for _, rev := range revs {
+			olderBuildOf(rev).build()
+		}
+	}()
+}
+
+// selected reports whether the -run and -skip flags select the top-level
+// test name; a pattern it cannot read selects it.
+func selected(name string) bool {
+	match := func(flagName string, empty bool) bool {
+		f := flag.Lookup(flagName)
+		if f == nil || f.Value.String() == "" {
+			return empty
+		}
+		top, _, _ := strings.Cut(f.Value.String(), "/")
+		re, err := regexp.Compile(top)
+		return err != nil || re.MatchString(name)
+	}
+	return match("test.run", true) && !match("test.skip", false)
 }
 
 // buildOlder returns the path of natsdelay built at commit rev, from this
@@ -51,31 +129,15 @@ type olderBuild struct {
 // it when the build fails.
 func buildOlder(t *testing.T, rev string) string {
 	t.Helper()
-	olderBuilds.mu.Lock()
-	if olderBuilds.revs == nil {
-		olderBuilds.revs = map[string]*olderBuild{}
-	}
-	b := olderBuilds.revs[rev]
-	if b == nil {
-		b = &olderBuild{}
-		olderBuilds.revs[rev] = b
-	}
-	olderBuilds.mu.Unlock()
-	b.once.Do(func() {
-		olderBuilds.building.Lock()
-		defer olderBuilds.building.Unlock()
-		start := time.Now()
-		b.bin, b.skip, b.err = buildAt(rev)
-		if b.err == nil && b.skip == "" {
-			t.Logf("built natsdelay at %s in %v", rev, time.Since(start).Round(time.Second))
-		}
-	})
+	b := olderBuildOf(rev)
+	b.build()
 	switch {
 	case b.skip != "":
 		t.Skip(b.skip)
 	case b.err != nil:
 		t.Fatalf("build natsdelay at %s: %v", rev, b.err)
 	}
+	t.Logf("natsdelay at %s, built in %v", rev, b.took.Round(time.Second))
 	return b.bin
 }
 
@@ -172,8 +234,12 @@ func untar(dir string, r io.Reader) error {
 	}
 }
 
-// removeOlderBuild removes what buildOlder built.
+// removeOlderBuild waits for the builds startOlderBuilds started, and
+// removes what was built.
 func removeOlderBuild() {
+	if olderBuilds.started != nil {
+		<-olderBuilds.started
+	}
 	if olderBuilds.dir != "" {
 		os.RemoveAll(olderBuilds.dir)
 	}
@@ -186,8 +252,6 @@ func removeOlderBuild() {
 // delivers; and this version still opens the store afterwards, with its
 // message pending.
 func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
-	// NB: parallel, so that the wait for its build overlaps the other
-	// tests, and the rolling upgrade's build follows it at once.
 	t.Parallel()
 	older := buildOlder(t, beforeIndexVersion)
 	for _, engine := range []string{"pebble", "bolt"} {
