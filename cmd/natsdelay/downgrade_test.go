@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,31 +27,133 @@ import (
 // index-version: a store it opens is checked only by the keys it knew.
 const beforeIndexVersion = "2e05afa"
 
-// olderBuild builds an earlier version of natsdelay once per test binary.
-var olderBuild struct {
-	once sync.Once
+// olderTests are the commits tests build, with the tests that build
+// each: TestMain starts building those that -run selects (see
+// startOlderBuilds).
+var olderTests = map[string][]string{
+	beforeIndexVersion: {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
+	previousRelease:    {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
+}
+
+// olderBuilds are the earlier versions of natsdelay this test binary
+// built, one per commit, each built once whichever tests ask for it.
+var olderBuilds struct {
+	mu   sync.Mutex
 	dir  string // removed by TestMain
+	revs map[string]*olderBuild
+	// building is held through one build: a second build then finds the
+	// dependencies the first compiled in Go's build cache, where two at
+	// once would each compile them.
+	building sync.Mutex
+	// started is closed once the builds TestMain started are done.
+	started chan struct{}
+}
+
+// olderBuild is natsdelay built at one commit.
+type olderBuild struct {
+	once sync.Once
+	rev  string
 	bin  string
 	skip string // why the build is not possible here
 	err  error
+	took time.Duration
 }
 
-// buildOlder returns the path of natsdelay built at commit rev (only
-// beforeIndexVersion is asked for), from this checkout's history. It
-// skips the test when the history is not there (a source archive, a
-// shallow clone), and fails it when the build fails.
+// olderBuildOf returns the build of rev, built or not.
+func olderBuildOf(rev string) *olderBuild {
+	olderBuilds.mu.Lock()
+	defer olderBuilds.mu.Unlock()
+	if olderBuilds.revs == nil {
+		olderBuilds.revs = map[string]*olderBuild{}
+	}
+	b := olderBuilds.revs[rev]
+	if b == nil {
+		b = &olderBuild{rev: rev}
+		olderBuilds.revs[rev] = b
+	}
+	return b
+}
+
+// build builds b's commit, once; a second caller waits for the first.
+func (b *olderBuild) build() {
+	b.once.Do(func() {
+		olderBuilds.building.Lock()
+		defer olderBuilds.building.Unlock()
+		start := time.Now()
+		b.bin, b.skip, b.err = buildAt(b.rev)
+		b.took = time.Since(start)
+	})
+}
+
+// startOlderBuilds starts building, one after the other, the commits of
+// olderTests whose tests the -run and -skip flags select, so that the
+// builds, which take a minute or more of CPU each, overlap the tests
+// that need none: a test that waited for its build from its start would
+// hold one of the -parallel slots meanwhile. buildOlder builds what this
+// did not. Flags must be parsed.
+func startOlderBuilds() {
+	olderBuilds.started = make(chan struct{})
+	var revs []string
+	for rev, tests := range olderTests {
+		if slices.ContainsFunc(tests, selected) {
+			revs = append(revs, rev)
+		}
+	}
+	slices.Sort(revs)
+	go func() {
+		defer close(olderBuilds.started)
+		for _, rev := range revs {
+			olderBuildOf(rev).build()
+		}
+	}()
+}
+
+// selected reports whether the -run and -skip flags select the top-level
+// test name; a pattern it cannot read selects it.
+func selected(name string) bool {
+	match := func(flagName string, empty bool) bool {
+		f := flag.Lookup(flagName)
+		if f == nil || f.Value.String() == "" {
+			return empty
+		}
+		top, _, _ := strings.Cut(f.Value.String(), "/")
+		re, err := regexp.Compile(top)
+		return err != nil || re.MatchString(name)
+	}
+	return match("test.run", true) && !match("test.skip", false)
+}
+
+// buildOlder returns the path of natsdelay built at commit rev, from this
+// checkout's history, built once per test binary. It skips the test when
+// the history is not there (a source archive, a shallow clone), and fails
+// it when the build fails.
 func buildOlder(t *testing.T, rev string) string {
 	t.Helper()
-	olderBuild.once.Do(func() {
-		olderBuild.bin, olderBuild.skip, olderBuild.err = buildAt(rev)
-	})
+	b := olderBuildOf(rev)
+	b.build()
 	switch {
-	case olderBuild.skip != "":
-		t.Skip(olderBuild.skip)
-	case olderBuild.err != nil:
-		t.Fatalf("build natsdelay at %s: %v", rev, olderBuild.err)
+	case b.skip != "":
+		t.Skip(b.skip)
+	case b.err != nil:
+		t.Fatalf("build natsdelay at %s: %v", rev, b.err)
 	}
-	return olderBuild.bin
+	t.Logf("natsdelay at %s, built in %v", rev, b.took.Round(time.Second))
+	return b.bin
+}
+
+// olderDir returns the directory the earlier builds go in, made on first
+// use.
+func olderDir() (string, error) {
+	olderBuilds.mu.Lock()
+	defer olderBuilds.mu.Unlock()
+	if olderBuilds.dir == "" {
+		dir, err := os.MkdirTemp("", "natsdelay-older")
+		if err != nil {
+			return "", err
+		}
+		olderBuilds.dir = dir
+	}
+	return olderBuilds.dir, nil
 }
 
 func buildAt(rev string) (bin, skip string, err error) {
@@ -63,11 +167,11 @@ func buildAt(rev string) (bin, skip string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("git rev-parse --show-toplevel: %w", err)
 	}
-	olderBuild.dir, err = os.MkdirTemp("", "natsdelay-older")
+	dir, err := olderDir()
 	if err != nil {
 		return "", "", err
 	}
-	src := filepath.Join(olderBuild.dir, "src")
+	src := filepath.Join(dir, "src-"+rev)
 	// NB: from the top: in a subdirectory git archive takes only that.
 	archive := exec.Command("git", "archive", "--format=tar", rev)
 	archive.Dir = string(bytes.TrimSpace(top))
@@ -80,7 +184,7 @@ func buildAt(rev string) (bin, skip string, err error) {
 	if err := untar(src, bytes.NewReader(out)); err != nil {
 		return "", "", err
 	}
-	bin = filepath.Join(olderBuild.dir, "natsdelay-"+rev)
+	bin = filepath.Join(dir, "natsdelay-"+rev)
 	build := exec.Command("go", "build", "-o", bin, "./cmd/natsdelay")
 	build.Dir = src
 	// NB: no VCS stamp: the extracted tree is not a repository.
@@ -130,10 +234,14 @@ func untar(dir string, r io.Reader) error {
 	}
 }
 
-// removeOlderBuild removes what buildOlder built.
+// removeOlderBuild waits for the builds startOlderBuilds started, and
+// removes what was built.
 func removeOlderBuild() {
-	if olderBuild.dir != "" {
-		os.RemoveAll(olderBuild.dir)
+	if olderBuilds.started != nil {
+		<-olderBuilds.started
+	}
+	if olderBuilds.dir != "" {
+		os.RemoveAll(olderBuilds.dir)
 	}
 }
 
@@ -144,6 +252,7 @@ func removeOlderBuild() {
 // delivers; and this version still opens the store afterwards, with its
 // message pending.
 func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
+	t.Parallel()
 	older := buildOlder(t, beforeIndexVersion)
 	for _, engine := range []string{"pebble", "bolt"} {
 		t.Run(engine, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("XDG_CONFIG_HOME", cfg)
+	flag.Parse()
+	startOlderBuilds()
 	code := m.Run()
 	os.RemoveAll(cfg)
 	removeOlderBuild()
