@@ -21,6 +21,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
+# The rolling upgrades from the previous release build that release from
+# the history first, minutes of CPU: they run in package-test, with the
+# release's other checks, unless T names them.
+SKIP_FLAG := $(if $(T),,-skip '^TestCluster_RollingUpgrade')
 
 # Release builds. VERSION is what natsdelay version prints and what the
 # packages are called: the tag at HEAD, or the last tag and the commits
@@ -59,7 +63,7 @@ test:
 	$(MAKE) --no-print-directory --output-sync=line -j3 vet lint gotest
 
 gotest:
-	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(PKG)
+	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(SKIP_FLAG) $(PKG)
 
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
 # soak size (200 kills per engine; 120 kills per engine inside the planning
@@ -106,9 +110,11 @@ package:
 # package-test builds the linux/amd64 artifacts and checks them
 # (cmd/internal/dist): installs the .deb and runs it, verifies the unit,
 # runs the image's binary, lints and renders the chart. It needs root,
-# podman, dpkg and systemd-analyze, and fails without them.
+# podman, dpkg and systemd-analyze, and fails without them. Then the
+# rolling upgrades of a cluster from the previous release (cmd/natsdelay).
 package-test:
 	NATSDELAY_PACKAGE_TESTS=required $(GO) test -count=1 -timeout 30m -run TestPackage -v ./cmd/internal/dist
+	$(GO) test -race -count=1 -timeout 30m -run '^TestCluster_RollingUpgrade' -v ./cmd/natsdelay
 
 linux-package:
 	VERSION=$(VERSION) ARCH=$(ARCH) BINARY=$(BINARY) $(GO) run $(NFPM) package --config cmd/internal/dist/nfpm.yaml --packager deb --target $(DIST)/
