@@ -296,3 +296,39 @@ func TestTracing_Restart_TraceSurvivesStorage(t *testing.T) {
 		t.Errorf("traceparent %q, want the delivery span's", got)
 	}
 }
+
+// TestEvents_TraceID_OfThePublish checks that the lifecycle events of a
+// traced message (scheduled, delivered, acked) carry the trace id of the
+// publish, with tracing off as on: it is the message's, kept with it.
+func TestEvents_TraceID_OfThePublish(t *testing.T) {
+	h := bridgetest.New(t, func(c *bridge.Config) { c.Events = true })
+	evs, err := h.Conn.SubscribeSync(wire.DefaultEventPrefix + ".*.orders.evented")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := h.Conn.SubscribeSync("orders.evented")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publishTraced(t, h.Conn, "orders.evented", nats.Header{"Traceparent": {pubTraceParent}}, "0s")
+	answer(t, h.Conn, next(t, sub), "+ACK")
+	seen := map[string]bool{}
+	for len(seen) < 3 {
+		var e wire.Event
+		if err := json.Unmarshal(next(t, evs).Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.TraceID != pubTraceID.String() {
+			t.Errorf("%s event's trace_id %q, want %s", e.Kind, e.TraceID, pubTraceID)
+		}
+		seen[e.Kind] = true
+	}
+	for _, k := range []string{wire.EventScheduled, wire.EventDelivered, wire.EventAcked} {
+		if !seen[k] {
+			t.Errorf("no %s event; saw %v", k, seen)
+		}
+	}
+}
