@@ -298,7 +298,7 @@ func TestTracing_Restart_TraceSurvivesStorage(t *testing.T) {
 }
 
 // TestEvents_TraceID_OfThePublish checks that the lifecycle events of a
-// traced message (scheduled, delivered, acked) carry the trace id of the
+// traced message (scheduled, rescheduled by FIRE, delivered, acked) carry the trace id of the
 // publish, with tracing off as on: it is the message's, kept with it.
 func TestEvents_TraceID_OfThePublish(t *testing.T) {
 	h := bridgetest.New(t, func(c *bridge.Config) { c.Events = true })
@@ -313,10 +313,19 @@ func TestEvents_TraceID_OfThePublish(t *testing.T) {
 	if err := h.Conn.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	publishTraced(t, h.Conn, "orders.evented", nats.Header{"Traceparent": {pubTraceParent}}, "0s")
+	tag := publishTraced(t, h.Conn, "orders.evented", nats.Header{"Traceparent": {pubTraceParent}}, "1h")
+	c, err := client.New(h.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Fire(ctx, wire.MessageRef{Tag: tag}); err != nil {
+		t.Fatal(err)
+	}
 	answer(t, h.Conn, next(t, sub), "+ACK")
 	seen := map[string]bool{}
-	for len(seen) < 3 {
+	for len(seen) < 4 {
 		var e wire.Event
 		if err := json.Unmarshal(next(t, evs).Data, &e); err != nil {
 			t.Fatal(err)
@@ -326,7 +335,7 @@ func TestEvents_TraceID_OfThePublish(t *testing.T) {
 		}
 		seen[e.Kind] = true
 	}
-	for _, k := range []string{wire.EventScheduled, wire.EventDelivered, wire.EventAcked} {
+	for _, k := range []string{wire.EventScheduled, wire.EventRescheduled, wire.EventDelivered, wire.EventAcked} {
 		if !seen[k] {
 			t.Errorf("no %s event; saw %v", k, seen)
 		}
