@@ -341,3 +341,40 @@ func TestEvents_TraceID_OfThePublish(t *testing.T) {
 		}
 	}
 }
+
+// TestTracing_RecurringLaterOccurrence_Linked checks that a recurring
+// schedule's first occurrence is a child of the publisher's span and a
+// later one the root of a trace of its own linked to it: a schedule that
+// runs for months would otherwise grow one trace forever.
+func TestTracing_RecurringLaterOccurrence_Linked(t *testing.T) {
+	h, exp := tracedService(t, nil)
+	sub, err := h.Conn.SubscribeSync("orders.every")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("delay.orders.every")
+	m.Header.Set(wire.HeaderEvery, "100ms")
+	m.Header.Set(wire.HeaderLimit, "2")
+	m.Header.Set(wire.HeaderTraceParent, pubTraceParent)
+	if rep, err := h.Conn.RequestMsg(m, 30*time.Second); err != nil || rep.Header.Get(wire.HeaderServiceError) != "" {
+		t.Fatalf("schedule: %v %v", rep, err)
+	}
+	first, second := next(t, sub), next(t, sub)
+	answer(t, h.Conn, first, "+ACK")
+	answer(t, h.Conn, second, "+ACK")
+	byTag := map[string]tracetest.SpanStub{}
+	for _, s := range spansNamed(t, exp, bridge.SpanDeliver, 2) {
+		byTag[attrs(s)[bridge.AttrTag].AsString()] = s
+	}
+	one, two := byTag[first.Header.Get(wire.HeaderTag)], byTag[second.Header.Get(wire.HeaderTag)]
+	if one.Parent.SpanID() != pubSpanID || len(one.Links) != 0 {
+		t.Errorf("first occurrence: parent %v, links %v: want a child of the publisher's span", one.Parent, one.Links)
+	}
+	if two.Parent.IsValid() || two.SpanContext.TraceID() == pubTraceID || len(two.Links) != 1 || two.Links[0].SpanContext.SpanID() != pubSpanID {
+		t.Errorf("second occurrence: parent %v in trace %v, links %v: want a trace of its own linked to the publisher's span",
+			two.Parent, two.SpanContext.TraceID(), two.Links)
+	}
+	if attrs(two)[bridge.AttrAttempt].AsInt64() != 1 {
+		t.Errorf("second occurrence's attempt %v, want 1: it is a message of its own", attrs(two)[bridge.AttrAttempt])
+	}
+}
