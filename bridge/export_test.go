@@ -21,3 +21,7 @@ func SetBulkBounds(scanned, sample int) (restore func()) {
 	maxScanned, bulkSampleSize = scanned, sample
 	return func() { maxScanned, bulkSampleSize = oldScanned, oldSample }
 }
+
+// IngestHandler is the handler of s's ingest endpoint, for a benchmark
+// to call without a NATS round trip.
+func IngestHandler(s *Service) func(micro.Request) { return s.handleIngest }

@@ -154,8 +154,12 @@ func (s *Service) moveOne(k keys.Key, to delaystore.MoveFunc, op string) (keys.K
 		sync = delaystore.NoSync
 	}
 	var was delaystore.StoredMessage
+	var traceID [16]byte
 	nk, fireAtNs, err := s.core.Load().Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		was.Subject, was.ClientId, was.FireAtNs, was.Attempt = m.Subject, m.ClientId, m.FireAtNs, m.Attempt
+		if s.events != nil {
+			traceID = m.TraceID()
+		}
 		return to(m)
 	}, op, sync)
 	if err != nil {
@@ -165,6 +169,7 @@ func (s *Service) moveOne(k keys.Key, to delaystore.MoveFunc, op string) (keys.K
 	if ev := s.Events(); ev != nil {
 		e := events.Of(events.Rescheduled, nk, moved, was.Attempt)
 		e.PreviousFireAt = time.Unix(0, was.FireAtNs)
+		e.TraceID = traceID
 		ev.Emit(e)
 	}
 	return nk, moved, nil

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -39,6 +40,9 @@ type publisher struct {
 	// fence, if set, reports whether a dead letter may go out now (see
 	// dispatch.Config.Fence, which guards deliveries).
 	fence func() bool
+	// tracer, if set, records the spans of traced deliveries; nil costs
+	// a delivery one check.
+	tracer *tracer
 
 	seq     atomic.Uint64
 	mu      sync.Mutex
@@ -408,8 +412,15 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	b.Write(key.AppendTag(tag[:0]))
 	reply := b.String()
 	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
+	var span trace.Span
+	if p.tracer != nil {
+		span = p.tracer.deliver(p.header, key, msg, attempt)
+	}
 	p.msg = nats.Msg{Subject: msg.Subject, Reply: reply, Header: p.header, Data: msg.Payload}
 	err := p.publish(&p.msg)
+	if span != nil {
+		p.tracer.delivered(span, key, err)
+	}
 	// Drop the references to msg, which the dispatcher may free or reuse.
 	clear(p.header)
 	p.vals = ownValues{}
@@ -420,6 +431,9 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 func (p *publisher) DeadLetter(subject string, key keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string) error {
 	if p.fence != nil && !p.fence() {
 		return errFenced
+	}
+	if p.tracer != nil {
+		p.tracer.forget(key)
 	}
 	return p.publish(deadLetterMsg(subject, key, msg, attempt, reason))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/natsdelay/natsdelay/bridge/events"
 	"github.com/natsdelay/natsdelay/bridge/internal/core"
@@ -269,6 +270,11 @@ type Service struct {
 	// events publishes lifecycle events; nil when they are off, which
 	// every caller of its Emit relies on.
 	events *events.Publisher
+	// tracerProvider records spans of traced messages; see
+	// WithTracerProvider. tracer is nil without one, and each path that
+	// would record a span checks it and does nothing more.
+	tracerProvider trace.TracerProvider
+	tracer         *tracer
 	// registerer receives the metrics; nil keeps them unregistered.
 	registerer prometheus.Registerer
 	// cluster is set on a node of a cluster; see WithCluster.
@@ -375,6 +381,17 @@ func WithRegisterer(r prometheus.Registerer) Option {
 	return func(s *Service) { s.registerer = r }
 }
 
+// WithTracerProvider makes the Service record, through tp, the spans of
+// the messages whose publish carried a W3C traceparent: their ingest,
+// each delivery attempt and the answers to them (see SpanIngest,
+// SpanDeliver, SpanAck), and deliver them with the traceparent of their
+// delivery's span. Without it the Service records nothing, and a
+// delivery carries the headers as they were published. The Service does
+// not shut tp down.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(s *Service) { s.tracerProvider = tp }
+}
+
 // WithCluster makes the Service a node of the cluster c: it serves
 // ingest, acks and the API, and delivers, only while c says this node
 // leads, and answers CLUSTER.STATUS always. The store given to New must
@@ -395,6 +412,10 @@ func WithReopen(reopen func() (delaystore.Store, error)) Option {
 
 func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
+	if s.tracerProvider != nil {
+		s.tracer = newTracer(s.tracerProvider, 2*cmp.Or(s.cfg.Delivery.MaxInFlight, dispatch.DefaultConfig().MaxInFlight)+1024)
+		s.pub.tracer = s.tracer
+	}
 	cc := s.cfg.core()
 	cc.Delivery.Observer = s.m
 	if s.cfg.Events {
@@ -669,12 +690,19 @@ func (s *Service) handleIngest(req micro.Request) {
 	// Read per message: a reconnect may reach a server with another.
 	lim.serverMaxPayload = int(s.nc.MaxPayload())
 	h := nats.Header(req.Headers())
+	var span trace.Span
+	if s.tracer != nil {
+		span = s.tracer.ingest(h, target)
+	}
 	msg, err := parseSchedule(target, h, req.Data(), s.cfg.Now(), lim)
 	once := delaystore.Once{Msg: msg}
 	if err == nil && s.cfg.DedupWindow >= 0 {
 		once, err = onceOf(msg, h)
 	}
 	if err != nil {
+		if span != nil {
+			endIngest(span, delaystore.Outcome{}, err)
+		}
 		s.ingestInvalid(req, err)
 		return
 	}
@@ -684,6 +712,9 @@ func (s *Service) handleIngest(req micro.Request) {
 	// that its handler reads once the handler returns.
 	reply := req.Reply()
 	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+		if span != nil {
+			endIngest(span, res, err)
+		}
 		if err == nil && res.Duplicate {
 			s.m.ingest.WithLabelValues("duplicate").Inc()
 		} else if err == nil && s.events != nil {
@@ -700,6 +731,9 @@ func (s *Service) handleIngest(req micro.Request) {
 		}
 	})
 	if err != nil {
+		if span != nil {
+			endIngest(span, delaystore.Outcome{}, err)
+		}
 		s.m.ingest.WithLabelValues("unavailable").Inc()
 		respondError(req, err)
 	}
@@ -806,9 +840,18 @@ func (s *Service) handleAnswer(m *nats.Msg, key keys.Key) {
 			s.answers.reply(reply, replyOK)
 		}
 	}
+	var end func(error)
+	if s.tracer != nil {
+		if end = s.tracer.answer(key, ack); end != nil {
+			done = thenDone(end, done)
+		}
+	}
 	// When the answer cannot be stored the message is delivered again
 	// once the store is back.
 	if err := c.Ack(key, ack, done); err != nil {
+		if end != nil {
+			end(err)
+		}
 		s.respondErr(m, err)
 	}
 }
@@ -853,7 +896,7 @@ func (s *Service) Events() *events.Publisher { return s.events }
 // lifecycle tells the dispatcher's lifecycle events as events.
 func (s *Service) lifecycle(e dispatch.LifecycleEvent) {
 	ev := events.Event{Kind: lifecycleKinds[e.Kind], Tag: e.Key, Subject: e.Subject, ID: e.ID, Attempt: e.Attempt,
-		FireAt: time.Unix(0, e.FireAtNs), Reason: e.Reason}
+		FireAt: time.Unix(0, e.FireAtNs), Reason: e.Reason, TraceID: e.TraceID}
 	if e.AtNs != 0 {
 		ev.At = time.Unix(0, e.AtNs)
 	}

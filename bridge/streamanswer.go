@@ -65,7 +65,7 @@ func (s *Service) handleStreamAnswer(c *core.Service, key keys.Key, a streamAnsw
 				"tag", key, "code", a.Error.Code, "err_code", a.Error.ErrCode, "error", keys.Clip(a.Error.Description), "suppressed", n)
 		}
 		failed := dispatch.Ack{Kind: dispatch.AckFailed, Reason: keys.Clip(a.Error.Description)}
-		if err := c.Ack(key, failed, nil); err != nil {
+		if err := s.ackTraced(c, key, failed); err != nil {
 			s.log.Debug("failing an attempt the stream refused", "tag", key, "err", err)
 		}
 		return
@@ -75,7 +75,24 @@ func (s *Service) handleStreamAnswer(c *core.Service, key keys.Key, a streamAnsw
 		result = streamDuplicate
 	}
 	s.m.streamAnswers.WithLabelValues(result).Inc()
-	if err := c.Ack(key, dispatch.Ack{Kind: dispatch.AckDone}, nil); err != nil {
+	if err := s.ackTraced(c, key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
 		s.log.Debug("settling a delivery the stream stored", "tag", key, "err", err)
 	}
+}
+
+// ackTraced applies a stream's answer a to the delivery key, with no
+// answer to send back, and records its span when the delivery was traced.
+func (s *Service) ackTraced(c *core.Service, key keys.Key, a dispatch.Ack) error {
+	var end func(error)
+	if s.tracer != nil {
+		end = s.tracer.answer(key, a)
+	}
+	if end == nil {
+		return c.Ack(key, a, nil)
+	}
+	err := c.Ack(key, a, end)
+	if err != nil {
+		end(err)
+	}
+	return err
 }

@@ -201,7 +201,7 @@ func (d *Dispatcher) countReached(reached []outgoing) {
 		}
 		if lc := d.cfg.Lifecycle; lc != nil {
 			lc.Happened(LifecycleEvent{Kind: Delivered, Key: o.f.key, Subject: o.msg.Subject, ID: o.msg.ClientId, FireAtNs: o.msg.FireAtNs,
-				Attempt: o.attempt, AtNs: o.msg.FireAtNs + int64(o.lateness)})
+				Attempt: o.attempt, AtNs: o.msg.FireAtNs + int64(o.lateness), TraceID: o.msg.TraceID()})
 		}
 	}
 }

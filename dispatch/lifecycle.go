@@ -67,6 +67,9 @@ type LifecycleEvent struct {
 	// Happened is called: a delivery is told once its flush returned,
 	// and happened when it was published. 0 means now.
 	AtNs int64
+	// TraceID is the trace of the publish that scheduled the message,
+	// from its traceparent header; zero when it carried none.
+	TraceID [16]byte
 }
 
 // about is what lifecycle events tell of a message, kept with its flight
@@ -75,6 +78,7 @@ type LifecycleEvent struct {
 type about struct {
 	subject, id string
 	fireAtNs    int64
+	traceID     [16]byte
 }
 
 // aboutOf is what lifecycle events tell of msg, or nil when nobody is
@@ -83,14 +87,15 @@ func (d *Dispatcher) aboutOf(msg *delaystore.StoredMessage) *about {
 	if d.cfg.Lifecycle == nil {
 		return nil
 	}
-	return &about{subject: msg.Subject, id: msg.ClientId, fireAtNs: msg.FireAtNs}
+	return &about{subject: msg.Subject, id: msg.ClientId, fireAtNs: msg.FireAtNs, traceID: msg.TraceID()}
 }
 
 // happened tells the Lifecycle, if any, that kind happened to the message
 // k, msg, at attempt.
 func (d *Dispatcher) happened(kind LifecycleKind, k keys.Key, msg *delaystore.StoredMessage, attempt uint32, reason string) {
 	if lc := d.cfg.Lifecycle; lc != nil && msg != nil {
-		lc.Happened(LifecycleEvent{Kind: kind, Key: k, Subject: msg.Subject, ID: msg.ClientId, FireAtNs: msg.FireAtNs, Attempt: attempt, Reason: reason})
+		lc.Happened(LifecycleEvent{Kind: kind, Key: k, Subject: msg.Subject, ID: msg.ClientId, FireAtNs: msg.FireAtNs, Attempt: attempt, Reason: reason,
+			TraceID: msg.TraceID()})
 	}
 }
 
@@ -98,7 +103,8 @@ func (d *Dispatcher) happened(kind LifecycleKind, k keys.Key, msg *delaystore.St
 // when the message was read instead, or nobody is told).
 func (d *Dispatcher) happenedTo(kind LifecycleKind, k keys.Key, a *about, attempt uint32, reason string) {
 	if lc := d.cfg.Lifecycle; lc != nil && a != nil {
-		lc.Happened(LifecycleEvent{Kind: kind, Key: k, Subject: a.subject, ID: a.id, FireAtNs: a.fireAtNs, Attempt: attempt, Reason: reason})
+		lc.Happened(LifecycleEvent{Kind: kind, Key: k, Subject: a.subject, ID: a.id, FireAtNs: a.fireAtNs, Attempt: attempt, Reason: reason,
+			TraceID: a.traceID})
 	}
 }
 
@@ -115,7 +121,7 @@ func (d *Dispatcher) aboutKey(k keys.Key) (*about, uint32) {
 	if err != nil {
 		return nil, 0
 	}
-	return &about{subject: msg.Subject, id: msg.ClientId, fireAtNs: msg.FireAtNs}, max(msg.Attempt, d.Attempt(k))
+	return &about{subject: msg.Subject, id: msg.ClientId, fireAtNs: msg.FireAtNs, traceID: msg.TraceID()}, max(msg.Attempt, d.Attempt(k))
 }
 
 // answeredLocked is what lifecycle events tell of k, answered now: its

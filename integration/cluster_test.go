@@ -55,6 +55,13 @@ func (n *inProcessNode) kill(t *testing.T) {
 // store, before it opens.
 func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func(i int, rc *raftstore.Config, local *delaystore.Store)) []*inProcessNode {
 	t.Helper()
+	return startInProcessClusterWith(t, srv, n, nil, opts...)
+}
+
+// startInProcessClusterWith is startInProcessCluster with svcOpts given
+// to every node's service.
+func startInProcessClusterWith(t *testing.T, srv *server.Server, n int, svcOpts []bridge.Option, opts ...func(i int, rc *raftstore.Config, local *delaystore.Store)) []*inProcessNode {
+	t.Helper()
 	addrs := freeAddrs(t, n)
 	nodes := make([]*inProcessNode, n)
 	errs := make([]error, n)
@@ -96,7 +103,7 @@ func startInProcessCluster(t *testing.T, srv *server.Server, n int, opts ...func
 		reopen := func() (delaystore.Store, error) { return rn.Store(), nil }
 		cfg.Delivery.AckWait = time.Second
 		cfg.Logger = testLogger(t).With("node_id", node.id)
-		svc, err := bridge.New(node.nc, rn.Store(), cfg, bridge.WithCluster(bridge.RaftCluster(node.node)), bridge.WithReopen(reopen))
+		svc, err := bridge.New(node.nc, rn.Store(), cfg, append([]bridge.Option{bridge.WithCluster(bridge.RaftCluster(node.node)), bridge.WithReopen(reopen)}, svcOpts...)...)
 		if err != nil {
 			t.Fatalf("%s: bridge.New: %v", node.id, err)
 		}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"cmp"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,11 +74,15 @@ type Event struct {
 	// To is, for Replayed, the subject a dead letter was sent to when it
 	// is not its own.
 	To string
+	// TraceID is the trace of the publish that scheduled the message,
+	// from its traceparent header; zero when it carried none.
+	TraceID [16]byte
 }
 
 // Of is the event kind of msg, the message under k, at attempt.
 func Of(kind Kind, k keys.Key, msg *delaystore.StoredMessage, attempt uint32) Event {
-	return Event{Kind: kind, Tag: k, Subject: msg.Subject, ID: msg.ClientId, Attempt: attempt, FireAt: time.Unix(0, msg.FireAtNs)}
+	return Event{Kind: kind, Tag: k, Subject: msg.Subject, ID: msg.ClientId, Attempt: attempt, FireAt: time.Unix(0, msg.FireAtNs),
+		TraceID: msg.TraceID()}
 }
 
 // Conn is what the Publisher needs of a NATS connection: *nats.Conn. A
@@ -360,6 +365,11 @@ func AppendBody(b []byte, e Event) []byte {
 	if e.To != "" {
 		b = append(b, `,"to":`...)
 		b = appendString(b, e.To)
+	}
+	if e.TraceID != ([16]byte{}) {
+		b = append(b, `,"trace_id":"`...)
+		b = hex.AppendEncode(b, e.TraceID[:])
+		b = append(b, '"')
 	}
 	return append(b, '}')
 }

@@ -180,6 +180,10 @@ func TestAppendBody_DecodesAsWireEvent(t *testing.T) {
 				PreviousFireAt: "2026-12-24T18:00:00.123Z", At: "2026-12-24T18:00:00.123Z"}},
 		{"replayed", events.Event{Kind: events.Replayed, Tag: key(5), Subject: "a", To: "b.c", Attempt: 7, FireAt: fire, At: fire},
 			wire.Event{Kind: "replayed", Tag: key(5).Tag(), Subject: "a", To: "b.c", Attempt: 7, FireAt: "2026-12-24T18:00:00.123Z", At: "2026-12-24T18:00:00.123Z"}},
+		{"traced", events.Event{Kind: events.Acked, Tag: key(6), Subject: "a", Attempt: 1, FireAt: fire, At: fire,
+			TraceID: [16]byte{0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c}},
+			wire.Event{Kind: "acked", Tag: key(6).Tag(), Subject: "a", Attempt: 1, FireAt: "2026-12-24T18:00:00.123Z", At: "2026-12-24T18:00:00.123Z",
+				TraceID: "0af7651916cd43dd8448eb211c80319c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := events.AppendBody(nil, tc.e)
@@ -192,8 +196,9 @@ func TestAppendBody_DecodesAsWireEvent(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("body %s\ndecodes as %+v\nwant       %+v", b, got, tc.want)
 			}
-			for _, optional := range []string{`"id"`, `"reason"`, `"previous_fire_at"`, `"to"`} {
-				field := map[string]string{`"id"`: tc.want.ID, `"reason"`: tc.want.Reason, `"previous_fire_at"`: tc.want.PreviousFireAt, `"to"`: tc.want.To}[optional]
+			for _, optional := range []string{`"id"`, `"reason"`, `"previous_fire_at"`, `"to"`, `"trace_id"`} {
+				field := map[string]string{`"id"`: tc.want.ID, `"reason"`: tc.want.Reason, `"previous_fire_at"`: tc.want.PreviousFireAt, `"to"`: tc.want.To,
+					`"trace_id"`: tc.want.TraceID}[optional]
 				if field == "" && strings.Contains(string(b), optional+":") {
 					t.Errorf("body %s has an empty %s", b, optional)
 				}

@@ -68,4 +68,8 @@ type Event struct {
 	// To is, for replayed, the subject a dead letter was sent to when it
 	// is not its own.
 	To string `json:"to,omitempty"`
+	// TraceID is the W3C trace id, 32 hex digits, of the publish that
+	// scheduled the message, from the traceparent header it carried;
+	// absent when it carried none.
+	TraceID string `json:"trace_id,omitempty"`
 }

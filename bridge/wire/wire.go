@@ -90,6 +90,14 @@ const (
 	// with milliseconds; absent on the last.
 	HeaderNext = "Delay-Next"
 
+	// HeaderTraceParent and HeaderTraceState are W3C Trace Context's
+	// headers. They are the publisher's, kept with the message as any
+	// other header and read in any case; with tracing on (serve --otel)
+	// a delivery carries, in this lowercase spelling, those of the span
+	// that delivered it instead.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+
 	// HeaderServiceError and HeaderServiceErrorCode carry errors in the NATS
 	// micro convention.
 	HeaderServiceError     = "Nats-Service-Error"

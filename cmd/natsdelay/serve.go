@@ -63,6 +63,7 @@ type serveCmd struct {
 	DedupWindow        time.Duration   `name:"dedup-window" help:"How long after a message is stored a resend of it (the same subject and Nats-Msg-Id, or the same subject, Delay-Id and content) is answered with the first reply and stores nothing; negative turns it off. 0 is the default, 2m." default:"0s" config:"DedupWindow"`
 	HTTP               string          `name:"http" help:"Address of the HTTP listener for /metrics, /healthz and /readyz; port 0 picks a free one, \"\" turns it off." default:"${http}"`
 	PProf              bool            `name:"pprof" help:"Also serve Go's profiles on /debug/pprof/ on the HTTP listener. Off by default: the listener has no auth."`
+	OTel               bool            `name:"otel" help:"Record OpenTelemetry spans of the messages published with a W3C traceparent (ingest, each delivery, the ACK) and deliver them with the delivery's traceparent; exported over OTLP/HTTP as the standard OTEL_EXPORTER_OTLP_* variables say. Off by default."`
 	UI                 bool            `name:"ui" help:"Serve the web console under /ui/ on the HTTP listener; --ui=false turns it off. Off a loopback address it needs --ui-auth." default:"true" negatable:""`
 	UIAuth             string          `name:"ui-auth" help:"Password file of the web console: lines name:bcrypt-hash, as htpasswd -nB name writes them. Required for the console when --http is not on a loopback address." placeholder:"FILE" type:"path"`
 
@@ -253,7 +254,7 @@ func (c *serveCmd) serverOptions(log *slog.Logger) (server.Options, error) {
 		return server.Options{}, err
 	}
 	o := server.Options{
-		Logger: log, Engine: c.Engine, DataDir: c.DataDir, HTTP: c.HTTP, PProf: c.PProf, UI: c.UI && c.HTTP != "", UIUsers: users,
+		Logger: log, Engine: c.Engine, DataDir: c.DataDir, HTTP: c.HTTP, PProf: c.PProf, UI: c.UI && c.HTTP != "", UIUsers: users, OTel: c.OTel,
 		NATSListen: c.listen(), JetStreamDir: c.jetStreamDir(),
 		Preflight: c.probePorts,
 	}

@@ -354,15 +354,17 @@ func TestBrowser_LiveTail(t *testing.T) {
 
 	const id = `<img src=x onerror=alert(1)><script>alert(2)</script>`
 	s.schedule(t, "elsewhere.1", []byte("not watched"), "Delay", "100ms")
-	tag := s.schedule(t, "tail.web", []byte(`<script>alert(3)</script>`), "Delay", "300ms", "Delay-Id", id)
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	tag := s.schedule(t, "tail.web", []byte(`<script>alert(3)</script>`), "Delay", "300ms", "Delay-Id", id,
+		"Traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
 	b.do(t, "events arrive", chromedp.Poll[chromedp.Void](`document.querySelectorAll('#tail tbody tr').length >= 3`, chromedp.WithPollingTimeout(15*time.Second)))
 	rows := eval[[][]string](t, b, `[...document.querySelectorAll('#tail tbody tr')].map(r => [...r.cells].map(c => c.textContent))`)
 	var kinds []string
 	for _, r := range rows {
-		// Time, kind, subject, id, attempt, fire at, detail, tag.
+		// Time, kind, subject, id, attempt, fire at, detail, trace, tag.
 		kinds = append(kinds, r[1])
-		if r[2] != "tail.web" || r[3] != id || r[7] != tag {
-			t.Errorf("tail row %q: want subject tail.web, the id as text, tag %s", r, tag)
+		if r[2] != "tail.web" || r[3] != id || r[7] != traceID || r[8] != tag {
+			t.Errorf("tail row %q: want subject tail.web, the id as text, trace %s, tag %s", r, traceID, tag)
 		}
 	}
 	// Newest first: scheduled at the bottom, and the ACK is told after

@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/natsdelay/natsdelay/bridge"
 	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Prefix is where the console is served on the HTTP listener.
@@ -471,4 +473,20 @@ var funcs = template.FuncMap{
 	"itoa":   itoa,
 	"inc":    func(n int) int { return n + 1 },
 	"join":   strings.Join,
+	// traceID is the trace id of the traceparent among a message's
+	// headers, or "": the trace of the publish that scheduled it.
+	"traceID": traceIDOf,
+}
+
+// traceIDOf is the W3C trace id, 32 hex digits, of the traceparent among
+// headers h, its name in any case; "" when there is none well formed.
+func traceIDOf(h map[string][]string) string {
+	for name, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(name, wire.HeaderTraceParent) {
+			if id, ok := delaystore.TraceIDOf(vs[0]); ok {
+				return hex.EncodeToString(id[:])
+			}
+		}
+	}
+	return ""
 }

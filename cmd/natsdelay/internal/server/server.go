@@ -91,6 +91,12 @@ type Options struct {
 	// Service holds the service's settings; Open sets its Logger.
 	Service bridge.Config
 
+	// OTel records the spans of traced messages (see
+	// bridge.WithTracerProvider) and exports them over OTLP/HTTP as the
+	// standard OTEL_EXPORTER_OTLP_* variables say; Close flushes them,
+	// within a bound. Off, nothing is recorded.
+	OTel bool
+
 	// Preflight, if set, runs once the data dir is locked and before
 	// anything listens: serve probes its ports there, so that a second
 	// serve on the same data dir is told about the data dir.
@@ -202,6 +208,15 @@ func (s *Server) open(ctx context.Context, o Options) error {
 		return err
 	}
 
+	var traced bridge.Option
+	if o.OTel {
+		// Started before the service, so stopped after it: the spans of
+		// what the service finishes while it stops are flushed too.
+		if traced, err = s.startTracing(ctx); err != nil {
+			return err
+		}
+	}
+
 	st, err := openStore(o.Engine, o.DataDir, s.log, o.Cluster != nil)
 	if err != nil {
 		return err
@@ -215,6 +230,9 @@ func (s *Server) open(ctx context.Context, o Options) error {
 	svcStore, svcOpts, err := s.serviceStore(ctx, o, st, dataDir, memory, reg)
 	if err != nil {
 		return err
+	}
+	if traced != nil {
+		svcOpts = append(svcOpts, traced)
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.

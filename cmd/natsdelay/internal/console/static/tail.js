@@ -65,6 +65,7 @@
       if (e.previous_fire_at) { detail = 'moved from ' + e.previous_fire_at; }
       if (e.to) { detail = 'sent to ' + e.to; }
       cell(row, detail);
+      cell(row, e.trace_id).className = 'trace';
       var tag = cell(row, '');
       if (typeof e.tag === 'string' && e.tag) {
         link(tag, '/ui/message?tag=' + encodeURIComponent(e.tag), e.tag);
