@@ -153,7 +153,7 @@ func DefaultConfig() Config {
 // dispatcher's dependencies are the Service's to give (see start).
 func (c Config) core() core.Config {
 	d := c.Delivery
-	d.Observer, d.Lifecycle, d.Fence = nil, nil, nil
+	d.Observer, d.Lifecycle, d.Fence, d.Frozen = nil, nil, nil, nil
 	return core.Config{
 		Delivery: d, Repository: c.Repository, Expiry: c.Expiry, Limits: c.Limits,
 		ReopenBackoff: c.ReopenBackoff, ReopenMaxBackoff: c.ReopenMaxBackoff,
@@ -280,6 +280,8 @@ type Service struct {
 	answers *answerer
 	// backups runs the BACKUP streams.
 	backups backups
+	// frozen are the topics held still for a fleet; see SetFrozen.
+	frozen frozenTopics
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -397,6 +399,7 @@ func (s *Service) start() error {
 	s.pub = newPublisher(s.nc, s.cfg.AckPrefix, s.cfg.MaxControlLine)
 	cc := s.cfg.core()
 	cc.Delivery.Observer = s.m
+	cc.Delivery.Frozen = s.frozen.frozen
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
 		if s.cluster != nil {
@@ -683,7 +686,14 @@ func (s *Service) handleIngest(req micro.Request) {
 	// returned, and micro's request records an error answer in a field
 	// that its handler reads once the handler returns.
 	reply := req.Reply()
+	s.frozen.gate.RLock() // released once the message is stored or refused
+	if s.frozen.frozen(keys.TopicHash(msg.Subject)) {
+		s.frozen.gate.RUnlock()
+		respondError(req, unavailable("the partition of subject %q is moving between cells: try again", keys.Clip(msg.Subject)))
+		return
+	}
 	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+		s.frozen.gate.RUnlock()
 		if err == nil && res.Duplicate {
 			s.m.ingest.WithLabelValues("duplicate").Inc()
 		} else if err == nil && s.events != nil {
@@ -700,6 +710,7 @@ func (s *Service) handleIngest(req micro.Request) {
 		}
 	})
 	if err != nil {
+		s.frozen.gate.RUnlock()
 		s.m.ingest.WithLabelValues("unavailable").Inc()
 		respondError(req, err)
 	}
@@ -751,6 +762,9 @@ func (s *Service) handleTag(m *nats.Msg, tag string) {
 	if err != nil {
 		s.badAnswer(m, badAnswerTag, badTag("delivery tag", err))
 		return
+	}
+	if s.frozen.frozen(key.TopicHash()) {
+		return // see frozenTopics: the message stays as it is, unanswered
 	}
 	if isNoResponders(m) {
 		s.handleNoResponders(m, key)
