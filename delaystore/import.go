@@ -67,62 +67,63 @@ func (r *Repository) ScanEvents(after *keys.Key, keep func(topicHash uint64) boo
 // index, client id, expiry, schedule index). A message whose key is
 // stored already is skipped, so importing the same messages twice stores
 // them once: a move that starts again after a crash sends them again. It
-// returns how many it stored. Later event ids are above every id imported.
+// returns the keys of those it stored. Later event ids are above every id
+// imported.
 //
 // The keys are made again from each message, so a repository with another
 // time bucket stores a message under the key of its own bucket (and its
 // tag changes); with the same bucket the key is the one given. It returns
 // an error wrapping ErrInvalidMessage, storing nothing, for a message
 // without a subject or event id, or whose key's topic is not its subject's.
-func (r *Repository) Import(msgs []Imported, sync SyncMode) (int, error) {
+func (r *Repository) Import(msgs []Imported, sync SyncMode) ([]keys.Key, error) {
 	if len(msgs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	for i, in := range msgs {
 		m := in.Msg
 		if err := validateSubject(m.GetSubject()); err != nil {
-			return 0, fmt.Errorf("delaystore: import message %d of %d: %w", i+1, len(msgs), err)
+			return nil, fmt.Errorf("delaystore: import message %d of %d: %w", i+1, len(msgs), err)
 		}
 		if m.EventId == 0 || in.Key.TopicHash() != keys.TopicHash(m.Subject) || in.Key.EventID() != m.EventId {
-			return 0, fmt.Errorf("delaystore: import message %d of %d: %w: key %v does not name the message of %q, event id %d",
+			return nil, fmt.Errorf("delaystore: import message %d of %d: %w: key %v does not name the message of %q, event id %d",
 				i+1, len(msgs), ErrInvalidMessage, in.Key, keys.Clip(m.Subject), m.EventId)
 		}
 	}
 	r.wmu.Lock() // held across the commit: see the NB in Schedule.
 	defer r.wmu.Unlock()
 	if r.closed.Load() {
-		return 0, ErrClosed
+		return nil, ErrClosed
 	}
 	b := r.s.NewBatch()
 	defer b.Close()
 	r.resetScratch()
-	n, maxID, err := r.writeImported(b, msgs)
-	if err != nil || n == 0 {
-		return 0, err
+	stored, maxID, err := r.writeImported(b, msgs)
+	if err != nil || len(stored) == 0 {
+		return nil, err
 	}
 	counts, err := r.setCounts(b, r.w.deltas)
 	if err != nil {
-		return 0, fmt.Errorf("delaystore: import %d messages: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: import %d messages: %w", len(msgs), err)
 	}
 	last := r.observeReserved(maxID)
 	if err := b.Set([]byte(lastIDKey), binary.BigEndian.AppendUint64(r.w.val[:0], last)); err != nil {
-		return 0, fmt.Errorf("delaystore: import %d messages: record last id: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: import %d messages: record last id: %w", len(msgs), err)
 	}
 	if err := r.leaseIDs(); err != nil {
-		return 0, fmt.Errorf("delaystore: import %d messages: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: import %d messages: %w", len(msgs), err)
 	}
 	if err := b.Commit(sync); err != nil {
-		return 0, fmt.Errorf("delaystore: import %d messages: commit: %w", len(msgs), err)
+		return nil, fmt.Errorf("delaystore: import %d messages: commit: %w", len(msgs), err)
 	}
 	r.committed(counts, last)
 	r.trimScratch()
-	return n, nil
+	return stored, nil
 }
 
 // writeImported adds to b each of msgs not stored yet, with its indexes,
-// and returns how many and the highest event id among msgs. wmu must be
+// and returns their keys and the highest event id among msgs. wmu must be
 // held.
-func (r *Repository) writeImported(b Batch, msgs []Imported) (n int, maxID uint64, err error) {
+func (r *Repository) writeImported(b Batch, msgs []Imported) (stored []keys.Key, maxID uint64, err error) {
 	seen := make(map[keys.Key]bool, len(msgs))
 	for _, in := range msgs {
 		m := in.Msg
@@ -137,15 +138,15 @@ func (r *Repository) writeImported(b Batch, msgs []Imported) (n int, maxID uint6
 		case err == nil:
 			continue // imported before
 		case !errors.Is(err, ErrNotFound):
-			return 0, 0, fmt.Errorf("delaystore: import %v: %w", k, err)
+			return nil, 0, fmt.Errorf("delaystore: import %v: %w", k, err)
 		}
 		if err := r.writeOneScheduled(b, &k, m); err != nil {
-			return 0, 0, fmt.Errorf("delaystore: import %v: %w", k, err)
+			return nil, 0, fmt.Errorf("delaystore: import %v: %w", k, err)
 		}
 		r.w.deltas[m.Subject]++
-		n++
+		stored = append(stored, k)
 	}
-	return n, maxID, nil
+	return stored, maxID, nil
 }
 
 // observeReserved raises the ids handed out to at least id and returns the

@@ -38,9 +38,14 @@ func TestRepository_Import_OnePartitionUnderItsKeys(t *testing.T) {
 		}
 		schedule(t, dst, msg("c", t0+1e9))
 		for round, wantN := range []int{3, 0} {
-			n, err := dst.Import(in, delaystore.Sync)
-			if err != nil || n != wantN {
-				t.Fatalf("Import round %d = %d, %v; want %d", round+1, n, err, wantN)
+			stored, err := dst.Import(in, delaystore.Sync)
+			if err != nil || len(stored) != wantN {
+				t.Fatalf("Import round %d = %d stored, %v; want %d", round+1, len(stored), err, wantN)
+			}
+			for _, k := range stored {
+				if !want[k] {
+					t.Fatalf("stored under %v, not a key it had", k)
+				}
 			}
 		}
 		if dst.Pending() != 4 || dst.Subjects() != 2 {
@@ -76,8 +81,8 @@ func TestRepository_Import_RefusesAKeyOfAnotherMessage(t *testing.T) {
 		m := msg("a", t0)
 		m.EventId = 7
 		for _, k := range []keys.Key{keys.New(keys.TopicHash("b"), 1, 7), keys.New(keys.TopicHash("a"), 1, 8)} {
-			if n, err := r.Import([]delaystore.Imported{{Key: k, Msg: m}}, delaystore.Sync); err == nil || n != 0 {
-				t.Fatalf("Import under %v = %d, %v; want an error", k, n, err)
+			if stored, err := r.Import([]delaystore.Imported{{Key: k, Msg: m}}, delaystore.Sync); err == nil || len(stored) != 0 {
+				t.Fatalf("Import under %v = %v, %v; want an error", k, stored, err)
 			}
 		}
 		if r.Pending() != 0 {
