@@ -22,6 +22,16 @@ type frozenTopics struct {
 	f    atomic.Pointer[func(topicHash uint64) bool]
 }
 
+// WithFrozen freezes the topics f names from the start, before the first
+// delivery (see SetFrozen).
+func WithFrozen(f func(topicHash uint64) bool) Option {
+	return func(s *Service) {
+		if f != nil {
+			s.frozen.f.Store(&f)
+		}
+	}
+}
+
 // frozen reports whether the topic is frozen now.
 func (z *frozenTopics) frozen(topicHash uint64) bool {
 	f := z.f.Load()
