@@ -65,6 +65,12 @@ type Config struct {
 	// that long at most, unless the target was asked to commit (see
 	// Move). Default 30s.
 	MoveTimeout time.Duration
+	// MoveChunk bounds the bytes of messages one request of a move
+	// carries; 0 means the server's max_payload less 8 KiB.
+	MoveChunk int
+	// StepHook, if not nil, is told each step of a move this cell has
+	// just persisted or done (see move.go): a crash test's hook.
+	StepHook func(step string)
 	// Clustered says the cell is a Raft cluster: its record is kept by
 	// each node, not replicated, so it refuses to move partitions.
 	Clustered bool

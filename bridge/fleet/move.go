@@ -191,6 +191,7 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 		return Move{}, err
 	}
 	n.log.Info("moving partitions: frozen here until the move ends", "partitions", FormatRanges(parts), "to", req.To, "epoch", mv.Epoch)
+	n.step("out-recorded")
 	return mv, nil
 }
 
@@ -208,6 +209,7 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 		if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
 			return rep, err
 		}
+		n.step("committing")
 	}
 	if !mv.Committed {
 		if err := n.commitOut(mv); err != nil {
@@ -223,6 +225,7 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 		if err != nil {
 			return rep, err
 		}
+		n.step("released")
 	}
 	ctx, cancel := n.stopContext()
 	defer cancel()
@@ -230,6 +233,7 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	if err != nil {
 		return rep, fmt.Errorf("%w: cell %q owns partitions %s now; dropping the copies here: %v (run the move again, or restart this cell, to finish)", wire.ErrUnavailable, mv.Peer, FormatRanges(mv.Partitions), err)
 	}
+	n.step("dropped")
 	if _, err := n.update(func(r *Record) error { r.Out = nil; return nil }); err != nil {
 		return rep, err
 	}
@@ -244,6 +248,9 @@ func (n *Node) copyOut(mv Move) (int, error) {
 	deadline := time.Now().Add(n.cfg.MoveTimeout)
 	keep := n.keepOf(mv.Partitions)
 	limit := max(int(n.nc.MaxPayload())-8<<10, 1<<10)
+	if n.cfg.MoveChunk > 0 {
+		limit = min(limit, n.cfg.MoveChunk)
+	}
 	var after *keys.Key
 	sent := 0
 	for {
@@ -258,6 +265,7 @@ func (n *Node) copyOut(mv Move) (int, error) {
 			return sent, err
 		}
 		sent += count
+		n.step("chunk-sent")
 		if count == 0 {
 			return sent, nil
 		}
@@ -486,4 +494,11 @@ func (n *Node) stopContext() (context.Context, context.CancelFunc) {
 // moveError is an error wrapping kind, one of wire's.
 func moveError(kind error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
+}
+
+// step tells Config.StepHook, if any, that this cell is at step.
+func (n *Node) step(step string) {
+	if n.cfg.StepHook != nil {
+		n.cfg.StepHook(step)
+	}
 }

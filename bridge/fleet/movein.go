@@ -43,6 +43,7 @@ func (n *Node) receiveIn(m *nats.Msg) {
 		answerError(n.nc, m, 503, "IN: %v", err)
 		return
 	}
+	n.step("imported")
 	if m.Reply != "" {
 		b, _ := json.Marshal(map[string]int{"stored": stored})
 		_ = n.nc.Publish(m.Reply, b)
@@ -74,6 +75,7 @@ func (n *Node) stage(step moveStep) (int, error) {
 		return 503, err
 	}
 	n.log.Info("receiving partitions", "partitions", FormatRanges(mv.Partitions), "from", step.From, "epoch", step.Epoch)
+	n.step("in-recorded")
 	return 0, nil
 }
 
@@ -102,6 +104,7 @@ func (n *Node) commitIn(m *nats.Msg) {
 			return
 		}
 		n.log.Info("partitions moved here: serving them", "partitions", FormatRanges(mv.Partitions), "from", step.From, "epoch", rec.Epoch)
+		n.step("owned")
 	case len(Subtract(mv.Partitions, rec.Owned, rec.Partitions)) == 0 && rec.Epoch >= step.Epoch:
 		// Committed before; the answer was lost.
 	default:
