@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ type moveLoad struct {
 	acked     map[string]bool     // message id -> its publish was answered as stored
 	delivered map[string][]string // message id -> the cells that delivered it, in order
 	early     []string
+	failed    []string // publishes refused for good
 	acks      atomic.Int64
 
 	stop chan struct{}
@@ -100,7 +102,7 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				return
 			default:
 			}
-			resp, err := nc.RequestMsg(m, 5*time.Second)
+			resp, err := nc.RequestMsg(m, time.Second)
 			if err == nil {
 				err = wire.ParseError(resp.Header, resp.Data)
 			}
@@ -114,7 +116,10 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				break
 			}
 			if !errors.Is(err, wire.ErrUnavailable) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
-				panic(fmt.Sprintf("publish %s: %v", id, err)) // NB: no *testing.T off the test's goroutine
+				l.mu.Lock()
+				l.failed = append(l.failed, fmt.Sprintf("%s: %v", id, err))
+				l.mu.Unlock()
+				break
 			}
 			time.Sleep(20 * time.Millisecond) // NB: a retrying publisher's pause, not a wait for an event
 		}
@@ -162,6 +167,9 @@ func (l *moveLoad) verify(t *testing.T) (dups map[string][]string) {
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.failed) > 0 {
+		t.Errorf("%d publishes refused with an error that is not retryable: %v", len(l.failed), l.failed[:min(5, len(l.failed))])
+	}
 	if len(l.early) > 0 {
 		t.Errorf("%d deliveries before their fire time: %v", len(l.early), l.early[:min(5, len(l.early))])
 	}
@@ -188,8 +196,15 @@ func moveArgs(cell string) []string {
 // requestMove asks the owner from of parts to move them to to, and
 // returns its answer.
 func requestMove(nc *nats.Conn, from, to string, parts []fleet.Range) (fleet.MoveReply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	return requestMoveCtx(ctx, nc, from, to, parts)
+}
+
+// requestMoveCtx is requestMove until ctx ends.
+func requestMoveCtx(ctx context.Context, nc *nats.Conn, from, to string, parts []fleet.Range) (fleet.MoveReply, error) {
 	b, _ := json.Marshal(fleet.MoveRequest{Partitions: parts, To: to})
-	r, err := nc.Request(fleet.MoveSubject(from), b, 2*wait)
+	r, err := nc.RequestWithContext(ctx, fleet.MoveSubject(from), b)
 	if err == nil {
 		err = wire.ParseError(r.Header, r.Data)
 	}
@@ -302,7 +317,8 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 	dirs := map[string]string{}
 	procs := map[string]*serviceProcess{}
 	start := func(cell string, env ...string) {
-		procs[cell] = launch(t, bin, append([]string{"NATSDELAY_HTTP="}, env...), append([]string{"serve", "--nats", srv.ClientURL(),
+		env = append([]string{"NATSDELAY_HTTP=", "NATSDELAY_CRASH_MOVE_CHUNK=2048"}, env...)
+		procs[cell] = launch(t, bin, env, append([]string{"serve", "--nats", srv.ClientURL(),
 			"--data-dir", dirs[cell], "--engine", "pebble", "--ack-wait", "1s"}, moveArgs(cell)...)...)
 	}
 	for _, c := range moveCells {
@@ -315,8 +331,8 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		}
 	})
 	waitClosed(t, heard, "every cell's record")
-	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fkill", 64, 16)
-	l.waitAcks(t, 300)
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fkill", 64, 4)
+	l.waitAcks(t, 200)
 
 	rounds := 1
 	if os.Getenv("NATSDELAY_SOAK") != "" {
@@ -330,12 +346,16 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		if k.target {
 			victim = to
 		}
+		t0 := time.Now()
 		procs[victim].stop(t)
-		start(victim, "NATSDELAY_CRASH_MOVE="+k.step, "NATSDELAY_CRASH_MOVE_CHUNK=2048")
+		start(victim, "NATSDELAY_CRASH_MOVE="+k.step)
 		waitOwnedBy(t, nc, from, parts)
-		l.waitAcks(t, 100)
+		t1 := time.Now()
+		l.waitAcks(t, 50)
+		t2 := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
 		moved := make(chan error, 1)
-		go func() { _, err := requestMove(nc, from, to, parts); moved <- err }()
+		go func() { _, err := requestMoveCtx(ctx, nc, from, to, parts); moved <- err }()
 		select {
 		case <-procs[victim].done:
 		case <-time.After(2 * wait):
@@ -343,15 +363,19 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		}
 		procs[victim].kill(t) // reaps it
 		start(victim)
-		<-moved // answered or not, by the cell that died or by the one that finished
+		// Answered by the cell that finished, or never by the one that died.
+		cancel()
+		<-moved
 		// The move goes on by itself where it was; asked again it is
 		// carried out, or answered that it is done.
 		if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
 			t.Logf("round %d: move asked again: %v", r, err)
 		}
+		t3 := time.Now()
 		waitOwned(t, nc, to, parts)
-		t.Logf("round %d: %s killed at %s; %s owns %s", r, victim, k.step, to, fleet.FormatRanges(parts))
-		l.waitAcks(t, 100)
+		t.Logf("round %d: %s killed at %s; %s owns %s (restart %v, load %v, kill %v, done %v)", r, victim, k.step, to, fleet.FormatRanges(parts),
+			t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
+		l.waitAcks(t, 50)
 		from, to = to, from
 	}
 	l.verify(t)
