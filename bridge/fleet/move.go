@@ -183,8 +183,12 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	if notOwned := Subtract(parts, rec.Owned, rec.Partitions); len(notOwned) > 0 {
 		return Move{}, moveError(wire.ErrConflict, "cell %q does not own partitions %s (it owns %s)", rec.Cell, FormatRanges(notOwned), FormatRanges(rec.Owned))
 	}
-	if h, ok := n.table.heardOf(req.To); !ok || time.Since(h.at) > n.cfg.Silence {
+	h, ok := n.table.heardOf(req.To)
+	switch {
+	case !ok || time.Since(h.at) > n.cfg.Silence:
 		return Move{}, moveError(wire.ErrUnavailable, "cell %q is not serving in the fleet: not heard from", req.To)
+	case h.status.Clustered:
+		return Move{}, moveError(wire.ErrConflict, "cell %q is a cluster: moving partitions to or from a cluster cell is not supported yet (its record is kept per node, not replicated); move them between single-node cells", req.To)
 	}
 	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), rec.Epoch) + 1}
 	if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {

@@ -197,7 +197,7 @@ func (n *Node) learnAll() {
 }
 
 func (n *Node) status() Status {
-	return Status{Record: n.Record(), Node: n.cfg.Node}
+	return Status{Record: n.Record(), Node: n.cfg.Node, Clustered: n.cfg.Clustered}
 }
 
 func (n *Node) handleAlive(m *nats.Msg) {

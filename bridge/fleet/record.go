@@ -58,6 +58,9 @@ type Status struct {
 	// Node names the node that serves the cell: its --node-id in a
 	// cluster, else the cell's name.
 	Node string `json:"node"`
+	// Clustered says the cell is a Raft cluster, which moves no
+	// partitions yet.
+	Clustered bool `json:"clustered,omitempty"`
 	// Pending and Subjects are the cell's counts, in answers to CELLS.
 	Pending  uint64 `json:"pending"`
 	Subjects int    `json:"subjects"`
