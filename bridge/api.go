@@ -232,14 +232,18 @@ func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 		if err != nil {
 			return k, badTag("tag", err)
 		}
-		return k, nil
+		return k, s.frozenKey(k)
 	case ref.Subject == "" || ref.ID == "":
 		return keys.Key{}, badRequest(`give "tag", or "subject" and "id"`)
 	}
 	if err := checkTarget(ref.Subject, nil); err != nil {
 		return keys.Key{}, err
 	}
-	return s.core.Load().Lookup(ref.Subject, ref.ID)
+	k, err := s.core.Load().Lookup(ref.Subject, ref.ID)
+	if err == nil {
+		err = s.frozenKey(k)
+	}
+	return k, err
 }
 
 func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire.MessageInfo {

@@ -27,6 +27,8 @@ type selection struct {
 	f       *filter
 	keep    func(keys.Key, *delaystore.StoredMessage) bool
 	scanned *int
+	// frozen are the topics a bulk step leaves alone: see frozenTopics.
+	frozen *frozenTopics
 	// loBucket and hiBucket are the time buckets of the filter's fire
 	// times, hiBucket math.MaxUint64 when they have no end.
 	loBucket, hiBucket uint64
@@ -53,7 +55,7 @@ type selection struct {
 func (s *Service) selectMessages(f *filter, subject string, after *keys.Key, scanned *int, keep func(keys.Key, *delaystore.StoredMessage) bool) (position, bool, error) {
 	c := s.core.Load()
 	bucketMs := c.Config().Repository.TimeBucket.Milliseconds()
-	sel := &selection{c: c, f: f, keep: keep, scanned: scanned,
+	sel := &selection{c: c, f: f, keep: keep, scanned: scanned, frozen: &s.frozen,
 		loBucket: keys.Bucket(f.fromNs/1e6, bucketMs), hiBucket: math.MaxUint64}
 	if f.toNs != math.MaxInt64 {
 		sel.hiBucket = keys.Bucket(keys.FireAtMs(f.toNs), bucketMs)
@@ -90,7 +92,7 @@ func (sel *selection) visit(subject string, k keys.Key, m *delaystore.StoredMess
 	}
 	*sel.scanned++
 	sel.last = position{subject, k}
-	if !sel.f.match(m, attempt) || (sel.f.state == stateInFlight && !sel.c.InFlight(k)) {
+	if !sel.f.match(m, attempt) || (sel.f.state == stateInFlight && !sel.c.InFlight(k)) || sel.frozen.frozen(k.TopicHash()) {
 		return true
 	}
 	if !sel.keep(k, m) {

@@ -128,7 +128,11 @@ func (s *Service) resolveSchedule(ref wire.MessageRef) (keys.Key, error) {
 		if err := checkTarget(ref.Subject, nil); err != nil {
 			return keys.Key{}, err
 		}
-		return c.LookupSchedule(ref.Subject, ref.ID)
+		k, err := c.LookupSchedule(ref.Subject, ref.ID)
+		if err == nil {
+			err = s.frozenKey(k)
+		}
+		return k, err
 	}
 	k, err := s.resolve(ref)
 	if err != nil {

@@ -154,7 +154,7 @@ func DefaultConfig() Config {
 // dispatcher's dependencies are the Service's to give (see start).
 func (c Config) core() core.Config {
 	d := c.Delivery
-	d.Observer, d.Lifecycle, d.Fence = nil, nil, nil
+	d.Observer, d.Lifecycle, d.Fence, d.Frozen = nil, nil, nil, nil
 	return core.Config{
 		Delivery: d, Repository: c.Repository, Expiry: c.Expiry, Limits: c.Limits,
 		ReopenBackoff: c.ReopenBackoff, ReopenMaxBackoff: c.ReopenMaxBackoff,
@@ -286,6 +286,8 @@ type Service struct {
 	answers *answerer
 	// backups runs the BACKUP streams.
 	backups backups
+	// frozen are the topics held still for a fleet; see SetFrozen.
+	frozen frozenTopics
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -418,6 +420,7 @@ func (s *Service) start() error {
 	}
 	cc := s.cfg.core()
 	cc.Delivery.Observer = s.m
+	cc.Delivery.Frozen = s.frozen.frozen
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
 		if s.cluster != nil {
@@ -711,7 +714,19 @@ func (s *Service) handleIngest(req micro.Request) {
 	// returned, and micro's request records an error answer in a field
 	// that its handler reads once the handler returns.
 	reply := req.Reply()
+	s.frozen.gate.RLock() // released once the message is stored or refused
+	if s.frozen.frozen(keys.TopicHash(msg.Subject)) {
+		s.frozen.gate.RUnlock()
+		err := unavailable("the partition of subject %q is moving between cells: try again", keys.Clip(msg.Subject))
+		if span != nil {
+			endIngest(span, delaystore.Outcome{}, err)
+		}
+		s.m.ingest.WithLabelValues("unavailable").Inc()
+		respondError(req, err)
+		return
+	}
 	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+		s.frozen.gate.RUnlock()
 		if span != nil {
 			endIngest(span, res, err)
 		}
@@ -731,6 +746,7 @@ func (s *Service) handleIngest(req micro.Request) {
 		}
 	})
 	if err != nil {
+		s.frozen.gate.RUnlock()
 		if span != nil {
 			endIngest(span, delaystore.Outcome{}, err)
 		}
@@ -785,6 +801,9 @@ func (s *Service) handleTag(m *nats.Msg, tag string) {
 	if err != nil {
 		s.badAnswer(m, badAnswerTag, badTag("delivery tag", err))
 		return
+	}
+	if s.frozen.frozen(key.TopicHash()) {
+		return // see frozenTopics: the message stays as it is, unanswered
 	}
 	if isNoResponders(m) {
 		s.handleNoResponders(m, key)

@@ -95,6 +95,14 @@ type Config struct {
 	// Lifecycle, if not nil, is told what becomes of each message (see
 	// Lifecycle). Nil costs nothing.
 	Lifecycle Lifecycle
+	// Frozen, if not nil, reports whether the messages of a topic, by its
+	// hash, are held back as a pause holds them: neither delivered nor
+	// redelivered, their flights kept, and its recurring occurrences not
+	// planned ahead, so that nothing writes to the topic. A cell of a fleet freezes the
+	// partitions it hands to another cell, or does not own. It is called
+	// with the dispatcher's lock held, so it must be quick and must not
+	// call the dispatcher; call ReloadLimits once its answers change.
+	Frozen func(topicHash uint64) bool
 
 	// Now is the clock; nil means time.Now. Tests may override it.
 	Now func() time.Time

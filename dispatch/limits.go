@@ -85,6 +85,9 @@ func (st *subjectTable) ruleOf(t *topic) rule {
 		}
 		break
 	}
+	if st.frozen != nil && st.frozen(t.hash) {
+		r.paused = true
+	}
 	t.rule = r
 	t.bucket = keptBucket(t.bucket, r, st.now())
 	return r

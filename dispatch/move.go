@@ -164,6 +164,20 @@ func (d *Dispatcher) InFlight(k keys.Key) bool {
 // them is published again. It does not end recurring schedules: cancel an
 // occurrence through Cancel for that.
 func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error) {
+	return d.deleteMany(ctx, ks, true)
+}
+
+// DropMany deletes the pending messages under ks as CancelMany does, but
+// as messages that go on elsewhere, not canceled: it tells nothing of
+// them and counts none as canceled. A cell of a fleet drops the copies of
+// a partition another cell now owns.
+func (d *Dispatcher) DropMany(ctx context.Context, ks []keys.Key) (int, error) {
+	return d.deleteMany(ctx, ks, false)
+}
+
+// deleteMany is CancelMany, telling and counting the deletes as canceled
+// if canceled is set.
+func (d *Dispatcher) deleteMany(ctx context.Context, ks []keys.Key, canceled bool) (int, error) {
 	if d.del == nil {
 		return 0, ErrClosed
 	}
@@ -174,7 +188,7 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 		attempt uint32
 	}
 	var tell []told
-	if d.cfg.Lifecycle != nil {
+	if d.cfg.Lifecycle != nil && canceled {
 		tell = make([]told, len(ks))
 		for i, k := range ks {
 			tell[i].about, tell[i].attempt = d.aboutKey(k)
@@ -215,6 +229,8 @@ func (d *Dispatcher) CancelMany(ctx context.Context, ks []keys.Key) (int, error)
 			return n, fmt.Errorf("dispatch: cancel %d messages: %w", len(ks), ctx.Err())
 		}
 	}
-	d.stats.canceled.Add(uint64(n))
+	if canceled {
+		d.stats.canceled.Add(uint64(n))
+	}
 	return n, first
 }

@@ -219,6 +219,11 @@ func (d *Dispatcher) occurrencesToPlan(now, horizon int64) (found []keys.Key, fu
 			full = true
 			return false
 		}
+		if d.cfg.Frozen != nil && d.cfg.Frozen(k.TopicHash()) {
+			// Held still: planned, if it must be, as it goes out once
+			// thawed, as what is due already is.
+			return true
+		}
 		found = append(found, k)
 		return true
 	})

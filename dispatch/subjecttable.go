@@ -59,6 +59,8 @@ type subjectTable struct {
 	bucketMs            int64
 	now                 func() int64
 	log                 *slog.Logger
+	// frozen is Config.Frozen: a topic it names is paused.
+	frozen func(topicHash uint64) bool
 }
 
 func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Logger) subjectTable {
@@ -73,6 +75,7 @@ func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Log
 		bucketMs:    bucketMs,
 		now:         now,
 		log:         log,
+		frozen:      cfg.Frozen,
 	}
 	st.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	return st

@@ -390,6 +390,14 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	waitClosed(t, heard, "every cell's record")
 	onC := subjectOwnedBy("c", "fleet.quorum")
 	schedule(t, nc, newMsg(onC, "before", wire.HeaderDelay, "1h"))
+	// A cell that is a cluster moves no partition, either way, yet.
+	for _, mv := range []struct{ from, to string }{{"a", "c"}, {"c", "a"}} {
+		first := fleetSplit[mv.from][0].From
+		parts := []fleet.Range{{From: first, To: first}}
+		if _, err := requestMove(nc, mv.from, mv.to, parts); !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), `"c" is a cluster`) {
+			t.Fatalf("move from %s to %s: %v, want a 409 saying c is a cluster", mv.from, mv.to, err)
+		}
+	}
 
 	for _, n := range cluster.nodes[:2] {
 		n.proc.kill(t)

@@ -60,6 +60,20 @@ type Config struct {
 	// JoinWait is how long a new cell that is not a founder listens for
 	// the fleet's cells before it creates the fleet. Default 1s.
 	JoinWait time.Duration
+	// MoveTimeout bounds how long a move of partitions from this cell
+	// copies them before it is called off: their ingest answers 503 for
+	// that long at most, unless the target was asked to commit (see
+	// Move). Default 30s.
+	MoveTimeout time.Duration
+	// MoveChunk bounds the bytes of messages one request of a move
+	// carries; 0 means the server's max_payload less 8 KiB.
+	MoveChunk int
+	// StepHook, if not nil, is told each step of a move this cell has
+	// just persisted or done (see move.go): a crash test's hook.
+	StepHook func(step string)
+	// Clustered says the cell is a Raft cluster: its record is kept by
+	// each node, not replicated, so it refuses to move partitions.
+	Clustered bool
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -72,6 +86,7 @@ func DefaultConfig() Config {
 		APIPrefix:    wire.DefaultAPIPrefix,
 		Heartbeat:    250 * time.Millisecond,
 		JoinWait:     time.Second,
+		MoveTimeout:  30 * time.Second,
 	}
 }
 
@@ -94,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JoinWait == 0 {
 		c.JoinWait = d.JoinWait
+	}
+	if c.MoveTimeout == 0 {
+		c.MoveTimeout = d.MoveTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -135,7 +153,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"Heartbeat", c.Heartbeat}, {"Silence", c.Silence}, {"JoinWait", c.JoinWait}} {
+	}{{"Heartbeat", c.Heartbeat}, {"Silence", c.Silence}, {"JoinWait", c.JoinWait}, {"MoveTimeout", c.MoveTimeout}} {
 		if d.v < 0 {
 			bad("%s (%v) must be > 0", d.name, d.v)
 		}
@@ -151,3 +169,11 @@ func CellSubjects(cell string) (ingest, ack, api string) {
 }
 
 func forwardPrefix(cell string) string { return CellPrefix + "." + cell + ".FWD" }
+
+// movePrefix is the prefix of the subjects on which a cell's serving node
+// takes the steps of moves: <prefix>.OUT, IN, COMMIT, ABORT and STATUS.
+func movePrefix(cell string) string { return CellPrefix + "." + cell + ".MOVE" }
+
+// MoveSubject is the subject on which cell moves partitions it owns to
+// another cell when asked (see MoveRequest).
+func MoveSubject(cell string) string { return movePrefix(cell) + ".OUT" }

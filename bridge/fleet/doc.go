@@ -21,6 +21,8 @@
 //	$DELAY.FLEET.ALIVE                 each serving cell's record, each heartbeat
 //	$DELAY.FLEET.CELLS                 answered by each serving cell: its status
 //	$DELAY.FLEET.STALE.<from>          tells a router its map is stale
+//	$DELAY.CELL.<cell>.MOVE.OUT        asks the cell to move partitions away
+//	$DELAY.CELL.<cell>.MOVE.<step>     the steps of a move between two cells
 //
 // A publish to delay.<subject> is taken by one node of the fleet. If its
 // cell owns the subject's partition it hands it to its service in process;
@@ -38,4 +40,12 @@
 // where two records claim a partition the higher epoch wins. A cell not
 // heard for Config.Silence is unavailable: its partitions' ingest and
 // requests get a 503 from every router, which publishers retry.
+//
+// # Moves
+//
+// A single-node cell moves partitions it owns to another on request: it
+// freezes them, copies their messages to the target under the same keys,
+// has the target own them at a higher epoch, then drops its copies, each
+// step written to its record first so that either cell, killed at any
+// step, goes on from it (see move.go).
 package fleet

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,8 +36,24 @@ type Node struct {
 	nc  *nats.Conn
 	svc Service
 	cfg Config
+	// rec is the record the node started with: its Cell and Partitions
+	// never change. What does is in cur.
 	rec Record
 	log *slog.Logger
+	// curMu guards cur, the cell's record now, which a move changes.
+	curMu sync.Mutex
+	cur   Record
+	// writeMu serialises the changes of cur (see update).
+	writeMu sync.Mutex
+	// lastIn is when a chunk of the move into this cell last came (Unix
+	// ns; see watchIn).
+	lastIn atomic.Int64
+	// mover is svc as a Mover, nil if it cannot move partitions; moving
+	// serialises the moves this cell carries out (see move.go), and
+	// moveWG waits for the goroutines that carry them out.
+	mover  Mover
+	moving sync.Mutex
+	moveWG sync.WaitGroup
 	// id names this node's router in the subjects it forwards on, so a
 	// receiver can tell it that its map is stale.
 	id    string
@@ -78,6 +95,12 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 		id: nuid.Next(), table: newTable(rec.Partitions), cellIngest: ingest + ".",
 		refresh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	n.cur = rec
+	n.lastIn.Store(time.Now().UnixNano())
+	n.mover, _ = svc.(Mover)
+	if err := n.freeze(rec); err != nil {
+		return nil, err
+	}
 	n.table.learn(n.status(), time.Now())
 	for _, s := range []struct {
 		subject string
@@ -90,18 +113,25 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 		n.always = append(n.always, sub)
 	}
 	go n.loop()
+	n.resumeMoves(rec)
 	return n, nil
 }
 
-// Close stops serving and the heartbeats, and waits for the loop.
+// Close stops serving, the heartbeats and the moves under way (each goes
+// on where it stopped when the cell starts again), and waits for them.
 func (n *Node) Close() error {
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
+	n.moveWG.Wait()
 	return n.unsubscribe(n.always)
 }
 
-// Record is this cell's record.
-func (n *Node) Record() Record { return n.rec }
+// Record is this cell's record now.
+func (n *Node) Record() Record {
+	n.curMu.Lock()
+	defer n.curMu.Unlock()
+	return n.cur
+}
 
 // StaleNotices is how many times a receiver told this node's router that
 // its map was stale.
@@ -142,7 +172,8 @@ func (n *Node) beat() {
 			n.log.Error("subscribing to the fleet's subjects: retrying next heartbeat", "err", err)
 			return
 		}
-		n.log.Info("cell serving in the fleet", "partitions", FormatRanges(n.rec.Owned), "epoch", n.rec.Epoch)
+		rec := n.Record()
+		n.log.Info("cell serving in the fleet", "partitions", FormatRanges(rec.Owned), "epoch", rec.Epoch)
 	case !serving && n.serving != nil:
 		if err := n.drain(n.serving); err != nil {
 			n.log.Warn("stopping the fleet's subscriptions", "err", err)
@@ -166,7 +197,7 @@ func (n *Node) learnAll() {
 }
 
 func (n *Node) status() Status {
-	return Status{Record: n.rec, Node: n.cfg.Node}
+	return Status{Record: n.Record(), Node: n.cfg.Node, Clustered: n.cfg.Clustered}
 }
 
 func (n *Node) handleAlive(m *nats.Msg) {

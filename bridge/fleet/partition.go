@@ -101,3 +101,71 @@ func Split(cells []string, n int) map[string][]Range {
 	}
 	return out
 }
+
+// set returns the partitions of rs, of a fleet of n, as a set.
+func set(rs []Range, n int) []bool {
+	s := make([]bool, n)
+	for _, r := range rs {
+		for p := max(r.From, 0); p <= min(r.To, n-1); p++ {
+			s[p] = true
+		}
+	}
+	return s
+}
+
+// ranges returns the partitions of the set s as ranges, in order.
+func ranges(s []bool) []Range {
+	var out []Range
+	for p, in := range s {
+		switch {
+		case !in:
+		case len(out) > 0 && out[len(out)-1].To == p-1:
+			out[len(out)-1].To = p
+		default:
+			out = append(out, Range{From: p, To: p})
+		}
+	}
+	return out
+}
+
+// Union is the partitions in a or b, as ranges in order, of a fleet of n.
+func Union(a, b []Range, n int) []Range {
+	s := set(a, n)
+	for _, r := range b {
+		for p := max(r.From, 0); p <= min(r.To, n-1); p++ {
+			s[p] = true
+		}
+	}
+	return ranges(s)
+}
+
+// Subtract is the partitions in a and not in b, as ranges in order, of a
+// fleet of n.
+func Subtract(a, b []Range, n int) []Range {
+	s := set(a, n)
+	for _, r := range b {
+		for p := max(r.From, 0); p <= min(r.To, n-1); p++ {
+			s[p] = false
+		}
+	}
+	return ranges(s)
+}
+
+// ParseRanges reads partitions written as FormatRanges writes them, such
+// as 0-84,170 (in any order, overlapping or not), of a fleet of n.
+func ParseRanges(s string, n int) ([]Range, error) {
+	var rs []Range
+	for _, part := range strings.Split(s, ",") {
+		from, to, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(from)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(to)
+		}
+		if err != nil || a < 0 || b < a || b >= n {
+			return nil, fmt.Errorf("partitions %q: want numbers or ranges such as 3 or 10-20, from 0 to %d", part, n-1)
+		}
+		rs = append(rs, Range{From: a, To: b})
+	}
+	return ranges(set(rs, n)), nil
+}

@@ -23,6 +23,32 @@ type Record struct {
 	Partitions int     `json:"partitions"`
 	Epoch      uint64  `json:"epoch"`
 	Owned      []Range `json:"owned"`
+	// Out is a move of partitions from this cell to another under way:
+	// they are frozen here until the move ends (see Move).
+	Out *Move `json:"out,omitempty"`
+	// In is a move of partitions to this cell under way: what it has
+	// received of them is not its own until the move commits.
+	In *Move `json:"in,omitempty"`
+}
+
+// Move is a move of partitions between two cells, as each end keeps it.
+type Move struct {
+	Partitions []Range `json:"partitions"`
+	// Peer is the cell at the other end.
+	Peer string `json:"peer"`
+	// Epoch is the epoch at which the target owns the partitions.
+	Epoch uint64 `json:"epoch"`
+	// Committing, at the source, says the target was asked to commit:
+	// it may own them now, so the move can no longer be called off.
+	Committing bool `json:"committing,omitempty"`
+	// Committed, at the source, says the target owns them: the source
+	// drops its copies, then forgets the move.
+	Committed bool `json:"committed,omitempty"`
+}
+
+// same reports whether m and o move the same partitions at the same epoch.
+func (m *Move) same(o *Move) bool {
+	return m != nil && o != nil && m.Epoch == o.Epoch && FormatRanges(m.Partitions) == FormatRanges(o.Partitions)
 }
 
 // Status is what a serving cell tells the fleet: its record, the node
@@ -32,6 +58,9 @@ type Status struct {
 	// Node names the node that serves the cell: its --node-id in a
 	// cluster, else the cell's name.
 	Node string `json:"node"`
+	// Clustered says the cell is a Raft cluster, which moves no
+	// partitions yet.
+	Clustered bool `json:"clustered,omitempty"`
 	// Pending and Subjects are the cell's counts, in answers to CELLS.
 	Pending  uint64 `json:"pending"`
 	Subjects int    `json:"subjects"`

@@ -28,6 +28,7 @@ func (n *Node) subscribe() error {
 		{n.cfg.AckPrefix, QueueGroup, n.routeAckHeader},
 		{n.cfg.AckPrefix + ".>", QueueGroup, n.routeAckSubject},
 		{CellsSubject, "", n.answerCells},
+		{movePrefix(n.rec.Cell) + ".*", "natsdelay.cell." + n.rec.Cell, n.handleMove},
 	}
 	for _, r := range routes {
 		sub, err := n.nc.QueueSubscribe(r.subject, r.queue, r.h)
@@ -106,7 +107,7 @@ func (n *Node) receive(m *nats.Msg) {
 		return
 	}
 	p := Partition(target, n.rec.Partitions)
-	if Contains(n.rec.Owned, p) {
+	if Contains(n.Record().Owned, p) {
 		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 		return
 	}

@@ -87,3 +87,25 @@ func (t *table) heardCells() []heard {
 	})
 	return out
 }
+
+// heardOf returns what was last heard from cell.
+func (t *table) heardOf(cell string) (heard, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	i, ok := t.byName[cell]
+	if !ok {
+		return heard{}, false
+	}
+	return t.cells[i], true
+}
+
+// maxEpoch is the highest epoch of a record heard.
+func (t *table) maxEpoch() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var e uint64
+	for _, h := range t.cells {
+		e = max(e, h.status.Epoch)
+	}
+	return e
+}

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/crashhook"
 	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/server"
@@ -19,5 +21,19 @@ func armCrashHooks(o *server.Options, log *slog.Logger) error {
 		return err
 	}
 	o.Service.Repository.AdvanceHook = h
+	if o.Fleet != nil {
+		step, err := crashhook.Move(os.Getenv(crashhook.MoveEnv), log)
+		if err != nil {
+			return err
+		}
+		fc := *o.Fleet
+		fc.StepHook = step
+		if v := os.Getenv(crashhook.MoveChunkEnv); v != "" {
+			if fc.MoveChunk, err = strconv.Atoi(v); err != nil {
+				return fmt.Errorf("%s %q: want a count of bytes", crashhook.MoveChunkEnv, v)
+			}
+		}
+		o.Fleet = &fc
+	}
 	return nil
 }

@@ -7,6 +7,7 @@ package crashhook
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,6 +55,43 @@ func Advance(v string, log *slog.Logger) (func(delaystore.AdvanceStage), error) 
 		}
 		// The test waits for this line to know the kill was the hook's.
 		log.Warn("crash test hook: SIGKILL", "stage", stageName, "batch", n)
+		killSelf()
+	}, nil
+}
+
+// MoveEnv names the crash tests' fault in a move of partitions:
+// "<step>:N" makes serve kill itself with SIGKILL the Nth time a move of
+// this cell's reaches step (see fleet.Config.StepHook): out-recorded,
+// chunk-sent, committing, released or dropped at the source, in-recorded,
+// imported or owned at the target. MoveChunkEnv, a count of bytes, bounds
+// the chunks of a move (fleet.Config.MoveChunk), so that a small test
+// moves in several.
+const (
+	MoveEnv      = "NATSDELAY_CRASH_MOVE"
+	MoveChunkEnv = "NATSDELAY_CRASH_MOVE_CHUNK"
+)
+
+// moveSteps are the steps a StepHook is told.
+var moveSteps = []string{"out-recorded", "chunk-sent", "committing", "released", "dropped", "in-recorded", "imported", "owned"}
+
+// Move parses the value of MoveEnv: nil for "", else a StepHook that logs
+// and kills the process at the step and count it names.
+func Move(v string, log *slog.Logger) (func(string), error) {
+	if v == "" {
+		return nil, nil
+	}
+	step, nStr, _ := strings.Cut(v, ":")
+	n, err := strconv.Atoi(nStr)
+	if !slices.Contains(moveSteps, step) || err != nil || n < 1 {
+		return nil, fmt.Errorf("%s %q: want <step>:N, a step of %s and N a count from 1", MoveEnv, v, strings.Join(moveSteps, ", "))
+	}
+	log.Warn("crash test hook armed: natsdelay kills itself in a move of partitions", "env", MoveEnv, "value", v)
+	var seen atomic.Int64
+	return func(at string) {
+		if at != step || seen.Add(1) != int64(n) {
+			return
+		}
+		log.Warn("crash test hook: SIGKILL", "step", step, "count", n)
 		killSelf()
 	}, nil
 }

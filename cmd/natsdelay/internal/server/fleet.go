@@ -24,6 +24,7 @@ func (s *Server) prepareFleet(o Options, dataDir string, cfg *bridge.Config) (fl
 	fc.APIPrefix = cmp.Or(cfg.APIPrefix, wire.DefaultAPIPrefix)
 	if o.Cluster != nil {
 		fc.Node = o.Cluster.NodeID
+		fc.Clustered = true
 	}
 	rec, err := fleet.Prepare(s.nc, fc)
 	if err != nil {

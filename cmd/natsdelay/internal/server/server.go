@@ -234,6 +234,11 @@ func (s *Server) open(ctx context.Context, o Options) error {
 	if traced != nil {
 		svcOpts = append(svcOpts, traced)
 	}
+	if o.Fleet != nil {
+		// Before the first delivery: a cell's store may hold messages of
+		// partitions it does not own (staged by a move, or left by one).
+		svcOpts = append(svcOpts, bridge.WithFrozen(fleet.Frozen(rec)))
+	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
 	if s.svc, err = bridge.New(s.nc, svcStore, cfg, svcOpts...); err != nil {

@@ -1,0 +1,462 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/natsdelay/natsdelay/bridge/fleet"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+)
+
+// moveLoad is traffic through a fleet while its partitions move:
+// publishers that send each message until one answer says it is stored
+// (again after a 503, no responders or a timeout), and a consumer that
+// ACKs every delivery and notes, per message, the cells that delivered
+// it and whether any came before its fire time.
+type moveLoad struct {
+	prefix   string
+	subjects int
+
+	mu        sync.Mutex
+	acked     map[string]bool     // message id -> its publish was answered as stored
+	delivered map[string][]string // message id -> the cells that delivered it, in order
+	early     []string
+	failed    []string // publishes refused for good
+	acks      atomic.Int64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startMoveLoad starts publishers that publish on prefix.<0..subjects-1>
+// through nc (delays up to 1.5s, some an hour, so that partitions move with
+// messages due soon, due now and in flight) and a consumer on sub.
+func startMoveLoad(t *testing.T, pub, sub *nats.Conn, prefix string, subjects, publishers int) *moveLoad {
+	l := &moveLoad{prefix: prefix, subjects: subjects, acked: map[string]bool{}, delivered: map[string][]string{}, stop: make(chan struct{})}
+	s, err := sub.Subscribe(prefix+".>", l.onDelivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for w := range publishers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			l.publish(pub, w, rand.New(rand.NewPCG(uint64(w), 7)))
+		}()
+	}
+	t.Cleanup(func() {
+		l.stopPublishers()
+		_ = s.Unsubscribe()
+	})
+	return l
+}
+
+func (l *moveLoad) onDelivery(m *nats.Msg) {
+	now := time.Now()
+	fire, err := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderFireAt))
+	cell := strings.TrimPrefix(m.Reply, fleet.CellPrefix+".")
+	cell, _, _ = strings.Cut(cell, ".")
+	id := string(m.Data)
+	l.mu.Lock()
+	// Delay-Fire-At is rounded down to the millisecond.
+	if err != nil || now.Before(fire) {
+		l.early = append(l.early, id)
+	}
+	l.delivered[id] = append(l.delivered[id], cell)
+	l.mu.Unlock()
+	_ = m.Respond(nil)
+}
+
+// publish sends messages w-0, w-1, ... until stopped.
+func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
+	for seq := 0; ; seq++ {
+		id := fmt.Sprintf("%d-%d", w, seq)
+		m := nats.NewMsg(fmt.Sprintf("delay.%s.%d", l.prefix, r.IntN(l.subjects)))
+		m.Data = []byte(id)
+		delay := time.Duration(r.IntN(1500)) * time.Millisecond
+		if r.IntN(20) == 0 {
+			delay = time.Hour
+		}
+		m.Header.Set(wire.HeaderDelay, delay.String())
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			resp, err := nc.RequestMsg(m, time.Second)
+			if err == nil {
+				err = wire.ParseError(resp.Header, resp.Data)
+			}
+			if err == nil {
+				l.mu.Lock()
+				if delay != time.Hour {
+					l.acked[id] = true
+				}
+				l.mu.Unlock()
+				l.acks.Add(1)
+				break
+			}
+			if !errors.Is(err, wire.ErrUnavailable) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+				l.mu.Lock()
+				l.failed = append(l.failed, fmt.Sprintf("%s: %v", id, err))
+				l.mu.Unlock()
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // NB: a retrying publisher's pause, not a wait for an event
+		}
+	}
+}
+
+func (l *moveLoad) stopPublishers() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// waitAcks waits until n more publishes were answered.
+func (l *moveLoad) waitAcks(t *testing.T, n int64) {
+	t.Helper()
+	want := l.acks.Load() + n
+	waitProgress(t, wait, int(want), func() int { return int(l.acks.Load()) }, "answered publishes")
+}
+
+// verify stops the publishers, waits until every message answered as
+// stored is delivered, and checks that none came early. It returns the
+// messages delivered more than once: by the cells in order, for each.
+func (l *moveLoad) verify(t *testing.T) (dups map[string][]string) {
+	t.Helper()
+	l.stopPublishers()
+	missing := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		n := 0
+		for id := range l.acked {
+			if len(l.delivered[id]) == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	checkFor(t, 2*wait, 50*time.Millisecond, func() error {
+		if n := missing(); n > 0 {
+			return fmt.Errorf("%d messages answered as stored not delivered", n)
+		}
+		return nil
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failed) > 0 {
+		t.Errorf("%d publishes refused with an error that is not retryable: %v", len(l.failed), l.failed[:min(5, len(l.failed))])
+	}
+	if len(l.early) > 0 {
+		t.Errorf("%d deliveries before their fire time: %v", len(l.early), l.early[:min(5, len(l.early))])
+	}
+	dups = map[string][]string{}
+	for id, cells := range l.delivered {
+		if len(cells) > 1 {
+			dups[id] = cells
+		}
+	}
+	t.Logf("%d messages answered as stored (and more an hour away), each delivered; %d more than once", len(l.acked), len(dups))
+	return dups
+}
+
+// moveCells are the two founding cells of the move tests, and their
+// fleet's partitions.
+var moveCells = []string{"a", "b"}
+
+const movePartitions = 8
+
+func moveArgs(cell string) []string {
+	return []string{"--cell", cell, "--fleet-cells", strings.Join(moveCells, ","), "--partitions", strconv.Itoa(movePartitions)}
+}
+
+// requestMove asks the owner from of parts to move them to to, and
+// returns its answer.
+func requestMove(nc *nats.Conn, from, to string, parts []fleet.Range) (fleet.MoveReply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	return requestMoveCtx(ctx, nc, from, to, parts)
+}
+
+// requestMoveCtx is requestMove until ctx ends.
+func requestMoveCtx(ctx context.Context, nc *nats.Conn, from, to string, parts []fleet.Range) (fleet.MoveReply, error) {
+	b, _ := json.Marshal(fleet.MoveRequest{Partitions: parts, To: to})
+	r, err := nc.RequestWithContext(ctx, fleet.MoveSubject(from), b)
+	if err == nil {
+		err = wire.ParseError(r.Header, r.Data)
+	}
+	var rep fleet.MoveReply
+	if err == nil {
+		err = json.Unmarshal(r.Data, &rep)
+	}
+	return rep, err
+}
+
+// waitOwned waits until cell owns parts and no cell has a move under way,
+// as the cells answer.
+func waitOwned(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
+	t.Helper()
+	checkFor(t, 2*wait, 100*time.Millisecond, func() error {
+		cells := fleet.GatherCells(nc, 300*time.Millisecond)
+		owns := false
+		for _, st := range cells {
+			if st.Out != nil || st.In != nil {
+				return fmt.Errorf("cell %s has a move under way: %+v %+v", st.Cell, st.Out, st.In)
+			}
+			if st.Cell == cell {
+				owns = len(fleet.Subtract(parts, st.Owned, st.Partitions)) == 0
+			} else if len(fleet.Subtract(parts, fleet.Subtract(parts, st.Owned, st.Partitions), st.Partitions)) > 0 {
+				return fmt.Errorf("cell %s still owns some of %s", st.Cell, fleet.FormatRanges(parts))
+			}
+		}
+		if !owns {
+			return fmt.Errorf("cell %s does not own %s yet (%d cells answered)", cell, fleet.FormatRanges(parts), len(cells))
+		}
+		return nil
+	})
+}
+
+// TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice moves partitions back
+// and forth between two single-node cells while publishers and a
+// consumer run through the fleet: every message answered as stored is
+// delivered, none early, and a message is delivered twice only when the
+// source delivered it before the move froze its partition and the target
+// delivered it again (that delivery's answer, dropped by the freeze,
+// counts as none).
+func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	heard := fleetHeard(t, nc, moveCells)
+	for _, c := range moveCells {
+		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), moveArgs(c)...)
+		t.Cleanup(func() { p.stop(t) })
+	}
+	waitClosed(t, heard, "every cell's record")
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fmove", 64, 16)
+	l.waitAcks(t, 300)
+
+	moves := []struct {
+		from, to string
+		parts    []fleet.Range
+	}{{"a", "b", []fleet.Range{{From: 0, To: 1}}}, {"b", "a", []fleet.Range{{From: 4, To: 6}}}, {"b", "a", []fleet.Range{{From: 0, To: 1}}}, {"a", "b", []fleet.Range{{From: 2, To: 6}}}}
+	for _, mv := range moves {
+		start := time.Now()
+		rep, err := requestMove(nc, mv.from, mv.to, mv.parts)
+		if err != nil {
+			t.Fatalf("move %s from %s to %s: %v", fleet.FormatRanges(mv.parts), mv.from, mv.to, err)
+		}
+		t.Logf("moved %s from %s to %s at epoch %d: %d messages in %v", fleet.FormatRanges(rep.Partitions), rep.From, rep.To, rep.Epoch, rep.Messages, time.Since(start))
+		waitOwned(t, nc, mv.to, mv.parts)
+		l.waitAcks(t, 200)
+	}
+	if _, err := requestMove(nc, "a", "b", []fleet.Range{{From: 7, To: 7}}); !errors.Is(err, wire.ErrConflict) {
+		t.Fatalf("moving a partition its cell does not own: %v, want a 409", err)
+	}
+	for id, cells := range l.verify(t) {
+		if len(cells) != 2 || cells[0] == cells[1] {
+			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
+		}
+	}
+}
+
+// moveKill is one round of the crash test: the cell that kills itself,
+// at which step of the move.
+type moveKill struct {
+	target bool   // the target kills itself, else the source
+	step   string // crashhook.MoveEnv's value
+}
+
+// moveKills are the steps of a move, at each of which a round kills one
+// end: every step either end persists or does.
+var moveKills = []moveKill{
+	{false, "out-recorded:1"}, {false, "chunk-sent:2"}, {true, "in-recorded:1"}, {true, "imported:2"},
+	{false, "committing:1"}, {true, "owned:1"}, {false, "released:1"}, {false, "dropped:1"},
+}
+
+// TestFleet_Move_SIGKILLAtEachStep moves partitions between two cells
+// under load, and in each round one end kills itself with SIGKILL at a
+// step of the move (a crash hook, so the kill lands there and not by
+// chance); it starts again on its data dir and the move completes, by
+// itself or asked again. Every message answered as stored is delivered,
+// none early. NATSDELAY_SOAK=1 runs every step five times.
+func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	heard := fleetHeard(t, nc, moveCells)
+	dirs := map[string]string{}
+	procs := map[string]*serviceProcess{}
+	start := func(cell string, env ...string) {
+		env = append([]string{"NATSDELAY_HTTP=", "NATSDELAY_CRASH_MOVE_CHUNK=2048"}, env...)
+		procs[cell] = launch(t, bin, env, append([]string{"serve", "--nats", srv.ClientURL(),
+			"--data-dir", dirs[cell], "--engine", "pebble", "--ack-wait", "1s"}, moveArgs(cell)...)...)
+	}
+	for _, c := range moveCells {
+		dirs[c] = t.TempDir()
+		start(c)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.stop(t)
+		}
+	})
+	waitClosed(t, heard, "every cell's record")
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fkill", 64, 4)
+	l.waitAcks(t, 200)
+
+	rounds := 1
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		rounds = 5
+	}
+	from, to := "a", "b"
+	parts := []fleet.Range{{From: 0, To: 2}}
+	for r := range rounds * len(moveKills) {
+		k := moveKills[r%len(moveKills)]
+		victim := from
+		if k.target {
+			victim = to
+		}
+		t0 := time.Now()
+		procs[victim].stop(t)
+		start(victim, "NATSDELAY_CRASH_MOVE="+k.step)
+		waitOwnedBy(t, nc, from, parts)
+		t1 := time.Now()
+		l.waitAcks(t, 50)
+		t2 := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		moved := make(chan error, 1)
+		go func() { _, err := requestMoveCtx(ctx, nc, from, to, parts); moved <- err }()
+		select {
+		case <-procs[victim].done:
+		case <-time.After(2 * wait):
+			t.Fatalf("round %d: %s did not kill itself at %s:\n%s", r, victim, k.step, procs[victim].output())
+		}
+		procs[victim].kill(t) // reaps it
+		start(victim)
+		// Answered by the cell that finished, or never by the one that died.
+		cancel()
+		<-moved
+		// The move goes on by itself where it was; asked again it is
+		// carried out, or answered that it is done.
+		if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
+			t.Logf("round %d: move asked again: %v", r, err)
+		}
+		t3 := time.Now()
+		waitOwned(t, nc, to, parts)
+		t.Logf("round %d: %s killed at %s; %s owns %s (restart %v, load %v, kill %v, done %v)", r, victim, k.step, to, fleet.FormatRanges(parts),
+			t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
+		l.waitAcks(t, 50)
+		from, to = to, from
+	}
+	l.verify(t)
+}
+
+// waitOwnedBy waits until cell owns parts, as waitOwned, with a fresh
+// view: a cell that just started has told the fleet its record.
+func waitOwnedBy(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
+	t.Helper()
+	waitOwned(t, nc, cell, parts)
+}
+
+// TestFleet_AddFourthCell_Rebalance adds a cell to a running fleet of
+// three and rebalances with the CLI while publishers and a consumer run:
+// the plan moves a share of each cell's partitions to the new one, each
+// cell then owns 64 of 256, messages due in an hour are found by their
+// tags on the cell that now holds them, and every message answered as
+// stored is delivered, none early, a message twice only across a move.
+func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	heard := fleetHeard(t, nc, fleetCells)
+	for _, c := range fleetCells {
+		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
+		t.Cleanup(func() { p.stop(t) })
+	}
+	waitClosed(t, heard, "every cell's record")
+	later := map[string]string{} // tag -> subject, due in an hour
+	for i := range 200 {
+		s := fmt.Sprintf("frebal.later.%d", i)
+		later[fleetSchedule(t, nc, s, "x")] = s
+	}
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "frebal.now", 128, 4)
+	l.waitAcks(t, 200)
+
+	heard = fleetHeard(t, nc, []string{"d"})
+	d := startProcess(t, bin, srv.ClientURL(), t.TempDir(), "--cell", "d")
+	t.Cleanup(func() { d.stop(t) })
+	waitClosed(t, heard, "the new cell's record")
+	code, out := runCLI(t, bin, "cells", "rebalance", "--nats", srv.ClientURL())
+	if code != 0 || !strings.Contains(out, "move 64-85 (22) from a to d") || !strings.Contains(out, "--yes") {
+		t.Fatalf("cells rebalance: exit %d:\n%s\nwant the plan, a's first move 64-85, and how to carry it out", code, out)
+	}
+	l.waitAcks(t, 100)
+	code, out = runCLI(t, bin, "cells", "rebalance", "--yes", "--nats", srv.ClientURL())
+	if code != 0 || strings.Count(out, "moved ") != 3 {
+		t.Fatalf("cells rebalance --yes: exit %d:\n%s\nwant three moves", code, out)
+	}
+	t.Logf("cells rebalance --yes:\n%s", out)
+	waitOwned(t, nc, "d", []fleet.Range{{From: 64, To: 85}, {From: 150, To: 170}, {From: 235, To: 255}})
+	for _, st := range fleet.GatherCells(nc, 500*time.Millisecond) {
+		if fleet.Count(st.Owned) != 64 {
+			t.Errorf("cell %s owns %s, %d partitions: want 64", st.Cell, fleet.FormatRanges(st.Owned), fleet.Count(st.Owned))
+		}
+	}
+	code, out = runCLI(t, bin, "cells", "rebalance", "--nats", srv.ClientURL())
+	if code != 0 || !strings.Contains(out, "even share already") {
+		t.Errorf("cells rebalance after it: exit %d:\n%s\nwant no move", code, out)
+	}
+	onD := 0
+	for tag, subject := range later {
+		mi, err := api(nc).Get(context.Background(), wire.MessageRef{Tag: tag})
+		if err != nil || mi.Subject != subject {
+			t.Fatalf("GET %s (%s) after the rebalance: %+v, %v", tag, subject, mi, err)
+		}
+		if ownerOf(subject) != "" && fleet.Contains([]fleet.Range{{From: 64, To: 85}, {From: 150, To: 170}, {From: 235, To: 255}}, fleet.Partition(subject, fleet.DefaultPartitions)) {
+			onD++
+		}
+	}
+	t.Logf("the %d messages due in an hour found by tag, %d of them now on d", len(later), onD)
+	if onD == 0 {
+		t.Fatal("no message due in an hour moved to d: the test checks nothing of the move")
+	}
+	l.waitAcks(t, 100)
+	for id, cells := range l.verify(t) {
+		if len(cells) != 2 || cells[0] == cells[1] {
+			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
+		}
+	}
+}
