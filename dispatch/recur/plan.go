@@ -32,6 +32,13 @@ type Plan struct {
 	Limit uint64
 	// CatchUp is the catch-up policy.
 	CatchUp CatchUp
+	// Exclude are the dates, in Loc, on which no occurrence is planned.
+	Exclude Exclusions
+	// Jitter, when not zero, makes each occurrence go out at its planned
+	// time plus an offset in [0, Jitter) drawn from Seed and that time
+	// (see FireAt).
+	Jitter time.Duration
+	Seed   uint64
 }
 
 // Of rebuilds the plan stored with an occurrence.
@@ -46,11 +53,48 @@ func Of(r *delaystore.Recurrence) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	p := Plan{Spec: s, Limit: r.GetLimit(), CatchUp: r.GetCatchUp()}
+	p := Plan{Spec: s, Limit: r.GetLimit(), CatchUp: r.GetCatchUp(), Jitter: time.Duration(r.GetJitterNs()), Seed: r.GetJitterSeed()}
 	if r.GetUntilNs() != 0 {
 		p.Until = time.Unix(0, r.GetUntilNs())
 	}
+	if r.GetExclude() != "" {
+		if p.Exclude, err = ParseExclude(r.GetExclude()); err != nil {
+			return Plan{}, err
+		}
+	}
 	return p, nil
+}
+
+// After is Spec.After without the excluded dates: the first planned time
+// strictly after t that falls on no date of Exclude.
+func (p Plan) After(prev, t time.Time) time.Time {
+	next := p.Spec.After(prev, t)
+	// NB: a schedule without exclusions pays one length check. Each turn
+	// moves past one range, and the ranges are sorted, so this ends in
+	// len(Exclude) turns; the bound only matters where clocks go back
+	// over midnight, and a day read twice may then be met twice.
+	for i := 0; len(p.Exclude) > 0 && !next.IsZero(); i++ {
+		last, ok := p.Exclude.covering(next, p.Loc)
+		if !ok {
+			break
+		}
+		if i > 2*len(p.Exclude)+2 {
+			return time.Time{}
+		}
+		// The first planned time at or after the day that follows.
+		from := dayStart(last+1, p.Loc).Add(-time.Nanosecond)
+		next = p.Spec.After(prev, maxTime(from, next))
+	}
+	return next
+}
+
+// Excluded reports whether t falls on a date of Exclude.
+func (p Plan) Excluded(t time.Time) bool {
+	if len(p.Exclude) == 0 {
+		return false
+	}
+	_, ok := p.Exclude.covering(t, p.Loc)
+	return ok
 }
 
 // First is the first occurrence of a schedule created at now: at, when the
@@ -60,6 +104,10 @@ func (p Plan) First(now time.Time, at time.Time, given bool) (time.Time, bool) {
 	first := at
 	if !given {
 		first = p.After(now, now)
+	} else if p.Excluded(at) {
+		// A given first time on an excluded date moves to the plan's
+		// next time after it, which an interval counts from it.
+		first = p.After(at, at)
 	}
 	if first.IsZero() || (!p.Until.IsZero() && first.After(p.Until)) {
 		return time.Time{}, false
@@ -71,7 +119,7 @@ func (p Plan) First(now time.Time, at time.Time, given bool) (time.Time, bool) {
 // was missed: its successor on the plan is due already.
 func (p Plan) Missed(occ, now time.Time) bool {
 	n := p.After(occ, occ)
-	return !n.IsZero() && !n.After(now)
+	return !n.IsZero() && !p.FireAt(n).After(now)
 }
 
 // Skip reports whether the occurrence planned at occ is not to be
@@ -96,7 +144,7 @@ func (p Plan) Next(occ time.Time, seq uint64, behind uint32, now time.Time) (tim
 	}
 	next := p.After(occ, occ)
 	nb := uint32(0)
-	if !next.IsZero() && !next.After(now) {
+	if !next.IsZero() && !p.FireAt(next).After(now) {
 		if p.CatchUp == All && behind+1 < MaxCatchUp {
 			nb = behind + 1
 		} else {
@@ -122,4 +170,32 @@ func (p Plan) Upcoming(occ time.Time, seq uint64, n int) []time.Time {
 		out = append(out, t)
 	}
 	return out
+}
+
+// Preview lists when the next n occurrences go out, from occ on, occ
+// itself first: occ is occurrence number seq, not yet delivered, and the
+// first skip of them, occ included, are skipped (SCHEDULE.SKIP), which
+// count toward neither the list nor Limit. Each time is FireAt of its
+// planned time; the list ends at Until and at Limit.
+func (p Plan) Preview(occ time.Time, seq, skip uint64, n int) []time.Time {
+	var out []time.Time
+	for t := occ; len(out) < n && (p.Limit == 0 || seq <= p.Limit); t = p.After(occ, t) {
+		if t.IsZero() || (!p.Until.IsZero() && t.After(p.Until)) {
+			break
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		out = append(out, p.FireAt(t))
+		seq++
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
