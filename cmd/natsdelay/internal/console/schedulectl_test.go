@@ -104,8 +104,8 @@ func TestConsole_Schedules_Skip(t *testing.T) {
 		t.Fatal("skips set by a POST without a CSRF token")
 	}
 	code, body, _ = post(t, s.base+"/ui/schedule-skip", url.Values{"csrf": {csrf}, "tag": {tag}, "count": {"0"}}, "", "")
-	if code == http.StatusSeeOther || read().Skip != 0 {
-		t.Fatalf("skip of 0: %d, skips %d; want it refused", code, read().Skip)
+	if code == http.StatusSeeOther || read().Skip != 0 || !strings.Contains(body, "want 1 to 1000") {
+		t.Fatalf("skip of 0: %d, skips %d; want it refused with what is accepted:\n%s", code, read().Skip, body)
 	}
 	code, body, resp := post(t, s.base+"/ui/schedule-skip", url.Values{"csrf": {csrf}, "tag": {tag}, "count": {"2"}}, "", "")
 	mustStatus(t, "skip", code, http.StatusSeeOther, body)
