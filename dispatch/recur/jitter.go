@@ -28,9 +28,15 @@ func offset(seed uint64, jitter time.Duration, t time.Time) time.Duration {
 // FireAt is when the occurrence planned at t goes out: t, or with a
 // jitter t plus its offset, never after delaystore.MaxTime.
 func (p Plan) FireAt(t time.Time) time.Time {
+	// NB: small enough to inline: without a jitter, one comparison.
 	if p.Jitter == 0 {
 		return t
 	}
+	return p.jittered(t)
+}
+
+// jittered is FireAt for a plan with a jitter.
+func (p Plan) jittered(t time.Time) time.Time {
 	at := t.Add(offset(p.Seed, p.Jitter, t))
 	if at.After(delaystore.MaxTime) {
 		return delaystore.MaxTime

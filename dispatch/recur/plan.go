@@ -69,9 +69,19 @@ func Of(r *delaystore.Recurrence) (Plan, error) {
 // strictly after t that falls on no date of Exclude.
 func (p Plan) After(prev, t time.Time) time.Time {
 	next := p.Spec.After(prev, t)
-	// NB: a schedule without exclusions pays one length check. Each turn
-	// moves past one range, and the ranges are sorted, so this ends in
-	// len(Exclude) turns; the bound only matters where clocks go back
+	if len(p.Exclude) > 0 {
+		next = p.pastExcluded(prev, next)
+	}
+	return next
+}
+
+// pastExcluded is next, Spec.After's answer for prev, or when it falls on
+// an excluded date the first planned time after that date that does not.
+// NB: the planner's calls (Next, Missed) make the length check
+// themselves, so a schedule without exclusions pays it and no call.
+func (p *Plan) pastExcluded(prev, next time.Time) time.Time {
+	// Each turn moves past one range, and the ranges are sorted, so this
+	// ends in len(Exclude) turns; the bound only matters where clocks go back
 	// over midnight, and a day read twice may then be met twice.
 	for i := 0; len(p.Exclude) > 0 && !next.IsZero(); i++ {
 		last, ok := p.Exclude.covering(next, p.Loc)
@@ -118,7 +128,10 @@ func (p Plan) First(now time.Time, at time.Time, given bool) (time.Time, bool) {
 // Missed reports whether the occurrence planned at occ, going out at now,
 // was missed: its successor on the plan is due already.
 func (p Plan) Missed(occ, now time.Time) bool {
-	n := p.After(occ, occ)
+	n := p.Spec.After(occ, occ)
+	if len(p.Exclude) > 0 {
+		n = p.pastExcluded(occ, n)
+	}
 	return !n.IsZero() && !p.FireAt(n).After(now)
 }
 
@@ -142,7 +155,10 @@ func (p Plan) Next(occ time.Time, seq uint64, behind uint32, now time.Time) (tim
 	if p.Limit != 0 && seq >= p.Limit {
 		return time.Time{}, 0, false
 	}
-	next := p.After(occ, occ)
+	next := p.Spec.After(occ, occ)
+	if len(p.Exclude) > 0 {
+		next = p.pastExcluded(occ, next)
+	}
 	nb := uint32(0)
 	if !next.IsZero() && !p.FireAt(next).After(now) {
 		if p.CatchUp == All && behind+1 < MaxCatchUp {
