@@ -2,7 +2,6 @@ package recur
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,7 +177,7 @@ func TestPlan_Preview(t *testing.T) {
 	got := p.Preview(occ, 2, 1, 10)
 	// The 3rd is skipped, the 5th excluded; numbers 2, 3 and 4 go out.
 	want := []string{"2026-12-04T09:00:00+01:00", "2026-12-06T09:00:00+01:00", "2026-12-07T09:00:00+01:00"}
-	if fmt.Sprint(len(got)) != fmt.Sprint(len(want)) {
+	if len(got) != len(want) {
 		t.Fatalf("Preview %v, want %v", got, want)
 	}
 	for i, w := range want {
