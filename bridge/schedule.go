@@ -589,7 +589,7 @@ func parseExclude(r *delaystore.Recurrence, p *recur.Plan, exclude string, has b
 	if err != nil {
 		return badRequest("%s %q: %s", wire.HeaderExclude, keys.Clip(exclude), strings.TrimPrefix(err.Error(), recur.ErrInvalid.Error()+": "))
 	}
-	p.Exclude, r.Exclude = ex, ex.String()
+	p.Extras().Exclude, r.Exclude = ex, ex.String()
 	return nil
 }
 
@@ -611,7 +611,7 @@ func parseJitter(r *delaystore.Recurrence, p *recur.Plan, first time.Time, jitte
 	if gap := p.MinGap(first); gap > 0 && d >= gap {
 		return badRequest("%s %q: occurrences of the schedule come as little as %v apart: want less than that", wire.HeaderJitter, keys.Clip(jitter), gap)
 	}
-	p.Jitter, r.JitterNs = d, int64(d)
+	p.Extras().Jitter, r.JitterNs = d, int64(d)
 	return nil
 }
 

@@ -51,7 +51,7 @@ func TestPlan_After_ExcludeAcrossDST(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Plan{Spec: mustCron(t, tc.spec, tc.zone), Exclude: mustExclude(t, tc.exclude)}
+			p := Plan{Spec: mustCron(t, tc.spec, tc.zone), Extra: &Extra{Exclude: mustExclude(t, tc.exclude)}}
 			at := mustTime(t, tc.from)
 			for i, w := range tc.want {
 				at = p.After(at, at)
@@ -73,7 +73,7 @@ func TestPlan_After_ExcludeEvery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Plan{Spec: s, Exclude: mustExclude(t, "2026-12-25")}
+	p := Plan{Spec: s, Extra: &Extra{Exclude: mustExclude(t, "2026-12-25")}}
 	first := mustTime(t, "2026-12-24T20:00:00Z")
 	got := p.Upcoming(first, 1, 3)
 	want := []string{"2026-12-26T00:00:00Z", "2026-12-26T07:00:00Z", "2026-12-26T14:00:00Z"}
@@ -113,8 +113,8 @@ func TestParseExclude(t *testing.T) {
 // that the offsets spread over the window.
 func TestPlan_FireAt_Jitter(t *testing.T) {
 	const jitter = 30 * time.Second
-	p := Plan{Jitter: jitter, Seed: Seed("reports.daily", "r", 42)}
-	other := Plan{Jitter: jitter, Seed: Seed("reports.daily", "s", 42)}
+	p := Plan{Extra: &Extra{Jitter: jitter, Seed: Seed("reports.daily", "r", 42)}}
+	other := Plan{Extra: &Extra{Jitter: jitter, Seed: Seed("reports.daily", "s", 42)}}
 	at := mustTime(t, "2026-12-03T09:00:00Z")
 	var low, high, differ int
 	for i := range 1000 {
@@ -123,7 +123,7 @@ func TestPlan_FireAt_Jitter(t *testing.T) {
 		if f.Before(tm) || !f.Before(tm.Add(jitter)) {
 			t.Fatalf("FireAt(%v) = %v: outside [t, t+%v)", tm, f, jitter)
 		}
-		if again := (Plan{Jitter: jitter, Seed: p.Seed}).FireAt(tm); !again.Equal(f) {
+		if again := (Plan{Extra: &Extra{Jitter: jitter, Seed: p.Seed}}).FireAt(tm); !again.Equal(f) {
 			t.Fatalf("FireAt(%v) once %v, then %v", tm, f, again)
 		}
 		if f.Sub(tm) < jitter/2 {
@@ -153,7 +153,7 @@ func TestPlan_Next_JitterNotMissed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Plan{Spec: s, Jitter: 59 * time.Second, Seed: 7, CatchUp: None}
+	p := Plan{Spec: s, Extra: &Extra{Jitter: 59 * time.Second, Seed: 7}, CatchUp: None}
 	occ := mustTime(t, "2026-12-03T09:00:00Z")
 	for i := range 200 {
 		now := p.FireAt(occ)
@@ -172,7 +172,7 @@ func TestPlan_Next_JitterNotMissed(t *testing.T) {
 // and excluded dates left out, the limit counted on delivered ones only,
 // the jitter applied.
 func TestPlan_Preview(t *testing.T) {
-	p := Plan{Spec: mustCron(t, "0 9 * * *", "Europe/Berlin"), Exclude: mustExclude(t, "2026-12-05"), Limit: 4}
+	p := Plan{Spec: mustCron(t, "0 9 * * *", "Europe/Berlin"), Extra: &Extra{Exclude: mustExclude(t, "2026-12-05")}, Limit: 4}
 	occ := mustTime(t, "2026-12-03T09:00:00+01:00")
 	got := p.Preview(occ, 2, 1, 10)
 	// The 3rd is skipped, the 5th excluded; numbers 2, 3 and 4 go out.

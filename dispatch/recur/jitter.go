@@ -29,15 +29,15 @@ func offset(seed uint64, jitter time.Duration, t time.Time) time.Duration {
 // jitter t plus its offset, never after delaystore.MaxTime.
 func (p Plan) FireAt(t time.Time) time.Time {
 	// NB: small enough to inline: without a jitter, one comparison.
-	if p.Jitter == 0 {
+	if p.Extra == nil || p.Jitter == 0 {
 		return t
 	}
-	return p.jittered(t)
+	return jittered(p.Seed, p.Jitter, t)
 }
 
-// jittered is FireAt for a plan with a jitter.
-func (p Plan) jittered(t time.Time) time.Time {
-	at := t.Add(offset(p.Seed, p.Jitter, t))
+// jittered is t plus its offset, at most delaystore.MaxTime.
+func jittered(seed uint64, jitter time.Duration, t time.Time) time.Time {
+	at := t.Add(offset(seed, jitter, t))
 	if at.After(delaystore.MaxTime) {
 		return delaystore.MaxTime
 	}
@@ -50,7 +50,7 @@ func FireAtNs(r *delaystore.Recurrence, t int64) int64 {
 	if r.GetJitterNs() == 0 {
 		return t
 	}
-	return Plan{Jitter: time.Duration(r.JitterNs), Seed: r.JitterSeed}.FireAt(time.Unix(0, t)).UnixNano()
+	return jittered(r.JitterSeed, time.Duration(r.JitterNs), time.Unix(0, t)).UnixNano()
 }
 
 // Seed is a jitter seed for a schedule taken in on subject, with id (its

@@ -32,6 +32,14 @@ type Plan struct {
 	Limit uint64
 	// CatchUp is the catch-up policy.
 	CatchUp CatchUp
+	// Extra is what few schedules use, nil for none. NB: a pointer, so
+	// that a plan without them is no larger to copy than before they
+	// existed; the planner copies plans by value on every occurrence.
+	*Extra
+}
+
+// Extra are the parts of a plan that few schedules use.
+type Extra struct {
 	// Exclude are the dates, in Loc, on which no occurrence is planned.
 	Exclude Exclusions
 	// Jitter, when not zero, makes each occurrence go out at its planned
@@ -40,6 +48,17 @@ type Plan struct {
 	Jitter time.Duration
 	Seed   uint64
 }
+
+// Extras returns p's Extra to set, made when p has none.
+func (p *Plan) Extras() *Extra {
+	if p.Extra == nil {
+		p.Extra = &Extra{}
+	}
+	return p.Extra
+}
+
+// excludes reports whether p has exclusion dates.
+func (p *Plan) excludes() bool { return p.Extra != nil && len(p.Exclude) > 0 }
 
 // Of rebuilds the plan stored with an occurrence.
 func Of(r *delaystore.Recurrence) (Plan, error) {
@@ -53,13 +72,17 @@ func Of(r *delaystore.Recurrence) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	p := Plan{Spec: s, Limit: r.GetLimit(), CatchUp: r.GetCatchUp(), Jitter: time.Duration(r.GetJitterNs()), Seed: r.GetJitterSeed()}
+	p := Plan{Spec: s, Limit: r.GetLimit(), CatchUp: r.GetCatchUp()}
 	if r.GetUntilNs() != 0 {
 		p.Until = time.Unix(0, r.GetUntilNs())
 	}
-	if r.GetExclude() != "" {
-		if p.Exclude, err = ParseExclude(r.GetExclude()); err != nil {
-			return Plan{}, err
+	if r.GetJitterNs() != 0 || r.GetExclude() != "" {
+		x := p.Extras()
+		x.Jitter, x.Seed = time.Duration(r.GetJitterNs()), r.GetJitterSeed()
+		if r.GetExclude() != "" {
+			if x.Exclude, err = ParseExclude(r.GetExclude()); err != nil {
+				return Plan{}, err
+			}
 		}
 	}
 	return p, nil
@@ -69,7 +92,7 @@ func Of(r *delaystore.Recurrence) (Plan, error) {
 // strictly after t that falls on no date of Exclude.
 func (p Plan) After(prev, t time.Time) time.Time {
 	next := p.Spec.After(prev, t)
-	if len(p.Exclude) > 0 {
+	if p.excludes() {
 		next = p.pastExcluded(prev, next)
 	}
 	return next
@@ -83,7 +106,7 @@ func (p *Plan) pastExcluded(prev, next time.Time) time.Time {
 	// Each turn moves past one range, and the ranges are sorted, so this
 	// ends in len(Exclude) turns; the bound only matters where clocks go back
 	// over midnight, and a day read twice may then be met twice.
-	for i := 0; len(p.Exclude) > 0 && !next.IsZero(); i++ {
+	for i := 0; p.excludes() && !next.IsZero(); i++ {
 		last, ok := p.Exclude.covering(next, p.Loc)
 		if !ok {
 			break
@@ -100,7 +123,7 @@ func (p *Plan) pastExcluded(prev, next time.Time) time.Time {
 
 // Excluded reports whether t falls on a date of Exclude.
 func (p Plan) Excluded(t time.Time) bool {
-	if len(p.Exclude) == 0 {
+	if !p.excludes() {
 		return false
 	}
 	_, ok := p.Exclude.covering(t, p.Loc)
@@ -129,7 +152,7 @@ func (p Plan) First(now time.Time, at time.Time, given bool) (time.Time, bool) {
 // was missed: its successor on the plan is due already.
 func (p Plan) Missed(occ, now time.Time) bool {
 	n := p.Spec.After(occ, occ)
-	if len(p.Exclude) > 0 {
+	if p.excludes() {
 		n = p.pastExcluded(occ, n)
 	}
 	return !n.IsZero() && !p.FireAt(n).After(now)
@@ -156,7 +179,7 @@ func (p Plan) Next(occ time.Time, seq uint64, behind uint32, now time.Time) (tim
 		return time.Time{}, 0, false
 	}
 	next := p.Spec.After(occ, occ)
-	if len(p.Exclude) > 0 {
+	if p.excludes() {
 		next = p.pastExcluded(occ, next)
 	}
 	nb := uint32(0)
