@@ -247,6 +247,12 @@ func (s *Service) resolve(ref wire.MessageRef) (keys.Key, error) {
 }
 
 func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire.MessageInfo {
+	return messageInfoUpcoming(k, m, withPayload, wire.DefaultUpcoming)
+}
+
+// messageInfoUpcoming is messageInfo with up to upcoming next times of a
+// schedule.
+func messageInfoUpcoming(k keys.Key, m *delaystore.StoredMessage, withPayload bool, upcoming int) wire.MessageInfo {
 	mi := wire.MessageInfo{
 		Tag: k.Tag(), Subject: m.Subject, ID: m.ClientId,
 		FireAt: formatTime(m.FireAtNs), EnqueuedAt: formatTime(m.EnqueuedAtNs),
@@ -262,7 +268,7 @@ func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire
 		if mi.ID == "" {
 			mi.ID = r.Id
 		}
-		mi.Schedule = scheduleInfo(r)
+		mi.Schedule = scheduleInfo(r, upcoming)
 	}
 	if len(m.Headers) > 0 {
 		mi.Headers = make(map[string][]string, len(m.Headers))
@@ -279,11 +285,20 @@ func messageInfo(k keys.Key, m *delaystore.StoredMessage, withPayload bool) wire
 	return mi
 }
 
-// upcomingShown is how many planned times GET shows.
-const upcomingShown = 5
+// upcomingOf checks the "upcoming" of a request: 0 means the default.
+func upcomingOf(n int) (int, error) {
+	switch {
+	case n == 0:
+		return wire.DefaultUpcoming, nil
+	case n < 0 || n > wire.MaxUpcoming:
+		return 0, badRequest(`"upcoming" %d: want 1 to %d next times`, n, wire.MaxUpcoming)
+	}
+	return n, nil
+}
 
-// scheduleInfo describes the schedule of an occurrence.
-func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
+// scheduleInfo describes the schedule of an occurrence, with up to n of
+// its next times.
+func scheduleInfo(r *delaystore.Recurrence, n int) *wire.ScheduleInfo {
 	si := &wire.ScheduleInfo{
 		Name: r.Name, Spec: scheduleSpec(r), Zone: r.Zone, Limit: r.Limit,
 		CatchUp:    catchUpName(r.CatchUp),
@@ -299,6 +314,10 @@ func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 	if r.UntilNs != 0 {
 		si.Until = formatTime(r.UntilNs)
 	}
+	si.Skip, si.Exclude = r.Skip, r.Exclude
+	if r.JitterNs != 0 {
+		si.Jitter = time.Duration(r.JitterNs).String()
+	}
 	p, err := recur.Of(r)
 	if err != nil || r.Paused {
 		si.Paused = r.Paused
@@ -307,12 +326,12 @@ func scheduleInfo(r *delaystore.Recurrence) *wire.ScheduleInfo {
 	var next []time.Time
 	switch {
 	case !r.Planned:
-		occ := time.Unix(0, r.OccurrenceNs)
-		next = append([]time.Time{occ}, p.Upcoming(occ, r.Seq, upcomingShown-1)...)
+		next = p.Preview(time.Unix(0, r.OccurrenceNs), r.Seq, r.Skip, n)
 	case r.NextNs != 0:
+		// Out for delivery: its successor, which holds any skips
+		// asked for since, is the schedule's newest occurrence.
 		si.Fired = r.Seq
-		at := time.Unix(0, r.NextNs)
-		next = append([]time.Time{at}, p.Upcoming(at, r.Seq+1, upcomingShown-1)...)
+		next = p.Preview(time.Unix(0, r.NextNs), r.Seq+1, 0, n)
 	default:
 		si.Fired = r.Seq
 	}
@@ -348,6 +367,10 @@ func (s *Service) Schedules(r wire.SchedulesRequest) (wire.SchedulesReply, error
 	if err != nil {
 		return wire.SchedulesReply{}, err
 	}
+	upcoming, err := upcomingOf(r.Upcoming)
+	if err != nil {
+		return wire.SchedulesReply{}, err
+	}
 	var afterSubject, afterName string
 	if r.After != "" {
 		var ok bool
@@ -374,7 +397,7 @@ func (s *Service) Schedules(r wire.SchedulesRequest) (wire.SchedulesReply, error
 			// Settled since the index was read: the schedule ended.
 			continue
 		}
-		mi := messageInfo(ref.Key, m, false)
+		mi := messageInfoUpcoming(ref.Key, m, false, upcoming)
 		b, _ := json.Marshal(mi)
 		if size += len(b) + 1; size > budget && len(out.Schedules) > 0 {
 			out.Next = refs[i-1].Subject + " " + refs[i-1].Name
@@ -386,20 +409,30 @@ func (s *Service) Schedules(r wire.SchedulesRequest) (wire.SchedulesReply, error
 }
 
 func (s *Service) apiGet(req micro.Request) (any, error) {
-	var ref wire.MessageRef
-	if err := decodeRequest(req.Data(), &ref); err != nil {
+	var r wire.GetRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
 		return nil, err
 	}
-	return s.Get(ref)
+	return s.GetUpcoming(r)
 }
 
 // Get is GET's answer: the pending message ref names, with its payload if
 // ref asks for it.
 func (s *Service) Get(ref wire.MessageRef) (wire.MessageInfo, error) {
+	return s.GetUpcoming(wire.GetRequest{MessageRef: ref})
+}
+
+// GetUpcoming is GET's answer to r: as Get, with r.Upcoming next times of
+// a schedule.
+func (s *Service) GetUpcoming(r wire.GetRequest) (wire.MessageInfo, error) {
 	if err := s.answering(); err != nil {
 		return wire.MessageInfo{}, err
 	}
-	k, err := s.resolve(ref)
+	n, err := upcomingOf(r.Upcoming)
+	if err != nil {
+		return wire.MessageInfo{}, err
+	}
+	k, err := s.resolve(r.MessageRef)
 	if err != nil {
 		return wire.MessageInfo{}, err
 	}
@@ -407,7 +440,7 @@ func (s *Service) Get(ref wire.MessageRef) (wire.MessageInfo, error) {
 	if err != nil {
 		return wire.MessageInfo{}, err
 	}
-	return messageInfo(k, m, ref.Payload), nil
+	return messageInfoUpcoming(k, m, r.Payload, n), nil
 }
 
 func (s *Service) apiList(req micro.Request) (any, error) {

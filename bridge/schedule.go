@@ -87,7 +87,7 @@ type controls struct {
 	count [numControl]int    // how many values each has, over every case of its name
 }
 
-const numControl = 15
+const numControl = 17
 
 func readControls(h nats.Header, c *controls) {
 	for k, vs := range h {
@@ -262,7 +262,10 @@ func parseRecurring(ctl *controls, msg *delaystore.StoredMessage, now, fireAt ti
 	}
 	msg.Recurrence = r
 	r.Id = msg.ClientId
-	msg.FireAtNs = r.OccurrenceNs
+	if r.JitterNs != 0 {
+		r.JitterSeed = recur.Seed(msg.Subject, msg.ClientId, msg.EnqueuedAtNs)
+	}
+	msg.FireAtNs = recur.FireAtNs(r, r.OccurrenceNs)
 	// An occurrence's expiry is set when it first goes out (see
 	// package recur); until then it has none, so it cannot expire
 	// before its successor is planned.
@@ -501,7 +504,7 @@ func checkClientID(id string) error {
 // controlHeaders are matched case-insensitively and never passed on.
 var controlHeaders = [numControl]string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
 	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap,
-	wire.HeaderDebounce, wire.HeaderDebounceMax}
+	wire.HeaderExclude, wire.HeaderJitter, wire.HeaderDebounce, wire.HeaderDebounceMax}
 
 // ownHeaders are the headers the service sets on deliveries and dead
 // letters; they replace publisher headers of the same name in any case.
@@ -514,9 +517,10 @@ var ownHeaders = []string{wire.HeaderTag, wire.HeaderAttempt, wire.HeaderFireAt,
 // given says whether one was; the first occurrence is then at, else the
 // first planned time after now.
 func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.Recurrence, error) {
-	var v [7]string
-	var has [7]bool
-	names := [7]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap}
+	var v [9]string
+	var has [9]bool
+	names := [9]string{wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap,
+		wire.HeaderExclude, wire.HeaderJitter}
 	for i, name := range names {
 		var err error
 		if v[i], has[i], err = ctl.value(name); err != nil {
@@ -555,6 +559,9 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 	if err := parseOverlap(r, v[6], has[6]); err != nil {
 		return nil, err
 	}
+	if err := parseExclude(r, &p, v[7], has[7]); err != nil {
+		return nil, err
+	}
 	first, ok := p.First(now, at, given)
 	switch {
 	case ok && !first.Before(maxFireAt):
@@ -565,8 +572,47 @@ func parseRecurrence(ctl *controls, now, at time.Time, given bool) (*delaystore.
 	default:
 		return nil, badRequest("%s %q: the spec is well formed, but no date within five years matches it: check its day of month, month and day of week", wire.HeaderCron, keys.Clip(cron))
 	}
+	if err := parseJitter(r, &p, first, v[8], has[8]); err != nil {
+		return nil, err
+	}
 	r.OccurrenceNs, r.Seq = first.UnixNano(), 1
 	return r, nil
+}
+
+// parseExclude reads Delay-Exclude, if given, into r and p: stored as
+// recur.Exclusions writes it, sorted and merged.
+func parseExclude(r *delaystore.Recurrence, p *recur.Plan, exclude string, has bool) error {
+	if !has {
+		return nil
+	}
+	ex, err := recur.ParseExclude(exclude)
+	if err != nil {
+		return badRequest("%s %q: %s", wire.HeaderExclude, keys.Clip(exclude), strings.TrimPrefix(err.Error(), recur.ErrInvalid.Error()+": "))
+	}
+	p.Extras().Exclude, r.Exclude = ex, ex.String()
+	return nil
+}
+
+// parseJitter reads Delay-Jitter, if given, into r and p: a positive
+// duration under the shortest gap between the schedule's planned times
+// from first on, so that no occurrence goes out after its successor's
+// planned time. The seed is drawn by the caller, who knows the schedule.
+func parseJitter(r *delaystore.Recurrence, p *recur.Plan, first time.Time, jitter string, has bool) error {
+	if !has {
+		return nil
+	}
+	d, err := parseDuration(wire.HeaderJitter, jitter)
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		return badRequest("%s %q: want a positive duration such as 30s", wire.HeaderJitter, keys.Clip(jitter))
+	}
+	if gap := p.MinGap(first); gap > 0 && d >= gap {
+		return badRequest("%s %q: occurrences of the schedule come as little as %v apart: want less than that", wire.HeaderJitter, keys.Clip(jitter), gap)
+	}
+	p.Extras().Jitter, r.JitterNs = d, int64(d)
+	return nil
 }
 
 // parseEvery reads Delay-Every into r and p.

@@ -11,6 +11,7 @@ import (
 	"github.com/natsdelay/natsdelay/bridge/internal/core"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -21,6 +22,7 @@ func (s *Service) scheduleEndpoints() []apiEndpoint {
 		{wire.VerbScheduleResume, s.apiScheduleResume, ""},
 		{wire.VerbScheduleTrigger, s.apiScheduleTrigger, ""},
 		{wire.VerbScheduleEdit, s.apiScheduleEdit, ""},
+		{wire.VerbScheduleSkip, s.apiScheduleSkip, ""},
 	}
 }
 
@@ -66,8 +68,45 @@ func (s *Service) PauseSchedule(ref wire.MessageRef, pause bool) (wire.MessageIn
 		case pause:
 			r.Paused, m.FireAtNs = true, delaystore.MaxTimeNs
 		default:
-			r.Paused, m.FireAtNs = false, max(r.OccurrenceNs, nowNs)
+			r.Paused, m.FireAtNs = false, max(recur.FireAtNs(r, r.OccurrenceNs), nowNs)
 		}
+		return nil
+	})
+	if err != nil {
+		return wire.MessageInfo{}, err
+	}
+	return messageInfo(k, m, false), nil
+}
+
+func (s *Service) apiScheduleSkip(req micro.Request) (any, error) {
+	var r wire.ScheduleSkipRequest
+	if err := decodeRequest(req.Data(), &r); err != nil {
+		return nil, err
+	}
+	return s.SkipSchedule(r)
+}
+
+// SkipSchedule is SCHEDULE.SKIP: the next r.Count occurrences of the
+// schedule r names are deleted unsent as each falls due, and counted as
+// skipped. The count is kept with the schedule's occurrence still to plan,
+// rewritten in one synced commit, and each occurrence skipped passes one
+// less to its successor in the commit that plans it (package recur): a
+// crash neither delivers a skipped occurrence nor skips one more.
+// Skips add up, to at most wire.MaxSkip waiting.
+func (s *Service) SkipSchedule(r wire.ScheduleSkipRequest) (wire.MessageInfo, error) {
+	if err := s.answering(); err != nil {
+		return wire.MessageInfo{}, err
+	}
+	if r.Count == 0 || r.Count > wire.MaxSkip {
+		return wire.MessageInfo{}, badRequest(`"count" %d: want 1 to %d occurrences to skip`, r.Count, wire.MaxSkip)
+	}
+	ref := wire.MessageRef{Tag: r.Tag, Subject: r.Subject, ID: r.ID}
+	k, m, err := s.rewriteSchedule(ref, func(m *delaystore.StoredMessage) error {
+		rec := m.Recurrence
+		if rec.Skip+r.Count > wire.MaxSkip {
+			return badRequest(`"count" %d: %d occurrences wait to be skipped already, and at most %d may`, r.Count, rec.Skip, wire.MaxSkip)
+		}
+		rec.Skip += r.Count
 		return nil
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 )
 
 func (s *Service) apiScheduleEdit(req micro.Request) (any, error) {
@@ -77,9 +78,15 @@ func editOccurrence(m *delaystore.StoredMessage, r wire.ScheduleEditRequest, fro
 		}
 	}
 	nr.Id, nr.Name, nr.Seq, nr.Skipped, nr.Paused, nr.Prev = old.Id, old.Name, old.Seq, old.Skipped, old.Paused, old.Prev
+	nr.Skip, nr.JitterSeed = old.Skip, old.JitterSeed
+	if nr.JitterNs != 0 && nr.JitterSeed == 0 {
+		// A jitter added by an edit: the schedule's name tells it
+		// from the others on its subject.
+		nr.JitterSeed = recur.Seed(m.Subject, old.Name, 0)
+	}
 	m.Recurrence = nr
 	if !nr.Paused {
-		m.FireAtNs = nr.OccurrenceNs
+		m.FireAtNs = recur.FireAtNs(nr, nr.OccurrenceNs)
 	}
 	if lim.maxPayload > 0 && len(m.Payload) > lim.maxPayload {
 		return badRequest("payload is %d bytes: the limit is %d", len(m.Payload), lim.maxPayload)
@@ -129,6 +136,16 @@ func editHeaders(old *delaystore.Recurrence, r wire.ScheduleEditRequest) (nats.H
 	}
 	h.Set(wire.HeaderCatchUp, cmp.Or(r.CatchUp, catchUpName(old.CatchUp)))
 	h.Set(wire.HeaderOverlap, cmp.Or(r.Overlap, overlapName(old.Overlap)))
+	if v := cmp.Or(r.Exclude, old.Exclude); v != "" && v != "none" {
+		h.Set(wire.HeaderExclude, v)
+	}
+	switch {
+	case r.Jitter == "none":
+	case r.Jitter != "":
+		h.Set(wire.HeaderJitter, r.Jitter)
+	case old.JitterNs != 0:
+		h.Set(wire.HeaderJitter, time.Duration(old.JitterNs).String())
+	}
 	return h, specChanged
 }
 

@@ -418,7 +418,25 @@ type Recurrence struct {
 	// prev is, under an overlap policy other than allow, the key of the
 	// last occurrence delivered before this one: while it is still pending
 	// (in flight or waiting for a redelivery) this one is skipped or waits.
-	Prev          []byte `protobuf:"bytes,17,opt,name=prev,proto3" json:"prev,omitempty"`
+	Prev []byte `protobuf:"bytes,17,opt,name=prev,proto3" json:"prev,omitempty"`
+	// skip is how many occurrences, from this one on, are deleted unsent
+	// rather than delivered (SCHEDULE.SKIP); each one skipped passes one
+	// less to its successor. Numbered apart from the fields before it,
+	// which other features extend.
+	Skip uint64 `protobuf:"varint,30,opt,name=skip,proto3" json:"skip,omitempty"`
+	// exclude is the Delay-Exclude dates, in the schedule's zone, on which
+	// no occurrence is planned: sorted, merged ranges written as
+	// 2026-12-25 or 2027-02-01..2027-02-07, joined by commas; empty for
+	// none.
+	Exclude string `protobuf:"bytes,31,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	// jitter_ns is the Delay-Jitter: each occurrence fires at its planned
+	// time plus an offset in [0, jitter_ns) drawn from jitter_seed and the
+	// planned time; 0 means none.
+	JitterNs int64 `protobuf:"varint,32,opt,name=jitter_ns,json=jitterNs,proto3" json:"jitter_ns,omitempty"`
+	// jitter_seed is drawn once, when the schedule is taken in, so the
+	// offset of each planned time is the same however often it is
+	// planned again.
+	JitterSeed    uint64 `protobuf:"varint,33,opt,name=jitter_seed,json=jitterSeed,proto3" json:"jitter_seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -570,6 +588,34 @@ func (x *Recurrence) GetPrev() []byte {
 		return x.Prev
 	}
 	return nil
+}
+
+func (x *Recurrence) GetSkip() uint64 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
+func (x *Recurrence) GetExclude() string {
+	if x != nil {
+		return x.Exclude
+	}
+	return ""
+}
+
+func (x *Recurrence) GetJitterNs() int64 {
+	if x != nil {
+		return x.JitterNs
+	}
+	return 0
+}
+
+func (x *Recurrence) GetJitterSeed() uint64 {
+	if x != nil {
+		return x.JitterSeed
+	}
+	return 0
 }
 
 // Header is one header name with its values in order.
@@ -740,7 +786,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\x12!\n" +
 	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\x12*\n" +
 	"\x11debounce_first_ns\x18\x14 \x01(\x03R\x0fdebounceFirstNs\x12&\n" +
-	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\"\xe5\x03\n" +
+	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\"\xd1\x04\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -760,7 +806,12 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\x04name\x18\x0e \x01(\tR\x04name\x12\x16\n" +
 	"\x06paused\x18\x0f \x01(\bR\x06paused\x12:\n" +
 	"\aoverlap\x18\x10 \x01(\x0e2 .natsdelay.delaystore.v1.OverlapR\aoverlap\x12\x12\n" +
-	"\x04prev\x18\x11 \x01(\fR\x04prev\"4\n" +
+	"\x04prev\x18\x11 \x01(\fR\x04prev\x12\x12\n" +
+	"\x04skip\x18\x1e \x01(\x04R\x04skip\x12\x18\n" +
+	"\aexclude\x18\x1f \x01(\tR\aexclude\x12\x1b\n" +
+	"\tjitter_ns\x18  \x01(\x03R\bjitterNs\x12\x1f\n" +
+	"\vjitter_seed\x18! \x01(\x04R\n" +
+	"jitterSeed\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\xc1\x01\n" +

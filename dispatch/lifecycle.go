@@ -43,9 +43,10 @@ const (
 	DeadLettered
 	// Canceled: Cancel deleted it; told once the delete is committed.
 	Canceled
-	// Skipped: an occurrence of a recurring schedule that its
-	// Delay-Overlap skip policy deleted unsent, the one before it being
-	// unanswered; told once the delete is committed.
+	// Skipped: an occurrence of a recurring schedule deleted unsent, by
+	// its Delay-Overlap skip policy, the one before it being unanswered
+	// (reason overlap), or by SCHEDULE.SKIP (reason skip); told once the
+	// delete is committed.
 	Skipped
 )
 

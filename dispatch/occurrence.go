@@ -30,7 +30,9 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 		if r == nil || r.Planned {
 			continue
 		}
-		held := d.overlapHeld(r)
+		// An occurrence SCHEDULE.SKIP skips is deleted unsent, whatever
+		// the one before it did.
+		held := r.Skip == 0 && d.overlapHeld(r)
 		if held && r.Overlap == delaystore.Overlap_OVERLAP_BUFFER_ONE {
 			d.holdBehind(o.f, now)
 			drop[i] = true
@@ -53,7 +55,13 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 		}
 		if !d.applyPlan(&out[at[j]], p, r, err, now) {
 			drop[at[j]] = true
-			if overlapped[j] && err == nil && r.Err == nil {
+			if err != nil || r.Err != nil {
+				continue
+			}
+			switch {
+			case out[at[j]].msg.GetRecurrence().GetSkip() > 0:
+				d.happened(Skipped, p.Key, out[at[j]].msg, 0, "skip")
+			case overlapped[j]:
 				d.happened(Skipped, p.Key, out[at[j]].msg, 0, "overlap")
 			}
 		}
@@ -154,7 +162,8 @@ func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 		d.log.Error("recurring schedule no longer parses: delivering its last occurrence", "tag", o.f.key, "subject", o.msg.Subject, "err", err)
 		return p
 	}
-	p.Drop = skip || sched.Skip(occ, nowT)
+	skipped := r.Skip > 0 // by SCHEDULE.SKIP
+	p.Drop = skip || skipped || sched.Skip(occ, nowT)
 	seq := r.Seq
 	if p.Drop {
 		seq-- // a skipped occurrence does not count toward the limit
@@ -162,13 +171,16 @@ func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 	if at, behind, ok := sched.Next(occ, seq, r.Behind, nowT); ok {
 		cur.Recurrence.NextNs = at.UnixNano()
 		next := proto.Clone(o.msg).(*delaystore.StoredMessage)
-		next.FireAtNs, next.EnqueuedAtNs = at.UnixNano(), now
+		next.FireAtNs, next.EnqueuedAtNs = sched.FireAt(at).UnixNano(), now
 		next.Attempt, next.EventId, next.ExpireAtNs = 0, 0, 0
 		nr := next.Recurrence
 		nr.OccurrenceNs, nr.Seq, nr.Behind = at.UnixNano(), seq+1, behind
 		nr.Planned, nr.NextNs = false, 0
 		if p.Drop {
 			nr.Skipped++
+		}
+		if skipped {
+			nr.Skip--
 		}
 		if r.Overlap != delaystore.Overlap_OVERLAP_ALLOW && !p.Drop {
 			// The successor waits for this one's answer; one skipped

@@ -44,6 +44,11 @@ func (d *Dispatcher) Rewrite(k keys.Key, edit delaystore.RewriteFunc) (keys.Key,
 	// As in replacedLocked, but the occurrence planned ahead of it, if
 	// any, is not withdrawn: its successor is the rewritten one.
 	d.mu.flights.settledUncommitted(k)
+	// NB: the mark on k goes at the next pass, which an idle loop would
+	// not start for up to an hour; until then a rewrite that kept the key
+	// (a skip, an edit of the payload) made the next one find k marked
+	// and answer that the schedule kept moving.
+	d.signal()
 	d.mu.ahead.moved(k, s.Key)
 	d.waitUnpublishedLocked(k)
 	d.arrivedLocked(s.Key, fireAtNs)

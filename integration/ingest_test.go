@@ -75,6 +75,15 @@ var badInputs = []struct {
 	{name: "debounce garbage", hdr: []string{"Delay-Debounce", "soon", "Delay-Id", "d"}, want: `Delay-Debounce "soon"`},
 	{name: "debounce max alone", hdr: []string{"Delay-Debounce-Max", "5m", "Delay-Id", "d"}, want: "Delay-Debounce-Max without Delay-Debounce"},
 	{name: "debounce max shorter", hdr: []string{"Delay-Debounce", "30s", "Delay-Debounce-Max", "10s", "Delay-Id", "d"}, want: "want at least the debounce"},
+	{name: "exclude not recurring", hdr: []string{"Delay-Exclude", "2026-12-25"}, want: "Delay-Exclude without Delay-Every or Delay-Cron"},
+	{name: "exclude bad date", hdr: []string{"Delay-Every", "1h", "Delay-Exclude", "2026-12-25,2026-02-30"}, want: `Delay-Exclude "2026-12-25,2026-02-30": "2026-02-30": want dates such as 2026-12-25`},
+	{name: "exclude range backwards", hdr: []string{"Delay-Cron", "0 9 * * *", "Delay-Exclude", "2027-02-07..2027-02-01"}, want: "the range ends before it starts"},
+	{name: "exclude empty", hdr: []string{"Delay-Every", "1h", "Delay-Exclude", ""}, want: `Delay-Exclude ""`},
+	{name: "jitter not recurring", hdr: []string{"Delay-Jitter", "30s"}, want: "Delay-Jitter without Delay-Every or Delay-Cron"},
+	{name: "jitter zero", hdr: []string{"Delay-Every", "1h", "Delay-Jitter", "0"}, want: `Delay-Jitter "0": want a positive duration`},
+	{name: "jitter garbage", hdr: []string{"Delay-Every", "1h", "Delay-Jitter", "some"}, want: `Delay-Jitter "some"`},
+	{name: "jitter as long as the interval", hdr: []string{"Delay-Every", "1m", "Delay-Jitter", "1m"}, want: "come as little as 1m0s apart: want less than that"},
+	{name: "jitter over the cron gap", hdr: []string{"Delay-Cron", "*/15 9-17 * * MON-FRI", "Delay-Jitter", "20m"}, want: "come as little as 15m0s apart"},
 }
 
 // badMsg builds the ingest message of bad input i.

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -125,7 +126,9 @@ func (l *occurrenceLog) caughtUp(subjects []string, t time.Time) error {
 }
 
 // TestCrashLoop_SIGKILL_RecurringAdvance runs the real binary on each
-// durable engine with many schedules every 100ms (catch-up all) and kills
+// durable engine with many schedules every 100ms (catch-up all), one of
+// them skipping a run of occurrences (SCHEDULE.SKIP) that lasts through
+// several rounds, and kills
 // it again and again inside the batch that plans occurrences: the process
 // SIGKILLs itself through a test hook right before or right after the
 // commit that marks an occurrence planned and stores its successor, and in
@@ -136,7 +139,7 @@ func (l *occurrenceLog) caughtUp(subjects []string, t time.Time) error {
 // schedule counts the service will report are exact. At the end it checks
 // that no occurrence fired under two tags, none early, that every planned
 // time of every schedule was delivered (catch-up all delivers each missed
-// one), and that canceling the schedules leaves nothing pending.
+// one) but exactly the skipped ones, which never were, and that canceling the schedules leaves nothing pending.
 func TestCrashLoop_SIGKILL_RecurringAdvance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -186,6 +189,10 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 	for i, rep := range scheduleMany(t, nc, msgs) {
 		first[subjects[i]] = rep.FireAt
 	}
+	// The first schedule skips a run of occurrences that lasts through
+	// several rounds, so kills fall inside the commits that spend its
+	// skips: exactly these planned times go undelivered.
+	skipFrom, skipN := skipThroughKills(t, nc, subjects[0], "sched-0", kills)
 
 	r := rand.New(rand.NewPCG(seed, 42))
 	stages := map[recurKill]int{}
@@ -206,7 +213,9 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 		}
 		restarted := time.Now()
 		if kind == killFromOutside {
-			checkFor(t, 60*time.Second, 5*time.Millisecond, func() error { return l.caughtUp(subjects, restarted) })
+			// NB: not the skipping schedule, whose run of skips goes on
+			// through the rounds.
+			checkFor(t, 60*time.Second, 5*time.Millisecond, func() error { return l.caughtUp(subjects[1:], restarted) })
 			base := l.recv.Load()
 			checkFor(t, 60*time.Second, time.Millisecond, func() error {
 				if got := l.recv.Load() - base; got < int64(n) {
@@ -230,6 +239,9 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 		t.Errorf("INFO schedules %d after the last restart, want %d", got, n)
 	}
 	checkFor(t, 60*time.Second, 5*time.Millisecond, func() error { return l.caughtUp(subjects, restarted) })
+	if mi, err := api(nc).Get(context.Background(), wire.MessageRef{Subject: subjects[0], ID: "sched-0"}); err != nil || mi.Schedule.Skipped != skipN || mi.Schedule.Skip != 0 {
+		t.Errorf("GET %s after the kills: %+v %v, want exactly %d skipped and none waiting", subjects[0], mi, err, skipN)
+	}
 	for i, s := range subjects {
 		var c cancelReply
 		apiCall(t, nc, "CANCEL", map[string]string{"subject": s, "id": "sched-" + strconv.Itoa(i)}, &c)
@@ -265,7 +277,11 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 			}
 		}
 		for occ := base; occ <= l.latest[s]; occ += int64(recurEvery) {
-			if _, ok := byOcc[occ]; !ok {
+			skipped := s == subjects[0] && occ >= skipFrom.UnixNano() && occ < skipFrom.Add(time.Duration(skipN)*recurEvery).UnixNano()
+			if _, ok := byOcc[occ]; ok && skipped {
+				t.Errorf("%s: occurrence %s delivered, one SCHEDULE.SKIP skipped", s, time.Unix(0, occ).Format(time.RFC3339Nano))
+			}
+			if _, ok := byOcc[occ]; !ok && !skipped {
 				gaps++
 				if gaps <= 5 {
 					t.Errorf("%s: occurrence %s never delivered", s, time.Unix(0, occ).Format(time.RFC3339Nano))
@@ -279,6 +295,19 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 	t.Logf("%s: %d kills (outside %d, hook before commit %d, hook after commit %d), %d schedules, %d occurrences delivered, %d deliveries, lost 0, in %v",
 		eng, kills, stages[killFromOutside], stages[killBeforeAdvanceCommit], stages[killAfterAdvanceCommit], n, delivered, l.recv.Load(),
 		time.Since(start).Round(time.Millisecond))
+}
+
+// skipThroughKills asks SCHEDULE.SKIP of the schedule of subject named
+// name for as many occurrences as the loop takes a few rounds to pass,
+// and returns the planned time of the first skipped and their number.
+func skipThroughKills(t *testing.T, nc *nats.Conn, subject, name string, kills int) (time.Time, uint64) {
+	t.Helper()
+	n := uint64(min(10*kills, wire.MaxSkip))
+	mi, err := api(nc).SkipSchedule(context.Background(), wire.MessageRef{Subject: subject, ID: name}, n)
+	if err != nil {
+		t.Fatalf("skip %d of %s: %v", n, subject, err)
+	}
+	return mi.Schedule.Occurrence, n
 }
 
 // waitSelfKilled waits for a process armed with NATSDELAY_CRASH_ADVANCE to

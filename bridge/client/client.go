@@ -211,11 +211,17 @@ func (c *Client) Info(ctx context.Context) (*wire.InfoReply, error) {
 // asks for its payload too. A message that is not pending is a
 // *wire.ServiceError matching wire.ErrNotFound.
 func (c *Client) Get(ctx context.Context, ref wire.MessageRef) (*MessageInfo, error) {
-	var r wire.MessageInfo
-	if err := c.call(ctx, wire.VerbGet, ref, &r); err != nil {
+	return c.GetUpcoming(ctx, wire.GetRequest{MessageRef: ref})
+}
+
+// GetUpcoming is Get with, for an occurrence of a recurring schedule,
+// r.Upcoming next times (up to wire.MaxUpcoming) in Schedule.Next.
+func (c *Client) GetUpcoming(ctx context.Context, r wire.GetRequest) (*MessageInfo, error) {
+	var out wire.MessageInfo
+	if err := c.call(ctx, wire.VerbGet, r, &out); err != nil {
 		return nil, err
 	}
-	m, err := messageInfo(r)
+	m, err := messageInfo(out)
 	return &m, err
 }
 

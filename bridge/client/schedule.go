@@ -46,7 +46,10 @@ type Message struct {
 	// Delay-Cron), in Zone (Delay-TZ, an IANA name), ended by Until
 	// (Delay-Until) or after Limit occurrences (Delay-Limit); CatchUp is
 	// one, all or none (Delay-Catch-Up); Overlap is allow, skip or
-	// buffer-one (Delay-Overlap).
+	// buffer-one (Delay-Overlap). Exclude lists dates and date ranges
+	// in Zone on which no occurrence is planned (Delay-Exclude:
+	// 2026-12-25,2027-02-01..2027-02-07); Jitter spreads each occurrence
+	// over [t, t+Jitter) after its planned time t (Delay-Jitter).
 	Every   time.Duration
 	Cron    string
 	Zone    string
@@ -54,6 +57,8 @@ type Message struct {
 	Limit   uint64
 	CatchUp string
 	Overlap string
+	Exclude string
+	Jitter  time.Duration
 
 	// Debounce, with ID and without Delay or At, debounces the subject
 	// and ID (Delay-Debounce): the message is due that long after this
@@ -90,6 +95,8 @@ func (c *Client) msg(m Message) *nats.Msg {
 	set(wire.HeaderLimit, strconv.FormatUint(m.Limit, 10), m.Limit != 0)
 	set(wire.HeaderOverlap, m.Overlap, m.Overlap != "")
 	set(wire.HeaderCatchUp, m.CatchUp, m.CatchUp != "")
+	set(wire.HeaderExclude, m.Exclude, m.Exclude != "")
+	set(wire.HeaderJitter, m.Jitter.String(), m.Jitter != 0)
 	set(wire.HeaderDebounce, m.Debounce.String(), m.Debounce != 0)
 	set(wire.HeaderDebounceMax, m.DebounceMax.String(), m.DebounceMax != 0)
 	return nm

@@ -79,3 +79,23 @@ func (c *Client) EditSchedule(ctx context.Context, r wire.ScheduleEditRequest) (
 	m, err := messageInfo(out)
 	return &m, err
 }
+
+// SkipSchedule skips the next count occurrences of the recurring
+// schedule ref names: each is deleted unsent as it falls due, and counted
+// as skipped. It returns the schedule as GET shows it, its next times
+// without the skipped ones. Skips add up (to at most wire.MaxSkip
+// waiting), so with WithRetry it is sent again only after no responders:
+// a lost answer never skips twice.
+func (c *Client) SkipSchedule(ctx context.Context, ref wire.MessageRef, count uint64) (*MessageInfo, error) {
+	req := wire.ScheduleSkipRequest{Tag: ref.Tag, Subject: ref.Subject, ID: ref.ID, Count: count}
+	data, err := c.requestOnce(ctx, wire.VerbScheduleSkip, req)
+	if err != nil {
+		return nil, err
+	}
+	var out wire.MessageInfo
+	if err := decode(wire.VerbScheduleSkip, data, &out); err != nil {
+		return nil, err
+	}
+	m, err := messageInfo(out)
+	return &m, err
+}

@@ -58,7 +58,15 @@ type ScheduleInfo struct {
 	// Overlap is the Delay-Overlap policy, skip or buffer-one; empty for
 	// allow.
 	Overlap string
-	// Next are the next planned times not yet delivered, up to 5.
+	// Skip is how many next occurrences SkipSchedule has still to skip.
+	Skip uint64
+	// Exclude is the Delay-Exclude dates, sorted and merged.
+	Exclude string
+	// Jitter is the Delay-Jitter.
+	Jitter time.Duration
+	// Next are when the next occurrences not yet delivered go out, up to
+	// 5 or the Upcoming asked for, without excluded dates or skipped
+	// occurrences and with the jitter applied.
 	Next []time.Time
 }
 
@@ -154,7 +162,14 @@ func messageInfo(w wire.MessageInfo) (MessageInfo, error) {
 
 func scheduleInfo(w wire.ScheduleInfo) (ScheduleInfo, error) {
 	s := ScheduleInfo{Name: w.Name, Spec: w.Spec, Zone: w.Zone, Limit: w.Limit, CatchUp: w.CatchUp,
-		Seq: w.Seq, Fired: w.Fired, Skipped: w.Skipped, Paused: w.Paused, Overlap: w.Overlap, Next: make([]time.Time, len(w.Next))}
+		Seq: w.Seq, Fired: w.Fired, Skipped: w.Skipped, Paused: w.Paused, Overlap: w.Overlap, Next: make([]time.Time, len(w.Next)),
+		Skip: w.Skip, Exclude: w.Exclude}
+	if w.Jitter != "" {
+		var err error
+		if s.Jitter, err = time.ParseDuration(w.Jitter); err != nil {
+			return s, fmt.Errorf("unexpected jitter %q: %w", w.Jitter, err)
+		}
+	}
 	ts := times{{"until", w.Until, &s.Until}, {"occurrence", w.Occurrence, &s.Occurrence}}
 	for i, n := range w.Next {
 		ts = append(ts, wireField{"next", n, &s.Next[i]})

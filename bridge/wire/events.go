@@ -30,7 +30,8 @@ const (
 	// EventReplayed: a dead letter was sent again, to its subject or To.
 	EventReplayed = "replayed"
 	// EventSkipped: an occurrence of a recurring schedule was removed
-	// unsent by its Delay-Overlap skip policy (Reason overlap).
+	// unsent by its Delay-Overlap skip policy (Reason overlap) or by
+	// SCHEDULE.SKIP (Reason skip).
 	EventSkipped = "skipped"
 )
 

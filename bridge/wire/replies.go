@@ -243,8 +243,10 @@ type ScheduleInfo struct {
 	// Delay-Overlap skip.
 	Fired   uint64 `json:"fired"`
 	Skipped uint64 `json:"skipped"`
-	// Next are the next planned times not yet delivered, up to 5, this
-	// occurrence's first when it has not gone out yet; empty at the end.
+	// Next are when the next occurrences not yet delivered go out, up to
+	// 5 or the "upcoming" asked for, this occurrence's first when it has
+	// not gone out yet; empty at the end. Excluded dates and skipped
+	// occurrences are left out, and the jitter is applied.
 	Next []string `json:"next"`
 	// Paused says the schedule is paused (SCHEDULE.PAUSE): it plans
 	// nothing, and Next is empty, until it is resumed.
@@ -252,6 +254,13 @@ type ScheduleInfo struct {
 	// Overlap is the Delay-Overlap policy, skip or buffer-one; empty for
 	// allow.
 	Overlap string `json:"overlap,omitempty"`
+	// Skip is how many of the next occurrences SCHEDULE.SKIP has still
+	// to skip; Next leaves them out.
+	Skip uint64 `json:"skip,omitempty"`
+	// Exclude is the Delay-Exclude dates, sorted and merged.
+	Exclude string `json:"exclude,omitempty"`
+	// Jitter is the Delay-Jitter; Next holds the times with it applied.
+	Jitter string `json:"jitter,omitempty"`
 }
 
 // SchedulesRequest is the body of SCHEDULES: one page of the recurring
@@ -261,7 +270,25 @@ type SchedulesRequest struct {
 	Subject string `json:"subject,omitempty"`
 	Limit   *int   `json:"limit,omitempty"`
 	After   string `json:"after,omitempty"`
+	// Upcoming is how many next times each schedule shows, up to
+	// MaxUpcoming; 0 means DefaultUpcoming.
+	Upcoming int `json:"upcoming,omitempty"`
 }
+
+// GetRequest is the body of GET: the message, and for an occurrence of a
+// recurring schedule how many next times to show (Upcoming, up to
+// MaxUpcoming; 0 means DefaultUpcoming).
+type GetRequest struct {
+	MessageRef
+	Upcoming int `json:"upcoming,omitempty"`
+}
+
+// DefaultUpcoming and MaxUpcoming bound the next times a schedule shows
+// in GET and SCHEDULES.
+const (
+	DefaultUpcoming = 5
+	MaxUpcoming     = 100
+)
 
 // SchedulesReply is the body of SCHEDULES: each schedule as its next
 // occurrence, in (subject, name) order.

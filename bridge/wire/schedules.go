@@ -14,7 +14,25 @@ const (
 	// VerbScheduleEdit changes the schedule in place
 	// (ScheduleEditRequest), and answers it as GET shows it.
 	VerbScheduleEdit = "SCHEDULE.EDIT"
+	// VerbScheduleSkip skips the schedule's next occurrences
+	// (ScheduleSkipRequest), and answers it as GET shows it.
+	VerbScheduleSkip = "SCHEDULE.SKIP"
 )
+
+// MaxSkip bounds the occurrences a schedule has waiting to be skipped,
+// all SCHEDULE.SKIP requests together: GET and SCHEDULES step over them
+// to show the next times.
+const MaxSkip = 1000
+
+// ScheduleSkipRequest is the body of SCHEDULE.SKIP: the schedule, by Tag
+// or by Subject and ID, and Count, how many of its next occurrences are
+// deleted unsent, from 1 up to MaxSkip with those already waiting.
+type ScheduleSkipRequest struct {
+	Tag     string `json:"tag,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Count   uint64 `json:"count"`
+}
 
 // ScheduleEditRequest is the body of SCHEDULE.EDIT: the schedule, by Tag
 // or by Subject and ID, and what changes; a field left out stays as it
@@ -22,7 +40,8 @@ const (
 // the cron spec to another zone), with the values of Delay-Every,
 // Delay-Cron and Delay-TZ; Until is a time as Delay-Until or "none";
 // Limit 0 removes the limit; CatchUp is one, all or none; Overlap allow,
-// skip or buffer-one. Payload, when
+// skip or buffer-one; Exclude the dates of Delay-Exclude, or "none";
+// Jitter a duration as Delay-Jitter, or "none". Payload, when
 // not null (even empty), replaces the payload; Headers, when not null
 // (even {}), replace every header the schedule delivers.
 type ScheduleEditRequest struct {
@@ -36,6 +55,8 @@ type ScheduleEditRequest struct {
 	Limit   *uint64             `json:"limit,omitempty"`
 	CatchUp string              `json:"catch_up,omitempty"`
 	Overlap string              `json:"overlap,omitempty"`
+	Exclude string              `json:"exclude,omitempty"`
+	Jitter  string              `json:"jitter,omitempty"`
 	Payload []byte              `json:"payload"`
 	Headers map[string][]string `json:"headers"`
 }

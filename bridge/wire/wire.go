@@ -60,6 +60,13 @@ const (
 	// HeaderOverlap ties an occurrence to the answer of the one before:
 	// allow (default), skip or buffer-one.
 	HeaderOverlap = "Delay-Overlap"
+	// HeaderExclude lists dates (2026-12-25) and date ranges
+	// (2027-02-01..2027-02-07), in the schedule's zone, on which a
+	// recurring schedule plans no occurrence.
+	HeaderExclude = "Delay-Exclude"
+	// HeaderJitter spreads each occurrence of a recurring schedule over
+	// [t, t+jitter) after its planned time t, by an offset fixed for t.
+	HeaderJitter = "Delay-Jitter"
 	// HeaderDebounce, with HeaderID, debounces the (subject, id): each
 	// publish moves the fire time to that long after it and replaces the
 	// payload and headers.

@@ -49,6 +49,7 @@ type getCmd struct {
 	messageRef `embed:""`
 
 	Payload bool `help:"Also print the payload." env:"-"`
+	Next    int  `help:"For an occurrence of a recurring schedule, how many next times to print, 1 to 100; 0 is the service's default (5)." placeholder:"N" env:"-"`
 }
 
 func (c *getCmd) check() error {
@@ -58,11 +59,20 @@ func (c *getCmd) check() error {
 	var p problems
 	c.checkAPI(&p)
 	c.checkRef(&p)
+	checkNext(&p, c.Next)
 	return p.err()
 }
 
+// checkNext checks a --next of next times to show.
+func checkNext(p *problems, n int) {
+	if n < 0 || n > wire.MaxUpcoming {
+		p.add("--next %d: want 1 to %d next times, or 0 for the service's default", n, wire.MaxUpcoming)
+	}
+}
+
 func (c *getCmd) Run(e *env) error {
-	m, printed, err := askFor[wire.MessageInfo](&c.apiFlags, e, "get", wire.VerbGet, wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Payload: c.Payload})
+	req := wire.GetRequest{MessageRef: wire.MessageRef{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Payload: c.Payload}, Upcoming: c.Next}
+	m, printed, err := askFor[wire.MessageInfo](&c.apiFlags, e, "get", wire.VerbGet, req)
 	if err != nil || printed {
 		return err
 	}
@@ -98,6 +108,15 @@ func (c *getCmd) Run(e *env) error {
 		row("occurrence", fmt.Sprintf("%s (#%d)", s.Occurrence, s.Seq))
 		row("fired", s.Fired)
 		row("skipped", s.Skipped)
+		if s.Skip > 0 {
+			row("to skip", s.Skip)
+		}
+		if s.Exclude != "" {
+			row("exclude", s.Exclude)
+		}
+		if s.Jitter != "" {
+			row("jitter", s.Jitter)
+		}
 		if len(s.Next) == 0 {
 			row("next", "none: this is the last")
 		}

@@ -34,6 +34,9 @@ type pubCmd struct {
 	Until        string        `help:"Recurring: no occurrence after this time, RFC 3339 or Unix seconds." placeholder:"TIME" env:"-"`
 	Limit        int           `help:"Recurring: at most this many occurrences; 0 is no limit." default:"0" env:"-"`
 	CatchUp      string        `help:"Recurring: occurrences missed while the service was down: one, all or none; empty leaves it to the service (one)." placeholder:"POLICY" env:"-"`
+	Overlap      string        `help:"Recurring: an occurrence due while the one before is unanswered: allow, skip or buffer-one; empty leaves it to the service (allow)." placeholder:"POLICY" env:"-"`
+	Exclude      string        `help:"Recurring: dates on which no occurrence fires, in the schedule's zone (--tz; UTC for --every), such as 2026-12-25,2027-02-01..2027-02-07." placeholder:"DATES" env:"-"`
+	Jitter       string        `help:"Recurring: each occurrence goes out at a fixed random point up to this long after its planned time, never before; under the gap between occurrences." placeholder:"DURATION" env:"-"`
 	Debounce     string        `help:"Debounce the --id: due this long after this publish, replacing the pending one, so a burst is delivered once, with its last message; days as in --delay. Not with --delay or --at." placeholder:"DURATION" env:"-"`
 	DebounceMax  string        `help:"With --debounce: deliver a burst that never pauses at the latest this long after its first publish." placeholder:"DURATION" env:"-"`
 	Header       []string      `short:"H" help:"Header to store and deliver, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
@@ -140,6 +143,9 @@ func (c *pubCmd) Run(e *env) error {
 		set(wire.HeaderLimit, strconv.Itoa(c.Limit))
 	}
 	set(wire.HeaderCatchUp, c.CatchUp)
+	set(wire.HeaderOverlap, c.Overlap)
+	set(wire.HeaderExclude, c.Exclude)
+	set(wire.HeaderJitter, c.Jitter)
 	set(wire.HeaderDebounce, c.Debounce)
 	set(wire.HeaderDebounceMax, c.DebounceMax)
 	m.Data = []byte(c.Data)

@@ -104,6 +104,8 @@ type scheduleEditCmd struct {
 	Limit     int64    `help:"New limit of occurrences; 0 removes it, -1 keeps it." default:"-1" env:"-"`
 	CatchUp   string   `help:"New catch-up policy: one, all or none." placeholder:"POLICY" env:"-"`
 	Overlap   string   `help:"New overlap policy (Delay-Overlap): allow, skip or buffer-one." placeholder:"POLICY" env:"-"`
+	Exclude   string   `help:"New dates on which no occurrence fires (Delay-Exclude), in the schedule's zone, such as 2026-12-25,2027-02-01..2027-02-07; none removes them." placeholder:"DATES" env:"-"`
+	Jitter    string   `help:"New jitter (Delay-Jitter): each occurrence goes out up to that long after its planned time; none removes it." placeholder:"DURATION" env:"-"`
 	Payload   *string  `help:"New payload; an empty one is allowed." placeholder:"DATA" env:"-"`
 	Header    []string `short:"H" help:"Replace every header with these, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
 	NoHeaders bool     `help:"Remove every header the schedule delivers." xor:"headers" env:"-"`
@@ -130,7 +132,8 @@ func (c *scheduleEditCmd) check() error {
 
 // request is the SCHEDULE.EDIT request the flags ask for.
 func (c *scheduleEditCmd) request() wire.ScheduleEditRequest {
-	r := wire.ScheduleEditRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Every: c.Every, Cron: c.Cron, Zone: c.TZ, Until: c.Until, CatchUp: c.CatchUp, Overlap: c.Overlap}
+	r := wire.ScheduleEditRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Every: c.Every, Cron: c.Cron, Zone: c.TZ, Until: c.Until, CatchUp: c.CatchUp, Overlap: c.Overlap,
+		Exclude: c.Exclude, Jitter: c.Jitter}
 	if c.Limit >= 0 {
 		n := uint64(c.Limit)
 		r.Limit = &n
@@ -162,5 +165,40 @@ func (c *scheduleEditCmd) Run(e *env) error {
 		next = mi.Schedule.Next[0]
 	}
 	_, err = fmt.Fprintf(e.stdout, "edited %s name=%s spec=%q next=%s tag=%s\n", mi.Subject, mi.Schedule.Name, mi.Schedule.Spec, next, mi.Tag)
+	return err
+}
+
+// scheduleSkipCmd skips the next occurrences of a schedule.
+type scheduleSkipCmd struct {
+	apiFlags    `embed:""`
+	scheduleRef `embed:""`
+
+	Count uint64 `help:"How many of the next occurrences to skip, 1 to 1000; they add to those waiting." default:"1" env:"-"`
+}
+
+func (c *scheduleSkipCmd) check() error {
+	if err := c.scheduleRef.check(&c.apiFlags, "skip"); err != nil {
+		return err
+	}
+	if c.Count == 0 || c.Count > wire.MaxSkip {
+		return usage.Errorf("schedules skip: --count %d: want 1 to %d occurrences", c.Count, wire.MaxSkip)
+	}
+	return nil
+}
+
+func (c *scheduleSkipCmd) Run(e *env) error {
+	req := wire.ScheduleSkipRequest{Tag: c.Tag, Subject: c.Subject, ID: c.ID, Count: c.Count}
+	mi, printed, err := askFor[wire.MessageInfo](&c.apiFlags, e, "schedules skip", wire.VerbScheduleSkip, req)
+	if err != nil || printed {
+		return err
+	}
+	if mi.Schedule == nil {
+		return fmt.Errorf("schedules skip: the answer has no schedule")
+	}
+	next := "-"
+	if len(mi.Schedule.Next) > 0 {
+		next = mi.Schedule.Next[0]
+	}
+	_, err = fmt.Fprintf(e.stdout, "skipping %d %s name=%s next=%s tag=%s\n", mi.Schedule.Skip, mi.Subject, mi.Schedule.Name, next, mi.Tag)
 	return err
 }

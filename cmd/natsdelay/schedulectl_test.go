@@ -47,3 +47,48 @@ func TestAdmin_SchedulesPauseResumeTrigger(t *testing.T) {
 		t.Fatalf("schedules pause of no schedule: exit %d, %q %q; want 1 and the 404", code, out, errOut)
 	}
 }
+
+// TestAdmin_SchedulesSkipExcludeJitterNext checks natsdelay pub --exclude
+// and --jitter, schedules skip --count, schedules edit --exclude and
+// --jitter, and --next on get and schedules against a running serve: skip
+// prints the skips waiting and the next time after them, get and
+// schedules --next print that many next times without the excluded dates,
+// and a bad count or --next is refused before anything is sent.
+func TestAdmin_SchedulesSkipExcludeJitterNext(t *testing.T) {
+	t.Parallel()
+	url := serveInProcess(t, t.TempDir()).URL()
+	at := []string{"--nats", url}
+	schedule(t, url, "cli.skip", "x", "--id", "daily", "--cron", "0 9 * * *", "--tz", "Europe/Berlin",
+		"--at", "2027-12-20T08:00:00Z", "--exclude", "2027-12-25", "--jitter", "1m")
+
+	out := mustRun(t, append([]string{"schedules", "skip", "--subject", "cli.skip", "--id", "daily", "--count", "2"}, at...)...)
+	if !regexp.MustCompile(`^skipping 2 cli\.skip name=daily next=2027-12-22T08:0\d:\d\d\.\d{3}Z tag=\S{48}\n$`).MatchString(out) {
+		t.Fatalf("schedules skip printed %q", out)
+	}
+	out = mustRun(t, append([]string{"get", "--subject", "cli.skip", "--id", "daily", "--next", "8"}, at...)...)
+	if n := strings.Count(out, "\nnext "); n != 8 || strings.Contains(out, "2027-12-25T") || !strings.Contains(out, "to skip") ||
+		!regexp.MustCompile(`(?m)^exclude\s+2027-12-25$`).MatchString(out) || !regexp.MustCompile(`(?m)^jitter\s+1m0s$`).MatchString(out) {
+		t.Fatalf("get --next 8 printed\n%s\nwant 8 next times without 2027-12-25, the skips, exclusions and jitter", out)
+	}
+	out = mustRun(t, append([]string{"schedules", "edit", "--subject", "cli.skip", "--id", "daily", "--exclude", "2027-12-22..2027-12-23", "--jitter", "none"}, at...)...)
+	if !regexp.MustCompile(`^edited cli\.skip name=daily spec="0 9 \* \* \*" next=2027-12-24T08:00:00\.000Z tag=\S{48}\n$`).MatchString(out) {
+		t.Fatalf("schedules edit --exclude --jitter none printed %q", out)
+	}
+	out = mustRun(t, append([]string{"schedules", "cli.skip", "--next", "3"}, at...)...)
+	if !strings.Contains(out, "cli.skip daily: next 3\n  2027-12-24 09:00:00 CET  2027-12-24T08:00:00.000Z\n  2027-12-25 09:00:00 CET") {
+		t.Fatalf("schedules --next 3 printed\n%s", out)
+	}
+	for _, bad := range [][]string{
+		{"schedules", "skip", "--subject", "cli.skip", "--id", "daily", "--count", "0"},
+		{"schedules", "skip", "--subject", "cli.skip", "--id", "daily", "--count", "1001"},
+		{"get", "--subject", "cli.skip", "--id", "daily", "--next", "101"},
+		{"schedules", "--next=-1"},
+	} {
+		if code, out, errOut := runCmd(t, append(bad, at...)...); code != 2 || !strings.Contains(errOut, "want 1 to") {
+			t.Fatalf("%v: exit %d, %q %q; want a usage error", bad, code, out, errOut)
+		}
+	}
+	if code, out, errOut := runCmd(t, append([]string{"pub", "cli.skip", "x", "--every", "1m", "--jitter", "1m"}, at...)...); code != 1 || !strings.Contains(out+errOut, "want less than that") {
+		t.Fatalf("pub --jitter as long as the interval: exit %d, %q %q; want the 400", code, out, errOut)
+	}
+}

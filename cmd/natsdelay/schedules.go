@@ -18,7 +18,8 @@ type schedulesCmd struct {
 	Pause   schedulePauseCmd   `cmd:"" help:"Pause a recurring schedule, by --subject and --id or by the TAG of an occurrence: it plans nothing until resumed."`
 	Resume  scheduleResumeCmd  `cmd:"" help:"Resume a paused schedule; its catch-up policy (Delay-Catch-Up) decides what the pause missed."`
 	Trigger scheduleTriggerCmd `cmd:"" help:"Deliver one extra occurrence of a schedule now; its planned times stay as they are."`
-	Edit    scheduleEditCmd    `cmd:"" help:"Change a schedule in place: spec, until, limit, catch-up, payload or headers; what is not given stays. Its name and count stay."`
+	Edit    scheduleEditCmd    `cmd:"" help:"Change a schedule in place: spec, until, limit, catch-up, exclusions, jitter, payload or headers; what is not given stays. Its name and count stay."`
+	Skip    scheduleSkipCmd    `cmd:"" help:"Skip the next --count occurrences of a schedule: each is deleted unsent when its time comes, and counted as skipped."`
 }
 
 // schedulesLsCmd lists the recurring schedules.
@@ -29,6 +30,7 @@ type schedulesLsCmd struct {
 	Limit   int    `help:"Schedules per page; 0 is the service's default (100)." default:"0" env:"-"`
 	After   string `help:"Start after this cursor: the next field of the previous page." placeholder:"CURSOR" env:"-"`
 	All     bool   `help:"Follow the pages to the end; with --json, print them as one reply." env:"-"`
+	Next    int    `help:"Also print each schedule's next N times (1 to 100), excluded dates and skipped occurrences left out, jitter applied." placeholder:"N" env:"-"`
 }
 
 func (c *schedulesLsCmd) check() error {
@@ -40,6 +42,7 @@ func (c *schedulesLsCmd) check() error {
 	if c.Limit < 0 {
 		p.add("--limit %d: want a count > 0, or 0 for the service's default", c.Limit)
 	}
+	checkNext(&p, c.Next)
 	return p.err()
 }
 
@@ -56,7 +59,7 @@ func schedulePages(cl *apiClient, req wire.SchedulesRequest, all bool) (wire.Sch
 }
 
 func (c *schedulesLsCmd) Run(e *env) error {
-	req := wire.SchedulesRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After}
+	req := wire.SchedulesRequest{Subject: c.Subject, Limit: limit(c.Limit), After: c.After, Upcoming: c.Next}
 	if c.JSON && !c.All {
 		_, _, err := c.ask(e, "schedules", wire.VerbSchedules, req) // the reply as it came
 		return err
@@ -76,6 +79,11 @@ func (c *schedulesLsCmd) Run(e *env) error {
 	}
 	if err := writeSchedules(e.stdout, r.Schedules); err != nil {
 		return err
+	}
+	if c.Next > 0 {
+		if err := writeNextTimes(e.stdout, r.Schedules); err != nil {
+			return err
+		}
 	}
 	if r.Next != "" {
 		args := []string{"natsdelay schedules"}
@@ -118,6 +126,26 @@ func writeSchedules(w io.Writer, schedules []wire.MessageInfo) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.Subject, s.Name, s.Spec, s.Zone, local, next, s.Fired, limit, until, remaining, m.Tag)
 	}
 	return tw.Flush()
+}
+
+// writeNextTimes writes each schedule's next times, in its zone and in
+// UTC, under a line that names it.
+func writeNextTimes(w io.Writer, schedules []wire.MessageInfo) error {
+	for _, m := range schedules {
+		s := m.Schedule
+		if s == nil {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "\n%s %s: next %d\n", m.Subject, s.Name, len(s.Next)); err != nil {
+			return err
+		}
+		for _, n := range s.Next {
+			if _, err := fmt.Fprintf(w, "  %s  %s\n", inZone(n, s.Zone), n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // inZone is the time t, as the service writes it, in the IANA zone: the

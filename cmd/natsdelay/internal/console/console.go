@@ -433,6 +433,7 @@ var doneTexts = map[string]string{
 	"schedule-paused":    "Paused the schedule %s.",
 	"schedule-resumed":   "Resumed the schedule %s.",
 	"schedule-triggered": "Triggered one extra occurrence of the schedule %s.",
+	"schedule-skipped":   "The schedule %s skips its next occurrences: its next times below leave them out.",
 	"rescheduled":        "Rescheduled the message: it is now %s.",
 	"fired":              "Fired the message: it is due now, as %s.",
 	"replayed":           "Replayed the dead letter as %s.",

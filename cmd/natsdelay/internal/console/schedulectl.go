@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
@@ -11,11 +12,33 @@ import (
 type scheduleCtlSource interface {
 	PauseSchedule(ref wire.MessageRef, pause bool) (wire.MessageInfo, error)
 	TriggerSchedule(ref wire.MessageRef) (wire.TriggerReply, error)
+	SkipSchedule(r wire.ScheduleSkipRequest) (wire.MessageInfo, error)
 }
 
 func (c *Console) routeScheduleCtl() {
 	c.mux.HandleFunc("POST "+Prefix+"schedule-pause", c.schedulePause)
 	c.mux.HandleFunc("POST "+Prefix+"schedule-trigger", c.scheduleTrigger)
+	c.mux.HandleFunc("POST "+Prefix+"schedule-skip", c.scheduleSkip)
+}
+
+// scheduleSkip skips the next "count" occurrences of the schedule whose
+// occurrence's tag the form gives (SCHEDULE.SKIP), and shows the
+// schedules again, their next times without the skipped ones.
+func (c *Console) scheduleSkip(w http.ResponseWriter, r *http.Request) {
+	s := c.service()
+	if s == nil {
+		c.render(w, r, http.StatusOK, "schedules", Prefix+"schedules", "Schedules", schedulesData{}, errStarting)
+		return
+	}
+	// A count that does not parse is 0, which the service refuses with
+	// what it accepts.
+	n, _ := strconv.ParseUint(r.PostFormValue("count"), 10, 64)
+	mi, err := s.SkipSchedule(wire.ScheduleSkipRequest{Tag: r.PostFormValue("tag"), Count: n})
+	if err != nil {
+		c.render(w, r, http.StatusOK, "schedules", Prefix+"schedules", "Schedules", schedulesData{}, err)
+		return
+	}
+	c.redirect(w, r, Prefix+"schedules", "schedule-skipped", scheduleName(mi))
 }
 
 // schedulePause pauses (action pause) or resumes the schedule whose

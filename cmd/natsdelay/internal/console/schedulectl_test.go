@@ -74,3 +74,47 @@ func TestConsole_Schedules_PauseResumeTrigger(t *testing.T) {
 	code, body, _ = post(t, s.base+"/ui/schedule-trigger", url.Values{"csrf": {csrf}, "tag": {strings.Repeat("0", 48)}}, "", "")
 	mustStatus(t, "trigger of no schedule", code, http.StatusNotFound, body)
 }
+
+// TestConsole_Schedules_Skip checks, over real HTTP against a real
+// service, the schedules page's skip: a POST without the CSRF token
+// changes nothing; with it, the schedule has the count to skip (GET
+// through the API agrees) and the page shows its next times without
+// them; a bad count is refused and changes nothing.
+func TestConsole_Schedules_Skip(t *testing.T) {
+	s := serve(t, "127.0.0.1:0", true, nil)
+	tag := s.schedule(t, "ctl.skip", []byte("c"), "Delay-Cron", "0 9 * * *", "Delay-Id", "nine")
+	_, page, _ := get(t, s.base+"/ui/schedules", "", "")
+	csrf := csrfOf(t, page)
+	if !strings.Contains(page, `action="/ui/schedule-skip"`) {
+		t.Fatalf("schedules page without the skip form:\n%s", page)
+	}
+	ref := wire.MessageRef{Subject: "ctl.skip", ID: "nine"}
+	read := func() *wire.ScheduleInfo {
+		t.Helper()
+		var mi wire.MessageInfo
+		if err := s.api(t, wire.VerbGet, ref, &mi); err != nil || mi.Schedule == nil {
+			t.Fatalf("GET ctl.skip nine: %v %+v", err, mi)
+		}
+		return mi.Schedule
+	}
+	before := read()
+	code, body, _ := post(t, s.base+"/ui/schedule-skip", url.Values{"tag": {tag}, "count": {"2"}}, "", "")
+	mustStatus(t, "skip without a CSRF token", code, http.StatusForbidden, body)
+	if read().Skip != 0 {
+		t.Fatal("skips set by a POST without a CSRF token")
+	}
+	code, body, _ = post(t, s.base+"/ui/schedule-skip", url.Values{"csrf": {csrf}, "tag": {tag}, "count": {"0"}}, "", "")
+	if code == http.StatusSeeOther || read().Skip != 0 || !strings.Contains(body, "want 1 to 1000") {
+		t.Fatalf("skip of 0: %d, skips %d; want it refused with what is accepted:\n%s", code, read().Skip, body)
+	}
+	code, body, resp := post(t, s.base+"/ui/schedule-skip", url.Values{"csrf": {csrf}, "tag": {tag}, "count": {"2"}}, "", "")
+	mustStatus(t, "skip", code, http.StatusSeeOther, body)
+	after := read()
+	if !strings.Contains(resp.Header.Get("Location"), "done=schedule-skipped") || after.Skip != 2 || after.Next[0] != before.Next[2] {
+		t.Fatalf("skip redirects to %q; schedule %+v, want 2 to skip and next from %s", resp.Header.Get("Location"), after, before.Next[2])
+	}
+	_, page, _ = get(t, s.base+"/ui/schedules", "", "")
+	if !strings.Contains(page, "2 to skip") {
+		t.Fatalf("schedules page does not show the skips:\n%s", page)
+	}
+}
