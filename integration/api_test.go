@@ -744,6 +744,7 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 		"schedule_pause":   wire.DefaultAPIPrefix + ".SCHEDULE.PAUSE",
 		"schedule_resume":  wire.DefaultAPIPrefix + ".SCHEDULE.RESUME",
 		"schedule_trigger": wire.DefaultAPIPrefix + ".SCHEDULE.TRIGGER",
+		"schedule_skip":    wire.DefaultAPIPrefix + ".SCHEDULE.SKIP",
 		"schedule_edit":    wire.DefaultAPIPrefix + ".SCHEDULE.EDIT",
 		"backup":           wire.DefaultAPIPrefix + ".BACKUP",
 	}

@@ -261,6 +261,7 @@ func TestServe_MicroDiscovery(t *testing.T) {
 		"schedule_pause":   "$DELAY.API.SCHEDULE.PAUSE",
 		"schedule_resume":  "$DELAY.API.SCHEDULE.RESUME",
 		"schedule_trigger": "$DELAY.API.SCHEDULE.TRIGGER",
+		"schedule_skip":    "$DELAY.API.SCHEDULE.SKIP",
 		"schedule_edit":    "$DELAY.API.SCHEDULE.EDIT",
 		"backup":           "$DELAY.API.BACKUP",
 	}
