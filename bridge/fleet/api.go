@@ -39,6 +39,8 @@ type CellInfo struct {
 var routedByRef = map[string]bool{
 	wire.VerbGet: true, wire.VerbCancel: true, wire.VerbReschedule: true, wire.VerbFire: true,
 	wire.VerbList: true, wire.VerbDeadGet: true,
+	wire.VerbSchedulePause: true, wire.VerbScheduleResume: true, wire.VerbScheduleTrigger: true,
+	wire.VerbScheduleEdit: true, wire.VerbScheduleSkip: true,
 }
 
 // routeAPI answers INFO for the fleet and sends the verbs that name one

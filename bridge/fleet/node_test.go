@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -151,4 +152,47 @@ func heartbeat(t *testing.T, nc *nats.Conn, st fleet.Status) (stop func()) {
 	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// TestNode_ScheduleVerbs_RouteToTheOwner checks that the verbs that act on
+// one recurring schedule, named by subject and id or by tag, reach the API
+// of the cell that owns its subject's partition with the requester's reply
+// subject, as GET does, rather than being refused as verbs of one cell.
+func TestNode_ScheduleVerbs_RouteToTheOwner(t *testing.T) {
+	nc := startNATS(t)
+	_, _, api := fleet.CellSubjects("a")
+	sub, err := nc.Subscribe(api+".>", func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"cell":"a","verb":"` + strings.TrimPrefix(m.Subject, api+".") + `"}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	a := fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}, Node: "a"}
+	stop := heartbeat(t, nc, a)
+	defer stop()
+	startNode(t, nc, newFakeService(), fleet.Record{Cell: "b", Partitions: 16, Epoch: 1})
+	for _, verb := range []string{wire.VerbGet, wire.VerbSchedulePause, wire.VerbScheduleResume,
+		wire.VerbScheduleTrigger, wire.VerbScheduleEdit, wire.VerbScheduleSkip} {
+		want := `{"cell":"a","verb":"` + verb + `"}`
+		var got string
+		// Until b serves the fleet's API (no responders) and has heard a
+		// (before, the partition's owner is unknown: 503).
+		for {
+			r, err := nc.Request(wire.DefaultAPIPrefix+"."+verb, []byte(`{"subject":"orders.1","id":"nightly"}`), 10*time.Second)
+			if errors.Is(err, nats.ErrNoResponders) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", verb, err)
+			}
+			if got = string(r.Data); r.Header.Get(wire.HeaderServiceErrorCode) != "503" {
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("%s through the fleet: answered %q, want the owner's %q", verb, got, want)
+		}
+	}
 }
