@@ -118,3 +118,20 @@ func TestConsole_Schedules_Skip(t *testing.T) {
 		t.Fatalf("schedules page does not show the skips:\n%s", page)
 	}
 }
+
+// TestConsole_Schedules_ExcludeAndJitter checks that the schedules page
+// shows a schedule's exclusion dates and its jitter beside its spec, so
+// its next times, which leave those dates out and carry the jitter, can
+// be read.
+func TestConsole_Schedules_ExcludeAndJitter(t *testing.T) {
+	s := serve(t, "127.0.0.1:0", true, nil)
+	s.schedule(t, "ctl.exclude", []byte("c"), "Delay-Cron", "0 9 * * *", "Delay-Id", "nine",
+		"Delay-Exclude", "2030-12-25,2031-01-01", "Delay-Jitter", "30s")
+	s.schedule(t, "ctl.plain", []byte("c"), "Delay-Cron", "0 9 * * *", "Delay-Id", "plain")
+	_, page, _ := get(t, s.base+"/ui/schedules", "", "")
+	for _, want := range []string{"not on 2030-12-25,2031-01-01", "up to 30s late (jitter)"} {
+		if strings.Count(page, want) != 1 {
+			t.Errorf("schedules page shows %q %d times, want once (the plain schedule has neither):\n%s", want, strings.Count(page, want), page)
+		}
+	}
+}
