@@ -21,10 +21,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
-# The rolling upgrades from the previous release build that release from
-# the history first, minutes of CPU: they run in package-test, with the
-# release's other checks, unless T names them.
-SKIP_FLAG := $(if $(T),,-skip '^TestCluster_RollingUpgrade')
+# The tests against earlier versions (the rolling upgrades from the
+# previous release, an older version's refusal of this one's store) build
+# those versions from the history first, minutes of CPU: they run in
+# package-test, with the release's other checks, unless T names them.
+OLDER_TESTS := ^(TestCluster_RollingUpgrade|TestServe_OlderVersion)
+SKIP_FLAG := $(if $(T),,-skip '$(OLDER_TESTS)')
 
 # Release builds. VERSION is what natsdelay version prints and what the
 # packages are called: the tag at HEAD, or the last tag and the commits
@@ -111,11 +113,13 @@ package:
 # package-test builds the linux/amd64 artifacts and checks them
 # (cmd/internal/dist): installs the .deb and runs it, verifies the unit,
 # runs the image's binary, lints and renders the chart. It needs root,
-# podman, dpkg and systemd-analyze, and fails without them. Then the
-# rolling upgrades of a cluster from the previous release (cmd/natsdelay).
+# podman, dpkg and systemd-analyze, and fails without them. Then the tests
+# against earlier versions (cmd/natsdelay): the rolling upgrades of a
+# cluster from the previous release, and an older version's refusal of
+# this one's store.
 package-test:
 	NATSDELAY_PACKAGE_TESTS=required $(GO) test -count=1 -timeout 30m -run TestPackage -v ./cmd/internal/dist
-	$(GO) test -race -count=1 -timeout 30m -run '^TestCluster_RollingUpgrade' -v ./cmd/natsdelay
+	$(GO) test -race -count=1 -timeout 30m -run '$(OLDER_TESTS)' -v ./cmd/natsdelay
 
 linux-package:
 	VERSION=$(VERSION) ARCH=$(ARCH) BINARY=$(BINARY) $(GO) run $(NFPM) package --config cmd/internal/dist/nfpm.yaml --packager deb --target $(DIST)/
