@@ -118,7 +118,7 @@ package:
 # cluster from the previous release, and an older version's refusal of
 # this one's store.
 package-test:
-	NATSDELAY_PACKAGE_TESTS=required $(GO) test -count=1 -timeout 30m -run TestPackage -v ./cmd/internal/dist
+	NATSDELAY_PACKAGE_TESTS=required $(GO) test -count=1 -timeout 30m -run 'TestPackage|TestGoInstall' -v ./cmd/internal/dist
 	$(GO) test -race -count=1 -timeout 30m -run '$(OLDER_TESTS)' -v ./cmd/natsdelay
 
 linux-package:
