@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -36,25 +34,7 @@ func (r *Repository) ScanEvents(after *keys.Key, keep func(topicHash uint64) boo
 	if after != nil {
 		lo = append(after.Bytes(), 0)
 	}
-	var decodeErr error
-	err := r.s.Scan(IterOptions{LowerBound: lo}, func(kb, v []byte) bool {
-		if len(kb) != keys.Len {
-			return true
-		}
-		k := keys.Key(kb)
-		if !keep(k.TopicHash()) {
-			return true
-		}
-		m := new(StoredMessage)
-		if err := proto.Unmarshal(v, m); err != nil {
-			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
-			return false
-		}
-		return yield(k, m)
-	})
-	if err == nil {
-		err = decodeErr
-	}
+	err := r.scanMessages(IterOptions{LowerBound: lo}, keep, yield)
 	if err != nil {
 		return fmt.Errorf("delaystore: scan events: %w", err)
 	}

@@ -1125,12 +1125,26 @@ func (r *Repository) ScanTopic(topicHash uint64, from, upper []byte, yield func(
 	if hi != nil && bytes.Compare(lo, hi) >= 0 {
 		return nil
 	}
+	err := r.scanMessages(IterOptions{LowerBound: lo, UpperBound: hi}, nil, yield)
+	if err != nil {
+		return fmt.Errorf("delaystore: scan topic %016x: %w", topicHash, err)
+	}
+	return nil
+}
+
+// scanMessages yields the pending messages in opts' bounds whose topic
+// hash keep accepts (every one when keep is nil), decoded, in key order,
+// until yield returns false. Keys that are not event keys are passed by.
+func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) bool, yield func(keys.Key, *StoredMessage) bool) error {
 	var decodeErr error
-	err := r.s.Scan(IterOptions{LowerBound: lo, UpperBound: hi}, func(kb, v []byte) bool {
+	err := r.s.Scan(opts, func(kb, v []byte) bool {
 		if len(kb) != keys.Len {
 			return true
 		}
 		k := keys.Key(kb)
+		if keep != nil && !keep(k.TopicHash()) {
+			return true
+		}
 		m := new(StoredMessage)
 		// proto.Unmarshal copies bytes and strings out of v, so the
 		// message outlives this call even though v does not.
@@ -1143,10 +1157,7 @@ func (r *Repository) ScanTopic(topicHash uint64, from, upper []byte, yield func(
 	if err == nil {
 		err = decodeErr
 	}
-	if err != nil {
-		return fmt.Errorf("delaystore: scan topic %016x: %w", topicHash, err)
-	}
-	return nil
+	return err
 }
 
 // FirstKey returns the first pending key of topicHash with one seek; ok is
