@@ -269,10 +269,11 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 		}
 		// Mark it so no scan or redelivery publishes it while its delete
 		// is queued; the mark goes when the delete commits. One marked
-		// already is being settled by an answer or a cancel: expiring it
-		// too would dead-letter it a second time.
+		// already, or whose flight is settling, is being settled by an
+		// answer, a cancel, its Delay-Max-Deliver or its expiry at
+		// redelivery: expiring it too would dead-letter it a second time.
 		d.mu.Lock()
-		if d.mu.flights.isCanceled(k) {
+		if d.mu.flights.settled(k) {
 			d.mu.Unlock()
 			continue
 		}
