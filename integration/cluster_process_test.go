@@ -225,12 +225,12 @@ func (c *processCluster) waitLeader(nc *nats.Conn, not string) string {
 }
 
 // clusterKills is how many times the process cluster test kills the
-// leader: at least 10 in make test, 100 in make soak.
+// leader: 6 in make test, 100 in make soak.
 func clusterKills() int {
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		return 100
 	}
-	return 10
+	return 6
 }
 
 // TestClusterProcess_KillLeader_NothingAcknowledgedLost runs three real
