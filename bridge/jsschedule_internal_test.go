@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,13 @@ func TestParseJSRequest_Forms(t *testing.T) {
 		if err != nil || !r.remove {
 			t.Errorf("%s: %+v, %v: want a removal", name, r, err)
 		}
+	}
+	long := nats.Header{wire.HeaderJSSchedule: {"@every 1s"}, wire.HeaderJSScheduleTarget: {"out.x"}}
+	if _, err := parseJSRequest("sched."+strings.Repeat("x", 251), long, nil); !errors.Is(err, wire.ErrBadRequest) {
+		t.Errorf("a schedule subject of 257 bytes: %v, want a bad request", err)
+	}
+	if _, err := parseJSRequest("sched."+strings.Repeat("x", 250), long, nil); err != nil {
+		t.Errorf("a schedule subject of 256 bytes: %v", err)
 	}
 	// The service's own headers the schedule sets are refused; others
 	// pass.
