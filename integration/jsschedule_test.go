@@ -305,3 +305,98 @@ func TestJSSchedule_StreamTarget_PubAckSettles_Replace(t *testing.T) {
 		t.Fatalf("spec %q, want the Nats-Schedule as given", spec)
 	}
 }
+
+// An @every schedule with a TTL fires on both with Nats-TTL from
+// Nats-Schedule-TTL; natsdelay's is listed, named by its schedule subject,
+// and LIST shows its next firing. A publish without Nats-Schedule removes
+// one schedule, a purge naming a schedule subject (Nats-Schedule-Next:
+// purge with Nats-Scheduler) the other, and CANCEL by target and schedule
+// subject ends a third: nothing is left.
+func TestJSSchedule_Every_TTL_ListRemovePurgeCancel(t *testing.T) {
+	t.Parallel()
+	h := newJSHarness(t)
+	ctx := context.Background()
+	core := subscribe(t, h.nc, "out.>")
+	for _, name := range []string{"e1", "e2", "e3"} {
+		m := jsMsg("sched."+name, name, wire.HeaderJSSchedule, "@every 1s", wire.HeaderJSScheduleTarget, "out."+name,
+			wire.HeaderJSScheduleTTL, "5s", "App", name)
+		if srvErr, ndErr := h.both(t, m); srvErr != nil || ndErr != nil {
+			t.Fatalf("%s: server %v, natsdelay %v", name, srvErr, ndErr)
+		}
+	}
+	r := next(t, core, "a firing")
+	ackSync(t, h.nc, r.Msg, "+ACK")
+	name := strings.TrimPrefix(r.Subject, "out.")
+	srv := h.firings(t, "srv."+name, 1)[0]
+	sameFiring(t, srv.Header, srv.Data, r.Msg)
+	if got := r.Header.Get("Nats-TTL"); got != "5s" || srv.Header.Get("Nats-TTL") != "5s" {
+		t.Fatalf("Nats-TTL: natsdelay %q, server %q, want 5s", got, srv.Header.Get("Nats-TTL"))
+	}
+	list, err := api(h.nc).ListPage(ctx, wire.ListRequest{Subject: "out.e3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Messages) == 0 || list.Messages[len(list.Messages)-1].ID != "sched.e3" {
+		t.Fatalf("LIST out.e3: %+v, want its next firing, id sched.e3", list.Messages)
+	}
+
+	if _, ndErr := h.both(t, jsMsg("sched.e1", "plain")); ndErr != nil {
+		t.Fatal(ndErr)
+	}
+	if _, ndErr := h.both(t, jsMsg("sched.purger", "", wire.HeaderJSScheduleNext, "purge", wire.HeaderJSScheduler, "sched.e2")); ndErr != nil {
+		t.Fatal(ndErr)
+	}
+	if err := api(h.nc).Cancel(ctx, wire.MessageRef{Subject: "out.e3", ID: "sched.e3"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := api(h.nc).SchedulesPage(ctx, wire.SchedulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Messages) != 0 {
+		t.Fatalf("%d schedules left, want none", len(page.Messages))
+	}
+	// Firings already out finish: ACK them until nothing is pending.
+	checkFor(t, wait, 20*time.Millisecond, func() error {
+		for {
+			select {
+			case r := <-core:
+				_ = r.Respond(nil)
+				continue
+			default:
+			}
+			break
+		}
+		if n := pending(t, h.nc); n != 0 {
+			return fmt.Errorf("%d pending", n)
+		}
+		return nil
+	})
+}
+
+// A JetStream schedule with the service's Delay-Max-Deliver gets what no
+// stream gives it: a firing nobody ACKs is dead-lettered.
+func TestJSSchedule_MaxDeliver_DeadLetter(t *testing.T) {
+	t.Parallel()
+	h := newJSHarness(t)
+	core := subscribe(t, h.nc, "out.dl")
+	m := nats.NewMsg(wire.DefaultJSSchedulePrefix + ".sched.dl")
+	m.Header.Set(wire.HeaderMaxDeliver, "1")
+	if _, err := h.js.PublishMsg(context.Background(), m, jetstream.WithScheduleAt(time.Now()), jetstream.WithScheduleTarget("out.dl")); err != nil {
+		t.Fatal(err)
+	}
+	next(t, core, "the firing, not ACKed")
+	checkFor(t, wait, 20*time.Millisecond, func() error {
+		var ids []string
+		for d, err := range api(h.nc).DeadLetters(context.Background(), wire.DeadListRequest{Filter: wire.Filter{Subject: "out.dl"}}) {
+			if err != nil {
+				return err
+			}
+			ids = append(ids, d.ID)
+		}
+		if len(ids) != 1 || ids[0] != "sched.dl" {
+			return fmt.Errorf("dead letters of out.dl: %q, want sched.dl's", ids)
+		}
+		return nil
+	})
+}
