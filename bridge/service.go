@@ -215,6 +215,10 @@ func (c Config) Validate() error {
 			bad("%s (%q) must be a concrete subject without wildcards", p.name, p.v)
 		}
 	}
+	if in, js := c.IngestPrefix, c.JSSchedulePrefix; in != "" && js != "" && (checkTarget(in, []string{js}) != nil || checkTarget(js, []string{in}) != nil) {
+		// Both endpoints would take the same publishes.
+		bad("JSSchedulePrefix (%q) and IngestPrefix (%q) must not be one inside the other", js, in)
+	}
 	if c.Delivery.DeadLetterSubject != "" {
 		if err := checkTarget(c.Delivery.DeadLetterSubject, nil); err != nil {
 			bad("DeadLetterSubject (%q) must be a concrete subject without wildcards", c.Delivery.DeadLetterSubject)

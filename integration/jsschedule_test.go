@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/natsdelay/natsdelay/bridge"
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
@@ -399,4 +400,30 @@ func TestJSSchedule_MaxDeliver_DeadLetter(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// JSSchedulePrefix (--js-schedule-prefix) moves the schedule subjects:
+// nats.go's Publish works on the new prefix, and nothing answers on the
+// default one.
+func TestJSSchedule_PrefixMoved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *bridge.Config) { c.JSSchedulePrefix = "sched.in" })
+	js, err := jetstream.New(h.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := subscribe(t, h.nc, "out.moved")
+	ctx := context.Background()
+	opts := []jetstream.PublishOpt{jetstream.WithScheduleAt(time.Now()), jetstream.WithScheduleTarget("out.moved")}
+	if _, err := js.Publish(ctx, "sched.in.reports", []byte("x"), opts...); err != nil {
+		t.Fatal(err)
+	}
+	r := next(t, core, "the firing")
+	if r.Header.Get(wire.HeaderJSScheduler) != "reports" {
+		t.Fatalf("Nats-Scheduler %q, want reports", r.Header.Get(wire.HeaderJSScheduler))
+	}
+	ackSync(t, h.nc, r.Msg, "+ACK")
+	if _, err := js.Publish(ctx, wire.DefaultJSSchedulePrefix+".reports", []byte("x"), opts...); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("on the default prefix: %v, want no responders", err)
+	}
 }
