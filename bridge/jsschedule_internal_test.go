@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // jsTake reads a publish to the schedule subject sched.x with the headers
@@ -126,4 +128,36 @@ func TestParseJSRequest_Forms(t *testing.T) {
 	if r, err := parseJSRequest("sched.x", h, nil); err != nil || r.h.Get(wire.HeaderMaxDeliver) != "3" {
 		t.Errorf("Delay-Max-Deliver on a JetStream schedule: %v", err)
 	}
+}
+
+// A JetStream schedule's firings carry Nats-Scheduler and
+// Nats-Schedule-Next; an extra firing of TRIGGER carries neither, as it
+// names no next firing; a firing into a stream neither, as a stream
+// refuses them from a client.
+func TestJSSchedule_FiringHeaders(t *testing.T) {
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	m := jsTake(t, now, wire.HeaderJSSchedule, "@every 1m", wire.HeaderJSScheduleTarget, "out.x")
+	m.Recurrence.Planned, m.Recurrence.NextNs = true, now.Add(2*time.Minute).UnixNano()
+	h := deliveryHeader(keys.Key{}, m, 1, 0)
+	if h.Get(wire.HeaderJSScheduler) != "sched.x" || h.Get(wire.HeaderJSScheduleNext) != "2026-12-05T10:02:00Z" {
+		t.Errorf("a firing: %v", h)
+	}
+	if n := headerLen(h); n != deliveryHeaderLen(m, 1, false) {
+		t.Errorf("header length %d, computed %d", n, deliveryHeaderLen(m, 1, false))
+	}
+	for name, x := range map[string]*delaystore.StoredMessage{"trigger": triggered(m, now.UnixNano()), "stream": streamed(m)} {
+		h := deliveryHeader(keys.Key{}, x, 1, 0)
+		if _, ok := h[wire.HeaderJSScheduler]; ok {
+			t.Errorf("%s: %v", name, h)
+		}
+		if _, ok := h[wire.HeaderJSScheduleNext]; ok {
+			t.Errorf("%s: %v", name, h)
+		}
+	}
+}
+
+func streamed(m *delaystore.StoredMessage) *delaystore.StoredMessage {
+	x := proto.Clone(m).(*delaystore.StoredMessage)
+	x.Recurrence.JsStream = true
+	return x
 }
