@@ -56,6 +56,11 @@ type publisher struct {
 	header    nats.Header
 	vals      ownValues
 	msg       nats.Msg
+
+	// jsStreams are the targets of JetStream schedules that a stream
+	// turned out to capture, after the schedule was taken in: it refused
+	// a firing's Nats-Scheduler (see learnStream).
+	jsStreams streamTargets
 }
 
 var _ dispatch.Publisher = (*publisher)(nil)
@@ -442,6 +447,10 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	b.Write(key.AppendTag(tag[:0]))
 	reply := b.String()
 	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
+	if r := msg.GetRecurrence(); r != nil && r.JsScheduler != "" && !r.JsStream && p.jsStreams.has(msg.Subject) {
+		delete(p.header, wire.HeaderJSScheduler)
+		delete(p.header, wire.HeaderJSScheduleNext)
+	}
 	var span trace.Span
 	if p.tracer != nil {
 		span = p.tracer.deliver(p.header, key, msg, attempt)

@@ -427,3 +427,30 @@ func TestJSSchedule_PrefixMoved(t *testing.T) {
 		t.Fatalf("on the default prefix: %v, want no responders", err)
 	}
 }
+
+// A stream made after a JetStream schedule was taken in, capturing its
+// target, refuses the firing's Nats-Scheduler (10212); the service learns
+// that the stream captures the target, and the redelivery goes without
+// them: the stream stores the firing once and its PubAck settles it.
+func TestJSSchedule_StreamMadeLater_Learned(t *testing.T) {
+	t.Parallel()
+	h := newJSHarness(t)
+	ctx := context.Background()
+	at := time.Now().Add(time.Second)
+	if _, err := h.js.Publish(ctx, wire.DefaultJSSchedulePrefix+".sched.late", []byte("late"),
+		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget("late.x")); err != nil {
+		t.Fatal(err)
+	}
+	late := h.stream(t, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+	h.settled(t)
+	if n := msgs(t, late); n != 1 {
+		t.Fatalf("LATE holds %d messages, want 1", n)
+	}
+	m, err := late.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Header[wire.HeaderJSScheduler]; ok || string(m.Data) != "late" {
+		t.Fatalf("stored %q with %v", m.Data, m.Header)
+	}
+}
