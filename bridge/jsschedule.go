@@ -13,6 +13,7 @@ import (
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -211,6 +212,11 @@ func jsTranslatePattern(h nats.Header, pattern, tz string, loc *time.Location) e
 		spec = s
 	}
 	if len(strings.Fields(spec)) != 6 {
+		return jsRefuse(wire.JSErrSchedulePatternInvalid, "%s %q: %s", wire.HeaderJSSchedule, keys.Clip(pattern), form)
+	}
+	if _, err := recur.ParseCron(spec, tz); errors.Is(err, recur.ErrNeverFires) {
+		return jsRefuse(wire.JSErrSchedulePatternInvalid, "%s %q: matches no date, so it would never fire", wire.HeaderJSSchedule, keys.Clip(pattern))
+	} else if err != nil {
 		return jsRefuse(wire.JSErrSchedulePatternInvalid, "%s %q: %s", wire.HeaderJSSchedule, keys.Clip(pattern), form)
 	}
 	h.Set(wire.HeaderCron, spec)

@@ -105,6 +105,8 @@ func TestJSSchedule_Errors_SameCodesAsTheServer(t *testing.T) {
 		hdr  []string
 	}{
 		{"interval under a second", wire.JSErrSchedulePatternInvalid, []string{wire.HeaderJSSchedule, "@every 500ms", target, "out.a"}},
+		{"cron that never fires", wire.JSErrSchedulePatternInvalid, []string{wire.HeaderJSSchedule, "0 0 0 31 2 *", target, "out.a"}},
+		{"cron field out of range", wire.JSErrSchedulePatternInvalid, []string{wire.HeaderJSSchedule, "0 0 24 * * *", target, "out.a"}},
 		{"cron of 5 fields", wire.JSErrSchedulePatternInvalid, []string{wire.HeaderJSSchedule, "*/5 * * * *", target, "out.a"}},
 		{"zone on @at", wire.JSErrSchedulePatternInvalid, []string{wire.HeaderJSSchedule, "@at 2030-01-01T00:00:00Z", wire.HeaderJSScheduleTimeZone, "Europe/Berlin", target, "out.a"}},
 		{"no target", wire.JSErrScheduleTargetInvalid, []string{wire.HeaderJSSchedule, "@every 1s"}},
