@@ -258,13 +258,14 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"ingest":    "delay.>",
-		"info":      "$DELAY.API.INFO",
-		"get":       "$DELAY.API.GET",
-		"list":      "$DELAY.API.LIST",
-		"cancel":    "$DELAY.API.CANCEL",
-		"subjects":  "$DELAY.API.SUBJECTS",
-		"schedules": "$DELAY.API.SCHEDULES",
+		"ingest":      "delay.>",
+		"js_schedule": "$DELAY.JS.>",
+		"info":        "$DELAY.API.INFO",
+		"get":         "$DELAY.API.GET",
+		"list":        "$DELAY.API.LIST",
+		"cancel":      "$DELAY.API.CANCEL",
+		"subjects":    "$DELAY.API.SUBJECTS",
+		"schedules":   "$DELAY.API.SCHEDULES",
 		// Flow control.
 		"limits_set":    "$DELAY.API.LIMITS.SET",
 		"limits_get":    "$DELAY.API.LIMITS.GET",
