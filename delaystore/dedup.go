@@ -115,7 +115,7 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 	d := dedupBatch{r: r, on: window > 0, nowNs: nowNs, expireNs: nowNs + int64(window), recs: make(map[string]*dedupEntry)}
 	refs := make([]dedupRef, len(in))
 	dup := make([]bool, len(in))
-	var folded []bool // made at the first throttled message
+	var folded []bool  // made at the first throttled message
 	stored := msgs[:0] // NB: reuses msgs; a message is kept only before its index
 	for i, o := range in {
 		ref, ok, err := d.duplicate(o)
