@@ -211,6 +211,7 @@ func (s *Service) Info() (wire.InfoReply, error) {
 		Counts:          counts,
 		Stats:           wire.Stats(c.Stats()),
 		LimitedSubjects: c.LimitedSubjects(wire.MaxLimitedShown),
+		Ingest:          wire.IngestStats{ThrottleFolded: s.m.totals.folded.Load()},
 		Config: wire.ConfigSummary{
 			IngestPrefix: s.cfg.IngestPrefix, AckPrefix: s.cfg.AckPrefix, APIPrefix: s.cfg.APIPrefix,
 			AckWait: c.Config().Delivery.AckWait.String(), MaxDeliver: s.cfg.Delivery.MaxDeliver, Backoff: backoff,
@@ -267,6 +268,15 @@ func messageInfoUpcoming(k keys.Key, m *delaystore.StoredMessage, withPayload bo
 	}
 	if m.AckPolicy == delaystore.AckPolicy_ACK_NONE {
 		mi.Ack = "none"
+	}
+	if m.DebounceFirstNs != 0 {
+		mi.DebounceFirst = formatTime(m.DebounceFirstNs)
+	}
+	if m.DebounceMaxNs != 0 {
+		mi.DebounceMax = time.Duration(m.DebounceMaxNs).String()
+	}
+	if m.ThrottleNs != 0 {
+		mi.Throttle = time.Duration(m.ThrottleNs).String()
 	}
 	if r := m.GetRecurrence(); r != nil {
 		if mi.ID == "" {

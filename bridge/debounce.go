@@ -85,3 +85,41 @@ func positiveDuration(name, v string, limit time.Duration) (time.Duration, error
 	}
 	return d, nil
 }
+
+// The place of Delay-Throttle in controlHeaders.
+var throttleIndex = slices.Index(controlHeaders[:], wire.HeaderThrottle)
+
+// parseThrottle reads Delay-Throttle into msg, if it is throttled: it is
+// then due now, and the repository holds it back to the end of the window
+// of the last delivery of its (subject, id), or folds it into the one
+// held (see delaystore's throttle.go). given says whether Delay or
+// Delay-At was.
+func parseThrottle(ctl *controls, msg *delaystore.StoredMessage, now time.Time, given bool) error {
+	if ctl.count[throttleIndex] == 0 {
+		return nil // most messages: no search of controlHeaders by name
+	}
+	v, _, err := ctl.value(wire.HeaderThrottle)
+	if err != nil {
+		return err
+	}
+	switch {
+	case msg.ClientId == "":
+		return badRequest("%s without %s: the id names what is throttled", wire.HeaderThrottle, wire.HeaderID)
+	case given:
+		return badRequest("%s with %s or %s: the throttle sets the fire time, want neither", wire.HeaderThrottle, wire.HeaderDelay, wire.HeaderAt)
+	case msg.Recurrence != nil:
+		return badRequest("%s on a recurring schedule: want one or the other", wire.HeaderThrottle)
+	case msg.DebounceFirstNs != 0:
+		return badRequest("%s with %s: want one or the other", wire.HeaderThrottle, wire.HeaderDebounce)
+	}
+	d, err := positiveDuration(wire.HeaderThrottle, v, maxFireAt.Sub(now))
+	if err != nil {
+		return err
+	}
+	if msg.TtlNs != 0 && time.Duration(msg.TtlNs) > maxFireAt.Sub(now.Add(d)) {
+		// The window may hold the message back that long.
+		return badRequest("%s: the expiry would be after %s, the latest that can be stored", wire.HeaderTTL, maxFireAt.Format(time.DateOnly))
+	}
+	msg.ThrottleNs = int64(d)
+	return nil
+}

@@ -33,8 +33,10 @@ func onceOf(msg *delaystore.StoredMessage, h nats.Header) (delaystore.Once, erro
 		o.MsgID = ids[0]
 	}
 	// Each publish of a debounce is news, the same text included: it
-	// moves the fire time, so none is a resend of the one before.
-	if msg.ClientId != "" && msg.DebounceFirstNs == 0 {
+	// moves the fire time, so none is a resend of the one before. So is
+	// each of a throttle: the one before may be delivered, and this one
+	// is the next delivery.
+	if msg.ClientId != "" && msg.DebounceFirstNs == 0 && msg.ThrottleNs == 0 {
 		o.Sum = sentSum(msg, h)
 	}
 	return o, nil

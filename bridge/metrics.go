@@ -29,6 +29,9 @@ type metrics struct {
 	lateness      prometheus.Histogram
 	heldLateness  prometheus.Histogram
 	leaderChanges prometheus.Counter
+	// throttleFolded counts throttled publishes folded into the delivery
+	// already planned (Delay-Throttle).
+	throttleFolded prometheus.Counter
 
 	// totals are kept beside the metrics, for Service.Totals.
 	totals totals
@@ -87,6 +90,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 24),
 		}),
 	}
+	m.throttleFolded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "throttle_folded_total",
+		Help: "Throttled publishes (Delay-Throttle) folded into the delivery their subject and id already had planned: each replaced that message's payload and headers, and was not delivered on its own.",
+	})
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "cluster", Name: "leadership_changes_total",
 		Help: "Times this node became the cluster leader or stopped being it.",
@@ -136,6 +143,12 @@ func (m *metrics) Committed(batch int, took time.Duration, err error) {
 	m.commitLatency.Observe(took.Seconds())
 }
 
+// folded counts one throttled publish folded into a planned delivery.
+func (m *metrics) folded() {
+	m.throttleFolded.Inc()
+	m.totals.folded.Add(1)
+}
+
 // StoreFailed implements core.Metrics.
 func (m *metrics) StoreFailed() { m.storeFailures.Inc() }
 
@@ -149,7 +162,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 			func() float64 { return float64(f(s.Stats())) })
 	}
 	cs := []prometheus.Collector{
-		m.ingest, m.badAnswers, m.streamAnswers, m.streamErrors, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness,
+		m.ingest, m.badAnswers, m.streamAnswers, m.streamErrors, m.storeFailures, m.reopenFails, m.scheduled, m.commitBatch, m.commitLatency, m.lateness, m.heldLateness, m.throttleFolded,
 		stat("messages_delivered_total", "First deliveries that reached a subscriber (bounces are in no_responders_total).", func(st dispatch.Stats) uint64 { return st.Delivered }),
 		stat("messages_redelivered_total", "Deliveries with attempt > 1 that reached a subscriber.", func(st dispatch.Stats) uint64 { return st.Redelivered }),
 		stat("messages_acked_total", "ACKs that settled a pending message.", func(st dispatch.Stats) uint64 { return st.Acked }),

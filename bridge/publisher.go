@@ -542,6 +542,13 @@ func duplicateReply(res delaystore.Outcome, subject string) []byte {
 	return body
 }
 
+// foldedReply is the JSON of wire.ScheduleReply for a throttled message
+// folded into the delivery already planned.
+func foldedReply(res delaystore.Outcome, subject string) []byte {
+	body, _ := json.Marshal(wire.ScheduleReply{Tag: res.Key.Tag(), Subject: subject, FireAt: formatTime(res.FireAtNs), Folded: true})
+	return body
+}
+
 // scheduleReply is the JSON of wire.ScheduleReply for a scheduled message,
 // as encoding/json writes it. The tag and time need no escaping, and most
 // subjects none either: those are written directly, which saves

@@ -87,7 +87,7 @@ type controls struct {
 	count [numControl]int    // how many values each has, over every case of its name
 }
 
-const numControl = 17
+const numControl = 18
 
 func readControls(h nats.Header, c *controls) {
 	for k, vs := range h {
@@ -150,6 +150,9 @@ func parseSchedule(target string, h nats.Header, data []byte, now time.Time, lim
 		return nil, err
 	}
 	if err := parseDebounce(&ctl, msg, now, given); err != nil {
+		return nil, err
+	}
+	if err := parseThrottle(&ctl, msg, now, given); err != nil {
 		return nil, err
 	}
 	if msg.Headers, err = passedHeaders(h); err != nil {
@@ -504,7 +507,8 @@ func checkClientID(id string) error {
 // controlHeaders are matched case-insensitively and never passed on.
 var controlHeaders = [numControl]string{wire.HeaderDelay, wire.HeaderAt, wire.HeaderTTL, wire.HeaderID, wire.HeaderAck, wire.HeaderMaxDeliver,
 	wire.HeaderEvery, wire.HeaderCron, wire.HeaderTZ, wire.HeaderUntil, wire.HeaderLimit, wire.HeaderCatchUp, wire.HeaderOverlap,
-	wire.HeaderExclude, wire.HeaderJitter, wire.HeaderDebounce, wire.HeaderDebounceMax}
+	wire.HeaderExclude, wire.HeaderJitter, wire.HeaderDebounce, wire.HeaderDebounceMax,
+	wire.HeaderThrottle}
 
 // ownHeaders are the headers the service sets on deliveries and dead
 // letters; they replace publisher headers of the same name in any case.

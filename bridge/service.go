@@ -749,6 +749,9 @@ func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span tra
 		if span != nil {
 			endIngest(span, res, err)
 		}
+		if err == nil && res.Folded {
+			s.m.folded()
+		}
 		if err == nil && res.Duplicate {
 			s.m.ingest.WithLabelValues("duplicate").Inc()
 		} else if err == nil && s.events != nil {
@@ -762,6 +765,8 @@ func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span tra
 			s.answers.fail(reply, err)
 		case res.Duplicate:
 			s.answers.reply(reply, duplicateReply(res, msg.Subject))
+		case res.Folded:
+			s.answers.reply(reply, foldedReply(res, msg.Subject))
 		default:
 			s.answers.reply(reply, scheduleReply(res.Key, msg))
 		}

@@ -37,6 +37,7 @@ type Totals struct {
 // do not keep.
 type totals struct {
 	ingested atomic.Uint64
+	folded   atomic.Uint64 // throttled publishes folded into a planned delivery
 	late     [latenessBounds + 1]atomic.Uint64
 }
 

@@ -441,6 +441,7 @@ func (r *Repository) Replay(ks []keys.Key, target string, nowNs int64, sync Sync
 		m.Attempt, m.Recurrence, m.MovedBy, m.EventId = 0, nil, "", 0
 		m.EnqueuedAtNs, m.FireAtNs = nowNs, nowNs
 		m.DebounceFirstNs, m.DebounceMaxNs = 0, 0 // due now, not a publish of a burst
+		m.ThrottleNs = 0                          // nor held by a throttle
 		if m.TtlNs != 0 {
 			m.ExpireAtNs = nowNs + m.TtlNs
 		}

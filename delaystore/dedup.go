@@ -76,6 +76,10 @@ type Outcome struct {
 	// nothing was stored, and Key and FireAtNs are the first answer's. That
 	// message may since have been delivered, or replaced.
 	Duplicate bool
+	// Folded reports that the message, throttled, was folded into the
+	// delivery its (subject, client id) already had planned: it replaced
+	// that message and took its fire time (see throttle.go).
+	Folded bool
 }
 
 // ScheduleOnce is Schedule with a duplicate window: each message of in
@@ -86,7 +90,8 @@ type Outcome struct {
 // number of them. A window of 0 or less keeps and reads no records, and
 // still deletes expired ones. A duplicate of a message earlier in the same call gets
 // that message's key. Errors are Schedule's; a Nats-Msg-Id is checked as
-// a client id is.
+// a client id is. A throttled message (ThrottleNs) gets its fire time
+// here, from the record of its window (see throttle.go).
 func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, sync SyncMode) ([]Outcome, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -110,6 +115,7 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 	d := dedupBatch{r: r, on: window > 0, nowNs: nowNs, expireNs: nowNs + int64(window), recs: make(map[string]*dedupEntry)}
 	refs := make([]dedupRef, len(in))
 	dup := make([]bool, len(in))
+	var folded []bool  // made at the first throttled message
 	stored := msgs[:0] // NB: reuses msgs; a message is kept only before its index
 	for i, o := range in {
 		ref, ok, err := d.duplicate(o)
@@ -119,6 +125,14 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 		if ok {
 			refs[i], dup[i] = ref, true
 			continue
+		}
+		if o.Msg.ThrottleNs != 0 {
+			if folded == nil {
+				folded = make([]bool, len(in))
+			}
+			if folded[i], err = d.throttle(o.Msg, stored); err != nil {
+				return nil, fmt.Errorf("delaystore: schedule message %d of %d: %w", i+1, len(in), err)
+			}
 		}
 		refs[i] = dedupRef{pos: len(stored)}
 		d.record(o, len(stored))
@@ -140,7 +154,7 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 		case dup[i]:
 			out[i] = Outcome{Scheduled: Scheduled{Key: res[ref.pos].Key}, FireAtNs: ref.fireAtNs, Duplicate: true}
 		default:
-			out[i] = Outcome{Scheduled: res[ref.pos], FireAtNs: in[i].Msg.FireAtNs}
+			out[i] = Outcome{Scheduled: res[ref.pos], FireAtNs: in[i].Msg.FireAtNs, Folded: folded != nil && folded[i]}
 		}
 	}
 	return out, nil

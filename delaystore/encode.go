@@ -28,6 +28,7 @@ const (
 	fieldWrittenOnce   protowire.Number = 15
 	fieldDebounceFirst protowire.Number = 20
 	fieldDebounceMax   protowire.Number = 21
+	fieldThrottle      protowire.Number = 22
 
 	fieldHeaderName   protowire.Number = 1
 	fieldHeaderValues protowire.Number = 2
@@ -104,6 +105,7 @@ func appendMessage(dst []byte, m *StoredMessage, eventID uint64, once bool) ([]b
 	}
 	dst = appendVarint(dst, fieldDebounceFirst, uint64(m.DebounceFirstNs))
 	dst = appendVarint(dst, fieldDebounceMax, uint64(m.DebounceMaxNs))
+	dst = appendVarint(dst, fieldThrottle, uint64(m.ThrottleNs))
 	return append(dst, m.unknownFields...), nil
 }
 

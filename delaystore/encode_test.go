@@ -28,6 +28,7 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 			"recurrence":   fieldRecurrence,
 			"moved_by":     fieldMovedBy,
 			"written_once": fieldWrittenOnce, "debounce_first_ns": fieldDebounceFirst, "debounce_max_ns": fieldDebounceMax,
+			"throttle_ns": fieldThrottle,
 		}},
 		{(&Header{}).ProtoReflect().Descriptor(), map[string]protowire.Number{
 			"name": fieldHeaderName, "values": fieldHeaderValues,
@@ -87,7 +88,7 @@ func TestAppendMessage_MatchesProto(t *testing.T) {
 		m := &StoredMessage{
 			Subject: str(), EnqueuedAtNs: i64(), FireAtNs: i64(), TtlNs: i64(), ExpireAtNs: i64(),
 			ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(), MovedBy: str(),
-			DebounceFirstNs: i64(), DebounceMaxNs: i64(),
+			DebounceFirstNs: i64(), DebounceMaxNs: i64(), ThrottleNs: i64(),
 		}
 		if rng.IntN(2) == 0 {
 			m.Payload = []byte(str())

@@ -221,6 +221,11 @@ type StoredMessage struct {
 	DebounceFirstNs int64 `protobuf:"varint,20,opt,name=debounce_first_ns,json=debounceFirstNs,proto3" json:"debounce_first_ns,omitempty"`
 	// debounce_max_ns is the Delay-Debounce-Max; 0 means no maximum.
 	DebounceMaxNs int64 `protobuf:"varint,21,opt,name=debounce_max_ns,json=debounceMaxNs,proto3" json:"debounce_max_ns,omitempty"`
+	// throttle_ns is set on a message scheduled with Delay-Throttle: the
+	// window in which its (subject, client id) is delivered at most once.
+	// A publish within the window while this message is held folds into
+	// it: it takes this one's fire time (see delaystore's throttle.go).
+	ThrottleNs    int64 `protobuf:"varint,22,opt,name=throttle_ns,json=throttleNs,proto3" json:"throttle_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +375,13 @@ func (x *StoredMessage) GetDebounceFirstNs() int64 {
 func (x *StoredMessage) GetDebounceMaxNs() int64 {
 	if x != nil {
 		return x.DebounceMaxNs
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetThrottleNs() int64 {
+	if x != nil {
+		return x.ThrottleNs
 	}
 	return 0
 }
@@ -793,7 +805,7 @@ var File_delaystore_storedmessage_proto protoreflect.FileDescriptor
 
 const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\n" +
-	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\x88\x05\n" +
+	"\x1edelaystore/storedmessage.proto\x12\x17natsdelay.delaystore.v1\"\xa9\x05\n" +
 	"\rStoredMessage\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x129\n" +
@@ -818,7 +830,9 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\bmoved_by\x18\x0e \x01(\tR\amovedBy\x12!\n" +
 	"\fwritten_once\x18\x0f \x01(\bR\vwrittenOnce\x12*\n" +
 	"\x11debounce_first_ns\x18\x14 \x01(\x03R\x0fdebounceFirstNs\x12&\n" +
-	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\"\xb2\x05\n" +
+	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\x12\x1f\n" +
+	"\vthrottle_ns\x18\x16 \x01(\x03R\n" +
+	"throttleNs\"\xb2\x05\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +

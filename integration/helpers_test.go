@@ -115,6 +115,7 @@ type scheduled struct {
 	Tag       string `json:"tag"`
 	Subject   string `json:"subject"`
 	FireAtRaw string `json:"fire_at"`
+	Folded    bool   `json:"folded"`
 	FireAt    time.Time
 	Key       keys.Key
 }

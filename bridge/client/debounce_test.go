@@ -33,3 +33,32 @@ func TestSchedule_Debounce(t *testing.T) {
 		t.Fatalf("Get = %+v, %v; want the second message", info, err)
 	}
 }
+
+// Throttle becomes Delay-Throttle: the first message is due at once, the
+// next one is held to the end of the window (the first is still pending,
+// so it may be on its way), and a third folds into the held one.
+func TestSchedule_Throttle(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	m := client.Message{Subject: "alerts.disk", Data: []byte("1"), ID: "host-3", Throttle: time.Hour}
+	first, err := c.Schedule(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Data = []byte("2")
+	second, err := c.Schedule(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Folded || second.FireAt.Sub(first.FireAt) != time.Hour {
+		t.Fatalf("second %+v, want held an hour after the first %+v", second, first)
+	}
+	m.Data = []byte("3")
+	third, err := c.Schedule(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !third.Folded || !third.FireAt.Equal(second.FireAt) || third.Tag == second.Tag {
+		t.Fatalf("third %+v, want folded into the second %+v", third, second)
+	}
+}

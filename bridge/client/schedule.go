@@ -68,6 +68,12 @@ type Message struct {
 	// message. A retry of a debounce is a new publish of the burst.
 	Debounce    time.Duration
 	DebounceMax time.Duration
+
+	// Throttle, with ID and without Delay or At, throttles the subject
+	// and ID (Delay-Throttle): at most one delivery per Throttle. A
+	// message sent while the next delivery is held folds into it: it
+	// replaces that message and goes out at its time (Scheduled.Folded).
+	Throttle time.Duration
 }
 
 // msg is m as the NATS message to publish on ingest.
@@ -99,6 +105,7 @@ func (c *Client) msg(m Message) *nats.Msg {
 	set(wire.HeaderJitter, m.Jitter.String(), m.Jitter != 0)
 	set(wire.HeaderDebounce, m.Debounce.String(), m.Debounce != 0)
 	set(wire.HeaderDebounceMax, m.DebounceMax.String(), m.DebounceMax != 0)
+	set(wire.HeaderThrottle, m.Throttle.String(), m.Throttle != 0)
 	return nm
 }
 
@@ -106,12 +113,15 @@ func (c *Client) msg(m Message) *nats.Msg {
 // tag (for Get, Cancel and the deliveries' Delay-Tag) and its fire time.
 // Duplicate says the message was a resend within the service's duplicate
 // window (a retry whose first try was stored): Tag and FireAt are then the
-// first try's, and nothing new was stored.
+// first try's, and nothing new was stored. Folded says a throttled
+// message was folded into the delivery already planned: it replaced that
+// message and is due at its time, FireAt.
 type Scheduled struct {
 	Tag       string
 	Subject   string
 	FireAt    time.Time
 	Duplicate bool
+	Folded    bool
 }
 
 // Schedule stores m with the service and returns once it is durable. A

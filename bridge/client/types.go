@@ -30,6 +30,12 @@ type MessageInfo struct {
 	Header     nats.Header
 	// Schedule is set on an occurrence of a recurring schedule.
 	Schedule *ScheduleInfo
+	// DebounceFirst is set on a debounced message: when its burst began;
+	// DebounceMax is its maximum wait, zero for none.
+	DebounceFirst time.Time
+	DebounceMax   time.Duration
+	// Throttle is set on a throttled message: its window.
+	Throttle time.Duration
 	// Payload is set only when asked for (MessageRef.Payload).
 	Payload []byte
 }
@@ -154,7 +160,19 @@ func messageInfo(w wire.MessageInfo) (MessageInfo, error) {
 		{"fire_at", w.FireAt, &m.FireAt},
 		{"enqueued_at", w.EnqueuedAt, &m.EnqueuedAt},
 		{"expire_at", w.ExpireAt, &m.ExpireAt},
+		{"debounce_first", w.DebounceFirst, &m.DebounceFirst},
 	}.parse()
+	for _, d := range []struct {
+		name, in string
+		out      *time.Duration
+	}{{"debounce_max", w.DebounceMax, &m.DebounceMax}, {"throttle", w.Throttle, &m.Throttle}} {
+		if err != nil || d.in == "" {
+			continue
+		}
+		if *d.out, err = time.ParseDuration(d.in); err != nil {
+			err = fmt.Errorf("unexpected %s %q: %w", d.name, d.in, err)
+		}
+	}
 	if err != nil || w.Schedule == nil {
 		return m, err
 	}
@@ -220,5 +238,5 @@ func scheduled(w wire.ScheduleReply) (*Scheduled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unexpected fire_at %q in an answer: %w", w.FireAt, err)
 	}
-	return &Scheduled{Tag: w.Tag, Subject: w.Subject, FireAt: at, Duplicate: w.Duplicate}, nil
+	return &Scheduled{Tag: w.Tag, Subject: w.Subject, FireAt: at, Duplicate: w.Duplicate, Folded: w.Folded}, nil
 }

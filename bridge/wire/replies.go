@@ -16,6 +16,10 @@ type ScheduleReply struct {
 	// window: nothing was stored, and Tag and FireAt are the first
 	// answer's (docs/protocol.md, section 1).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Folded says the message, throttled (Delay-Throttle), was folded
+	// into the delivery its subject and id already had planned: it
+	// replaced that message and is due at its time, FireAt.
+	Folded bool `json:"folded,omitempty"`
 }
 
 // MessageRef names one pending message, in GET and CANCEL requests: by
@@ -81,6 +85,9 @@ type InfoReply struct {
 	Counts  Counts        `json:"counts"`
 	Stats   Stats         `json:"stats"`
 	Config  ConfigSummary `json:"config"`
+	// Ingest counts what ingest did beyond storing, since the process
+	// started (a node of a cluster counts only while it leads).
+	Ingest IngestStats `json:"ingest"`
 	// LimitedSubjects names up to MaxLimitedShown subjects at their
 	// in-flight limit with more due, in subject order; Stats counts them
 	// all (subjects_limited).
@@ -146,6 +153,13 @@ type Stats struct {
 	Paused uint64 `json:"subjects_paused"`
 }
 
+// IngestStats are ingest's counters in INFO.
+type IngestStats struct {
+	// ThrottleFolded counts throttled publishes (Delay-Throttle) folded
+	// into the delivery their subject and id already had planned.
+	ThrottleFolded uint64 `json:"throttle_folded"`
+}
+
 // ConfigSummary is the configuration INFO reports.
 type ConfigSummary struct {
 	IngestPrefix      string   `json:"ingest_prefix"`
@@ -177,6 +191,13 @@ type MessageInfo struct {
 	Headers    map[string][]string `json:"headers,omitempty"`
 	// Schedule is set on an occurrence of a recurring schedule.
 	Schedule *ScheduleInfo `json:"schedule,omitempty"`
+	// DebounceFirst is set on a debounced message (Delay-Debounce): when
+	// the first publish of its burst was accepted; DebounceMax is its
+	// Delay-Debounce-Max, if any.
+	DebounceFirst string `json:"debounce_first,omitempty"`
+	DebounceMax   string `json:"debounce_max,omitempty"`
+	// Throttle is set on a throttled message (Delay-Throttle): its window.
+	Throttle string `json:"throttle,omitempty"`
 	// Payload is set only when asked for. NB: omitzero, not omitempty:
 	// omitempty would drop an empty payload that was asked for, and the
 	// client could not tell it from one that was not.

@@ -74,6 +74,10 @@ const (
 	// HeaderDebounceMax bounds a debounce: the message fires at the
 	// latest that long after the first publish of the burst.
 	HeaderDebounceMax = "Delay-Debounce-Max"
+	// HeaderThrottle, with HeaderID, throttles the (subject, id): at most
+	// one delivery per that long; a publish while the next delivery is
+	// held folds into it, replacing its payload and headers.
+	HeaderThrottle = "Delay-Throttle"
 
 	// HeaderTag is the delivery tag: the storage key as 48 hex characters.
 	HeaderTag = "Delay-Tag"

@@ -312,6 +312,17 @@ func TestPub_DelayInDays_Scheduled(t *testing.T) {
 	if second.FireAt == "" || second.FireAt != first.FireAt {
 		t.Errorf("--debounce 1d --debounce-max 1d: fire_at %q then %q, want the same", first.FireAt, second.FireAt)
 	}
+	// --throttle too: the first publish is due at once and pending, so
+	// the second is held a day; the third folds into it.
+	mustRun(t, "pub", "days.throttled", "1", "--id", "t", "--throttle", "1d", "--nats", url)
+	held := mustRun(t, "pub", "days.throttled", "2", "--id", "t", "--throttle", "1d", "--nats", url, "--json")
+	folded := mustRun(t, "pub", "days.throttled", "3", "--id", "t", "--throttle", "1d", "--nats", url)
+	var h struct {
+		FireAt string `json:"fire_at"`
+	}
+	if err := json.Unmarshal([]byte(held), &h); err != nil || !strings.HasPrefix(folded, "folded into days.throttled ") || !strings.Contains(folded, "fire_at="+h.FireAt) {
+		t.Errorf("--throttle 1d: the second printed %q, the third %q; want the third folded into the second's fire time", held, folded)
+	}
 	code, _, errOut := runCmd(t, "pub", "days.later", "x", "--delay", "1.5d", "--nats", url)
 	if code != exitUsage || !strings.Contains(errOut, `--delay "1.5d": want whole days first, such as 7d or 1d12h`) {
 		t.Errorf("--delay 1.5d: exit code %d, stderr %q; want %d and what is accepted", code, errOut, exitUsage)

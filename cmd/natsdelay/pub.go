@@ -39,6 +39,7 @@ type pubCmd struct {
 	Jitter       string        `help:"Recurring: each occurrence goes out at a fixed random point up to this long after its planned time, never before; under the gap between occurrences." placeholder:"DURATION" env:"-"`
 	Debounce     string        `help:"Debounce the --id: due this long after this publish, replacing the pending one, so a burst is delivered once, with its last message; days as in --delay. Not with --delay or --at." placeholder:"DURATION" env:"-"`
 	DebounceMax  string        `help:"With --debounce: deliver a burst that never pauses at the latest this long after its first publish." placeholder:"DURATION" env:"-"`
+	Throttle     string        `help:"Throttle the --id: at most one delivery per this long; a publish while the next delivery is held folds into it, replacing its message; days as in --delay. Not with --delay, --at or --debounce." placeholder:"DURATION" env:"-"`
 	Header       []string      `short:"H" help:"Header to store and deliver, as K:V; repeatable." placeholder:"K:V" sep:"none" env:"-"`
 	Timeout      time.Duration `help:"How long to wait for the reply." default:"5s" env:"-"`
 	JSON         bool          `name:"json" help:"Print the service's JSON reply instead of a line of text." env:"-"`
@@ -70,7 +71,7 @@ func (c *pubCmd) check() error {
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"--delay", &c.Delay}, {"--ttl", &c.TTL}, {"--debounce", &c.Debounce}, {"--debounce-max", &c.DebounceMax}} {
+	}{{"--delay", &c.Delay}, {"--ttl", &c.TTL}, {"--debounce", &c.Debounce}, {"--debounce-max", &c.DebounceMax}, {"--throttle", &c.Throttle}} {
 		v, err := expandDays(*f.v)
 		if err != nil {
 			p.add("%s %q: %v", f.name, *f.v, err)
@@ -81,7 +82,7 @@ func (c *pubCmd) check() error {
 	return p.err()
 }
 
-// checkDebounce adds to p what --debounce and --debounce-max lack: the
+// checkDebounce adds to p what --debounce, --debounce-max and --throttle lack: the
 // service would refuse them the same, in its own words.
 func (c *pubCmd) checkDebounce(p *problems) {
 	switch {
@@ -92,6 +93,15 @@ func (c *pubCmd) checkDebounce(p *problems) {
 		p.add("--debounce needs --id: the id names what is debounced")
 	case c.Delay != "" || c.At != "":
 		p.add("--debounce sets the fire time: give no --delay or --at with it")
+	}
+	switch {
+	case c.Throttle == "":
+	case c.ID == "":
+		p.add("--throttle needs --id: the id names what is throttled")
+	case c.Delay != "" || c.At != "":
+		p.add("--throttle sets the fire time: give no --delay or --at with it")
+	case c.Debounce != "":
+		p.add("--throttle and --debounce: want one or the other")
 	}
 }
 
@@ -148,6 +158,7 @@ func (c *pubCmd) Run(e *env) error {
 	set(wire.HeaderJitter, c.Jitter)
 	set(wire.HeaderDebounce, c.Debounce)
 	set(wire.HeaderDebounceMax, c.DebounceMax)
+	set(wire.HeaderThrottle, c.Throttle)
 	m.Data = []byte(c.Data)
 	if c.Data == "-" {
 		b, err := io.ReadAll(e.stdin)
@@ -184,6 +195,10 @@ func (c *pubCmd) Run(e *env) error {
 	}
 	if s.Duplicate {
 		_, err = fmt.Fprintf(e.stdout, "duplicate of %s tag=%s fire_at=%s: stored before, within the duplicate window\n", s.Subject, s.Tag, s.FireAt)
+		return err
+	}
+	if s.Folded {
+		_, err = fmt.Fprintf(e.stdout, "folded into %s tag=%s fire_at=%s: the throttle's next delivery, with this message\n", s.Subject, s.Tag, s.FireAt)
 		return err
 	}
 	_, err = fmt.Fprintf(e.stdout, "scheduled %s tag=%s fire_at=%s\n", s.Subject, s.Tag, s.FireAt)
