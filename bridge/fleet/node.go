@@ -61,9 +61,16 @@ type Node struct {
 	// cellIngest is the cell's service's ingest prefix plus ".".
 	cellIngest string
 
-	// always are the subscriptions of every node: the heartbeats and the
-	// stale notices to this router.
+	// always are the subscriptions of every node: the heartbeats, the
+	// stale notices and the answers relayed to this router.
 	always []*nats.Subscription
+	// ingest is every node's subscription to the fleet's ingest, serving
+	// or not: a node of a cell that is a cluster routes publishes while
+	// its cell has no leader, so that they get a 503 rather than NATS's
+	// no-responders. Only the loop's goroutine drains it.
+	ingest *nats.Subscription
+	// relay holds the forwarded messages waiting for their answer.
+	relay relay
 	// serving holds the subscriptions taken while the service serves;
 	// only the loop's goroutine touches it.
 	serving []*nats.Subscription
@@ -105,13 +112,25 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	for _, s := range []struct {
 		subject string
 		h       nats.MsgHandler
-	}{{AliveSubject, n.handleAlive}, {StalePrefix + "." + n.id, n.handleStale}} {
+	}{{AliveSubject, n.handleAlive}, {StalePrefix + "." + n.id, n.handleStale}, {n.relaySubject() + ".*", n.handleRelay}} {
 		sub, err := nc.Subscribe(s.subject, s.h)
+		if err == nil {
+			err = sub.SetPendingLimits(1<<20, 512<<20)
+		}
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("fleet: subscribe %s: %w", s.subject, err), n.unsubscribe(n.always))
 		}
 		n.always = append(n.always, sub)
 	}
+	// The ingest is taken last, once its answers can be relayed.
+	sub, err := nc.QueueSubscribe(n.cfg.IngestPrefix+".>", QueueGroup, n.routeIngest)
+	if err == nil {
+		err = sub.SetPendingLimits(1<<20, 512<<20)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("fleet: subscribe %s.>: %w", n.cfg.IngestPrefix, err), n.unsubscribe(n.always))
+	}
+	n.ingest = sub
 	go n.loop()
 	n.resumeMoves(rec)
 	return n, nil
@@ -119,11 +138,14 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 
 // Close stops serving, the heartbeats and the moves under way (each goes
 // on where it stopped when the cell starts again), and waits for them.
+// The publishers of forwarded messages still unanswered get a 503.
 func (n *Node) Close() error {
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
 	n.moveWG.Wait()
-	return n.unsubscribe(n.always)
+	err := n.unsubscribe(n.always)
+	n.expireRelayed(true)
+	return err
 }
 
 // Record is this cell's record now.
@@ -152,12 +174,13 @@ func (n *Node) loop() {
 		n.beat()
 		select {
 		case <-n.stop:
-			if err := n.drain(n.serving); err != nil {
+			if err := n.drain(append(n.serving, n.ingest)); err != nil {
 				n.log.Warn("stopping the fleet's subscriptions", "err", err)
 			}
 			n.serving = nil
 			return
 		case <-t.C:
+			n.expireRelayed(false)
 		case <-n.refresh:
 			n.learnAll()
 		}
