@@ -36,6 +36,11 @@ type CellsResult struct {
 	// mode ("pipelined", or "<n> requesters"); CPU.Service sums the
 	// system's natsdelay processes.
 	Ingest []IngestResult `json:"ingest"`
+	// EndToEnd has a row per system: IngestMsgs messages due at once,
+	// scheduled by the pipelined publisher, delivered to a consumer that
+	// ACKs each, timed until every ACK is applied (INFO's pending count
+	// back where it was); CPU.Service sums the system's processes.
+	EndToEnd []EndToEndResult `json:"end_to_end"`
 	// ThrottledPct is, per system, the share of its nodes' quota periods
 	// in which a node used up its quota and was held back; absent
 	// without a quota.
@@ -99,6 +104,20 @@ func (l *cellsLoad) msg(i int) *nats.Msg {
 	h.Set(wire.HeaderDelay, "1h")
 	return &nats.Msg{Subject: l.ingest[j] + "." + l.subjects[j], Header: h, Data: l.e.payload}
 }
+
+// due is the message i of an end-to-end run: on the subject of msg(i),
+// due now, with the time it is due for the recorder.
+func (l *cellsLoad) due(i int) *nats.Msg {
+	j := i % len(l.subjects)
+	now := time.Now().Truncate(time.Millisecond)
+	h := nats.Header{}
+	h.Set(wire.HeaderAt, now.UTC().Format(time.RFC3339Nano))
+	h.Set(benchFireAt, strconv.FormatInt(now.UnixNano(), 10))
+	return &nats.Msg{Subject: l.ingest[j] + "." + l.subjects[j], Header: h, Data: l.e.payload}
+}
+
+// consumed is the subjects the load's messages are delivered on.
+func (l *cellsLoad) consumed() string { return l.e.plain + ".cells.>" }
 
 // warm sends one message on every subject, again until every one is
 // answered with OK: it proves that whatever owns a subject serves before
@@ -201,6 +220,11 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		cr.Stored = map[string]uint64{}
 	}
 	cr.Stored[system] = stored1 - stored0
+	e2e, err := e.cellsEndToEnd(system, sets, load, cpu, stored1)
+	if err != nil {
+		return err
+	}
+	cr.EndToEnd = append(cr.EndToEnd, e2e)
 	noteThrottled(system, sets, cr)
 	if system == CellsFleet {
 		return e.noteFleetCells(cr)
@@ -257,6 +281,49 @@ func storedBy(system string, sets []*nodeSet) (uint64, error) {
 		sum += info.Counts.Pending
 	}
 	return sum, nil
+}
+
+// cellsEndToEnd times IngestMsgs messages due at once through system: the
+// pipelined publisher schedules them, a consumer on the load's subjects
+// takes and ACKs each delivery, and the run ends when every one has come
+// and the system's pending count is back at pending, every ACK applied.
+func (e *env) cellsEndToEnd(system string, sets []*nodeSet, load *cellsLoad, cpu func() float64, pending uint64) (EndToEndResult, error) {
+	n := e.cfg.IngestMsgs
+	rec := newRecorder(n)
+	stop, err := e.ackingConsumer("bench-cells-consumer", load.consumed(), func(m *nats.Msg, at time.Time) { rec.recordAt(m.Header, at) })
+	if err != nil {
+		return EndToEndResult{}, err
+	}
+	defer func() { _ = stop() }()
+	p := startProgress(e.cfg.Progress, "cells end to end "+system, n, &rec.count)
+	defer p.done()
+	mark, svc0 := e.markCPU(0), cpu()
+	start := time.Now()
+	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, load.due, delayOK, new(atomic.Int64))
+	if err != nil {
+		return EndToEndResult{}, err
+	}
+	if failed > 0 {
+		return EndToEndResult{}, fmt.Errorf("bench: end to end: %d of %d schedules refused", failed, n)
+	}
+	rec.wait(e.cfg.Timeout)
+	// NB: every 20ms, not poll's millisecond: each check is an INFO that
+	// the nodes, on their quota, would otherwise spend the run answering.
+	var now uint64
+	err = pollEvery(20*time.Millisecond, e.cfg.Timeout, func() (bool, error) {
+		now, err = storedBy(system, sets)
+		return now == pending, err
+	})
+	if err != nil {
+		return EndToEndResult{}, fmt.Errorf("bench: end to end: %d pending, want the %d before the run, every delivery ACKed: %w", now, pending, err)
+	}
+	el := time.Since(start)
+	used := mark.since()
+	if svc1 := cpu(); svc0 >= 0 && svc1 >= 0 {
+		used.Service = svc1 - svc0
+	}
+	d := rec.result(system, 0).Delivered
+	return EndToEndResult{System: system, Msgs: n, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds(), CPU: used}, nil
 }
 
 // cellsRun times IngestMsgs messages of load: by r synchronous
