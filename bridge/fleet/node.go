@@ -24,6 +24,11 @@ type Service interface {
 	// Leader reports whether the service serves now: always on a single
 	// node, only as the leader holding its lease in a cluster.
 	Leader() bool
+	// Leads reports whether the service holds the serving subscriptions:
+	// always on a single node, as the Raft leader in a cluster, whether
+	// or not its lease holds this moment (Ingest waits for the lease, and
+	// answers 503 if it does not come back).
+	Leads() bool
 	// Info is the cell's INFO.
 	Info() (wire.InfoReply, error)
 }
@@ -164,8 +169,13 @@ func (n *Node) StaleNotices() uint64 {
 }
 
 // loop follows the service's leadership each heartbeat: it takes the
-// serving subscriptions when the service serves and drops them when it
-// stops, and while it serves tells the fleet the cell's record.
+// serving subscriptions when the service leads and drops them when it
+// stops, and while it leads tells the fleet the cell's record. It
+// follows the Raft leadership, not the lease: a lease that lapses for a
+// moment on a starved leader took the cell's subscriptions and
+// heartbeats away with it, so that the fleet answered its partitions
+// with 503s (and, before followers took the ingest, no-responders) while
+// no election happened.
 func (n *Node) loop() {
 	defer close(n.done)
 	t := time.NewTicker(n.cfg.Heartbeat)
@@ -188,7 +198,7 @@ func (n *Node) loop() {
 }
 
 func (n *Node) beat() {
-	switch serving := n.svc.Leader(); {
+	switch serving := n.svc.Leads(); {
 	case serving && n.serving == nil:
 		n.learnAll()
 		if err := n.subscribe(); err != nil {

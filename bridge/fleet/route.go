@@ -72,17 +72,16 @@ func (n *Node) reserved(target string) bool {
 
 // send hands m, a message to schedule for target, to the owner of its
 // partition; from names the router in the forwarded subject. A node
-// whose own cell owns it but that does not serve (a follower, or a
-// leader without its lease) forwards it to its cell like any other, so
-// that whichever node serves the cell takes it, or the publisher gets
-// the relay's 503.
+// whose own cell owns it but that does not lead it (a follower)
+// forwards it to its cell like any other, so that whichever node serves
+// the cell takes it, or the publisher gets the relay's 503.
 func (n *Node) send(m *nats.Msg, target, from string) {
 	p := Partition(target, n.rec.Partitions)
 	cell, at, ok := n.ownerOf(p)
 	switch {
 	case !ok:
 		answerError(n.nc, m, 503, "partition %d of subject %q has no owner this node knows of yet: try again", p, target)
-	case cell == n.rec.Cell && n.svc.Leader():
+	case cell == n.rec.Cell && n.svc.Leads():
 		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 	case time.Since(at) > n.cfg.Silence:
 		answerError(n.nc, m, 503, "cell %q, the owner of partition %d, is unavailable: not heard from for %v: try again", cell, p, time.Since(at).Round(time.Millisecond))

@@ -69,6 +69,32 @@ const (
 	CellsIdeal = "ideal"
 )
 
+// refusals accepts natsdelay's ingest replies as delayOK does, and keeps
+// the first refusal's error, so that a run that fails says why.
+type refusals struct {
+	first atomic.Pointer[string]
+}
+
+func (r *refusals) ok(m *nats.Msg) bool {
+	if delayOK(m) {
+		return true
+	}
+	why := "an empty reply"
+	if err := wire.ParseError(m.Header, m.Data); err != nil {
+		why = err.Error()
+	}
+	r.first.CompareAndSwap(nil, &why)
+	return false
+}
+
+// String is the first refusal, or "none".
+func (r *refusals) String() string {
+	if p := r.first.Load(); p != nil {
+		return *p
+	}
+	return "none"
+}
+
 // cellsLoad is the subjects of the cells phase's messages and, for the
 // ideal, the ingest prefix each is sent to.
 type cellsLoad struct {
@@ -126,14 +152,15 @@ func (l *cellsLoad) consumed() string { return l.e.plain + ".cells.>" }
 // yet heard of a partition's owner refuses its messages.
 func (l *cellsLoad) warm() error {
 	var failed int
+	var refused refusals
 	err := poll(l.e.cfg.Timeout, func() (bool, error) {
 		var done atomic.Int64
 		var err error
-		_, failed, err = requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, delayOK, &done)
+		_, failed, err = requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, refused.ok, &done)
 		return failed == 0, err
 	})
 	if err != nil && failed > 0 {
-		err = fmt.Errorf("bench: %d of %d messages of the warm-up still refused: %w", failed, len(l.subjects), err)
+		err = fmt.Errorf("bench: %d of %d messages of the warm-up still refused (the first: %s): %w", failed, len(l.subjects), &refused, err)
 	}
 	return err
 }
@@ -299,12 +326,13 @@ func (e *env) cellsEndToEnd(system string, sets []*nodeSet, load *cellsLoad, cpu
 	defer p.done()
 	mark, svc0 := e.markCPU(0), cpu()
 	start := time.Now()
-	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, load.due, delayOK, new(atomic.Int64))
+	var refused refusals
+	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, load.due, refused.ok, new(atomic.Int64))
 	if err != nil {
 		return EndToEndResult{}, err
 	}
 	if failed > 0 {
-		return EndToEndResult{}, fmt.Errorf("bench: end to end: %d of %d schedules refused", failed, n)
+		return EndToEndResult{}, fmt.Errorf("bench: end to end: %d of %d schedules refused, the first: %s", failed, n, &refused)
 	}
 	rec.wait(e.cfg.Timeout)
 	// NB: every 20ms, not poll's millisecond: each check is an INFO that
@@ -339,10 +367,14 @@ func (e *env) cellsRun(system string, r int, load *cellsLoad, cpu func() float64
 	var el time.Duration
 	var failed int
 	var err error
+	var refused refusals
 	if r == 0 {
-		el, failed, err = pipelined(e.conns[0], e.cfg.IngestMsgs, e.cfg.Outstanding, e.cfg.Timeout, load.msg, delayOK, &done)
+		el, failed, err = pipelined(e.conns[0], e.cfg.IngestMsgs, e.cfg.Outstanding, e.cfg.Timeout, load.msg, refused.ok, &done)
 	} else {
-		el, failed, err = requesters(e.conns, e.cfg.IngestMsgs, r, e.cfg.Timeout, load.msg, delayOK, &done)
+		el, failed, err = requesters(e.conns, e.cfg.IngestMsgs, r, e.cfg.Timeout, load.msg, refused.ok, &done)
+	}
+	if failed > 0 {
+		e.cfg.Logger.Warn("cells ingest: messages refused", "system", system, "mode", mode, "refused", failed, "first", refused.String())
 	}
 	used := mark.since()
 	if svc1 := cpu(); svc0 >= 0 && svc1 >= 0 {
