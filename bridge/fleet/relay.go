@@ -10,14 +10,20 @@ import (
 )
 
 // relay keeps the messages a router forwarded and still waits for an
-// answer to. A forward carries the router's reply subject, not the
-// publisher's, so that what the publisher gets is always an answer of
-// the fleet: the owner's, handed on; or a 503 when NATS says nobody takes
-// the owner's subjects (a cell with no leader, or starting, or stopping,
-// whose nodes hold none of its subscriptions), or when the owner has not
-// answered within Config.ForwardTimeout. Forwarded with the publisher's
-// own reply, the first would reach the publisher as NATS's no-responders
-// and the second as its own timeout.
+// answer to. A forward to a cell that is a cluster carries the router's
+// reply subject, not the publisher's, so that what the publisher gets is
+// always an answer of the fleet: the owner's, handed on; or a 503 when
+// NATS says nobody takes the owner's subjects (a cell between leaders,
+// or with no quorum, whose nodes hold none of its subscriptions), or when
+// the owner has not answered within Config.ForwardTimeout. Forwarded
+// with the publisher's own reply, the first would reach the publisher as
+// NATS's no-responders and the second as its own timeout.
+//
+// A forward to a single-node cell keeps the publisher's reply: such a
+// cell serves for as long as it runs, and the relay's second leg costs a
+// pipelined publisher a quarter of the fleet's rate on a quota-bound
+// machine (performance.md); a single node that is gone is told by its
+// silence a second later, as before.
 type relay struct {
 	mu      sync.Mutex
 	next    uint64
@@ -75,12 +81,12 @@ func (n *Node) relaySubject() string { return RelayPrefix + "." + n.id }
 
 // forward publishes m, a message to schedule for target in partition p,
 // to cell; from names the router in the subject. A message with a reply
-// subject goes with the router's, and its answer comes back through
-// handleRelay.
+// subject to a cell that is a cluster goes with the router's, and its
+// answer comes back through handleRelay.
 func (n *Node) forward(m *nats.Msg, cell string, p int, target, from string) error {
-	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Header: m.Header, Data: m.Data}
+	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
 	var token uint64
-	if m.Reply != "" {
+	if m.Reply != "" && n.clustered(cell) {
 		token = n.relay.add(m.Reply, cell, p, time.Now())
 		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 	}
@@ -89,6 +95,17 @@ func (n *Node) forward(m *nats.Msg, cell string, p int, target, from string) err
 		n.relay.take(token)
 	}
 	return err
+}
+
+// clustered reports whether cell, as last heard, is a cluster: this
+// node's own cell as it was configured, another as it says in its
+// heartbeats.
+func (n *Node) clustered(cell string) bool {
+	if cell == n.rec.Cell {
+		return n.cfg.Clustered
+	}
+	h, ok := n.table.heardOf(cell)
+	return ok && h.status.Clustered
 }
 
 // handleRelay hands the owner's answer to a forwarded message to its

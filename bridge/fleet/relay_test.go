@@ -42,7 +42,7 @@ func ask(nc *nats.Conn, subject string) error {
 func TestNode_FollowerAlone_Answers503(t *testing.T) {
 	nc := startNATS(t)
 	rec := fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}
-	startNode(t, nc, &standby{fakeService: newFakeService()}, rec)
+	startClusterNode(t, nc, &standby{fakeService: newFakeService()}, rec)
 	if err := ask(nc, "delay.orders.1"); !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("publish with no leader: %v, want a 503", err)
 	}
@@ -53,7 +53,7 @@ func TestNode_FollowerAlone_Answers503(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	leader := &standby{fakeService: newFakeService(), leads: true, lease: true}
-	startNode(t, nc, leader, rec)
+	startClusterNode(t, nc, leader, rec)
 	// The leader heartbeats once it has taken the cell's subscriptions.
 	select {
 	case <-alive:
@@ -96,7 +96,7 @@ func TestNode_LeaseLapsed_KeepsServing(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	svc := &standby{fakeService: newFakeService(), leads: true}
-	startNode(t, nc, svc, fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}})
+	startClusterNode(t, nc, svc, fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}})
 	select {
 	case st := <-heard:
 		if st.Cell != "a" {
@@ -113,9 +113,9 @@ func TestNode_LeaseLapsed_KeepsServing(t *testing.T) {
 	}
 }
 
-// TestNode_Forward_OwnerSilent_503AfterForwardTimeout plays cell a as a
-// heartbeat and a subscription to its forwarded subject that never
-// answers: a publish that cell b forwards to it must get b's 503 once
+// TestNode_Forward_OwnerSilent_503AfterForwardTimeout plays cell a, a
+// cluster, as a heartbeat and a subscription to its forwarded subject
+// that never answers: a publish that cell b forwards to it must get b's 503 once
 // ForwardTimeout has passed, not wait for the publisher's timeout.
 func TestNode_Forward_OwnerSilent_503AfterForwardTimeout(t *testing.T) {
 	nc := startNATS(t)
@@ -125,7 +125,7 @@ func TestNode_Forward_OwnerSilent_503AfterForwardTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	heartbeat(t, nc, fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}, Node: "a"})
+	heartbeat(t, nc, fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}, Node: "a", Clustered: true})
 	b, err := fleet.New(nc, newFakeService(), fleet.Record{Cell: "b", Partitions: 16, Epoch: 1},
 		fleet.Config{Cell: "b", Heartbeat: 20 * time.Millisecond, ForwardTimeout: 200 * time.Millisecond})
 	if err != nil {
@@ -148,5 +148,47 @@ func TestNode_Forward_OwnerSilent_503AfterForwardTimeout(t *testing.T) {
 	}
 	if m := <-took; !strings.HasPrefix(m.Reply, fleet.RelayPrefix+".") {
 		t.Fatalf("forwarded with reply %q, want the router's", m.Reply)
+	}
+}
+
+// startClusterNode starts the node of a cell that is a cluster.
+func startClusterNode(t *testing.T, nc *nats.Conn, svc fleet.Service, rec fleet.Record) {
+	t.Helper()
+	n, err := fleet.New(nc, svc, rec, fleet.Config{Cell: rec.Cell, Heartbeat: 20 * time.Millisecond, Clustered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestNode_Forward_SingleNodeCell_PublishersReply checks that a forward
+// to a single-node cell keeps the publisher's reply subject: the owner
+// answers the publisher directly, with no relay.
+func TestNode_Forward_SingleNodeCell_PublishersReply(t *testing.T) {
+	nc := startNATS(t)
+	took := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(fleet.CellPrefix+".a.FWD.>", took)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	heartbeat(t, nc, fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}, Node: "a"})
+	startNode(t, nc, newFakeService(), fleet.Record{Cell: "b", Partitions: 16, Epoch: 1})
+	for {
+		if err := nc.PublishRequest("delay.orders.1", "_INBOX.mine", nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-took:
+			if m.Reply != "_INBOX.mine" {
+				t.Fatalf("forwarded with reply %q, want the publisher's", m.Reply)
+			}
+			return
+		case <-time.After(50 * time.Millisecond): // b has not heard a yet
+		}
 	}
 }
