@@ -215,7 +215,7 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 	if err := load.warm(); err != nil {
 		return err
 	}
-	stored0, err := storedBy(system, sets)
+	stored0, err := storedSettled(system, sets)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		}
 		cr.Ingest = append(cr.Ingest, row)
 	}
-	stored1, err := storedBy(system, sets)
+	stored1, err := storedSettled(system, sets)
 	if err != nil {
 		return err
 	}
@@ -290,6 +290,22 @@ func noteThrottled(system string, sets []*nodeSet, cr *CellsResult) {
 		}
 		cr.ThrottledPct[system] = 100 * float64(throttled) / float64(periods)
 	}
+}
+
+// storedSettled is storedBy, asked again for up to the bench's timeout
+// while it fails: a fleet of one cell that is a cluster answers no INFO
+// while the cell is between leaders.
+func storedSettled(system string, sets []*nodeSet) (uint64, error) {
+	var n uint64
+	var last error
+	err := pollEvery(50*time.Millisecond, sets[0].e.cfg.Timeout, func() (bool, error) {
+		n, last = storedBy(system, sets)
+		return last == nil, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", last, err)
+	}
+	return n, nil
 }
 
 // storedBy is how many messages system's nodes hold pending: the sum of
