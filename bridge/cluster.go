@@ -180,6 +180,16 @@ func (s *Service) Leader() bool {
 	return s.cluster == nil || (s.leading.Load() && s.cluster.HoldsLease())
 }
 
+// Leads reports whether this Service holds the subscriptions of the one
+// that serves: always on a single node, on a node of a cluster while it
+// is the Raft leader, whether or not its lease holds this moment. A
+// starved leader's lease lapses and comes back without an election; what
+// it is asked meanwhile waits for the lease (see mayAnswer), as on the
+// subscriptions its service keeps, rather than finding nobody subscribed.
+func (s *Service) Leads() bool {
+	return s.cluster == nil || s.leading.Load()
+}
+
 // leaseWait bounds how long a request waits for a lease that lapsed
 // while this node leads: about a lease renewal's round trip.
 const leaseWait = 500 * time.Millisecond

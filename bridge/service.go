@@ -699,6 +699,11 @@ func (s *Service) handleIngest(req micro.Request) {
 	if !s.mayAnswer() {
 		return
 	}
+	s.ingest(req)
+}
+
+// ingest schedules the message req, for a node that may answer it.
+func (s *Service) ingest(req micro.Request) {
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
 	lim := s.lim
 	// Read per message: a reconnect may reach a server with another.

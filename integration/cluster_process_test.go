@@ -166,6 +166,12 @@ func (c *processCluster) node(id string) *clusterChild {
 // gatherStatus asks every node for its status over NATS, as natsdelay
 // cluster status does, and returns the answers that came within wait.
 func gatherStatus(nc *nats.Conn, wait time.Duration, want int) map[string]wire.NodeStatus {
+	return gatherStatusAt(nc, wire.DefaultAPIPrefix, wait, want)
+}
+
+// gatherStatusAt is gatherStatus on the API prefix api: a cell's own, for
+// a cell of a fleet.
+func gatherStatusAt(nc *nats.Conn, api string, wait time.Duration, want int) map[string]wire.NodeStatus {
 	got := map[string]wire.NodeStatus{}
 	inbox := nc.NewInbox()
 	ch := make(chan *nats.Msg, 16)
@@ -174,7 +180,7 @@ func gatherStatus(nc *nats.Conn, wait time.Duration, want int) map[string]wire.N
 		return got
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(wire.DefaultAPIPrefix+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
+	if err := nc.PublishRequest(api+"."+wire.VerbClusterStatus, inbox, nil); err != nil {
 		return got
 	}
 	timer := time.NewTimer(wait)
