@@ -219,24 +219,28 @@ func requestMoveCtx(ctx context.Context, nc *nats.Conn, from, to string, parts [
 // as the cells answer.
 func waitOwned(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
 	t.Helper()
-	checkFor(t, 2*wait, 100*time.Millisecond, func() error {
-		cells := fleet.GatherCells(nc, 300*time.Millisecond)
-		owns := false
-		for _, st := range cells {
-			if st.Out != nil || st.In != nil {
-				return fmt.Errorf("cell %s has a move under way: %+v %+v", st.Cell, st.Out, st.In)
-			}
-			if st.Cell == cell {
-				owns = len(fleet.Subtract(parts, st.Owned, st.Partitions)) == 0
-			} else if len(fleet.Subtract(parts, fleet.Subtract(parts, st.Owned, st.Partitions), st.Partitions)) > 0 {
-				return fmt.Errorf("cell %s still owns some of %s", st.Cell, fleet.FormatRanges(parts))
-			}
+	checkFor(t, 2*wait, 100*time.Millisecond, func() error { return ownedNow(nc, cell, parts) })
+}
+
+// ownedNow returns nil once cell owns parts and no cell has a move under
+// way, as the cells answer, else what is not so yet.
+func ownedNow(nc *nats.Conn, cell string, parts []fleet.Range) error {
+	cells := fleet.GatherCells(nc, 300*time.Millisecond)
+	owns := false
+	for _, st := range cells {
+		if st.Out != nil || st.In != nil {
+			return fmt.Errorf("cell %s has a move under way: %+v %+v", st.Cell, st.Out, st.In)
 		}
-		if !owns {
-			return fmt.Errorf("cell %s does not own %s yet (%d cells answered)", cell, fleet.FormatRanges(parts), len(cells))
+		if st.Cell == cell {
+			owns = len(fleet.Subtract(parts, st.Owned, st.Partitions)) == 0
+		} else if len(fleet.Subtract(parts, fleet.Subtract(parts, st.Owned, st.Partitions), st.Partitions)) > 0 {
+			return fmt.Errorf("cell %s still owns some of %s", st.Cell, fleet.FormatRanges(parts))
 		}
-		return nil
-	})
+	}
+	if !owns {
+		return fmt.Errorf("cell %s does not own %s yet (%d cells answered)", cell, fleet.FormatRanges(parts), len(cells))
+	}
+	return nil
 }
 
 // TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice moves partitions back
@@ -253,12 +257,7 @@ func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, moveCells)
-	for _, c := range moveCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), moveArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), moveCells, moveArgs)
 	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fmove", 64, 16)
 	l.waitAcks(t, 300)
 
@@ -349,7 +348,7 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		t0 := time.Now()
 		procs[victim].stop(t)
 		start(victim, "NATSDELAY_CRASH_MOVE="+k.step)
-		waitOwnedBy(t, nc, from, parts)
+		waitOwned(t, nc, from, parts)
 		t1 := time.Now()
 		l.waitAcks(t, 50)
 		t2 := time.Now()
@@ -381,13 +380,6 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 	l.verify(t)
 }
 
-// waitOwnedBy waits until cell owns parts, as waitOwned, with a fresh
-// view: a cell that just started has told the fleet its record.
-func waitOwnedBy(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
-	t.Helper()
-	waitOwned(t, nc, cell, parts)
-}
-
 // TestFleet_AddFourthCell_Rebalance adds a cell to a running fleet of
 // three and rebalances with the CLI while publishers and a consumer run:
 // the plan moves a share of each cell's partitions to the new one, each
@@ -401,12 +393,7 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
-	for _, c := range fleetCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells, fleetArgs)
 	later := map[string]string{} // tag -> subject, due in an hour
 	for i := range 200 {
 		s := fmt.Sprintf("frebal.later.%d", i)
@@ -415,10 +402,7 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "frebal.now", 128, 4)
 	l.waitAcks(t, 200)
 
-	heard = fleetHeard(t, nc, []string{"d"})
-	d := startProcess(t, bin, srv.ClientURL(), t.TempDir(), "--cell", "d")
-	t.Cleanup(func() { d.stop(t) })
-	waitClosed(t, heard, "the new cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), []string{"d"}, func(string) []string { return []string{"--cell", "d"} })
 	code, out := runCLI(t, bin, "cells", "rebalance", "--nats", srv.ClientURL())
 	if code != 0 || !strings.Contains(out, "move 64-85 (22) from a to d") || !strings.Contains(out, "--yes") {
 		t.Fatalf("cells rebalance: exit %d:\n%s\nwant the plan, a's first move 64-85, and how to carry it out", code, out)
@@ -458,5 +442,102 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 		if len(cells) != 2 || cells[0] == cells[1] {
 			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
 		}
+	}
+}
+
+// clusterMoveArm arms every node of the cluster cell in the cluster move
+// test: each kills itself with SIGKILL at the first of these steps it
+// reaches as the cell's leader. Each is a step a move passes once, on
+// one leader: the next leader carries the move on from the replicated
+// record, past it. A node started again is armed again.
+const clusterMoveArm = "NATSDELAY_CRASH_MOVE=in-recorded:1,out-recorded:1,committing:1"
+
+// TestFleet_Move_ClusterCell_LeadersSIGKILLed moves partitions under load
+// from a single-node cell a to a cell b of three nodes, then back. b's
+// nodes kill themselves at steps of the moves (see clusterMoveArm): as
+// the target, b's leader dies once it has recorded the move in; as the
+// source, b's leader dies once it has recorded the move out (before it
+// sends a message), and the next leader, which sends them, dies once it
+// has recorded that it asks a to commit. Each time the node that leads b
+// next reads the record the last one left in b's replicated store and
+// carries the move on; the dead node starts again. Every move completes,
+// every message answered as stored is delivered, none early.
+// NATSDELAY_SOAK=1 runs three rounds.
+func TestFleet_Move_ClusterCell_LeadersSIGKILLed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	const chunks = "NATSDELAY_CRASH_MOVE_CHUNK=2048"
+	startCells(t, bin, nc, srv.ClientURL(), moveCells[:1], moveArgs, chunks)
+	heard := fleetHeard(t, nc, moveCells[1:])
+	b := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	b.extra = moveArgs("b")
+	for _, n := range b.nodes {
+		n.env = []string{clusterMoveArm, chunks}
+	}
+	b.startAll()
+	waitClosed(t, heard, "cell b's record")
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fclust", 64, 4)
+	l.waitAcks(t, 200)
+
+	rounds := 1
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		rounds = 3
+	}
+	parts := []fleet.Range{{From: 0, To: 1}}
+	for r := range rounds {
+		for _, mv := range []struct {
+			from, to string
+			kills    int
+		}{{"a", "b", 1}, {"b", "a", 2}} {
+			start := time.Now()
+			ctx, cancel := context.WithCancel(context.Background())
+			moved := make(chan error, 1)
+			go func() { _, err := requestMoveCtx(ctx, nc, mv.from, mv.to, parts); moved <- err }()
+			kills := b.restartUntil(t, func() error { return ownedNow(nc, mv.to, parts) })
+			cancel()
+			<-moved
+			if kills != mv.kills {
+				t.Fatalf("round %d, move from %s to %s: %d of b's leaders killed themselves, want %d", r, mv.from, mv.to, kills, mv.kills)
+			}
+			t.Logf("round %d: moved %s from %s to %s in %v, %d of b's leaders SIGKILLed on the way", r, fleet.FormatRanges(parts), mv.from, mv.to, time.Since(start), kills)
+			l.waitAcks(t, 100)
+		}
+	}
+	for id, cells := range l.verify(t) {
+		t.Logf("message %s delivered by %v (at least once: a leader killed may leave a delivery unanswered)", id, cells)
+	}
+}
+
+// restartUntil starts again, as it was started, each node that exits,
+// until done returns nil (for 2*wait at most), and returns how many did.
+func (c *processCluster) restartUntil(t *testing.T, done func() error) int {
+	t.Helper()
+	restarts := 0
+	deadline := time.Now().Add(2 * wait)
+	for {
+		for _, n := range c.nodes {
+			select {
+			case <-n.proc.done:
+				if !strings.Contains(n.proc.output(), "crash test hook: SIGKILL") {
+					t.Fatalf("node %s exited, not by its crash hook:\n%s", n.id, n.proc.output())
+				}
+				n.proc.kill(t) // reaps it
+				c.restart(n)
+				restarts++
+			default:
+			}
+		}
+		err := done()
+		if err == nil {
+			return restarts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d restarts: %v", restarts, err)
+		}
+		time.Sleep(100 * time.Millisecond) // NB: a poll of the cells' state, as checkFor's
 	}
 }

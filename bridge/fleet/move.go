@@ -115,10 +115,7 @@ func (n *Node) handleMove(m *nats.Msg) {
 
 // canMove returns why this cell cannot take part in a move, or nil.
 func (n *Node) canMove() *wire.ServiceError {
-	switch {
-	case n.cfg.Clustered:
-		return &wire.ServiceError{Code: 409, Description: fmt.Sprintf("cell %q is a cluster: moving partitions to or from a cluster cell is not supported yet (its record is kept per node, not replicated); move them between single-node cells", n.rec.Cell)}
-	case n.mover == nil:
+	if n.mover == nil {
 		return &wire.ServiceError{Code: 409, Description: fmt.Sprintf("cell %q cannot move partitions", n.rec.Cell)}
 	}
 	return nil
@@ -183,12 +180,8 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	if notOwned := Subtract(parts, rec.Owned, rec.Partitions); len(notOwned) > 0 {
 		return Move{}, moveError(wire.ErrConflict, "cell %q does not own partitions %s (it owns %s)", rec.Cell, FormatRanges(notOwned), FormatRanges(rec.Owned))
 	}
-	h, ok := n.table.heardOf(req.To)
-	switch {
-	case !ok || time.Since(h.at) > n.cfg.Silence:
+	if h, ok := n.table.heardOf(req.To); !ok || time.Since(h.at) > n.cfg.Silence {
 		return Move{}, moveError(wire.ErrUnavailable, "cell %q is not serving in the fleet: not heard from", req.To)
-	case h.status.Clustered:
-		return Move{}, moveError(wire.ErrConflict, "cell %q is a cluster: moving partitions to or from a cluster cell is not supported yet (its record is kept per node, not replicated); move them between single-node cells", req.To)
 	}
 	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), rec.Epoch) + 1}
 	if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
@@ -366,21 +359,13 @@ func (n *Node) callOff(mv Move, cause error) error {
 	return fmt.Errorf("move of partitions %s to cell %q called off, they stay on cell %q: %w", FormatRanges(mv.Partitions), mv.Peer, n.rec.Cell, cause)
 }
 
-// resumeMoves carries on, in the node's goroutines, the moves rec was
-// at when the cell stopped.
+// resumeMoves carries on, in the node's goroutines, the move out rec was
+// at when the cell stopped, and watches the move in. A cluster cell's
+// record is the replicated one, which its leader reads when it starts to
+// serve (see takeOver): it carries the move on then.
 func (n *Node) resumeMoves(rec Record) {
-	if rec.Out != nil && n.canMove() == nil {
-		mv := *rec.Out
-		n.moveWG.Add(1)
-		go func() {
-			defer n.moveWG.Done()
-			n.moving.Lock()
-			defer n.moving.Unlock()
-			n.log.Info("going on with a move under way when the cell stopped", "partitions", FormatRanges(mv.Partitions), "to", mv.Peer, "epoch", mv.Epoch)
-			if _, err := n.carryOut(mv); err != nil {
-				n.log.Warn("the move under way when the cell stopped did not finish", "err", err)
-			}
-		}()
+	if rec.Out != nil && n.canMove() == nil && n.keeper == nil {
+		n.resumeOut(*rec.Out)
 	}
 	n.moveWG.Add(1)
 	go func() {
@@ -389,9 +374,29 @@ func (n *Node) resumeMoves(rec Record) {
 	}()
 }
 
-// update applies f to a copy of the cell's record, writes it to the data
-// dir, and puts it in force: the table learns it and the service's
-// frozen topics follow it.
+// resumeOut carries the move out mv on from the step the record is at,
+// in a goroutine of the node's, unless it is over by the time no other
+// move of this cell's is under way.
+func (n *Node) resumeOut(mv Move) {
+	n.moveWG.Add(1)
+	go func() {
+		defer n.moveWG.Done()
+		n.moving.Lock()
+		defer n.moving.Unlock()
+		out := n.Record().Out
+		if !mv.same(out) || out.Peer != mv.Peer {
+			return // carried out meanwhile
+		}
+		n.log.Info("going on with a move under way when the cell stopped or its leader changed", "partitions", FormatRanges(out.Partitions), "to", out.Peer, "epoch", out.Epoch)
+		if _, err := n.carryOut(*out); err != nil {
+			n.log.Warn("the move under way when the cell stopped or its leader changed did not finish", "err", err)
+		}
+	}()
+}
+
+// update applies f to a copy of the cell's record, writes it (to the
+// data dir, or in a cluster cell to the replicated store), and puts it in
+// force (see install).
 func (n *Node) update(f func(r *Record) error) (Record, error) {
 	n.writeMu.Lock()
 	defer n.writeMu.Unlock()
@@ -405,17 +410,35 @@ func (n *Node) update(f func(r *Record) error) (Record, error) {
 	if err := f(&r); err != nil {
 		return r, err
 	}
-	if err := saveRecord(n.cfg.DataDir, r); err != nil {
+	if err := n.persist(r); err != nil {
 		return r, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
+	return r, n.install(r)
+}
+
+// persist writes r where the cell keeps its record.
+func (n *Node) persist(r Record) error {
+	if n.keeper == nil {
+		return saveRecord(n.cfg.DataDir, r)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return n.keeper.SetFleetRecord(b)
+}
+
+// install makes r the cell's record now: the table learns it and the
+// service's frozen topics follow it. writeMu must be held.
+func (n *Node) install(r Record) error {
 	n.curMu.Lock()
 	n.cur = r
 	n.curMu.Unlock()
 	n.table.learn(n.status(), time.Now())
 	if err := n.freeze(r); err != nil {
-		return r, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
-	return r, nil
+	return nil
 }
 
 // freeze has the service hold still the topics Frozen(rec) names.

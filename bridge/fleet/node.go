@@ -53,6 +53,9 @@ type Node struct {
 	// moveWG waits for the goroutines that carry them out.
 	mover  Mover
 	moving sync.Mutex
+	// keeper keeps the record of a cluster cell, nil for a single node
+	// (see keeper.go).
+	keeper Keeper
 	moveWG sync.WaitGroup
 	// id names this node's router in the subjects it forwards on, so a
 	// receiver can tell it that its map is stale.
@@ -98,6 +101,13 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	n.cur = rec
 	n.lastIn.Store(time.Now().UnixNano())
 	n.mover, _ = svc.(Mover)
+	if cfg.Clustered {
+		k, ok := svc.(Keeper)
+		if !ok {
+			return nil, fmt.Errorf("%w: cell %q is a cluster, and its service cannot keep the cell's record in the replicated store", ErrInvalidConfig, rec.Cell)
+		}
+		n.keeper = k
+	}
 	if err := n.freeze(rec); err != nil {
 		return nil, err
 	}
@@ -112,6 +122,16 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 		}
 		n.always = append(n.always, sub)
 	}
+	if n.keeper != nil {
+		// NB: before the loop serves anything of the fleet's: a node
+		// that leads already reads the replicated record now.
+		if err := n.keeper.OnServe(n.takeOver); err != nil {
+			_ = n.keeper.OnServe(nil)
+			close(n.stop)
+			n.moveWG.Wait()
+			return nil, errors.Join(err, n.unsubscribe(n.always))
+		}
+	}
 	go n.loop()
 	n.resumeMoves(rec)
 	return n, nil
@@ -120,6 +140,9 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 // Close stops serving, the heartbeats and the moves under way (each goes
 // on where it stopped when the cell starts again), and waits for them.
 func (n *Node) Close() error {
+	if n.keeper != nil {
+		_ = n.keeper.OnServe(nil)
+	}
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
 	n.moveWG.Wait()
