@@ -28,9 +28,11 @@ import (
 type moveLoad struct {
 	prefix   string
 	subjects int
+	url      string
 
 	mu        sync.Mutex
 	acked     map[string]bool     // message id -> its publish was answered as stored
+	tags      map[string]string   // message id -> the tag its answer gave
 	delivered map[string][]string // message id -> the cells that delivered it, in order
 	early     []string
 	failed    []string // publishes refused for good
@@ -44,7 +46,8 @@ type moveLoad struct {
 // through nc (delays up to 1.5s, some an hour, so that partitions move with
 // messages due soon, due now and in flight) and a consumer on sub.
 func startMoveLoad(t *testing.T, pub, sub *nats.Conn, prefix string, subjects, publishers int) *moveLoad {
-	l := &moveLoad{prefix: prefix, subjects: subjects, acked: map[string]bool{}, delivered: map[string][]string{}, stop: make(chan struct{})}
+	l := &moveLoad{prefix: prefix, subjects: subjects, acked: map[string]bool{}, tags: map[string]string{}, delivered: map[string][]string{}, stop: make(chan struct{})}
+	l.url = sub.ConnectedUrl()
 	s, err := sub.Subscribe(prefix+".>", l.onDelivery)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +94,10 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 		id := fmt.Sprintf("%d-%d", w, seq)
 		m := nats.NewMsg(fmt.Sprintf("delay.%s.%d", l.prefix, r.IntN(l.subjects)))
 		m.Data = []byte(id)
+		// NB: the id names the subject, so that a message missing names
+		// its partition.
+		id += "@" + strings.TrimPrefix(m.Subject, "delay.")
+		m.Data = []byte(id)
 		delay := time.Duration(r.IntN(1500)) * time.Millisecond
 		if r.IntN(20) == 0 {
 			delay = time.Hour
@@ -107,9 +114,14 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				err = wire.ParseError(resp.Header, resp.Data)
 			}
 			if err == nil {
+				var answer struct {
+					Tag string `json:"tag"`
+				}
+				_ = json.Unmarshal(resp.Data, &answer)
 				l.mu.Lock()
 				if delay != time.Hour {
 					l.acked[id] = true
+					l.tags[id] = answer.Tag
 				}
 				l.mu.Unlock()
 				l.acks.Add(1)
@@ -122,6 +134,33 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				break
 			}
 			time.Sleep(20 * time.Millisecond) // NB: a retrying publisher's pause, not a wait for an event
+		}
+	}
+}
+
+// whereAre logs what each cell answers to a GET of the messages ids.
+func (l *moveLoad) whereAre(t *testing.T, ids []string) {
+	nc, err := nats.Connect(l.url)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer nc.Close()
+	for _, id := range ids[:min(5, len(ids))] {
+		l.mu.Lock()
+		tag := l.tags[id]
+		l.mu.Unlock()
+		for _, st := range fleet.GatherCells(nc, 500*time.Millisecond) {
+			_, _, apiPrefix := fleet.CellSubjects(st.Cell)
+			r, err := nc.Request(apiPrefix+"."+wire.VerbGet, []byte(`{"tag":"`+tag+`"}`), 5*time.Second)
+			if err == nil {
+				err = wire.ParseError(r.Header, r.Data)
+			}
+			var body []byte
+			if r != nil {
+				body = r.Data
+			}
+			t.Logf("message %s, tag %s, on cell %s: %s %v", id, tag, st.Cell, body, err)
 		}
 	}
 }
@@ -148,20 +187,25 @@ func (l *moveLoad) waitAcks(t *testing.T, n int64) {
 func (l *moveLoad) verify(t *testing.T) (dups map[string][]string) {
 	t.Helper()
 	l.stopPublishers()
-	missing := func() int {
+	missing := func() []string {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		n := 0
+		var ids []string
 		for id := range l.acked {
 			if len(l.delivered[id]) == 0 {
-				n++
+				ids = append(ids, id)
 			}
 		}
-		return n
+		return ids
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.whereAre(t, missing())
+		}
+	})
 	checkFor(t, 2*wait, 50*time.Millisecond, func() error {
-		if n := missing(); n > 0 {
-			return fmt.Errorf("%d messages answered as stored not delivered", n)
+		if ids := missing(); len(ids) > 0 {
+			return fmt.Errorf("%d messages answered as stored not delivered: %v", len(ids), ids[:min(5, len(ids))])
 		}
 		return nil
 	})
@@ -539,5 +583,61 @@ func (c *processCluster) restartUntil(t *testing.T, done func() error) int {
 			t.Fatalf("after %d restarts: %v", restarts, err)
 		}
 		time.Sleep(100 * time.Millisecond) // NB: a poll of the cells' state, as checkFor's
+	}
+}
+
+// TestFleet_Move_TakesDeadLettersAndDuplicates moves a partition from
+// cell a to cell b with, besides a pending message, a dead letter and a
+// message answered within the duplicate window. The dead letter is found
+// by its tag through the fleet (at b, the partition's owner), once; a
+// resend of the message answered before the move is answered by b with
+// the first tag, storing nothing.
+func TestFleet_Move_TakesDeadLettersAndDuplicates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	startCells(t, bin, nc, srv.ClientURL(), moveCells, moveArgs)
+	subject := ""
+	for i := 0; subject == ""; i++ {
+		if s := fmt.Sprintf("fside.%d", i); fleet.Partition(s, movePartitions) == 0 {
+			subject = s
+		}
+	}
+	ch := subscribe(t, nc, subject)
+	termed := schedule(t, nc, newMsg(subject, "termed"))
+	ackSync(t, nc, next(t, ch, "the delivery to TERM").Msg, "+TERM bad payload")
+	resend := func() *nats.Msg { return newMsg(subject, "once", wire.HeaderDelay, "1h", "Nats-Msg-Id", "fside-1") }
+	first := schedule(t, nc, resend())
+
+	rep, err := requestMove(nc, "a", "b", []fleet.Range{{From: 0, To: 0}})
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	waitOwned(t, nc, "b", []fleet.Range{{From: 0, To: 0}})
+	if rep.Messages != 1 || rep.Records != 2 {
+		t.Fatalf("moved %d messages and %d records, want the pending one, and the dead letter and the Nats-Msg-Id's record", rep.Messages, rep.Records)
+	}
+	ctx := context.Background()
+	if dl, err := api(nc).DeadLetter(ctx, wire.MessageRef{Tag: termed.Tag}); err != nil || dl.Subject != subject {
+		t.Fatalf("DEAD.GET %s through the fleet after the move: %+v, %v; want the dead letter, now on b", termed.Tag, dl, err)
+	}
+	n := 0
+	for dl, err := range api(nc).DeadLetters(ctx, wire.DeadListRequest{Filter: wire.Filter{Subject: subject}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if dl.Tag != termed.Tag {
+			t.Errorf("DEAD.LIST: %s, want only %s", dl.Tag, termed.Tag)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("DEAD.LIST of %s through the fleet: %d dead letters, want 1: moved, not copied", subject, n)
+	}
+	if again := schedule(t, nc, resend()); again.Tag != first.Tag {
+		t.Fatalf("a resend after the move: tag %s, want the first answer's %s", again.Tag, first.Tag)
 	}
 }

@@ -26,18 +26,20 @@ import (
 //     knows), then freezes them: their ingest and requests get a 503,
 //     their deliveries stop, answers to deliveries of theirs already out
 //     are dropped (those deliveries count as unanswered).
-//  2. It sends their messages to the target (IN), in chunks, under the
-//     same keys. The target records In before it stores the first, keeps
-//     what it receives frozen (it does not own them), and stores each
-//     message once however often it is sent. If this takes longer than
-//     Config.MoveTimeout the source calls the move off: it forgets Out,
-//     thaws the partitions and tells the target to drop what it staged.
-//  3. The source records Committing, then asks the target to COMMIT: the
-//     target records that it owns the partitions at epoch e, thaws them
-//     and serves them. From here the move is never called off: the source
-//     asks until the target answers.
+//  2. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
+//     target (IN), in chunks, under the same keys. The target records In
+//     before it stores the first, keeps what it receives frozen (it does
+//     not own them), and stores each message once however often it is
+//     sent. If this takes longer than Config.MoveTimeout the source calls
+//     the move off: it forgets Out, thaws the partitions and tells the
+//     target to drop what it staged.
+//  3. The source records Committing, then asks the target to COMMIT:
+//     the target records that it owns the partitions at epoch e, thaws
+//     them and serves them. From here the move is never called off: the
+//     source asks until the target answers.
 //  4. The source records that it no longer owns them (epoch e), drops its
-//     copies, and forgets the move.
+//     copies (messages, dead letters, duplicate records), and forgets the
+//     move.
 //
 // A target whose In is not carried on (its source called it off while the
 // target was away) asks the source for its STATUS and drops what it
@@ -55,6 +57,14 @@ type Mover interface {
 	Import(in []delaystore.Imported) (int, error)
 	// DropTopics deletes the pending messages of the topics keep accepts.
 	DropTopics(ctx context.Context, keep func(topicHash uint64) bool) (int, error)
+	// ScanSideRecords reads the dead letters and duplicate records of the
+	// topics keep accepts (see moveside.go).
+	ScanSideRecords(after []byte, keep func(topicHash uint64) bool, yield func(delaystore.SideRecord) bool) error
+	// ImportSideRecords stores records handed over, under their keys,
+	// once.
+	ImportSideRecords(recs []delaystore.SideRecord) (int, error)
+	// DropSideRecords deletes the records of the topics keep accepts.
+	DropSideRecords(ctx context.Context, keep func(topicHash uint64) bool) (int, error)
 }
 
 // MoveRequest asks a cell, on MoveSubject(cell), to move partitions it
@@ -72,6 +82,9 @@ type MoveReply struct {
 	Epoch      uint64  `json:"epoch"`
 	// Messages is how many pending messages the target received.
 	Messages int `json:"messages"`
+	// Records is how many dead letters and duplicate records it
+	// received.
+	Records int `json:"records"`
 }
 
 // moveStep is what names a move in the requests between its cells: the
@@ -197,11 +210,11 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	rep := MoveReply{From: n.rec.Cell, To: mv.Peer, Partitions: mv.Partitions, Epoch: mv.Epoch}
 	if !mv.Committing && !mv.Committed {
-		sent, err := n.copyOut(mv)
+		sent, records, err := n.copyOut(mv)
 		if err != nil {
 			return rep, n.callOff(mv, err)
 		}
-		rep.Messages = sent
+		rep.Messages, rep.Records = sent, records
 		mv.Committing = true
 		if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
 			return rep, err
@@ -227,6 +240,9 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	dropped, err := n.mover.DropTopics(ctx, n.keepOf(mv.Partitions))
+	if err == nil {
+		_, err = n.mover.DropSideRecords(ctx, n.keepOf(mv.Partitions))
+	}
 	if err != nil {
 		return rep, fmt.Errorf("%w: cell %q owns partitions %s now; dropping the copies here: %v (run the move again, or restart this cell, to finish)", wire.ErrUnavailable, mv.Peer, FormatRanges(mv.Partitions), err)
 	}
@@ -238,16 +254,25 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	return rep, nil
 }
 
-// copyOut sends the partitions' messages to the target (step 2), within
-// Config.MoveTimeout, and returns how many it sent. It sends one chunk,
-// empty, when there are none, so that the target records the move.
-func (n *Node) copyOut(mv Move) (int, error) {
+// copyOut sends the partitions' messages, then their dead letters and
+// duplicate records, to the target (step 2), within Config.MoveTimeout,
+// and returns how many of each it sent. It sends one chunk of
+// messages, empty, when there are none, so that the target records the
+// move.
+func (n *Node) copyOut(mv Move) (messages, records int, err error) {
 	deadline := time.Now().Add(n.cfg.MoveTimeout)
-	keep := n.keepOf(mv.Partitions)
-	limit := max(int(n.nc.MaxPayload())-8<<10, 1<<10)
-	if n.cfg.MoveChunk > 0 {
-		limit = min(limit, n.cfg.MoveChunk)
+	if messages, err = n.copyMessages(mv, deadline); err != nil {
+		return messages, 0, err
 	}
+	records, err = n.copySide(mv, deadline)
+	return messages, records, err
+}
+
+// copyMessages sends the partitions' messages to the target, in chunks,
+// until the deadline.
+func (n *Node) copyMessages(mv Move, deadline time.Time) (int, error) {
+	keep := n.keepOf(mv.Partitions)
+	limit := n.chunkLimit()
 	var after *keys.Key
 	sent := 0
 	for {
@@ -258,7 +283,7 @@ func (n *Node) copyOut(mv Move) (int, error) {
 		if count == 0 && after != nil {
 			return sent, nil
 		}
-		if err := n.sendIn(mv, body, deadline); err != nil {
+		if err := n.sendIn(mv, body, false, deadline); err != nil {
 			return sent, err
 		}
 		sent += count
@@ -270,16 +295,22 @@ func (n *Node) copyOut(mv Move) (int, error) {
 	}
 }
 
+// chunkLimit bounds the bytes of one IN request's body.
+func (n *Node) chunkLimit() int {
+	limit := max(int(n.nc.MaxPayload())-8<<10, 1<<10)
+	if n.cfg.MoveChunk > 0 {
+		limit = min(limit, n.cfg.MoveChunk)
+	}
+	return limit
+}
+
 // readChunk reads the messages after after that keep accepts, encoded one
 // after another as their 24-byte key, their length as a uvarint and their
-// encoding, up to limit bytes, and returns them, the last one's key and
-// how many.
-func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) ([]byte, keys.Key, int, error) {
-	var body []byte
-	var last keys.Key
-	count := 0
+// encoding, up to limit bytes, and returns them, the last key read, and
+// how many it read.
+func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) (body []byte, last keys.Key, count int, err error) {
 	var tooLarge error
-	err := n.mover.ScanEvents(after, keep, func(k keys.Key, m *delaystore.StoredMessage) bool {
+	err = n.mover.ScanEvents(after, keep, func(k keys.Key, m *delaystore.StoredMessage) bool {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			tooLarge = err
@@ -304,10 +335,13 @@ func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) ([]
 
 // sendIn sends one chunk to the target, again after a failure, until the
 // deadline.
-func (n *Node) sendIn(mv Move, body []byte, deadline time.Time) error {
+func (n *Node) sendIn(mv Move, body []byte, records bool, deadline time.Time) error {
 	step, _ := json.Marshal(moveStep{From: n.rec.Cell, Partitions: mv.Partitions, Epoch: mv.Epoch})
 	m := &nats.Msg{Subject: movePrefix(mv.Peer) + "." + stepIn, Header: nats.Header{}, Data: body}
 	m.Header.Set(stepHeader, string(step))
+	if records {
+		m.Header.Set(recordsHeader, "1")
+	}
 	for {
 		err := n.request(m, min(5*time.Second, time.Until(deadline)), nil)
 		switch {
