@@ -308,6 +308,9 @@ type Service struct {
 	// subscribes and drains them as it gains and loses leadership.
 	serveMu sync.Mutex
 	serving bool
+	// onServe runs each time a node of a cluster starts to serve; see
+	// OnServe.
+	onServe func() error
 	// leading is set once a node of a cluster serves as leader, and
 	// cleared the moment it stops: read without serveMu, which a
 	// leadership change holds while the store opens.

@@ -37,6 +37,8 @@ type clusterChild struct {
 	natsArgs []string
 	// flags are more serve flags for this node alone.
 	flags []string
+	// env is more environment for this node alone.
+	env []string
 }
 
 // processCluster is a cluster of natsdelay serve child processes over one
@@ -142,7 +144,7 @@ func (c *processCluster) args(n *clusterChild) []string {
 // every peer answers) and waits until each is ready.
 func (c *processCluster) startAll() {
 	for _, n := range c.nodes {
-		n.proc = spawn(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+		n.proc = spawn(c.t, c.bin, append([]string{"NATSDELAY_HTTP="}, n.env...), c.args(n)...)
 	}
 	for _, n := range c.nodes {
 		n.proc.waitReady(c.t)
@@ -151,7 +153,7 @@ func (c *processCluster) startAll() {
 
 // restart starts n again on its data dir and waits until it is ready.
 func (c *processCluster) restart(n *clusterChild) {
-	n.proc = launch(c.t, c.bin, []string{"NATSDELAY_HTTP="}, c.args(n)...)
+	n.proc = launch(c.t, c.bin, append([]string{"NATSDELAY_HTTP="}, n.env...), c.args(n)...)
 }
 
 func (c *processCluster) node(id string) *clusterChild {

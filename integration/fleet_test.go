@@ -84,6 +84,24 @@ func fleetHeard(t *testing.T, nc *nats.Conn, cells []string) <-chan struct{} {
 	return done
 }
 
+// startCells starts each of cells as a single-node cell, a real process
+// on the NATS server at url with the serve flags args gives it and env,
+// and waits until each has told the fleet its record (heard on nc). It
+// returns the processes by cell; the test's cleanup stops them.
+func startCells(t *testing.T, bin string, nc *nats.Conn, url string, cells []string, args func(cell string) []string, env ...string) map[string]*serviceProcess {
+	t.Helper()
+	heard := fleetHeard(t, nc, cells)
+	procs := map[string]*serviceProcess{}
+	for _, c := range cells {
+		p := launch(t, bin, append([]string{"NATSDELAY_HTTP="}, env...),
+			append([]string{"serve", "--nats", url, "--data-dir", t.TempDir(), "--engine", "pebble", "--ack-wait", "1s"}, args(c)...)...)
+		procs[c] = p
+		t.Cleanup(func() { p.stop(t) })
+	}
+	waitClosed(t, heard, "every cell's record")
+	return procs
+}
+
 func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -112,13 +130,8 @@ func TestFleet_ThreeCells(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
 	start := time.Now()
-	for _, c := range fleetCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells, fleetArgs)
 	t.Logf("three cells serving in %v", time.Since(start))
 
 	t.Run("PublishersUnchanged_EachDeliveredOnceInOrderByItsOwner", func(t *testing.T) { fleetDeliversOnce(t, nc) })
@@ -379,27 +392,16 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
-	for _, c := range fleetCells[:2] {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells[:2], fleetArgs)
+	heard := fleetHeard(t, nc, fleetCells[2:])
 	cluster := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
 	cluster.extra = fleetArgs("c")
 	cluster.startAll()
-	waitClosed(t, heard, "every cell's record")
+	waitClosed(t, heard, "cell c's record")
 	onC := subjectOwnedBy("c", "fleet.quorum")
 	// NB: retried: under load a cell may go unheard for a second (a 503).
 	if err := requestRetryingUnavailable(nc, newMsg(onC, "before", wire.HeaderDelay, "1h")); err != nil {
 		t.Fatal(err)
-	}
-	// A cell that is a cluster moves no partition, either way, yet.
-	for _, mv := range []struct{ from, to string }{{"a", "c"}, {"c", "a"}} {
-		first := fleetSplit[mv.from][0].From
-		parts := []fleet.Range{{From: first, To: first}}
-		if _, err := requestMove(nc, mv.from, mv.to, parts); !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), `"c" is a cluster`) {
-			t.Fatalf("move from %s to %s: %v, want a 409 saying c is a cluster", mv.from, mv.to, err)
-		}
 	}
 
 	for _, n := range cluster.nodes[:2] {

@@ -79,8 +79,9 @@ type Config struct {
 	// StepHook, if not nil, is told each step of a move this cell has
 	// just persisted or done (see move.go): a crash test's hook.
 	StepHook func(step string)
-	// Clustered says the cell is a Raft cluster: its record is kept by
-	// each node, not replicated, so it refuses to move partitions.
+	// Clustered says the cell is a Raft cluster: its record is kept in
+	// the cell's replicated store (see keeper.go), so its service must
+	// be a Keeper.
 	Clustered bool
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger

@@ -58,6 +58,9 @@ type Node struct {
 	// moveWG waits for the goroutines that carry them out.
 	mover  Mover
 	moving sync.Mutex
+	// keeper keeps the record of a cluster cell, nil for a single node
+	// (see keeper.go).
+	keeper Keeper
 	moveWG sync.WaitGroup
 	// id names this node's router in the subjects it forwards on, so a
 	// receiver can tell it that its map is stale.
@@ -110,6 +113,13 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	n.cur = rec
 	n.lastIn.Store(time.Now().UnixNano())
 	n.mover, _ = svc.(Mover)
+	if cfg.Clustered {
+		k, ok := svc.(Keeper)
+		if !ok {
+			return nil, fmt.Errorf("%w: cell %q is a cluster, and its service cannot keep the cell's record in the replicated store", ErrInvalidConfig, rec.Cell)
+		}
+		n.keeper = k
+	}
 	if err := n.freeze(rec); err != nil {
 		return nil, err
 	}
@@ -127,12 +137,27 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 		}
 		n.always = append(n.always, sub)
 	}
+	if n.keeper != nil {
+		// NB: before the loop serves anything of the fleet's: a node
+		// that leads already reads the replicated record now.
+		if err := n.keeper.OnServe(n.takeOver); err != nil {
+			_ = n.keeper.OnServe(nil)
+			close(n.stop)
+			n.moveWG.Wait()
+			return nil, errors.Join(err, n.unsubscribe(n.always))
+		}
+	}
 	// The ingest is taken last, once its answers can be relayed.
 	sub, err := nc.QueueSubscribe(n.cfg.IngestPrefix+".>", QueueGroup, n.routeIngest)
 	if err == nil {
 		err = sub.SetPendingLimits(1<<20, 512<<20)
 	}
 	if err != nil {
+		if n.keeper != nil {
+			_ = n.keeper.OnServe(nil)
+		}
+		close(n.stop)
+		n.moveWG.Wait()
 		return nil, errors.Join(fmt.Errorf("fleet: subscribe %s.>: %w", n.cfg.IngestPrefix, err), n.unsubscribe(n.always))
 	}
 	n.ingest = sub
@@ -145,6 +170,9 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 // on where it stopped when the cell starts again), and waits for them.
 // The publishers of forwarded messages still unanswered get a 503.
 func (n *Node) Close() error {
+	if n.keeper != nil {
+		_ = n.keeper.OnServe(nil)
+	}
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
 	n.moveWG.Wait()
