@@ -334,11 +334,12 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 			if ok, n := d.deadWarn.allow(d.nowNs()); ok {
 				d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err, "suppressed", n)
 			}
+			retry := after(d.nowNs(), d.cfg.NoRespondersMaxBackoff)
 			d.mu.Lock()
 			if f := d.mu.flights.byKey[k]; f != nil {
-				d.mu.flights.retryAt(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
+				d.mu.flights.retryAt(f, retry)
 			}
-			d.mu.flights.uncancel(k)
+			d.restoreLocked(k, retry)
 			d.mu.Unlock()
 			if done != nil {
 				done(fmt.Errorf("dispatch: dead letter %s: %w", k, err))
