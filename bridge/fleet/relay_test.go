@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,14 +16,40 @@ import (
 
 // standby is a cell's service on a node of a cluster: leading (and so
 // holding the serving subscriptions) or a follower, and holding its lease
-// or not; it answers what it is handed as fakeService does.
+// or not; it answers what it is handed as fakeService does. It keeps the
+// cell's record as the replicated store would (fleet.Keeper), and runs
+// the serve hook at once when it leads, as bridge.Service does when it
+// serves.
 type standby struct {
 	*fakeService
 	leads, lease bool
+
+	mu     sync.Mutex
+	record []byte
 }
 
 func (s *standby) Leader() bool { return s.leads && s.lease }
 func (s *standby) Leads() bool  { return s.leads }
+
+func (s *standby) FleetRecord() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.record, nil
+}
+
+func (s *standby) SetFleetRecord(b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record = b
+	return nil
+}
+
+func (s *standby) OnServe(f func() error) error {
+	if s.leads && f != nil {
+		return f()
+	}
+	return nil
+}
 
 // ask publishes a request to subject and returns its answer's error: nil
 // for an answer that is not an error, the service error, or the request's
