@@ -82,3 +82,46 @@ func TestDispatcher_Outage_WarnsBounded(t *testing.T) {
 		t.Fatalf("%d warnings for %d failed publishes, want at most %d", n, rp.refused.Load(), most)
 	}
 }
+
+// onceFailingPublisher is the fake publisher whose Deliver fails once, at
+// its failAt-th call, as a connection that drops one publish and then
+// takes deliveries again.
+type onceFailingPublisher struct {
+	*fakePublisher
+	calls  atomic.Int64
+	failAt int64
+}
+
+func (p *onceFailingPublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, attempt uint32) error {
+	if p.calls.Add(1) == p.failAt {
+		return errors.New("nats: connection reconnecting")
+	}
+	return p.fakePublisher.Deliver(k, m, attempt)
+}
+
+// TestDispatcher_PublishFailsMidPass_RestOfSubjectStaysBehind checks order
+// per subject when one publish fails in the middle of a pass and the next
+// ones would succeed: the subject's later messages of that pass wait
+// behind the failed one instead of going out before it.
+func TestDispatcher_PublishFailsMidPass_RestOfSubjectStaysBehind(t *testing.T) {
+	h := newWrappedHarness(t, delaystore.RepositoryConfig{}, func(p *fakePublisher) dispatch.Publisher {
+		return &onceFailingPublisher{fakePublisher: p, failAt: 11}
+	}, nil)
+	now := time.Now().Add(50 * time.Millisecond)
+	var batch []*delaystore.StoredMessage
+	for i := range 100 {
+		batch = append(batch, msgAt("failmidpass", now.Add(time.Duration(i)*time.Microsecond)))
+	}
+	ks := h.schedule(batch...)
+	for i := range 100 {
+		d := h.next(30 * time.Second)
+		if d.key != ks[i] || d.attempt != 1 {
+			t.Fatalf("delivery %d: %v attempt %d, want %v attempt 1", i, d.key, d.attempt, ks[i])
+		}
+	}
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered %v twice", d.key)
+	default:
+	}
+}

@@ -266,6 +266,16 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Unlock()
 			continue
 		}
+		if f.topic.stoppedPass == pass {
+			// An earlier message of its subject in this pass did not go
+			// out: this one stays behind it, or order per subject would
+			// break as soon as the fence is held again, or the connection
+			// takes deliveries again, in the middle of the pass.
+			d.mu.flights.sent(f, pass, now)
+			d.unsendLocked(f)
+			d.mu.Unlock()
+			continue
+		}
 		if d.mu.ahead.take(f.key) {
 			// Planned ahead, then its schedule was canceled or replaced
 			// by Delay-Id (which took the successor) before it fell due:
@@ -289,6 +299,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			// Held back, not failed: it goes out as it was once the
 			// fence is held again, with no back-off.
 			d.mu.Lock()
+			f.topic.stoppedPass = pass
 			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
 				d.mu.subjects.reschedule(f.topic, now)
@@ -302,6 +313,7 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 				d.log.Warn("publishing delivery", "tag", f.key, "err", err, "suppressed", n)
 			}
 			d.mu.Lock()
+			f.topic.stoppedPass = pass
 			if d.mu.flights.byKey[f.key] == f && f.state == stateSent {
 				d.unsendLocked(f)
 				d.mu.subjects.block(f.topic, now)

@@ -332,6 +332,10 @@ type topic struct {
 	// subjectTable.dropIdle), so memory follows the subjects with work, not every
 	// subject seen since the start.
 	flights int
+	// stoppedPass is the last pass in which a delivery of the topic did
+	// not go out (fenced, or the publish failed): the topic's later
+	// messages of that pass are held back behind it, in order.
+	stoppedPass uint64
 	// scanPass is the last pass that scanned it: a pass scans each topic
 	// once, for fairness.
 	scanPass uint64
