@@ -72,6 +72,9 @@ type Dispatcher struct {
 	// beforePublishWait, if set (by tests only), is called when a
 	// settling of a message waits for the publish of it under way.
 	beforePublishWait func()
+	// afterReadDue, if set (by tests only), is called by a scan with the
+	// expired keys it read, before it takes d.mu again to settle them.
+	afterReadDue func(gone []keys.Key)
 
 	// planning is the planner's own lock: held shared while occurrences
 	// are planned (a pass's planOccurrences, planLoop's planAhead) and

@@ -117,3 +117,56 @@ func TestDispatcher_SettlingAtRedelivery_SweepLeavesIt(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcher_ScanReadsExpired_SweepFirst_SettledOnce checks that a
+// message a scan reads as expired, and that the expiry sweep (Expire)
+// settles before the scan takes it, is settled once: one dead letter, one
+// count of expired. Before, the scan marked and settled what it had read
+// without looking whether the sweep had marked it meanwhile.
+func TestDispatcher_ScanReadsExpired_SweepFirst_SettledOnce(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) {
+		c.DeadLetterSubject = "dead"
+		c.DeadLetterExpired = true
+	})
+	swept := make(chan error, 1)
+	var once sync.Once
+	h.d.AfterReadDueForTest(func(gone []keys.Key) {
+		if len(gone) == 0 {
+			return
+		}
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			swept <- h.d.Expire(ctx, gone)
+		})
+	})
+	m := msgAt("expiredread", time.Now().Add(-time.Second))
+	m.ExpireAtNs = time.Now().Add(-time.Millisecond).UnixNano()
+	k := h.schedule(m)[0]
+	select {
+	case err := <-swept:
+		if err != nil {
+			t.Fatalf("Expire: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no scan read the expired message")
+	}
+	checkFor(t, 30*time.Second, func() error {
+		if _, err := h.repo.Get(k); err == nil {
+			return errors.New("still stored")
+		}
+		return nil
+	})
+	// A second settling, if any, follows the scan's lock at once; the next
+	// message's delivery comes after it in the same loop.
+	probe := h.schedule(msgAt("after", time.Now()))[0]
+	if d := h.next(30 * time.Second); d.key != probe {
+		t.Fatalf("delivered %v, want %v", d.key, probe)
+	}
+	if n := len(h.pub.dead); n != 1 {
+		t.Fatalf("dead-lettered %d times, want once", n)
+	}
+	if st := h.d.Stats(); st.Expired != 1 {
+		t.Fatalf("expired %d, want 1", st.Expired)
+	}
+}

@@ -36,3 +36,8 @@ func (d *Dispatcher) QueuedWriteForTest(k keys.Key) bool {
 // message (Ack, +TERM, Cancel, Move, a replacing Notify) waits for the
 // publish of that message under way. Set it before the settling starts.
 func (d *Dispatcher) BeforePublishWaitForTest(f func()) { d.beforePublishWait = f }
+
+// AfterReadDueForTest makes f be called by each scan with the expired
+// keys it read, before the scan settles them. Set it before the
+// dispatcher runs a pass.
+func (d *Dispatcher) AfterReadDueForTest(f func(gone []keys.Key)) { d.afterReadDue = f }

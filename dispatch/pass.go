@@ -28,6 +28,10 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		return 0, false
 	}
 
+	if d.afterReadDue != nil {
+		d.afterReadDue(r.goneKeys())
+	}
+
 	// No seek past the due range for the topic's next message: the
 	// due index brings that to the topic when it is due (advanceFrontier),
 	// so a topic with nothing due now leaves memory at the next pass.
@@ -53,9 +57,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 	t.moveCursor(from, r)
 	taken := d.takeLocked(t, r.due, out)
-	for _, g := range r.gone {
-		d.mu.flights.cancel(g.k)
-	}
+	r.gone = d.claimExpiredLocked(r.gone)
 	probe := d.mu.subjects.scanned(t, taken, r.full, next, now)
 	d.mu.Unlock()
 
@@ -63,6 +65,25 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 		d.settleExpired(g.k, g.msg, nil)
 	}
 	return taken, probe
+}
+
+// claimExpiredLocked marks settled the expired messages of gone that
+// nothing settled since the scan read them, and returns those, which the
+// scan settles. One marked meanwhile, by the expiry sweep (Expire), an
+// answer or a cancel, is left to whatever marked it: settling it here too
+// would dead-letter it and count it expired a second time. Its cursor
+// may pass it: a settling that fails rewinds to it (restoreLocked). mu
+// must be held.
+func (d *Dispatcher) claimExpiredLocked(gone []found) []found {
+	mine := gone[:0]
+	for _, g := range gone {
+		if d.mu.flights.settled(g.k) {
+			continue
+		}
+		d.mu.flights.cancel(g.k)
+		mine = append(mine, g)
+	}
+	return mine
 }
 
 // found is a message a scan read, under its key.
@@ -79,6 +100,15 @@ type dueRead struct {
 	passed     bool
 	notDue     int64 // when the first message not yet due is scannable
 	full       bool  // limit reached before the end of the range
+}
+
+// goneKeys is the keys of the expired messages r read.
+func (r *dueRead) goneKeys() []keys.Key {
+	ks := make([]keys.Key, len(r.gone))
+	for i, g := range r.gone {
+		ks[i] = g.k
+	}
+	return ks
 }
 
 // readDue reads t's messages from from to the end of what is due at now,
