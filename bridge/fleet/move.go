@@ -51,6 +51,11 @@ type Mover interface {
 	// SetFrozen makes f say which topics are held still (see
 	// bridge.Service.SetFrozen).
 	SetFrozen(f func(topicHash uint64) bool) error
+	// Drain holds back the deliveries of the topics keep accepts until
+	// release is called, and waits until none of theirs is out
+	// unanswered or settling, for the ack wait at most (see
+	// bridge.Service.Drain).
+	Drain(ctx context.Context, keep func(topicHash uint64) bool) (release func(), err error)
 	// ScanEvents reads the pending messages of the topics keep accepts.
 	ScanEvents(after *keys.Key, keep func(topicHash uint64) bool, yield func(keys.Key, *delaystore.StoredMessage) bool) error
 	// Import stores messages handed over, under their keys, once.
@@ -196,13 +201,39 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	if h, ok := n.table.heardOf(req.To); !ok || time.Since(h.at) > n.cfg.Silence {
 		return Move{}, moveError(wire.ErrUnavailable, "cell %q is not serving in the fleet: not heard from", req.To)
 	}
-	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), rec.Epoch) + 1}
+	release, err := n.drainOut(parts, req.To)
+	if err != nil {
+		return Move{}, err
+	}
+	// NB: lifted once Out froze the partitions, or at once if it could
+	// not be recorded.
+	defer release()
+	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), n.Record().Epoch) + 1}
 	if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
 		return Move{}, err
 	}
 	n.log.Info("moving partitions: frozen here until the move ends", "partitions", FormatRanges(parts), "to", req.To, "epoch", mv.Epoch)
 	n.step("out-recorded")
 	return mv, nil
+}
+
+// drainOut holds back the deliveries of the partitions parts, about to
+// move to the cell to, and waits until every delivery of theirs already
+// out is answered and settled here, or the ack wait has passed (see
+// Mover.Drain); their ingest and requests go on meanwhile. It persists
+// nothing: a cell that stops now never began the move. The caller lifts
+// the hold with release once the partitions are frozen, or the move
+// given up.
+func (n *Node) drainOut(parts []Range, to string) (release func(), err error) {
+	n.log.Info("moving partitions: holding back their deliveries until those out are answered", "partitions", FormatRanges(parts), "to", to)
+	n.step("draining")
+	ctx, cancel := n.stopContext()
+	defer cancel()
+	release, err = n.mover.Drain(ctx, n.keepOf(parts))
+	if err != nil {
+		return nil, fmt.Errorf("%w: holding back the deliveries of partitions %s to move them: %v", wire.ErrUnavailable, FormatRanges(parts), err)
+	}
+	return release, nil
 }
 
 // carryOut carries the move mv, recorded as this cell's Out, on from the
