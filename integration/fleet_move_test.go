@@ -337,9 +337,10 @@ type moveKill struct {
 }
 
 // moveKills are the steps of a move, at each of which a round kills one
-// end: every step either end persists or does.
+// end: every step either end persists or does, and the source's drain,
+// which persists nothing (the move, never begun, is asked again).
 var moveKills = []moveKill{
-	{false, "out-recorded:1"}, {false, "chunk-sent:2"}, {true, "in-recorded:1"}, {true, "imported:2"},
+	{false, "draining:1"}, {false, "out-recorded:1"}, {false, "chunk-sent:2"}, {true, "in-recorded:1"}, {true, "imported:2"},
 	{false, "committing:1"}, {true, "owned:1"}, {false, "released:1"}, {false, "dropped:1"},
 }
 
@@ -409,11 +410,16 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		// Answered by the cell that finished, or never by the one that died.
 		cancel()
 		<-moved
-		// The move goes on by itself where it was; asked again it is
-		// carried out, or answered that it is done.
-		if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
-			t.Logf("round %d: move asked again: %v", r, err)
-		}
+		// The move goes on by itself where it was, if it had begun (a
+		// source killed while it drained had not); asked again, once the
+		// source serves, it is carried out, or answered that it is done
+		// (a 409: the source no longer owns the partitions).
+		checkFor(t, 2*wait, 100*time.Millisecond, func() error {
+			if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
+				return fmt.Errorf("round %d: move asked again: %w", r, err)
+			}
+			return nil
+		})
 		t3 := time.Now()
 		waitOwned(t, nc, to, parts)
 		t.Logf("round %d: %s killed at %s; %s owns %s (restart %v, load %v, kill %v, done %v)", r, victim, k.step, to, fleet.FormatRanges(parts),

@@ -18,26 +18,37 @@ import (
 )
 
 // Moving partitions between cells. The source carries a move out, step by
-// step, each step persisted in its record before the next begins, so that
-// a cell killed at any step goes on from it when it starts again:
+// step, each step from the second on persisted in its record before the
+// next begins, so that a cell killed at any step goes on from it when it
+// starts again:
 //
-//  1. The source records Out (the partitions, the target, the epoch e at
+//  1. The source drains the partitions (see drainOut): it holds back
+//     their deliveries, and waits until every delivery of theirs already
+//     out is answered and its answer settled here (an ACK's delete
+//     committed), for the ack wait at most; their ingest, requests and
+//     answers go on. An answer that came later would be dropped by the
+//     freeze, and the target would deliver again a message its consumer
+//     answered. The drain persists nothing: a source that stops during it
+//     never began the move, and a move resumed from the record does not
+//     drain (its partitions are frozen from the start).
+//  2. The source records Out (the partitions, the target, the epoch e at
 //     which the target will own them, above every epoch the fleet
-//     knows), then freezes them: their ingest and requests get a 503,
-//     their deliveries stop, answers to deliveries of theirs already out
-//     are dropped (those deliveries count as unanswered).
-//  2. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
+//     knows), then freezes them, and lifts the hold: their ingest and
+//     requests get a 503, their deliveries stay stopped, answers to
+//     deliveries of theirs still out (unanswered for the ack wait) are
+//     dropped (those deliveries count as unanswered).
+//  3. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
 //     target (IN), in chunks, under the same keys. The target records In
 //     before it stores the first, keeps what it receives frozen (it does
 //     not own them), and stores each message once however often it is
 //     sent. If this takes longer than Config.MoveTimeout the source calls
 //     the move off: it forgets Out, thaws the partitions and tells the
 //     target to drop what it staged.
-//  3. The source records Committing, then asks the target to COMMIT:
+//  4. The source records Committing, then asks the target to COMMIT:
 //     the target records that it owns the partitions at epoch e, thaws
 //     them and serves them. From here the move is never called off: the
 //     source asks until the target answers.
-//  4. The source records that it no longer owns them (epoch e), drops its
+//  5. The source records that it no longer owns them (epoch e), drops its
 //     copies (messages, dead letters, duplicate records), and forgets the
 //     move.
 //
@@ -178,7 +189,7 @@ func (n *Node) move(req MoveRequest) (MoveReply, error) {
 	return n.carryOut(mv)
 }
 
-// beginMove checks req and records it as this cell's Out (step 1), or
+// beginMove checks req and records it as this cell's Out (steps 1 and 2), or
 // returns the Out under way when req asks for the same move again.
 func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	rec := n.Record()
@@ -286,7 +297,7 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 }
 
 // copyOut sends the partitions' messages, then their dead letters and
-// duplicate records, to the target (step 2), within Config.MoveTimeout,
+// duplicate records, to the target (step 3), within Config.MoveTimeout,
 // and returns how many of each it sent. It sends one chunk of
 // messages, empty, when there are none, so that the target records the
 // move.
@@ -389,7 +400,7 @@ func (n *Node) sendIn(mv Move, body []byte, records bool, deadline time.Time) er
 	}
 }
 
-// commitOut asks the target to own the partitions (step 3) until it
+// commitOut asks the target to own the partitions (step 4) until it
 // answers that it does; only the node's Close stops it.
 func (n *Node) commitOut(mv Move) error {
 	step, _ := json.Marshal(moveStep{From: n.rec.Cell, Partitions: mv.Partitions, Epoch: mv.Epoch})
