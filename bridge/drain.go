@@ -6,9 +6,15 @@ import (
 	"time"
 )
 
-// drainPoll is how often Drain looks at the dispatcher's flights: a
-// move waits this long at most after the last answer settled.
-const drainPoll = 10 * time.Millisecond
+// Drain looks at the dispatcher's flights after drainPoll, then twice as
+// long after each look, up to drainPollMax: a look goes through every
+// flight under the dispatcher's lock (a millisecond or two with a full
+// window of 65,536), and a move waits at most drainPollMax after the last
+// answer settled.
+const (
+	drainPoll    = 5 * time.Millisecond
+	drainPollMax = 100 * time.Millisecond
+)
 
 // heldTopics are the topics whose deliveries the service holds back while
 // a cell of a fleet drains them before it hands them to another cell (see
@@ -62,9 +68,10 @@ func (s *Service) Drain(ctx context.Context, keep func(topicHash uint64) bool) (
 		defer t.Stop()
 		bound = t.C
 	}
-	tick := time.NewTicker(drainPoll)
-	defer tick.Stop()
-	for !s.drained(keep) {
+	look := time.NewTimer(drainPoll)
+	defer look.Stop()
+	for every := drainPoll; !s.drained(keep); every = min(2*every, drainPollMax) {
+		look.Reset(every)
 		select {
 		case <-ctx.Done():
 			release()
@@ -72,7 +79,7 @@ func (s *Service) Drain(ctx context.Context, keep func(topicHash uint64) bool) (
 		case <-bound:
 			s.log.Warn("deliveries of the partitions to hand over still unanswered after the ack wait: they count as unanswered, and are delivered again by the cell that takes them")
 			return release, nil
-		case <-tick.C:
+		case <-look.C:
 		}
 	}
 	return release, nil
