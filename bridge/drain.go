@@ -8,9 +8,9 @@ import (
 
 // Drain looks at the dispatcher's flights after drainPoll, then twice as
 // long after each look, up to drainPollMax: a look goes through every
-// flight under the dispatcher's lock (a millisecond or two with a full
-// window of 65,536), and a move waits at most drainPollMax after the last
-// answer settled.
+// flight under the dispatcher's lock (up to the window, 65,536 by
+// default), and a move waits at most drainPollMax after the last answer
+// settled.
 const (
 	drainPoll    = 5 * time.Millisecond
 	drainPollMax = 100 * time.Millisecond
