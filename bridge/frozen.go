@@ -51,6 +51,12 @@ func (s *Service) SetFrozen(f func(topicHash uint64) bool) error {
 		s.frozen.f.Store(&f)
 	}
 	s.frozen.gate.Unlock()
+	return s.reloadDelivery()
+}
+
+// reloadDelivery has the dispatcher read again which topics are frozen or
+// held back (see undelivered).
+func (s *Service) reloadDelivery() error {
 	c := s.core.Load()
 	if c == nil {
 		return nil
@@ -59,7 +65,7 @@ func (s *Service) SetFrozen(f func(topicHash uint64) bool) error {
 		if err := d.ReloadLimits(); err != nil && c.Down() == nil {
 			return err
 		}
-		// A core that is down reads f when it starts again.
+		// A core that is down reads what is frozen when it starts again.
 	}
 	return nil
 }

@@ -8,10 +8,11 @@ import (
 )
 
 // What a cell of a fleet (package bridge/fleet) uses to hand a partition
-// to another cell: it freezes the partition's topics (SetFrozen), reads
-// their messages (ScanEvents), the other cell stores them under the same
-// keys (Import), and once that cell owns them it deletes its copies
-// (DropTopics).
+// to another cell: it drains the partition's deliveries (Drain, so that
+// the answers to those out are applied here), freezes its topics
+// (SetFrozen), reads their messages (ScanEvents), the other cell stores
+// them under the same keys (Import), and once that cell owns them it
+// deletes its copies (DropTopics).
 
 // ScanEvents yields the pending messages of the topics keep accepts, after
 // the key after (from the first when nil), in key order, until yield

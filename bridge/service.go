@@ -299,6 +299,8 @@ type Service struct {
 	backups backups
 	// frozen are the topics held still for a fleet; see SetFrozen.
 	frozen frozenTopics
+	// held are the topics whose deliveries wait; see Drain.
+	held heldTopics
 
 	// core is set once New has opened it; see started.
 	core atomic.Pointer[core.Service]
@@ -434,7 +436,7 @@ func (s *Service) start() error {
 	}
 	cc := s.cfg.core()
 	cc.Delivery.Observer = s.m
-	cc.Delivery.Frozen = s.frozen.frozen
+	cc.Delivery.Frozen = s.undelivered
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
 		if s.cluster != nil {

@@ -99,7 +99,8 @@ type Config struct {
 	// hash, are held back as a pause holds them: neither delivered nor
 	// redelivered, their flights kept, and its recurring occurrences not
 	// planned ahead, so that nothing writes to the topic. A cell of a fleet freezes the
-	// partitions it hands to another cell, or does not own. It is called
+	// partitions it hands to another cell, or does not own, and holds back
+	// the deliveries of those it drains first (see Unsettled). It is called
 	// with the dispatcher's lock held, so it must be quick and must not
 	// call the dispatcher; call ReloadLimits once its answers change.
 	Frozen func(topicHash uint64) bool

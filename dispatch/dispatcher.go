@@ -61,6 +61,10 @@ type Dispatcher struct {
 		// Health reads them.
 		passStart int64
 		wakeBy    int64
+		// reloadPass is the pass under way at the last ReloadLimits, if
+		// one was: until it ends, the limits it began with may still
+		// send deliveries (see Unsettled).
+		reloadPass uint64
 		// publishing is the key a pass is publishing now, while
 		// inPublish; the pass broadcasts published when it is done. See
 		// waitUnpublishedLocked.

@@ -50,6 +50,9 @@ func (d *Dispatcher) ReloadLimits() error {
 	defer d.mu.Unlock()
 	d.mu.subjects.setLimits(ls)
 	d.mu.flights.resumePaused(now)
+	if d.mu.passStart != 0 {
+		d.mu.reloadPass = d.mu.pass
+	}
 	d.signal()
 	return nil
 }

@@ -289,11 +289,11 @@ func ownedNow(nc *nats.Conn, cell string, parts []fleet.Range) error {
 
 // TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice moves partitions back
 // and forth between two single-node cells while publishers and a
-// consumer run through the fleet: every message answered as stored is
-// delivered, none early, and a message is delivered twice only when the
-// source delivered it before the move froze its partition and the target
-// delivered it again (that delivery's answer, dropped by the freeze,
-// counts as none).
+// consumer that ACKs every delivery at once run through the fleet: every
+// message answered as stored is delivered, none early, and none twice.
+// The ack wait is a minute, far above what the test takes, so a delivery
+// made again could only be one whose ACK a move lost: the source drains a
+// partition's deliveries before it freezes it, and applies their ACKs.
 func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -301,7 +301,9 @@ func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	startCells(t, bin, nc, srv.ClientURL(), moveCells, moveArgs)
+	startCells(t, bin, nc, srv.ClientURL(), moveCells, func(cell string) []string {
+		return append(moveArgs(cell), "--ack-wait", "60s")
+	})
 	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fmove", 64, 16)
 	l.waitAcks(t, 300)
 
@@ -323,9 +325,7 @@ func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
 		t.Fatalf("moving a partition its cell does not own: %v, want a 409", err)
 	}
 	for id, cells := range l.verify(t) {
-		if len(cells) != 2 || cells[0] == cells[1] {
-			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
-		}
+		t.Errorf("message %s delivered by %v, and ACKed each time: want once", id, cells)
 	}
 }
 
@@ -337,9 +337,10 @@ type moveKill struct {
 }
 
 // moveKills are the steps of a move, at each of which a round kills one
-// end: every step either end persists or does.
+// end: every step either end persists or does, and the source's drain,
+// which persists nothing (the move, never begun, is asked again).
 var moveKills = []moveKill{
-	{false, "out-recorded:1"}, {false, "chunk-sent:2"}, {true, "in-recorded:1"}, {true, "imported:2"},
+	{false, "draining:1"}, {false, "out-recorded:1"}, {false, "chunk-sent:2"}, {true, "in-recorded:1"}, {true, "imported:2"},
 	{false, "committing:1"}, {true, "owned:1"}, {false, "released:1"}, {false, "dropped:1"},
 }
 
@@ -409,11 +410,16 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		// Answered by the cell that finished, or never by the one that died.
 		cancel()
 		<-moved
-		// The move goes on by itself where it was; asked again it is
-		// carried out, or answered that it is done.
-		if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
-			t.Logf("round %d: move asked again: %v", r, err)
-		}
+		// The move goes on by itself where it was, if it had begun (a
+		// source killed while it drained had not); asked again, once the
+		// source serves, it is carried out, or answered that it is done
+		// (a 409: the source no longer owns the partitions).
+		checkFor(t, 2*wait, 100*time.Millisecond, func() error {
+			if _, err := requestMove(nc, from, to, parts); err != nil && !errors.Is(err, wire.ErrConflict) {
+				return fmt.Errorf("round %d: move asked again: %w", r, err)
+			}
+			return nil
+		})
 		t3 := time.Now()
 		waitOwned(t, nc, to, parts)
 		t.Logf("round %d: %s killed at %s; %s owns %s (restart %v, load %v, kill %v, done %v)", r, victim, k.step, to, fleet.FormatRanges(parts),
@@ -483,9 +489,7 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 	}
 	l.waitAcks(t, 100)
 	for id, cells := range l.verify(t) {
-		if len(cells) != 2 || cells[0] == cells[1] {
-			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
-		}
+		t.Errorf("message %s delivered by %v, and ACKed each time: want once", id, cells)
 	}
 }
 
@@ -639,5 +643,66 @@ func TestFleet_Move_TakesDeadLettersAndDuplicates(t *testing.T) {
 	}
 	if again := schedule(t, nc, resend()); again.Tag != first.Tag {
 		t.Fatalf("a resend after the move: tag %s, want the first answer's %s", again.Tag, first.Tag)
+	}
+}
+
+// TestFleet_Move_AnswerDuringDrain_NotDeliveredAgain holds the ACK of a
+// delivery of a partition about to move until the move has begun (its
+// source holds the partition's deliveries back, or on a source without
+// that drain, froze the partition), then ACKs: the move completes and the
+// message, answered, is not delivered again by the target. The ack wait
+// is a minute, so no redelivery of an unanswered delivery comes into it.
+func TestFleet_Move_AnswerDuringDrain_NotDeliveredAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	procs := startCells(t, bin, nc, srv.ClientURL(), moveCells, func(cell string) []string {
+		return append(moveArgs(cell), "--ack-wait", "60s")
+	})
+	subject := ""
+	for i := 0; subject == ""; i++ {
+		if s := fmt.Sprintf("fdrain.%d", i); fleet.Partition(s, movePartitions) == 0 {
+			subject = s
+		}
+	}
+	ch := subscribe(t, nc, subject)
+	held := schedule(t, nc, newMsg(subject, "held"))
+	first := next(t, ch, "the delivery whose ACK waits")
+	if string(first.Data) != "held" {
+		t.Fatalf("delivered %q, want the held message", first.Data)
+	}
+
+	parts := []fleet.Range{{From: 0, To: 0}}
+	moved := make(chan error, 1)
+	go func() { _, err := requestMove(nc, "a", "b", parts); moved <- err }()
+	// The move has begun once the source says it drains the partition
+	// (or, without a drain, that it froze it).
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		out := procs["a"].output()
+		if strings.Contains(out, "moving partitions: holding back their deliveries") || strings.Contains(out, "moving partitions: frozen here") {
+			return nil
+		}
+		return errors.New("the source has not begun the move")
+	})
+	// NB: not a request: on a frozen partition the ACK gets no answer.
+	if err := first.Respond(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-moved; err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	waitOwned(t, nc, "b", parts)
+
+	// The target delivers in order by subject: had it the message
+	// answered, it would deliver it before one published after the move.
+	schedule(t, nc, newMsg(subject, "after"))
+	if r := next(t, ch, "the delivery after the move"); string(r.Data) != "after" {
+		t.Fatalf("after the move: delivered %q (reply %s), want only the message published after it: %s was answered before", r.Data, r.Reply, held.Tag)
+	}
+	if _, err := api(nc).Get(context.Background(), wire.MessageRef{Tag: held.Tag}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("GET %s after the move: %v, want a 404: it was answered", held.Tag, err)
 	}
 }

@@ -18,26 +18,37 @@ import (
 )
 
 // Moving partitions between cells. The source carries a move out, step by
-// step, each step persisted in its record before the next begins, so that
-// a cell killed at any step goes on from it when it starts again:
+// step, each step from the second on persisted in its record before the
+// next begins, so that a cell killed at any step goes on from it when it
+// starts again:
 //
-//  1. The source records Out (the partitions, the target, the epoch e at
+//  1. The source drains the partitions (see drainOut): it holds back
+//     their deliveries, and waits until every delivery of theirs already
+//     out is answered and its answer settled here (an ACK's delete
+//     committed), for the ack wait at most; their ingest, requests and
+//     answers go on. An answer that came later would be dropped by the
+//     freeze, and the target would deliver again a message its consumer
+//     answered. The drain persists nothing: a source that stops during it
+//     never began the move, and a move resumed from the record does not
+//     drain (its partitions are frozen from the start).
+//  2. The source records Out (the partitions, the target, the epoch e at
 //     which the target will own them, above every epoch the fleet
-//     knows), then freezes them: their ingest and requests get a 503,
-//     their deliveries stop, answers to deliveries of theirs already out
-//     are dropped (those deliveries count as unanswered).
-//  2. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
+//     knows), then freezes them, and lifts the hold: their ingest and
+//     requests get a 503, their deliveries stay stopped, answers to
+//     deliveries of theirs still out (unanswered for the ack wait) are
+//     dropped (those deliveries count as unanswered).
+//  3. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
 //     target (IN), in chunks, under the same keys. The target records In
 //     before it stores the first, keeps what it receives frozen (it does
 //     not own them), and stores each message once however often it is
 //     sent. If this takes longer than Config.MoveTimeout the source calls
 //     the move off: it forgets Out, thaws the partitions and tells the
 //     target to drop what it staged.
-//  3. The source records Committing, then asks the target to COMMIT:
+//  4. The source records Committing, then asks the target to COMMIT:
 //     the target records that it owns the partitions at epoch e, thaws
 //     them and serves them. From here the move is never called off: the
 //     source asks until the target answers.
-//  4. The source records that it no longer owns them (epoch e), drops its
+//  5. The source records that it no longer owns them (epoch e), drops its
 //     copies (messages, dead letters, duplicate records), and forgets the
 //     move.
 //
@@ -51,6 +62,11 @@ type Mover interface {
 	// SetFrozen makes f say which topics are held still (see
 	// bridge.Service.SetFrozen).
 	SetFrozen(f func(topicHash uint64) bool) error
+	// Drain holds back the deliveries of the topics keep accepts until
+	// release is called, and waits until none of theirs is out
+	// unanswered or settling, for the ack wait at most (see
+	// bridge.Service.Drain).
+	Drain(ctx context.Context, keep func(topicHash uint64) bool) (release func(), err error)
 	// ScanEvents reads the pending messages of the topics keep accepts.
 	ScanEvents(after *keys.Key, keep func(topicHash uint64) bool, yield func(keys.Key, *delaystore.StoredMessage) bool) error
 	// Import stores messages handed over, under their keys, once.
@@ -173,7 +189,7 @@ func (n *Node) move(req MoveRequest) (MoveReply, error) {
 	return n.carryOut(mv)
 }
 
-// beginMove checks req and records it as this cell's Out (step 1), or
+// beginMove checks req and records it as this cell's Out (steps 1 and 2), or
 // returns the Out under way when req asks for the same move again.
 func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	rec := n.Record()
@@ -196,13 +212,39 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	if h, ok := n.table.heardOf(req.To); !ok || time.Since(h.at) > n.cfg.Silence {
 		return Move{}, moveError(wire.ErrUnavailable, "cell %q is not serving in the fleet: not heard from", req.To)
 	}
-	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), rec.Epoch) + 1}
+	release, err := n.drainOut(parts, req.To)
+	if err != nil {
+		return Move{}, err
+	}
+	// NB: lifted once Out froze the partitions, or at once if it could
+	// not be recorded.
+	defer release()
+	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), n.Record().Epoch) + 1}
 	if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
 		return Move{}, err
 	}
 	n.log.Info("moving partitions: frozen here until the move ends", "partitions", FormatRanges(parts), "to", req.To, "epoch", mv.Epoch)
 	n.step("out-recorded")
 	return mv, nil
+}
+
+// drainOut holds back the deliveries of the partitions parts, about to
+// move to the cell to, and waits until every delivery of theirs already
+// out is answered and settled here, or the ack wait has passed (see
+// Mover.Drain); their ingest and requests go on meanwhile. It persists
+// nothing: a cell that stops now never began the move. The caller lifts
+// the hold with release once the partitions are frozen, or the move
+// given up.
+func (n *Node) drainOut(parts []Range, to string) (release func(), err error) {
+	n.log.Info("moving partitions: holding back their deliveries until those out are answered", "partitions", FormatRanges(parts), "to", to)
+	n.step("draining")
+	ctx, cancel := n.stopContext()
+	defer cancel()
+	release, err = n.mover.Drain(ctx, n.keepOf(parts))
+	if err != nil {
+		return nil, fmt.Errorf("%w: holding back the deliveries of partitions %s to move them: %v", wire.ErrUnavailable, FormatRanges(parts), err)
+	}
+	return release, nil
 }
 
 // carryOut carries the move mv, recorded as this cell's Out, on from the
@@ -255,7 +297,7 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 }
 
 // copyOut sends the partitions' messages, then their dead letters and
-// duplicate records, to the target (step 2), within Config.MoveTimeout,
+// duplicate records, to the target (step 3), within Config.MoveTimeout,
 // and returns how many of each it sent. It sends one chunk of
 // messages, empty, when there are none, so that the target records the
 // move.
@@ -358,7 +400,7 @@ func (n *Node) sendIn(mv Move, body []byte, records bool, deadline time.Time) er
 	}
 }
 
-// commitOut asks the target to own the partitions (step 3) until it
+// commitOut asks the target to own the partitions (step 4) until it
 // answers that it does; only the node's Close stops it.
 func (n *Node) commitOut(mv Move) error {
 	step, _ := json.Marshal(moveStep{From: n.rec.Cell, Partitions: mv.Partitions, Epoch: mv.Epoch})

@@ -16,7 +16,7 @@ import (
 // The target's side of a move (see move.go). Its steps run on the
 // subscription's goroutine, one at a time.
 
-// receiveIn stores a chunk of a move's messages (step 2), first recording
+// receiveIn stores a chunk of a move's messages (step 3), first recording
 // the move as In if it is new.
 func (n *Node) receiveIn(m *nats.Msg) {
 	var step moveStep
@@ -90,7 +90,7 @@ func (n *Node) stage(step moveStep) (int, error) {
 	return 0, nil
 }
 
-// commitIn makes the cell own the partitions of its In (step 3), and
+// commitIn makes the cell own the partitions of its In (step 4), and
 // answers with its status; a commit asked again once it owns them is
 // answered the same.
 func (n *Node) commitIn(m *nats.Msg) {

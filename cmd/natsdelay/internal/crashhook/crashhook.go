@@ -61,8 +61,8 @@ func Advance(v string, log *slog.Logger) (func(delaystore.AdvanceStage), error) 
 
 // MoveEnv names the crash tests' fault in a move of partitions:
 // "<step>:N" makes serve kill itself with SIGKILL the Nth time a move of
-// this cell's reaches step (see fleet.Config.StepHook): out-recorded,
-// chunk-sent, committing, released or dropped at the source, in-recorded,
+// this cell's reaches step (see fleet.Config.StepHook): draining,
+// out-recorded, chunk-sent, committing, released or dropped at the source, in-recorded,
 // imported or owned at the target. MoveChunkEnv, a count of bytes, bounds
 // the chunks of a move (fleet.Config.MoveChunk), so that a small test
 // moves in several.
@@ -72,7 +72,7 @@ const (
 )
 
 // moveSteps are the steps a StepHook is told.
-var moveSteps = []string{"out-recorded", "chunk-sent", "committing", "released", "dropped", "in-recorded", "imported", "owned"}
+var moveSteps = []string{"draining", "out-recorded", "chunk-sent", "committing", "released", "dropped", "in-recorded", "imported", "owned"}
 
 // Move parses the value of MoveEnv: nil for "", else a StepHook that logs
 // and kills the process at the step and count it names. Several, comma
