@@ -245,7 +245,8 @@ func (b *opCountingBatch) Commit(sync delaystore.SyncMode) error {
 // occurrences' entries (the occurrence's removed, the successor's added)
 // and the subject's pending count. A batch writes three keys of its own:
 // the last id, the pending total and the due count of the successors'
-// second (one here, as all are due in the same second).
+// second (one here, as all are due in the same second). The ACKs that
+// delete the planned occurrences then write three keys each.
 func TestRepository_Advance_KeysWrittenPerOccurrence(t *testing.T) {
 	const n = 64
 	st := &opCountingStore{Store: newStore(t)}
@@ -264,5 +265,17 @@ func TestRepository_Advance_KeysWrittenPerOccurrence(t *testing.T) {
 	const perOccurrence, perBatch = 8, 3
 	if got := st.last; got != n*perOccurrence+perBatch {
 		t.Fatalf("a batch planning %d occurrences wrote %d keys, want %d a plan and %d for the batch", n, got, perOccurrence, perBatch)
+	}
+	// Their ACKs: the occurrence and its due entry deleted, the subject's
+	// count; for the batch, the pending total and the due count of
+	// their second.
+	var ops []delaystore.Op
+	for _, k := range ks {
+		ops = append(ops, delaystore.Op{Key: k})
+	}
+	apply(t, r, ops...)
+	const perAck, perAckBatch = 3, 2
+	if got := st.last; got != n*perAck+perAckBatch {
+		t.Fatalf("a batch deleting %d planned occurrences wrote %d keys, want %d an occurrence and %d for the batch", n, got, perAck, perAckBatch)
 	}
 }
