@@ -223,7 +223,14 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 		}
 		deltas[stored.Subject]--
 	} else {
-		if err := r.unindexSchedule(b, k, stored); err != nil {
+		unindex := r.unindexSchedule
+		if next != nil && toPlan(next) {
+			// The successor's entry below overwrites the schedule's,
+			// the same key, in this batch: deleting it first would be
+			// one more key written for each occurrence.
+			unindex = r.unindexOccurrence
+		}
+		if err := unindex(b, k, stored); err != nil {
 			return keys.Key{}, false, fmt.Errorf("move schedule entry: %w", err)
 		}
 		if next != nil {

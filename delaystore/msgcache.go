@@ -11,9 +11,11 @@ import (
 // to the store: a recurring occurrence is written by one plan, read by the
 // next plan, by the dispatcher's pass and by the delete after its ACK,
 // and each of those reads was a point read of the store and most of the
-// cost of an occurrence. Only messages read back by key are kept
-// (occurrences, and messages with a client id: see readBack); a plain
-// message is not, as copying each would cost more than it saves.
+// cost of an occurrence. Only messages read back by key soon are kept
+// (occurrences due within cacheHorizon, and messages with a client id:
+// see readBack); a plain message is not, as copying each would cost more
+// than it saves, nor an occurrence due far ahead, which the cache would
+// only hold in the heap until it turned over.
 //
 // A value in it is the one the store holds, which holds because a
 // Repository is its store's only writer while it is open, and because:

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -118,6 +119,43 @@ func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 		checkAgrees(t, r, st.Store, "deleted", moved.Key, c)
 		checkAgrees(t, r, st.Store, "all", eventKeys(t, st.Store)...)
 	})
+}
+
+// TestRepository_MessageCache_OccurrencesDueSoonOnly checks that the
+// cache keeps an occurrence due within a minute of now, which is read
+// back when it falls due, and not one due later, which would only sit in
+// memory until then (see cacheHorizon): that one is read from the store,
+// and still exactly as it is stored. A message with a client id is kept
+// however far ahead it is due, as a replace reads it back at any time.
+func TestRepository_MessageCache_OccurrencesDueSoonOnly(t *testing.T) {
+	st := &readCountingStore{Store: newStore(t), reads: map[string]int{}}
+	now := time.Unix(0, t0)
+	r := openRepo(t, st, delaystore.RepositoryConfig{Now: func() time.Time { return now }})
+	soon := t0 + int64(time.Minute)
+	later := soon + 1
+	s := schedule(t, r, occurrence("soon", "", soon, 1), occurrence("later", "", later, 1), withID(msg("id", later+int64(24*time.Hour)), "x"))
+	checkAgrees(t, r, st.Store, "scheduled", s[0].Key, s[1].Key, s[2].Key)
+	if n := st.readsOf(s[0].Key); n != 0 {
+		t.Fatalf("an occurrence due in a minute read %d times from the store, want from memory", n)
+	}
+	if n := st.readsOf(s[1].Key); n != 1 {
+		t.Fatalf("an occurrence due in a minute and 1 ns read %d times from the store, want once: not kept", n)
+	}
+	if n := st.readsOf(s[2].Key); n != 0 {
+		t.Fatalf("a message with a client id read %d times from the store, want from memory", n)
+	}
+
+	// Planned a day on, its successor (due a second later) is due soon
+	// then, and kept.
+	now = now.Add(24 * time.Hour)
+	_, res, err := r.AdvanceEach([]keys.Key{s[1].Key}, planNext, delaystore.Sync)
+	if err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("AdvanceEach: %v, %v", res, err)
+	}
+	checkAgrees(t, r, st.Store, "planned", res[0].Next)
+	if n := st.readsOf(res[0].Next); n != 0 {
+		t.Fatalf("a successor due soon read %d times from the store, want from memory", n)
+	}
 }
 
 // TestRepository_MessageCache_ExactAfterUncertainCommits checks that what

@@ -33,6 +33,10 @@ type RepositoryConfig struct {
 	// kill from outside hits only by chance. It must not call the
 	// Repository.
 	AdvanceHook func(AdvanceStage)
+	// Now is the clock the message cache reads to tell an occurrence due
+	// soon, which it keeps, from one due far ahead, which it does not
+	// (see cacheHorizon); nil means time.Now.
+	Now func() time.Time
 }
 
 // AdvanceStage is where in an Advance batch AdvanceHook is called.
@@ -52,6 +56,7 @@ func DefaultRepositoryConfig() RepositoryConfig {
 		TimeBucket:  0,
 		Logger:      nil,
 		AdvanceHook: nil,
+		Now:         nil,
 	}
 }
 
@@ -145,6 +150,8 @@ type Repository struct {
 	closed   atomic.Bool
 	// advanceHook is RepositoryConfig.AdvanceHook.
 	advanceHook func(AdvanceStage)
+	// now is RepositoryConfig.Now, or time.Now.
+	now func() time.Time
 
 	// wmu serialises writers; it is held across the commit (see Schedule).
 	// Lock order: wmu, then mu.
@@ -248,9 +255,13 @@ func OpenRepository(s Store, cfg RepositoryConfig) (*Repository, error) {
 		bucketMs: cfg.TimeBucket.Milliseconds(),
 		// A test hook; nil in every real configuration.
 		advanceHook: cfg.AdvanceHook,
+		now:         cfg.Now,
 		w:           scratch{deltas: make(map[string]int64), due: make(map[int64]int64), deadDeltas: make(map[string]int64), rewrites: make(map[keys.Key]bool)},
 		counts:      newCountCache(),
 		rewritten:   make(map[keys.Key]struct{}),
+	}
+	if r.now == nil {
+		r.now = time.Now
 	}
 	r.msgs.init()
 
@@ -692,18 +703,38 @@ func (r *Repository) setMessage(b Batch, k *keys.Key, m *StoredMessage, once boo
 	if err := b.Set(k[:], r.w.val); err != nil {
 		return fmt.Errorf("write %v: %w", k, err)
 	}
-	r.msgs.changed(k, r.w.val, readBack(m))
+	r.msgs.changed(k, r.w.val, r.readBack(m))
 	return nil
 }
 
-// readBack reports whether the service reads m back by its key once
-// written, so that the message cache keeps it: an occurrence of a
-// recurring schedule is read to plan it, to publish it and to delete it,
-// and a message with a client id to replace or delete it. A plain message
-// is published from the due scan and deleted without a read (see
-// Op.Pending); keeping a copy of each would cost more than it saves.
-func readBack(m *StoredMessage) bool {
-	return m.Recurrence != nil || m.ClientId != ""
+// cacheHorizon is how far ahead of now an occurrence may be due for the
+// message cache to keep it once written. The reads it serves come when
+// the occurrence falls due: the planner's, up to a second before (see
+// dispatch.Config.PlanAhead), the pass's and the delete's after the ACK.
+// A value written further ahead is seldom still there by then: a service
+// busy enough for the reads to matter turns the cache over within
+// seconds (it keeps the last 65,536 values, and 10,000 occurrences a
+// second write as many), and a quiet one drops it at the idle release
+// (10 s after a burst, see bridge/idle). Kept anyway, the occurrences due
+// far ahead that a burst of schedules writes (100,000 due next January
+// hold 22 MiB) would only stay in the heap until then. A minute keeps
+// every occurrence of a schedule of a minute or less, whose reads are the
+// ones that add up, and costs any other one a point read of the store
+// when it falls due.
+const cacheHorizon = time.Minute
+
+// readBack reports whether the service reads m back by its key soon after
+// it is written, so that the message cache keeps it: an occurrence of a
+// recurring schedule due within cacheHorizon is read to plan it, to
+// publish it and to delete it, and a message with a client id is read to
+// replace or delete it. A plain message is published from the due scan
+// and deleted without a read (see Op.Pending); keeping a copy of each
+// would cost more than it saves.
+func (r *Repository) readBack(m *StoredMessage) bool {
+	if m.ClientId != "" && m.Recurrence == nil {
+		return true
+	}
+	return m.Recurrence != nil && m.FireAtNs <= r.now().Add(cacheHorizon).UnixNano()
 }
 
 // deleteMessage adds to b the deletion of m, stored under k, and of its index
@@ -1039,7 +1070,7 @@ func (r *Repository) update(b Batch, op *Op, cur *StoredMessage) (bool, error) {
 		return false, fmt.Errorf("write %v: %w", op.Key, err)
 	}
 	r.noteRewrite(op.Key, cur)
-	r.msgs.changed(&op.Key, r.w.val, readBack(op.Msg))
+	r.msgs.changed(&op.Key, r.w.val, r.readBack(op.Msg))
 	return true, nil
 }
 

@@ -27,6 +27,11 @@ func openRepo(tb testing.TB, s delaystore.Store, cfg delaystore.RepositoryConfig
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(tb)
 	}
+	if cfg.Now == nil {
+		// The tests' messages are due around t0, which the message
+		// cache then takes for due soon (see cacheHorizon).
+		cfg.Now = func() time.Time { return time.Unix(0, t0) }
+	}
 	r, err := delaystore.OpenRepository(s, cfg)
 	if err != nil {
 		tb.Fatalf("OpenRepository: %v", err)

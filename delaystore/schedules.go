@@ -92,6 +92,22 @@ func (r *Repository) unindexSchedule(b Batch, k keys.Key, m *StoredMessage) erro
 	return nil
 }
 
+// unindexOccurrence is unindexSchedule for an occurrence whose successor
+// is indexed in the same batch: it leaves the schedule entry, which the
+// successor's overwrites, and removes only k's entry in the index of
+// occurrences. wmu must be held.
+func (r *Repository) unindexOccurrence(b Batch, k keys.Key, m *StoredMessage) error {
+	if !toPlan(m) {
+		return nil
+	}
+	r.w.key = recurIndex.appendKey(r.w.key[:0], k)
+	if err := b.Delete(r.w.key); err != nil {
+		return err
+	}
+	r.w.schedules--
+	return nil
+}
+
 // setScheduleCount adds to b the new number of schedules, if this batch
 // changes it. wmu must be held.
 func (r *Repository) setScheduleCount(b Batch) error {

@@ -357,7 +357,10 @@ func TestDispatcher_PlanAhead_ReadsOnlyOccurrences(t *testing.T) {
 		msgs = append(msgs, msgAt(fmt.Sprintf("one.%d", i%300), now.Add(100*time.Millisecond+time.Duration(i)*200*time.Microsecond)))
 	}
 	for i := range schedules {
-		msgs = append(msgs, occurrenceAt(fmt.Sprintf("rec.%d", i), time.Hour, now.Add(300*time.Millisecond+time.Duration(i)*100*time.Millisecond), recur.One, 0))
+		// NB: every 10 s, so the successors are due beyond the
+		// look-ahead and within the minute in which the repository
+		// keeps in memory what it wrote (delaystore's cacheHorizon).
+		msgs = append(msgs, occurrenceAt(fmt.Sprintf("rec.%d", i), 10*time.Second, now.Add(300*time.Millisecond+time.Duration(i)*100*time.Millisecond), recur.One, 0))
 	}
 	if _, err := writer.Schedule(msgs, delaystore.Sync); err != nil {
 		t.Fatal(err)

@@ -174,6 +174,7 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 		// Only when the test failed midway: the process is never left behind.
 		if proc != nil {
 			proc.kill(t)
+			t.Logf("%d deliveries; the log of the last process, to its end:\n%s", l.recv.Load(), lastLines(proc.output(), 80))
 		}
 	}()
 
@@ -295,6 +296,12 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 	t.Logf("%s: %d kills (outside %d, hook before commit %d, hook after commit %d), %d schedules, %d occurrences delivered, %d deliveries, lost 0, in %v",
 		eng, kills, stages[killFromOutside], stages[killBeforeAdvanceCommit], stages[killAfterAdvanceCommit], n, delivered, l.recv.Load(),
 		time.Since(start).Round(time.Millisecond))
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // skipThroughKills asks SCHEDULE.SKIP of the schedule of subject named

@@ -1,0 +1,281 @@
+package delaystore_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
+)
+
+// crashPlanner plans occurrences as the dispatcher does: the occurrence
+// rewritten as planned with its successor's time, and its successor one
+// interval later; subject "last" has no successor (its Delay-Limit is
+// reached).
+func crashPlanner(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
+	cur := proto.Clone(m).(*delaystore.StoredMessage)
+	cur.Recurrence.Planned = true
+	p := delaystore.Plan{Key: k, Cur: cur}
+	if m.Subject == "last" {
+		return p, true
+	}
+	r := m.Recurrence
+	cur.Recurrence.NextNs = r.OccurrenceNs + r.EveryNs
+	next := proto.Clone(m).(*delaystore.StoredMessage)
+	next.FireAtNs, next.EventId, next.Attempt = r.OccurrenceNs+r.EveryNs, 0, 0
+	next.Recurrence.OccurrenceNs, next.Recurrence.Seq = r.OccurrenceNs+r.EveryNs, r.Seq+1
+	next.Recurrence.Planned, next.Recurrence.NextNs = false, 0
+	p.Next = next
+	return p, true
+}
+
+// crashSchedules are the schedules of the crash tests: one with a
+// Delay-Id, one without (named by its first tag), and one planned as its
+// last occurrence.
+func crashSchedules() []*delaystore.StoredMessage {
+	return []*delaystore.StoredMessage{
+		occurrence("named", "job", t0, 1),
+		occurrence("anon", "", t0, 1),
+		occurrence("last", "end", t0, 1),
+	}
+}
+
+// crashEngine opens a store of one durable engine and takes a copy of it
+// as a crash would leave it, at any moment, from inside a hook.
+type crashEngine struct {
+	name string
+	// open opens the store that the repository under test writes.
+	open func(t *testing.T) delaystore.Store
+	// crash returns a function that opens a copy of the store as a
+	// crash now would leave it: what was synced and nothing else.
+	crash func(t *testing.T) func() delaystore.Store
+}
+
+func crashEngines() []crashEngine {
+	var fs *vfs.MemFS
+	var dir string
+	return []crashEngine{
+		{
+			name: "pebble",
+			open: func(t *testing.T) delaystore.Store {
+				fs = vfs.NewCrashableMem()
+				return openDisk(t, "/db", fs)
+			},
+			crash: func(t *testing.T) func() delaystore.Store {
+				crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				return func() delaystore.Store { return openDisk(t, "/db", crashed) }
+			},
+		},
+		{
+			name: "bolt",
+			open: func(t *testing.T) delaystore.Store {
+				dir = t.TempDir()
+				return openBolt(t, dir)
+			},
+			crash: func(t *testing.T) func() delaystore.Store {
+				// NB: bbolt commits a batch in one synced transaction
+				// inside Commit; between commits the file is whole.
+				b, err := os.ReadFile(filepath.Join(dir, "bolt.db"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				to := t.TempDir()
+				if err := os.WriteFile(filepath.Join(to, "bolt.db"), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return func() delaystore.Store { return openBolt(t, to) }
+			},
+		},
+	}
+}
+
+// TestRepository_Advance_CrashInsidePlanning checks what a crash inside a
+// planning batch leaves, at each point of it (before its commit, after
+// it), on each durable engine, and that planning on from there, as the
+// dispatcher does after a restart, neither loses a schedule nor fires an
+// occurrence twice: each planned time of a schedule is stored under one
+// key only, the schedule index points at its newest occurrence, that one
+// is the only one still to plan, and an occurrence planned before the
+// crash is refused a second plan.
+func TestRepository_Advance_CrashInsidePlanning(t *testing.T) {
+	stages := map[delaystore.AdvanceStage]string{delaystore.AdvanceBeforeCommit: "before-commit", delaystore.AdvanceAfterCommit: "after-commit"}
+	for _, e := range crashEngines() {
+		for _, stage := range []delaystore.AdvanceStage{delaystore.AdvanceBeforeCommit, delaystore.AdvanceAfterCommit} {
+			t.Run(e.name+"/"+stages[stage], func(t *testing.T) {
+				var reopen func() delaystore.Store
+				cfg := delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
+					if s == stage && reopen == nil {
+						reopen = e.crash(t)
+					}
+				}}
+				r := openRepo(t, e.open(t), cfg)
+				first := schedule(t, r, crashSchedules()...)
+				ks := []keys.Key{first[0].Key, first[1].Key, first[2].Key}
+				if _, res, err := r.AdvanceEach(ks, crashPlanner, delaystore.Sync); err != nil || len(res) != 3 {
+					t.Fatalf("AdvanceEach: %v, %v", res, err)
+				}
+				if reopen == nil {
+					t.Fatal("the hook was not called at the stage")
+				}
+				r.Close()
+
+				s2 := reopen()
+				r2 := openRepo(t, s2, delaystore.RepositoryConfig{})
+				committed := stage == delaystore.AdvanceAfterCommit
+				checkCrashState(t, r2, s2, ks, committed)
+
+				// The restart: the pass redelivers what is stored and
+				// plans it first; the planner plans what the index of
+				// occurrences holds. Both, so each meets the other.
+				if _, res, err := r2.AdvanceEach(ks, crashPlanner, delaystore.Sync); err != nil || (committed && len(res) != 0) || (!committed && len(res) != 3) {
+					t.Fatalf("planning again the first occurrences: %v, %v (committed before the crash: %v)", res, err, committed)
+				}
+				for _, k := range ks {
+					m, err := r2.Get(k)
+					if err != nil {
+						t.Fatalf("occurrence %v gone after planning again: %v", k, err)
+					}
+					p, _ := crashPlanner(k, m)
+					if err := advanceErr(t, r2, p); !errors.Is(err, delaystore.ErrPlanned) {
+						t.Fatalf("a second plan of %s: %v, want ErrPlanned", m.Subject, err)
+					}
+				}
+				checkCrashState(t, r2, s2, ks, true)
+			})
+		}
+	}
+}
+
+// checkCrashState checks the store after the first occurrences under ks
+// of crashSchedules were planned (planned) or not: every occurrence is
+// stored once, and each schedule's newest is indexed and the only one
+// still to plan.
+func checkCrashState(t *testing.T, r *delaystore.Repository, s delaystore.Store, ks []keys.Key, planned bool) {
+	t.Helper()
+	byTime := map[string]map[int64]int{}
+	for _, k := range eventKeys(t, s) {
+		m, err := r.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if byTime[m.Subject] == nil {
+			byTime[m.Subject] = map[int64]int{}
+		}
+		byTime[m.Subject][m.Recurrence.OccurrenceNs]++
+	}
+	want := map[string]map[int64]int{"named": {t0: 1}, "anon": {t0: 1}, "last": {t0: 1}}
+	if planned {
+		want["named"][t0+1e9], want["anon"][t0+1e9] = 1, 1
+	}
+	if fmt.Sprint(byTime) != fmt.Sprint(want) {
+		t.Fatalf("occurrences stored, by subject and time: %v, want %v (planned %v)", byTime, want, planned)
+	}
+
+	var toPlan []string
+	if err := r.ScanOccurrences(nil, ^uint64(0), func(k keys.Key) bool {
+		m, err := r.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toPlan = append(toPlan, fmt.Sprintf("%s@%d", m.Subject, (m.Recurrence.OccurrenceNs-t0)/1e9))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(toPlan)
+	wantToPlan := "[anon@0 last@0 named@0]"
+	wantSchedules := uint64(3)
+	if planned {
+		wantToPlan, wantSchedules = "[anon@1 named@1]", 2
+	}
+	if fmt.Sprint(toPlan) != wantToPlan || r.Schedules() != wantSchedules {
+		t.Fatalf("occurrences still to plan %v, schedules %d; want %s, %d", toPlan, r.Schedules(), wantToPlan, wantSchedules)
+	}
+	refs, err := r.ScheduleRefs("", "", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		m, err := r.Get(ref.Key)
+		if err != nil || m.Recurrence.Planned || m.Subject != ref.Subject {
+			t.Fatalf("schedule %s/%s points at %v: %v, %v", ref.Subject, ref.Name, ref.Key, m, err)
+		}
+	}
+	if k, err := r.Lookup("named", "job"); err != nil || (k == ks[0]) == planned {
+		t.Fatalf("Delay-Id of named points at %v (%v); the first occurrence is %v, planned %v", k, err, ks[0], planned)
+	}
+	if k, err := r.Lookup("last", "end"); err != nil || k != ks[2] {
+		t.Fatalf("Delay-Id of the last occurrence points at %v (%v), want %v", k, err, ks[2])
+	}
+}
+
+// opCountingStore counts the operations of each batch it commits.
+type opCountingStore struct {
+	delaystore.Store
+	last int
+}
+
+func (s *opCountingStore) NewBatch() delaystore.Batch {
+	return &opCountingBatch{Batch: s.Store.NewBatch(), s: s}
+}
+
+type opCountingBatch struct {
+	delaystore.Batch
+	s *opCountingStore
+}
+
+func (b *opCountingBatch) Commit(sync delaystore.SyncMode) error {
+	b.s.last = b.Batch.Len()
+	return b.Batch.Commit(sync)
+}
+
+// TestRepository_Advance_KeysWrittenPerOccurrence pins how many keys a
+// planning batch writes for each occurrence it plans, beyond the batch's
+// own (the last id), so that a change to it is seen: with a successor
+// and a Delay-Id, the occurrence rewritten as planned, the successor, its
+// due entry, its Delay-Id entry, the schedule entry moved to it (one
+// write: the successor's entry overwrites the occurrence's), the index of
+// occurrences' entries (the occurrence's removed, the successor's added)
+// and the subject's pending count. A batch writes three keys of its own:
+// the last id, the pending total and the due count of the successors'
+// second (one here, as all are due in the same second). The ACKs that
+// delete the planned occurrences then write three keys each.
+func TestRepository_Advance_KeysWrittenPerOccurrence(t *testing.T) {
+	const n = 64
+	st := &opCountingStore{Store: newStore(t)}
+	r := openRepo(t, st, delaystore.RepositoryConfig{})
+	var ms []*delaystore.StoredMessage
+	for i := range n {
+		ms = append(ms, occurrence(fmt.Sprintf("s%d", i), "job", t0, 1))
+	}
+	var ks []keys.Key
+	for _, s := range schedule(t, r, ms...) {
+		ks = append(ks, s.Key)
+	}
+	if _, res, err := r.AdvanceEach(ks, crashPlanner, delaystore.Sync); err != nil || len(res) != n {
+		t.Fatalf("AdvanceEach: %d planned, %v", len(res), err)
+	}
+	const perOccurrence, perBatch = 8, 3
+	if got := st.last; got != n*perOccurrence+perBatch {
+		t.Fatalf("a batch planning %d occurrences wrote %d keys, want %d a plan and %d for the batch", n, got, perOccurrence, perBatch)
+	}
+	// Their ACKs: the occurrence and its due entry deleted, the subject's
+	// count; for the batch, the pending total and the due count of
+	// their second.
+	var ops []delaystore.Op
+	for _, k := range ks {
+		ops = append(ops, delaystore.Op{Key: k})
+	}
+	apply(t, r, ops...)
+	const perAck, perAckBatch = 3, 2
+	if got := st.last; got != n*perAck+perAckBatch {
+		t.Fatalf("a batch deleting %d planned occurrences wrote %d keys, want %d an occurrence and %d for the batch", n, got, perAck, perAckBatch)
+	}
+}
