@@ -157,6 +157,8 @@ func (st *subjectTable) passed(k keys.Key, now int64) bool {
 	switch {
 	case t == nil:
 		return false
+	case st.groupHeld(t):
+		return false // the entry may be of another group: it wakes the topic
 	case t.limited || t.released:
 		return true
 	case t.cursor != nil && bytes.Compare(k[:], t.cursor) < 0:
@@ -171,6 +173,11 @@ func (st *subjectTable) admit(found []keys.Key, now int64) {
 	for _, k := range found {
 		t := st.topic(k.TopicHash())
 		switch {
+		case st.groupHeld(t):
+			// Held for a group's room, its cursor at that group's
+			// first message left: the entry may be of another group,
+			// so it scans from the cursor (see groups.go).
+			st.unhold(t)
 		case t.limited || t.released:
 			// Held at its limit, its cursor is at or below this
 			// entry, and room brings it back (see lostFlight);

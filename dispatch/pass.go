@@ -49,14 +49,21 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 				r.held = f.k.Bytes()
 			}
 		}
+		if r.groups != nil {
+			d.mu.subjects.unadmit(r.groups[allow:], now)
+			r.groups = r.groups[:allow]
+		}
 		r.due, r.full, next = r.due[:allow], true, now
 	}
 	t.moveCursor(from, r)
-	taken := d.takeLocked(t, r.due, out)
+	taken := d.takeLocked(t, r.due, r.groups, out)
 	for _, g := range r.gone {
 		d.mu.flights.cancel(g.k)
 	}
 	probe := d.mu.subjects.scanned(t, taken, r.full, next, now)
+	if r.wait.g != nil || t.wokenBy != nil {
+		d.mu.subjects.scannedGroups(t, r.wait, r.full || probe, now)
+	}
 	d.mu.Unlock()
 
 	for _, g := range r.gone {
@@ -79,6 +86,11 @@ type dueRead struct {
 	passed     bool
 	notDue     int64 // when the first message not yet due is scannable
 	full       bool  // limit reached before the end of the range
+	// groups are the groups of due, in order, when the topic has a
+	// grouped limit (nil otherwise), and wait is the first group that
+	// was full, whose messages stay behind the cursor (see groups.go).
+	groups []*group
+	wait   groupWait
 }
 
 // readDue reads t's messages from from to the end of what is due at now,
@@ -88,6 +100,8 @@ type dueRead struct {
 func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64, limit int) (dueRead, error) {
 	r := dueRead{notDue: int64(never)}
 	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
+	var gl *groupLimit
+	resolved := false
 	visit := func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if len(r.due) >= limit {
 			r.full = true
@@ -95,8 +109,23 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 		}
 		d.mu.Lock()
 		busy := d.mu.flights.busy(k)
+		if !resolved {
+			gl, resolved = d.mu.subjects.groupRuleOf(t, m), true
+		}
+		var g *group
+		admitted := true
+		if gl != nil && !busy && m.FireAtNs <= now && !expired(m, now) {
+			g, admitted = d.mu.subjects.admitToGroup(gl, m, now, &r.wait)
+		}
 		d.mu.Unlock()
 		switch {
+		case !admitted:
+			// Its group is full: it stays behind the cursor, and the
+			// scan goes on to the topic's messages of other groups.
+			if r.held == nil {
+				r.held = k.Bytes()
+			}
+			return true
 		case busy:
 		case m.FireAtNs > now:
 			// Only possible with a coarse time bucket: the range includes
@@ -110,6 +139,9 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			r.gone = append(r.gone, found{k, m})
 		default:
 			r.due = append(r.due, found{k, m})
+			if gl != nil {
+				r.groups = append(r.groups, g)
+			}
 		}
 		if r.held == nil {
 			r.lastPassed, r.passed = k, true
@@ -141,13 +173,16 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 // takeLocked makes a flight of each message of due that is not canceled
 // since the scan read it, and adds it to out; it returns how many. mu
 // must be held.
-func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
+func (d *Dispatcher) takeLocked(t *topic, due []found, groups []*group, out *[]outgoing) int {
 	taken := 0
-	for _, f := range due {
+	for i, f := range due {
 		if d.mu.flights.isCanceled(f.k) {
 			// NB: ACKed, TERMed, canceled or expired after the scan read it.
 			// Its delete may be committed already, and the answer sent, so
 			// it must not go out again.
+			if groups != nil && groups[i] != nil {
+				d.mu.subjects.groupLost(groups[i], d.nowNs())
+			}
 			continue
 		}
 		taken++
@@ -166,6 +201,9 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			// NB: not for an occurrence: planning it changes its expiry
 			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}
+		}
+		if groups != nil {
+			fl.group = groups[i]
 		}
 		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.add(fl)
@@ -368,6 +406,9 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 		return
 	}
 	if d.mu.subjects.lostFlight(f.topic) {
+		d.signal()
+	}
+	if f.group != nil && d.mu.subjects.groupLost(f.group, d.nowNs()) {
 		d.signal()
 	}
 	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || len(d.mu.subjects.released) > 0 || d.mu.frontier.next != never) {

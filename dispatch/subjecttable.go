@@ -34,8 +34,10 @@ type subjectTable struct {
 	released        []*topic
 	limitLogAt      int64
 	limitedUnlogged int
-	// limits are the limits set by pattern (see limits.go).
+	// limits are the limits set by pattern (see limits.go), and groups
+	// the groups of their grouped limits with work (see groups.go).
 	limits limitTable
+	groups map[groupKey]*group
 	// spent are the rate buckets of topics dropped before their buckets
 	// filled up again, by topic hash, until they would have: a topic made
 	// again takes its bucket back, so a subject that runs out of due
@@ -353,6 +355,10 @@ type topic struct {
 	bucket  *rate.Limiter
 	// pausedHeld is set while it is held because it is paused.
 	pausedHeld bool
+	// waitingOn is the group it waits for, if any, and wokenBy the
+	// group whose room woke it last (see groups.go).
+	waitingOn *group
+	wokenBy   *group
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

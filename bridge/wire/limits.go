@@ -25,6 +25,13 @@ type Limit struct {
 	Burst int     `json:"burst,omitempty"`
 	// Paused holds back every delivery of the matching subjects.
 	Paused bool `json:"paused,omitempty"`
+	// Whole makes MaxInFlight and Rate bound the matching subjects
+	// together instead of each of them.
+	Whole bool `json:"whole,omitempty"`
+	// KeyHeader makes MaxInFlight and Rate bound each value of that
+	// header (a tenant) over all the matching subjects instead of each
+	// subject; messages without the header are not bound by them.
+	KeyHeader string `json:"key_header,omitempty"`
 }
 
 // PatternRequest names a pattern: the body of LIMITS.GET, LIMITS.DELETE,

@@ -1,0 +1,270 @@
+package dispatch
+
+import (
+	"math"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/natsdelay/natsdelay/delaystore"
+)
+
+// Grouped limits (delaystore.Limit.Whole and KeyHeader) bound a group of
+// messages over many subjects: the subjects of a pattern together, or
+// each value of a header (a tenant) over the subjects of a pattern. A
+// topic resolves, beside its own rule, the most specific grouped limit
+// that matches its subject (rule.group); each message it is about to
+// deliver then joins its group, which counts its flights and spends its
+// rate's tokens. A message whose group is at its in-flight limit, or out
+// of tokens, is left behind the cursor, and the scan goes on with the
+// topic's later messages of other groups, so one tenant at its limit
+// holds back none of another's; the topic itself then waits for the
+// group: held, until one of the group's flights ends (in-flight), or in
+// the due heap until the group's next token (rate).
+//
+// A message that arrives at a topic held for a group wakes it: it may be
+// of another group. Topics and messages without a grouped limit never
+// reach this file: the scan looks at rule.group and goes on.
+
+// groupLimit is a grouped limit in force.
+type groupLimit struct {
+	header      string // "" for the pattern as a whole
+	maxInFlight int    // 0: no bound
+	rate        rate.Limit
+	burst       int
+	paused      bool
+}
+
+// groupKey names one group: a limit and, for a key header, its value.
+type groupKey struct {
+	lim   *groupLimit
+	value string
+}
+
+// group is one group's flow: its flights, its rate's tokens, and the
+// topics held until it has room.
+type group struct {
+	key     groupKey
+	flights int
+	bucket  *rate.Limiter
+	waiting []*topic
+}
+
+// groupLimitsOf is the grouped limits of ls, most specific first, as ls.
+func groupLimitsOf(ls []delaystore.Limit) ([]groupLimit, []string) {
+	var gls []groupLimit
+	var patterns []string
+	for _, l := range ls {
+		if !l.Grouped() {
+			continue
+		}
+		gl := groupLimit{maxInFlight: l.MaxInFlight, paused: l.Paused}
+		if !l.Whole {
+			gl.header = l.KeyHeader
+		}
+		if l.Rate > 0 {
+			gl.rate, gl.burst = rate.Limit(l.Rate), DefaultBurst(l.Rate, l.Burst)
+		}
+		gls = append(gls, gl)
+		patterns = append(patterns, l.Pattern)
+	}
+	return gls, patterns
+}
+
+// groupOf is the group of m under gl, made if it is new; nil when m has
+// no value of gl's header.
+func (st *subjectTable) groupOf(gl *groupLimit, m *delaystore.StoredMessage) *group {
+	k := groupKey{lim: gl}
+	if gl.header != "" {
+		v, ok := headerValue(m, gl.header)
+		if !ok {
+			return nil
+		}
+		k.value = v
+	}
+	g := st.groups[k]
+	if g == nil {
+		if st.groups == nil {
+			st.groups = make(map[groupKey]*group)
+		}
+		g = &group{key: k}
+		if gl.rate > 0 {
+			g.bucket = rate.NewLimiter(gl.rate, gl.burst)
+		}
+		st.groups[k] = g
+	}
+	return g
+}
+
+// headerValue is the first value of m's header name, matched without
+// regard to case as NATS publishers spell headers differently.
+func headerValue(m *delaystore.StoredMessage, name string) (string, bool) {
+	for _, h := range m.Headers {
+		if len(h.Values) > 0 && strings.EqualFold(h.Name, name) {
+			return h.Values[0], true
+		}
+	}
+	return "", false
+}
+
+// room reports whether g takes one more delivery at now, and if not, when
+// it may again: never while it is at its in-flight limit (a flight's end
+// says when), else when its rate has a token.
+func (g *group) room(now int64) (bool, int64) {
+	if g.key.lim.maxInFlight > 0 && g.flights >= g.key.lim.maxInFlight {
+		return false, never
+	}
+	if g.bucket == nil {
+		return true, 0
+	}
+	tok := g.bucket.TokensAt(time.Unix(0, now))
+	if tok >= 1 {
+		return true, 0
+	}
+	wait := time.Duration((1 - tok) / float64(g.bucket.Limit()) * float64(time.Second))
+	return false, after(now, max(wait, time.Millisecond))
+}
+
+// groupWait is what a scan left for a group: the first group that was
+// full, and until when.
+type groupWait struct {
+	g  *group
+	at int64
+}
+
+// groupRuleOf is the grouped limit of t, whose message m a scan read
+// first: its subject is known from it if it was not.
+func (st *subjectTable) groupRuleOf(t *topic, m *delaystore.StoredMessage) *groupLimit {
+	if t.subject == "" {
+		t.subject = m.Subject
+	}
+	return st.ruleOf(t).group
+}
+
+// admitToGroup lets m, due, join its group under gl: it returns the group (nil
+// if m has none) and true, or false when the group is full, noting in w
+// the first group found full.
+func (st *subjectTable) admitToGroup(gl *groupLimit, m *delaystore.StoredMessage, now int64, w *groupWait) (*group, bool) {
+	g := st.groupOf(gl, m)
+	if g == nil {
+		return nil, true
+	}
+	if ok, at := g.room(now); !ok {
+		if w.g == nil {
+			*w = groupWait{g: g, at: at}
+		}
+		return g, false
+	}
+	g.flights++
+	if g.bucket != nil {
+		g.bucket.AllowN(time.Unix(0, now), 1)
+	}
+	return g, true
+}
+
+// unadmit takes back the admission of messages a scan does not take
+// after all (its topic's own limits allow fewer).
+func (st *subjectTable) unadmit(gs []*group, now int64) {
+	for _, g := range gs {
+		if g != nil {
+			st.groupLost(g, now)
+		}
+	}
+}
+
+// scannedGroups is told that a scan of t at now, with a grouped limit,
+// left messages of the full group w.g behind (if not nil): t waits for
+// it, unless more is to be read at once (more). A topic woken for room
+// in a group that it did not fill passes the wake on.
+func (st *subjectTable) scannedGroups(t *topic, w groupWait, more bool, now int64) {
+	waited := t.wokenBy
+	t.wokenBy = nil
+	if w.g != nil && !more {
+		st.waitGroup(t, w, now)
+	}
+	if waited != nil && waited != w.g {
+		st.wakeGroup(waited, now)
+	}
+}
+
+// waitGroup makes t, scanned at now, wait for what w names: held until a
+// flight of the group ends, or due again at the group's next token. A
+// topic held at its own limit already stays so.
+func (st *subjectTable) waitGroup(t *topic, w groupWait, now int64) {
+	if w.at != never {
+		st.reschedule(t, w.at)
+		return
+	}
+	if t.limited {
+		return
+	}
+	t.waitingOn = w.g
+	w.g.waiting = append(w.g.waiting, t)
+	if t.idx >= 0 {
+		// Due again when its next message not yet due is, for the
+		// other groups' messages; room in the group wakes it sooner.
+		return
+	}
+	t.limited, t.heldAt = true, now
+	st.held[t] = struct{}{}
+}
+
+// groupHeld reports whether t is held for a group's room only, not at
+// its own limit: a message that comes due on it may be of another group.
+func (st *subjectTable) groupHeld(t *topic) bool {
+	return t.waitingOn != nil && t.limited && st.roomOf(t) > 0
+}
+
+// groupLost is told that a flight of g ended: its room goes to the topics
+// waiting for it, as many as it has room for. It reports whether any was
+// woken.
+func (st *subjectTable) groupLost(g *group, now int64) bool {
+	g.flights--
+	return st.wakeGroup(g, now)
+}
+
+// wakeGroup puts back in the due heap, due at now, as many of the topics
+// waiting for g as it has room for, the longest waiting first; each
+// passes the wake on when its scan leaves room (see Dispatcher.scan).
+func (st *subjectTable) wakeGroup(g *group, now int64) bool {
+	room := math.MaxInt
+	if m := g.key.lim.maxInFlight; m > 0 {
+		room = m - g.flights
+	}
+	woke := false
+	n := 0
+	for n < len(g.waiting) && room > 0 {
+		t := g.waiting[n]
+		n++
+		if t.waitingOn != g {
+			continue // woken already, for another reason
+		}
+		t.waitingOn, t.wokenBy = nil, g
+		room--
+		if t.limited {
+			st.unhold(t)
+		}
+		st.reschedule(t, now)
+		woke = true
+	}
+	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
+	if g.flights == 0 && len(g.waiting) == 0 && (g.bucket == nil || g.bucket.TokensAt(time.Unix(0, now)) >= float64(g.bucket.Burst())) {
+		// Nothing in it now that a new group would not have: memory
+		// follows the groups with work, not every tenant ever seen.
+		delete(st.groups, g.key)
+	}
+	return woke
+}
+
+// dropGroups forgets every group, after a change of limits: the topics
+// that waited for one are released with every held topic, and flights
+// still counted in one end in it without effect.
+func (st *subjectTable) dropGroups() {
+	for _, g := range st.groups {
+		for _, t := range g.waiting {
+			t.waitingOn, t.wokenBy = nil, nil
+		}
+	}
+	st.groups = nil
+}
