@@ -189,3 +189,43 @@ func TestLimits_Whole_BoundsThePatternTogether(t *testing.T) {
 		next(t, other, fmt.Sprintf("other delivery %d", i+1))
 	}
 }
+
+// TestCluster_InProcess_TenantLimit_AcrossLeaderChange checks that a limit
+// keyed on a header is replicated as every limit: set on one leader,
+// which is then killed, the new leader answers it on LIMITS.GET and holds
+// a tenant whose consumer never answers to its max in flight, over two
+// subjects.
+func TestCluster_InProcess_TenantLimit_AcrossLeaderChange(t *testing.T) {
+	const share = 2
+	srv := startServer(t)
+	nodes := startInProcessCluster(t, srv, 3)
+	nc := connect(t, srv)
+	leader := serving(t, nodes)
+	l := wire.Limit{Pattern: "ctenant.>", KeyHeader: "Tenant", MaxInFlight: share}
+	setLimit(t, nc, l)
+	leader.kill(t)
+	leader = serving(t, nodes)
+	var got wire.Limit
+	apiCall(t, nc, wire.VerbLimitsGet, wire.PatternRequest{Pattern: "ctenant.>"}, &got)
+	if got != l {
+		t.Fatalf("LIMITS.GET on the new leader = %+v, want %+v", got, l)
+	}
+	var delivered atomic.Int64
+	sub, err := nc.Subscribe("ctenant.>", func(*nats.Msg) { delivered.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		scheduleInCluster(t, nc, newMsg("ctenant."+strconv.Itoa(i%2), strconv.Itoa(i), "Tenant", "a"))
+	}
+	checkFor(t, wait, 10*time.Millisecond, func() error {
+		if st := leader.svc.Stats(); st.InFlight != share || delivered.Load() != share {
+			return fmt.Errorf("%d in flight on the new leader, %d delivered; want the tenant's %d", st.InFlight, delivered.Load(), share)
+		}
+		return nil
+	})
+}
