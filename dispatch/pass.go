@@ -91,6 +91,9 @@ type dueRead struct {
 	// was full, whose messages stay behind the cursor (see groups.go).
 	groups []*group
 	wait   groupWait
+	// gl is the topic's grouped limit, once resolved (see readDue).
+	gl       *groupLimit
+	resolved bool
 }
 
 // readDue reads t's messages from from to the end of what is due at now,
@@ -100,8 +103,6 @@ type dueRead struct {
 func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64, limit int) (dueRead, error) {
 	r := dueRead{notDue: int64(never)}
 	upper := keys.DueUpperBound(t.hash, now/int64(time.Millisecond), d.bucketMs)
-	var gl *groupLimit
-	resolved := false
 	visit := func(k keys.Key, m *delaystore.StoredMessage) bool {
 		if len(r.due) >= limit {
 			r.full = true
@@ -109,13 +110,15 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 		}
 		d.mu.Lock()
 		busy := d.mu.flights.busy(k)
-		if !resolved {
-			gl, resolved = d.mu.subjects.groupRuleOf(t, m), true
+		if !r.resolved {
+			// In r, not a variable of its own: the closure escapes, and
+			// so would it, once per scan.
+			r.gl, r.resolved = d.mu.subjects.groupRuleOf(t, m), true
 		}
 		var g *group
 		admitted := true
-		if gl != nil && !busy && m.FireAtNs <= now && !expired(m, now) {
-			g, admitted = d.mu.subjects.admitToGroup(gl, m, now, &r.wait)
+		if r.gl != nil && !busy && m.FireAtNs <= now && !expired(m, now) {
+			g, admitted = d.mu.subjects.admitToGroup(r.gl, m, now, &r.wait)
 		}
 		d.mu.Unlock()
 		switch {
@@ -139,7 +142,7 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			r.gone = append(r.gone, found{k, m})
 		default:
 			r.due = append(r.due, found{k, m})
-			if gl != nil {
+			if r.gl != nil {
 				r.groups = append(r.groups, g)
 			}
 		}
