@@ -29,6 +29,7 @@ import (
 
 // groupLimit is a grouped limit in force.
 type groupLimit struct {
+	pattern     string
 	header      string // "" for the pattern as a whole
 	maxInFlight int    // 0: no bound
 	rate        rate.Limit
@@ -36,16 +37,18 @@ type groupLimit struct {
 	paused      bool
 }
 
-// groupKey names one group: a limit and, for a key header, its value.
+// groupKey names one group: a limit's pattern and key header and, for a
+// key header, its value. Not the limit itself: a reload of the same
+// limits must find the same groups, with their flights.
 type groupKey struct {
-	lim   *groupLimit
-	value string
+	pattern, header, value string
 }
 
 // group is one group's flow: its flights, its rate's tokens, and the
 // topics held until it has room.
 type group struct {
 	key     groupKey
+	lim     *groupLimit // as last resolved
 	flights int
 	bucket  *rate.Limiter
 	waiting []*topic
@@ -59,7 +62,7 @@ func groupLimitsOf(ls []delaystore.Limit) ([]groupLimit, []string) {
 		if !l.Grouped() {
 			continue
 		}
-		gl := groupLimit{maxInFlight: l.MaxInFlight, paused: l.Paused}
+		gl := groupLimit{pattern: l.Pattern, maxInFlight: l.MaxInFlight, paused: l.Paused}
 		if !l.Whole {
 			gl.header = l.KeyHeader
 		}
@@ -75,7 +78,7 @@ func groupLimitsOf(ls []delaystore.Limit) ([]groupLimit, []string) {
 // groupOf is the group of m under gl, made if it is new; nil when m has
 // no value of gl's header.
 func (st *subjectTable) groupOf(gl *groupLimit, m *delaystore.StoredMessage) *group {
-	k := groupKey{lim: gl}
+	k := groupKey{pattern: gl.pattern, header: gl.header}
 	if gl.header != "" {
 		v, ok := headerValue(m, gl.header)
 		if !ok {
@@ -89,10 +92,17 @@ func (st *subjectTable) groupOf(gl *groupLimit, m *delaystore.StoredMessage) *gr
 			st.groups = make(map[groupKey]*group)
 		}
 		g = &group{key: k}
-		if gl.rate > 0 {
-			g.bucket = rate.NewLimiter(gl.rate, gl.burst)
-		}
 		st.groups[k] = g
+	}
+	if g.lim != gl {
+		g.lim = gl
+		if g.bucket != nil && gl.rate > 0 {
+			g.bucket = keptBucket(g.bucket, rule{rate: gl.rate, burst: gl.burst}, st.now())
+		} else if gl.rate > 0 {
+			g.bucket = rate.NewLimiter(gl.rate, gl.burst)
+		} else {
+			g.bucket = nil
+		}
 	}
 	return g
 }
@@ -112,7 +122,7 @@ func headerValue(m *delaystore.StoredMessage, name string) (string, bool) {
 // it may again: never while it is at its in-flight limit (a flight's end
 // says when), else when its rate has a token.
 func (g *group) room(now int64) (bool, int64) {
-	if g.key.lim.maxInFlight > 0 && g.flights >= g.key.lim.maxInFlight {
+	if g.lim.maxInFlight > 0 && g.flights >= g.lim.maxInFlight {
 		return false, never
 	}
 	if g.bucket == nil {
@@ -229,7 +239,7 @@ func (st *subjectTable) groupLost(g *group, now int64) bool {
 // passes the wake on when its scan leaves room (see Dispatcher.scan).
 func (st *subjectTable) wakeGroup(g *group, now int64) bool {
 	room := math.MaxInt
-	if m := g.key.lim.maxInFlight; m > 0 {
+	if m := g.lim.maxInFlight; m > 0 {
 		room = m - g.flights
 	}
 	woke := false
@@ -257,14 +267,15 @@ func (st *subjectTable) wakeGroup(g *group, now int64) bool {
 	return woke
 }
 
-// dropGroups forgets every group, after a change of limits: the topics
-// that waited for one are released with every held topic, and flights
-// still counted in one end in it without effect.
+// dropGroups clears the waits of every group, after a change of limits:
+// the topics that waited for one are released with every held topic. The
+// groups stay, with their flights: each takes its limit's new values at
+// its next admission.
 func (st *subjectTable) dropGroups() {
 	for _, g := range st.groups {
 		for _, t := range g.waiting {
 			t.waitingOn, t.wokenBy = nil, nil
 		}
+		g.waiting = nil
 	}
-	st.groups = nil
 }
