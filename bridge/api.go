@@ -47,6 +47,10 @@ func (s *Service) register() error {
 		micro.WithEndpointPendingLimits(1<<20, 512<<20)); err != nil {
 		return fmt.Errorf("bridge: add ingest endpoint: %w", err)
 	}
+	if err := svc.AddEndpoint("js_schedule", micro.HandlerFunc(s.handleJSSchedule),
+		micro.WithEndpointSubject(s.cfg.JSSchedulePrefix+".>")); err != nil {
+		return fmt.Errorf("bridge: add JetStream schedule endpoint: %w", err)
+	}
 	for _, ep := range s.apiEndpoints() {
 		// Endpoint names are not subjects. They are the verbs in lower
 		// case, as the ingest endpoint's name is; the subjects keep the
@@ -324,7 +328,7 @@ func scheduleInfo(r *delaystore.Recurrence, n int) *wire.ScheduleInfo {
 	if r.UntilNs != 0 {
 		si.Until = formatTime(r.UntilNs)
 	}
-	si.Skip, si.Exclude = r.Skip, r.Exclude
+	si.Skip, si.Exclude, si.JSScheduler = r.Skip, r.Exclude, r.JsScheduler
 	if r.JitterNs != 0 {
 		si.Jitter = time.Duration(r.JitterNs).String()
 	}

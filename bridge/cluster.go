@@ -121,6 +121,9 @@ func (s *Service) startServing() error {
 	if err := s.subscribeAcks(); err != nil {
 		return err
 	}
+	// NB: every topic is frozen until the serve hook has read what the
+	// last leader left (see OnServe).
+	s.freezeAll()
 	c := s.core.Load()
 	c.Resume()
 	ctx, cancel := context.WithTimeout(s.closeCtx, resumeWait)
@@ -131,6 +134,11 @@ func (s *Service) startServing() error {
 	}
 	if err != nil {
 		s.log.Warn("serving before the store is up: ingest answers 503 until it is", "err", err)
+	}
+	if s.onServe != nil {
+		if err := s.onServe(); err != nil {
+			return err
+		}
 	}
 	if err := s.register(); err != nil {
 		return err
@@ -159,6 +167,7 @@ func (s *Service) stopServing(reason error) error {
 	}
 	s.serving = false
 	s.leading.Store(false)
+	s.freezeAll()
 	var errs []error
 	if s.svc != nil {
 		errs = append(errs, s.svc.Stop())
@@ -178,6 +187,16 @@ func (s *Service) stopServing(reason error) error {
 // at any moment, a node resumed from a pause included.
 func (s *Service) Leader() bool {
 	return s.cluster == nil || (s.leading.Load() && s.cluster.HoldsLease())
+}
+
+// Leads reports whether this Service holds the subscriptions of the one
+// that serves: always on a single node, on a node of a cluster while it
+// is the Raft leader, whether or not its lease holds this moment. A
+// starved leader's lease lapses and comes back without an election; what
+// it is asked meanwhile waits for the lease (see mayAnswer), as on the
+// subscriptions its service keeps, rather than finding nobody subscribed.
+func (s *Service) Leads() bool {
+	return s.cluster == nil || s.leading.Load()
 }
 
 // leaseWait bounds how long a request waits for a lease that lapsed

@@ -42,3 +42,26 @@ func TestConfig_PrefixesTooLongForTheControlLine(t *testing.T) {
 		})
 	}
 }
+
+// TestConfig_JSSchedulePrefixInsideIngestPrefix checks that a schedule
+// prefix inside the ingest prefix, or around it, is refused: both
+// endpoints would take the same publishes. Beside it, it is accepted.
+func TestConfig_JSSchedulePrefixInsideIngestPrefix(t *testing.T) {
+	for _, c := range []struct {
+		ingest, js string
+		bad        bool
+	}{
+		{"delay", "delay.js", true},
+		{"in.delay", "in", true},
+		{"delay", "delay", true},
+		{"delay", "delayjs", false},
+		{"delay", "$DELAY.JS", false},
+	} {
+		var cfg bridge.Config
+		cfg.IngestPrefix, cfg.JSSchedulePrefix = c.ingest, c.js
+		err := cfg.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "JSSchedulePrefix"); got != c.bad {
+			t.Errorf("ingest %q, schedules %q: Validate = %v, want refused %v", c.ingest, c.js, err, c.bad)
+		}
+	}
+}

@@ -56,7 +56,10 @@ func (s *Service) SetFrozen(f func(topicHash uint64) bool) error {
 		return nil
 	}
 	if d := c.Dispatcher(); d != nil {
-		return d.ReloadLimits()
+		if err := d.ReloadLimits(); err != nil && c.Down() == nil {
+			return err
+		}
+		// A core that is down reads f when it starts again.
 	}
 	return nil
 }

@@ -32,3 +32,24 @@ func (s *Service) Import(in []delaystore.Imported) (int, error) {
 func (s *Service) DropTopics(ctx context.Context, keep func(topicHash uint64) bool) (int, error) {
 	return s.core.Load().DropTopics(ctx, keep)
 }
+
+// ScanSideRecords yields the dead letters and the live duplicate records
+// of the topics keep accepts, after the key after (from the first when
+// nil), in key order, until yield returns false.
+func (s *Service) ScanSideRecords(after []byte, keep func(topicHash uint64) bool, yield func(delaystore.SideRecord) bool) error {
+	return s.core.Load().ScanSideRecords(after, keep, yield)
+}
+
+// ImportSideRecords stores dead letters and duplicate records another
+// cell hands over, durably, once however often they are sent, and returns
+// how many it stored now.
+func (s *Service) ImportSideRecords(recs []delaystore.SideRecord) (int, error) {
+	return s.core.Load().ImportSideRecords(recs)
+}
+
+// DropSideRecords deletes every dead letter and duplicate record of the
+// topics keep accepts, as records another cell now holds, and returns how
+// many.
+func (s *Service) DropSideRecords(ctx context.Context, keep func(topicHash uint64) bool) (int, error) {
+	return s.core.Load().DropSideRecords(ctx, keep)
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -55,6 +56,11 @@ type publisher struct {
 	header    nats.Header
 	vals      ownValues
 	msg       nats.Msg
+
+	// jsStreams are the targets of JetStream schedules that a stream
+	// turned out to capture, after the schedule was taken in: it refused
+	// a firing's Nats-Scheduler (see learnStream).
+	jsStreams streamTargets
 }
 
 var _ dispatch.Publisher = (*publisher)(nil)
@@ -118,7 +124,7 @@ func appendDigits(b []byte, v, width int) []byte {
 
 // ownSlots is how many of the service's own headers one delivery or dead
 // letter carries at most.
-const ownSlots = 11
+const ownSlots = 13
 
 // ownValues hold the one-value slices of the service's own headers, so a
 // reused header map needs no new slice per header.
@@ -176,8 +182,30 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 		if r.Planned && r.NextNs != 0 {
 			set(wire.HeaderNext, formatTime(r.NextNs))
 		}
+		if r.JsScheduler != "" && !r.JsStream {
+			set(wire.HeaderJSScheduler, r.JsScheduler)
+			set(wire.HeaderJSScheduleNext, jsScheduleNext(r))
+		}
 	}
 	return n
+}
+
+// jsScheduleNext is the Nats-Schedule-Next of an occurrence of a
+// JetStream schedule, as nats-server writes it: the next planned time,
+// RFC 3339 with nanoseconds in the cron spec's zone, or purge on the
+// last.
+func jsScheduleNext(r *delaystore.Recurrence) string {
+	if !r.Planned || r.NextNs == 0 {
+		return wire.JSScheduleNextPurge
+	}
+	loc := time.UTC
+	if r.Zone != "" && r.Cron != "" {
+		// Kept parsed: no zone is loaded per delivery.
+		if spec, err := recur.ParseCron(r.Cron, r.Zone); err == nil {
+			loc = spec.Loc
+		}
+	}
+	return time.Unix(0, r.NextNs).In(loc).Format(time.RFC3339Nano)
 }
 
 // deliveryHeaderLen is headerLen(deliveryHeader(key, msg, attempt, 0)),
@@ -219,6 +247,10 @@ func deliveryHeaderLen(msg *delaystore.StoredMessage, attempt uint32, next bool)
 		if next || (r.Planned && r.NextNs != 0) {
 			add(wire.HeaderNext, timeLen)
 		}
+		if r.JsScheduler != "" && !r.JsStream {
+			add(wire.HeaderJSScheduler, len(textproto.TrimString(r.JsScheduler)))
+			add(wire.HeaderJSScheduleNext, len(jsScheduleNext(r)))
+		}
 	}
 	return n
 }
@@ -236,6 +268,9 @@ func decimalLen(v uint64) int {
 // scheduleSpec is the Delay-Schedule of an occurrence: the cron spec as
 // given, or @every and the interval.
 func scheduleSpec(r *delaystore.Recurrence) string {
+	if r.JsSchedule != "" {
+		return r.JsSchedule
+	}
 	if r.Cron != "" {
 		return r.Cron
 	}
@@ -412,6 +447,10 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	b.Write(key.AppendTag(tag[:0]))
 	reply := b.String()
 	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
+	if r := msg.GetRecurrence(); r != nil && r.JsScheduler != "" && !r.JsStream && p.jsStreams.has(msg.Subject) {
+		delete(p.header, wire.HeaderJSScheduler)
+		delete(p.header, wire.HeaderJSScheduleNext)
+	}
 	var span trace.Span
 	if p.tracer != nil {
 		span = p.tracer.deliver(p.header, key, msg, attempt)

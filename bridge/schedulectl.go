@@ -248,5 +248,9 @@ func triggered(m *delaystore.StoredMessage, now int64) *delaystore.StoredMessage
 	r := x.Recurrence
 	r.Planned, r.NextNs, r.Paused, r.Behind = true, 0, false, 0
 	r.OccurrenceNs = now
+	// A JetStream schedule's extra firing names no next one: without
+	// Nats-Scheduler and Nats-Schedule-Next, rather than a purge that is
+	// not one.
+	r.JsScheduler = ""
 	return x
 }

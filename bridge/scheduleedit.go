@@ -79,6 +79,10 @@ func editOccurrence(m *delaystore.StoredMessage, r wire.ScheduleEditRequest, fro
 	}
 	nr.Id, nr.Name, nr.Seq, nr.Skipped, nr.Paused, nr.Prev = old.Id, old.Name, old.Seq, old.Skipped, old.Paused, old.Prev
 	nr.Skip, nr.JitterSeed = old.Skip, old.JitterSeed
+	nr.JsScheduler, nr.JsStream = old.JsScheduler, old.JsStream
+	if !specChanged {
+		nr.JsSchedule = old.JsSchedule
+	}
 	if nr.JitterNs != 0 && nr.JitterSeed == 0 {
 		// A jitter added by an edit: the schedule's name tells it
 		// from the others on its subject.

@@ -91,6 +91,11 @@ type Config struct {
 	AckPrefix string
 	// APIPrefix is the prefix of the API. Default "$DELAY.API".
 	APIPrefix string
+	// JSSchedulePrefix is the prefix of JetStream's schedule subjects:
+	// a publish to <prefix>.<schedule subject> with Nats-Schedule is
+	// taken as a stream with message schedules takes it (jsschedule.go).
+	// Default "$DELAY.JS".
+	JSSchedulePrefix string
 	// QueueGroup is the queue group of the ingest subscription. Default
 	// "natsdelay".
 	QueueGroup string
@@ -140,6 +145,7 @@ func DefaultConfig() Config {
 		IdleRelease:      cc.IdleRelease,
 		DedupWindow:      cc.DedupWindow,
 		IngestPrefix:     wire.DefaultIngestPrefix,
+		JSSchedulePrefix: wire.DefaultJSSchedulePrefix,
 		AckPrefix:        wire.DefaultAckPrefix,
 		APIPrefix:        wire.DefaultAPIPrefix,
 		EventPrefix:      wire.DefaultEventPrefix,
@@ -172,6 +178,7 @@ func (c Config) withDefaults(nc *nats.Conn) Config {
 		}
 	}
 	def(&c.IngestPrefix, d.IngestPrefix)
+	def(&c.JSSchedulePrefix, d.JSSchedulePrefix)
 	def(&c.AckPrefix, d.AckPrefix)
 	def(&c.APIPrefix, d.APIPrefix)
 	def(&c.EventPrefix, d.EventPrefix)
@@ -200,13 +207,17 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}, {"EventPrefix", c.EventPrefix}} {
+	for _, p := range []struct{ name, v string }{{"IngestPrefix", c.IngestPrefix}, {"JSSchedulePrefix", c.JSSchedulePrefix}, {"AckPrefix", c.AckPrefix}, {"APIPrefix", c.APIPrefix}, {"EventPrefix", c.EventPrefix}} {
 		if p.v == "" {
 			continue
 		}
 		if err := checkTarget(p.v, nil); err != nil {
 			bad("%s (%q) must be a concrete subject without wildcards", p.name, p.v)
 		}
+	}
+	if in, js := c.IngestPrefix, c.JSSchedulePrefix; in != "" && js != "" && (checkTarget(in, []string{js}) != nil || checkTarget(js, []string{in}) != nil) {
+		// Both endpoints would take the same publishes.
+		bad("JSSchedulePrefix (%q) and IngestPrefix (%q) must not be one inside the other", js, in)
 	}
 	if c.Delivery.DeadLetterSubject != "" {
 		if err := checkTarget(c.Delivery.DeadLetterSubject, nil); err != nil {
@@ -297,6 +308,9 @@ type Service struct {
 	// subscribes and drains them as it gains and loses leadership.
 	serveMu sync.Mutex
 	serving bool
+	// onServe runs each time a node of a cluster starts to serve; see
+	// OnServe.
+	onServe func() error
 	// leading is set once a node of a cluster serves as leader, and
 	// cleared the moment it stops: read without serveMu, which a
 	// leadership change holds while the store opens.
@@ -365,7 +379,7 @@ func New(nc *nats.Conn, store delaystore.Store, cfg Config, opts ...Option) (*Se
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.answers = newAnswerer(nc, answerQueue, answerWait)
 	s.lim = scheduleLimits{
-		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
+		maxPayload: cfg.MaxPayload, reserved: []string{cfg.IngestPrefix, cfg.JSSchedulePrefix, cfg.AckPrefix, cfg.APIPrefix, cfg.EventPrefix, "$SRV"},
 		ackPrefix: cfg.AckPrefix, deadLetter: cfg.Delivery.DeadLetterSubject, maxControlLine: cfg.MaxControlLine,
 	}
 	if err := s.start(); err != nil {
@@ -688,6 +702,11 @@ func (s *Service) handleIngest(req micro.Request) {
 	if !s.mayAnswer() {
 		return
 	}
+	s.ingest(req)
+}
+
+// ingest schedules the message req, for a node that may answer it.
+func (s *Service) ingest(req micro.Request) {
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
 	lim := s.lim
 	// Read per message: a reconnect may reach a server with another.
@@ -709,6 +728,14 @@ func (s *Service) handleIngest(req micro.Request) {
 		s.ingestInvalid(req, err)
 		return
 	}
+	s.commitIngest(req, once, span, false)
+}
+
+// commitIngest stores the message of once, parsed from req, and answers
+// req once it is committed: with the service's own replies, or with
+// JetStream's PubAck and API errors when js (see jsschedule.go).
+func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span trace.Span, js bool) {
+	msg := once.Msg
 	// The answer goes out on the connection, not through req: the group
 	// commit's goroutine hands it to the answerer after the handler
 	// returned, and micro's request records an error answer in a field
@@ -722,10 +749,10 @@ func (s *Service) handleIngest(req micro.Request) {
 			endIngest(span, delaystore.Outcome{}, err)
 		}
 		s.m.ingest.WithLabelValues("unavailable").Inc()
-		respondError(req, err)
+		s.refuseIngest(req, err, js)
 		return
 	}
-	err = s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+	err := s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
 		s.frozen.gate.RUnlock()
 		if span != nil {
 			endIngest(span, res, err)
@@ -740,6 +767,8 @@ func (s *Service) handleIngest(req micro.Request) {
 		}
 		switch {
 		case reply == "":
+		case js:
+			s.answers.reply(reply, jsAnswer(res, err))
 		case err != nil:
 			s.answers.fail(reply, err)
 		case res.Duplicate:
@@ -756,7 +785,19 @@ func (s *Service) handleIngest(req micro.Request) {
 			endIngest(span, delaystore.Outcome{}, err)
 		}
 		s.m.ingest.WithLabelValues("unavailable").Inc()
+		s.refuseIngest(req, err, js)
+	}
+}
+
+// refuseIngest answers req with err: in the service's own error
+// convention, or as a JetStream API error when js.
+func (s *Service) refuseIngest(req micro.Request, err error, js bool) {
+	if !js {
 		respondError(req, err)
+		return
+	}
+	if req.Reply() != "" {
+		_ = req.Respond(jsAnswer(delaystore.Outcome{}, err))
 	}
 }
 

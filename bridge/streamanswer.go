@@ -3,8 +3,10 @@ package bridge
 import (
 	"bytes"
 	"encoding/json"
+	"sync"
 
 	"github.com/natsdelay/natsdelay/bridge/internal/core"
+	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/dispatch"
 	"github.com/natsdelay/natsdelay/keys"
 )
@@ -57,6 +59,9 @@ func parseStreamAnswer(p []byte) (streamAnswer, bool) {
 // handleStreamAnswer settles the delivery key on a stream's PubAck, and
 // fails the attempt on a stream's error.
 func (s *Service) handleStreamAnswer(c *core.Service, key keys.Key, a streamAnswer) {
+	if a.Error != nil && (a.Error.ErrCode == wire.JSErrScheduleSchedulerInvalid || a.Error.ErrCode == jsErrSchedulesDisabled) {
+		s.learnStream(c, key)
+	}
 	if a.Error != nil {
 		s.m.streamAnswers.WithLabelValues(streamError).Inc()
 		s.m.streamErrors.WithLabelValues(errCodeLabel(a.Error.ErrCode)).Inc()
@@ -95,4 +100,55 @@ func (s *Service) ackTraced(c *core.Service, key keys.Key, a dispatch.Ack) error
 		end(err)
 	}
 	return err
+}
+
+// jsErrSchedulesDisabled is the err_code of a stream without message
+// schedules that is sent Nats-Schedule-Next.
+const jsErrSchedulesDisabled = 10188
+
+// learnStream is told of a stream that refused the firing key of a
+// JetStream schedule for its Nats-Scheduler or Nats-Schedule-Next: a
+// stream made after the schedule was taken in captures its target. The
+// firing's redelivery, and every later firing to that target, leaves
+// them out, so the stream's PubAck settles it.
+func (s *Service) learnStream(c *core.Service, key keys.Key) {
+	m, err := c.Get(key)
+	if err != nil || m.GetRecurrence().GetJsScheduler() == "" {
+		return
+	}
+	if s.pub.jsStreams.add(m.Subject) {
+		s.log.Info("a stream captures the target of a JetStream schedule: its firings go without Nats-Scheduler and Nats-Schedule-Next",
+			"subject", keys.Clip(m.Subject), "schedule", keys.Clip(m.Recurrence.JsScheduler))
+	}
+}
+
+// maxStreamTargets bounds streamTargets: past it, it starts over, which
+// costs each target one refused firing more.
+const maxStreamTargets = 4096
+
+// streamTargets is a bounded set of subjects, safe for concurrent use.
+type streamTargets struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (t *streamTargets) has(subject string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[subject]
+	return ok
+}
+
+// add adds subject and reports whether it was new.
+func (t *streamTargets) add(subject string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.m[subject]; ok {
+		return false
+	}
+	if t.m == nil || len(t.m) >= maxStreamTargets {
+		t.m = make(map[string]struct{})
+	}
+	t.m[subject] = struct{}{}
+	return true
 }

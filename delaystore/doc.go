@@ -30,6 +30,7 @@
 //	metadata/event-repo/recur-at/<bucket><hash><id>    one entry per occurrence still to plan, in time order
 //	metadata/event-repo/dedup/<kind><subject>\x00<id>  the duplicate window's record of a Delay-Id or Nats-Msg-Id (see dedup.go)
 //	metadata/event-repo/dedup-at/<expire_at><kind>...  the same records in expiry order
+//	metadata/event-repo/fleet-record                   the record of a fleet cell that is a cluster (see fleetrecord.go)
 //
 // # Why a due index
 //

@@ -448,7 +448,18 @@ type Recurrence struct {
 	// jitter_seed is drawn once, when the schedule is taken in, so the
 	// offset of each planned time is the same however often it is
 	// planned again.
-	JitterSeed    uint64 `protobuf:"varint,33,opt,name=jitter_seed,json=jitterSeed,proto3" json:"jitter_seed,omitempty"`
+	JitterSeed uint64 `protobuf:"varint,33,opt,name=jitter_seed,json=jitterSeed,proto3" json:"jitter_seed,omitempty"`
+	// js_schedule is, for a schedule taken in on the JetStream schedule
+	// prefix, its Nats-Schedule as given (@at ..., @every ..., a cron
+	// spec): what Delay-Schedule and GET show. Numbered apart, as skip is.
+	JsSchedule string `protobuf:"bytes,40,opt,name=js_schedule,json=jsSchedule,proto3" json:"js_schedule,omitempty"`
+	// js_scheduler is that schedule's subject, its name: deliveries carry
+	// it as Nats-Scheduler, with Nats-Schedule-Next.
+	JsScheduler string `protobuf:"bytes,41,opt,name=js_scheduler,json=jsScheduler,proto3" json:"js_scheduler,omitempty"`
+	// js_stream says a JetStream stream captured the target when the
+	// schedule was taken in: its deliveries leave out Nats-Scheduler and
+	// Nats-Schedule-Next, which a stream refuses from a client.
+	JsStream      bool `protobuf:"varint,42,opt,name=js_stream,json=jsStream,proto3" json:"js_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +641,27 @@ func (x *Recurrence) GetJitterSeed() uint64 {
 	return 0
 }
 
+func (x *Recurrence) GetJsSchedule() string {
+	if x != nil {
+		return x.JsSchedule
+	}
+	return ""
+}
+
+func (x *Recurrence) GetJsScheduler() string {
+	if x != nil {
+		return x.JsScheduler
+	}
+	return ""
+}
+
+func (x *Recurrence) GetJsStream() bool {
+	if x != nil {
+		return x.JsStream
+	}
+	return false
+}
+
 // Header is one header name with its values in order.
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -800,7 +832,7 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\x11debounce_first_ns\x18\x14 \x01(\x03R\x0fdebounceFirstNs\x12&\n" +
 	"\x0fdebounce_max_ns\x18\x15 \x01(\x03R\rdebounceMaxNs\x12\x1f\n" +
 	"\vthrottle_ns\x18\x16 \x01(\x03R\n" +
-	"throttleNs\"\xd1\x04\n" +
+	"throttleNs\"\xb2\x05\n" +
 	"\n" +
 	"Recurrence\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x19\n" +
@@ -825,7 +857,11 @@ const file_delaystore_storedmessage_proto_rawDesc = "" +
 	"\aexclude\x18\x1f \x01(\tR\aexclude\x12\x1b\n" +
 	"\tjitter_ns\x18  \x01(\x03R\bjitterNs\x12\x1f\n" +
 	"\vjitter_seed\x18! \x01(\x04R\n" +
-	"jitterSeed\"4\n" +
+	"jitterSeed\x12\x1f\n" +
+	"\vjs_schedule\x18( \x01(\tR\n" +
+	"jsSchedule\x12!\n" +
+	"\fjs_scheduler\x18) \x01(\tR\vjsScheduler\x12\x1b\n" +
+	"\tjs_stream\x18* \x01(\bR\bjsStream\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\xc1\x01\n" +

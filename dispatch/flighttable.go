@@ -128,6 +128,16 @@ func (ft *flightTable) isCanceled(k keys.Key) bool {
 	return ok
 }
 
+// settled reports whether k is being settled: marked settled, or its
+// flight settling (a dead letter at Delay-Max-Deliver or at expiry, an
+// ACK-less delivery that went out), with its delete queued or on its way.
+func (ft *flightTable) settled(k keys.Key) bool {
+	if f := ft.byKey[k]; f != nil && f.state == stateSettling {
+		return true
+	}
+	return ft.isCanceled(k)
+}
+
 // markSettling marks k so that no scan, redelivery or publish sends it
 // again, from now until its delete commits: a scan may have read the
 // message before the answer that settles it arrived. It returns k's

@@ -148,7 +148,8 @@ const frontierSkipFactor = 16
 
 // passed reports whether the due-index entry k needs nothing of the
 // frontier at now: its topic is held at its limit or released by a change
-// of limits (their return resumes at their cursors), its topic's scans
+// of limits (their return resumes at their cursors, with a range scan),
+// its topic's scans
 // are past it (everything below a cursor is in flight or settled), or
 // its topic is due already, to be scanned in a range from a cursor at or
 // below it (a bulk FIRE of one subject's backlog).
@@ -160,6 +161,12 @@ func (st *subjectTable) passed(k keys.Key, now int64) bool {
 	case st.groupHeld(t):
 		return false // the entry may be of another group: it wakes the topic
 	case t.limited || t.released:
+		// NB: the scan its return brings must read its range from the
+		// cursor, this entry within it, not just the entry that brought
+		// it into memory: admit no longer sees this one to say so.
+		if t.single != nil && *t.single != k {
+			t.single = nil
+		}
 		return true
 	case t.cursor != nil && bytes.Compare(k[:], t.cursor) < 0:
 		return true

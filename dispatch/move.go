@@ -49,7 +49,7 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	}, movedBy, sync)
 	if err != nil {
 		d.mu.Lock()
-		d.mu.flights.uncancel(k)
+		d.restoreLocked(k, d.nowNs())
 		if held != nil && d.mu.flights.unflushed[k.EventID()] == held {
 			// An earlier move without sync of the message, if any, is
 			// still to flush.

@@ -428,6 +428,27 @@ func (d *Dispatcher) unsendLocked(f *flight) {
 	f.topic.rewindLocked(f.key)
 }
 
+// restoreLocked takes back the mark that a settling of k which failed
+// (a move refused, a dead letter not published) put on it, and makes k
+// deliverable again from at: a scan that ran meanwhile passed k as
+// settled and left its topic's cursor above it, so unless a flight of k
+// delivers it, its topic's next scan starts at k again. mu must be held.
+func (d *Dispatcher) restoreLocked(k keys.Key, at int64) {
+	d.mu.flights.uncancel(k)
+	if d.mu.flights.byKey[k] != nil {
+		return
+	}
+	t := d.mu.subjects.topic(k.TopicHash())
+	t.rewindLocked(k)
+	if t.limited || t.released {
+		return // its cursor is at k or before; room or its turn brings it back
+	}
+	d.mu.subjects.reschedule(t, at)
+	if t.idx == 0 {
+		d.signal()
+	}
+}
+
 // waitingLongLocked is told that f now waits until its deadline. If that
 // is longer than the ack wait, f may be evicted from a full window, so the
 // next pass looks again; it reports whether the loop should be woken for

@@ -269,10 +269,11 @@ func (d *Dispatcher) Expire(ctx context.Context, ks []keys.Key) error {
 		}
 		// Mark it so no scan or redelivery publishes it while its delete
 		// is queued; the mark goes when the delete commits. One marked
-		// already is being settled by an answer or a cancel: expiring it
-		// too would dead-letter it a second time.
+		// already, or whose flight is settling, is being settled by an
+		// answer, a cancel, its Delay-Max-Deliver or its expiry at
+		// redelivery: expiring it too would dead-letter it a second time.
 		d.mu.Lock()
-		if d.mu.flights.isCanceled(k) {
+		if d.mu.flights.settled(k) {
 			d.mu.Unlock()
 			continue
 		}
@@ -333,11 +334,12 @@ func (d *Dispatcher) deadLetter(k keys.Key, msg *delaystore.StoredMessage, attem
 			if ok, n := d.deadWarn.allow(d.nowNs()); ok {
 				d.log.Warn("publishing dead letter; keeping the message", "tag", k, "err", err, "suppressed", n)
 			}
+			retry := after(d.nowNs(), d.cfg.NoRespondersMaxBackoff)
 			d.mu.Lock()
 			if f := d.mu.flights.byKey[k]; f != nil {
-				d.mu.flights.retryAt(f, after(d.nowNs(), d.cfg.NoRespondersMaxBackoff))
+				d.mu.flights.retryAt(f, retry)
 			}
-			d.mu.flights.uncancel(k)
+			d.restoreLocked(k, retry)
 			d.mu.Unlock()
 			if done != nil {
 				done(fmt.Errorf("dispatch: dead letter %s: %w", k, err))

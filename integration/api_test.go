@@ -720,6 +720,7 @@ func TestAPI_Micro_Discovery(t *testing.T) {
 	}
 	wantSubjects := map[string]string{
 		"ingest":           wire.DefaultIngestPrefix + ".>",
+		"js_schedule":      wire.DefaultJSSchedulePrefix + ".>",
 		"info":             wire.DefaultAPIPrefix + ".INFO",
 		"get":              wire.DefaultAPIPrefix + ".GET",
 		"list":             wire.DefaultAPIPrefix + ".LIST",

@@ -22,7 +22,7 @@ import (
 // a position in the store that the restarted process resumes from.
 func TestBulk_Cancel_SIGKILLMidway_ResumesExactly(t *testing.T) {
 	t.Parallel()
-	subjects, perSubject := 1000, 100
+	subjects, perSubject := 1000, 20
 	if testing.Short() {
 		perSubject = 10
 	}

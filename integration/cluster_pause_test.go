@@ -18,13 +18,13 @@ import (
 	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
-// pauseRounds is how many times the pause test stops a leader: a few in
-// make test, many in make soak.
+// pauseRounds is how many times the pause test stops a leader: once in
+// make test, 12 times in make soak.
 func pauseRounds() int {
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		return 12
 	}
-	return 2
+	return 1
 }
 
 // pausedAnswerWait is how long a request sent while the old leader is

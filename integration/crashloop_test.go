@@ -28,7 +28,7 @@ func crashLoopSize() (kills, perRound int) {
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		return 200, 60
 	}
-	return 20, 40
+	return 12, 40
 }
 
 // verdict is how the consumer answers a delivery. It depends only on the

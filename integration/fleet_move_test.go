@@ -28,9 +28,11 @@ import (
 type moveLoad struct {
 	prefix   string
 	subjects int
+	url      string
 
 	mu        sync.Mutex
 	acked     map[string]bool     // message id -> its publish was answered as stored
+	tags      map[string]string   // message id -> the tag its answer gave
 	delivered map[string][]string // message id -> the cells that delivered it, in order
 	early     []string
 	failed    []string // publishes refused for good
@@ -44,7 +46,8 @@ type moveLoad struct {
 // through nc (delays up to 1.5s, some an hour, so that partitions move with
 // messages due soon, due now and in flight) and a consumer on sub.
 func startMoveLoad(t *testing.T, pub, sub *nats.Conn, prefix string, subjects, publishers int) *moveLoad {
-	l := &moveLoad{prefix: prefix, subjects: subjects, acked: map[string]bool{}, delivered: map[string][]string{}, stop: make(chan struct{})}
+	l := &moveLoad{prefix: prefix, subjects: subjects, acked: map[string]bool{}, tags: map[string]string{}, delivered: map[string][]string{}, stop: make(chan struct{})}
+	l.url = sub.ConnectedUrl()
 	s, err := sub.Subscribe(prefix+".>", l.onDelivery)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +94,10 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 		id := fmt.Sprintf("%d-%d", w, seq)
 		m := nats.NewMsg(fmt.Sprintf("delay.%s.%d", l.prefix, r.IntN(l.subjects)))
 		m.Data = []byte(id)
+		// NB: the id names the subject, so that a message missing names
+		// its partition.
+		id += "@" + strings.TrimPrefix(m.Subject, "delay.")
+		m.Data = []byte(id)
 		delay := time.Duration(r.IntN(1500)) * time.Millisecond
 		if r.IntN(20) == 0 {
 			delay = time.Hour
@@ -107,9 +114,14 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				err = wire.ParseError(resp.Header, resp.Data)
 			}
 			if err == nil {
+				var answer struct {
+					Tag string `json:"tag"`
+				}
+				_ = json.Unmarshal(resp.Data, &answer)
 				l.mu.Lock()
 				if delay != time.Hour {
 					l.acked[id] = true
+					l.tags[id] = answer.Tag
 				}
 				l.mu.Unlock()
 				l.acks.Add(1)
@@ -122,6 +134,33 @@ func (l *moveLoad) publish(nc *nats.Conn, w int, r *rand.Rand) {
 				break
 			}
 			time.Sleep(20 * time.Millisecond) // NB: a retrying publisher's pause, not a wait for an event
+		}
+	}
+}
+
+// whereAre logs what each cell answers to a GET of the messages ids.
+func (l *moveLoad) whereAre(t *testing.T, ids []string) {
+	nc, err := nats.Connect(l.url)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer nc.Close()
+	for _, id := range ids[:min(5, len(ids))] {
+		l.mu.Lock()
+		tag := l.tags[id]
+		l.mu.Unlock()
+		for _, st := range fleet.GatherCells(nc, 500*time.Millisecond) {
+			_, _, apiPrefix := fleet.CellSubjects(st.Cell)
+			r, err := nc.Request(apiPrefix+"."+wire.VerbGet, []byte(`{"tag":"`+tag+`"}`), 5*time.Second)
+			if err == nil {
+				err = wire.ParseError(r.Header, r.Data)
+			}
+			var body []byte
+			if r != nil {
+				body = r.Data
+			}
+			t.Logf("message %s, tag %s, on cell %s: %s %v", id, tag, st.Cell, body, err)
 		}
 	}
 }
@@ -148,20 +187,25 @@ func (l *moveLoad) waitAcks(t *testing.T, n int64) {
 func (l *moveLoad) verify(t *testing.T) (dups map[string][]string) {
 	t.Helper()
 	l.stopPublishers()
-	missing := func() int {
+	missing := func() []string {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		n := 0
+		var ids []string
 		for id := range l.acked {
 			if len(l.delivered[id]) == 0 {
-				n++
+				ids = append(ids, id)
 			}
 		}
-		return n
+		return ids
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.whereAre(t, missing())
+		}
+	})
 	checkFor(t, 2*wait, 50*time.Millisecond, func() error {
-		if n := missing(); n > 0 {
-			return fmt.Errorf("%d messages answered as stored not delivered", n)
+		if ids := missing(); len(ids) > 0 {
+			return fmt.Errorf("%d messages answered as stored not delivered: %v", len(ids), ids[:min(5, len(ids))])
 		}
 		return nil
 	})
@@ -219,24 +263,28 @@ func requestMoveCtx(ctx context.Context, nc *nats.Conn, from, to string, parts [
 // as the cells answer.
 func waitOwned(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
 	t.Helper()
-	checkFor(t, 2*wait, 100*time.Millisecond, func() error {
-		cells := fleet.GatherCells(nc, 300*time.Millisecond)
-		owns := false
-		for _, st := range cells {
-			if st.Out != nil || st.In != nil {
-				return fmt.Errorf("cell %s has a move under way: %+v %+v", st.Cell, st.Out, st.In)
-			}
-			if st.Cell == cell {
-				owns = len(fleet.Subtract(parts, st.Owned, st.Partitions)) == 0
-			} else if len(fleet.Subtract(parts, fleet.Subtract(parts, st.Owned, st.Partitions), st.Partitions)) > 0 {
-				return fmt.Errorf("cell %s still owns some of %s", st.Cell, fleet.FormatRanges(parts))
-			}
+	checkFor(t, 2*wait, 100*time.Millisecond, func() error { return ownedNow(nc, cell, parts) })
+}
+
+// ownedNow returns nil once cell owns parts and no cell has a move under
+// way, as the cells answer, else what is not so yet.
+func ownedNow(nc *nats.Conn, cell string, parts []fleet.Range) error {
+	cells := fleet.GatherCells(nc, 300*time.Millisecond)
+	owns := false
+	for _, st := range cells {
+		if st.Out != nil || st.In != nil {
+			return fmt.Errorf("cell %s has a move under way: %+v %+v", st.Cell, st.Out, st.In)
 		}
-		if !owns {
-			return fmt.Errorf("cell %s does not own %s yet (%d cells answered)", cell, fleet.FormatRanges(parts), len(cells))
+		if st.Cell == cell {
+			owns = len(fleet.Subtract(parts, st.Owned, st.Partitions)) == 0
+		} else if len(fleet.Subtract(parts, fleet.Subtract(parts, st.Owned, st.Partitions), st.Partitions)) > 0 {
+			return fmt.Errorf("cell %s still owns some of %s", st.Cell, fleet.FormatRanges(parts))
 		}
-		return nil
-	})
+	}
+	if !owns {
+		return fmt.Errorf("cell %s does not own %s yet (%d cells answered)", cell, fleet.FormatRanges(parts), len(cells))
+	}
+	return nil
 }
 
 // TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice moves partitions back
@@ -253,12 +301,7 @@ func TestFleet_Move_UnderLoad_NothingLostEarlyOrTwice(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, moveCells)
-	for _, c := range moveCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), moveArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), moveCells, moveArgs)
 	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fmove", 64, 16)
 	l.waitAcks(t, 300)
 
@@ -349,7 +392,7 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 		t0 := time.Now()
 		procs[victim].stop(t)
 		start(victim, "NATSDELAY_CRASH_MOVE="+k.step)
-		waitOwnedBy(t, nc, from, parts)
+		waitOwned(t, nc, from, parts)
 		t1 := time.Now()
 		l.waitAcks(t, 50)
 		t2 := time.Now()
@@ -381,13 +424,6 @@ func TestFleet_Move_SIGKILLAtEachStep(t *testing.T) {
 	l.verify(t)
 }
 
-// waitOwnedBy waits until cell owns parts, as waitOwned, with a fresh
-// view: a cell that just started has told the fleet its record.
-func waitOwnedBy(t *testing.T, nc *nats.Conn, cell string, parts []fleet.Range) {
-	t.Helper()
-	waitOwned(t, nc, cell, parts)
-}
-
 // TestFleet_AddFourthCell_Rebalance adds a cell to a running fleet of
 // three and rebalances with the CLI while publishers and a consumer run:
 // the plan moves a share of each cell's partitions to the new one, each
@@ -401,12 +437,7 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
-	for _, c := range fleetCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells, fleetArgs)
 	later := map[string]string{} // tag -> subject, due in an hour
 	for i := range 200 {
 		s := fmt.Sprintf("frebal.later.%d", i)
@@ -415,10 +446,7 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "frebal.now", 128, 4)
 	l.waitAcks(t, 200)
 
-	heard = fleetHeard(t, nc, []string{"d"})
-	d := startProcess(t, bin, srv.ClientURL(), t.TempDir(), "--cell", "d")
-	t.Cleanup(func() { d.stop(t) })
-	waitClosed(t, heard, "the new cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), []string{"d"}, func(string) []string { return []string{"--cell", "d"} })
 	code, out := runCLI(t, bin, "cells", "rebalance", "--nats", srv.ClientURL())
 	if code != 0 || !strings.Contains(out, "move 64-85 (22) from a to d") || !strings.Contains(out, "--yes") {
 		t.Fatalf("cells rebalance: exit %d:\n%s\nwant the plan, a's first move 64-85, and how to carry it out", code, out)
@@ -458,5 +486,158 @@ func TestFleet_AddFourthCell_Rebalance(t *testing.T) {
 		if len(cells) != 2 || cells[0] == cells[1] {
 			t.Errorf("message %s delivered by %v: want once, or once by each end of a move", id, cells)
 		}
+	}
+}
+
+// clusterMoveArm arms every node of the cluster cell in the cluster move
+// test: each kills itself with SIGKILL at the first of these steps it
+// reaches as the cell's leader. Each is a step a move passes once, on
+// one leader: the next leader carries the move on from the replicated
+// record, past it. A node started again is armed again.
+const clusterMoveArm = "NATSDELAY_CRASH_MOVE=in-recorded:1,out-recorded:1,committing:1"
+
+// TestFleet_Move_ClusterCell_LeadersSIGKILLed moves partitions under load
+// from a single-node cell a to a cell b of three nodes, then back. b's
+// nodes kill themselves at steps of the moves (see clusterMoveArm): as
+// the target, b's leader dies once it has recorded the move in; as the
+// source, b's leader dies once it has recorded the move out (before it
+// sends a message), and the next leader, which sends them, dies once it
+// has recorded that it asks a to commit. Each time the node that leads b
+// next reads the record the last one left in b's replicated store and
+// carries the move on; the dead node starts again. Every move completes,
+// every message answered as stored is delivered, none early.
+// NATSDELAY_SOAK=1 runs three rounds.
+func TestFleet_Move_ClusterCell_LeadersSIGKILLed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	const chunks = "NATSDELAY_CRASH_MOVE_CHUNK=2048"
+	startCells(t, bin, nc, srv.ClientURL(), moveCells[:1], moveArgs, chunks)
+	heard := fleetHeard(t, nc, moveCells[1:])
+	b := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	b.extra = moveArgs("b")
+	for _, n := range b.nodes {
+		n.env = []string{clusterMoveArm, chunks}
+	}
+	b.startAll()
+	waitClosed(t, heard, "cell b's record")
+	l := startMoveLoad(t, connect(t, srv), connect(t, srv), "fclust", 64, 4)
+	l.waitAcks(t, 200)
+
+	rounds := 1
+	if os.Getenv("NATSDELAY_SOAK") != "" {
+		rounds = 3
+	}
+	parts := []fleet.Range{{From: 0, To: 1}}
+	for r := range rounds {
+		for _, mv := range []struct {
+			from, to string
+			kills    int
+		}{{"a", "b", 1}, {"b", "a", 2}} {
+			start := time.Now()
+			ctx, cancel := context.WithCancel(context.Background())
+			moved := make(chan error, 1)
+			go func() { _, err := requestMoveCtx(ctx, nc, mv.from, mv.to, parts); moved <- err }()
+			kills := b.restartUntil(t, func() error { return ownedNow(nc, mv.to, parts) })
+			cancel()
+			<-moved
+			if kills != mv.kills {
+				t.Fatalf("round %d, move from %s to %s: %d of b's leaders killed themselves, want %d", r, mv.from, mv.to, kills, mv.kills)
+			}
+			t.Logf("round %d: moved %s from %s to %s in %v, %d of b's leaders SIGKILLed on the way", r, fleet.FormatRanges(parts), mv.from, mv.to, time.Since(start), kills)
+			l.waitAcks(t, 100)
+		}
+	}
+	for id, cells := range l.verify(t) {
+		t.Logf("message %s delivered by %v (at least once: a leader killed may leave a delivery unanswered)", id, cells)
+	}
+}
+
+// restartUntil starts again, as it was started, each node that exits,
+// until done returns nil (for 2*wait at most), and returns how many did.
+func (c *processCluster) restartUntil(t *testing.T, done func() error) int {
+	t.Helper()
+	restarts := 0
+	deadline := time.Now().Add(2 * wait)
+	for {
+		for _, n := range c.nodes {
+			select {
+			case <-n.proc.done:
+				if !strings.Contains(n.proc.output(), "crash test hook: SIGKILL") {
+					t.Fatalf("node %s exited, not by its crash hook:\n%s", n.id, n.proc.output())
+				}
+				n.proc.kill(t) // reaps it
+				c.restart(n)
+				restarts++
+			default:
+			}
+		}
+		err := done()
+		if err == nil {
+			return restarts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d restarts: %v", restarts, err)
+		}
+		time.Sleep(100 * time.Millisecond) // NB: a poll of the cells' state, as checkFor's
+	}
+}
+
+// TestFleet_Move_TakesDeadLettersAndDuplicates moves a partition from
+// cell a to cell b with, besides a pending message, a dead letter and a
+// message answered within the duplicate window. The dead letter is found
+// by its tag through the fleet (at b, the partition's owner), once; a
+// resend of the message answered before the move is answered by b with
+// the first tag, storing nothing.
+func TestFleet_Move_TakesDeadLettersAndDuplicates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	startCells(t, bin, nc, srv.ClientURL(), moveCells, moveArgs)
+	subject := ""
+	for i := 0; subject == ""; i++ {
+		if s := fmt.Sprintf("fside.%d", i); fleet.Partition(s, movePartitions) == 0 {
+			subject = s
+		}
+	}
+	ch := subscribe(t, nc, subject)
+	termed := schedule(t, nc, newMsg(subject, "termed"))
+	ackSync(t, nc, next(t, ch, "the delivery to TERM").Msg, "+TERM bad payload")
+	resend := func() *nats.Msg { return newMsg(subject, "once", wire.HeaderDelay, "1h", "Nats-Msg-Id", "fside-1") }
+	first := schedule(t, nc, resend())
+
+	rep, err := requestMove(nc, "a", "b", []fleet.Range{{From: 0, To: 0}})
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	waitOwned(t, nc, "b", []fleet.Range{{From: 0, To: 0}})
+	if rep.Messages != 1 || rep.Records != 2 {
+		t.Fatalf("moved %d messages and %d records, want the pending one, and the dead letter and the Nats-Msg-Id's record", rep.Messages, rep.Records)
+	}
+	ctx := context.Background()
+	if dl, err := api(nc).DeadLetter(ctx, wire.MessageRef{Tag: termed.Tag}); err != nil || dl.Subject != subject {
+		t.Fatalf("DEAD.GET %s through the fleet after the move: %+v, %v; want the dead letter, now on b", termed.Tag, dl, err)
+	}
+	n := 0
+	for dl, err := range api(nc).DeadLetters(ctx, wire.DeadListRequest{Filter: wire.Filter{Subject: subject}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if dl.Tag != termed.Tag {
+			t.Errorf("DEAD.LIST: %s, want only %s", dl.Tag, termed.Tag)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("DEAD.LIST of %s through the fleet: %d dead letters, want 1: moved, not copied", subject, n)
+	}
+	if again := schedule(t, nc, resend()); again.Tag != first.Tag {
+		t.Fatalf("a resend after the move: tag %s, want the first answer's %s", again.Tag, first.Tag)
 	}
 }

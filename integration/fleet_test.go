@@ -84,6 +84,24 @@ func fleetHeard(t *testing.T, nc *nats.Conn, cells []string) <-chan struct{} {
 	return done
 }
 
+// startCells starts each of cells as a single-node cell, a real process
+// on the NATS server at url with the serve flags args gives it and env,
+// and waits until each has told the fleet its record (heard on nc). It
+// returns the processes by cell; the test's cleanup stops them.
+func startCells(t *testing.T, bin string, nc *nats.Conn, url string, cells []string, args func(cell string) []string, env ...string) map[string]*serviceProcess {
+	t.Helper()
+	heard := fleetHeard(t, nc, cells)
+	procs := map[string]*serviceProcess{}
+	for _, c := range cells {
+		p := launch(t, bin, append([]string{"NATSDELAY_HTTP="}, env...),
+			append([]string{"serve", "--nats", url, "--data-dir", t.TempDir(), "--engine", "pebble", "--ack-wait", "1s"}, args(c)...)...)
+		procs[c] = p
+		t.Cleanup(func() { p.stop(t) })
+	}
+	waitClosed(t, heard, "every cell's record")
+	return procs
+}
+
 func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -112,13 +130,8 @@ func TestFleet_ThreeCells(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
 	start := time.Now()
-	for _, c := range fleetCells {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
-	waitClosed(t, heard, "every cell's record")
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells, fleetArgs)
 	t.Logf("three cells serving in %v", time.Since(start))
 
 	t.Run("PublishersUnchanged_EachDeliveredOnceInOrderByItsOwner", func(t *testing.T) { fleetDeliversOnce(t, nc) })
@@ -379,53 +392,27 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	bin := natsdelayBinary(t)
 	srv := startServer(t)
 	nc := connect(t, srv)
-	heard := fleetHeard(t, nc, fleetCells)
-	for _, c := range fleetCells[:2] {
-		p := startProcess(t, bin, srv.ClientURL(), t.TempDir(), fleetArgs(c)...)
-		t.Cleanup(func() { p.stop(t) })
-	}
+	startCells(t, bin, nc, srv.ClientURL(), fleetCells[:2], fleetArgs)
+	heard := fleetHeard(t, nc, fleetCells[2:])
 	cluster := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
 	cluster.extra = fleetArgs("c")
 	cluster.startAll()
-	waitClosed(t, heard, "every cell's record")
+	waitClosed(t, heard, "cell c's record")
 	onC := subjectOwnedBy("c", "fleet.quorum")
-	schedule(t, nc, newMsg(onC, "before", wire.HeaderDelay, "1h"))
-	// A cell that is a cluster moves no partition, either way, yet.
-	for _, mv := range []struct{ from, to string }{{"a", "c"}, {"c", "a"}} {
-		first := fleetSplit[mv.from][0].From
-		parts := []fleet.Range{{From: first, To: first}}
-		if _, err := requestMove(nc, mv.from, mv.to, parts); !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), `"c" is a cluster`) {
-			t.Fatalf("move from %s to %s: %v, want a 409 saying c is a cluster", mv.from, mv.to, err)
-		}
+	// NB: retried: under load a cell may go unheard for a second (a 503).
+	if err := requestRetryingUnavailable(nc, newMsg(onC, "before", wire.HeaderDelay, "1h")); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, n := range cluster.nodes[:2] {
 		n.proc.kill(t)
 		n.proc = nil
 	}
-	// Until the fleet notices c is gone a publish may find nobody
-	// subscribed (no responders), which is retryable too; then every one
-	// gets the fleet's 503.
-	// NB: a short timeout per try: while c's last node still holds the
-	// fleet's subscriptions, a request it takes may go unanswered.
-	checkFor(t, 2*wait, 50*time.Millisecond, func() error {
-		r, err := nc.RequestMsg(newMsg(onC, "during"), 2*time.Second)
-		if err != nil {
-			return err
-		}
-		if err := wire.ParseError(r.Header, r.Data); !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), `cell "c"`) {
-			return fmt.Errorf("publish to a subject of c: %v, want the fleet's 503 naming cell c", err)
-		}
-		return nil
-	})
-	for range 5 {
-		start := time.Now()
-		r, err := nc.RequestMsg(newMsg(onC, "during"), wait)
-		if err != nil || !errors.Is(wire.ParseError(r.Header, r.Data), wire.ErrUnavailable) {
-			t.Fatalf("publish to a subject of c without quorum: %v, want a 503", err)
-		}
-		t.Logf("503 for cell c's partition in %v", time.Since(start))
-	}
+	// From the kill on, every publish to c's partitions is answered, and
+	// with a 503 (some may still be stored while c's leader, if it is the
+	// node left, holds its lease): never NATS's no-responders, never
+	// silence. A publish reaches c's last node or a's or b's.
+	answeredUnavailable(t, nc, onC, 40)
 	for _, cell := range fleetCells[:2] {
 		subject := subjectOwnedBy(cell, "fleet.quorum")
 		ch := subscribe(t, nc, subject)
@@ -434,6 +421,73 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 			t.Fatalf("cell %s delivered %q", cell, r.Data)
 		}
 	}
+}
+
+// answeredUnavailable publishes n messages to subject one after another:
+// each must be answered within wait, OK or a 503, and the last one a 503
+// (the fleet's, that the owner is silent or has no node serving it, or
+// the cell's, that its node does not lead); a no-responders or a timeout
+// fails the test.
+func answeredUnavailable(t *testing.T, nc *nats.Conn, subject string, n int) {
+	t.Helper()
+	var last error
+	for i := range n {
+		start := time.Now()
+		r, err := nc.RequestMsg(newMsg(subject, "without a leader", wire.HeaderDelay, "1h", wire.HeaderID, fmt.Sprintf("q%d", i)), wait)
+		if err != nil {
+			t.Fatalf("publish %d of %d to %s without a leader: %v after %v, want an answer", i+1, n, subject, err, time.Since(start))
+		}
+		last = wire.ParseError(r.Header, r.Data)
+		if last != nil && !errors.Is(last, wire.ErrUnavailable) {
+			t.Fatalf("publish %d of %d to %s without a leader: %v, want OK or a 503", i+1, n, subject, last)
+		}
+	}
+	if !errors.Is(last, wire.ErrUnavailable) {
+		t.Fatalf("the last publish to %s without a leader: %v, want a 503", subject, last)
+	}
+	t.Logf("the last publish to %s without a leader: %v", subject, last)
+}
+
+// TestFleet_ClusterCellAlone_WithoutLeader_Answers503 runs a fleet of one
+// cell, a cluster of three, and kills two of its nodes: with no leader,
+// every publish must still be answered, with a 503 from the node left,
+// not with NATS's no-responders as a plain cluster's publishers get.
+func TestFleet_ClusterCellAlone_WithoutLeader_Answers503(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := natsdelayBinary(t)
+	srv := startServer(t)
+	nc := connect(t, srv)
+	heard := fleetHeard(t, nc, []string{"c"})
+	cluster := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
+	cluster.extra = []string{"--cell", "c", "--fleet-cells", "c"}
+	cluster.startAll()
+	waitClosed(t, heard, "cell c's record")
+	_, _, cellAPI := fleet.CellSubjects("c")
+	var leader string
+	checkFor(t, 2*wait, 20*time.Millisecond, func() error {
+		for id, st := range gatherStatusAt(nc, cellAPI, 300*time.Millisecond, 3) {
+			if st.Role == wire.RoleLeader {
+				leader = id
+				return nil
+			}
+		}
+		return errors.New("no node of cell c says it leads")
+	})
+	if err := requestRetryingUnavailable(nc, newMsg("fleet.alone.1", "before", wire.HeaderDelay, "1h")); err != nil {
+		t.Fatal(err)
+	}
+	var killed int
+	for _, n := range cluster.nodes {
+		if killed < 2 && n.id != leader {
+			n.proc.kill(t)
+			n.proc = nil
+			killed++
+		}
+	}
+	// The leader is left: it loses its lease, then its leadership.
+	answeredUnavailable(t, nc, "fleet.alone.1", 40)
 }
 
 // fleetSubjects pages through SUBJECTS of 40 subjects spread over the

@@ -40,7 +40,7 @@ func servicePermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{">"}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
-			"delay.>", "$DELAY.ACK.>", "$DELAY.ACK", "$DELAY.API.>", "$SRV.>", "_INBOX.>",
+			"delay.>", "$DELAY.JS.>", "$DELAY.ACK.>", "$DELAY.ACK", "$DELAY.API.>", "$SRV.>", "_INBOX.>",
 		}},
 	}
 }

@@ -70,6 +70,9 @@ type ScheduleInfo struct {
 	Exclude string
 	// Jitter is the Delay-Jitter.
 	Jitter time.Duration
+	// JSScheduler is, for a schedule taken in on the JetStream schedule
+	// prefix, its schedule subject.
+	JSScheduler string
 	// Next are when the next occurrences not yet delivered go out, up to
 	// 5 or the Upcoming asked for, without excluded dates or skipped
 	// occurrences and with the jitter applied.
@@ -181,7 +184,7 @@ func messageInfo(w wire.MessageInfo) (MessageInfo, error) {
 func scheduleInfo(w wire.ScheduleInfo) (ScheduleInfo, error) {
 	s := ScheduleInfo{Name: w.Name, Spec: w.Spec, Zone: w.Zone, Limit: w.Limit, CatchUp: w.CatchUp,
 		Seq: w.Seq, Fired: w.Fired, Skipped: w.Skipped, Paused: w.Paused, Overlap: w.Overlap, Next: make([]time.Time, len(w.Next)),
-		Skip: w.Skip, Exclude: w.Exclude}
+		Skip: w.Skip, Exclude: w.Exclude, JSScheduler: w.JSScheduler}
 	if w.Jitter != "" {
 		var err error
 		if s.Jitter, err = time.ParseDuration(w.Jitter); err != nil {

@@ -48,6 +48,7 @@ type answering struct{ nc *nats.Conn }
 
 func (a answering) Ingest(req micro.Request)    { _ = req.Respond([]byte(`{"tag":"t"}`)) }
 func (answering) Leader() bool                  { return true }
+func (answering) Leads() bool                   { return true }
 func (answering) Info() (wire.InfoReply, error) { return wire.InfoReply{}, nil }
 
 func benchForward(b *testing.B, url string, svc fleet.Service) {

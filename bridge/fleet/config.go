@@ -24,6 +24,10 @@ const (
 	CellsSubject = "$DELAY.FLEET.CELLS"
 	// StalePrefix.<router> tells a router that its map is stale.
 	StalePrefix = "$DELAY.FLEET.STALE"
+	// RelayPrefix.<router>.<n> is the reply subject of a message a router
+	// forwarded: the owner's answer comes back to the router, which hands
+	// it to the publisher (see relay.go).
+	RelayPrefix = "$DELAY.FLEET.RELAY"
 	// QueueGroup is the fleet-wide queue group of the routed subjects.
 	QueueGroup = "natsdelay.fleet"
 )
@@ -65,14 +69,19 @@ type Config struct {
 	// that long at most, unless the target was asked to commit (see
 	// Move). Default 30s.
 	MoveTimeout time.Duration
+	// ForwardTimeout bounds how long a router waits for the owner's
+	// answer to a message it forwarded before it answers the publisher
+	// with a 503 (see relay.go). Default 30s.
+	ForwardTimeout time.Duration
 	// MoveChunk bounds the bytes of messages one request of a move
 	// carries; 0 means the server's max_payload less 8 KiB.
 	MoveChunk int
 	// StepHook, if not nil, is told each step of a move this cell has
 	// just persisted or done (see move.go): a crash test's hook.
 	StepHook func(step string)
-	// Clustered says the cell is a Raft cluster: its record is kept by
-	// each node, not replicated, so it refuses to move partitions.
+	// Clustered says the cell is a Raft cluster: its record is kept in
+	// the cell's replicated store (see keeper.go), so its service must
+	// be a Keeper.
 	Clustered bool
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
@@ -81,12 +90,13 @@ type Config struct {
 // DefaultConfig returns every default in one place.
 func DefaultConfig() Config {
 	return Config{
-		IngestPrefix: wire.DefaultIngestPrefix,
-		AckPrefix:    wire.DefaultAckPrefix,
-		APIPrefix:    wire.DefaultAPIPrefix,
-		Heartbeat:    250 * time.Millisecond,
-		JoinWait:     time.Second,
-		MoveTimeout:  30 * time.Second,
+		IngestPrefix:   wire.DefaultIngestPrefix,
+		AckPrefix:      wire.DefaultAckPrefix,
+		APIPrefix:      wire.DefaultAPIPrefix,
+		Heartbeat:      250 * time.Millisecond,
+		JoinWait:       time.Second,
+		MoveTimeout:    30 * time.Second,
+		ForwardTimeout: 30 * time.Second,
 	}
 }
 
@@ -112,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MoveTimeout == 0 {
 		c.MoveTimeout = d.MoveTimeout
+	}
+	if c.ForwardTimeout == 0 {
+		c.ForwardTimeout = d.ForwardTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -153,7 +166,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"Heartbeat", c.Heartbeat}, {"Silence", c.Silence}, {"JoinWait", c.JoinWait}, {"MoveTimeout", c.MoveTimeout}} {
+	}{{"Heartbeat", c.Heartbeat}, {"Silence", c.Silence}, {"JoinWait", c.JoinWait}, {"MoveTimeout", c.MoveTimeout}, {"ForwardTimeout", c.ForwardTimeout}} {
 		if d.v < 0 {
 			bad("%s (%v) must be > 0", d.name, d.v)
 		}

@@ -26,18 +26,20 @@ import (
 //     knows), then freezes them: their ingest and requests get a 503,
 //     their deliveries stop, answers to deliveries of theirs already out
 //     are dropped (those deliveries count as unanswered).
-//  2. It sends their messages to the target (IN), in chunks, under the
-//     same keys. The target records In before it stores the first, keeps
-//     what it receives frozen (it does not own them), and stores each
-//     message once however often it is sent. If this takes longer than
-//     Config.MoveTimeout the source calls the move off: it forgets Out,
-//     thaws the partitions and tells the target to drop what it staged.
-//  3. The source records Committing, then asks the target to COMMIT: the
-//     target records that it owns the partitions at epoch e, thaws them
-//     and serves them. From here the move is never called off: the source
-//     asks until the target answers.
+//  2. It sends their messages, then their dead letters and duplicate records (see moveside.go), to the
+//     target (IN), in chunks, under the same keys. The target records In
+//     before it stores the first, keeps what it receives frozen (it does
+//     not own them), and stores each message once however often it is
+//     sent. If this takes longer than Config.MoveTimeout the source calls
+//     the move off: it forgets Out, thaws the partitions and tells the
+//     target to drop what it staged.
+//  3. The source records Committing, then asks the target to COMMIT:
+//     the target records that it owns the partitions at epoch e, thaws
+//     them and serves them. From here the move is never called off: the
+//     source asks until the target answers.
 //  4. The source records that it no longer owns them (epoch e), drops its
-//     copies, and forgets the move.
+//     copies (messages, dead letters, duplicate records), and forgets the
+//     move.
 //
 // A target whose In is not carried on (its source called it off while the
 // target was away) asks the source for its STATUS and drops what it
@@ -55,6 +57,14 @@ type Mover interface {
 	Import(in []delaystore.Imported) (int, error)
 	// DropTopics deletes the pending messages of the topics keep accepts.
 	DropTopics(ctx context.Context, keep func(topicHash uint64) bool) (int, error)
+	// ScanSideRecords reads the dead letters and duplicate records of the
+	// topics keep accepts (see moveside.go).
+	ScanSideRecords(after []byte, keep func(topicHash uint64) bool, yield func(delaystore.SideRecord) bool) error
+	// ImportSideRecords stores records handed over, under their keys,
+	// once.
+	ImportSideRecords(recs []delaystore.SideRecord) (int, error)
+	// DropSideRecords deletes the records of the topics keep accepts.
+	DropSideRecords(ctx context.Context, keep func(topicHash uint64) bool) (int, error)
 }
 
 // MoveRequest asks a cell, on MoveSubject(cell), to move partitions it
@@ -72,6 +82,9 @@ type MoveReply struct {
 	Epoch      uint64  `json:"epoch"`
 	// Messages is how many pending messages the target received.
 	Messages int `json:"messages"`
+	// Records is how many dead letters and duplicate records it
+	// received.
+	Records int `json:"records"`
 }
 
 // moveStep is what names a move in the requests between its cells: the
@@ -115,10 +128,7 @@ func (n *Node) handleMove(m *nats.Msg) {
 
 // canMove returns why this cell cannot take part in a move, or nil.
 func (n *Node) canMove() *wire.ServiceError {
-	switch {
-	case n.cfg.Clustered:
-		return &wire.ServiceError{Code: 409, Description: fmt.Sprintf("cell %q is a cluster: moving partitions to or from a cluster cell is not supported yet (its record is kept per node, not replicated); move them between single-node cells", n.rec.Cell)}
-	case n.mover == nil:
+	if n.mover == nil {
 		return &wire.ServiceError{Code: 409, Description: fmt.Sprintf("cell %q cannot move partitions", n.rec.Cell)}
 	}
 	return nil
@@ -183,12 +193,8 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 	if notOwned := Subtract(parts, rec.Owned, rec.Partitions); len(notOwned) > 0 {
 		return Move{}, moveError(wire.ErrConflict, "cell %q does not own partitions %s (it owns %s)", rec.Cell, FormatRanges(notOwned), FormatRanges(rec.Owned))
 	}
-	h, ok := n.table.heardOf(req.To)
-	switch {
-	case !ok || time.Since(h.at) > n.cfg.Silence:
+	if h, ok := n.table.heardOf(req.To); !ok || time.Since(h.at) > n.cfg.Silence {
 		return Move{}, moveError(wire.ErrUnavailable, "cell %q is not serving in the fleet: not heard from", req.To)
-	case h.status.Clustered:
-		return Move{}, moveError(wire.ErrConflict, "cell %q is a cluster: moving partitions to or from a cluster cell is not supported yet (its record is kept per node, not replicated); move them between single-node cells", req.To)
 	}
 	mv := Move{Partitions: parts, Peer: req.To, Epoch: max(n.table.maxEpoch(), rec.Epoch) + 1}
 	if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
@@ -204,11 +210,11 @@ func (n *Node) beginMove(req MoveRequest) (Move, error) {
 func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	rep := MoveReply{From: n.rec.Cell, To: mv.Peer, Partitions: mv.Partitions, Epoch: mv.Epoch}
 	if !mv.Committing && !mv.Committed {
-		sent, err := n.copyOut(mv)
+		sent, records, err := n.copyOut(mv)
 		if err != nil {
 			return rep, n.callOff(mv, err)
 		}
-		rep.Messages = sent
+		rep.Messages, rep.Records = sent, records
 		mv.Committing = true
 		if _, err := n.update(func(r *Record) error { r.Out = &mv; return nil }); err != nil {
 			return rep, err
@@ -234,6 +240,9 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	dropped, err := n.mover.DropTopics(ctx, n.keepOf(mv.Partitions))
+	if err == nil {
+		_, err = n.mover.DropSideRecords(ctx, n.keepOf(mv.Partitions))
+	}
 	if err != nil {
 		return rep, fmt.Errorf("%w: cell %q owns partitions %s now; dropping the copies here: %v (run the move again, or restart this cell, to finish)", wire.ErrUnavailable, mv.Peer, FormatRanges(mv.Partitions), err)
 	}
@@ -245,16 +254,25 @@ func (n *Node) carryOut(mv Move) (MoveReply, error) {
 	return rep, nil
 }
 
-// copyOut sends the partitions' messages to the target (step 2), within
-// Config.MoveTimeout, and returns how many it sent. It sends one chunk,
-// empty, when there are none, so that the target records the move.
-func (n *Node) copyOut(mv Move) (int, error) {
+// copyOut sends the partitions' messages, then their dead letters and
+// duplicate records, to the target (step 2), within Config.MoveTimeout,
+// and returns how many of each it sent. It sends one chunk of
+// messages, empty, when there are none, so that the target records the
+// move.
+func (n *Node) copyOut(mv Move) (messages, records int, err error) {
 	deadline := time.Now().Add(n.cfg.MoveTimeout)
-	keep := n.keepOf(mv.Partitions)
-	limit := max(int(n.nc.MaxPayload())-8<<10, 1<<10)
-	if n.cfg.MoveChunk > 0 {
-		limit = min(limit, n.cfg.MoveChunk)
+	if messages, err = n.copyMessages(mv, deadline); err != nil {
+		return messages, 0, err
 	}
+	records, err = n.copySide(mv, deadline)
+	return messages, records, err
+}
+
+// copyMessages sends the partitions' messages to the target, in chunks,
+// until the deadline.
+func (n *Node) copyMessages(mv Move, deadline time.Time) (int, error) {
+	keep := n.keepOf(mv.Partitions)
+	limit := n.chunkLimit()
 	var after *keys.Key
 	sent := 0
 	for {
@@ -265,7 +283,7 @@ func (n *Node) copyOut(mv Move) (int, error) {
 		if count == 0 && after != nil {
 			return sent, nil
 		}
-		if err := n.sendIn(mv, body, deadline); err != nil {
+		if err := n.sendIn(mv, body, false, deadline); err != nil {
 			return sent, err
 		}
 		sent += count
@@ -277,16 +295,22 @@ func (n *Node) copyOut(mv Move) (int, error) {
 	}
 }
 
+// chunkLimit bounds the bytes of one IN request's body.
+func (n *Node) chunkLimit() int {
+	limit := max(int(n.nc.MaxPayload())-8<<10, 1<<10)
+	if n.cfg.MoveChunk > 0 {
+		limit = min(limit, n.cfg.MoveChunk)
+	}
+	return limit
+}
+
 // readChunk reads the messages after after that keep accepts, encoded one
 // after another as their 24-byte key, their length as a uvarint and their
-// encoding, up to limit bytes, and returns them, the last one's key and
-// how many.
-func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) ([]byte, keys.Key, int, error) {
-	var body []byte
-	var last keys.Key
-	count := 0
+// encoding, up to limit bytes, and returns them, the last key read, and
+// how many it read.
+func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) (body []byte, last keys.Key, count int, err error) {
 	var tooLarge error
-	err := n.mover.ScanEvents(after, keep, func(k keys.Key, m *delaystore.StoredMessage) bool {
+	err = n.mover.ScanEvents(after, keep, func(k keys.Key, m *delaystore.StoredMessage) bool {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			tooLarge = err
@@ -311,10 +335,13 @@ func (n *Node) readChunk(after *keys.Key, keep func(uint64) bool, limit int) ([]
 
 // sendIn sends one chunk to the target, again after a failure, until the
 // deadline.
-func (n *Node) sendIn(mv Move, body []byte, deadline time.Time) error {
+func (n *Node) sendIn(mv Move, body []byte, records bool, deadline time.Time) error {
 	step, _ := json.Marshal(moveStep{From: n.rec.Cell, Partitions: mv.Partitions, Epoch: mv.Epoch})
 	m := &nats.Msg{Subject: movePrefix(mv.Peer) + "." + stepIn, Header: nats.Header{}, Data: body}
 	m.Header.Set(stepHeader, string(step))
+	if records {
+		m.Header.Set(recordsHeader, "1")
+	}
 	for {
 		err := n.request(m, min(5*time.Second, time.Until(deadline)), nil)
 		switch {
@@ -366,21 +393,13 @@ func (n *Node) callOff(mv Move, cause error) error {
 	return fmt.Errorf("move of partitions %s to cell %q called off, they stay on cell %q: %w", FormatRanges(mv.Partitions), mv.Peer, n.rec.Cell, cause)
 }
 
-// resumeMoves carries on, in the node's goroutines, the moves rec was
-// at when the cell stopped.
+// resumeMoves carries on, in the node's goroutines, the move out rec was
+// at when the cell stopped, and watches the move in. A cluster cell's
+// record is the replicated one, which its leader reads when it starts to
+// serve (see takeOver): it carries the move on then.
 func (n *Node) resumeMoves(rec Record) {
-	if rec.Out != nil && n.canMove() == nil {
-		mv := *rec.Out
-		n.moveWG.Add(1)
-		go func() {
-			defer n.moveWG.Done()
-			n.moving.Lock()
-			defer n.moving.Unlock()
-			n.log.Info("going on with a move under way when the cell stopped", "partitions", FormatRanges(mv.Partitions), "to", mv.Peer, "epoch", mv.Epoch)
-			if _, err := n.carryOut(mv); err != nil {
-				n.log.Warn("the move under way when the cell stopped did not finish", "err", err)
-			}
-		}()
+	if rec.Out != nil && n.canMove() == nil && n.keeper == nil {
+		n.resumeOut(*rec.Out)
 	}
 	n.moveWG.Add(1)
 	go func() {
@@ -389,9 +408,29 @@ func (n *Node) resumeMoves(rec Record) {
 	}()
 }
 
-// update applies f to a copy of the cell's record, writes it to the data
-// dir, and puts it in force: the table learns it and the service's
-// frozen topics follow it.
+// resumeOut carries the move out mv on from the step the record is at,
+// in a goroutine of the node's, unless it is over by the time no other
+// move of this cell's is under way.
+func (n *Node) resumeOut(mv Move) {
+	n.moveWG.Add(1)
+	go func() {
+		defer n.moveWG.Done()
+		n.moving.Lock()
+		defer n.moving.Unlock()
+		out := n.Record().Out
+		if !mv.same(out) || out.Peer != mv.Peer {
+			return // carried out meanwhile
+		}
+		n.log.Info("going on with a move under way when the cell stopped or its leader changed", "partitions", FormatRanges(out.Partitions), "to", out.Peer, "epoch", out.Epoch)
+		if _, err := n.carryOut(*out); err != nil {
+			n.log.Warn("the move under way when the cell stopped or its leader changed did not finish", "err", err)
+		}
+	}()
+}
+
+// update applies f to a copy of the cell's record, writes it (to the
+// data dir, or in a cluster cell to the replicated store), and puts it in
+// force (see install).
 func (n *Node) update(f func(r *Record) error) (Record, error) {
 	n.writeMu.Lock()
 	defer n.writeMu.Unlock()
@@ -405,17 +444,35 @@ func (n *Node) update(f func(r *Record) error) (Record, error) {
 	if err := f(&r); err != nil {
 		return r, err
 	}
-	if err := saveRecord(n.cfg.DataDir, r); err != nil {
+	if err := n.persist(r); err != nil {
 		return r, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
+	return r, n.install(r)
+}
+
+// persist writes r where the cell keeps its record.
+func (n *Node) persist(r Record) error {
+	if n.keeper == nil {
+		return saveRecord(n.cfg.DataDir, r)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return n.keeper.SetFleetRecord(b)
+}
+
+// install makes r the cell's record now: the table learns it and the
+// service's frozen topics follow it. writeMu must be held.
+func (n *Node) install(r Record) error {
 	n.curMu.Lock()
 	n.cur = r
 	n.curMu.Unlock()
 	n.table.learn(n.status(), time.Now())
 	if err := n.freeze(r); err != nil {
-		return r, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
-	return r, nil
+	return nil
 }
 
 // freeze has the service hold still the topics Frozen(rec) names.

@@ -28,17 +28,28 @@ func (n *Node) receiveIn(m *nats.Msg) {
 		answerError(n.nc, m, se.Code, "%s", se.Description)
 		return
 	}
-	msgs, err := decodeChunk(m.Data)
-	if err != nil {
-		answerError(n.nc, m, 400, "IN: %v", err)
-		return
+	var store func() (int, error)
+	if m.Header.Get(recordsHeader) != "" {
+		recs, err := decodeSideChunk(m.Data)
+		if err != nil {
+			answerError(n.nc, m, 400, "IN: %v", err)
+			return
+		}
+		store = func() (int, error) { return n.mover.ImportSideRecords(recs) }
+	} else {
+		msgs, err := decodeChunk(m.Data)
+		if err != nil {
+			answerError(n.nc, m, 400, "IN: %v", err)
+			return
+		}
+		store = func() (int, error) { return n.mover.Import(msgs) }
 	}
 	if code, err := n.stage(step); err != nil {
 		answerError(n.nc, m, code, "%v", err)
 		return
 	}
 	n.lastIn.Store(time.Now().UnixNano())
-	stored, err := n.mover.Import(msgs)
+	stored, err := store()
 	if err != nil {
 		answerError(n.nc, m, 503, "IN: %v", err)
 		return
@@ -137,7 +148,11 @@ func (n *Node) dropStaged(in Move) error {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	rec := n.Record()
-	dropped, err := n.mover.DropTopics(ctx, n.keepOf(Subtract(in.Partitions, rec.Owned, rec.Partitions)))
+	keep := n.keepOf(Subtract(in.Partitions, rec.Owned, rec.Partitions))
+	dropped, err := n.mover.DropTopics(ctx, keep)
+	if err == nil {
+		_, err = n.mover.DropSideRecords(ctx, keep)
+	}
 	if err != nil {
 		return fmt.Errorf("dropping the messages staged of a move called off: %w", err)
 	}

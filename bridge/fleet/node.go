@@ -24,6 +24,11 @@ type Service interface {
 	// Leader reports whether the service serves now: always on a single
 	// node, only as the leader holding its lease in a cluster.
 	Leader() bool
+	// Leads reports whether the service holds the serving subscriptions:
+	// always on a single node, as the Raft leader in a cluster, whether
+	// or not its lease holds this moment (Ingest waits for the lease, and
+	// answers 503 if it does not come back).
+	Leads() bool
 	// Info is the cell's INFO.
 	Info() (wire.InfoReply, error)
 }
@@ -53,6 +58,9 @@ type Node struct {
 	// moveWG waits for the goroutines that carry them out.
 	mover  Mover
 	moving sync.Mutex
+	// keeper keeps the record of a cluster cell, nil for a single node
+	// (see keeper.go).
+	keeper Keeper
 	moveWG sync.WaitGroup
 	// id names this node's router in the subjects it forwards on, so a
 	// receiver can tell it that its map is stale.
@@ -61,9 +69,16 @@ type Node struct {
 	// cellIngest is the cell's service's ingest prefix plus ".".
 	cellIngest string
 
-	// always are the subscriptions of every node: the heartbeats and the
-	// stale notices to this router.
+	// always are the subscriptions of every node: the heartbeats, the
+	// stale notices and the answers relayed to this router.
 	always []*nats.Subscription
+	// ingest is every node's subscription to the fleet's ingest, serving
+	// or not: a node of a cell that is a cluster routes publishes while
+	// its cell has no leader, so that they get a 503 rather than NATS's
+	// no-responders. Only the loop's goroutine drains it.
+	ingest *nats.Subscription
+	// relay holds the forwarded messages waiting for their answer.
+	relay relay
 	// serving holds the subscriptions taken while the service serves;
 	// only the loop's goroutine touches it.
 	serving []*nats.Subscription
@@ -98,6 +113,13 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	n.cur = rec
 	n.lastIn.Store(time.Now().UnixNano())
 	n.mover, _ = svc.(Mover)
+	if cfg.Clustered {
+		k, ok := svc.(Keeper)
+		if !ok {
+			return nil, fmt.Errorf("%w: cell %q is a cluster, and its service cannot keep the cell's record in the replicated store", ErrInvalidConfig, rec.Cell)
+		}
+		n.keeper = k
+	}
 	if err := n.freeze(rec); err != nil {
 		return nil, err
 	}
@@ -105,13 +127,40 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	for _, s := range []struct {
 		subject string
 		h       nats.MsgHandler
-	}{{AliveSubject, n.handleAlive}, {StalePrefix + "." + n.id, n.handleStale}} {
+	}{{AliveSubject, n.handleAlive}, {StalePrefix + "." + n.id, n.handleStale}, {n.relaySubject() + ".*", n.handleRelay}} {
 		sub, err := nc.Subscribe(s.subject, s.h)
+		if err == nil {
+			err = sub.SetPendingLimits(1<<20, 512<<20)
+		}
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("fleet: subscribe %s: %w", s.subject, err), n.unsubscribe(n.always))
 		}
 		n.always = append(n.always, sub)
 	}
+	if n.keeper != nil {
+		// NB: before the loop serves anything of the fleet's: a node
+		// that leads already reads the replicated record now.
+		if err := n.keeper.OnServe(n.takeOver); err != nil {
+			_ = n.keeper.OnServe(nil)
+			close(n.stop)
+			n.moveWG.Wait()
+			return nil, errors.Join(err, n.unsubscribe(n.always))
+		}
+	}
+	// The ingest is taken last, once its answers can be relayed.
+	sub, err := nc.QueueSubscribe(n.cfg.IngestPrefix+".>", QueueGroup, n.routeIngest)
+	if err == nil {
+		err = sub.SetPendingLimits(1<<20, 512<<20)
+	}
+	if err != nil {
+		if n.keeper != nil {
+			_ = n.keeper.OnServe(nil)
+		}
+		close(n.stop)
+		n.moveWG.Wait()
+		return nil, errors.Join(fmt.Errorf("fleet: subscribe %s.>: %w", n.cfg.IngestPrefix, err), n.unsubscribe(n.always))
+	}
+	n.ingest = sub
 	go n.loop()
 	n.resumeMoves(rec)
 	return n, nil
@@ -119,11 +168,17 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 
 // Close stops serving, the heartbeats and the moves under way (each goes
 // on where it stopped when the cell starts again), and waits for them.
+// The publishers of forwarded messages still unanswered get a 503.
 func (n *Node) Close() error {
+	if n.keeper != nil {
+		_ = n.keeper.OnServe(nil)
+	}
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
 	n.moveWG.Wait()
-	return n.unsubscribe(n.always)
+	err := n.unsubscribe(n.always)
+	n.expireRelayed(true)
+	return err
 }
 
 // Record is this cell's record now.
@@ -142,8 +197,13 @@ func (n *Node) StaleNotices() uint64 {
 }
 
 // loop follows the service's leadership each heartbeat: it takes the
-// serving subscriptions when the service serves and drops them when it
-// stops, and while it serves tells the fleet the cell's record.
+// serving subscriptions when the service leads and drops them when it
+// stops, and while it leads tells the fleet the cell's record. It
+// follows the Raft leadership, not the lease: a lease that lapses for a
+// moment on a starved leader took the cell's subscriptions and
+// heartbeats away with it, so that the fleet answered its partitions
+// with 503s (and, before followers took the ingest, no-responders) while
+// no election happened.
 func (n *Node) loop() {
 	defer close(n.done)
 	t := time.NewTicker(n.cfg.Heartbeat)
@@ -152,12 +212,13 @@ func (n *Node) loop() {
 		n.beat()
 		select {
 		case <-n.stop:
-			if err := n.drain(n.serving); err != nil {
+			if err := n.drain(append(n.serving, n.ingest)); err != nil {
 				n.log.Warn("stopping the fleet's subscriptions", "err", err)
 			}
 			n.serving = nil
 			return
 		case <-t.C:
+			n.expireRelayed(false)
 		case <-n.refresh:
 			n.learnAll()
 		}
@@ -165,7 +226,7 @@ func (n *Node) loop() {
 }
 
 func (n *Node) beat() {
-	switch serving := n.svc.Leader(); {
+	switch serving := n.svc.Leads(); {
 	case serving && n.serving == nil:
 		n.learnAll()
 		if err := n.subscribe(); err != nil {

@@ -28,6 +28,7 @@ func (f *fakeService) Ingest(req micro.Request) {
 	_ = req.Respond([]byte(`{"tag":"t"}`))
 }
 func (f *fakeService) Leader() bool                  { return true }
+func (f *fakeService) Leads() bool                   { return true }
 func (f *fakeService) Info() (wire.InfoReply, error) { return wire.InfoReply{}, nil }
 
 func startNode(t *testing.T, nc *nats.Conn, svc fleet.Service, rec fleet.Record) *fleet.Node {

@@ -58,8 +58,8 @@ type Status struct {
 	// Node names the node that serves the cell: its --node-id in a
 	// cluster, else the cell's name.
 	Node string `json:"node"`
-	// Clustered says the cell is a Raft cluster, which moves no
-	// partitions yet.
+	// Clustered says the cell is a Raft cluster, whose record its
+	// nodes replicate.
 	Clustered bool `json:"clustered,omitempty"`
 	// Pending and Subjects are the cell's counts, in answers to CELLS.
 	Pending  uint64 `json:"pending"`

@@ -22,7 +22,6 @@ func (n *Node) subscribe() error {
 		h              nats.MsgHandler
 	}
 	routes := []route{
-		{n.cfg.IngestPrefix + ".>", QueueGroup, n.routeIngest},
 		{forwardPrefix(n.rec.Cell) + ".>", "natsdelay.cell." + n.rec.Cell, n.receive},
 		{n.cfg.APIPrefix + ".>", QueueGroup, n.routeAPI},
 		{n.cfg.AckPrefix, QueueGroup, n.routeAckHeader},
@@ -72,20 +71,22 @@ func (n *Node) reserved(target string) bool {
 }
 
 // send hands m, a message to schedule for target, to the owner of its
-// partition; from names the router in the forwarded subject.
+// partition; from names the router in the forwarded subject. A node
+// whose own cell owns it but that does not lead it (a follower)
+// forwards it to its cell like any other, so that whichever node serves
+// the cell takes it, or the publisher gets the relay's 503.
 func (n *Node) send(m *nats.Msg, target, from string) {
 	p := Partition(target, n.rec.Partitions)
 	cell, at, ok := n.ownerOf(p)
 	switch {
 	case !ok:
 		answerError(n.nc, m, 503, "partition %d of subject %q has no owner this node knows of yet: try again", p, target)
-	case cell == n.rec.Cell:
+	case cell == n.rec.Cell && n.svc.Leads():
 		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 	case time.Since(at) > n.cfg.Silence:
 		answerError(n.nc, m, 503, "cell %q, the owner of partition %d, is unavailable: not heard from for %v: try again", cell, p, time.Since(at).Round(time.Millisecond))
 	default:
-		out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
-		if err := n.nc.PublishMsg(out); err != nil {
+		if err := n.forward(m, cell, p, target, from); err != nil {
 			answerError(n.nc, m, 503, "forwarding to cell %q: %v", cell, err)
 		}
 	}

@@ -282,6 +282,9 @@ type ScheduleInfo struct {
 	Exclude string `json:"exclude,omitempty"`
 	// Jitter is the Delay-Jitter; Next holds the times with it applied.
 	Jitter string `json:"jitter,omitempty"`
+	// JSScheduler is, for a schedule taken in on the JetStream schedule
+	// prefix, its schedule subject (and Spec its Nats-Schedule).
+	JSScheduler string `json:"js_scheduler,omitempty"`
 }
 
 // SchedulesRequest is the body of SCHEDULES: one page of the recurring

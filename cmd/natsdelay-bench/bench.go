@@ -39,6 +39,7 @@ type benchCmd struct {
 	CellReqs     []int    `name:"cell-requesters" help:"Synchronous requester counts of the cells phase (default 64,192)." placeholder:"N,..."`
 	NodeCPU      float64  `name:"node-cpu" help:"Run each natsdelay node of the cluster and cells phases in a cgroup of its own with this CPU quota in cores, every 10 ms, and its data on a tmpfs of its own, as a machine of its own; 0 shares this machine's cores and disk. Needs root." placeholder:"CORES"`
 	NodeTmpfs    bool     `name:"node-tmpfs" help:"Put each node's data on a tmpfs of its own, without a CPU quota (--node-cpu implies it). Needs root."`
+	NodeLogs     string   `name:"node-logs" help:"Keep the whole log of every node of the cluster and cells phases in this directory, a file a node." placeholder:"DIR"`
 	Flow         bool     `help:"Run the flow phase: the fire lateness of an unlimited subject alone and beside a paused subject with many due and a rate-limited one; alone unless --phases names others."`
 	FlowPaused   int      `name:"flow-paused" help:"Messages due on the paused subject of the flow phase (default 1000000)."`
 	EventsRounds int      `name:"events-rounds" help:"Runs of --e2e-msgs the events phase makes with lifecycle events off, and as many with them on (default 3)."`
@@ -132,7 +133,7 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.CellNodes, c.CellNodes)
 	set(&cfg.CellPartitions, c.CellParts)
 	cfg.CellRequesters = c.CellReqs
-	cfg.NodeCPU, cfg.NodeTmpfs = c.NodeCPU, c.NodeTmpfs
+	cfg.NodeCPU, cfg.NodeTmpfs, cfg.NodeLogs = c.NodeCPU, c.NodeTmpfs, c.NodeLogs
 	if c.ScaleSubjects == 0 {
 		// The preset's subjects fit a smaller --scale-pending.
 		cfg.ScaleSubjects = min(cfg.ScaleSubjects, cfg.ScalePending)

@@ -283,7 +283,8 @@ func TestBench_Cluster_Quick(t *testing.T) {
 // TestBench_Cells_Quick runs bench --cells 3 at tiny sizes with the
 // natsdelay of this tree, which runs cells: it checks that one cell, the
 // fleet of three and the hand-partitioned ideal each took every message
-// of every mode, none refused, and stored each once, so that the fleet's
+// of every mode, none refused, and stored each once, and delivered every
+// message of its end-to-end run with each ACK applied, so that the fleet's
 // rows measure three cells sharing the load, not a refusing or a
 // duplicating fleet; never how fast.
 func TestBench_Cells_Quick(t *testing.T) {
@@ -316,6 +317,16 @@ func TestBench_Cells_Quick(t *testing.T) {
 	}
 	for key := range want {
 		t.Errorf("no row %s", key)
+	}
+	e2e := map[string]bool{}
+	for _, r := range cr.EndToEnd {
+		e2e[r.System] = true
+		if r.Msgs != 300 || r.Delivered != 300 || !(r.Rate > 0) || r.CPU.Service < 0 {
+			t.Errorf("end to end %s: %d of %d delivered, %v msgs/s, %v s CPU", r.System, r.Delivered, r.Msgs, r.Rate, r.CPU.Service)
+		}
+	}
+	if len(cr.EndToEnd) != 3 || !e2e[bench.CellsOne] || !e2e[bench.CellsFleet] || !e2e[bench.CellsIdeal] {
+		t.Errorf("end-to-end rows %+v: want one of each system", cr.EndToEnd)
 	}
 	parts := 0
 	for _, c := range cr.FleetCells {

@@ -18,12 +18,37 @@ import (
 )
 
 // runCmd runs natsdelay with args to the end and returns its exit code and
-// output.
+// output. A command that only speaks to the service runs in this process,
+// through run as main calls it: a start of the test binary built with the
+// race detector costs most of a second of CPU, and these tests run
+// hundreds of commands. The rest run as a child process: serve, sub,
+// events and help, and any command given --help or --version, for which
+// the command line parser ends the process. The tests of what a process
+// does (signals, exit on a lost connection) start one themselves.
 func runCmd(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	if runsInProcess(args) {
+		return runInProcess(args...)
+	}
 	p := start(t, args...)
-	code = p.wait(t, 15*time.Second)
+	code = p.wait(t, 30*time.Second)
 	return code, p.stdout.String(), p.stderr.String()
+}
+
+// inProcessCommands are the commands runCmd runs in this process.
+var inProcessCommands = []string{
+	"pub", "info", "subjects", "ls", "schedules", "get", "cancel", "reschedule", "fire",
+	"dead", "limits", "pause", "resume", "cluster", "cells", "backup", "restore", "completion", "ui-passwd",
+}
+
+// runsInProcess reports whether runCmd runs args in this process.
+func runsInProcess(args []string) bool {
+	if len(args) == 0 || !slices.Contains(inProcessCommands, args[0]) {
+		return false
+	}
+	return !slices.ContainsFunc(args, func(a string) bool {
+		return a == "-h" || a == "--help" || a == "--version" || strings.HasPrefix(a, "--help=") || strings.HasPrefix(a, "--version=")
+	})
 }
 
 // mustRun is runCmd for a command that must succeed.
@@ -233,13 +258,14 @@ func TestServe_MicroDiscovery(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"ingest":    "delay.>",
-		"info":      "$DELAY.API.INFO",
-		"get":       "$DELAY.API.GET",
-		"list":      "$DELAY.API.LIST",
-		"cancel":    "$DELAY.API.CANCEL",
-		"subjects":  "$DELAY.API.SUBJECTS",
-		"schedules": "$DELAY.API.SCHEDULES",
+		"ingest":      "delay.>",
+		"js_schedule": "$DELAY.JS.>",
+		"info":        "$DELAY.API.INFO",
+		"get":         "$DELAY.API.GET",
+		"list":        "$DELAY.API.LIST",
+		"cancel":      "$DELAY.API.CANCEL",
+		"subjects":    "$DELAY.API.SUBJECTS",
+		"schedules":   "$DELAY.API.SCHEDULES",
 		// Flow control.
 		"limits_set":    "$DELAY.API.LIMITS.SET",
 		"limits_get":    "$DELAY.API.LIMITS.GET",

@@ -78,17 +78,17 @@ func TestCLI_RescheduleFireDead(t *testing.T) {
 	}
 
 	sub := start(t, "sub", "cli.>", "--nats", url, "--count", "1")
-	sub.waitLine(t, `msg=subscribed`, 10*time.Second)
+	sub.waitLine(t, `msg=subscribed`, 30*time.Second)
 	fired := strings.Fields(mustRun(t, "fire", moved[0], "--nats", url))[0]
-	if code := sub.wait(t, 10*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), fired) {
+	if code := sub.wait(t, 30*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), fired) {
 		t.Fatalf("sub after fire: exit %d, %q; want the fired %s", code, sub.stdout.String(), fired)
 	}
 
 	nack := start(t, "sub", "cli.pay.>", "--nats", url, "--no-ack", "--count", "2")
-	nack.waitLine(t, `msg=subscribed`, 10*time.Second)
+	nack.waitLine(t, `msg=subscribed`, 30*time.Second)
 	schedule(t, url, "cli.pay.a", "1", "--max-deliver", "1")
 	schedule(t, url, "cli.pay.b", "2", "--max-deliver", "1")
-	nack.wait(t, 10*time.Second)
+	nack.wait(t, 30*time.Second)
 	// The two die one ack wait after their delivery.
 	var list string
 	for deadline := time.Now().Add(10 * time.Second); ; {

@@ -17,18 +17,28 @@ import (
 type cellsMoveCmd struct {
 	clientFlags `embed:""`
 
-	Partitions []string      `arg:"" name:"partitions" help:"The partitions to move: numbers and ranges, such as 3 10-20 or 3,10-20."`
-	To         string        `name:"to" required:"" help:"The cell to move them to." placeholder:"CELL" env:"-"`
-	Wait       time.Duration `help:"How long to listen for the cells' answers, to learn who owns what." default:"1s" env:"-"`
-	Timeout    time.Duration `help:"How long to wait for each cell to finish its part of the move." default:"2m" env:"-"`
+	Partitions []string `arg:"" name:"partitions" help:"The partitions to move: numbers and ranges, such as 3 10-20 or 3,10-20."`
+	To         string   `name:"to" required:"" help:"The cell to move them to." placeholder:"CELL" env:"-"`
+	moveFlags  `embed:""`
+}
+
+// moveFlags are the waits of the commands that move partitions.
+type moveFlags struct {
+	Wait    time.Duration `help:"How long to listen for the cells' answers, to learn who owns what." default:"1s" env:"-"`
+	Timeout time.Duration `help:"How long to wait for each move to finish." default:"2m" env:"-"`
+}
+
+// check adds what is wrong with the flags to p.
+func (m moveFlags) check(p *problems) {
+	if m.Wait <= 0 || m.Timeout <= 0 {
+		p.add("--wait %v, --timeout %v: want durations > 0", m.Wait, m.Timeout)
+	}
 }
 
 func (c *cellsMoveCmd) check() error {
 	var p problems
 	c.checkClient(&p)
-	if c.Wait <= 0 || c.Timeout <= 0 {
-		p.add("--wait %v, --timeout %v: want durations > 0", c.Wait, c.Timeout)
-	}
+	c.moveFlags.check(&p)
 	return p.err()
 }
 
@@ -77,18 +87,15 @@ func (c *cellsMoveCmd) Run(e *env) error {
 type cellsRebalanceCmd struct {
 	clientFlags `embed:""`
 
-	Yes     bool          `help:"Carry the plan out, one move after another." env:"-"`
-	JSON    bool          `name:"json" help:"Print the plan as JSON." env:"-"`
-	Wait    time.Duration `help:"How long to listen for the cells' answers." default:"1s" env:"-"`
-	Timeout time.Duration `help:"How long to wait for each move to finish." default:"2m" env:"-"`
+	Yes       bool `help:"Carry the plan out, one move after another." env:"-"`
+	JSON      bool `name:"json" help:"Print the plan as JSON." env:"-"`
+	moveFlags `embed:""`
 }
 
 func (c *cellsRebalanceCmd) check() error {
 	var p problems
 	c.checkClient(&p)
-	if c.Wait <= 0 || c.Timeout <= 0 {
-		p.add("--wait %v, --timeout %v: want durations > 0", c.Wait, c.Timeout)
-	}
+	c.moveFlags.check(&p)
 	return p.err()
 }
 

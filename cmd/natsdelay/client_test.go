@@ -65,7 +65,7 @@ func TestClient_NATSURLAndContext(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := startEnv(t, append([]string{"XDG_CONFIG_HOME=" + xdg}, tt.env...), "", append([]string{"info"}, tt.args...)...)
-			p.wait(t, 15*time.Second)
+			p.wait(t, 30*time.Second)
 			if e := p.stderr.String(); !strings.Contains(e, tt.want) {
 				t.Errorf("stderr %q, want %q", e, tt.want)
 			}

@@ -166,11 +166,15 @@ func TestParse_Defaults_WhileTheirPortsAreTaken(t *testing.T) {
 }
 
 func TestParse_BadValue_ClearUsageError(t *testing.T) {
-	free := []string{"--nats-listen", "127.0.0.1:0"}
+	// Building the parser takes a quarter of a second of CPU under the
+	// race detector, and there are 60 cases: they run beside the
+	// package's other parallel tests, not before them. The cases of
+	// environment variables, which t.Setenv sets for the whole process,
+	// are TestParse_BadEnv_ClearUsageError.
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
-		env  map[string]string
 		file string // config file content, passed with --config
 		want []string
 	}{
@@ -198,8 +202,6 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 		{name: "bad fleet flags", args: []string{"--cell", "a.b", "--partitions", "70000", "--fleet-cells", "x,x"},
 			want: []string{`--cell "a.b"`, "--partitions 70000: want 1 to 65536", `--fleet-cells x,x: founding cell "x": given twice`, `cell "a.b" is not one of the founding cells`}},
 		{name: "fleet flags without a cell", args: []string{"--partitions", "16"}, want: []string{"--partitions and --fleet-cells", "give --cell"}},
-		{name: "bad env", env: map[string]string{"NATSDELAY_MAX_DELIVER": "lots"}, want: []string{"--max-deliver", "NATSDELAY_MAX_DELIVER", `"lots"`}},
-		{name: "bad duration env", env: map[string]string{"NATSDELAY_ACK_WAIT": "1x"}, want: []string{"--ack-wait", "NATSDELAY_ACK_WAIT", `"1x"`}},
 		{name: "every bad value at once", args: []string{"--backoff", "1s,x", "--ack-wait", "30x", "--engine", "foo", "--time-bucket", "1500us"},
 			want: []string{"--backoff", `"x"`, "--ack-wait", `"30x"`, `--engine "foo"`, "--time-bucket 1.5ms"}},
 		{name: "unknown config key", file: `{"ack_wiat": "1s"}`, want: []string{`unknown key "ack_wiat"`, "ack_wait"}},
@@ -274,33 +276,59 @@ func TestParse_BadValue_ClearUsageError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			wantUsageError(t, tt.args, tt.file, tt.want)
+		})
+	}
+}
+
+// wantUsageError checks that parsing args, with the config file of
+// content file if not empty, fails with a usage error, exit code 2, that
+// says each of want. A serve command line gets a free listen address.
+func wantUsageError(t *testing.T, args []string, file string, want []string) {
+	t.Helper()
+	free := []string{"--nats-listen", "127.0.0.1:0"}
+	if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects", "cluster"}, args[0]) {
+		if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
+			args = append(slices.Clone(free), args...)
+		}
+	}
+	if file != "" {
+		args = append(args, "--config", writeConfig(t, file))
+	}
+	_, _, err := parse(args, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatalf("parse %q: no error", args)
+	}
+	if !errors.Is(err, usage.ErrUsage) {
+		t.Errorf("parse %q: %v is not a usage error", args, err)
+	}
+	if code := fail(io.Discard, err); code != exitUsage {
+		t.Errorf("exit code %d, want %d", code, exitUsage)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+}
+
+// TestParse_BadEnv_ClearUsageError is TestParse_BadValue_ClearUsageError
+// for bad values in environment variables.
+func TestParse_BadEnv_ClearUsageError(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{name: "bad env", env: map[string]string{"NATSDELAY_MAX_DELIVER": "lots"}, want: []string{"--max-deliver", "NATSDELAY_MAX_DELIVER", `"lots"`}},
+		{name: "bad duration env", env: map[string]string{"NATSDELAY_ACK_WAIT": "1x"}, want: []string{"--ack-wait", "NATSDELAY_ACK_WAIT", `"1x"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			args := tt.args
-			if len(args) == 0 || !slices.Contains([]string{"pub", "sub", "ls", "get", "cancel", "subjects", "cluster"}, args[0]) {
-				if !slices.Contains(args, "--nats-listen") && !slices.Contains(args, "--nats") {
-					args = append(slices.Clone(free), args...)
-				}
-			}
-			if tt.file != "" {
-				args = append(args, "--config", writeConfig(t, tt.file))
-			}
-			_, _, err := parse(args, io.Discard, io.Discard)
-			if err == nil {
-				t.Fatalf("parse %q: no error", args)
-			}
-			if !errors.Is(err, usage.ErrUsage) {
-				t.Errorf("parse %q: %v is not a usage error", args, err)
-			}
-			if code := fail(io.Discard, err); code != exitUsage {
-				t.Errorf("exit code %d, want %d", code, exitUsage)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
+			wantUsageError(t, nil, "", tt.want)
 		})
 	}
 }

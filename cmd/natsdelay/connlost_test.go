@@ -122,7 +122,7 @@ func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
 	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
 	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
 	proxy.sendErr("Maximum Control Line Exceeded")
-	if code := srv.wait(t, 15*time.Second); code != exitRuntime {
+	if code := srv.wait(t, 30*time.Second); code != exitRuntime {
 		t.Fatalf("serve exit code %d after its connection closed for good, want %d", code, exitRuntime)
 	}
 	srv.waitLine(t, `msg="the NATS connection closed for good: stopping, so that a supervisor restarts natsdelay" err="nats: Maximum Control Line Exceeded"`, time.Second)
@@ -142,9 +142,9 @@ func TestServe_AuthExpiredOnce_Reconnects(t *testing.T) {
 	ns, proxy := proxiedServer(t)
 	srv := openServe(t, "--nats", proxy.url(), "--engine", "memory")
 	proxy.sendErr("User Authentication Expired")
-	srv.waitLine(t, `msg="nats reconnected"`, 15*time.Second)
+	srv.waitLine(t, `msg="nats reconnected"`, 30*time.Second)
 	pub := start(t, "pub", "auth.later", "x", "--delay", "1h", "--nats", ns.ClientURL())
-	if code := pub.wait(t, 10*time.Second); code != 0 {
+	if code := pub.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("pub after the reconnect: exit code %d", code)
 	}
 	// serve would stop on a connection closed for good.

@@ -117,6 +117,9 @@ func (c *getCmd) Run(e *env) error {
 		if s.Jitter != "" {
 			row("jitter", s.Jitter)
 		}
+		if s.JSScheduler != "" {
+			row("jetstream schedule", s.JSScheduler)
+		}
 		if len(s.Next) == 0 {
 			row("next", "none: this is the last")
 		}

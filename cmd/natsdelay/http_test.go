@@ -94,7 +94,7 @@ func TestServe_HTTP_MetricsAndHealth(t *testing.T) {
 		}
 	}
 	pub := start(t, "pub", "metrics.check", "x", "--delay", "1h", "--nats", url)
-	if code := pub.wait(t, 10*time.Second); code != 0 {
+	if code := pub.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("pub exit code %d", code)
 	}
 	// The reply comes after the commit, and the counter moves at the commit.
@@ -167,7 +167,7 @@ func TestServe_HTTPPortInUse_ExitsWithHint(t *testing.T) {
 	}
 	defer ln.Close()
 	p := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--engine", "memory", "--http", ln.Addr().String())
-	if code := p.wait(t, 15*time.Second); code != exitUsage {
+	if code := p.wait(t, 30*time.Second); code != exitUsage {
 		t.Fatalf("exit code %d, want %d", code, exitUsage)
 	}
 	if e := p.stderr.String(); !strings.Contains(e, "--http "+ln.Addr().String()) || !strings.Contains(e, "already in use") {

@@ -24,10 +24,10 @@ func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
 	srv.waitLine(t, `msg="embedded nats-server listening" client_url=nats://127.0.0.1:\d+`, time.Second)
 
 	sub := start(t, "sub", "orders.reminder", "--nats", url, "--count", "1")
-	sub.waitLine(t, `msg=subscribed subject=orders.reminder`, 10*time.Second)
+	sub.waitLine(t, `msg=subscribed subject=orders.reminder`, 30*time.Second)
 
 	pub := start(t, "pub", "orders.reminder", `{"order":42}`, "--delay", "200ms", "--nats", url, "-H", "X-Trace: abc")
-	if code := pub.wait(t, 10*time.Second); code != 0 {
+	if code := pub.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("pub exit code %d", code)
 	}
 	m := regexp.MustCompile(`^scheduled orders\.reminder tag=([0-9a-f]{48}) fire_at=(\S+Z)\n$`).FindStringSubmatch(pub.stdout.String())
@@ -36,7 +36,7 @@ func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
 	}
 	tag, fireAt := m[1], m[2]
 
-	if code := sub.wait(t, 10*time.Second); code != 0 {
+	if code := sub.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("sub exit code %d", code)
 	}
 	out := sub.stdout.String()
@@ -56,7 +56,7 @@ func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
 
 	// An error reply is printed and is exit code 1.
 	bad := start(t, "pub", "orders.reminder", "x", "--delay", "90x", "--nats", url)
-	if code := bad.wait(t, 10*time.Second); code != exitRuntime {
+	if code := bad.wait(t, 30*time.Second); code != exitRuntime {
 		t.Fatalf("pub with a bad delay: exit code %d, want %d", code, exitRuntime)
 	}
 	if e := bad.stderr.String(); !strings.Contains(e, "400") || !strings.Contains(e, "90x") {
@@ -64,7 +64,7 @@ func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
 	}
 
 	srv.signal(t, syscall.SIGTERM)
-	if code := srv.wait(t, 15*time.Second); code != 0 {
+	if code := srv.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("serve exit code after SIGTERM %d, want 0", code)
 	}
 	srv.waitLine(t, `msg="natsdelay stopped"`, time.Second)
@@ -80,7 +80,7 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 			dir := t.TempDir()
 			first := serveInProcess(t, dir, "--engine", engine)
 			pub := startIn(t, "kept", "pub", "jobs.later", "-", "--delay", "1s", "--nats", first.URL(), "--json")
-			if code := pub.wait(t, 10*time.Second); code != 0 {
+			if code := pub.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("pub exit code %d", code)
 			}
 			var rep struct{ Tag, Subject string }
@@ -93,7 +93,7 @@ func TestServe_Restart_KeepsMessages(t *testing.T) {
 
 			second := serveInProcess(t, dir, "--engine", engine)
 			sub := start(t, "sub", "jobs.later", "--nats", second.URL(), "--count", "1", "--json")
-			if code := sub.wait(t, 20*time.Second); code != 0 {
+			if code := sub.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("sub exit code %d", code)
 			}
 			var d delivery
@@ -128,7 +128,7 @@ func TestServe_ExternalNATS_NoToken_ExitsWithAuthError(t *testing.T) {
 	t.Parallel()
 	ns, _ := tokenServer(t)
 	denied := start(t, "serve", "--nats", ns.ClientURL(), "--engine", "memory")
-	if code := denied.wait(t, 15*time.Second); code != exitRuntime {
+	if code := denied.wait(t, 30*time.Second); code != exitRuntime {
 		t.Fatalf("serve without the token: exit code %d, want %d", code, exitRuntime)
 	}
 	if e := denied.stderr.String(); !strings.Contains(e, "uthorization") {
@@ -150,19 +150,19 @@ func TestServe_ExternalNATS_AuthAndReconnect(t *testing.T) {
 	port := ns.Addr().(*net.TCPAddr).Port
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	srv.waitLine(t, `msg="nats disconnected"`, 10*time.Second)
+	srv.waitLine(t, `msg="nats disconnected"`, 30*time.Second)
 	opts.Port = port
 	ns = natsserver.RunServer(&opts)
 	t.Cleanup(ns.Shutdown)
-	srv.waitLine(t, `msg="nats reconnected"`, 15*time.Second)
+	srv.waitLine(t, `msg="nats reconnected"`, 30*time.Second)
 
 	sub := start(t, "sub", "auth.ok", "--nats", url, "--token", "s3cret", "--count", "1")
-	sub.waitLine(t, `msg=subscribed`, 10*time.Second)
+	sub.waitLine(t, `msg=subscribed`, 30*time.Second)
 	pub := start(t, "pub", "auth.ok", "hi", "--nats", url, "--token", "s3cret")
-	if code := pub.wait(t, 10*time.Second); code != 0 {
+	if code := pub.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("pub exit code %d", code)
 	}
-	if code := sub.wait(t, 10*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), "attempt=1") {
+	if code := sub.wait(t, 30*time.Second); code != 0 || !strings.Contains(sub.stdout.String(), "attempt=1") {
 		t.Fatalf("sub exit code %d, printed %q", code, sub.stdout.String())
 	}
 	if err := srv.Close(); err != nil {
@@ -179,7 +179,7 @@ func TestServe_PortInUse_ExitsWithHint(t *testing.T) {
 	}
 	defer ln.Close()
 	p := start(t, "serve", "--nats-listen", ln.Addr().String(), "--data-dir", t.TempDir())
-	if code := p.wait(t, 15*time.Second); code != exitUsage {
+	if code := p.wait(t, 30*time.Second); code != exitUsage {
 		t.Fatalf("exit code %d, want %d", code, exitUsage)
 	}
 	e := p.stderr.String()
@@ -200,7 +200,7 @@ func TestServe_DataDirInUse_ExitsFirst(t *testing.T) {
 			dir := t.TempDir()
 			first := serveInProcess(t, dir, "--engine", engine)
 			second := start(t, "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
-			if code := second.wait(t, 15*time.Second); code != exitUsage {
+			if code := second.wait(t, 30*time.Second); code != exitUsage {
 				t.Fatalf("second serve: exit code %d, want %d", code, exitUsage)
 			}
 			e := second.stderr.String()
@@ -246,13 +246,13 @@ func TestSub_Count_TakesExactlyThat(t *testing.T) {
 	t.Parallel()
 	url := serveInProcess(t, t.TempDir()).URL()
 	first := start(t, "sub", "count.one", "--nats", url, "--count", "1", "--json")
-	first.waitLine(t, `msg=subscribed subject=count.one`, 10*time.Second)
+	first.waitLine(t, `msg=subscribed subject=count.one`, 30*time.Second)
 	// All three fire at once, so the first sub could take all three.
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second).UTC().Format(time.RFC3339)
 	for _, d := range []string{"a", "b", "c"} {
 		schedule(t, url, "count.one", d, "--at", at)
 	}
-	if code := first.wait(t, 10*time.Second); code != 0 {
+	if code := first.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("first sub exit code %d", code)
 	}
 	if n := strings.Count(first.stdout.String(), "\n"); n != 1 {
@@ -261,7 +261,7 @@ func TestSub_Count_TakesExactlyThat(t *testing.T) {
 	// The ack wait is 30s: attempt 1 within 15s means nothing was taken
 	// and left unACKed.
 	second := start(t, "sub", "count.one", "--nats", url, "--count", "2", "--json")
-	if code := second.wait(t, 15*time.Second); code != 0 {
+	if code := second.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("second sub exit code %d", code)
 	}
 	got := map[string]bool{}

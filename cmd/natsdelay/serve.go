@@ -49,6 +49,7 @@ type serveCmd struct {
 	DeadLetter         string          `help:"Subject that dead letters are also published to; empty publishes none (they are still kept: see --dead-retention)." placeholder:"SUBJECT" config:"Delivery.DeadLetterSubject"`
 	DeadLetterExp      bool            `name:"dead-letter-expired" help:"Also dead-letter expired messages (Delay-Reason: expired)." config:"Delivery.DeadLetterExpired"`
 	IngestPrefix       string          `help:"Prefix that publishers send to: <prefix>.<subject>." default:"${ingest_prefix}" config:"IngestPrefix"`
+	JSSchedulePrefix   string          `name:"js-schedule-prefix" help:"Prefix of JetStream schedule subjects: nats.go's jetstream.Publish with the WithSchedule options to <prefix>.<schedule subject>." default:"${js_schedule_prefix}" config:"JSSchedulePrefix"`
 	AckPrefix          string          `help:"Prefix of delivery reply subjects." default:"${ack_prefix}" config:"AckPrefix"`
 	APIPrefix          string          `name:"api-prefix" help:"Prefix of the request/reply API." default:"${api_prefix}" config:"APIPrefix"`
 	Events             bool            `help:"Publish lifecycle events (scheduled, delivered, acked, nak, term, expired, dead, canceled, ...) to <event-prefix>.<kind>.<subject>, best effort: delivery never waits for them." config:"Events"`
@@ -137,6 +138,7 @@ func (c *serveCmd) check() error {
 	// an empty one is a mistake on the command line.
 	for _, f := range []struct{ name, v, example string }{
 		{"--ingest-prefix", c.IngestPrefix, wire.DefaultIngestPrefix},
+		{"--js-schedule-prefix", c.JSSchedulePrefix, wire.DefaultJSSchedulePrefix},
 		{"--ack-prefix", c.AckPrefix, wire.DefaultAckPrefix},
 		{"--api-prefix", c.APIPrefix, wire.DefaultAPIPrefix},
 		{"--event-prefix", c.EventPrefix, wire.DefaultEventPrefix},

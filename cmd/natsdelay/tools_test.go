@@ -83,7 +83,7 @@ func TestEvents_TailsTheFilteredEventsUntilInterrupted(t *testing.T) {
 		}
 	}
 	tail.signal(t, syscall.SIGINT)
-	if code := tail.wait(t, 15*time.Second); code != 0 {
+	if code := tail.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("events exited %d on SIGINT, want 0", code)
 	}
 	if strings.Contains(tail.stdout.String(), "other.x") {
@@ -126,7 +126,7 @@ func TestCompletion_ScriptsAndAnswers(t *testing.T) {
 		words := strings.Split(line, " ")
 		cur, prev := words[len(words)-1], words[len(words)-2]
 		p := startEnv(t, []string{"COMP_LINE=" + line, "COMP_POINT=" + strconv.Itoa(len(line))}, "", "natsdelay", cur, prev)
-		if code := p.wait(t, 15*time.Second); code != 0 {
+		if code := p.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("completing %q: exit %d", line, code)
 		}
 		// NB: the completer gives an enum's values in no set order.

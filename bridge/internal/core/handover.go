@@ -78,3 +78,56 @@ func (s *Service) DropTopics(ctx context.Context, keep func(uint64) bool) (int, 
 		after = &ks[len(ks)-1]
 	}
 }
+
+// ScanSideRecords reads the dead letters and the live duplicate records
+// of the topics keep accepts, after the key after (see
+// delaystore.Repository.ScanSideRecords).
+func (s *Service) ScanSideRecords(after []byte, keep func(uint64) bool, yield func(delaystore.SideRecord) bool) error {
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	if err := s.gen.Load().repo.ScanSideRecords(after, keep, s.cfg.Now().UnixNano(), yield); err != nil {
+		return unavailable("reading the records to hand over: %v", err)
+	}
+	return nil
+}
+
+// ImportSideRecords stores dead letters and duplicate records handed
+// over by another cell, durably, and returns how many it stored now.
+func (s *Service) ImportSideRecords(recs []delaystore.SideRecord) (int, error) {
+	if err := s.downErr(); err != nil {
+		return 0, err
+	}
+	n, err := s.gen.Load().repo.ImportSideRecords(recs, delaystore.Sync)
+	if errors.Is(err, delaystore.ErrInvalidMessage) {
+		return 0, fmt.Errorf("%w: %v", wire.ErrBadRequest, err)
+	}
+	if err != nil {
+		return 0, unavailable("storing the records handed over: %v", err)
+	}
+	return n, nil
+}
+
+// DropSideRecords deletes every dead letter and duplicate record of the
+// topics keep accepts, as records another cell now holds, a batch at a
+// time, and returns how many it deleted.
+func (s *Service) DropSideRecords(ctx context.Context, keep func(uint64) bool) (int, error) {
+	const batch = 1024
+	total := 0
+	for {
+		if err := s.downErr(); err != nil {
+			return total, err
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := s.gen.Load().repo.DropSideRecords(keep, batch, delaystore.Sync)
+		total += n
+		if err != nil {
+			return total, unavailable("dropping the records handed over: %v", err)
+		}
+		if n < batch {
+			return total, nil
+		}
+	}
+}

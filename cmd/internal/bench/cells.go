@@ -36,6 +36,11 @@ type CellsResult struct {
 	// mode ("pipelined", or "<n> requesters"); CPU.Service sums the
 	// system's natsdelay processes.
 	Ingest []IngestResult `json:"ingest"`
+	// EndToEnd has a row per system: IngestMsgs messages due at once,
+	// scheduled by the pipelined publisher, delivered to a consumer that
+	// ACKs each, timed until every ACK is applied (INFO's pending count
+	// back where it was); CPU.Service sums the system's processes.
+	EndToEnd []EndToEndResult `json:"end_to_end"`
 	// ThrottledPct is, per system, the share of its nodes' quota periods
 	// in which a node used up its quota and was held back; absent
 	// without a quota.
@@ -63,6 +68,32 @@ const (
 	CellsFleet = "fleet"
 	CellsIdeal = "ideal"
 )
+
+// refusals accepts natsdelay's ingest replies as delayOK does, and keeps
+// the first refusal's error, so that a run that fails says why.
+type refusals struct {
+	first atomic.Pointer[string]
+}
+
+func (r *refusals) ok(m *nats.Msg) bool {
+	if delayOK(m) {
+		return true
+	}
+	why := "an empty reply"
+	if err := wire.ParseError(m.Header, m.Data); err != nil {
+		why = err.Error()
+	}
+	r.first.CompareAndSwap(nil, &why)
+	return false
+}
+
+// String is the first refusal, or "none".
+func (r *refusals) String() string {
+	if p := r.first.Load(); p != nil {
+		return *p
+	}
+	return "none"
+}
 
 // cellsLoad is the subjects of the cells phase's messages and, for the
 // ideal, the ingest prefix each is sent to.
@@ -100,6 +131,20 @@ func (l *cellsLoad) msg(i int) *nats.Msg {
 	return &nats.Msg{Subject: l.ingest[j] + "." + l.subjects[j], Header: h, Data: l.e.payload}
 }
 
+// due is the message i of an end-to-end run: on the subject of msg(i),
+// due now, with the time it is due for the recorder.
+func (l *cellsLoad) due(i int) *nats.Msg {
+	j := i % len(l.subjects)
+	now := time.Now().Truncate(time.Millisecond)
+	h := nats.Header{}
+	h.Set(wire.HeaderAt, now.UTC().Format(time.RFC3339Nano))
+	h.Set(benchFireAt, strconv.FormatInt(now.UnixNano(), 10))
+	return &nats.Msg{Subject: l.ingest[j] + "." + l.subjects[j], Header: h, Data: l.e.payload}
+}
+
+// consumed is the subjects the load's messages are delivered on.
+func (l *cellsLoad) consumed() string { return l.e.plain + ".cells.>" }
+
 // warm sends one message on every subject, again until every one is
 // answered with OK: it proves that whatever owns a subject serves before
 // a run is timed and, in a fleet, that each cell's partitions are served
@@ -107,14 +152,15 @@ func (l *cellsLoad) msg(i int) *nats.Msg {
 // yet heard of a partition's owner refuses its messages.
 func (l *cellsLoad) warm() error {
 	var failed int
+	var refused refusals
 	err := poll(l.e.cfg.Timeout, func() (bool, error) {
 		var done atomic.Int64
 		var err error
-		_, failed, err = requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, delayOK, &done)
+		_, failed, err = requesters(l.e.conns, len(l.subjects), len(l.e.conns), l.e.cfg.Timeout, l.msg, refused.ok, &done)
 		return failed == 0, err
 	})
 	if err != nil && failed > 0 {
-		err = fmt.Errorf("bench: %d of %d messages of the warm-up still refused: %w", failed, len(l.subjects), err)
+		err = fmt.Errorf("bench: %d of %d messages of the warm-up still refused (the first: %s): %w", failed, len(l.subjects), &refused, err)
 	}
 	return err
 }
@@ -169,7 +215,7 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 	if err := load.warm(); err != nil {
 		return err
 	}
-	stored0, err := storedBy(system, sets)
+	stored0, err := storedSettled(system, sets)
 	if err != nil {
 		return err
 	}
@@ -193,7 +239,7 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		}
 		cr.Ingest = append(cr.Ingest, row)
 	}
-	stored1, err := storedBy(system, sets)
+	stored1, err := storedSettled(system, sets)
 	if err != nil {
 		return err
 	}
@@ -201,6 +247,11 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		cr.Stored = map[string]uint64{}
 	}
 	cr.Stored[system] = stored1 - stored0
+	e2e, err := e.cellsEndToEnd(system, sets, load, cpu, stored1)
+	if err != nil {
+		return err
+	}
+	cr.EndToEnd = append(cr.EndToEnd, e2e)
 	noteThrottled(system, sets, cr)
 	if system == CellsFleet {
 		return e.noteFleetCells(cr)
@@ -241,6 +292,22 @@ func noteThrottled(system string, sets []*nodeSet, cr *CellsResult) {
 	}
 }
 
+// storedSettled is storedBy, asked again for up to the bench's timeout
+// while it fails: a fleet of one cell that is a cluster answers no INFO
+// while the cell is between leaders.
+func storedSettled(system string, sets []*nodeSet) (uint64, error) {
+	var n uint64
+	var last error
+	err := pollEvery(50*time.Millisecond, sets[0].e.cfg.Timeout, func() (bool, error) {
+		n, last = storedBy(system, sets)
+		return last == nil, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", last, err)
+	}
+	return n, nil
+}
+
 // storedBy is how many messages system's nodes hold pending: the sum of
 // its sets' INFO, but a fleet's INFO alone, since any of its cells
 // answers for all of them.
@@ -259,6 +326,60 @@ func storedBy(system string, sets []*nodeSet) (uint64, error) {
 	return sum, nil
 }
 
+// cellsEndToEnd times IngestMsgs messages due at once through system: the
+// pipelined publisher schedules them, a consumer on the load's subjects
+// takes and ACKs each delivery, and the run ends when the system's
+// pending count is back at pending: every message it took delivered and
+// its ACK applied. Messages refused (a 503 while a cell has no leader)
+// are counted, not sent again.
+func (e *env) cellsEndToEnd(system string, sets []*nodeSet, load *cellsLoad, cpu func() float64, pending uint64) (EndToEndResult, error) {
+	n := e.cfg.IngestMsgs
+	rec := newRecorder(n)
+	stop, err := e.ackingConsumer("bench-cells-consumer", load.consumed(), func(m *nats.Msg, at time.Time) { rec.recordAt(m.Header, at) })
+	if err != nil {
+		return EndToEndResult{}, err
+	}
+	defer func() { _ = stop() }()
+	p := startProgress(e.cfg.Progress, "cells end to end "+system, n, &rec.count)
+	defer p.done()
+	mark, svc0 := e.markCPU(0), cpu()
+	start := time.Now()
+	var refused refusals
+	_, failed, err := pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, load.due, refused.ok, new(atomic.Int64))
+	if err != nil {
+		return EndToEndResult{}, err
+	}
+	if failed > 0 {
+		// A cell between leaders refuses with a retryable 503; the run
+		// counts them, as the ingest rows do, and times what was taken.
+		e.cfg.Logger.Warn("cells end to end: schedules refused", "system", system, "refused", failed, "first", refused.String())
+	}
+	// The run ends when what was stored has been delivered and every ACK
+	// applied: the pending count is back where it was. NB: every 20ms,
+	// not poll's millisecond: each check is an INFO that the nodes, on
+	// their quota, would otherwise spend the run answering; one that
+	// fails (a cell between leaders) is asked again.
+	var now uint64
+	var infoErr error
+	err = pollEvery(20*time.Millisecond, e.cfg.Timeout, func() (bool, error) {
+		now, infoErr = storedBy(system, sets)
+		return infoErr == nil && now == pending, nil
+	})
+	if err != nil {
+		return EndToEndResult{}, fmt.Errorf("bench: end to end: %d pending, want the %d before the run, every delivery ACKed (last INFO error: %v): %w", now, pending, infoErr, err)
+	}
+	el := time.Since(start)
+	used := mark.since()
+	if svc1 := cpu(); svc0 >= 0 && svc1 >= 0 {
+		used.Service = svc1 - svc0
+	}
+	// The consumer counts a delivery just after its ACK, so the last may
+	// be counted a moment after the ACK is applied.
+	_ = poll(5*time.Second, func() (bool, error) { return rec.count.Load() >= int64(n-failed), nil })
+	d := rec.result(system, 0).Delivered
+	return EndToEndResult{System: system, Msgs: n, Refused: failed, Delivered: d, Seconds: el.Seconds(), Rate: float64(d) / el.Seconds(), CPU: used}, nil
+}
+
 // cellsRun times IngestMsgs messages of load: by r synchronous
 // requesters, or pipelined for r == 0.
 func (e *env) cellsRun(system string, r int, load *cellsLoad, cpu func() float64) (IngestResult, error) {
@@ -272,10 +393,14 @@ func (e *env) cellsRun(system string, r int, load *cellsLoad, cpu func() float64
 	var el time.Duration
 	var failed int
 	var err error
+	var refused refusals
 	if r == 0 {
-		el, failed, err = pipelined(e.conns[0], e.cfg.IngestMsgs, e.cfg.Outstanding, e.cfg.Timeout, load.msg, delayOK, &done)
+		el, failed, err = pipelined(e.conns[0], e.cfg.IngestMsgs, e.cfg.Outstanding, e.cfg.Timeout, load.msg, refused.ok, &done)
 	} else {
-		el, failed, err = requesters(e.conns, e.cfg.IngestMsgs, r, e.cfg.Timeout, load.msg, delayOK, &done)
+		el, failed, err = requesters(e.conns, e.cfg.IngestMsgs, r, e.cfg.Timeout, load.msg, refused.ok, &done)
+	}
+	if failed > 0 {
+		e.cfg.Logger.Warn("cells ingest: messages refused", "system", system, "mode", mode, "refused", failed, "first", refused.String())
 	}
 	used := mark.since()
 	if svc1 := cpu(); svc0 >= 0 && svc1 >= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -138,6 +139,28 @@ func (e *env) startSet(spec setSpec) (*nodeSet, error) {
 	return s, nil
 }
 
+// nodeLog opens the file that keeps node's whole log under NodeLogs, for
+// appending (a node restarted after a failover goes on in it), or
+// returns nil without NodeLogs.
+func (s *nodeSet) nodeLog(node *benchNode) (*os.File, error) {
+	if s.e.cfg.NodeLogs == "" {
+		return nil, nil
+	}
+	rel, err := filepath.Rel(s.e.dir, node.dir)
+	if err != nil {
+		rel = node.dir
+	}
+	name := filepath.Join(s.e.cfg.NodeLogs, strings.ReplaceAll(filepath.ToSlash(rel), "/", "-")+".log")
+	if err := os.MkdirAll(s.e.cfg.NodeLogs, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: node logs: %w", err)
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("bench: node logs: %w", err)
+	}
+	return f, nil
+}
+
 func (s *nodeSet) start(node *benchNode, i int, raft []string) error {
 	e := s.e
 	args := append(e.cfg.ServiceCommand[1:len(e.cfg.ServiceCommand):len(e.cfg.ServiceCommand)],
@@ -153,13 +176,26 @@ func (s *nodeSet) start(node *benchNode, i int, raft []string) error {
 	node.cmd = exec.Command(e.cfg.ServiceCommand[0], args...)
 	node.stderr = &tailBuffer{max: 8 << 10}
 	node.cmd.Stderr = node.stderr
+	logFile, err := s.nodeLog(node)
+	if err != nil {
+		return err
+	}
+	if logFile != nil {
+		node.cmd.Stderr = io.MultiWriter(node.stderr, logFile)
+	}
 	node.exited = make(chan struct{})
 	if err := node.cmd.Start(); err != nil {
+		if logFile != nil {
+			_ = logFile.Close()
+		}
 		return fmt.Errorf("bench: start %s: %w", e.cfg.ServiceCommand[0], err)
 	}
 	go func() {
 		// Owned by the node: close and kill wait for it.
 		_ = node.cmd.Wait()
+		if logFile != nil {
+			_ = logFile.Close()
+		}
 		close(node.exited)
 	}()
 	if err := node.machine.add(node.cmd.Process.Pid); err != nil {

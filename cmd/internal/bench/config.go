@@ -140,6 +140,11 @@ type Config struct {
 	// NodeTmpfs puts each node's data on a tmpfs of its own without a
 	// quota; NodeCPU implies it.
 	NodeTmpfs bool
+	// NodeLogs, if set, is a directory that keeps the whole log of every
+	// node the cluster and cells phases start, one file a node named by
+	// its set and id; without, only the last 8 KiB of a node that fails
+	// are shown.
+	NodeLogs string
 
 	// Timeout bounds each wait for replies or deliveries. Default 2m.
 	Timeout time.Duration

@@ -386,8 +386,13 @@ func startTrace(file string) (stop func() error, err error) {
 // poll calls cond every millisecond until it holds, fails, or timeout
 // passes. The interval is short because what it times is short.
 func poll(timeout time.Duration, cond func() (bool, error)) error {
+	return pollEvery(time.Millisecond, timeout, cond)
+}
+
+// pollEvery is poll, calling cond every interval.
+func pollEvery(interval, timeout time.Duration, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
-	t := time.NewTicker(time.Millisecond)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		ok, err := cond()

@@ -755,6 +755,7 @@ func writeCells(p func(string, ...any), c ConfigSummary, cr *CellsResult) {
 		ac, fc, ic := perMsgUs(a.CPU.Service, a.Msgs), perMsgUs(f.CPU.Service, f.Msgs), perMsgUs(i.CPU.Service, i.Msgs)
 		p("%s: CPU µs/msg, natsdelay processes\t%s\t%s\t%s\t\t%s\t\t\t", mode, lower, dec(ac), dec(fc), dec(ic))
 	}
+	writeCellsEndToEnd(p, cr)
 	if t1, ok := cr.ThrottledPct[CellsOne]; ok {
 		p("quota periods throttled %%\t\t%s\t%s\t\t%s\t\t\t", dec(t1), throttledOf(cr.ThrottledPct, CellsFleet), dec(cr.ThrottledPct[CellsIdeal]))
 	}
@@ -769,6 +770,26 @@ func writeCells(p func(string, ...any), c ConfigSummary, cr *CellsResult) {
 		p("%d cells: not measured: this natsdelay has no serve --cell; the fleet's rows need a build with --cell\t\t\t\t\t\t\t\t", n)
 	}
 	p("")
+}
+
+// writeCellsEndToEnd writes the cells phase's end-to-end row and its CPU
+// per message, where it ran.
+func writeCellsEndToEnd(p func(string, ...any), cr *CellsResult) {
+	if len(cr.EndToEnd) == 0 {
+		return
+	}
+	find := func(system string) EndToEndResult {
+		for _, r := range cr.EndToEnd {
+			if r.System == system {
+				return r
+			}
+		}
+		return EndToEndResult{Rate: math.NaN(), CPU: CPU{Service: -1}}
+	}
+	a, f, i := find(CellsOne), find(CellsFleet), find(CellsIdeal)
+	p("end to end (schedule, deliver, ACK)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", higher, num(a.Rate), num(f.Rate), times(f.Rate, a.Rate), num(i.Rate), times(i.Rate, a.Rate), times(f.Rate, i.Rate))
+	ac, fc, ic := perMsgUs(a.CPU.Service, a.Delivered), perMsgUs(f.CPU.Service, f.Delivered), perMsgUs(i.CPU.Service, i.Delivered)
+	p("end to end: CPU µs/msg, natsdelay processes\t%s\t%s\t%s\t\t%s\t\t\t", lower, dec(ac), dec(fc), dec(ic))
 }
 
 // times is a/b as "N.NNx", or "-" where either is unknown.

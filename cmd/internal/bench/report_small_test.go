@@ -83,3 +83,45 @@ func TestWriteTable_SmallSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTable_Cells_EndToEnd checks the cells table's end-to-end rows:
+// each system's rate, the fleet's and the ideal's ratios to one cell and
+// to each other, and the CPU per delivered message, from the systems'
+// own figures, and no end-to-end row where the phase ran none.
+func TestWriteTable_Cells_EndToEnd(t *testing.T) {
+	res := &Results{Config: ConfigSummary{IngestMsgs: 1000}, Cells: &CellsResult{
+		Cells: 3, CellNodes: 1, Partitions: 12, Subjects: 1024, Fleet: true,
+		Ingest: []IngestResult{
+			{System: CellsOne, Mode: "pipelined", Msgs: 1000, Rate: 1000, CPU: CPU{Service: 0.02}},
+			{System: CellsFleet, Mode: "pipelined", Msgs: 1000, Rate: 2500, CPU: CPU{Service: 0.03}},
+			{System: CellsIdeal, Mode: "pipelined", Msgs: 1000, Rate: 3000, CPU: CPU{Service: 0.025}},
+		},
+		EndToEnd: []EndToEndResult{
+			{System: CellsOne, Msgs: 1000, Delivered: 1000, Rate: 500, CPU: CPU{Service: 0.05}},
+			{System: CellsFleet, Msgs: 1000, Delivered: 1000, Rate: 1100, CPU: CPU{Service: 0.08}},
+			{System: CellsIdeal, Msgs: 1000, Delivered: 1000, Rate: 1375, CPU: CPU{Service: 0.06}},
+		},
+	}}
+	var b strings.Builder
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	table := b.String()
+	t.Log("\n" + table)
+	row := strings.Fields(rowOf(table, "end to end (schedule, deliver, ACK)"))
+	if got := strings.Join(row[len(row)-6:], " "); got != "500 1,100 2.20x 1,375 2.75x 0.80x" {
+		t.Errorf("end-to-end row %q: want one cell, fleet, fleet/one, ideal, ideal/one, fleet/ideal of 500 / 1,100 / 1,375", got)
+	}
+	cpu := strings.Fields(rowOf(table, "end to end: CPU µs/msg"))
+	if got := strings.Join(cpu[len(cpu)-3:], " "); got != "50.0 80.0 60.0" {
+		t.Errorf("end-to-end CPU row %q: want 50.0 80.0 60.0 µs per delivered message", got)
+	}
+	res.Cells.EndToEnd = nil
+	b.Reset()
+	if err := WriteTable(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "end to end (schedule") {
+		t.Errorf("a cells phase without end to end prints its row:\n%s", b.String())
+	}
+}

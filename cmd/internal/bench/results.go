@@ -136,8 +136,11 @@ type FireResult struct {
 
 // EndToEndResult is sustained scheduling, delivery and ACK of due-now messages.
 type EndToEndResult struct {
-	System    string  `json:"system"`
-	Msgs      int     `json:"msgs"`
+	System string `json:"system"`
+	Msgs   int    `json:"msgs"`
+	// Refused is how many of Msgs were answered with an error and so not
+	// scheduled; only the cells phase counts them, the others fail.
+	Refused   int     `json:"refused,omitempty"`
 	Delivered int     `json:"delivered"`
 	Seconds   float64 `json:"seconds"`
 	Rate      float64 `json:"msgs_per_s"`

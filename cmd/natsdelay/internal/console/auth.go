@@ -50,6 +50,7 @@ func LoadUsers(path string) (*Users, error) {
 		return nil, fmt.Errorf("read the password file: %w", err)
 	}
 	u := newUsers()
+	dummy() // made here, so that no login waits for it
 	var bad []error
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
@@ -96,8 +97,18 @@ func (u *Users) add(name string, hash []byte) {
 }
 
 // dummy is compared against when a user is unknown, so that an unknown
-// user takes as long to refuse as a wrong password.
-var dummy, _ = bcrypt.GenerateFromPassword([]byte("natsdelay"), minCost)
+// user takes as long to refuse as a wrong password. It is made once, by
+// the first LoadUsers, not at package init: a hash at bcrypt's cost takes
+// tens of milliseconds of CPU, which every start of the binary would pay,
+// the CLI's commands included, though only a console with users needs it.
+var dummy = sync.OnceValue(func() []byte {
+	h, err := bcrypt.GenerateFromPassword([]byte("natsdelay"), minCost)
+	if err != nil {
+		// Only a cost out of bcrypt's range fails, and minCost is in it.
+		panic(err)
+	}
+	return h
+})
 
 // check returns nil when pass is name's password, checked for a client
 // at addr; errSourceBusy or errUserBusy when the throttle refuses to
@@ -120,7 +131,7 @@ func (u *Users) check(ctx context.Context, name, pass string, addr netip.Addr) e
 	}
 	hash, known := u.hashes[name]
 	if !known {
-		hash = dummy
+		hash = dummy()
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(pass))
 	<-u.throttle.comparing

@@ -75,23 +75,36 @@ const (
 var moveSteps = []string{"out-recorded", "chunk-sent", "committing", "released", "dropped", "in-recorded", "imported", "owned"}
 
 // Move parses the value of MoveEnv: nil for "", else a StepHook that logs
-// and kills the process at the step and count it names.
+// and kills the process at the step and count it names. Several, comma
+// separated, arm each: the first reached kills (a cluster cell's nodes
+// armed alike die at the first step any of them reaches as leader, and
+// the next leader, which carries the move on past that step, at the next).
 func Move(v string, log *slog.Logger) (func(string), error) {
 	if v == "" {
 		return nil, nil
 	}
-	step, nStr, _ := strings.Cut(v, ":")
-	n, err := strconv.Atoi(nStr)
-	if !slices.Contains(moveSteps, step) || err != nil || n < 1 {
-		return nil, fmt.Errorf("%s %q: want <step>:N, a step of %s and N a count from 1", MoveEnv, v, strings.Join(moveSteps, ", "))
+	type arm struct {
+		step string
+		n    int64
+		seen atomic.Int64
+	}
+	var arms []*arm
+	for _, one := range strings.Split(v, ",") {
+		step, nStr, _ := strings.Cut(one, ":")
+		n, err := strconv.Atoi(nStr)
+		if !slices.Contains(moveSteps, step) || err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: want <step>:N[,<step>:N...], a step of %s and N a count from 1", MoveEnv, v, strings.Join(moveSteps, ", "))
+		}
+		arms = append(arms, &arm{step: step, n: int64(n)})
 	}
 	log.Warn("crash test hook armed: natsdelay kills itself in a move of partitions", "env", MoveEnv, "value", v)
-	var seen atomic.Int64
 	return func(at string) {
-		if at != step || seen.Add(1) != int64(n) {
-			return
+		for _, a := range arms {
+			if at != a.step || a.seen.Add(1) != a.n {
+				continue
+			}
+			log.Warn("crash test hook: SIGKILL", "step", a.step, "count", a.n)
+			killSelf()
 		}
-		log.Warn("crash test hook: SIGKILL", "step", step, "count", n)
-		killSelf()
 	}, nil
 }

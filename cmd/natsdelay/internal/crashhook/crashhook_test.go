@@ -26,3 +26,24 @@ func TestAdvance_Parse(t *testing.T) {
 		}
 	}
 }
+
+// TestMove_Parse checks the move hook's values: one step or several,
+// comma separated, each with a count from 1; anything else is refused
+// with the accepted form.
+func TestMove_Parse(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, v := range []string{"owned:1", "in-recorded:1,out-recorded:1,committing:1"} {
+		if h, err := Move(v, log); err != nil || h == nil {
+			t.Errorf("%q: hook %v, err %v; want a hook", v, h != nil, err)
+		}
+	}
+	if h, err := Move("", log); err != nil || h != nil {
+		t.Errorf("unset: hook %v, err %v; want none", h != nil, err)
+	}
+	for _, v := range []string{"owned", "owned:0", "moving:1", "owned:1,", "owned:1,dropped:x"} {
+		_, err := Move(v, log)
+		if err == nil || !strings.Contains(err.Error(), "want <step>:N[,<step>:N...]") {
+			t.Errorf("%q: err %v, want the accepted form", v, err)
+		}
+	}
+}

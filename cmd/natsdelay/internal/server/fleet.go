@@ -47,3 +47,14 @@ func (s *Server) startFleet(o Options, rec fleet.Record, fc fleet.Config) error 
 	s.push("fleet node", node.Close)
 	return nil
 }
+
+// frozenAtStart is what the service of cell rec holds still from its
+// start: every partition rec does not own, or, in a cluster cell, every
+// partition, since its record is the replicated one, which the fleet node
+// reads when this node leads (see bridge.Service.OnServe).
+func frozenAtStart(rec fleet.Record, fc fleet.Config) func(topicHash uint64) bool {
+	if fc.Clustered {
+		return func(uint64) bool { return true }
+	}
+	return fleet.Frozen(rec)
+}

@@ -237,7 +237,7 @@ func (s *Server) open(ctx context.Context, o Options) error {
 	if o.Fleet != nil {
 		// Before the first delivery: a cell's store may hold messages of
 		// partitions it does not own (staged by a move, or left by one).
-		svcOpts = append(svcOpts, bridge.WithFrozen(fleet.Frozen(rec)))
+		svcOpts = append(svcOpts, bridge.WithFrozen(frozenAtStart(rec, fc)))
 	}
 	// From here the service owns the store, and closes it also when
 	// New fails.
