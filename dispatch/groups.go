@@ -259,9 +259,14 @@ func (st *subjectTable) wakeGroup(g *group, now int64) bool {
 		woke = true
 	}
 	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
-	if g.flights == 0 && len(g.waiting) == 0 && (g.bucket == nil || g.bucket.TokensAt(time.Unix(0, now)) >= float64(g.bucket.Burst())) {
+	if g.flights == 0 && len(g.waiting) == 0 && st.groups[g.key] == g && (g.bucket == nil || g.bucket.TokensAt(time.Unix(0, now)) >= float64(g.bucket.Burst())) {
 		// Nothing in it now that a new group would not have: memory
 		// follows the groups with work, not every tenant ever seen.
+		// NB: only if it is still the group of its name. A topic it
+		// woke passes the wake on after its scan (scannedGroups), and
+		// by then g may have been forgotten and its name taken by a
+		// new group, with flights of its own: forgetting that one
+		// would let a third start from none, over the bound.
 		delete(st.groups, g.key)
 	}
 	return woke

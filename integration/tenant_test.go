@@ -141,6 +141,59 @@ func waitTags(tb testing.TB, l *tagLog, want map[string]bool) map[string]time.Ti
 	return out
 }
 
+// TestLimits_Whole_BoundsThePatternTogether checks a limit on a pattern as
+// a whole: with max in flight 5, three subjects with 20 messages due each
+// have 5 deliveries in flight together, never more (each ACK confirmed
+// before the next delivery is counted), and all 60 are delivered as ACKs
+// make room, the wake passing from subject to subject; a subject outside
+// the pattern is not bound by it.
+func TestLimits_Whole_BoundsThePatternTogether(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	const whole = 5
+	setLimit(t, h.nc, wire.Limit{Pattern: "whole.>", Whole: true, MaxInFlight: whole})
+	got := subscribe(t, h.nc, "whole.>")
+	for _, s := range []string{"whole.a", "whole.b", "whole.c"} {
+		scheduleDue(t, h.nc, s, 20)
+	}
+	answered := map[string]bool{}
+	for len(answered) < 60 {
+		// Take what is out, then answer it all: no more than the bound
+		// may be out unanswered at once, by tag (a redelivery is not a
+		// second flight).
+		r := next(t, got, fmt.Sprintf("delivery %d of 60", len(answered)+1))
+		out := map[string]received{r.Header.Get(wire.HeaderTag): r}
+		for drained := false; !drained; {
+			select {
+			case r := <-got:
+				out[r.Header.Get(wire.HeaderTag)] = r
+			default:
+				drained = true
+			}
+		}
+		if len(out) > whole {
+			t.Fatalf("%d deliveries of whole.> unanswered at once, want at most %d", len(out), whole)
+		}
+		if st := h.svc.Stats(); st.InFlight > whole {
+			t.Fatalf("%d in flight, want at most %d", st.InFlight, whole)
+		}
+		for tag, r := range out {
+			if answered[tag] {
+				t.Fatalf("%s delivered again after its +OK", tag)
+			}
+			ackSync(t, h.nc, r.Msg, "")
+			answered[tag] = true
+		}
+	}
+	waitPending(t, h.nc, 0)
+	// Outside the pattern, the default share.
+	other := subscribe(t, h.nc, "other.x")
+	scheduleDue(t, h.nc, "other.x", 2*whole)
+	for i := range 2 * whole {
+		next(t, other, fmt.Sprintf("other delivery %d", i+1))
+	}
+}
+
 // TestCluster_InProcess_TenantLimit_AcrossLeaderChange checks that a limit
 // keyed on a header is replicated as every limit: set on one leader,
 // which is then killed, the new leader answers it on LIMITS.GET and holds

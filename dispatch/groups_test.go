@@ -1,0 +1,102 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/keys"
+)
+
+// setLimits stores ls and puts them in force.
+func setLimits(t *testing.T, h *harness, ls ...delaystore.Limit) {
+	t.Helper()
+	for _, l := range ls {
+		if err := h.repo.SetLimit(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.d.ReloadLimits(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDispatcher_GroupWhole_EmptiedAndRefilledInOnePass checks that a
+// group emptied and filled again between two passes keeps its bound: with
+// w.> bounded as a whole to 2, both flights of w.a are settled in one pass
+// (their deletes committed while the loop was held in a publish), whose
+// scan of w.b, woken by the first, fills the group again; then w.c, due,
+// waits for the group and takes none of its own. The emptied group used to
+// be forgotten by name when w.b passed on its wake, taking the new one,
+// full, with it: w.c then made a third, and 4 were in flight of 2.
+func TestDispatcher_GroupWhole_EmptiedAndRefilledInOnePass(t *testing.T) {
+	const bound = 2
+	hp := &holdingPublisher{subject: "hold", entered: make(chan struct{}), release: make(chan struct{})}
+	h := newWrappedHarness(t, delaystore.RepositoryConfig{}, func(fp *fakePublisher) dispatch.Publisher {
+		hp.fakePublisher = fp
+		return hp
+	}, func(c *dispatch.Config) { c.AckWait = time.Hour })
+	t.Cleanup(hp.releaseHeld) // before the harness's: Close waits for the pass
+	setLimits(t, h, delaystore.Limit{Pattern: "w.>", Whole: true, MaxInFlight: bound})
+
+	now := time.Now()
+	h.schedule(msgAt("w.a", now), msgAt("w.a", now))
+	var first []keys.Key
+	for range bound {
+		d := h.next(10 * time.Second)
+		if d.subject != "w.a" {
+			t.Fatalf("delivered %s, want w.a", d.subject)
+		}
+		first = append(first, d.key)
+	}
+	h.schedule(msgAt("w.b", now), msgAt("w.b", now))
+	waitLimited(t, h.d, 1) // w.b waits for the group
+
+	// Hold the loop in a publish while both of w.a's deletes commit, so
+	// that one pass settles both.
+	h.schedule(msgAt("hold", now))
+	<-hp.entered
+	for _, k := range first {
+		if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The deleter tells the dispatcher of a commit after its callbacks:
+	// one more commit's callback says the last one was told.
+	if err := h.ack(keys.Key{}, dispatch.Ack{Kind: dispatch.AckDone}); err == nil {
+		t.Fatal("ACK of a key never stored succeeded")
+	}
+	hp.releaseHeld()
+	got := map[string]int{}
+	for range bound + 1 {
+		d := h.next(10 * time.Second)
+		got[d.subject]++
+		if d.subject == "hold" {
+			if err := h.ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got["w.b"] != bound || got["hold"] != 1 {
+		t.Fatalf("delivered %v after the release, want hold once and w.b %d times", got, bound)
+	}
+
+	h.schedule(msgAt("w.c", now), msgAt("w.c", now))
+	checkFor(t, 10*time.Second, func() error {
+		if st := h.d.Subject("w.c"); !st.Limited && st.InFlight == 0 {
+			return fmt.Errorf("w.c not scanned yet: %+v", st)
+		}
+		return nil
+	})
+	if st := h.d.Subject("w.c"); st.InFlight != 0 {
+		t.Fatalf("w.c has %d in flight while w.b holds the group's %d, want none", st.InFlight, bound)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if n := h.d.Stats().InFlight; n != bound {
+			return fmt.Errorf("%d in flight, want the group's %d", n, bound)
+		}
+		return nil
+	})
+}
