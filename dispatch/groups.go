@@ -175,10 +175,10 @@ func (st *subjectTable) admitToGroup(gl *groupLimit, m *delaystore.StoredMessage
 
 // unadmit takes back the admission of messages a scan does not take
 // after all (its topic's own limits allow fewer).
-func (st *subjectTable) unadmit(gs []*group, now int64) {
-	for _, g := range gs {
-		if g != nil {
-			st.groupLost(g, now)
+func (st *subjectTable) unadmit(fs []found, now int64) {
+	for _, f := range fs {
+		if f.g != nil {
+			st.groupLost(f.g, now)
 		}
 	}
 }

@@ -23,6 +23,13 @@ func setLimits(t *testing.T, h *harness, ls ...delaystore.Limit) {
 	}
 }
 
+// tenantAt is a message of subject due at fireAt with the header Tenant.
+func tenantAt(subject, tenant string, fireAt time.Time) *delaystore.StoredMessage {
+	m := msgAt(subject, fireAt)
+	m.Headers = []*delaystore.Header{{Name: "Tenant", Values: []string{tenant}}}
+	return m
+}
+
 // TestDispatcher_GroupWhole_EmptiedAndRefilledInOnePass checks that a
 // group emptied and filled again between two passes keeps its bound: with
 // w.> bounded as a whole to 2, both flights of w.a are settled in one pass
@@ -99,4 +106,37 @@ func TestDispatcher_GroupWhole_EmptiedAndRefilledInOnePass(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDispatcher_GroupKeyHeader_CoarseBucket_OwnGroup checks that with a
+// coarse time bucket, where a scan reads a bucket's messages in publish
+// order and delivers them in fire order, each counts in the group of its
+// own Tenant: of tenant a's message published first and due last, and
+// tenant b's published last and due first, b's is ACKed; a's next
+// message then waits for a's flight, and b's next goes out. Sorting the
+// scan's messages used to leave their groups behind, so that b's ACK
+// freed a's group, and a's flight held b's.
+func TestDispatcher_GroupKeyHeader_CoarseBucket_OwnGroup(t *testing.T) {
+	h := newHarness(t, time.Second, func(c *dispatch.Config) { c.AckWait = time.Hour })
+	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
+
+	base := time.Now().Truncate(time.Second).Add(-3 * time.Second)
+	ks := h.schedule(tenantAt("s", "a", base.Add(300*time.Millisecond)), tenantAt("s", "b", base.Add(100*time.Millisecond)))
+	a, b := ks[0], ks[1]
+	for _, want := range []keys.Key{b, a} {
+		if d := h.next(10 * time.Second); d.key != want {
+			t.Fatalf("delivered %v, want %v (fire order)", d.key, want)
+		}
+	}
+	if err := h.ack(b, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+		t.Fatal(err)
+	}
+	next := base.Add(time.Second)
+	ks = h.schedule(tenantAt("s", "a", next.Add(100*time.Millisecond)), tenantAt("s", "b", next.Add(200*time.Millisecond)))
+	if d := h.next(10 * time.Second); d.key != ks[1] {
+		t.Fatalf("delivered %v, want tenant b's %v (tenant a's %v waits for a's flight)", d.key, ks[1], ks[0])
+	}
+	if n := h.d.Stats().InFlight; n != 2 {
+		t.Fatalf("%d in flight, want a's first and b's second", n)
+	}
 }

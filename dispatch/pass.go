@@ -49,14 +49,11 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 				r.held = f.k.Bytes()
 			}
 		}
-		if r.groups != nil {
-			d.mu.subjects.unadmit(r.groups[allow:], now)
-			r.groups = r.groups[:allow]
-		}
+		d.mu.subjects.unadmit(r.due[allow:], now)
 		r.due, r.full, next = r.due[:allow], true, now
 	}
 	t.moveCursor(from, r)
-	taken := d.takeLocked(t, r.due, r.groups, out)
+	taken := d.takeLocked(t, r.due, out)
 	for _, g := range r.gone {
 		d.mu.flights.cancel(g.k)
 	}
@@ -72,10 +69,13 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	return taken, probe
 }
 
-// found is a message a scan read, under its key.
+// found is a message a scan read, under its key, with the group of a
+// grouped limit it was admitted to, if any (see groups.go): its own, kept
+// with it when a coarse bucket's messages are put in fire order.
 type found struct {
 	k   keys.Key
 	msg *delaystore.StoredMessage
+	g   *group
 }
 
 // dueRead is what readDue found in a topic's due range.
@@ -86,11 +86,9 @@ type dueRead struct {
 	passed     bool
 	notDue     int64 // when the first message not yet due is scannable
 	full       bool  // limit reached before the end of the range
-	// groups are the groups of due, in order, when the topic has a
-	// grouped limit (nil otherwise), and wait is the first group that
-	// was full, whose messages stay behind the cursor (see groups.go).
-	groups []*group
-	wait   groupWait
+	// wait is the first group of a grouped limit that was full, whose
+	// messages stay behind the cursor (see groups.go).
+	wait groupWait
 	// gl is the topic's grouped limit, once resolved (see readDue).
 	gl       *groupLimit
 	resolved bool
@@ -139,12 +137,9 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			}
 			return true
 		case expired(m, now):
-			r.gone = append(r.gone, found{k, m})
+			r.gone = append(r.gone, found{k: k, msg: m})
 		default:
-			r.due = append(r.due, found{k, m})
-			if r.gl != nil {
-				r.groups = append(r.groups, g)
-			}
+			r.due = append(r.due, found{k, m, g})
 		}
 		if r.held == nil {
 			r.lastPassed, r.passed = k, true
@@ -176,15 +171,15 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 // takeLocked makes a flight of each message of due that is not canceled
 // since the scan read it, and adds it to out; it returns how many. mu
 // must be held.
-func (d *Dispatcher) takeLocked(t *topic, due []found, groups []*group, out *[]outgoing) int {
+func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 	taken := 0
-	for i, f := range due {
+	for _, f := range due {
 		if d.mu.flights.isCanceled(f.k) {
 			// NB: ACKed, TERMed, canceled or expired after the scan read it.
 			// Its delete may be committed already, and the answer sent, so
 			// it must not go out again.
-			if groups != nil && groups[i] != nil {
-				d.mu.subjects.groupLost(groups[i], d.nowNs())
+			if f.g != nil {
+				d.mu.subjects.groupLost(f.g, d.nowNs())
 			}
 			continue
 		}
@@ -205,9 +200,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, groups []*group, out *[]o
 			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}
 		}
-		if groups != nil {
-			fl.group = groups[i]
-		}
+		fl.group = f.g
 		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.add(fl)
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
