@@ -13,7 +13,10 @@ const (
 // Limit is the flow control of a subject pattern: the body of LIMITS.SET,
 // and of the replies of LIMITS.SET, LIMITS.GET, PAUSE and RESUME. Each
 // subject the pattern matches has it on its own; the most specific
-// pattern that matches a subject wins whole. A zero field sets nothing.
+// pattern that matches a subject wins whole. A grouped limit (Whole or
+// KeyHeader) bounds a group of messages over the matching subjects
+// instead, and applies beside the subject's own limit: the most specific
+// grouped one that matches. A zero field sets nothing.
 type Limit struct {
 	Pattern string `json:"pattern"`
 	// MaxInFlight bounds each matching subject's deliveries not yet

@@ -46,8 +46,8 @@ func TestLimits_Commands(t *testing.T) {
 	}
 	// A tenant's share over every subject (> by default), and a pattern
 	// bounded as a whole: ls says what each bounds.
-	if out := mustRun(t, "limits", "set", "--key-header", "Tenant", "--rate", "100/s", "--max-in-flight", "50", "--nats", url, "--json"); !strings.Contains(out, `"pattern":">"`) || !strings.Contains(out, `"key_header":"Tenant"`) {
-		t.Fatalf("limits set --key-header printed %q, want pattern > keyed on Tenant", out)
+	if out := mustRun(t, "limits", "set", "--key-header", "Tenant", "--rate", "100/s", "--max-in-flight", "50", "--nats", url, "--json"); !strings.Contains(out, `{"pattern":">","max_in_flight":50,"rate":100,"key_header":"Tenant"}`) {
+		t.Fatalf("limits set --key-header printed %q, want 50 in flight at 100/s of each Tenant over >", out)
 	}
 	mustRun(t, "limits", "set", "shop.>", "--whole", "--max-in-flight", "20", "--nats", url)
 	out = mustRun(t, "limits", "ls", "--nats", url)
