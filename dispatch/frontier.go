@@ -159,7 +159,9 @@ func (st *subjectTable) passed(k keys.Key, now int64) bool {
 	case t == nil:
 		return false
 	case st.groupHeld(t):
-		return false // the entry may be of another group: it wakes the topic
+		// An entry its last scan did not read may be of another
+		// group: it wakes the topic (see admit).
+		return groupRead(t, k)
 	case t.limited || t.released:
 		// NB: the scan its return brings must read its range from the
 		// cursor, this entry within it, not just the entry that brought

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"math"
 	"strings"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Grouped limits (delaystore.Limit.Whole and KeyHeader) bound a group of
@@ -137,10 +139,11 @@ func (g *group) room(now int64) (bool, int64) {
 }
 
 // groupWait is what a scan left for a group: the first group that was
-// full, and until when.
+// full, and until when; and the last key the scan read (readTo).
 type groupWait struct {
-	g  *group
-	at int64
+	g      *group
+	at     int64
+	readTo keys.Key
 }
 
 // groupRuleOf is the grouped limit of t, whose message m a scan read
@@ -162,7 +165,7 @@ func (st *subjectTable) admitToGroup(gl *groupLimit, m *delaystore.StoredMessage
 	}
 	if ok, at := g.room(now); !ok {
 		if w.g == nil {
-			*w = groupWait{g: g, at: at}
+			w.g, w.at = g, at
 		}
 		return g, false
 	}
@@ -202,6 +205,7 @@ func (st *subjectTable) scannedGroups(t *topic, w groupWait, more bool, now int6
 // flight of the group ends, or due again at the group's next token. A
 // topic held at its own limit already stays so.
 func (st *subjectTable) waitGroup(t *topic, w groupWait, now int64) {
+	t.groupReadTo = w.readTo
 	if w.at != never {
 		st.reschedule(t, w.at)
 		return
@@ -224,6 +228,15 @@ func (st *subjectTable) waitGroup(t *topic, w groupWait, now int64) {
 // its own limit: a message that comes due on it may be of another group.
 func (st *subjectTable) groupHeld(t *topic) bool {
 	return t.waitingOn != nil && t.limited && st.roomOf(t) > 0
+}
+
+// groupRead reports whether the due-index entry k of t, held for a
+// group's room, is of a message its last scan read: one left behind for a
+// full group, or taken. Such an entry needs nothing; waking t for it would
+// read its whole backlog again, as often as the frontier reads a share of
+// the entries of a tenant with thousands due (see passed).
+func groupRead(t *topic, k keys.Key) bool {
+	return bytes.Compare(k[:], t.groupReadTo[:]) <= 0
 }
 
 // groupLost is told that a flight of g ended: its room goes to the topics

@@ -140,3 +140,63 @@ func TestDispatcher_GroupKeyHeader_CoarseBucket_OwnGroup(t *testing.T) {
 		t.Fatalf("%d in flight, want a's first and b's second", n)
 	}
 }
+
+// TestDispatcher_GroupHeld_NotReadAgainForItsOwnEntries checks that a
+// subject waiting for its tenant's room costs nothing as the due index
+// is read past the entries of the messages its scan found full: with
+// tenant a at its bound of 1 and 20 of its messages due on each of 10
+// subjects (committed while the loop was held, so each subject's one scan
+// reads all of them), and a frontier that reads a few entries a pass,
+// each subject is read once, and once more only for a message of another
+// tenant (b) that comes due on it; that message, and one of a third
+// tenant on a subject of its own, go out. Each entry used to wake its subject, read through its
+// backlog again: a tenant with 100,000 due then held back another's
+// first delivery for as many passes, each reading the whole backlog.
+func TestDispatcher_GroupHeld_NotReadAgainForItsOwnEntries(t *testing.T) {
+	const subjects, each = 10, 20
+	hp := &holdingPublisher{subject: "hold", entered: make(chan struct{}), release: make(chan struct{})}
+	h, st := newCountingWrappedHarness(t, func(fp *fakePublisher) dispatch.Publisher {
+		hp.fakePublisher = fp
+		return hp
+	}, func(c *dispatch.Config) { c.PassLimit = 4 })
+	t.Cleanup(hp.releaseHeld) // before the harness's: Close waits for the pass
+	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
+
+	// Due before tenant a's, so that the due index is read past a's
+	// entries after the loop is let go.
+	h.schedule(msgAt("hold", time.Now().Add(-2*time.Second)))
+	<-hp.entered
+	past := time.Now().Add(-time.Second)
+	var msgs []*delaystore.StoredMessage
+	for i := range subjects * each {
+		msgs = append(msgs, tenantAt(fmt.Sprintf("t.%d", i%subjects), "a", past.Add(time.Duration(i)*time.Microsecond)))
+	}
+	h.schedule(msgs...)
+	hp.releaseHeld()
+	// Tenants b's and c's, due after every entry of tenant a's: the due
+	// index brings them, once it has read past all of a's.
+	soon := time.Now().Add(200 * time.Millisecond)
+	want := map[keys.Key]bool{}
+	for _, k := range h.schedule(tenantAt("c.own", "c", soon), tenantAt("t.0", "b", soon)) {
+		want[k] = true
+	}
+	got := map[string]int{}
+	for len(want) > 0 {
+		d := h.next(10 * time.Second)
+		got[d.subject]++
+		delete(want, d.key)
+	}
+	if n := got["hold"] + got["c.own"] + got["t.0"]; n < 3 || n > 4 || len(got) > 4 {
+		t.Fatalf("delivered %v, want hold, c.own and t.0 once each, and one of tenant a's", got)
+	}
+	for i := range subjects {
+		subject := fmt.Sprintf("t.%d", i)
+		want := 1
+		if i == 0 {
+			want = 2 // for tenant b's message
+		}
+		if n := st.scansOf(subject); n != want {
+			t.Errorf("%s read %d times, want %d", subject, n, want)
+		}
+	}
+}

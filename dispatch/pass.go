@@ -115,8 +115,11 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 		}
 		var g *group
 		admitted := true
-		if r.gl != nil && !busy && m.FireAtNs <= now && !expired(m, now) {
-			g, admitted = d.mu.subjects.admitToGroup(r.gl, m, now, &r.wait)
+		if r.gl != nil {
+			r.wait.readTo = k
+			if !busy && m.FireAtNs <= now && !expired(m, now) {
+				g, admitted = d.mu.subjects.admitToGroup(r.gl, m, now, &r.wait)
+			}
 		}
 		d.mu.Unlock()
 		switch {

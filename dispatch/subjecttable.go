@@ -356,9 +356,11 @@ type topic struct {
 	// pausedHeld is set while it is held because it is paused.
 	pausedHeld bool
 	// waitingOn is the group it waits for, if any, and wokenBy the
-	// group whose room woke it last (see groups.go).
-	waitingOn *group
-	wokenBy   *group
+	// group whose room woke it last (see groups.go); groupReadTo is the
+	// last key read by the scan that left it waiting.
+	waitingOn   *group
+	wokenBy     *group
+	groupReadTo keys.Key
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when
