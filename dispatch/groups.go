@@ -213,15 +213,59 @@ func (st *subjectTable) waitGroup(t *topic, w groupWait, now int64) {
 	if t.limited {
 		return
 	}
-	t.waitingOn = w.g
-	w.g.waiting = append(w.g.waiting, t)
+	if t.waitingOn != w.g {
+		// NB: one waiting on it is in its list already (woken by an
+		// arrival, it stays in it): once is enough.
+		t.waitingOn = w.g
+		w.g.waiting = append(w.g.waiting, t)
+	}
 	if t.idx >= 0 {
 		// Due again when its next message not yet due is, for the
 		// other groups' messages; room in the group wakes it sooner.
 		return
 	}
 	t.limited, t.heldAt = true, now
+	t.groupResume = true
 	st.held[t] = struct{}{}
+}
+
+// groupResumeAt is where a scan of t should start instead of its cursor,
+// nil for its cursor. Held for a full group, t is woken by messages
+// committed or falling due after its scan (see arrivedLocked, admit):
+// everything from its cursor to where that scan read (groupReadTo) is in
+// flight, settled or of groups that were full then, and, since nothing
+// woke it but those messages (no room in a group, no flight of its own
+// ended), still full. So the scan reads on from there, or from the
+// lowest message that arrived below it; its cursor stays where it was,
+// at the first message left (see topic.moveCursor). It is asked once per
+// wake. mu must be held.
+func (t *topic) groupResumeAt() []byte {
+	if !t.groupResume {
+		return nil
+	}
+	t.groupResume = false
+	if t.waitingOn == nil || t.wokenBy != nil || t.limited {
+		return nil
+	}
+	at := t.groupReadTo.Successor()
+	if t.rewind != nil && bytes.Compare(t.rewind, at) < 0 {
+		at = t.rewind
+	}
+	return at
+}
+
+// resumedWait is what a scan that read on from where the last one of t
+// read (see groupResumeAt) leaves t waiting for: what it found, or else
+// what t waited for before, as the messages it did not read again are
+// still of it; and the further of the two reads. mu must be held.
+func resumedWait(t *topic, w groupWait) groupWait {
+	if w.g == nil && t.waitingOn != nil && t.wokenBy == nil {
+		w.g, w.at = t.waitingOn, never
+	}
+	if bytes.Compare(w.readTo[:], t.groupReadTo[:]) < 0 {
+		w.readTo = t.groupReadTo
+	}
+	return w
 }
 
 // groupHeld reports whether t is held for a group's room only, not at

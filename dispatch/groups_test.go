@@ -200,3 +200,42 @@ func TestDispatcher_GroupHeld_NotReadAgainForItsOwnEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew checks that a
+// subject waiting for its tenant's room, woken by messages committed
+// after its scan, reads only those, not its backlog again: with tenant a
+// at its bound of 1 and 50 of its messages on s, one more of a's and one
+// of tenant b's read a few messages, and b's goes out; the subject's
+// cursor stays at a's first message left, so a's room then brings a's
+// next message in fire order.
+func TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew(t *testing.T) {
+	const backlog = 50
+	h, st := newCountingHarness(t, nil)
+	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
+	past := time.Now().Add(-time.Second)
+	var msgs []*delaystore.StoredMessage
+	for i := range backlog {
+		msgs = append(msgs, tenantAt("s", "a", past.Add(time.Duration(i)*time.Millisecond)))
+	}
+	ks := h.schedule(msgs...)
+	if d := h.next(10 * time.Second); d.key != ks[0] {
+		t.Fatalf("delivered %v, want tenant a's first %v", d.key, ks[0])
+	}
+	waitLimited(t, h.d, 1)
+	reads := st.readsOf("s")
+
+	h.schedule(tenantAt("s", "a", time.Now()))
+	b := h.schedule(tenantAt("s", "b", time.Now()))[0]
+	if d := h.next(10 * time.Second); d.key != b {
+		t.Fatalf("delivered %v, want tenant b's %v", d.key, b)
+	}
+	if n := st.readsOf("s") - reads; n > 4 {
+		t.Fatalf("the held subject read %d messages for 2 new ones, want its backlog of %d left alone", n, backlog-1)
+	}
+	if err := h.ack(ks[0], dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.next(10 * time.Second); d.key != ks[1] {
+		t.Fatalf("delivered %v after tenant a's room, want its next %v", d.key, ks[1])
+	}
+}

@@ -16,7 +16,13 @@ import (
 // its next due time, except after a probe: the probe's flush does that.
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
+	resume := t.groupResumeAt()
 	from, single, limit := t.beginScan(pass, limit)
+	if resume != nil && bytes.Compare(resume, from) > 0 {
+		from, single = resume, nil
+	} else {
+		resume = nil
+	}
 	d.mu.Unlock()
 
 	r, err := d.readDue(t, from, single, now, limit)
@@ -39,6 +45,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	d.mu.Lock()
 	if t.subject == "" && len(r.due) > 0 {
 		t.subject = r.due[0].msg.Subject
+	}
+	if resume != nil {
+		r.wait = resumedWait(t, r.wait)
 	}
 	// NB: a topic read for the first time learns its subject, and so its
 	// limits, only now; and the limits may have changed during the scan.

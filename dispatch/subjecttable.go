@@ -361,6 +361,9 @@ type topic struct {
 	waitingOn   *group
 	wokenBy     *group
 	groupReadTo keys.Key
+	// groupResume is set while it is held for a group's room, and its
+	// next scan may read on from groupReadTo (see groupResumeAt).
+	groupResume bool
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when
