@@ -16,13 +16,13 @@ import (
 
 // tenantSize is the messages due of the busy tenant and the subjects they
 // are spread over: 100,000 over 1,000 under NATSDELAY_SOAK=1 (make soak),
-// 10,000 over 100 in make test. Either way its subjects together could
+// 5,000 over 50 in make test. Either way its subjects together could
 // take the whole in-flight window, each within its own default share.
 func tenantSize() (due, subjects int) {
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		return 100_000, 1000
 	}
-	return 10_000, 100
+	return 5_000, 50
 }
 
 // TestLimits_KeyHeader_TenantDoesNotDelayAnother checks a limit keyed on
