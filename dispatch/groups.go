@@ -139,10 +139,12 @@ func (g *group) room(now int64) (bool, int64) {
 }
 
 // groupWait is what a scan left for a group: the first group that was
-// full, and until when; and the last key the scan read (readTo).
+// full, and until when; whether it found another full (mixed); and the
+// last key the scan read (readTo).
 type groupWait struct {
 	g      *group
 	at     int64
+	mixed  bool
 	readTo keys.Key
 }
 
@@ -166,6 +168,8 @@ func (st *subjectTable) admitToGroup(gl *groupLimit, m *delaystore.StoredMessage
 	if ok, at := g.room(now); !ok {
 		if w.g == nil {
 			w.g, w.at = g, at
+		} else if g != w.g {
+			w.mixed = true
 		}
 		return g, false
 	}
@@ -225,7 +229,10 @@ func (st *subjectTable) waitGroup(t *topic, w groupWait, now int64) {
 		return
 	}
 	t.limited, t.heldAt = true, now
-	t.groupResume = true
+	// NB: not when it left messages of another full group behind too:
+	// it waits for the first only, so the other's room does not wake it,
+	// and a wake by an arrival must read them again.
+	t.groupResume = !w.mixed
 	st.held[t] = struct{}{}
 }
 
@@ -259,8 +266,13 @@ func (t *topic) groupResumeAt() []byte {
 // what t waited for before, as the messages it did not read again are
 // still of it; and the further of the two reads. mu must be held.
 func resumedWait(t *topic, w groupWait) groupWait {
-	if w.g == nil && t.waitingOn != nil && t.wokenBy == nil {
+	switch {
+	case t.waitingOn == nil || t.wokenBy != nil:
+	case w.g == nil:
 		w.g, w.at = t.waitingOn, never
+	case w.g != t.waitingOn:
+		// Its messages come first, behind the cursor.
+		w.g, w.at, w.mixed = t.waitingOn, never, true
 	}
 	if bytes.Compare(w.readTo[:], t.groupReadTo[:]) < 0 {
 		w.readTo = t.groupReadTo

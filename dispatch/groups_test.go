@@ -239,3 +239,30 @@ func TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew(t *testing.T) {
 		t.Fatalf("delivered %v after tenant a's room, want its next %v", d.key, ks[1])
 	}
 }
+
+// TestDispatcher_GroupHeld_TwoFullTenants_ArrivalReadsBoth checks that a
+// subject whose scan found two tenants full, and waits for the first,
+// reads both again when a message arrives on it: the second, which has
+// room again by an ACK on another subject, then goes out.
+func TestDispatcher_GroupHeld_TwoFullTenants_ArrivalReadsBoth(t *testing.T) {
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AckWait = time.Hour })
+	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
+	now := time.Now()
+	c0 := h.schedule(tenantAt("o.c", "c", now))[0]
+	if d := h.next(10 * time.Second); d.key != c0 {
+		t.Fatalf("delivered %v, want tenant c's %v", d.key, c0)
+	}
+	a0 := h.schedule(tenantAt("o.a", "a", now))[0]
+	if d := h.next(10 * time.Second); d.key != a0 {
+		t.Fatalf("delivered %v, want tenant a's %v", d.key, a0)
+	}
+	ks := h.schedule(tenantAt("s", "a", now), tenantAt("s", "c", now))
+	waitLimited(t, h.d, 1) // s waits for tenant a, the first it found full
+	if err := h.ack(c0, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+		t.Fatal(err)
+	}
+	h.schedule(tenantAt("s", "a", now))
+	if d := h.next(10 * time.Second); d.key != ks[1] {
+		t.Fatalf("delivered %v, want tenant c's %v on s", d.key, ks[1])
+	}
+}
