@@ -79,13 +79,14 @@ gotest:
 # against a model in 400 rounds, and in rounds of 12,000 messages with
 # limits up to 10,000; a move of partitions between two cells with a
 # SIGKILL of one end at each of its steps, five times over; a backlog of
-# 100,000 due on a subject nobody listens to, beside bad consumers).
+# 100,000 due on a subject nobody listens to, beside bad consumers; a
+# tenant with 100,000 due over 1,000 subjects, beside another tenant).
 # NB: the adversarial mix runs without the race detector here: at soak
 # size its volume is what matters, and under the race detector the store
 # cannot keep up on two cores. make test runs it with the race detector at
 # its quick size.
 soak:
-	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader|ClusterProcess_PausedLeader|Bulk_.*SIGKILL|Fleet_Move_SIGKILL|Consumers_BadOnes' ./integration
+	NATSDELAY_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'CrashLoop|Outage|ClusterProcess_KillLeader|ClusterProcess_PausedLeader|Bulk_.*SIGKILL|Fleet_Move_SIGKILL|Consumers_BadOnes|TenantDoesNotDelayAnother' ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Adversarial' -v ./integration
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Soak|LeaderCrash|PipelineAnswered' -v ./delaystore/raftstore
 	NATSDELAY_SOAK=1 $(GO) test -count=1 -timeout 20m -run 'Bulk_Property' -v ./bridge

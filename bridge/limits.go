@@ -72,7 +72,37 @@ func limitProblems(l wire.Limit, window int) []string {
 	} else if l.Burst > 0 && l.Rate == 0 {
 		bad = append(bad, fmt.Sprintf(`"burst" %d without "rate": a burst is of a rate`, l.Burst))
 	}
-	return bad
+	return append(bad, groupProblems(l)...)
+}
+
+// groupProblems is what is wrong with the grouping of l (whole,
+// key_header).
+func groupProblems(l wire.Limit) []string {
+	switch h := l.KeyHeader; {
+	case h == "":
+		return nil
+	case l.Whole:
+		return []string{`"whole" and "key_header": want one of them, the subjects together or each value of the header`}
+	case len(h) > maxKeyHeader || !validHeaderName(h):
+		return []string{fmt.Sprintf(`"key_header" %q: want a header name of printable ASCII without ':', at most %d bytes`, keys.Clip(h), maxKeyHeader)}
+	case isControl(h) || strings.HasPrefix(strings.ToLower(h), strings.ToLower(wire.HeaderDelay+"-")):
+		return []string{fmt.Sprintf(`"key_header" %q: a control header is not kept with the message; want a header of the publisher's, such as Tenant`, keys.Clip(h))}
+	}
+	return nil
+}
+
+// maxKeyHeader bounds a key header's name.
+const maxKeyHeader = 256
+
+// validHeaderName reports whether h can be a NATS header name: printable
+// ASCII without ':' or spaces.
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c <= ' ' || c >= 0x7f || c == ':' {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Service) apiLimitsSet(req micro.Request) (any, error) {
@@ -274,9 +304,11 @@ func (s *Service) limitOf(pattern string) (*delaystore.Limit, error) {
 
 // StoredLimit is l as the store keeps it.
 func StoredLimit(l wire.Limit) delaystore.Limit {
-	return delaystore.Limit{Pattern: l.Pattern, MaxInFlight: l.MaxInFlight, Rate: l.Rate, Burst: l.Burst, Paused: l.Paused}
+	return delaystore.Limit{Pattern: l.Pattern, MaxInFlight: l.MaxInFlight, Rate: l.Rate, Burst: l.Burst, Paused: l.Paused,
+		Whole: l.Whole, KeyHeader: l.KeyHeader}
 }
 
 func wireLimit(l delaystore.Limit) wire.Limit {
-	return wire.Limit{Pattern: l.Pattern, MaxInFlight: l.MaxInFlight, Rate: l.Rate, Burst: l.Burst, Paused: l.Paused}
+	return wire.Limit{Pattern: l.Pattern, MaxInFlight: l.MaxInFlight, Rate: l.Rate, Burst: l.Burst, Paused: l.Paused,
+		Whole: l.Whole, KeyHeader: l.KeyHeader}
 }

@@ -35,7 +35,18 @@ type Limit struct {
 	// Paused holds back every delivery of the matching subjects; they
 	// keep accepting messages.
 	Paused bool `json:"paused,omitempty"`
+	// Whole makes MaxInFlight and Rate bound the matching subjects
+	// together, as one group, instead of each of them.
+	Whole bool `json:"whole,omitempty"`
+	// KeyHeader makes MaxInFlight and Rate bound each value of that
+	// header (a tenant), over all the matching subjects, instead of each
+	// subject. Messages without the header are not bound by it.
+	KeyHeader string `json:"key_header,omitempty"`
 }
+
+// Grouped reports whether l bounds a group of messages (Whole,
+// KeyHeader) rather than each subject.
+func (l Limit) Grouped() bool { return l.Whole || l.KeyHeader != "" }
 
 // SetLimit stores l under its pattern, replacing what was there, in a
 // synced commit.

@@ -330,7 +330,11 @@ func (d *Dispatcher) arrivedLocked(k keys.Key, fireAtNs int64) {
 	}
 	t := d.mu.subjects.topic(k.TopicHash())
 	t.rewindLocked(k)
-	if t.limited || t.released {
+	if d.mu.subjects.groupHeld(t) {
+		// Held for a group's room, not its own: the message may be of
+		// another group (see groups.go).
+		d.mu.subjects.unhold(t)
+	} else if t.limited || t.released {
 		return // its cursor is at it or before; room or its turn brings it back
 	}
 	at = max(at, t.blockedUntil)

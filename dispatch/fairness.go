@@ -113,6 +113,9 @@ func (st *subjectTable) lostFlight(t *topic) bool {
 	if t.flights--; t.flights == 0 {
 		st.idleNow(t)
 	}
+	// Its flight's group may have room now: its next scan reads from
+	// its cursor (see groupResumeAt).
+	t.groupResume = false
 	if !t.limited || st.roomOf(t) <= 0 {
 		return false
 	}

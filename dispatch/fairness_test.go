@@ -16,6 +16,13 @@ import (
 // range scans.
 func newCountingHarness(t *testing.T, mod func(*dispatch.Config)) (*harness, *rangeCountingStore) {
 	t.Helper()
+	return newCountingWrappedHarness(t, nil, mod)
+}
+
+// newCountingWrappedHarness is newCountingHarness whose dispatcher
+// publishes through wrap(the fake publisher), unless wrap is nil.
+func newCountingWrappedHarness(t *testing.T, wrap func(*fakePublisher) dispatch.Publisher, mod func(*dispatch.Config)) (*harness, *rangeCountingStore) {
+	t.Helper()
 	inner, err := pebblestore.Open(pebblestore.Config{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,11 @@ func newCountingHarness(t *testing.T, mod func(*dispatch.Config)) (*harness, *ra
 	if mod != nil {
 		mod(&cfg)
 	}
-	d, err := dispatch.New(repo, pub, cfg)
+	var p dispatch.Publisher = pub
+	if wrap != nil {
+		p = wrap(pub)
+	}
+	d, err := dispatch.New(repo, p, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,6 +299,8 @@ type flight struct {
 	// and expiry), for messages nothing but the dispatcher can delete:
 	// those without a client id, which no new message can replace.
 	pending *delaystore.StoredMessage
+	// group is the group of a grouped limit it counts in, if any.
+	group *group
 	// about is what Config.Lifecycle is told of it; nil without one.
 	about    *about
 	pass     uint64 // the pass that published it

@@ -158,6 +158,10 @@ func (st *subjectTable) passed(k keys.Key, now int64) bool {
 	switch {
 	case t == nil:
 		return false
+	case st.groupHeld(t):
+		// An entry its last scan did not read may be of another
+		// group: it wakes the topic (see admit).
+		return groupRead(t, k)
 	case t.limited || t.released:
 		// NB: the scan its return brings must read its range from the
 		// cursor, this entry within it, not just the entry that brought
@@ -178,6 +182,11 @@ func (st *subjectTable) admit(found []keys.Key, now int64) {
 	for _, k := range found {
 		t := st.topic(k.TopicHash())
 		switch {
+		case st.groupHeld(t):
+			// Held for a group's room, its cursor at that group's
+			// first message left: the entry may be of another group,
+			// so it scans from the cursor (see groups.go).
+			st.unhold(t)
 		case t.limited || t.released:
 			// Held at its limit, its cursor is at or below this
 			// entry, and room brings it back (see lostFlight);

@@ -25,6 +25,10 @@ import (
 type limitTable struct {
 	gen    uint64
 	limits []delaystore.Limit
+	// groups are the grouped limits, most specific first, and
+	// groupPatterns their patterns (see groups.go).
+	groups        []groupLimit
+	groupPatterns []string
 }
 
 // rule is the flow control of one topic.
@@ -33,6 +37,8 @@ type rule struct {
 	paused      bool
 	rate        rate.Limit // 0: no rate
 	burst       int
+	// group is the most specific grouped limit that matches, if any.
+	group *groupLimit
 }
 
 // ReloadLimits reads the limits from the repository and puts them in
@@ -61,7 +67,9 @@ func (d *Dispatcher) ReloadLimits() error {
 // topic resolves its rule again before its next scan, and those held at
 // a limit or paused are released, to be looked at again.
 func (st *subjectTable) setLimits(ls []delaystore.Limit) {
-	st.limits = limitTable{gen: st.limits.gen + 1, limits: ls}
+	gls, patterns := groupLimitsOf(ls)
+	st.limits = limitTable{gen: st.limits.gen + 1, limits: ls, groups: gls, groupPatterns: patterns}
+	st.dropGroups()
 	for t := range st.held {
 		st.unhold(t)
 		st.release(t)
@@ -76,7 +84,7 @@ func (st *subjectTable) ruleOf(t *topic) rule {
 	t.ruleGen = st.limits.gen
 	r := rule{maxInFlight: st.maxInFlight}
 	for _, l := range st.limits.limits {
-		if !SubjectMatches(l.Pattern, t.subject) {
+		if l.Grouped() || !SubjectMatches(l.Pattern, t.subject) {
 			continue
 		}
 		if l.MaxInFlight > 0 {
@@ -87,6 +95,13 @@ func (st *subjectTable) ruleOf(t *topic) rule {
 			r.rate, r.burst = rate.Limit(l.Rate), DefaultBurst(l.Rate, l.Burst)
 		}
 		break
+	}
+	for i, p := range st.limits.groupPatterns {
+		if SubjectMatches(p, t.subject) {
+			r.group = &st.limits.groups[i]
+			r.paused = r.paused || r.group.paused
+			break
+		}
 	}
 	if st.frozen != nil && st.frozen(t.hash) {
 		r.paused = true

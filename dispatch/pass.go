@@ -16,7 +16,13 @@ import (
 // its next due time, except after a probe: the probe's flush does that.
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
+	resume := t.groupResumeAt()
 	from, single, limit := t.beginScan(pass, limit)
+	if resume != nil && bytes.Compare(resume, from) > 0 {
+		from, single = resume, nil
+	} else {
+		resume = nil
+	}
 	d.mu.Unlock()
 
 	r, err := d.readDue(t, from, single, now, limit)
@@ -44,6 +50,9 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	if t.subject == "" && len(r.due) > 0 {
 		t.subject = r.due[0].msg.Subject
 	}
+	if resume != nil {
+		r.wait = resumedWait(t, r.wait)
+	}
 	// NB: a topic read for the first time learns its subject, and so its
 	// limits, only now; and the limits may have changed during the scan.
 	// What they do not allow stays behind the cursor for a later pass.
@@ -53,12 +62,16 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 				r.held = f.k.Bytes()
 			}
 		}
+		d.mu.subjects.unadmit(r.due[allow:], now)
 		r.due, r.full, next = r.due[:allow], true, now
 	}
 	t.moveCursor(from, r)
 	taken := d.takeLocked(t, r.due, out)
 	r.gone = d.claimExpiredLocked(r.gone)
 	probe := d.mu.subjects.scanned(t, taken, r.full, next, now)
+	if r.wait.g != nil || t.wokenBy != nil {
+		d.mu.subjects.scannedGroups(t, r.wait, r.full || probe, now)
+	}
 	d.mu.Unlock()
 
 	for _, g := range r.gone {
@@ -86,10 +99,13 @@ func (d *Dispatcher) claimExpiredLocked(gone []found) []found {
 	return mine
 }
 
-// found is a message a scan read, under its key.
+// found is a message a scan read, under its key, with the group of a
+// grouped limit it was admitted to, if any (see groups.go): its own, kept
+// with it when a coarse bucket's messages are put in fire order.
 type found struct {
 	k   keys.Key
 	msg *delaystore.StoredMessage
+	g   *group
 }
 
 // dueRead is what readDue found in a topic's due range.
@@ -100,6 +116,12 @@ type dueRead struct {
 	passed     bool
 	notDue     int64 // when the first message not yet due is scannable
 	full       bool  // limit reached before the end of the range
+	// wait is the first group of a grouped limit that was full, whose
+	// messages stay behind the cursor (see groups.go).
+	wait groupWait
+	// gl is the topic's grouped limit, once resolved (see readDue).
+	gl       *groupLimit
+	resolved bool
 }
 
 // goneKeys is the keys of the expired messages r read.
@@ -125,8 +147,28 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 		}
 		d.mu.Lock()
 		busy := d.mu.flights.busy(k)
+		if !r.resolved {
+			// In r, not a variable of its own: the closure escapes, and
+			// so would it, once per scan.
+			r.gl, r.resolved = d.mu.subjects.groupRuleOf(t, m), true
+		}
+		var g *group
+		admitted := true
+		if r.gl != nil {
+			r.wait.readTo = k
+			if !busy && m.FireAtNs <= now && !expired(m, now) {
+				g, admitted = d.mu.subjects.admitToGroup(r.gl, m, now, &r.wait)
+			}
+		}
 		d.mu.Unlock()
 		switch {
+		case !admitted:
+			// Its group is full: it stays behind the cursor, and the
+			// scan goes on to the topic's messages of other groups.
+			if r.held == nil {
+				r.held = k.Bytes()
+			}
+			return true
 		case busy:
 		case m.FireAtNs > now:
 			// Only possible with a coarse time bucket: the range includes
@@ -137,9 +179,9 @@ func (d *Dispatcher) readDue(t *topic, from []byte, single *keys.Key, now int64,
 			}
 			return true
 		case expired(m, now):
-			r.gone = append(r.gone, found{k, m})
+			r.gone = append(r.gone, found{k: k, msg: m})
 		default:
-			r.due = append(r.due, found{k, m})
+			r.due = append(r.due, found{k, m, g})
 		}
 		if r.held == nil {
 			r.lastPassed, r.passed = k, true
@@ -178,6 +220,9 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			// NB: ACKed, TERMed, canceled or expired after the scan read it.
 			// Its delete may be committed already, and the answer sent, so
 			// it must not go out again.
+			if f.g != nil {
+				d.mu.subjects.groupLost(f.g, d.nowNs())
+			}
 			continue
 		}
 		taken++
@@ -197,6 +242,7 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 			// and its schedule index entry, which a delete must see.
 			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}
 		}
+		fl.group = f.g
 		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.add(fl)
 		*out = append(*out, outgoing{f: fl, msg: f.msg})
@@ -410,6 +456,9 @@ func (d *Dispatcher) forgetLocked(f *flight) {
 		return
 	}
 	if d.mu.subjects.lostFlight(f.topic) {
+		d.signal()
+	}
+	if f.group != nil && d.mu.subjects.groupLost(f.group, d.nowNs()) {
 		d.signal()
 	}
 	if len(d.mu.flights.byKey) == d.cfg.MaxInFlight-1 && (len(d.mu.subjects.due) > 0 || len(d.mu.subjects.released) > 0 || d.mu.frontier.next != never) {

@@ -14,20 +14,41 @@ import (
 	"github.com/natsdelay/natsdelay/keys"
 )
 
-// rangeCountingStore counts the range scans of each topic's messages.
+// rangeCountingStore counts the range scans of each topic's messages,
+// and the messages they read.
 type rangeCountingStore struct {
 	delaystore.Store
 	mu    sync.Mutex
 	scans map[uint64]int
+	reads map[uint64]int
 }
 
 func (s *rangeCountingStore) Scan(opts delaystore.IterOptions, yield func(key, value []byte) bool) error {
-	if lo := opts.LowerBound; len(lo) == keys.Len || len(lo) == 8 {
-		s.mu.Lock()
-		s.scans[binary.BigEndian.Uint64(lo[:8])]++
-		s.mu.Unlock()
+	lo := opts.LowerBound
+	// A topic's first key, a cursor, or past a key (Key.Successor).
+	if len(lo) != keys.Len && len(lo) != 8 && len(lo) != keys.Len+1 {
+		return s.Store.Scan(opts, yield)
 	}
-	return s.Store.Scan(opts, yield)
+	h := binary.BigEndian.Uint64(lo[:8])
+	s.mu.Lock()
+	s.scans[h]++
+	s.mu.Unlock()
+	return s.Store.Scan(opts, func(key, value []byte) bool {
+		s.mu.Lock()
+		if s.reads == nil {
+			s.reads = map[uint64]int{}
+		}
+		s.reads[h]++
+		s.mu.Unlock()
+		return yield(key, value)
+	})
+}
+
+// readsOf is how many messages the range scans of subject read.
+func (s *rangeCountingStore) readsOf(subject string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[keys.TopicHash(subject)]
 }
 
 func (s *rangeCountingStore) scansOf(subject string) int {

@@ -34,8 +34,10 @@ type subjectTable struct {
 	released        []*topic
 	limitLogAt      int64
 	limitedUnlogged int
-	// limits are the limits set by pattern (see limits.go).
+	// limits are the limits set by pattern (see limits.go), and groups
+	// the groups of their grouped limits with work (see groups.go).
 	limits limitTable
+	groups map[groupKey]*group
 	// spent are the rate buckets of topics dropped before their buckets
 	// filled up again, by topic hash, until they would have: a topic made
 	// again takes its bucket back, so a subject that runs out of due
@@ -357,6 +359,15 @@ type topic struct {
 	bucket  *rate.Limiter
 	// pausedHeld is set while it is held because it is paused.
 	pausedHeld bool
+	// waitingOn is the group it waits for, if any, and wokenBy the
+	// group whose room woke it last (see groups.go); groupReadTo is the
+	// last key read by the scan that left it waiting.
+	waitingOn   *group
+	wokenBy     *group
+	groupReadTo keys.Key
+	// groupResume is set while it is held for a group's room, and its
+	// next scan may read on from groupReadTo (see groupResumeAt).
+	groupResume bool
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

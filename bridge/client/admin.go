@@ -14,7 +14,10 @@ import (
 )
 
 // SetLimit stores l, the flow control of l.Pattern, replacing the whole
-// limit the pattern had, and returns it as stored.
+// limit the pattern had, and returns it as stored. With l.KeyHeader it
+// bounds each value of that header over the matching subjects (each
+// tenant: wire.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 50,
+// Rate: 100}), with l.Whole the matching subjects together.
 func (c *Client) SetLimit(ctx context.Context, l wire.Limit) (*wire.Limit, error) {
 	var r wire.Limit
 	return &r, c.call(ctx, wire.VerbLimitsSet, l, &r)

@@ -316,7 +316,8 @@ func TestIterators_WalkEveryPage(t *testing.T) {
 
 // Recurring schedules, limits and INFO through the client: Every makes a
 // schedule that SCHEDULES lists; SetLimit, Pause and Resume store and
-// return the pattern's limit; Info counts the pending messages.
+// return the pattern's limit, a grouped one (of each Tenant) with its
+// grouping; Info counts the pending messages.
 func TestSchedulesLimitsInfo(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
@@ -343,8 +344,23 @@ func TestSchedulesLimitsInfo(t *testing.T) {
 	if l, err := c.Resume(ctx, "orders.>"); err != nil || l.Paused {
 		t.Fatalf("Resume = %+v, %v", l, err)
 	}
-	if ls, err := c.Limits(ctx); err != nil || len(ls) != 1 {
-		t.Fatalf("Limits = %+v, %v, want one", ls, err)
+	// A grouped limit: each tenant over every subject, which a pause
+	// keeps.
+	tenant := wire.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 50, Rate: 100}
+	if l, err := c.SetLimit(ctx, tenant); err != nil || *l != tenant {
+		t.Fatalf("SetLimit of each Tenant = %+v, %v", l, err)
+	}
+	if l, err := c.Pause(ctx, ">"); err != nil || l.KeyHeader != "Tenant" || !l.Paused {
+		t.Fatalf("Pause of the tenant limit = %+v, %v, want it paused, of each Tenant", l, err)
+	}
+	if l, err := c.Resume(ctx, ">"); err != nil || *l != tenant {
+		t.Fatalf("Resume of the tenant limit = %+v, %v, want %+v", l, err, tenant)
+	}
+	if ls, err := c.Limits(ctx); err != nil || len(ls) != 2 || ls[1] != tenant {
+		t.Fatalf("Limits = %+v, %v, want orders.> and the tenant limit", ls, err)
+	}
+	if err := c.DeleteLimit(ctx, ">"); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.DeleteLimit(ctx, "orders.>"); err != nil {
 		t.Fatal(err)

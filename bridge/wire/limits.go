@@ -13,7 +13,10 @@ const (
 // Limit is the flow control of a subject pattern: the body of LIMITS.SET,
 // and of the replies of LIMITS.SET, LIMITS.GET, PAUSE and RESUME. Each
 // subject the pattern matches has it on its own; the most specific
-// pattern that matches a subject wins whole. A zero field sets nothing.
+// pattern that matches a subject wins whole. A grouped limit (Whole or
+// KeyHeader) bounds a group of messages over the matching subjects
+// instead, and applies beside the subject's own limit: the most specific
+// grouped one that matches. A zero field sets nothing.
 type Limit struct {
 	Pattern string `json:"pattern"`
 	// MaxInFlight bounds each matching subject's deliveries not yet
@@ -25,6 +28,13 @@ type Limit struct {
 	Burst int     `json:"burst,omitempty"`
 	// Paused holds back every delivery of the matching subjects.
 	Paused bool `json:"paused,omitempty"`
+	// Whole makes MaxInFlight and Rate bound the matching subjects
+	// together instead of each of them.
+	Whole bool `json:"whole,omitempty"`
+	// KeyHeader makes MaxInFlight and Rate bound each value of that
+	// header (a tenant) over all the matching subjects instead of each
+	// subject; messages without the header are not bound by them.
+	KeyHeader string `json:"key_header,omitempty"`
 }
 
 // PatternRequest names a pattern: the body of LIMITS.GET, LIMITS.DELETE,

@@ -59,7 +59,7 @@ func element(i int, pattern string) string {
 }
 
 // limitFields are the fields of a limit in the config file.
-var limitFields = []string{"pattern", "max_in_flight", "rate", "burst", "paused"}
+var limitFields = []string{"pattern", "max_in_flight", "rate", "burst", "paused", "whole", "key_header"}
 
 // decodeLimit reads one limit of the config file. On error the limit
 // returned has the pattern, if that was read, for the message.
@@ -91,12 +91,20 @@ func decodeLimit(v any) (wire.Limit, error) {
 			l.Burst, err = wholeNumber(k, x)
 		case "rate":
 			l.Rate, err = configRate(x)
-		case "paused":
+		case "paused", "whole":
 			b, ok := x.(bool)
 			if !ok {
-				err = fmt.Errorf(`"paused" %s: want true or false`, showJSON(x))
+				err = fmt.Errorf(`%q %s: want true or false`, k, showJSON(x))
 			}
-			l.Paused = b
+			if k == "paused" {
+				l.Paused = b
+			} else {
+				l.Whole = b
+			}
+		case "key_header":
+			if l.KeyHeader, ok = x.(string); !ok {
+				err = fmt.Errorf(`"key_header" %s: want a header name such as Tenant`, showJSON(x))
+			}
 		default:
 			err = fmt.Errorf("unknown field %q: the fields are %s", k, strings.Join(limitFields, ", "))
 		}

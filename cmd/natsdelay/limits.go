@@ -13,7 +13,7 @@ import (
 // limitsCmd groups the flow-control commands on subject patterns, over
 // the API's LIMITS verbs.
 type limitsCmd struct {
-	Set limitsSetCmd `cmd:"" help:"Set the limit of a subject pattern: max in flight, rate and burst, paused."`
+	Set limitsSetCmd `cmd:"" help:"Set the limit of a subject pattern: max in flight, rate and burst, paused; of each matching subject, of them together (--whole) or of each value of a header (--key-header)."`
 	Ls  limitsLsCmd  `cmd:"" name:"ls" help:"List every limit, most specific pattern first."`
 	Get limitsGetCmd `cmd:"" help:"Print the limit of a pattern."`
 	Rm  limitsRmCmd  `cmd:"" name:"rm" help:"Delete the limit of a pattern: its subjects get the defaults again."`
@@ -23,11 +23,13 @@ type limitsCmd struct {
 type limitsSetCmd struct {
 	apiFlags `embed:""`
 
-	Pattern     string `arg:"" help:"A subject or a pattern with wildcards, such as orders.> or tenant.*.mail."`
-	MaxInFlight int    `name:"max-in-flight" help:"Deliveries of each matching subject not yet answered, at most; 0 keeps the default share." default:"0" env:"-"`
-	Rate        string `help:"Deliveries of each matching subject per second at most: 50/s, 3000/m, 10/h or a number per second; empty for no rate." placeholder:"RATE" env:"-"`
+	Pattern     string `arg:"" optional:"" help:"A subject or a pattern with wildcards, such as orders.> or tenant.*.mail; with --key-header, > when not given."`
+	MaxInFlight int    `name:"max-in-flight" help:"Deliveries of each matching subject (or group) not yet answered, at most; 0 keeps the default share." default:"0" env:"-"`
+	Rate        string `help:"Deliveries of each matching subject (or group) per second at most: 50/s, 3000/m, 10/h or a number per second; empty for no rate." placeholder:"RATE" env:"-"`
 	Burst       int    `help:"Deliveries at once above the rate; 0 is a tenth of a second's worth, at least 1." default:"0" env:"-"`
 	Paused      bool   `help:"Set the pattern paused (see natsdelay pause)." env:"-"`
+	Whole       bool   `help:"Bound the matching subjects together, as one group, not each of them." env:"-"`
+	KeyHeader   string `name:"key-header" help:"Bound each value of this header (a tenant), over all the matching subjects, not each subject; messages without it are not bound." placeholder:"NAME" env:"-"`
 
 	rate float64
 }
@@ -35,7 +37,13 @@ type limitsSetCmd struct {
 func (c *limitsSetCmd) check() error {
 	var p problems
 	c.checkAPI(&p)
+	if c.Pattern == "" && c.KeyHeader != "" {
+		c.Pattern = ">" // a tenant's share over every subject
+	}
 	checkSubject(&p, "pattern", c.Pattern, true)
+	if c.Whole && c.KeyHeader != "" {
+		p.add("--whole and --key-header: want one of them, the subjects together or each value of the header")
+	}
 	if c.MaxInFlight < 0 {
 		p.add("--max-in-flight %d: want a count > 0, or 0 for the default share", c.MaxInFlight)
 	}
@@ -56,7 +64,8 @@ func (c *limitsSetCmd) check() error {
 }
 
 func (c *limitsSetCmd) Run(e *env) error {
-	req := wire.Limit{Pattern: c.Pattern, MaxInFlight: c.MaxInFlight, Rate: c.rate, Burst: c.Burst, Paused: c.Paused}
+	req := wire.Limit{Pattern: c.Pattern, MaxInFlight: c.MaxInFlight, Rate: c.rate, Burst: c.Burst, Paused: c.Paused,
+		Whole: c.Whole, KeyHeader: c.KeyHeader}
 	return c.limitCall(e, "limits set", wire.VerbLimitsSet, req)
 }
 
@@ -165,12 +174,25 @@ func printLimits(e *env, ls []wire.Limit) error {
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATTERN\tMAX IN FLIGHT\tRATE/S\tBURST\tPAUSED")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", l.Pattern, orDefault(l.MaxInFlight), rateText(l.Rate), orDefault(l.Burst), l.Paused)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%v\n", l.Pattern, perText(l), orDefault(l.MaxInFlight), rateText(l.Rate), orDefault(l.Burst), l.Paused)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return trimLines(e.stdout, buf.Bytes())
+}
+
+// perText is what a grouped limit bounds, after its pattern: the
+// subjects together, or each value of a header; nothing for a limit of
+// each subject.
+func perText(l wire.Limit) string {
+	switch {
+	case l.Whole:
+		return " (together)"
+	case l.KeyHeader != "":
+		return " (each " + l.KeyHeader + ")"
+	}
+	return ""
 }
 
 func orDefault(n int) string {

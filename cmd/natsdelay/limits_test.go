@@ -44,6 +44,16 @@ func TestLimits_Commands(t *testing.T) {
 	if code, _, errOut := runCmd(t, "limits", "rm", "orders.>", "--nats", url); code != 1 || !strings.Contains(errOut, "404") {
 		t.Fatalf("a second limits rm: exit %d, %q; want 1 and a 404", code, errOut)
 	}
+	// A tenant's share over every subject (> by default), and a pattern
+	// bounded as a whole: ls says what each bounds.
+	if out := mustRun(t, "limits", "set", "--key-header", "Tenant", "--rate", "100/s", "--max-in-flight", "50", "--nats", url, "--json"); !strings.Contains(out, `{"pattern":">","max_in_flight":50,"rate":100,"key_header":"Tenant"}`) {
+		t.Fatalf("limits set --key-header printed %q, want 50 in flight at 100/s of each Tenant over >", out)
+	}
+	mustRun(t, "limits", "set", "shop.>", "--whole", "--max-in-flight", "20", "--nats", url)
+	out = mustRun(t, "limits", "ls", "--nats", url)
+	if !strings.Contains(out, "> (each Tenant)") || !strings.Contains(out, "shop.> (together)") {
+		t.Fatalf("limits ls printed %q, want the tenant and the whole limits marked", out)
+	}
 }
 
 // Bad flow-control input is a usage error that names the flag, before
@@ -60,6 +70,8 @@ func TestLimits_BadInput_ExitsTwo(t *testing.T) {
 		{[]string{"limits", "set", "orders.>", "--burst", "5"}, "--burst 5: only applies with --rate"},
 		{[]string{"limits", "set", "orders..x"}, `"orders..x" has an empty token`},
 		{[]string{"pause", "a.>.b"}, `"a.>.b"`},
+		{[]string{"limits", "set", "--whole", "--key-header", "Tenant"}, "--whole and --key-header"},
+		{[]string{"limits", "set", "--max-in-flight", "5"}, "pattern"},
 	} {
 		code, _, errOut := runCmd(t, c.args...)
 		if code != exitUsage || !strings.Contains(errOut, c.want) {

@@ -29,6 +29,11 @@ func (c *Console) routeLimits() {
 // limitForm is the set form as it was filled in, kept when it is refused.
 type limitForm struct {
 	Pattern, MaxInFlight, Rate, Burst string
+	// Whole and KeyHeader are what the limit bounds: the matching
+	// subjects together, or each value of a header over them; neither,
+	// each subject.
+	Whole     bool
+	KeyHeader string
 }
 
 type limitsData struct {
@@ -58,11 +63,13 @@ func (c *Console) renderLimits(w http.ResponseWriter, r *http.Request, status in
 }
 
 // limitSet sets a limit from the form, as LIMITS.SET: an empty number is
-// 0, its default.
+// 0, its default. The service checks the grouping (whole, key_header) as
+// it does for the API.
 func (c *Console) limitSet(w http.ResponseWriter, r *http.Request) {
 	f := limitForm{Pattern: strings.TrimSpace(r.PostFormValue("pattern")), MaxInFlight: r.PostFormValue("max_in_flight"),
-		Rate: r.PostFormValue("rate"), Burst: r.PostFormValue("burst")}
-	l := wire.Limit{Pattern: f.Pattern, Paused: r.PostFormValue("paused") != ""}
+		Rate: r.PostFormValue("rate"), Burst: r.PostFormValue("burst"),
+		Whole: r.PostFormValue("whole") != "", KeyHeader: strings.TrimSpace(r.PostFormValue("key_header"))}
+	l := wire.Limit{Pattern: f.Pattern, Paused: r.PostFormValue("paused") != "", Whole: f.Whole, KeyHeader: f.KeyHeader}
 	var bad []string
 	num := func(name, v string, parse func(string) error) {
 		if v = strings.TrimSpace(v); v == "" {
