@@ -32,9 +32,13 @@ func tenantSize() (due, subjects int) {
 // subject it shares with another tenant, has exactly 50 deliveries in
 // flight, across all its subjects; the other tenant's first deliveries,
 // on a subject of its own and on the shared one behind the busy tenant's
-// backlog, are published within a second of their fire time (or their
-// commit, if later), by the service's clock: the `at` of their delivered
-// and scheduled events.
+// backlog, are published within 5 s of their fire time (or their commit,
+// if later), by the service's clock: the `at` of their delivered and
+// scheduled events. Not a speed figure (the bench measures that): a bound
+// far above a loaded machine's pass, and far below what the busy tenant's
+// backlog cost before each of its subjects was read once (30 s at soak
+// size under the race detector); without the limit they would wait for
+// the busy tenant's hour-long ack wait.
 func TestLimits_KeyHeader_TenantDoesNotDelayAnother(t *testing.T) {
 	t.Parallel()
 	due, subjects := tenantSize()
@@ -116,8 +120,8 @@ func TestLimits_KeyHeader_TenantDoesNotDelayAnother(t *testing.T) {
 		if s := storedAt[tag]; s.After(want) {
 			want = s
 		}
-		if late := publishedAt[tag].Sub(want); late > time.Second {
-			t.Fatalf("the other tenant's %s published %v after it was due and stored, want within 1s (stats %+v)", tag, late, h.svc.Stats())
+		if late := publishedAt[tag].Sub(want); late > 5*time.Second {
+			t.Fatalf("the other tenant's %s published %v after it was due and stored, want within 5s (stats %+v)", tag, late, h.svc.Stats())
 		}
 	}
 }
