@@ -413,6 +413,7 @@ func TestParse_ClusterSettings_FlagEnvFile(t *testing.T) {
 // the words of the command line: the flag and the value the user wrote,
 // never the name of the Go field behind it.
 func TestParse_BadValue_NamesNoGoField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -439,6 +440,7 @@ func TestParse_BadValue_NamesNoGoField(t *testing.T) {
 // and the error lists serve's keys only. A client command still takes a
 // file written for serve (NATSDELAY_CONFIG set for both).
 func TestParse_ConfigFile_ServeTakesOnlyItsKeys(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, `{"waves": 3, "quick": true}`)
 	var err error
 	for _, cmd := range [][]string{{"serve"}, {}} {

@@ -118,6 +118,7 @@ func proxiedServer(t *testing.T) (*server.Server, *errProxy) {
 // server's control line used to draw), serve logs why and exits with the
 // runtime exit code, so that a supervisor restarts it.
 func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
+	t.Parallel()
 	_, proxy := proxiedServer(t)
 	srv := start(t, "serve", "--nats", proxy.url(), "--engine", "memory")
 	srv.waitLine(t, `msg="natsdelay ready"`, 30*time.Second)
@@ -139,6 +140,7 @@ func TestServe_ConnectionClosedForGood_ExitsNonZero(t *testing.T) {
 // on the reconnect closes the connection for good, which the test above
 // shows the consequence of.
 func TestServe_AuthExpiredOnce_Reconnects(t *testing.T) {
+	t.Parallel()
 	ns, proxy := proxiedServer(t)
 	srv := openServe(t, "--nats", proxy.url(), "--engine", "memory")
 	proxy.sendErr("User Authentication Expired")

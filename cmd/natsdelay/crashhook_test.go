@@ -11,6 +11,7 @@ import (
 // the default build links none of them, and only the crashtest tag, which
 // the integration tests build with, brings them in.
 func TestDefaultBuild_HasNoCrashHooks(t *testing.T) {
+	t.Parallel()
 	const hooks = "github.com/natsdelay/natsdelay/cmd/natsdelay/internal/crashhook"
 	deps := func(args ...string) []string {
 		t.Helper()

@@ -95,6 +95,7 @@ func TestArchitecture_NamedFunctionsExist(t *testing.T) {
 // cluster certs against the command: its lines are what it prints for
 // the sample's --dir under the sample's working directory.
 func TestDocs_ClusterCerts_SampleIsTheOutput(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/cluster.md")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +120,7 @@ func TestDocs_ClusterCerts_SampleIsTheOutput(t *testing.T) {
 // serve flags against serve's flags: each flag serve takes has a row, and
 // each row names a flag serve takes, so that neither can drift.
 func TestDocs_Operations_EveryServeFlag(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)

@@ -290,6 +290,7 @@ func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
 // leaves the file as it found it, byte for byte; it then opens the store
 // again once the later version's mark is gone, with its message pending.
 func TestServe_NewerStore_RefusedWithoutWriting(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := serveInProcess(t, dir, "--engine", "bolt")
 	schedule(t, srv.URL(), "jobs.later", "x", "--delay", "1h")

@@ -233,6 +233,7 @@ func TestServe_HTTP_PProfOnlyWhenAsked(t *testing.T) {
 // use, as a usage error naming the flag, before it starts: with the HTTP
 // listener off, with the console off, and a password file that is not one.
 func TestServe_UIAuth_Refused(t *testing.T) {
+	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "ui.htpasswd")
 	if err := os.WriteFile(bad, []byte("ops:secret\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,7 @@ func TestLimits_BadInput_ExitsTwo(t *testing.T) {
 // list of limits, each a pattern with max_in_flight, rate (a number per
 // second, or a string as --rate takes it), burst and paused.
 func TestParse_ConfigLimits(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, `{
 		"nats_listen": "127.0.0.1:0",
 		"http": "127.0.0.1:0",
@@ -108,6 +109,7 @@ func TestParse_ConfigLimits(t *testing.T) {
 // the config file is a usage error that names the file, the key, the
 // element and what is wrong with it, before anything starts.
 func TestParse_ConfigLimits_BadValue_NamesTheKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, limits, want string
 	}{

@@ -20,6 +20,7 @@ import (
 // whole path through three processes; the others open the server in
 // process.
 func TestServe_PubSub_DeliversAndStopsCleanly(t *testing.T) {
+	t.Parallel()
 	srv, url := serve(t, t.TempDir())
 	srv.waitLine(t, `msg="embedded nats-server listening" client_url=nats://127.0.0.1:\d+`, time.Second)
 

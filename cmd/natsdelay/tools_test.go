@@ -22,6 +22,7 @@ import (
 // password read from stdin, and refuses a name the file cannot hold or an
 // empty password, writing nothing.
 func TestUIPasswd_WritesALineTheConsoleTakes(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	if code := run([]string{"ui-passwd", "admin"}, strings.NewReader("s3cret pass\n"), &out, &errOut); code != exitOK {
 		t.Fatalf("ui-passwd admin: exit %d, %s", code, errOut.String())
@@ -99,6 +100,7 @@ func TestEvents_TailsTheFilteredEventsUntilInterrupted(t *testing.T) {
 // does), natsdelay answers with the commands, flags and values of its
 // own command line.
 func TestCompletion_ScriptsAndAnswers(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
