@@ -18,7 +18,8 @@ import (
 // Run checks that the stores open returns keep the delaystore.Store
 // contract. open must return a new, empty store each time and register its
 // Close with t.Cleanup; the suite may Close it first, so a second Close
-// must be harmless.
+// must be harmless. The cases run in parallel, so open is called from
+// several of them at once.
 func Run(t *testing.T, open func(t *testing.T) delaystore.Store) {
 	cases := []struct {
 		name string
@@ -54,6 +55,10 @@ func Run(t *testing.T, open func(t *testing.T) delaystore.Store) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// Each case opens its own store, so the cases run side by
+			// side: a replicated store spends most of a case electing
+			// its node and stopping it.
+			t.Parallel()
 			c.test(t, open(t))
 		})
 	}
