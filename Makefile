@@ -64,8 +64,17 @@ lint:
 test:
 	$(MAKE) --no-print-directory --output-sync=line -j3 vet lint gotest
 
+# go test starts packages in the order they are named, so the longest
+# come first and the short ones fill in beside them; named twice, a
+# package runs once. Within a package, parallel tests run two at a time
+# (one per core, go test's default): at four, on two cores doing other
+# work, integration took no less time and its tests of TTLs and ack waits
+# missed their windows.
+LONG_TEST_PKGS := ./integration ./cmd/natsdelay ./cmd/natsdelay/internal/console ./cmd/natsdelay-bench ./cmd/internal/bench ./delaystore ./delaystore/raftstore
+TEST_PKGS := $(if $(filter ./...,$(PKG)),$(LONG_TEST_PKGS) ./...,$(PKG))
+
 gotest:
-	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(SKIP_FLAG) $(PKG)
+	$(GO) test -race -count=1 -p 4 -timeout 15m $(RUN_FLAG) $(SKIP_FLAG) $(TEST_PKGS)
 
 # The crash-loop, NATS-outage, cluster leader-kill and adversarial tests at
 # soak size (200 kills per engine; 120 kills per engine inside the planning
