@@ -490,9 +490,19 @@ func TestAPI_Cancel_NeverDelivered(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	got := subscribe(t, h.nc, "cancel.never")
+	// The subject is paused until the CANCEL is answered, so the
+	// canceled message cannot fall due and go out first however slowly
+	// a loaded machine takes the requests in: before, a schedule and a
+	// cancel that together took more than its 300 ms delay failed it.
+	var lim wire.Limit
+	apiCall(t, h.nc, wire.VerbPause, wire.PatternRequest{Pattern: "cancel.never"}, &lim)
+	if !lim.Paused {
+		t.Fatalf("PAUSE answered %+v", lim)
+	}
 	canceled := schedule(t, h.nc, newMsg("cancel.never", "canceled", "Delay", "300ms"))
 	marker := schedule(t, h.nc, newMsg("cancel.never", "marker", "Delay", "600ms"))
 	cancelTag(t, h.nc, canceled.Tag)
+	apiCall(t, h.nc, wire.VerbResume, wire.PatternRequest{Pattern: "cancel.never"}, &lim)
 	// Deliveries per subject go out in fire order, so had the canceled
 	// message been delivered it would have come first.
 	r := next(t, got, "marker delivery")
