@@ -104,6 +104,24 @@ type cancelReply struct {
 	Canceled bool `json:"canceled"`
 }
 
+// pauseSubjects pauses the subjects of pattern and returns what resumes
+// them. A test whose step must come before a message falls due (a
+// cancel, a replace, a +TERM of a message not yet delivered) runs that
+// step paused: on a loaded machine the requests before it can take
+// longer than a short delay.
+func pauseSubjects(tb testing.TB, nc *nats.Conn, pattern string) (resume func()) {
+	tb.Helper()
+	var lim wire.Limit
+	apiCall(tb, nc, wire.VerbPause, wire.PatternRequest{Pattern: pattern}, &lim)
+	if !lim.Paused {
+		tb.Fatalf("PAUSE %s answered %+v", pattern, lim)
+	}
+	return func() {
+		tb.Helper()
+		apiCall(tb, nc, wire.VerbResume, wire.PatternRequest{Pattern: pattern}, &lim)
+	}
+}
+
 // cancelTag cancels the message with tag and fails tb unless it was.
 func cancelTag(tb testing.TB, nc *nats.Conn, tag string) {
 	tb.Helper()
@@ -494,15 +512,11 @@ func TestAPI_Cancel_NeverDelivered(t *testing.T) {
 	// canceled message cannot fall due and go out first however slowly
 	// a loaded machine takes the requests in: before, a schedule and a
 	// cancel that together took more than its 300 ms delay failed it.
-	var lim wire.Limit
-	apiCall(t, h.nc, wire.VerbPause, wire.PatternRequest{Pattern: "cancel.never"}, &lim)
-	if !lim.Paused {
-		t.Fatalf("PAUSE answered %+v", lim)
-	}
+	resume := pauseSubjects(t, h.nc, "cancel.never")
 	canceled := schedule(t, h.nc, newMsg("cancel.never", "canceled", "Delay", "300ms"))
 	marker := schedule(t, h.nc, newMsg("cancel.never", "marker", "Delay", "600ms"))
 	cancelTag(t, h.nc, canceled.Tag)
-	apiCall(t, h.nc, wire.VerbResume, wire.PatternRequest{Pattern: "cancel.never"}, &lim)
+	resume()
 	// Deliveries per subject go out in fire order, so had the canceled
 	// message been delivered it would have come first.
 	r := next(t, got, "marker delivery")

@@ -236,6 +236,9 @@ func TestDeadLetter_TermByTag(t *testing.T) {
 	h := newHarness(t, func(c *bridge.Config) { c.Delivery.DeadLetterSubject = deadLetters })
 	got := subscribe(t, h.nc, "dl.bytag")
 	dead := subscribe(t, h.nc, deadLetters)
+	// Paused until the +TERM is answered, so the message cannot be
+	// delivered before it on a loaded machine.
+	resume := pauseSubjects(t, h.nc, "dl.bytag")
 	rep := schedule(t, h.nc, newMsg("dl.bytag", "x", "Delay", "300ms", "X-Trace", "t1"))
 	m := nats.NewMsg(wire.DefaultAckPrefix)
 	m.Header.Set(wire.HeaderTag, rep.Tag)
@@ -247,6 +250,7 @@ func TestDeadLetter_TermByTag(t *testing.T) {
 	if err := isGone(h.nc, rep.Key); err != nil {
 		t.Fatal(err)
 	}
+	resume()
 	wantDeadLetter(t, next(t, dead, "dead letter").Msg, rep, "x", 0, "term: not needed")
 	quiet(t, got, time.Until(rep.FireAt.Add(300*time.Millisecond)), "delivery of a TERMed message")
 }

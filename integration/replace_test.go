@@ -46,11 +46,15 @@ func TestDelayID_Replace(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, nil)
 		got := subscribe(t, h.nc, "replace.b")
+		// Paused until the replace is answered, so the first cannot go
+		// out before it on a loaded machine.
+		resume := pauseSubjects(t, h.nc, "replace.b")
 		first := schedule(t, h.nc, newMsg("replace.b", "first", "Delay-Id", "X", "Delay", "200ms"))
 		second := schedule(t, h.nc, newMsg("replace.b", "second", "Delay-Id", "X", "Delay", "1h"))
 		if err := isGone(h.nc, first.Key); err != nil {
 			t.Fatal(err)
 		}
+		resume()
 		// Well past the first fire time, nothing came.
 		quiet(t, got, time.Until(first.FireAt.Add(500*time.Millisecond)), "delivery of a replaced message")
 		if m := stored(t, h.nc, second.Key); string(m.Payload) != "second" {
