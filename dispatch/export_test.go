@@ -36,3 +36,7 @@ func (d *Dispatcher) QueuedWriteForTest(k keys.Key) bool {
 // message (Ack, +TERM, Cancel, Move, a replacing Notify) waits for the
 // publish of that message under way. Set it before the settling starts.
 func (d *Dispatcher) BeforePublishWaitForTest(f func()) { d.beforePublishWait = f }
+
+// HandedOffForTest reports how many messages d handed off (see
+// NotifyMessage).
+func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load() }

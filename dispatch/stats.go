@@ -81,4 +81,6 @@ type counters struct {
 	undeliverable, evicted, skipped                                 atomic.Uint64
 	plannedAhead, plannedOnDelivery, withdrawn                      atomic.Uint64
 	fenced                                                          atomic.Uint64
+	// handedOff counts the messages handed off (see NotifyMessage).
+	handedOff atomic.Uint64
 }

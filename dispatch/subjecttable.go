@@ -353,6 +353,11 @@ type topic struct {
 	bucket  *rate.Limiter
 	// pausedHeld is set while it is held because it is paused.
 	pausedHeld bool
+	// scanning is set while a scan of it is under way, between its
+	// take from the due heap and its cursor's move; handedOut counts its
+	// messages handed off and not yet taken by a pass (see handoff.go).
+	scanning  bool
+	handedOut int
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

@@ -197,9 +197,11 @@ func (w *writer) commit(batch []scheduleRequest) {
 		}
 		return
 	}
-	for _, s := range res {
+	for i, s := range res {
 		if !s.Duplicate {
-			w.disp.Notify(s.Scheduled, s.FireAtNs)
+			// NB: one due already goes to the next pass as it is, with
+			// no read back, when nothing of its subject is ahead of it.
+			w.disp.NotifyMessage(s.Scheduled, s.FireAtNs, batch[i].once.Msg)
 		}
 	}
 	for i, r := range batch {
