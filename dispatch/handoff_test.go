@@ -453,4 +453,3 @@ func setLimit(t *testing.T, h *harness, l delaystore.Limit) {
 		t.Fatal(err)
 	}
 }
-
