@@ -8,7 +8,9 @@ import (
 
 // Hand-off: a message due when its batch commits goes from the group
 // commit to the next pass whole, with no read of the due index or of the
-// message, when nothing of its subject can be ahead of it unread.
+// message, when nothing of its subject can be ahead of it unread. The
+// group commit does not use it yet (docs/architecture.md, "A message due
+// at ingest", says why).
 //
 // The argument (docs/architecture.md, "A message due at ingest"): every
 // message of its subject older than it (a smaller key: same subject, so
@@ -24,14 +26,20 @@ import (
 //     only another writer than the group commit can be doing: those count
 //     themselves in committing until they have told the dispatcher.
 //   - The topic is idle: not in the due heap, not being scanned, not held
-//     at its limit, released, backing off, probing or rewound. Each entry
+//     at its limit, released, backing off, probing or rewound; and the
+//     message is at or above its cursor, and no topic was dropped since
+//     its commit began (Epoch): no scan has taken it since its commit. Each entry
 //     the frontier read was handed to its topic, whose scan took it or
 //     left the topic in one of those states; so every older message at or
 //     above the topic's cursor has been taken, and everything below the
 //     cursor is in flight or settled.
-//   - Its key is below the range passes have scanned (scannedUpTo), so the
-//     cursor moved past it stays below any message that Notify sends to
-//     the frontier instead of its topic.
+//   - The range passes have scanned (scannedUpTo) is taken past its key,
+//     so the cursor moved past it stays below any message that Notify
+//     sends to the frontier instead of its topic; with the frontier clear
+//     no entry told to the frontier lies below it.
+//   - The frontier moves past its entry: every entry it has not read up
+//     to there was told to its topic or handed off, so its read would
+//     find nothing to do (see dueFrontier.handedOff).
 //
 // A message handed off becomes a flight at once, as if a scan had taken
 // it, and its topic's cursor moves past it: a message of the subject that
@@ -45,11 +53,11 @@ import (
 // caller does not change from then on. A message due now whose subject has nothing
 // unread ahead of it is handed to the next pass with no read of the store;
 // any other is as Notify. It reports whether msg was handed off.
-func (d *Dispatcher) NotifyMessage(s delaystore.Scheduled, fireAtNs int64, msg *delaystore.StoredMessage) bool {
+func (d *Dispatcher) NotifyMessage(s delaystore.Scheduled, fireAtNs int64, msg *delaystore.StoredMessage, epoch Epoch) bool {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if fireAtNs == msg.FireAtNs && d.handOffLocked(s, msg, now) {
+	if fireAtNs == msg.FireAtNs && epoch == d.Epoch() && d.handOffLocked(s, msg, now) {
 		return true
 	}
 	if s.HasReplaced {
@@ -58,6 +66,16 @@ func (d *Dispatcher) NotifyMessage(s delaystore.Scheduled, fireAtNs int64, msg *
 	d.arrivedLocked(s.Key, fireAtNs)
 	return false
 }
+
+// Epoch is what NotifyMessage must know of the dispatcher from before the
+// commit of the message it is told of: read it before the commit.
+type Epoch uint64
+
+// Epoch returns the dispatcher's epoch now: the number of topics it has
+// dropped. NB: between a commit and NotifyMessage a pass may scan the
+// message, deliver it, settle it and drop its topic; a topic kept shows
+// that by its cursor, above the message, and a dropped one by the epoch.
+func (d *Dispatcher) Epoch() Epoch { return Epoch(d.mu.subjects.dropped.Load()) }
 
 // Committing counts a commit of messages under new keys by another writer
 // than the group commit (a move, a replay, an import), until the done it
@@ -87,7 +105,11 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		return false
 	case d.scannableAt(k, msg.FireAtNs) > now, expired(msg, now):
 		return false
-	case k.Bucket() >= d.mu.frontier.scannedUpTo, !d.mu.frontier.clearBy(now):
+	case d.mu.flights.busy(k):
+		// NB: a scan that began after the commit read it already, and
+		// took it (or passed it as settled): it is not to be taken twice.
+		return false
+	case !d.mu.frontier.clearBy(now):
 		return false
 	case d.committing.Load() != 0:
 		return false
@@ -99,7 +121,10 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		return false
 	}
 	t := d.mu.subjects.byHash[k.TopicHash()]
-	if t != nil && !t.idle(now) {
+	if t != nil && (!t.idle(now) || t.cursor != nil && bytes.Compare(k[:], t.cursor) < 0) {
+		// NB: below its cursor it may be a message a scan took since its
+		// commit, settled already; or an older one arriving late, which
+		// the scan its rewind brings delivers as well.
 		return false
 	}
 	if t == nil {
@@ -127,10 +152,9 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 	if p := out[0].f.pending; p != nil {
 		p.WrittenOnce = true // as stored, so its delete may be a SingleDelete
 	}
-	if t.cursor == nil || bytes.Compare(k[:], t.cursor) >= 0 {
-		t.cursor = k.Successor()
-	}
+	t.cursor = k.Successor()
 	t.handedOut++
+	d.mu.frontier.handedOff(k)
 	d.mu.handed = append(d.mu.handed, out[0])
 	d.stats.handedOff.Add(1)
 	d.signal()

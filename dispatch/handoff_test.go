@@ -19,11 +19,12 @@ import (
 // and whether the message was handed off.
 func (h *harness) handOff(msg *delaystore.StoredMessage) (keys.Key, bool) {
 	h.t.Helper()
+	epoch := h.d.Epoch()
 	res, err := h.repo.ScheduleOnce([]delaystore.Once{{Msg: msg}}, 0, time.Now().UnixNano(), delaystore.Sync)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return res[0].Key, h.d.NotifyMessage(res[0].Scheduled, res[0].FireAtNs, msg)
+	return res[0].Key, h.d.NotifyMessage(res[0].Scheduled, res[0].FireAtNs, msg, epoch)
 }
 
 // blockingPublisher holds the delivery of one subject until released, and
@@ -189,12 +190,21 @@ func TestDispatcher_NotifyMessage_DueNow_HandedOffWithNoRead(t *testing.T) {
 	st, repo := openGated(t)
 	fake := newFakePublisher()
 	h := startOn(t, repo, fake, fake, nil)
-	first := h.schedule(msgAt("s", soon()))[0]
+	at := soon()
+	first := h.schedule(msgAt("s", at))[0]
 	if d := h.next(30 * time.Second); d.key != first {
 		t.Fatalf("delivered %v, want %v", d.key, first)
 	}
+	// Due, and after the first: above its subject's cursor.
+	later := at.Add(time.Millisecond)
+	checkFor(t, 30*time.Second, func() error {
+		if time.Now().Before(later.Add(time.Millisecond)) {
+			return errNotYet
+		}
+		return nil
+	})
 	reads := st.readsOf("s")
-	k, handed := h.handOff(msgAt("s", time.Now().Add(-time.Second)))
+	k, handed := h.handOff(msgAt("s", later))
 	if !handed {
 		t.Fatal("a message due now, its subject idle, was not handed off")
 	}
@@ -216,6 +226,59 @@ func TestDispatcher_NotifyMessage_DueNow_HandedOffWithNoRead(t *testing.T) {
 	})
 	if n := h.d.HandedOffForTest(); n != 1 {
 		t.Fatalf("handed off %d, want 1", n)
+	}
+}
+
+// TestDispatcher_NotifyMessage_ScannedBeforeTold_NotTwice checks that a
+// message a scan took between its commit and NotifyMessage, as a pass
+// that began meanwhile does, is not handed off again.
+func TestDispatcher_NotifyMessage_ScannedBeforeTold_NotTwice(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	first := h.schedule(msgAt("warm", soon()))[0]
+	if d := h.next(30 * time.Second); d.key != first {
+		t.Fatalf("delivered %v, want %v", d.key, first)
+	}
+	past := time.Now().Add(-time.Second)
+	b := msgAt("s", past)
+	epoch := h.d.Epoch()
+	res, err := h.repo.ScheduleOnce([]delaystore.Once{{Msg: b}}, 0, time.Now().UnixNano(), delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scan that another message of s brings reads b too.
+	m := h.schedule(msgAt("s", past))[0]
+	for _, want := range []keys.Key{res[0].Key, m} {
+		if d := h.next(30 * time.Second); d.key != want {
+			t.Fatalf("delivered %v, want %v", d.key, want)
+		}
+	}
+	if h.d.NotifyMessage(res[0].Scheduled, res[0].FireAtNs, b, epoch) {
+		t.Fatal("handed off a message in flight")
+	}
+	// Settled and forgotten, its topic dropped or not, it is not handed
+	// off either.
+	for _, k := range []keys.Key{res[0].Key, m} {
+		if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 30*time.Second, func() error {
+		if h.d.InFlight(res[0].Key) || h.d.Subject("s").InFlight != 0 {
+			return errNotYet
+		}
+		if _, err := h.repo.Get(res[0].Key); err == nil {
+			return errNotYet
+		}
+		return nil
+	})
+	h.schedule(msgAt("warm", soon()))
+	h.next(30 * time.Second) // a pass forgot what was settled
+	if h.d.NotifyMessage(res[0].Scheduled, res[0].FireAtNs, b, epoch) {
+		t.Fatal("handed off a message settled since its commit")
+	}
+	marker := h.schedule(msgAt("s", soon()))[0]
+	if d := h.next(30 * time.Second); d.key != marker {
+		t.Fatalf("delivered %v attempt %d, want the marker %v: a message went out twice", d.key, d.attempt, marker)
 	}
 }
 

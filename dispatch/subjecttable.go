@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -61,6 +62,9 @@ type subjectTable struct {
 	log                 *slog.Logger
 	// frozen is Config.Frozen: a topic it names is paused.
 	frozen func(topicHash uint64) bool
+	// dropped counts the topics dropped (see dropIdle, Dispatcher.Epoch).
+	// It is read without the lock, so it is shared, not copied.
+	dropped *atomic.Uint64
 }
 
 func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Logger) subjectTable {
@@ -76,6 +80,7 @@ func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Log
 		now:         now,
 		log:         log,
 		frozen:      cfg.Frozen,
+		dropped:     new(atomic.Uint64),
 	}
 	st.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	return st
@@ -149,6 +154,7 @@ func (st *subjectTable) dropIdle(now int64) {
 	for _, t := range st.idle {
 		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
 			delete(st.byHash, t.hash)
+			st.dropped.Add(1)
 			st.keepSpent(t, now)
 		}
 	}

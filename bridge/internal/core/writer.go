@@ -197,11 +197,9 @@ func (w *writer) commit(batch []scheduleRequest) {
 		}
 		return
 	}
-	for i, s := range res {
+	for _, s := range res {
 		if !s.Duplicate {
-			// NB: one due already goes to the next pass as it is, with
-			// no read back, when nothing of its subject is ahead of it.
-			w.disp.NotifyMessage(s.Scheduled, s.FireAtNs, batch[i].once.Msg)
+			w.disp.Notify(s.Scheduled, s.FireAtNs)
 		}
 	}
 	for i, r := range batch {
