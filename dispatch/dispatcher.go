@@ -71,7 +71,16 @@ type Dispatcher struct {
 		publishing keys.Key
 		inPublish  bool
 		published  sync.Cond
+		// handed are the messages handed off since the last pass began
+		// (see NotifyMessage), each a flight already, in the order they
+		// were handed off.
+		handed []outgoing
 	}
+
+	// committing counts the commits of messages under new keys by other
+	// writers than the group commit whose messages the dispatcher has not
+	// been told of yet (see Committing).
+	committing atomic.Int64
 
 	// beforePublishWait, if set (by tests only), is called when a
 	// settling of a message waits for the publish of it under way.
@@ -211,7 +220,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
+		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), HandedOff: c.handedOff.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
 	}
 }
 
@@ -450,9 +459,12 @@ func (d *Dispatcher) pass() time.Duration {
 	}
 	paused := func(t *topic) bool { return d.mu.subjects.ruleOf(t).paused }
 	redeliver, deadLetter := d.mu.flights.expire(now, &budget, d.backoffAfter, paused)
+	// After the redeliveries, before any scan: see handoff.go.
+	handed := d.takeHandedLocked(now)
 	d.mu.Unlock()
 
-	out := d.redeliveries(redeliver, now)
+	out := append(d.redeliveries(redeliver, now), handed...)
+	budget -= len(handed)
 	for _, f := range deadLetter {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", f.answer, nil)
 	}
@@ -527,12 +539,21 @@ func (d *Dispatcher) scanDue(now int64, pass uint64, budget int, out *[]outgoing
 			d.mu.Unlock()
 			break
 		}
+		if t.handedOut > 0 {
+			// A message of it was handed off since this pass took those
+			// handed before: it goes out first, in the next pass, which
+			// scans the topic then.
+			t.scanPass = pass
+			d.mu.subjects.reschedule(t, now)
+			d.mu.Unlock()
+			continue
+		}
 		allowed := d.mu.subjects.toScan(t, now)
 		if allowed == 0 {
 			d.mu.Unlock()
 			continue
 		}
-		t.scanPass = pass
+		t.scanPass, t.scanning = pass, true
 		d.mu.Unlock()
 		n, probe := d.scan(t, now, pass, min(budget, d.cfg.TopicPassLimit, allowed), out)
 		d.mu.Lock()
@@ -589,7 +610,7 @@ func (d *Dispatcher) untilNext() time.Duration {
 	}
 	wait := time.Hour // nothing known to be due: look again in an hour
 	switch {
-	case len(d.mu.flights.committed) > 0 || next <= now:
+	case len(d.mu.flights.committed) > 0 || len(d.mu.handed) > 0 || next <= now:
 		wait = 0
 	case next != never:
 		wait = max(time.Duration(next-now), 0)

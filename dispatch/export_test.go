@@ -41,3 +41,7 @@ func (d *Dispatcher) BeforePublishWaitForTest(f func()) { d.beforePublishWait = 
 // keys it read, before the scan settles them. Set it before the
 // dispatcher runs a pass.
 func (d *Dispatcher) AfterReadDueForTest(f func(gone []keys.Key)) { d.afterReadDue = f }
+
+// HandedOffForTest reports how many messages d handed off (see
+// NotifyMessage).
+func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load() }

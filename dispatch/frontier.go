@@ -21,6 +21,10 @@ type dueFrontier struct {
 	// message committed below it goes to its topic, one at or above it to
 	// the frontier (see Notify).
 	scannedUpTo uint64
+	// reading is set while a read is under way, from begin to moved;
+	// failed if the last read failed. Either way entries before next may
+	// still be unread (see clearBy).
+	reading, failed bool
 }
 
 // from is where the next read starts: a copy of at, nil for the start.
@@ -58,17 +62,41 @@ func (fr *dueFrontier) begin(now int64, maxBucket uint64, room int) (*keys.Key, 
 	}
 	// Notify lowers it during the read for messages committed meanwhile.
 	fr.next = never
+	fr.reading = true
 	return fr.from(), true
 }
 
 // moved records a read that ended at last (nil: nothing read), with the
-// next entry scannable at next.
-func (fr *dueFrontier) moved(last *keys.Key, next int64) {
+// next entry scannable at next, or that failed.
+func (fr *dueFrontier) moved(last *keys.Key, next int64, failed bool) {
 	if last != nil {
 		k := *last
 		fr.at = &k
 	}
 	fr.next = min(fr.next, next)
+	fr.reading, fr.failed = false, failed
+}
+
+// handedOff records that the message under k, due, was handed off while
+// the frontier was clear (see Dispatcher.NotifyMessage): passes scan past
+// its bucket from now on, so Notify sends a message below it to its
+// topic; and the frontier reads on after its entry. Every entry it skips
+// so is due (its bucket is at most k's), so, the frontier being clear,
+// was told to its topic or handed off: a read would pass it over.
+func (fr *dueFrontier) handedOff(k keys.Key) {
+	fr.scannedUpTo = max(fr.scannedUpTo, k.Bucket()+1)
+	if fr.ahead(k) {
+		fr.at = &k
+	}
+}
+
+// clearBy reports whether every due-index entry scannable by at has been
+// read, or its message told to its topic (see Notify): no read is under
+// way or failed, and the next entry to read is not scannable by at. An
+// entry committed and not yet told of is the committer's to count (see
+// Dispatcher.Committing).
+func (fr *dueFrontier) clearBy(at int64) bool {
+	return !fr.reading && !fr.failed && fr.next > at
 }
 
 // frontierCap bounds the topics in the due heap that the due index may
@@ -138,7 +166,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mu.subjects.admit(found, now)
-	d.mu.frontier.moved(last, next)
+	d.mu.frontier.moved(last, next, err != nil)
 }
 
 // frontierSkipFactor bounds the due-index entries one read of the

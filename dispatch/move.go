@@ -32,6 +32,9 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	if d.del == nil {
 		return keys.Key{}, ErrClosed
 	}
+	// Until its new key is told of, nothing is handed off (see Committing).
+	d.committing.Add(1)
+	defer d.committing.Add(-1)
 	if err := d.markMoving(k); err != nil {
 		return keys.Key{}, err
 	}
@@ -120,6 +123,10 @@ func (d *Dispatcher) holdUnflushed(k keys.Key) (held, prev *unflushedMove) {
 // delaystore.Repository.Flush), then lets the messages that Move moved
 // without sync before it go out.
 func (d *Dispatcher) Flush() error {
+	// The moves it lets go are neither held nor told of for a while: until
+	// they are, nothing is handed off (see Committing).
+	d.committing.Add(1)
+	defer d.committing.Add(-1)
 	// NB: only moves committed before the flush begins are surely in it.
 	var ready []*unflushedMove
 	d.mu.Lock()

@@ -45,6 +45,10 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 	if len(plans) == 0 && len(drop) == 0 {
 		return out
 	}
+	// Until the successors are told of, nothing is handed off (see
+	// Committing).
+	d.committing.Add(1)
+	defer d.committing.Add(-1)
 	d.planning.RLock()
 	res, err := d.repo.Advance(plans, delaystore.Sync)
 	d.planning.RUnlock()

@@ -29,6 +29,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	if err != nil {
 		d.log.Warn("scanning due messages", "topic", t.hash, "err", err)
 		d.mu.Lock()
+		t.scanning = false
 		d.mu.subjects.reschedule(t, after(now, d.cfg.NoRespondersBackoff))
 		d.mu.Unlock()
 		return 0, false
@@ -47,6 +48,7 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 	}
 
 	d.mu.Lock()
+	t.scanning = false
 	if t.subject == "" && len(r.due) > 0 {
 		t.subject = r.due[0].msg.Subject
 	}

@@ -168,6 +168,10 @@ func (d *Dispatcher) planAhead() time.Duration {
 	// AdvanceEach reads each occurrence once, to plan and to write it.
 	d.planning.RLock()
 	defer d.planning.RUnlock()
+	// Until the successors are told of, nothing is handed off (see
+	// Committing).
+	d.committing.Add(1)
+	defer d.committing.Add(-1)
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 || m.Recurrence.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
 			// NB: one due already is being delivered by a pass, which

@@ -23,6 +23,9 @@ func (d *Dispatcher) Rewrite(k keys.Key, edit delaystore.RewriteFunc) (keys.Key,
 	// so the one under k stays the schedule's newest (see cancelSchedule).
 	d.planning.Lock()
 	defer d.planning.Unlock()
+	// Until its new key is told of, nothing is handed off (see Committing).
+	d.committing.Add(1)
+	defer d.committing.Add(-1)
 	if err := d.markMoving(k); err != nil {
 		return keys.Key{}, 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -63,6 +64,9 @@ type subjectTable struct {
 	log                 *slog.Logger
 	// frozen is Config.Frozen: a topic it names is paused.
 	frozen func(topicHash uint64) bool
+	// dropped counts the topics dropped (see dropIdle, Dispatcher.Epoch).
+	// It is read without the lock, so it is shared, not copied.
+	dropped *atomic.Uint64
 }
 
 func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Logger) subjectTable {
@@ -78,6 +82,7 @@ func newSubjectTable(cfg Config, bucketMs int64, now func() int64, log *slog.Log
 		now:         now,
 		log:         log,
 		frozen:      cfg.Frozen,
+		dropped:     new(atomic.Uint64),
 	}
 	st.limits.gen = 1 // a new topic's rule (generation 0) is stale
 	return st
@@ -151,6 +156,7 @@ func (st *subjectTable) dropIdle(now int64) {
 	for _, t := range st.idle {
 		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
 			delete(st.byHash, t.hash)
+			st.dropped.Add(1)
 			st.keepSpent(t, now)
 		}
 	}
@@ -368,6 +374,11 @@ type topic struct {
 	// groupResume is set while it is held for a group's room, and its
 	// next scan may read on from groupReadTo (see groupResumeAt).
 	groupResume bool
+	// scanning is set while a scan of it is under way, between its
+	// take from the due heap and its cursor's move; handedOut counts its
+	// messages handed off and not yet taken by a pass (see handoff.go).
+	scanning  bool
+	handedOut int
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

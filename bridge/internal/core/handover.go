@@ -30,6 +30,7 @@ func (s *Service) Import(in []delaystore.Imported) (int, error) {
 		return 0, err
 	}
 	g := s.gen.Load()
+	defer g.disp.Committing()()
 	stored, err := g.repo.Import(in, delaystore.Sync)
 	if errors.Is(err, delaystore.ErrInvalidMessage) {
 		return 0, fmt.Errorf("%w: %v", wire.ErrBadRequest, err)

@@ -173,6 +173,7 @@ func (w *writer) commit(batch []scheduleRequest) {
 	for i, r := range batch {
 		in[i] = r.once
 	}
+	epoch := w.disp.Epoch()
 	start := time.Now()
 	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
 	if w.observe != nil {
@@ -197,9 +198,11 @@ func (w *writer) commit(batch []scheduleRequest) {
 		}
 		return
 	}
-	for _, s := range res {
+	for i, s := range res {
 		if !s.Duplicate {
-			w.disp.Notify(s.Scheduled, s.FireAtNs)
+			// NB: one due already goes to the next pass as it is, with
+			// no read back, when nothing of its subject is ahead of it.
+			w.disp.NotifyMessage(s.Scheduled, s.FireAtNs, batch[i].once.Msg, epoch)
 		}
 	}
 	for i, r := range batch {
