@@ -102,6 +102,26 @@ func TestDeliveryHeaderLen_AsBuilt(t *testing.T) {
 	}
 }
 
+// TestFillDeliveryHeader_LenAsHeaderLen checks that the size
+// fillDeliveryHeader counts as it builds a delivery's header is the size
+// headerLen measures of the header built, which the publisher checks
+// against the server's max_control_line; a name stored twice included.
+func TestFillDeliveryHeader_LenAsHeaderLen(t *testing.T) {
+	cases := deliveryCases()
+	m := proto.Clone(cases["headers, values trimmed"]).(*delaystore.StoredMessage)
+	m.Headers = append(m.Headers, &delaystore.Header{Name: "X-A", Values: []string{"stored twice"}})
+	cases["a name stored twice"] = m
+	for name, m := range cases {
+		for _, attempt := range []uint32{1, 10, math.MaxUint32} {
+			h := nats.Header{}
+			got := fillDeliveryHeader(h, new(ownValues), keys.Key{}.Tag(), m, attempt)
+			if want := headerLen(h); got != want {
+				t.Errorf("%s, attempt %d: fillDeliveryHeader counted %d bytes, headerLen is %d", name, attempt, got, want)
+			}
+		}
+	}
+}
+
 // TestDeliver_ReusedHeaderHoldsOnlyItsMessage checks that the header map
 // Deliver reuses carries nothing from the delivery before it: each
 // delivery arrives with exactly the headers deliveryMsg gives it.
