@@ -124,17 +124,21 @@ func (b *batch) writable() error {
 }
 
 // maxSpareBatches is how many reset batches a Store keeps: one for each
-// writer that commits often (ingest's group commit, the deleter) and a
-// few for the others.
-const maxSpareBatches = 4
+// writer that commits often, ingest's group commit and the deleter.
+const maxSpareBatches = 2
+
+// spareBatchBytes bounds the buffer a kept batch keeps: a group commit
+// of 4,096 messages of 256 bytes takes 2.4 MiB, over Pebble's default of
+// 1 MiB. The spares thus hold at most 8 MiB, which ReleaseMemory lets go.
+const spareBatchBytes = 4 << 20
 
 // spareBatches are Pebble batches kept for reuse with their buffers.
 // Pebble's Close pools a batch too, but in a sync.Pool shared by every
-// batch and emptied by garbage collections, so ingest's group commit of hundreds of
-// messages mostly grew a new buffer, doubling it from 1 KiB and copying
-// as it went: 10% of the bytes the end-to-end bench allocated, and
-// Batch.grow 1.6% of the serve process's CPU. Reset keeps a buffer of
-// up to 1 MiB (Pebble's own bound) and drops a larger one, and a batch
+// batch and emptied by garbage collections, so ingest's group commit of
+// hundreds of messages mostly grew a new buffer, doubling it from 1 KiB
+// and copying as it went: 10% of the bytes the end-to-end bench
+// allocated, and Batch.grow 1.6% of the serve process's CPU. Reset keeps
+// a buffer of up to spareBatchBytes and drops a larger one, and a batch
 // that Pebble wrapped as a flushable batch has its buffer taken by then.
 type spareBatches struct {
 	mu    sync.Mutex

@@ -140,7 +140,7 @@ func (s *Store) NewBatch() delaystore.Batch {
 	if pb := s.spare.take(); pb != nil {
 		return &batch{s: s, b: pb}
 	}
-	return &batch{s: s, b: s.db.NewBatch()}
+	return &batch{s: s, b: s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(spareBatchBytes))}
 }
 
 // NewIter returns an iterator over [opts.LowerBound, opts.UpperBound) on a
