@@ -305,7 +305,14 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.ops = shrunk(dl.mu.ops, &dl.mu.opsPeak)
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
+	err := dl.apply(taken)
+	clear(taken)
+	return len(taken), 0, err
+}
 
+// apply commits the ops taken in one batch and tells their waiters, or
+// puts them back if the commit failed.
+func (dl *deleter) apply(taken []takenOp) error {
 	batch := dl.batch[:0]
 	for _, t := range taken {
 		op := delaystore.Op{Key: t.k, Msg: t.op.msg, Pending: t.op.pending}
@@ -321,8 +328,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.batch = batch[:0]
 	if err != nil {
 		dl.putBack(taken)
-		clear(taken)
-		return len(taken), 0, err
+		return err
 	}
 	order := make([]keys.Key, len(taken))
 	for i, t := range taken {
@@ -331,9 +337,8 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 			w(applied[i], nil)
 		}
 	}
-	clear(taken)
 	dl.onCommitted(order)
-	return len(order), 0, nil
+	return nil
 }
 
 // putBack requeues ops that failed to commit, due at once and in front of
