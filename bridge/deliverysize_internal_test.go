@@ -206,6 +206,11 @@ func TestScheduleReply_AsJSONMarshal(t *testing.T) {
 		if got := scheduleReply(k, m); string(got) != string(want) {
 			t.Errorf("subject %q: reply %s, want %s", subj, got, want)
 		}
+		// As the answerer's reused buffers are: emptied, not cleared.
+		used := append(make([]byte, 0, 8), "leftover bytes of an earlier reply"...)
+		if got := appendScheduleReply(used[:0], k, m); string(got) != string(want) {
+			t.Errorf("subject %q: reply in a reused buffer %s, want %s", subj, got, want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -591,11 +592,16 @@ func foldedReply(res delaystore.Outcome, subject string) []byte {
 // through encoding/json. TestScheduleReply_AsJSONMarshal holds the two
 // to the same bytes.
 func scheduleReply(k keys.Key, msg *delaystore.StoredMessage) []byte {
+	return appendScheduleReply(nil, k, msg)
+}
+
+// appendScheduleReply appends scheduleReply(k, msg) to b.
+func appendScheduleReply(b []byte, k keys.Key, msg *delaystore.StoredMessage) []byte {
 	if !plainJSON(msg.Subject) {
 		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
-		return body
+		return append(b, body...)
 	}
-	b := make([]byte, 0, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
+	b = slices.Grow(b, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
 	b = append(b, `{"tag":"`...)
 	b = hex.AppendEncode(b, k[:])
 	b = append(b, `","subject":"`...)
