@@ -39,7 +39,15 @@ type answer struct {
 	reply string
 	data  []byte
 	err   error
+	// buf, if set, holds data and goes back to replyBufs once published.
+	buf *[]byte
 }
+
+// replyBufs are buffers for the answers to schedules, one for every
+// message taken in: the answerer gives each back once nats.go has copied
+// the answer out. Made per answer, they were 4% of what the end-to-end
+// bench allocated in serve.
+var replyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // answerer publishes the service's answers to ingest requests (from the
 // group commit's goroutine) and to consumers' answers to deliveries (+OK,
@@ -92,6 +100,12 @@ func newAnswerer(conn answerConn, size int, wait time.Duration) *answerer {
 
 // reply hands data over to be published to the subject reply.
 func (a *answerer) reply(reply string, data []byte) { a.hand(answer{reply: reply, data: data}) }
+
+// replyBuf hands over the reply in *buf, a buffer of replyBufs, to be
+// published to reply; the buffer goes back once it is.
+func (a *answerer) replyBuf(reply string, buf *[]byte) {
+	a.hand(answer{reply: reply, data: *buf, buf: buf})
+}
 
 // fail hands the error reply for err over to be published to reply.
 func (a *answerer) fail(reply string, err error) { a.hand(answer{reply: reply, err: err}) }
@@ -204,6 +218,11 @@ func (a *answerer) publish(ans answer) {
 		err = a.conn.PublishMsg(errorMsg(ans.reply, ans.err))
 	} else {
 		err = a.conn.Publish(ans.reply, ans.data)
+	}
+	if ans.buf != nil {
+		// nats.go has copied the answer to its buffer by now.
+		*ans.buf = ans.data[:0]
+		replyBufs.Put(ans.buf)
 	}
 	if err != nil {
 		a.failed.Add(1)

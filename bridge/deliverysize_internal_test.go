@@ -102,6 +102,26 @@ func TestDeliveryHeaderLen_AsBuilt(t *testing.T) {
 	}
 }
 
+// TestFillDeliveryHeader_LenAsHeaderLen checks that the size
+// fillDeliveryHeader counts as it builds a delivery's header is the size
+// headerLen measures of the header built, which the publisher checks
+// against the server's max_control_line; a name stored twice included.
+func TestFillDeliveryHeader_LenAsHeaderLen(t *testing.T) {
+	cases := deliveryCases()
+	m := proto.Clone(cases["headers, values trimmed"]).(*delaystore.StoredMessage)
+	m.Headers = append(m.Headers, &delaystore.Header{Name: "X-A", Values: []string{"stored twice"}})
+	cases["a name stored twice"] = m
+	for name, m := range cases {
+		for _, attempt := range []uint32{1, 10, math.MaxUint32} {
+			h := nats.Header{}
+			got := fillDeliveryHeader(h, new(ownValues), keys.Key{}.Tag(), m, attempt)
+			if want := headerLen(h); got != want {
+				t.Errorf("%s, attempt %d: fillDeliveryHeader counted %d bytes, headerLen is %d", name, attempt, got, want)
+			}
+		}
+	}
+}
+
 // TestDeliver_ReusedHeaderHoldsOnlyItsMessage checks that the header map
 // Deliver reuses carries nothing from the delivery before it: each
 // delivery arrives with exactly the headers deliveryMsg gives it.
@@ -185,6 +205,11 @@ func TestScheduleReply_AsJSONMarshal(t *testing.T) {
 		}
 		if got := scheduleReply(k, m); string(got) != string(want) {
 			t.Errorf("subject %q: reply %s, want %s", subj, got, want)
+		}
+		// As the answerer's reused buffers are: emptied, not cleared.
+		used := append(make([]byte, 0, 8), "leftover bytes of an earlier reply"...)
+		if got := appendScheduleReply(used[:0], k, m); string(got) != string(want) {
+			t.Errorf("subject %q: reply in a reused buffer %s, want %s", subj, got, want)
 		}
 	}
 }

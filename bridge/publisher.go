@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +127,10 @@ func appendDigits(b []byte, v, width int) []byte {
 // letter carries at most.
 const ownSlots = 13
 
+// smallHeader is the most entries a Go map holds in one group of slots,
+// without a table.
+const smallHeader = 8
+
 // ownValues hold the one-value slices of the service's own headers, so a
 // reused header map needs no new slice per header.
 type ownValues [ownSlots][1]string
@@ -139,17 +144,30 @@ func deliveryHeader(key keys.Key, msg *delaystore.StoredMessage, attempt uint32,
 	return h
 }
 
-// fillDeliveryHeader sets in h, which holds nothing of the service's own,
-// what deliveryHeader returns, with the tag given and the own headers'
-// values in vals. The returned count of vals used lets a dead letter add
-// its own after them.
+// fillDeliveryHeader sets in h, which is empty, what deliveryHeader
+// returns, with the tag given and the own headers' values in vals. It
+// returns headerLen(h), counted as it sets each header: measuring the
+// delivery by a second walk of the map was a share of its cost.
+// TestFillDeliveryHeader_LenAsHeaderLen holds the two to the same size.
 func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delaystore.StoredMessage, attempt uint32) int {
+	size := len("NATS/1.0\r\n\r\n")
+	count := func(name string, vs []string) {
+		for _, v := range vs {
+			size += len(name) + len(textproto.TrimString(v)) + len(": \r\n")
+		}
+	}
 	ownID := keepsMsgID(msg)
+	replaced := false
 	for _, kv := range msg.Headers {
 		if isOwnHeader(kv.Name) || (!ownID && kv.Name == headerMsgID) {
 			continue
 		}
+		n := len(h)
 		h[kv.Name] = kv.Values
+		// A name stored twice (no version stores one so) replaces its
+		// first values, which were counted already.
+		replaced = replaced || len(h) == n
+		count(kv.Name, kv.Values)
 	}
 	// One string holds both times, so they cost one allocation.
 	var buf [2 * timeLen]byte
@@ -159,6 +177,7 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 	set := func(name, v string) {
 		vals[n][0] = v
 		h[name] = vals[n][:]
+		count(name, vals[n][:])
 		n++
 	}
 	set(wire.HeaderTag, tag)
@@ -187,7 +206,10 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 			set(wire.HeaderJSScheduleNext, jsScheduleNext(r))
 		}
 	}
-	return n
+	if replaced {
+		return headerLen(h)
+	}
+	return size
 }
 
 // jsScheduleNext is the Nats-Schedule-Next of an occurrence of a
@@ -395,10 +417,9 @@ func controlLineLenOf(subjectLen, replyLen, hdrLen, total int) int {
 	return n
 }
 
-// checkLine returns an error wrapping errTooLarge if publishing m would
-// exceed maxControlLine.
-func checkLine(m *nats.Msg, maxControlLine int) error {
-	hl := headerLen(m.Header)
+// checkLine returns an error wrapping errTooLarge if publishing m, whose
+// header is hl bytes on the wire, would exceed maxControlLine.
+func checkLine(m *nats.Msg, hl, maxControlLine int) error {
 	if n := controlLineLen(m.Subject, m.Reply, hl, hl+len(m.Data)); n > maxControlLine {
 		return fmt.Errorf("%w: a %d-byte subject makes the protocol line %d bytes, %d over the server's max_control_line of %d",
 			errTooLarge, len(m.Subject), n, n-maxControlLine, maxControlLine)
@@ -412,7 +433,12 @@ func checkLine(m *nats.Msg, maxControlLine int) error {
 // an error wrapping errTooLarge, and the dispatcher treats the message as
 // not published.
 func (p *publisher) publish(m *nats.Msg) error {
-	if err := checkLine(m, p.maxControlLine); err != nil {
+	return p.publishSized(m, headerLen(m.Header))
+}
+
+// publishSized is publish of m, whose header is hl bytes on the wire.
+func (p *publisher) publishSized(m *nats.Msg, hl int) error {
+	if err := checkLine(m, hl, p.maxControlLine); err != nil {
 		return err
 	}
 	err := p.nc.PublishMsg(m)
@@ -435,9 +461,12 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	p.deliverMu.Lock()
 	defer p.deliverMu.Unlock()
 	if p.header == nil {
-		p.header = make(nats.Header, ownSlots+4)
+		// NB: no size hint. A map of up to 8 entries, which a delivery
+		// with few headers of its own fills, is a single group that
+		// nats.go's two walks of it (size, then bytes) read at once; a
+		// larger hint made a table of several.
+		p.header = make(nats.Header)
 	}
-	clear(p.header)
 	// The tag is the tail of the reply subject, one allocation for both.
 	var tag [keys.TagLen]byte
 	var b strings.Builder
@@ -446,21 +475,28 @@ func (p *publisher) Deliver(key keys.Key, msg *delaystore.StoredMessage, attempt
 	b.WriteByte('.')
 	b.Write(key.AppendTag(tag[:0]))
 	reply := b.String()
-	fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
+	hl := fillDeliveryHeader(p.header, &p.vals, reply[len(p.ackPrefix)+1:], msg, attempt)
 	if r := msg.GetRecurrence(); r != nil && r.JsScheduler != "" && !r.JsStream && p.jsStreams.has(msg.Subject) {
 		delete(p.header, wire.HeaderJSScheduler)
 		delete(p.header, wire.HeaderJSScheduleNext)
+		hl = headerLen(p.header)
 	}
 	var span trace.Span
 	if p.tracer != nil {
 		span = p.tracer.deliver(p.header, key, msg, attempt)
+		hl = headerLen(p.header) // it may add the trace context
 	}
 	p.msg = nats.Msg{Subject: msg.Subject, Reply: reply, Header: p.header, Data: msg.Payload}
-	err := p.publish(&p.msg)
+	err := p.publishSized(&p.msg, hl)
 	if span != nil {
 		p.tracer.delivered(span, key, err)
 	}
 	// Drop the references to msg, which the dispatcher may free or reuse.
+	// A map that grew past a group stays grown when cleared, and every
+	// later delivery would walk its table: it is let go instead.
+	if len(p.header) > smallHeader {
+		p.header = nil
+	}
 	clear(p.header)
 	p.vals = ownValues{}
 	p.msg = nats.Msg{}
@@ -556,11 +592,16 @@ func foldedReply(res delaystore.Outcome, subject string) []byte {
 // through encoding/json. TestScheduleReply_AsJSONMarshal holds the two
 // to the same bytes.
 func scheduleReply(k keys.Key, msg *delaystore.StoredMessage) []byte {
+	return appendScheduleReply(nil, k, msg)
+}
+
+// appendScheduleReply appends scheduleReply(k, msg) to b.
+func appendScheduleReply(b []byte, k keys.Key, msg *delaystore.StoredMessage) []byte {
 	if !plainJSON(msg.Subject) {
 		body, _ := json.Marshal(wire.ScheduleReply{Tag: k.Tag(), Subject: msg.Subject, FireAt: formatTime(msg.FireAtNs)})
-		return body
+		return append(b, body...)
 	}
-	b := make([]byte, 0, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
+	b = slices.Grow(b, len(`{"tag":"","subject":"","fire_at":""}`)+keys.TagLen+len(msg.Subject)+timeLen)
 	b = append(b, `{"tag":"`...)
 	b = hex.AppendEncode(b, k[:])
 	b = append(b, `","subject":"`...)

@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +86,8 @@ func controlIndex(name string) int {
 type controls struct {
 	first [numControl]string // the first value of each
 	count [numControl]int    // how many values each has, over every case of its name
+	// given has bit i set when count[i] > 0.
+	given uint32
 }
 
 const numControl = 18
@@ -98,6 +101,7 @@ func readControls(h nats.Header, c *controls) {
 		for _, v := range vs {
 			if c.count[i] == 0 {
 				c.first[i] = v
+				c.given |= 1 << i
 			}
 			c.count[i]++
 		}
@@ -105,17 +109,21 @@ func readControls(h nats.Header, c *controls) {
 }
 
 // value is controlValue of the control header name, which must be one of
-// controlHeaders.
+// controlHeaders. It looks among the headers given only: ingest asks for
+// every control header, and a message gives one or two, so searching
+// controlHeaders for each name was most of the cost.
 func (c *controls) value(name string) (string, bool, error) {
-	i := slices.Index(controlHeaders[:], name)
-	switch c.count[i] {
-	case 0:
-		return "", false, nil
-	case 1:
+	for g := c.given; g != 0; g &= g - 1 {
+		i := bits.TrailingZeros32(g)
+		if controlHeaders[i] != name {
+			continue
+		}
+		if c.count[i] > 1 {
+			return "", true, badRequest("%s given %d times: want at most one", name, c.count[i])
+		}
 		return strings.TrimSpace(c.first[i]), true, nil
-	default:
-		return "", true, badRequest("%s given %d times: want at most one", name, c.count[i])
 	}
+	return "", false, nil
 }
 
 // parseSchedule turns an ingest message into the message to store, or an
@@ -331,15 +339,22 @@ func checkDeliverable(msg *delaystore.StoredMessage, lim scheduleLimits) error {
 // publisher in the batch would get a 503; refuse it here with a 400
 // instead.
 func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
-	names := make([]string, 0, len(h))
+	// NB: the names of a message with few headers stay on the stack, and
+	// its headers take one allocation, not one each.
+	var buf [8]string
+	names := buf[:0]
 	for k := range h {
 		if !isControl(k) {
 			names = append(names, k)
 		}
 	}
+	if len(names) == 0 {
+		return nil, nil
+	}
 	slices.Sort(names)
 	out := make([]*delaystore.Header, 0, len(names))
-	for _, k := range names {
+	hs := make([]delaystore.Header, len(names))
+	for i, k := range names {
 		if !utf8.ValidString(k) {
 			return nil, badRequest("header name %q is not valid UTF-8: want UTF-8 header names", keys.Clip(k))
 		}
@@ -355,7 +370,8 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", keys.Clip(k), keys.Clip(v))
 			}
 		}
-		out = append(out, &delaystore.Header{Name: k, Values: slices.Clone(h[k])})
+		hs[i].Name, hs[i].Values = k, slices.Clone(h[k])
+		out = append(out, &hs[i])
 	}
 	return out, nil
 }

@@ -63,7 +63,7 @@ func FuzzParseSchedule(f *testing.F) {
 			}
 		}
 		d := deliveryMsg(lim.ackPrefix, keys.Key{}, m, math.MaxUint32)
-		if err := checkLine(d, lim.maxControlLine); err != nil {
+		if err := checkLine(d, headerLen(d.Header), lim.maxControlLine); err != nil {
 			t.Fatalf("accepted, but: %v", err)
 		}
 	})

@@ -778,7 +778,9 @@ func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span tra
 		case res.Folded:
 			s.answers.reply(reply, foldedReply(res, msg.Subject))
 		default:
-			s.answers.reply(reply, scheduleReply(res.Key, msg))
+			buf := replyBufs.Get().(*[]byte)
+			*buf = appendScheduleReply((*buf)[:0], res.Key, msg)
+			s.answers.replyBuf(reply, buf)
 		}
 	})
 	if err != nil {

@@ -228,6 +228,9 @@ type scratch struct {
 	// (false), of those that matter to single deletes (see
 	// singledelete.go).
 	rewrites map[keys.Key]bool
+	// applied is Apply's: the messages as its batch leaves them (see
+	// applyOps), kept so that a commit does not make a map of its own.
+	applied map[keys.Key]*StoredMessage
 }
 
 // maxKeptScratch bounds the scratch buffer kept between writes, so one huge
@@ -950,7 +953,17 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 func (r *Repository) applyOps(b Batch, deltas map[string]int64, ops []Op, applied []bool) (found, dead bool, err error) {
 	// state holds the messages as this batch leaves them, nil once deleted,
 	// so later ops on the same key see earlier ones.
-	var state map[keys.Key]*StoredMessage
+	if r.w.applied == nil {
+		r.w.applied = make(map[keys.Key]*StoredMessage)
+	}
+	state := r.w.applied
+	defer func() {
+		// As trimScratch does with deltas: a huge batch's map is let go.
+		if len(state) > maxKeptDeltas {
+			r.w.applied = nil
+		}
+		clear(state)
+	}()
 	for i, op := range ops {
 		cur, err := r.applyTarget(&ops[i], state)
 		if err != nil {
@@ -959,9 +972,7 @@ func (r *Repository) applyOps(b Batch, deltas map[string]int64, ops []Op, applie
 		if cur == nil {
 			continue
 		}
-		if state == nil {
-			state = make(map[keys.Key]*StoredMessage)
-		}
+		found = true
 		if op.Msg == nil {
 			if err := r.applyDelete(b, &ops[i], cur); err != nil {
 				return false, false, fmt.Errorf("delaystore: apply op %d of %d: %w", i+1, len(ops), err)
@@ -983,7 +994,7 @@ func (r *Repository) applyOps(b Batch, deltas map[string]int64, ops []Op, applie
 			applied[i] = true
 		}
 	}
-	return state != nil, dead, nil
+	return found, dead, nil
 }
 
 // applyTarget returns the message pending under op.Key as the ops before

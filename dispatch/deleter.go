@@ -22,6 +22,12 @@ type waitingUpdate struct {
 	op *pendingOp
 }
 
+// takenOp is an op a commit took from the queue, with its key.
+type takenOp struct {
+	k  keys.Key
+	op *pendingOp
+}
+
 // pendingOp is the latest write queued for one key. A delete supersedes an
 // update, so a message ACKed soon after delivery costs one write, not two.
 type pendingOp struct {
@@ -77,6 +83,11 @@ type deleter struct {
 	// closeErr is why the writes queued at close were not committed; run
 	// sets it before it returns.
 	closeErr error
+
+	// taken and batch are commitOnce's, reused from one commit to the
+	// next: only run commits, and a commit holds at most maxCommitOps.
+	taken []takenOp
+	batch []delaystore.Op
 }
 
 func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration, log *slog.Logger, onCommitted func([]keys.Key)) *deleter {
@@ -242,18 +253,18 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.Lock()
 	all = all || len(dl.mu.ops) >= dl.max/2
 	cutoff := time.Now().Add(-dl.updateDelay)
-	order := make([]keys.Key, 0, len(dl.mu.due))
-	ops := make(map[keys.Key]*pendingOp, len(dl.mu.due))
+	// NB: taken is reused, not made per commit: sized by the queue, as it
+	// was, it allocated for every op queued while it took maxCommitOps.
+	taken := dl.taken[:0]
 	take := func(k keys.Key, op *pendingOp) {
-		order = append(order, k)
-		ops[k] = op
+		taken = append(taken, takenOp{k, op})
 		delete(dl.mu.ops, k)
 	}
 	// A commit reads what it deletes or updates while it holds the
 	// repository's write lock, which ingest needs too; bounding it keeps
 	// one commit of large messages from holding up ingest for seconds.
 	d := 0
-	for ; d < len(dl.mu.due) && len(order) < maxCommitOps; d++ {
+	for ; d < len(dl.mu.due) && len(taken) < maxCommitOps; d++ {
 		k := dl.mu.due[d]
 		if op := dl.mu.ops[k]; op != nil {
 			take(k, op)
@@ -270,7 +281,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 			n++ // stale: written already, or became a delete
 			continue
 		}
-		if !all && w.op.queued.After(cutoff) || len(order) >= maxCommitOps {
+		if !all && w.op.queued.After(cutoff) || len(taken) >= maxCommitOps {
 			break
 		}
 		take(w.k, w.op)
@@ -282,7 +293,8 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		dl.mu.waiting = nil // let the backing array go
 	}
 
-	if len(order) == 0 {
+	dl.taken = taken
+	if len(taken) == 0 {
 		next := time.Hour
 		if len(dl.mu.waiting) > 0 {
 			next = time.Until(dl.mu.waiting[0].op.queued.Add(dl.updateDelay))
@@ -293,36 +305,52 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.ops = shrunk(dl.mu.ops, &dl.mu.opsPeak)
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
+	err := dl.apply(taken)
+	clear(taken)
+	return len(taken), 0, err
+}
 
-	batch := make([]delaystore.Op, len(order))
-	for i, k := range order {
-		batch[i] = delaystore.Op{Key: k, Msg: ops[k].msg, Pending: ops[k].pending}
-		if ops[k].msg == nil {
-			batch[i].Dead = ops[k].dead
+// apply commits the ops taken in one batch and tells their waiters, or
+// puts them back if the commit failed.
+func (dl *deleter) apply(taken []takenOp) error {
+	batch := dl.batch[:0]
+	for _, t := range taken {
+		op := delaystore.Op{Key: t.k, Msg: t.op.msg, Pending: t.op.pending}
+		if t.op.msg == nil {
+			op.Dead = t.op.dead
 		}
+		batch = append(batch, op)
 	}
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
+	// The messages are the store's now, or put back: drop them from the
+	// reused array either way.
+	clear(batch)
+	dl.batch = batch[:0]
 	if err != nil {
-		dl.putBack(order, ops)
-		return len(order), 0, err
+		dl.putBack(taken)
+		return err
 	}
-	for i, k := range order {
-		for _, w := range ops[k].waiters {
+	order := make([]keys.Key, len(taken))
+	for i, t := range taken {
+		order[i] = t.k
+		for _, w := range t.op.waiters {
 			w(applied[i], nil)
 		}
 	}
 	dl.onCommitted(order)
-	return len(order), 0, nil
+	return nil
 }
 
 // putBack requeues ops that failed to commit, due at once and in front of
 // anything queued since; a delete queued meanwhile still wins over an older
 // update.
-func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp) {
+func (dl *deleter) putBack(taken []takenOp) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	for _, k := range order {
-		old := ops[k]
+	order := make([]keys.Key, len(taken))
+	for i, t := range taken {
+		k, old := t.k, t.op
+		order[i] = k
 		old.queued = time.Time{}
 		if newer := dl.mu.ops[k]; newer != nil {
 			if newer.msg == nil || old.msg != nil {

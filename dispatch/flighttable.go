@@ -315,6 +315,13 @@ type flight struct {
 	lostPass uint64
 }
 
+// pendingFlight is a flight and the message its pending points to, in
+// one allocation: most first deliveries keep one.
+type pendingFlight struct {
+	flight
+	pending delaystore.StoredMessage
+}
+
 // pendingTerm is a +TERM waiting for its flight's pass to flush.
 type pendingTerm struct {
 	reason string

@@ -229,21 +229,20 @@ func (d *Dispatcher) takeLocked(t *topic, due []found, out *[]outgoing) int {
 		}
 		taken++
 		counted := d.mu.flights.takeCounted(f.k, f.msg.Attempt)
-		fl := &flight{
-			key:        f.k,
-			topic:      t,
-			state:      stateRetry,
-			attempt:    counted + 1,
-			counted:    counted,
-			ackNone:    f.msg.AckPolicy == delaystore.AckPolicy_ACK_NONE,
-			maxDeliver: d.maxDeliver(f.msg),
-			idx:        -1,
-		}
+		var fl *flight
 		if f.msg.ClientId == "" && f.msg.Recurrence == nil {
 			// NB: not for an occurrence: planning it changes its expiry
 			// and its schedule index entry, which a delete must see.
-			fl.pending = &delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}
+			fp := &pendingFlight{pending: delaystore.StoredMessage{Subject: f.msg.Subject, ExpireAtNs: f.msg.ExpireAtNs, WrittenOnce: f.msg.WrittenOnce}}
+			fl = &fp.flight
+			fl.pending = &fp.pending
+		} else {
+			fl = new(flight)
 		}
+		fl.key, fl.topic, fl.state, fl.idx = f.k, t, stateRetry, -1
+		fl.attempt, fl.counted = counted+1, counted
+		fl.ackNone = f.msg.AckPolicy == delaystore.AckPolicy_ACK_NONE
+		fl.maxDeliver = d.maxDeliver(f.msg)
 		fl.group = f.g
 		fl.about = d.aboutOf(f.msg)
 		d.mu.flights.add(fl)

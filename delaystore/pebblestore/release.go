@@ -44,6 +44,7 @@ func (s *Store) ReleaseMemory() (err error) {
 		return fmt.Errorf("pebblestore: release memory: %w", err)
 	}
 	defer s.exit()
+	s.spare.drop() // their buffers are a burst's too
 	pins := make([]*pebble.Iterator, 0, releaseRotations)
 	defer func() {
 		// In the order taken, so the oldest memtable is released

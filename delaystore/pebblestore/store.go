@@ -28,6 +28,9 @@ type Store struct {
 	// Pebble's panic on a closed DB, and calls after a failed commit get
 	// the fault.
 	gate *gate.Gate[*iterator]
+
+	// spare holds batches committed and reset, for NewBatch to reuse.
+	spare spareBatches
 }
 
 var _ delaystore.Store = (*Store)(nil)
@@ -134,7 +137,10 @@ func (s *Store) NewBatch() delaystore.Batch {
 		return &batch{s: s, unusable: err}
 	}
 	defer s.exit()
-	return &batch{s: s, b: s.db.NewBatch()}
+	if pb := s.spare.take(); pb != nil {
+		return &batch{s: s, b: pb}
+	}
+	return &batch{s: s, b: s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(spareBatchBytes))}
 }
 
 // NewIter returns an iterator over [opts.LowerBound, opts.UpperBound) on a

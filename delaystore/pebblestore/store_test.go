@@ -144,3 +144,52 @@ func BenchmarkRawCommit(b *testing.B) {
 		storetest.BenchRawCommit(b, memory, delaystore.Sync)
 	})
 }
+
+// TestStore_Batch_Reused checks the batches a Store keeps for reuse: a
+// batch committed, or discarded, and closed leaves nothing in the next
+// one, and a batch large enough that Pebble wraps it as a flushable batch
+// (over half the memtable) keeps what it committed when its batch is
+// reused for the writes after it.
+func TestStore_Batch_Reused(t *testing.T) {
+	s := open(t, pebblestore.Config{Dir: filepath.Join(t.TempDir(), "pebble"), MemTableSize: 1 << 20})
+	write := func(commit bool, kv ...[]byte) {
+		t.Helper()
+		b := s.NewBatch()
+		if n := b.Len(); n != 0 {
+			t.Fatalf("a new batch holds %d operations", n)
+		}
+		for i := 0; i < len(kv); i += 2 {
+			if err := b.Set(kv[i], kv[i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if commit {
+			if err := b.Commit(delaystore.Sync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	large := []byte(strings.Repeat("L", 700<<10))
+	write(true, []byte("a"), []byte("1"))
+	write(false, []byte("discarded"), []byte("x"))
+	write(true, []byte("large"), large)
+	for i := range 8 {
+		write(true, []byte{'k', byte(i)}, []byte(strings.Repeat("v", 300<<10)))
+	}
+	want := map[string][]byte{"a": []byte("1"), "large": large}
+	for i := range 8 {
+		want[string([]byte{'k', byte(i)})] = []byte(strings.Repeat("v", 300<<10))
+	}
+	for k, v := range want {
+		got, err := s.Get([]byte(k))
+		if err != nil || string(got) != string(v) {
+			t.Errorf("%q: %d bytes, %v; want %d bytes", k, len(got), err, len(v))
+		}
+	}
+	if _, err := s.Get([]byte("discarded")); !errors.Is(err, delaystore.ErrNotFound) {
+		t.Errorf("a discarded batch's write: %v, want ErrNotFound", err)
+	}
+}
