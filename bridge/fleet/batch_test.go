@@ -333,9 +333,15 @@ func TestNode_ReceiveBatch_StaleMap_ToldOnceAndSentOn(t *testing.T) {
 	a := newRecorder()
 	startNode(t, nc, a, fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}})
 	startNode(t, nc, newFakeService(), fleet.Record{Cell: "c", Partitions: 16, Epoch: 1})
-	for try := 0; ask(nc, "delay.warm") != nil; try++ { // until the nodes have heard each other
+	// Until c serves its forwards: it answers an empty batch sent as a
+	// request.
+	for try := 0; ; try++ {
+		_, err := nc.Request(fleet.CellPrefix+".c.FWD.warm", nil, 10*time.Second)
+		if err == nil {
+			break
+		}
 		if try == 3000 {
-			t.Fatal("the fleet never formed")
+			t.Fatalf("c never served: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
