@@ -15,10 +15,11 @@ import (
 // NATS message, a batch, on $DELAY.CELL.<owner>.FWD.<router> (one token
 // after FWD, where a single forward has the subject after the router):
 // the hop's cost is mostly NATS's work per message (a write for the
-// router's flusher, a read, a parse and a wake-up of the owner's handler,
-// performance.md, "Batched forwards"), not the bytes. Each publish in it
-// keeps its own subject, reply subject, headers and payload, so the
-// owner answers each publisher directly, as it answers a single forward.
+// router's flusher, a read, a parse and a wake-up of the owner's
+// handler; performance.md, "Batched forwards, before and after"), not
+// the bytes. Each publish in it keeps its own subject, reply subject,
+// headers and payload, so the owner answers each publisher directly, as
+// it answers a single forward.
 //
 // A batch's payload is a version byte, batchVersion, then each publish:
 //
