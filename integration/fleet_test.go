@@ -135,6 +135,7 @@ func TestFleet_ThreeCells(t *testing.T) {
 	t.Logf("three cells serving in %v", time.Since(start))
 
 	t.Run("PublishersUnchanged_EachDeliveredOnceInOrderByItsOwner", func(t *testing.T) { fleetDeliversOnce(t, nc) })
+	t.Run("Pipelined_BatchedForwards_EachAnsweredAndDeliveredOnce", func(t *testing.T) { fleetPipelined(t, nc) })
 	t.Run("GetCancel_ByTagAndByID_ThroughAnyNode", func(t *testing.T) { fleetGetCancel(t, nc) })
 	t.Run("StaleForward_SenderToldAndMessageGoesOnToTheOwner", func(t *testing.T) { fleetStaleForward(t, nc) })
 	t.Run("Subjects_MergedAcrossCellsInPages", func(t *testing.T) { fleetSubjects(t, nc) })
@@ -226,6 +227,77 @@ func fleetDeliversOnce(t *testing.T, nc *nats.Conn) {
 	case <-time.After(1500 * time.Millisecond): // past the ack wait of 1s: a redelivery would show
 	}
 	t.Logf("%d delivered once each, in order, each by its subject's owner, %v after the first publish", total, time.Since(start))
+}
+
+// fleetPipelined publishes 3,000 messages without waiting for their
+// answers, each with a reply subject of its own, so that the nodes take
+// them in bursts and forward to each owner in batches (one NATS message
+// holding many publishes): every publisher must be answered with the
+// tag of its message by its owner, and every message delivered once.
+func fleetPipelined(t *testing.T, nc *nats.Conn) {
+	const n, nSubjects = 3000, 100
+	got := make(chan string, n+100)
+	sub, err := nc.Subscribe("fleet.pipe.>", func(m *nats.Msg) {
+		got <- m.Subject + " " + string(m.Data)
+		_ = m.Respond(nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	answers := make(chan *nats.Msg, n)
+	inbox := nats.NewInbox()
+	asub, err := nc.ChanSubscribe(inbox+".*", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asub.Unsubscribe()
+	batches := make(chan *nats.Msg, n)
+	bsub, err := nc.ChanSubscribe(fleet.CellPrefix+".*.FWD.*", batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bsub.Unsubscribe()
+	for i := range n {
+		m := newMsg(fmt.Sprintf("fleet.pipe.%d", i%nSubjects), strconv.Itoa(i), wire.HeaderDelay, "500ms")
+		m.Reply = fmt.Sprintf("%s.%d", inbox, i)
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		var a *nats.Msg
+		select {
+		case a = <-answers:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("a publisher was not answered")
+		}
+		var r wire.ScheduleReply
+		if err := wire.ParseError(a.Header, a.Data); err != nil {
+			t.Fatalf("%s: %v", a.Subject, err)
+		}
+		if err := json.Unmarshal(a.Data, &r); err != nil || r.Tag == "" {
+			t.Fatalf("%s answered %q: %v", a.Subject, a.Data, err)
+		}
+		i, _ := strconv.Atoi(a.Subject[len(inbox)+1:])
+		subject := fmt.Sprintf("fleet.pipe.%d", i%nSubjects)
+		if p, err := fleet.TagPartition(r.Tag, fleet.DefaultPartitions); err != nil || p != fleet.Partition(subject, fleet.DefaultPartitions) {
+			t.Fatalf("%s: tag %s is not of %s's partition", a.Subject, r.Tag, subject)
+		}
+	}
+	seen := map[string]bool{}
+	for range n {
+		select {
+		case d := <-got:
+			if seen[d] {
+				t.Fatalf("%s delivered twice", d)
+			}
+			seen[d] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d delivered", len(seen), n)
+		}
+	}
+	t.Logf("%d publishes answered and delivered once; the routers sent %d batches", n, len(batches))
 }
 
 // publishFleet requests per messages on each of n subjects, from 32

@@ -79,6 +79,9 @@ type Node struct {
 	ingest *nats.Subscription
 	// relay holds the forwarded messages waiting for their answer.
 	relay relay
+	// out holds what the ingest's handler forwards until its burst ends;
+	// only that handler touches it.
+	out outbox
 	// serving holds the subscriptions taken while the service serves;
 	// only the loop's goroutine touches it.
 	serving []*nats.Subscription

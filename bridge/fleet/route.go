@@ -49,14 +49,31 @@ func (n *Node) subscribe() error {
 
 // routeIngest takes a publish to <ingest prefix>.<subject> and sends it
 // to the cell that owns the subject's partition: to this cell's service
-// in process, or to the owner in one NATS hop.
+// in process, or to the owner in one NATS hop. What it forwards waits in
+// the outbox until NATS has nothing more pending for the subscription,
+// so that a burst goes to each owner as one batch (see batch.go).
 func (n *Node) routeIngest(m *nats.Msg) {
 	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
 	if n.reserved(target) {
 		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
-		return
+	} else {
+		n.send(m, target, n.id, true)
 	}
-	n.send(m, target, n.id)
+	if !n.morePending(m) {
+		n.sendOutbox()
+	}
+}
+
+// morePending reports whether NATS holds more messages for m's
+// subscription, which its handler is handed next.
+func (n *Node) morePending(m *nats.Msg) bool {
+	if m.Sub == nil {
+		return false
+	}
+	// NB: nats.go counts the message its handler is running on as
+	// pending until the handler returns.
+	pending, _, err := m.Sub.Pending()
+	return err == nil && pending > 1
 }
 
 // reserved reports whether target lies inside a prefix of the fleet's,
@@ -71,11 +88,13 @@ func (n *Node) reserved(target string) bool {
 }
 
 // send hands m, a message to schedule for target, to the owner of its
-// partition; from names the router in the forwarded subject. A node
+// partition; from names the router in the forwarded subject. A forward
+// goes to the outbox if queue (only the ingest's handler may ask it),
+// at once otherwise. A node
 // whose own cell owns it but that does not lead it (a follower)
 // forwards it to its cell like any other, so that whichever node serves
 // the cell takes it, or the publisher gets the relay's 503.
-func (n *Node) send(m *nats.Msg, target, from string) {
+func (n *Node) send(m *nats.Msg, target, from string, queue bool) {
 	p := Partition(target, n.rec.Partitions)
 	cell, at, ok := n.ownerOf(p)
 	switch {
@@ -85,6 +104,8 @@ func (n *Node) send(m *nats.Msg, target, from string) {
 		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 	case time.Since(at) > n.cfg.Silence:
 		answerError(n.nc, m, 503, "cell %q, the owner of partition %d, is unavailable: not heard from for %v: try again", cell, p, time.Since(at).Round(time.Millisecond))
+	case queue:
+		n.queue(forwarded{msg: m, target: target, part: p}, cell)
 	default:
 		if err := n.forward(m, cell, p, target, from); err != nil {
 			answerError(n.nc, m, 503, "forwarding to cell %q: %v", cell, err)
@@ -92,17 +113,48 @@ func (n *Node) send(m *nats.Msg, target, from string) {
 	}
 }
 
-// receive takes a message another node forwarded to this cell. If this
-// cell owns its partition, the service schedules it; otherwise the
-// sender's map is stale: it is told, with this cell's record, and the
+// receive takes a message another node forwarded to this cell, or a
+// batch of them (see batch.go). If this cell owns a message's partition,
+// the service schedules it; otherwise the sender's map is stale: it is
+// told, with this cell's record, once a message or batch, and the
 // message goes on to the owner this node knows, once.
 func (n *Node) receive(m *nats.Msg) {
 	rest := m.Subject[len(forwardPrefix(n.rec.Cell))+1:]
-	from, target, ok := strings.Cut(rest, ".")
-	if !ok || target == "" {
+	from, target, single := strings.Cut(rest, ".")
+	if !single {
+		n.receiveBatch(m, from)
+		return
+	}
+	if target == "" {
 		answerError(n.nc, m, 400, "forwarded subject %q: want <router>.<subject>", m.Subject)
 		return
 	}
+	told := false
+	n.take(m, target, from, &told)
+}
+
+// receiveBatch takes each publish of the batch m from the router from, in
+// order. A batch it cannot read is refused whole: its sender is told if
+// it asked for an answer, and the node logs it (a router sends its
+// batches without a reply subject, so what it forwarded is answered by
+// no one and its publishers retry after their timeout).
+func (n *Node) receiveBatch(m *nats.Msg, from string) {
+	fs, err := decodeBatch(m.Data)
+	if err != nil {
+		n.log.Warn("a forwarded batch refused", "router", from, "err", err)
+		answerError(n.nc, m, 400, "forwarded batch from router %q: %v", from, err)
+		return
+	}
+	told := false
+	for _, f := range fs {
+		n.take(f.msg, f.target, from, &told)
+	}
+}
+
+// take takes m, forwarded by router from for target. told says whether
+// the router was told its map is stale already, for this message or
+// batch.
+func (n *Node) take(m *nats.Msg, target, from string, told *bool) {
 	if n.reserved(target) {
 		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
 		return
@@ -112,11 +164,14 @@ func (n *Node) receive(m *nats.Msg) {
 		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 		return
 	}
-	b, _ := json.Marshal(n.status())
-	_ = n.nc.Publish(StalePrefix+"."+strings.TrimPrefix(from, refwd), b)
+	if !*told {
+		*told = true
+		b, _ := json.Marshal(n.status())
+		_ = n.nc.Publish(StalePrefix+"."+strings.TrimPrefix(from, refwd), b)
+	}
 	if strings.HasPrefix(from, refwd) {
 		answerError(n.nc, m, 503, "partition %d is moving between cells: try again", p)
 		return
 	}
-	n.send(m, target, refwd+n.id)
+	n.send(m, target, refwd+n.id, false)
 }

@@ -1,0 +1,305 @@
+package fleet
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A router sends what one burst of its ingest forwards to a cell as one
+// NATS message, a batch, on $DELAY.CELL.<owner>.FWD.<router> (one token
+// after FWD, where a single forward has the subject after the router):
+// the hop's cost is mostly NATS's work per message (a write for the
+// router's flusher, a read, a parse and a wake-up of the owner's
+// handler; performance.md, "Batched forwards, before and after"), not
+// the bytes. Each publish in it keeps its own subject, reply subject,
+// headers and payload, so the owner answers each publisher directly, as
+// it answers a single forward.
+//
+// A batch's payload is a version byte, batchVersion, then each publish:
+//
+//	str(subject) str(reply) uvarint(count) count*(str(key) str(value)) str(payload)
+//
+// where str(s) is uvarint(len(s)) then s. A header with several values
+// has a pair for each.
+const batchVersion = 1
+
+// maxBatchBytes bounds a batch's payload below the server's max_payload:
+// large enough that a burst of small publishes goes as one, small enough
+// that a batch's first publish does not wait long behind its last.
+const maxBatchBytes = 256 << 10
+
+// errBatch is the error of a batch that cannot be read.
+var errBatch = errors.New("malformed forwarded batch")
+
+// forwarded is a publish a router forwards, or a receiver read from a
+// batch: the message as the router took it and its target subject.
+type forwarded struct {
+	msg    *nats.Msg
+	target string
+	part   int
+}
+
+// encodedSize is at most the bytes f takes in a batch.
+func (f forwarded) encodedSize() int {
+	n := 4*binary.MaxVarintLen32 + len(f.target) + len(f.msg.Reply) + len(f.msg.Data)
+	for k, vs := range f.msg.Header {
+		for _, v := range vs {
+			n += 2*binary.MaxVarintLen32 + len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// appendForwarded appends f, with reply as its reply subject, to a
+// batch's payload b.
+func appendForwarded(b []byte, f forwarded, reply string) []byte {
+	b = appendStr(b, f.target)
+	b = appendStr(b, reply)
+	count := 0
+	for _, vs := range f.msg.Header {
+		count += len(vs)
+	}
+	b = binary.AppendUvarint(b, uint64(count))
+	for k, vs := range f.msg.Header {
+		for _, v := range vs {
+			b = appendStr(b, k)
+			b = appendStr(b, v)
+		}
+	}
+	return append(binary.AppendUvarint(b, uint64(len(f.msg.Data))), f.msg.Data...)
+}
+
+func appendStr(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeBatch reads every publish of a batch's payload, or returns an
+// error wrapping errBatch that says where it went wrong; nothing of a
+// batch with an error is to be taken.
+func decodeBatch(b []byte) ([]forwarded, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty", errBatch)
+	}
+	if b[0] != batchVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", errBatch, b[0], batchVersion)
+	}
+	r := batchReader{b: b[1:]}
+	var out []forwarded
+	for len(r.b) > 0 {
+		f, err := r.publish()
+		if err != nil {
+			return nil, fmt.Errorf("%w: publish %d: %v", errBatch, len(out)+1, err)
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no publish", errBatch)
+	}
+	return out, nil
+}
+
+type batchReader struct{ b []byte }
+
+func (r *batchReader) publish() (forwarded, error) {
+	target, err := r.str("subject")
+	if err != nil {
+		return forwarded{}, err
+	}
+	if !literalSubject(target) {
+		return forwarded{}, fmt.Errorf("subject %q is not a subject one can publish to", target)
+	}
+	m := &nats.Msg{}
+	if m.Reply, err = r.str("reply subject"); err != nil {
+		return forwarded{}, err
+	}
+	count, err := r.uvarint("header count")
+	if err != nil {
+		return forwarded{}, err
+	}
+	if count > uint64(len(r.b)/2) {
+		return forwarded{}, fmt.Errorf("%d headers in %d bytes", count, len(r.b))
+	}
+	if count > 0 {
+		m.Header = make(nats.Header, count)
+	}
+	for range count {
+		k, err := r.str("header name")
+		if err != nil {
+			return forwarded{}, err
+		}
+		v, err := r.str("header value")
+		if err != nil {
+			return forwarded{}, err
+		}
+		m.Header[k] = append(m.Header[k], v)
+	}
+	// NB: the payload stays a part of the batch's, which NATS handed
+	// over as a buffer of its own.
+	if m.Data, err = r.bytes("payload"); err != nil {
+		return forwarded{}, err
+	}
+	return forwarded{msg: m, target: target}, nil
+}
+
+func (r *batchReader) uvarint(what string) (uint64, error) {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		return 0, fmt.Errorf("%s: truncated or overlong length", what)
+	}
+	r.b = r.b[n:]
+	return v, nil
+}
+
+func (r *batchReader) bytes(what string) ([]byte, error) {
+	n, err := r.uvarint(what)
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r.b)) {
+		return nil, fmt.Errorf("%s: %d bytes, %d left", what, n, len(r.b))
+	}
+	b := r.b[:n:n]
+	r.b = r.b[n:]
+	return b, nil
+}
+
+func (r *batchReader) str(what string) (string, error) {
+	b, err := r.bytes(what)
+	return string(b), err
+}
+
+// literalSubject reports whether s is a subject a message can be
+// published to: tokens not empty, no wildcard, no whitespace.
+func literalSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	for rest, more := s, true; more; {
+		var t string
+		t, rest, more = strings.Cut(rest, ".")
+		if t == "" || t == "*" || t == ">" {
+			return false
+		}
+	}
+	return true
+}
+
+// outbox holds what the ingest's handler forwards, by owner, until NATS
+// has nothing more pending for it: a burst goes as one batch a cell, and
+// a lone publish at once, as a single forward, with no wait added. Only
+// the ingest subscription's handler touches it.
+type outbox struct {
+	// cells are the owners forwarded to, in the order of their first
+	// forward since the outbox was last sent.
+	cells []string
+	by    map[string]*queued
+}
+
+// queued are the forwards to one cell not sent yet, and at most the
+// bytes their batch takes.
+type queued struct {
+	fs   []forwarded
+	size int
+	// listed is whether the cell is in outbox.cells.
+	listed bool
+}
+
+// queue adds f, for cell, to the outbox. A cell's batch that f would make
+// larger than a batch may be goes first; a publish too large for any
+// batch goes alone, after what was queued for its cell before it.
+func (n *Node) queue(f forwarded, cell string) {
+	q := n.out.by[cell]
+	if q == nil {
+		if n.out.by == nil {
+			n.out.by = map[string]*queued{}
+		}
+		q = &queued{}
+		n.out.by[cell] = q
+	}
+	if !q.listed {
+		q.listed = true
+		n.out.cells = append(n.out.cells, cell)
+	}
+	size, limit := f.encodedSize(), n.batchLimit()
+	if q.size+size > limit {
+		n.sendQueued(cell, q)
+		if size > limit {
+			n.forwardAlone(f, cell)
+			return
+		}
+	}
+	q.fs = append(q.fs, f)
+	q.size += size
+}
+
+// sendOutbox sends what the outbox holds.
+func (n *Node) sendOutbox() {
+	for _, c := range n.out.cells {
+		q := n.out.by[c]
+		n.sendQueued(c, q)
+		q.listed = false
+	}
+	n.out.cells = n.out.cells[:0]
+}
+
+// batchLimit is the largest batch payload this router sends.
+func (n *Node) batchLimit() int {
+	return min(int(n.nc.MaxPayload()), maxBatchBytes) - 1
+}
+
+// sendQueued sends q to cell: a single forward for one publish, a batch
+// for more, and empties it.
+func (n *Node) sendQueued(cell string, q *queued) {
+	switch len(q.fs) {
+	case 0:
+	case 1:
+		n.forwardAlone(q.fs[0], cell)
+	default:
+		n.sendBatch(cell, q.fs, q.size)
+	}
+	clear(q.fs) // the messages are not kept past their send
+	q.fs, q.size = q.fs[:0], 0
+}
+
+// forwardAlone forwards f to cell as a single forward.
+func (n *Node) forwardAlone(f forwarded, cell string) {
+	if err := n.forward(f.msg, cell, f.part, f.target, n.id); err != nil {
+		answerError(n.nc, f.msg, 503, "forwarding to cell %q: %v", cell, err)
+	}
+}
+
+// sendBatch publishes fs to cell as one batch of at most size bytes. As
+// forward does for one, it gives a publish to a cell that is a cluster
+// the router's reply subject, so that the relay answers for the owner.
+func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
+	clustered := n.clustered(cell)
+	var tokens []uint64
+	now := time.Now()
+	b := make([]byte, 1, 1+size)
+	b[0] = batchVersion
+	for _, f := range fs {
+		reply := f.msg.Reply
+		if reply != "" && clustered {
+			token := n.relay.add(reply, cell, f.part, now)
+			tokens = append(tokens, token)
+			reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
+		}
+		b = appendForwarded(b, f, reply)
+	}
+	err := n.nc.Publish(forwardPrefix(cell)+"."+n.id, b)
+	if err == nil {
+		return
+	}
+	for _, t := range tokens {
+		n.relay.take(t)
+	}
+	for _, f := range fs {
+		answerError(n.nc, f.msg, 503, "forwarding to cell %q: %v", cell, err)
+	}
+}

@@ -1,0 +1,430 @@
+package fleet_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/natsdelay/natsdelay/bridge/fleet"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+)
+
+// TestBatch_RoundTrip checks that a batch gives back each publish as it
+// went in, in order: subject, reply (or none), headers with several
+// values, and payload (or none).
+func TestBatch_RoundTrip(t *testing.T) {
+	in := []fleet.BatchPublish{
+		{Subject: "orders.1", Reply: "_INBOX.a.1", Header: nats.Header{"Delay": {"1h"}, "X-Two": {"a", "b"}}, Data: []byte("payload")},
+		{Subject: "orders.2", Header: nats.Header{"Delay-Id": {"x"}}, Data: []byte{}},
+		{Subject: "a.b.c", Reply: "r", Data: make([]byte, 300)},
+	}
+	out, err := fleet.DecodeBatch(fleet.EncodeBatch(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Fatalf("decoded %+v, want %+v", out, in)
+	}
+}
+
+// TestBatch_Malformed checks that a batch that cannot be read whole is an
+// error that says what is wrong, for every way of cutting a good batch
+// short and for the bad fields one can write.
+func TestBatch_Malformed(t *testing.T) {
+	first := fleet.BatchPublish{Subject: "orders.1", Reply: "_INBOX.1", Header: nats.Header{"Delay": {"1h"}}, Data: []byte("x")}
+	good := fleet.EncodeBatch([]fleet.BatchPublish{first, {Subject: "orders.2", Reply: "_INBOX.2", Data: []byte("y")}})
+	between := len(fleet.EncodeBatch([]fleet.BatchPublish{first}))
+	cases := map[string][]byte{
+		"empty":                  nil,
+		"version 2":              append([]byte{2}, good[1:]...),
+		"no publish":             {1},
+		"subject length too big": {1, 200, 'a'},
+		"overlong varint":        {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"wildcard subject":       fleet.EncodeBatch([]fleet.BatchPublish{{Subject: "orders.*"}}),
+		"empty token":            fleet.EncodeBatch([]fleet.BatchPublish{{Subject: "orders..1"}}),
+		"space in subject":       fleet.EncodeBatch([]fleet.BatchPublish{{Subject: "orders 1"}}),
+		"header count too big":   {1, 1, 'a', 0, 100},
+	}
+	for cut := 2; cut < len(good); cut++ {
+		if cut == between {
+			continue // a good batch of one
+		}
+		cases[fmt.Sprintf("cut at %d of %d", cut, len(good))] = good[:cut]
+	}
+	for name, b := range cases {
+		if _, err := fleet.DecodeBatch(b); !errors.Is(err, fleet.ErrBatch) || !strings.HasPrefix(err.Error(), "malformed forwarded batch: ") {
+			t.Errorf("%s: %v, want a malformed batch error", name, err)
+		}
+	}
+}
+
+// recorder is a cell's service that keeps what it is handed, in order,
+// and answers each with its subject.
+type recorder struct {
+	mu  sync.Mutex
+	got []*nats.Msg
+	n   chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{n: make(chan struct{}, 4096)} }
+
+func (r *recorder) Ingest(req micro.Request) {
+	r.mu.Lock()
+	r.got = append(r.got, &nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Data: req.Data(), Header: nats.Header(req.Headers())})
+	r.mu.Unlock()
+	_ = req.Respond([]byte(req.Subject()))
+	r.n <- struct{}{}
+}
+func (*recorder) Leader() bool                  { return true }
+func (*recorder) Leads() bool                   { return true }
+func (*recorder) Info() (wire.InfoReply, error) { return wire.InfoReply{}, nil }
+
+func (r *recorder) taken() []*nats.Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*nats.Msg(nil), r.got...)
+}
+
+// gate is a cell's service whose Ingest waits until it is let go.
+type gate struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+// open lets every Ingest go, now and from now on.
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gate) Ingest(req micro.Request) {
+	g.entered <- struct{}{}
+	<-g.release
+	_ = req.Respond([]byte(`{"tag":"t"}`))
+}
+func (*gate) Leader() bool                  { return true }
+func (*gate) Leads() bool                   { return true }
+func (*gate) Info() (wire.InfoReply, error) { return wire.InfoReply{}, nil }
+
+// allBut are the ranges of partitions 0 to n-1 without p.
+func allBut(p, n int) []fleet.Range {
+	var rs []fleet.Range
+	if p > 0 {
+		rs = append(rs, fleet.Range{From: 0, To: p - 1})
+	}
+	if p < n-1 {
+		rs = append(rs, fleet.Range{From: p + 1, To: n - 1})
+	}
+	return rs
+}
+
+// burstSubjects are count subjects whose partition of n is not p.
+func burstSubjects(p, n, count int) []string {
+	var out []string
+	for i := 0; len(out) < count; i++ {
+		s := fmt.Sprintf("burst.%d", i)
+		if fleet.Partition(s, n) != p {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// burst holds router b's ingest handler (on hop.>) in b's own service (b owns the
+// partition of "hold"), publishes n requests on subjects that owner a
+// owns, each with a reply subject of its own under inbox, and lets b go
+// once NATS holds all n for b's handler: b must then forward them as a
+// burst. It returns the subjects, the message i being on subjects[i%5].
+func burst(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, inbox string) []string {
+	t.Helper()
+	subjects := burstSubjects(fleet.Partition("hold", 16), 16, 5)
+	if err := nc.PublishRequest("hop.hold", inbox+".hold", nil); err != nil {
+		t.Fatal(err)
+	}
+	received(t, toStrings(g.entered), "b's handler held")
+	for i := range n {
+		m := &nats.Msg{Subject: "hop." + subjects[i%5], Reply: fmt.Sprintf("%s.%d", inbox, i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < n+1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("NATS holds %d messages for b's handler, want %d", b.IngestPending(), n+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.open()
+	return subjects
+}
+
+// toStrings turns the signals of ch into strings for received.
+func toStrings(ch <-chan struct{}) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		if _, ok := <-ch; ok {
+			out <- "signal"
+		}
+	}()
+	return out
+}
+
+// startBurstFleet starts owner a's node with svc (a cluster if
+// clustered), and router b's, which owns only the partition of "hold"
+// and holds it in g, and waits until b forwards to a.
+func startBurstFleet(t *testing.T, nc *nats.Conn, svc fleet.Service, clustered bool) (*fleet.Node, *gate) {
+	t.Helper()
+	hold := fleet.Partition("hold", 16)
+	rec := fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: allBut(hold, 16)}
+	if clustered {
+		startClusterNode(t, nc, svc, rec)
+	} else {
+		startNode(t, nc, svc, rec)
+	}
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	// b takes an ingest prefix of its own, so that it alone takes what
+	// the test publishes there.
+	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: hold, To: hold}}},
+		fleet.Config{Cell: "b", IngestPrefix: "hop", Heartbeat: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.open() // a test that failed holding b's handler
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	subject := "hop." + burstSubjects(hold, 16, 1)[0]
+	for try := 0; ; try++ {
+		err := ask(nc, subject)
+		if err == nil {
+			return b, g
+		}
+		if try == 3000 {
+			t.Fatalf("b never forwarded to a: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // b has not heard a yet
+	}
+}
+
+// TestNode_Forward_Burst_OneBatchInOrder checks natural batching through
+// a real nats-server: 200 publishes that reach a router while its handler
+// is busy go to their owner as one batch, not one forward each; the
+// owner takes each, in the order they were published, under its own
+// ingest prefix, with its headers and payload, and answers each
+// publisher on its own reply subject.
+func TestNode_Forward_Burst_OneBatchInOrder(t *testing.T) {
+	nc := startNATS(t)
+	a := newRecorder()
+	b, g := startBurstFleet(t, nc, a, false)
+	before := len(a.taken())
+	batches := make(chan *nats.Msg, 16)
+	singles := make(chan *nats.Msg, 256)
+	for subject, ch := range map[string]chan *nats.Msg{fleet.CellPrefix + ".a.FWD.*": batches, fleet.CellPrefix + ".a.FWD.*.>": singles} {
+		sub, err := nc.ChanSubscribe(subject, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	answers := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("_INBOX.burst.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const n = 200
+	subjects := burst(t, nc, b, g, n, "_INBOX.burst")
+	replied := map[string]string{}
+	for range n + 1 {
+		select {
+		case m := <-answers:
+			replied[m.Subject] = string(m.Data)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d publishers answered", len(replied), n+1)
+		}
+	}
+	for i := range n {
+		if got, want := replied[fmt.Sprintf("_INBOX.burst.%d", i)], "$DELAY.CELL.a.IN."+subjects[i%5]; got != want {
+			t.Fatalf("publisher %d answered %q, want a's answer %q", i, got, want)
+		}
+	}
+	if err := nc.Flush(); err != nil { // the observers have every forward
+		t.Fatal(err)
+	}
+	if len(batches) != 1 || len(singles) != 0 {
+		t.Fatalf("a was sent %d batches and %d single forwards, want the one batch", len(batches), len(singles))
+	}
+	took := a.taken()[before:]
+	if len(took) != n {
+		t.Fatalf("a took %d, want %d", len(took), n)
+	}
+	for i, m := range took {
+		want := fmt.Sprint(i)
+		if m.Subject != "$DELAY.CELL.a.IN."+subjects[i%5] || string(m.Data) != want || m.Header.Get("Delay") != "1h" || m.Reply != fmt.Sprintf("_INBOX.burst.%d", i) {
+			t.Fatalf("a's message %d: %s %q %v reply %s, want publish %s in order", i, m.Subject, m.Data, m.Header, m.Reply, want)
+		}
+	}
+}
+
+// TestNode_Forward_Burst_ToCluster_Relayed checks that a batch to a cell
+// that is a cluster carries the router's reply subjects, and that the
+// owner's answers reach each publisher through the relay.
+func TestNode_Forward_Burst_ToCluster_Relayed(t *testing.T) {
+	nc := startNATS(t)
+	a := &standby{fakeService: &fakeService{got: make(chan string, 1024)}, leads: true, lease: true}
+	b, g := startBurstFleet(t, nc, a, true)
+	batches := make(chan *nats.Msg, 16)
+	bs, err := nc.ChanSubscribe(fleet.CellPrefix+".a.FWD.*", batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Unsubscribe()
+	answers := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("_INBOX.relayed.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const n = 100
+	burst(t, nc, b, g, n, "_INBOX.relayed")
+	replied := map[string]bool{}
+	for range n + 1 {
+		select {
+		case m := <-answers:
+			if m.Subject != "_INBOX.relayed.hold" && string(m.Data) != `{"tag":"t"}` {
+				t.Fatalf("%s answered %q", m.Subject, m.Data)
+			}
+			replied[m.Subject] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d publishers answered", len(replied), n+1)
+		}
+	}
+	if len(replied) != n+1 {
+		t.Fatalf("%d publishers answered, want %d", len(replied), n+1)
+	}
+	m := <-batches
+	ps, err := fleet.DecodeBatch(m.Data)
+	if err != nil || len(ps) != n {
+		t.Fatalf("batch of %d: %v", len(ps), err)
+	}
+	for _, p := range ps {
+		if !strings.HasPrefix(p.Reply, fleet.RelayPrefix+".") {
+			t.Fatalf("batched with reply %q, want the router's", p.Reply)
+		}
+	}
+}
+
+// TestNode_ReceiveBatch_StaleMap_ToldOnceAndSentOn sends a batch of three
+// publishes, as a router with a stale map would, to cell c, which owns
+// nothing: c must tell the router once, not once a publish, and send
+// each on to a, the owner, which takes them in order and answers each
+// publisher.
+func TestNode_ReceiveBatch_StaleMap_ToldOnceAndSentOn(t *testing.T) {
+	nc := startNATS(t)
+	a := newRecorder()
+	startNode(t, nc, a, fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}})
+	startNode(t, nc, newFakeService(), fleet.Record{Cell: "c", Partitions: 16, Epoch: 1})
+	// Until c serves its forwards: it answers an empty batch sent as a
+	// request.
+	for try := 0; ; try++ {
+		_, err := nc.Request(fleet.CellPrefix+".c.FWD.warm", nil, 10*time.Second)
+		if err == nil {
+			break
+		}
+		if try == 3000 {
+			t.Fatalf("c never served: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := len(a.taken())
+	stale := make(chan *nats.Msg, 16)
+	ss, err := nc.ChanSubscribe(fleet.StalePrefix+".router1", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Unsubscribe()
+	answers := make(chan *nats.Msg, 16)
+	as, err := nc.ChanSubscribe("_INBOX.stale.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer as.Unsubscribe()
+	var ps []fleet.BatchPublish
+	for i := range 3 {
+		ps = append(ps, fleet.BatchPublish{Subject: "orders.1", Reply: fmt.Sprintf("_INBOX.stale.%d", i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))})
+	}
+	if err := nc.Publish(fleet.CellPrefix+".c.FWD.router1", fleet.EncodeBatch(ps)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case m := <-answers:
+			if string(m.Data) != "$DELAY.CELL.a.IN.orders.1" {
+				t.Fatalf("%s answered %q, want a's answer", m.Subject, m.Data)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a publisher was not answered")
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) != 1 {
+		t.Fatalf("the router was told %d times, want once", len(stale))
+	}
+	took := a.taken()[before:]
+	for i, m := range took {
+		if string(m.Data) != fmt.Sprint(i) || m.Reply != fmt.Sprintf("_INBOX.stale.%d", i) {
+			t.Fatalf("a's message %d: %q reply %s, want publish %d in order", i, m.Data, m.Reply, i)
+		}
+	}
+	if len(took) != 3 {
+		t.Fatalf("a took %d, want 3", len(took))
+	}
+}
+
+// TestNode_ReceiveBatch_Malformed_400AndNothingTaken sends the owner
+// batches it cannot read, through a real nats-server, as requests: each
+// is answered with a 400 that says what is wrong, and none of its
+// publishes is taken, not even those before the fault.
+func TestNode_ReceiveBatch_Malformed_400AndNothingTaken(t *testing.T) {
+	nc := startNATS(t)
+	a := newRecorder()
+	startNode(t, nc, a, fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}})
+	good := fleet.EncodeBatch([]fleet.BatchPublish{{Subject: "orders.1", Reply: "_INBOX.x", Data: []byte("1")}, {Subject: "orders.2", Reply: "_INBOX.y", Data: []byte("2")}})
+	for name, c := range map[string]struct {
+		body []byte
+		want string
+	}{
+		"cut short":   {good[:len(good)-1], "publish 2: payload: 1 bytes, 0 left"},
+		"bad version": {append([]byte{9}, good[1:]...), "version 9, want 1"},
+		"empty":       {nil, "empty"},
+		"wildcard":    {fleet.EncodeBatch([]fleet.BatchPublish{{Subject: "orders.>"}}), `publish 1: subject "orders.>" is not a subject one can publish to`},
+	} {
+		r, err := nc.Request(fleet.CellPrefix+".a.FWD.router1", c.body, 10*time.Second)
+		for try := 0; errors.Is(err, nats.ErrNoResponders) && try < 3000; try++ { // a does not serve yet
+			time.Sleep(10 * time.Millisecond)
+			r, err = nc.Request(fleet.CellPrefix+".a.FWD.router1", c.body, 10*time.Second)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err = wire.ParseError(r.Header, r.Data)
+		var se *wire.ServiceError
+		if !errors.As(err, &se) || se.Code != 400 || !strings.Contains(se.Description, `forwarded batch from router "router1": malformed forwarded batch: `+c.want) {
+			t.Fatalf("%s: answered %v, want a 400 saying %q", name, err, c.want)
+		}
+	}
+	if took := a.taken(); len(took) != 0 {
+		t.Fatalf("a took %d publishes of malformed batches", len(took))
+	}
+}
