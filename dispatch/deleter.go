@@ -242,11 +242,17 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.mu.Lock()
 	all = all || len(dl.mu.ops) >= dl.max/2
 	cutoff := time.Now().Add(-dl.updateDelay)
-	order := make([]keys.Key, 0, len(dl.mu.due))
-	ops := make(map[keys.Key]*pendingOp, len(dl.mu.due))
+	// NB: order and ops are parallel, sized for one commit: the queue
+	// may hold thousands (a second of recurring occurrences ACKed),
+	// taken maxCommitOps at a time, and a map sized for the whole queue
+	// was allocated and cleared at each commit. A key is taken at most
+	// once, as take removes it from the queue.
+	size := min(len(dl.mu.due)+len(dl.mu.waiting), maxCommitOps)
+	order := make([]keys.Key, 0, size)
+	ops := make([]*pendingOp, 0, size)
 	take := func(k keys.Key, op *pendingOp) {
 		order = append(order, k)
-		ops[k] = op
+		ops = append(ops, op)
 		delete(dl.mu.ops, k)
 	}
 	// A commit reads what it deletes or updates while it holds the
@@ -296,9 +302,9 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 
 	batch := make([]delaystore.Op, len(order))
 	for i, k := range order {
-		batch[i] = delaystore.Op{Key: k, Msg: ops[k].msg, Pending: ops[k].pending}
-		if ops[k].msg == nil {
-			batch[i].Dead = ops[k].dead
+		batch[i] = delaystore.Op{Key: k, Msg: ops[i].msg, Pending: ops[i].pending}
+		if ops[i].msg == nil {
+			batch[i].Dead = ops[i].dead
 		}
 	}
 	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
@@ -306,8 +312,8 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 		dl.putBack(order, ops)
 		return len(order), 0, err
 	}
-	for i, k := range order {
-		for _, w := range ops[k].waiters {
+	for i := range order {
+		for _, w := range ops[i].waiters {
 			w(applied[i], nil)
 		}
 	}
@@ -318,11 +324,11 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 // putBack requeues ops that failed to commit, due at once and in front of
 // anything queued since; a delete queued meanwhile still wins over an older
 // update.
-func (dl *deleter) putBack(order []keys.Key, ops map[keys.Key]*pendingOp) {
+func (dl *deleter) putBack(order []keys.Key, ops []*pendingOp) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	for _, k := range order {
-		old := ops[k]
+	for i, k := range order {
+		old := ops[i]
 		old.queued = time.Time{}
 		if newer := dl.mu.ops[k]; newer != nil {
 			if newer.msg == nil || old.msg != nil {
