@@ -1088,6 +1088,25 @@ func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
 	return m, nil
 }
 
+// Has reports whether a message is pending under k: Get without
+// decoding it, for a caller that needs only to know whether it is gone.
+func (r *Repository) Has(k keys.Key) (bool, error) {
+	if r.closed.Load() {
+		return false, ErrClosed
+	}
+	if _, ok := r.msgs.lookup(&k); ok {
+		return true, nil
+	}
+	_, err := r.s.Get(k[:])
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("delaystore: has %v: %w", k, err)
+	}
+	return true, nil
+}
+
 // get reads and decodes the message under k, from the cache of messages
 // written last or else the store.
 func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
