@@ -300,14 +300,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	dl.notFull.Broadcast()
 	dl.mu.Unlock()
 
-	batch := make([]delaystore.Op, len(order))
-	for i, k := range order {
-		batch[i] = delaystore.Op{Key: k, Msg: ops[i].msg, Pending: ops[i].pending}
-		if ops[i].msg == nil {
-			batch[i].Dead = ops[i].dead
-		}
-	}
-	applied, err := dl.repo.Apply(batch, delaystore.NoSync)
+	applied, err := dl.repo.Apply(storeOps(order, ops), delaystore.NoSync)
 	if err != nil {
 		dl.putBack(order, ops)
 		return len(order), 0, err
@@ -319,6 +312,19 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	}
 	dl.onCommitted(order)
 	return len(order), 0, nil
+}
+
+// storeOps is the repository's ops for the keys of order and their
+// queued ops, ops, in the same order.
+func storeOps(order []keys.Key, ops []*pendingOp) []delaystore.Op {
+	batch := make([]delaystore.Op, len(order))
+	for i, k := range order {
+		batch[i] = delaystore.Op{Key: k, Msg: ops[i].msg, Pending: ops[i].pending}
+		if ops[i].msg == nil {
+			batch[i].Dead = ops[i].dead
+		}
+	}
+	return batch
 }
 
 // putBack requeues ops that failed to commit, due at once and in front of
