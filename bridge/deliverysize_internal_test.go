@@ -240,3 +240,40 @@ func TestDeliveryHeader_MsgID(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliveryHeader_OccurrenceTimes checks the times and the schedule an
+// occurrence's delivery carries, which share one string: Delay-Fire-At,
+// Delay-Enqueued-At, Delay-Occurrence and, once planned with a next
+// time, Delay-Next, each as formatTime writes it; and Delay-Schedule of
+// an interval as time.Duration writes it, for more intervals than the
+// kept values hold.
+func TestDeliveryHeader_OccurrenceTimes(t *testing.T) {
+	occ := time.Date(2031, 5, 6, 7, 8, 9, 123_456_789, time.UTC).UnixNano()
+	for _, planned := range []bool{false, true} {
+		for i := range maxEverySpecs + 10 {
+			every := time.Duration(i+1) * 1500 * time.Millisecond
+			m := &delaystore.StoredMessage{Subject: "s", FireAtNs: occ + 7e6, EnqueuedAtNs: occ - 3e9,
+				Recurrence: &delaystore.Recurrence{EveryNs: int64(every), OccurrenceNs: occ, Planned: planned}}
+			if planned {
+				m.Recurrence.NextNs = occ + int64(every)
+			}
+			h := deliveryHeader(keys.Key{1}, m, 1, 0)
+			want := map[string]string{
+				wire.HeaderFireAt:     formatTime(m.FireAtNs),
+				wire.HeaderEnqueuedAt: formatTime(m.EnqueuedAtNs),
+				wire.HeaderOccurrence: formatTime(occ),
+				wire.HeaderSchedule:   "@every " + every.String(),
+				wire.HeaderNext:       "",
+			}
+			if planned {
+				want[wire.HeaderNext] = formatTime(occ + int64(every))
+			}
+			for name, v := range want {
+				got := h.Values(name)
+				if (v == "" && len(got) != 0) || (v != "" && (len(got) != 1 || got[0] != v)) {
+					t.Fatalf("every %v, planned %v: %s %q, want %q", every, planned, name, got, v)
+				}
+			}
+		}
+	}
+}

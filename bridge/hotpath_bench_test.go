@@ -8,6 +8,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -64,15 +65,26 @@ func BenchmarkDeliver(b *testing.B) {
 		Subject: "orders.eu.1234", Payload: make([]byte, 256), EnqueuedAtNs: now, FireAtNs: now,
 		Headers: []*delaystore.Header{{Name: "Bench-Fire-At", Values: []string{strconv.FormatInt(now, 10)}}},
 	}
+	occ := proto.Clone(msg).(*delaystore.StoredMessage)
+	occ.Recurrence = &delaystore.Recurrence{EveryNs: int64(time.Second), OccurrenceNs: now, Seq: 2, Planned: true, NextNs: now + int64(time.Second)}
 	k := keys.New(uint64(now), 1, 7)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := p.Deliver(k, msg, 1); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		b.Fatal(err)
+	// An occurrence of an interval schedule, planned, adds Delay-Schedule,
+	// Delay-Occurrence and Delay-Next.
+	for _, c := range []struct {
+		name string
+		msg  *delaystore.StoredMessage
+	}{{"plain", msg}, {"occurrence", occ}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Deliver(k, c.msg, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := nc.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }
 

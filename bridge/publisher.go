@@ -169,10 +169,26 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 		replaced = replaced || len(h) == n
 		count(kv.Name, kv.Values)
 	}
-	// One string holds both times, so they cost one allocation.
-	var buf [2 * timeLen]byte
-	times := string(appendTime(appendTime(buf[:0], msg.FireAtNs), msg.EnqueuedAtNs))
-	fire, enq := times[:len(times)/2], times[len(times)/2:]
+	// One string holds every time of the delivery (an occurrence's own
+	// and its next as well), so they cost one allocation; ends[i] is
+	// where the i-th ends in it.
+	r := msg.GetRecurrence()
+	var buf [4 * timeLen]byte
+	var ends [4]int
+	b := appendTime(buf[:0], msg.FireAtNs)
+	ends[0] = len(b)
+	b = appendTime(b, msg.EnqueuedAtNs)
+	ends[1] = len(b)
+	if r != nil {
+		b = appendTime(b, r.OccurrenceNs)
+		ends[2] = len(b)
+		if r.Planned && r.NextNs != 0 {
+			b = appendTime(b, r.NextNs)
+			ends[3] = len(b)
+		}
+	}
+	times := string(b)
+	fire, enq := times[:ends[0]], times[ends[0]:ends[1]]
 	n := 0
 	set := func(name, v string) {
 		vals[n][0] = v
@@ -188,7 +204,6 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 	set(wire.HeaderFireAt, fire)
 	set(wire.HeaderEnqueuedAt, enq)
 	id := msg.ClientId
-	r := msg.GetRecurrence()
 	if r != nil && r.Id != "" {
 		id = r.Id
 	}
@@ -197,9 +212,9 @@ func fillDeliveryHeader(h nats.Header, vals *ownValues, tag string, msg *delayst
 	}
 	if r != nil {
 		set(wire.HeaderSchedule, scheduleSpec(r))
-		set(wire.HeaderOccurrence, formatTime(r.OccurrenceNs))
-		if r.Planned && r.NextNs != 0 {
-			set(wire.HeaderNext, formatTime(r.NextNs))
+		set(wire.HeaderOccurrence, times[ends[1]:ends[2]])
+		if ends[3] != 0 {
+			set(wire.HeaderNext, times[ends[2]:ends[3]])
 		}
 		if r.JsScheduler != "" && !r.JsStream {
 			set(wire.HeaderJSScheduler, r.JsScheduler)
@@ -296,7 +311,34 @@ func scheduleSpec(r *delaystore.Recurrence) string {
 	if r.Cron != "" {
 		return r.Cron
 	}
-	return "@every " + time.Duration(r.EveryNs).String()
+	return everySpec(r.EveryNs)
+}
+
+// everySpecs keeps the Delay-Schedule value of the intervals delivered,
+// so that an occurrence of an interval schedule adds no allocation to
+// its delivery: the schedules of a service share few intervals, and each
+// delivery of one formatted it again. Past maxEverySpecs it starts over.
+var everySpecs struct {
+	sync.Mutex
+	m map[int64]string
+}
+
+const maxEverySpecs = 1024
+
+// everySpec is the Delay-Schedule value of an interval of ns: "@every "
+// and the duration as time.Duration writes it.
+func everySpec(ns int64) string {
+	everySpecs.Lock()
+	defer everySpecs.Unlock()
+	if s, ok := everySpecs.m[ns]; ok {
+		return s
+	}
+	if everySpecs.m == nil || len(everySpecs.m) >= maxEverySpecs {
+		everySpecs.m = make(map[int64]string)
+	}
+	s := "@every " + time.Duration(ns).String()
+	everySpecs.m[ns] = s
+	return s
 }
 
 // headerMsgID is JetStream's de-duplication header, matched in this case

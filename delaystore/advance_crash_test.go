@@ -279,3 +279,85 @@ func TestRepository_Advance_KeysWrittenPerOccurrence(t *testing.T) {
 		t.Fatalf("a batch deleting %d planned occurrences wrote %d keys, want %d an occurrence and %d for the batch", n, got, perAck, perAckBatch)
 	}
 }
+
+// sizingStore is a Store that can size batches (delaystore.BatchSizer):
+// it records the size each batch asked for and the bytes of keys and
+// values written to it.
+type sizingStore struct {
+	delaystore.Store
+	asked, wrote int
+	sized        bool
+}
+
+func (s *sizingStore) NewBatchSize(size int) delaystore.Batch {
+	s.asked, s.wrote, s.sized = size, 0, true
+	return &sizingBatch{Batch: s.Store.(delaystore.BatchSizer).NewBatchSize(size), s: s}
+}
+
+func (s *sizingStore) NewBatch() delaystore.Batch {
+	s.asked, s.wrote, s.sized = 0, 0, false
+	return &sizingBatch{Batch: s.Store.NewBatch(), s: s}
+}
+
+type sizingBatch struct {
+	delaystore.Batch
+	s *sizingStore
+}
+
+func (b *sizingBatch) Set(k, v []byte) error {
+	b.s.wrote += len(k) + len(v)
+	return b.Batch.Set(k, v)
+}
+
+func (b *sizingBatch) Delete(k []byte) error {
+	b.s.wrote += len(k)
+	return b.Batch.Delete(k)
+}
+
+// TestRepository_Advance_SizesItsBatch checks that a planning batch asks
+// a store that can size batches for room enough for what it writes,
+// and not for much more: with 128-byte payloads, at least the keys and
+// values it writes and at most twice as much, through AdvanceEach and
+// Advance.
+func TestRepository_Advance_SizesItsBatch(t *testing.T) {
+	const n = 256
+	st := &sizingStore{Store: newStore(t)}
+	r := openRepo(t, st, delaystore.RepositoryConfig{})
+	var ms []*delaystore.StoredMessage
+	for i := range n {
+		m := occurrence(fmt.Sprintf("subject.%d", i), "", t0, 1)
+		m.Payload = make([]byte, 128)
+		ms = append(ms, m)
+	}
+	var ks []keys.Key
+	for _, s := range schedule(t, r, ms...) {
+		ks = append(ks, s.Key)
+	}
+	check := func(what string) {
+		t.Helper()
+		t.Logf("%s: asked for %d bytes, wrote %d", what, st.asked, st.wrote)
+		if !st.sized || st.asked < st.wrote || st.asked > 2*st.wrote {
+			t.Fatalf("%s: asked for room for %d bytes (sized: %v), wrote %d; want at least that and at most twice", what, st.asked, st.sized, st.wrote)
+		}
+	}
+	_, res, err := r.AdvanceEach(ks, planNext, delaystore.Sync)
+	if err != nil || len(res) != n {
+		t.Fatalf("AdvanceEach: %d planned, %v", len(res), err)
+	}
+	check("AdvanceEach")
+
+	var plans []delaystore.Plan
+	for _, p := range res {
+		m, err := r.Get(p.Next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, _ := planNext(p.Next, m)
+		plan.Key = p.Next
+		plans = append(plans, plan)
+	}
+	if _, err := r.Advance(plans, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	check("Advance")
+}

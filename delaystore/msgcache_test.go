@@ -48,6 +48,18 @@ func checkAgrees(tb testing.TB, r *delaystore.Repository, s delaystore.Store, st
 	}
 }
 
+// checkHas fails unless r.Has reports, for each of ks, whether s holds a
+// message there.
+func checkHas(tb testing.TB, r *delaystore.Repository, s delaystore.Store, step string, ks ...keys.Key) {
+	tb.Helper()
+	for _, k := range ks {
+		want := storedMessage(tb, s, k) != nil
+		if got, err := r.Has(k); err != nil || got != want {
+			tb.Fatalf("%s: Has %v = %v, %v; want %v", step, k, got, err, want)
+		}
+	}
+}
+
 // planNext is a PlanFunc that plans every occurrence with a successor a
 // second later.
 func planNext(_ keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
@@ -62,7 +74,8 @@ func planNext(_ keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 
 // TestRepository_MessageCache_ServesItsWrites checks that a message the
 // repository wrote and reads back by key (one with a client id, an
-// occurrence) is read back from memory, not from the store, and exactly
+// occurrence) is read back from memory, not from the store, by Get and by
+// Has, and exactly
 // as the store holds it after every kind of write: a schedule, a
 // replacement by Delay-Id, an update, a move, the planning of an
 // occurrence (its rewrite and its successor) and a delete; and that a
@@ -76,6 +89,7 @@ func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 		fromMemory := func(step string, ks ...keys.Key) {
 			t.Helper()
 			checkAgrees(t, r, st.Store, step, ks...)
+			checkHas(t, r, st.Store, step, ks...)
 			for _, k := range ks {
 				if n := st.readsOf(k); n != 0 {
 					t.Fatalf("%s: %v read %d times from the store, want from memory", step, k, n)
@@ -117,6 +131,7 @@ func TestRepository_MessageCache_ServesItsWrites(t *testing.T) {
 
 		apply(t, r, delaystore.Op{Key: moved.Key}, delaystore.Op{Key: c})
 		checkAgrees(t, r, st.Store, "deleted", moved.Key, c)
+		checkHas(t, r, st.Store, "deleted", moved.Key, c, a, b)
 		checkAgrees(t, r, st.Store, "all", eventKeys(t, st.Store)...)
 	})
 }
@@ -425,6 +440,7 @@ func TestRepository_MessageCache_RandomWrites(t *testing.T) {
 				}
 			}
 			checkAgrees(t, r, inner, fmt.Sprintf("step %d, %s (err %v)", step, what, err), after...)
+			checkHas(t, r, inner, fmt.Sprintf("step %d, %s (err %v)", step, what, err), after...)
 		}
 	})
 }

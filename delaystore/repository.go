@@ -1099,21 +1099,56 @@ func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
 	return m, nil
 }
 
+// Has reports whether a message is pending under k: Get without
+// decoding it, for a caller that needs only to know whether it is gone.
+func (r *Repository) Has(k keys.Key) (bool, error) {
+	if r.closed.Load() {
+		return false, ErrClosed
+	}
+	if _, ok := r.msgs.lookup(&k); ok {
+		return true, nil
+	}
+	_, err := r.s.Get(k[:])
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("delaystore: has %v: %w", k, err)
+	}
+	return true, nil
+}
+
 // get reads and decodes the message under k, from the cache of messages
 // written last or else the store.
 func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
+	m, _, err := r.getSized(k)
+	return m, err
+}
+
+// getSized is get that also returns the size of the message as stored,
+// encoded.
+func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
 	v, ok := r.msgs.lookup(&k)
 	if !ok {
 		var err error
 		if v, err = r.s.Get(k[:]); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	m := new(StoredMessage)
 	if err := proto.Unmarshal(v, m); err != nil {
-		return nil, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
-	return m, nil
+	return m, len(v), nil
+}
+
+// newBatch starts a batch with room for about size bytes if the store
+// can (BatchSizer), else an ordinary one.
+func (r *Repository) newBatch(size int) Batch {
+	if bs, ok := r.s.(BatchSizer); ok && size > 0 {
+		return bs.NewBatchSize(size)
+	}
+	return r.s.NewBatch()
 }
 
 // Lookup returns the key of the pending message with (subject, clientID), or

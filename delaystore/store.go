@@ -132,6 +132,15 @@ type Iterator interface {
 	Close() error
 }
 
+// BatchSizer is a Store that can start a batch with room for about size
+// bytes of keys and values: a large batch whose size the caller can
+// foresee then takes its room at once, where one grown as it is filled
+// is copied at each doubling. Less room is no error, the batch grows past
+// it; room not used is memory held until the batch is closed.
+type BatchSizer interface {
+	NewBatchSize(size int) Batch
+}
+
 // MemoryReleaser is a Store that keeps memory for writes beyond what it
 // holds (such as Pebble's memtables) and can hand it back. A service calls
 // ReleaseMemory when it has gone idle after a burst of writes; it must

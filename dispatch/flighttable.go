@@ -297,7 +297,8 @@ type flight struct {
 	maxDeliver uint32
 	// pending is what deleting the message needs to know of it (subject
 	// and expiry), for messages nothing but the dispatcher can delete:
-	// those without a client id, which no new message can replace.
+	// those without a client id, which no new message can replace, and
+	// occurrences once they go out planned (see plannedPending).
 	pending *delaystore.StoredMessage
 	// group is the group of a grouped limit it counts in, if any.
 	group *group

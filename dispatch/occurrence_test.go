@@ -1,11 +1,14 @@
 package dispatch_test
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 	"github.com/natsdelay/natsdelay/dispatch"
 	"github.com/natsdelay/natsdelay/dispatch/recur"
 	"github.com/natsdelay/natsdelay/keys"
@@ -159,5 +162,91 @@ func TestDispatcher_Occurrence_ManyDueAtOnce(t *testing.T) {
 	}
 	if got := h.repo.Pending(); got != 2*n {
 		t.Fatalf("pending %d, want %d: each occurrence and its successor", got, 2*n)
+	}
+}
+
+// TestDispatcher_Occurrence_AckDeletesPlannedUnread checks that the ACK
+// of an occurrence that went out planned, having passed its client id on
+// to its successor, deletes it without reading it again, with its entries:
+// nothing of it is left (with a TTL, its expiry entry neither), and its
+// subject counts the successor alone. The last occurrence of a schedule
+// keeps its client id, which a new message may take over, and its delete
+// reads it first, as before; its client id entry goes with it.
+func TestDispatcher_Occurrence_AckDeletesPlannedUnread(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ttl   time.Duration
+		limit uint64
+		reads int64
+	}{
+		{"with a successor", 0, 0, 0},
+		{"with a successor and a TTL", time.Hour, 0, 0},
+		{"the last", 0, 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			cs := &readCountStore{Store: st}
+			repo, err := delaystore.OpenRepository(cs, delaystore.RepositoryConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = repo.Close() })
+			pub := newFakePublisher()
+			d, err := dispatch.New(repo, pub, dispatch.Config{AckWait: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub.d = d
+			if err := d.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			h := &harness{t: t, repo: repo, d: d, pub: pub}
+
+			m := occurrenceAt("rec", time.Hour, time.Now().Add(50*time.Millisecond), recur.All, c.limit)
+			m.TtlNs = int64(c.ttl)
+			k := h.schedule(m)[0]
+			if got := h.next(30 * time.Second); got.key != k {
+				t.Fatalf("delivered %v, want %v", got.key, k)
+			}
+			// What the repository keeps in memory would hide a read.
+			repo.ReleaseMemory()
+			cs.reads.Store(0)
+			if err := h.ack(k, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+				t.Fatal(err)
+			}
+			if got := cs.reads.Load(); got != c.reads {
+				t.Fatalf("the ACK's delete read %d messages from the store, want %d", got, c.reads)
+			}
+			if ok, err := repo.Has(k); err != nil || ok {
+				t.Fatalf("after the ACK: Has = %v, %v; want it gone", ok, err)
+			}
+			wantPending := uint64(1) // the successor
+			if c.limit == 1 {
+				wantPending = 0
+				if _, err := repo.Lookup("rec", "job"); !errors.Is(err, delaystore.ErrNotFound) {
+					t.Fatalf("the last occurrence's client id entry: %v, want it gone", err)
+				}
+			}
+			if n, err := repo.PendingFor("rec"); err != nil || n != wantPending {
+				t.Fatalf("pending on the subject %d, %v; want %d", n, err, wantPending)
+			}
+			expired, err := repo.Expired(time.Now().Add(100*time.Hour).UnixNano(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range expired {
+				if e == k {
+					t.Fatal("its expiry entry outlived it")
+				}
+			}
+			if err := repo.Check(); err != nil {
+				t.Fatalf("Check after the ACK: %v", err)
+			}
+		})
 	}
 }

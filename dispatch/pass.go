@@ -365,6 +365,9 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			continue
 		}
 		d.mu.flights.sent(f, pass, now)
+		if f.pending == nil {
+			f.pending = plannedPending(o.msg)
+		}
 		d.mu.publishing, d.mu.inPublish = f.key, true
 		d.mu.Unlock()
 		err := d.deliver(f, o.msg)
@@ -405,6 +408,21 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 		sent = append(sent, o)
 	}
 	d.queueFlush(flushBatch{sent: sent, pass: pass, probed: probed})
+}
+
+// plannedPending is what deleting m needs to know of it (see
+// flight.pending) if m is an occurrence as planned, without a client id:
+// nil otherwise. Planned, it no longer changes: its expiry is set, its
+// entries in the schedule index have moved to its successor, and a
+// schedule edit refuses it. Without a client id (it passed it on to its
+// successor), no new message can replace it. So its delete after the
+// ACK need not read it, as for a plain message (see takeLocked). NB: not
+// written once (planning rewrote it), so its delete is a plain Delete.
+func plannedPending(m *delaystore.StoredMessage) *delaystore.StoredMessage {
+	if !m.GetRecurrence().GetPlanned() || m.ClientId != "" {
+		return nil
+	}
+	return &delaystore.StoredMessage{Subject: m.Subject, ExpireAtNs: m.ExpireAtNs}
 }
 
 // undeliverable deals with a message the publisher refused for good:

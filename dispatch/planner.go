@@ -271,7 +271,10 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 		if res[j].Err != nil || p.Next == nil {
 			continue
 		}
-		if _, err := d.repo.Get(res[j].Next); errors.Is(err, delaystore.ErrNotFound) {
+		// NB: Has, not Get: whether it is gone is all that is asked,
+		// and decoding the successor just written was a read of every
+		// occurrence for nothing.
+		if ok, err := d.repo.Has(res[j].Next); err == nil && !ok {
 			d.mu.Lock()
 			d.mu.ahead.withdraw(res[j].Next)
 			d.mu.Unlock()

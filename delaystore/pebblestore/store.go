@@ -143,6 +143,18 @@ func (s *Store) NewBatch() delaystore.Batch {
 	return &batch{s: s, b: s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(spareBatchBytes))}
 }
 
+// NewBatchSize is NewBatch with room for size bytes of keys and values
+// (see delaystore.BatchSizer).
+func (s *Store) NewBatchSize(size int) delaystore.Batch {
+	if err := s.enter(); err != nil {
+		return &batch{s: s, unusable: err}
+	}
+	defer s.exit()
+	return &batch{s: s, b: s.db.NewBatchWithSize(size)}
+}
+
+var _ delaystore.BatchSizer = (*Store)(nil)
+
 // NewIter returns an iterator over [opts.LowerBound, opts.UpperBound) on a
 // point-in-time view of the store. The bounds are copied. The caller must
 // Close it, and should do so promptly: an open iterator pins the memtables

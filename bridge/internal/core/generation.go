@@ -200,6 +200,15 @@ func (w *watchedStore) NewBatch() delaystore.Batch {
 	return &watchedBatch{Batch: w.Store.NewBatch(), w: w}
 }
 
+// NewBatchSize starts a batch with room for size bytes if the store
+// can (see delaystore.BatchSizer), else an ordinary one.
+func (w *watchedStore) NewBatchSize(size int) delaystore.Batch {
+	if bs, ok := w.Store.(delaystore.BatchSizer); ok {
+		return &watchedBatch{Batch: bs.NewBatchSize(size), w: w}
+	}
+	return w.NewBatch()
+}
+
 func (w *watchedStore) NewIter(opts delaystore.IterOptions) (delaystore.Iterator, error) {
 	it, err := w.Store.NewIter(opts)
 	return it, w.check(err)
