@@ -77,19 +77,6 @@ func (fr *dueFrontier) moved(last *keys.Key, next int64, failed bool) {
 	fr.reading, fr.failed = false, failed
 }
 
-// handedOff records that the message under k, due, was handed off while
-// the frontier was clear (see Dispatcher.NotifyMessage): passes scan past
-// its bucket from now on, so Notify sends a message below it to its
-// topic; and the frontier reads on after its entry. Every entry it skips
-// so is due (its bucket is at most k's), so, the frontier being clear,
-// was told to its topic or handed off: a read would pass it over.
-func (fr *dueFrontier) handedOff(k keys.Key) {
-	fr.scannedUpTo = max(fr.scannedUpTo, k.Bucket()+1)
-	if fr.ahead(k) {
-		fr.at = &k
-	}
-}
-
 // clearBy reports whether every due-index entry scannable by at has been
 // read, or its message told to its topic (see Notify): no read is under
 // way or failed, and the next entry to read is not scannable by at. An

@@ -33,13 +33,12 @@ import (
 //     left the topic in one of those states; so every older message at or
 //     above the topic's cursor has been taken, and everything below the
 //     cursor is in flight or settled.
-//   - The range passes have scanned (scannedUpTo) is taken past its key,
-//     so the cursor moved past it stays below any message that Notify
-//     sends to the frontier instead of its topic; with the frontier clear
-//     no entry told to the frontier lies below it.
-//   - The frontier moves past its entry: every entry it has not read up
-//     to there was told to its topic or handed off, so its read would
-//     find nothing to do (see dueFrontier.handedOff).
+//   - Its due-index entry stays for the frontier to read, as a scan's
+//     message's does: the frontier then finds it in flight or settled.
+//     Moving the frontier past it (and the range passes scan past its
+//     bucket) skipped entries that were neither read nor told to their
+//     topic, and left messages undelivered and out of order under load
+//     (TestDispatcher_NotifyMessage_Stress_EveryMessageSettledInOrder).
 //
 // A message handed off becomes a flight at once, as if a scan had taken
 // it, and its topic's cursor moves past it: a message of the subject that
@@ -155,7 +154,6 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 	}
 	t.cursor = k.Successor()
 	t.handedOut++
-	d.mu.frontier.handedOff(k)
 	d.mu.handed = append(d.mu.handed, out[0])
 	d.stats.handedOff.Add(1)
 	d.signal()
