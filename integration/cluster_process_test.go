@@ -111,6 +111,9 @@ func newProcessCluster(t *testing.T, bin, url string, n int, addrs []string) *pr
 		for _, node := range c.nodes {
 			if node.proc != nil {
 				node.proc.kill(t)
+				if t.Failed() {
+					t.Logf("the log of %s, to its end:\n%s", node.id, lastLines(node.proc.output(), 60))
+				}
 			}
 		}
 	})

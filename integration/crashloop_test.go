@@ -79,6 +79,7 @@ type crashLoop struct {
 	headerFire map[string]time.Time // tag -> Delay-Fire-At of its first delivery
 	ackSent    map[string]bool      // tag -> an ACK was sent at least once
 	problems   []string             // what the callbacks found wrong; they cannot fail the test
+	reqErrs    map[string]int       // ingest request failures, by what failed, to tell why a round stalls
 	up         chan struct{}        // closed while a process is ready; replaced at each kill
 
 	replies atomic.Int64 // successful ingest replies
@@ -96,6 +97,7 @@ func newCrashLoop() *crashLoop {
 		firstRecv:  map[string]time.Time{},
 		headerFire: map[string]time.Time{},
 		ackSent:    map[string]bool{},
+		reqErrs:    map[string]int{},
 		up:         make(chan struct{}),
 	}
 }
@@ -120,6 +122,18 @@ func (l *crashLoop) sawTag(tag string) {
 		l.problem("event ID %d assigned twice: %s and %s", k.EventID(), prev, tag)
 	}
 	l.ids[k.EventID()] = tag
+}
+
+// requestFailed counts an ingest request that failed, by its error or
+// its service error.
+func (l *crashLoop) requestFailed(err error, rep *nats.Msg) {
+	what := fmt.Sprint(err)
+	if err == nil {
+		what = rep.Header.Get(wire.HeaderServiceErrorCode) + " " + rep.Header.Get(wire.HeaderServiceError)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqErrs[what]++
 }
 
 // upChan is closed once the current (or next) process is ready.
@@ -210,6 +224,7 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 		m.Data = []byte("payload")
 		rep, err := nc.RequestMsg(m, 2*time.Second)
 		if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
+			l.requestFailed(err, rep)
 			if errors.Is(err, nats.ErrNoResponders) {
 				select {
 				case <-up:
@@ -426,6 +441,13 @@ func startCrashTraffic(t *testing.T, srv *server.Server, l *crashLoop, subject s
 		}()
 	}
 	t.Cleanup(c.stopPublishers) // before pubConn closes: cleanups run last first
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Logf("ingest requests that failed, by error: %v", l.reqErrs)
+		}
+	})
 	return c
 }
 
