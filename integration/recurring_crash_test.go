@@ -58,17 +58,20 @@ func (k recurKill) String() string {
 // maps; recv counts deliveries for the round driver, redelivered those
 // whose Delay-Attempt is above 1.
 type occurrenceLog struct {
-	mu          sync.Mutex
-	tags        map[string]map[int64]string // subject -> occurrence (ns) -> tag
-	occOf       map[string]int64            // tag -> occurrence (ns)
-	latest      map[string]int64            // subject -> latest occurrence delivered
+	mu     sync.Mutex
+	tags   map[string]map[int64]string // subject -> occurrence (ns) -> tag
+	occOf  map[string]int64            // tag -> occurrence (ns)
+	latest map[string]int64            // subject -> latest occurrence delivered
+	// onTime is, by subject, the latest occurrence delivered that was
+	// planned before it fell due (see waitCaughtUp).
+	onTime      map[string]int64
 	problems    []string
 	recv        atomic.Int64
 	redelivered atomic.Int64
 }
 
 func newOccurrenceLog() *occurrenceLog {
-	return &occurrenceLog{tags: map[string]map[int64]string{}, occOf: map[string]int64{}, latest: map[string]int64{}}
+	return &occurrenceLog{tags: map[string]map[int64]string{}, occOf: map[string]int64{}, latest: map[string]int64{}, onTime: map[string]int64{}}
 }
 
 // problem records something wrong seen in a callback. mu must be held.
@@ -84,15 +87,19 @@ func (l *occurrenceLog) onDelivery(m *nats.Msg) {
 	tag := m.Header.Get(wire.HeaderTag)
 	occ, oerr := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderOccurrence))
 	fire, ferr := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderFireAt))
+	// An occurrence's Delay-Enqueued-At is when its predecessor planned
+	// it; both are whole milliseconds, so one strictly before the other
+	// is before it for sure.
+	enq, eerr := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderEnqueuedAt))
 	n, aerr := strconv.Atoi(m.Header.Get(wire.HeaderAttempt))
 	if n > 1 {
 		l.redelivered.Add(1)
 	}
 	l.mu.Lock()
 	switch {
-	case oerr != nil || ferr != nil || aerr != nil:
-		l.problem("%s: %s %q, %s %q, %s %q", tag, wire.HeaderOccurrence, m.Header.Get(wire.HeaderOccurrence), wire.HeaderFireAt, m.Header.Get(wire.HeaderFireAt),
-			wire.HeaderAttempt, m.Header.Get(wire.HeaderAttempt))
+	case oerr != nil || ferr != nil || aerr != nil || eerr != nil:
+		l.problem("%s: %s %q, %s %q, %s %q, %s %q", tag, wire.HeaderOccurrence, m.Header.Get(wire.HeaderOccurrence), wire.HeaderFireAt, m.Header.Get(wire.HeaderFireAt),
+			wire.HeaderAttempt, m.Header.Get(wire.HeaderAttempt), wire.HeaderEnqueuedAt, m.Header.Get(wire.HeaderEnqueuedAt))
 	case now.Before(occ) || now.Before(fire):
 		l.problem("%s on %s received at %s, before its occurrence %s", tag, m.Subject, now.Format(time.RFC3339Nano), occ.Format(time.RFC3339Nano))
 	default:
@@ -111,27 +118,31 @@ func (l *occurrenceLog) onDelivery(m *nats.Msg) {
 		}
 		l.occOf[tag] = ns
 		l.latest[m.Subject] = max(l.latest[m.Subject], ns)
+		if enq.Before(fire) {
+			l.onTime[m.Subject] = max(l.onTime[m.Subject], ns)
+		}
 	}
 	l.mu.Unlock()
 	l.recv.Add(1)
 	_ = m.Respond(nil)
 }
 
-// caughtUp reports whether every subject has had an occurrence planned
-// after t delivered.
-func (l *occurrenceLog) caughtUp(subjects []string, t time.Time) error {
+// caughtUp reports whether every subject has delivered an occurrence
+// planned after t that was planned before it fell due, and how many have
+// not.
+func (l *occurrenceLog) caughtUp(subjects []string, t time.Time) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	behind := 0
 	for _, s := range subjects {
-		if l.latest[s] <= t.UnixNano() {
+		if l.onTime[s] <= t.UnixNano() {
 			behind++
 		}
 	}
 	if behind > 0 {
-		return fmt.Errorf("%d of %d schedules have not delivered an occurrence after %s", behind, len(subjects), t.Format(time.RFC3339Nano))
+		return behind, fmt.Errorf("%d of %d schedules have not delivered an occurrence after %s planned before it fell due", behind, len(subjects), t.Format(time.RFC3339Nano))
 	}
-	return nil
+	return 0, nil
 }
 
 // missed is how many planned times up to t the schedules of subjects
@@ -151,51 +162,44 @@ func (l *occurrenceLog) missed(subjects []string, t time.Time) (missed int64, no
 	return missed, none
 }
 
-// catchUpStall is how long a catch-up may gain nothing on the clock
-// before the crash loop fails: a liveness bound, generous for a loaded
+// catchUpStall is how long a catch-up may gain nothing before the crash
+// loop fails: a liveness bound, generous for a loaded
 // host.
 const catchUpStall = 60 * time.Second
 
-// caughtUpLag is how far behind the clock a schedule counts as caught up.
-// NB: a round ends only once every schedule is that close to the clock,
-// not merely past its restart: each restart then has only the outage to
-// catch up on, and never the 1000 missed times in a row after which catch-up
-// all gives up (docs/limits.md), which the loop's end would see as lost.
-const caughtUpLag = 5 * time.Second
-
-// waitCaughtUp waits until every schedule of subjects has delivered an
-// occurrence planned after t and after caughtUpLag before now, failing
-// only when the catch-up gains nothing on the clock for catchUpStall.
-// NB: under catch-up all, each schedule delivers every time it missed
-// while the process was down, one after another, so how long that takes
-// is the host's pace, not a promise of the service; that it keeps gaining
-// is.
+// waitCaughtUp waits until every schedule of subjects has caught up
+// since t: delivered an occurrence after t that its predecessor planned
+// before it fell due (its Delay-Enqueued-At before its Delay-Fire-At).
+// That is the service's own record that the schedule is back on the
+// clock, and where catch-up all starts counting late occurrences in a row
+// from zero again. NB: past the restart is not enough: a schedule still
+// behind the clock when a round kills the process goes on counting
+// through the next rounds, up to the 1000 missed times in a row after
+// which catch-up all gives up (docs/limits.md), which the loop's end
+// would see as lost. The wait fails only when the catch-up gains nothing
+// for catchUpStall: how long it takes is the host's pace, not a promise
+// of the service (under catch-up all, each schedule delivers every time
+// it missed, one after another); that it keeps gaining is.
 func waitCaughtUp(tb testing.TB, l *occurrenceLog, subjects []string, t time.Time) {
 	tb.Helper()
-	least, leastNone, since := int64(math.MaxInt64), len(subjects)+1, time.Now()
+	least, leastNone, leastBehind, since := int64(math.MaxInt64), len(subjects)+1, len(subjects)+1, time.Now()
 	for {
 		now := time.Now()
-		err := l.caughtUp(subjects, later(t, now.Add(-caughtUpLag)))
+		behind, err := l.caughtUp(subjects, t)
 		if err == nil {
 			return
 		}
-		// Gaining: fewer schedules that delivered nothing, or fewer times
-		// behind the clock than ever.
-		if m, none := l.missed(subjects, now); none < leastNone || none == leastNone && m < least {
-			least, leastNone, since = m, none, now
-		} else if now.Sub(since) > catchUpStall {
-			tb.Fatalf("the catch-up gained nothing on the clock for %v, %d planned times behind: %v", catchUpStall, m, err)
+		// Gaining: fewer schedules behind, or that delivered nothing, or
+		// fewer times behind the clock than ever.
+		m, none := l.missed(subjects, now)
+		switch {
+		case behind < leastBehind || none < leastNone || m < least:
+			least, leastNone, leastBehind, since = min(m, least), min(none, leastNone), min(behind, leastBehind), now
+		case now.Sub(since) > catchUpStall:
+			tb.Fatalf("the catch-up gained nothing for %v, %d planned times behind the clock: %v", catchUpStall, m, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // TestCrashLoop_SIGKILL_RecurringAdvance runs the real binary on each
@@ -285,9 +289,10 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 	checked, left := t.TempDir(), ""
 	for round := range kills {
 		// Rounds alternate: a kill from outside after the schedules caught
-		// up, then a kill by the hook. NB: catching up in every other round
-		// keeps the catch-up run short, so catch-up all never reaches its
-		// bound and every planned time must be delivered.
+		// up, then a kill by the hook. NB: catching up to the clock in every
+		// other round (see waitCaughtUp) keeps each run of late occurrences
+		// short, so catch-up all never reaches its bound and every planned
+		// time must be delivered.
 		kind := [...]recurKill{killFromOutside, killBeforeAdvanceCommit, killFromOutside, killAfterAdvanceCommit}[round%4]
 		stages[kind]++
 		if proc == nil {
@@ -299,13 +304,13 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 			}
 		}
 		restarted := time.Now()
+		missed, _ := l.missed(subjects[1:], restarted)
 		if left != "" {
 			// What the last kill left, checked while this process runs.
 			checkCrashedStore(t, eng, left, subjects)
 		}
-		caughtUp, missed := time.Duration(0), int64(0)
+		caughtUp := time.Duration(0)
 		if kind == killFromOutside {
-			missed, _ = l.missed(subjects[1:], restarted)
 			// NB: not the skipping schedule, whose run of skips goes on
 			// through the rounds.
 			waitCaughtUp(t, l, subjects[1:], restarted)
@@ -319,7 +324,7 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 		}
 		proc = nil
 		left = copyLeft(t, dir, filepath.Join(checked, "left"))
-		t.Logf("round %d: killed %s, %d missed times caught up in %v; %d deliveries (%d redelivered) so far, %v in",
+		t.Logf("round %d: killed %s, %d times missed at the restart, caught up in %v; %d deliveries (%d redelivered) so far, %v in",
 			round+1, kind, missed, caughtUp.Round(time.Millisecond), l.recv.Load(), l.redelivered.Load(), time.Since(start).Round(time.Second))
 	}
 
@@ -383,9 +388,9 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 	if gaps > 0 {
 		t.Errorf("%d planned occurrences lost", gaps)
 	}
-	t.Logf("%s: %d kills (outside %d, hook before commit %d, hook after commit %d), %d schedules, %d occurrences delivered, %d deliveries (%d redelivered), lost 0, in %v",
+	t.Logf("%s: %d kills (outside %d, hook before commit %d, hook after commit %d), %d schedules, %d occurrences delivered, %d deliveries (%d redelivered), lost %d, in %v",
 		eng, kills, stages[killFromOutside], stages[killBeforeAdvanceCommit], stages[killAfterAdvanceCommit], n, delivered, l.recv.Load(), l.redelivered.Load(),
-		time.Since(start).Round(time.Millisecond))
+		gaps, time.Since(start).Round(time.Millisecond))
 }
 
 // copyLeft copies the data dir left by a kill to to, replacing what is
