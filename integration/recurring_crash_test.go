@@ -280,13 +280,15 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 
 	r := rand.New(rand.NewPCG(seed, 42))
 	stages := map[recurKill]int{}
-	// NB: the store each kill leaves is copied and checked once the next
-	// process is up. Checked in place, it kept the service down for as
-	// long as the check took: at soak size on a loaded host, 10 to 30 s
-	// (the WAL of a long round to replay, and every message left to read,
-	// in a race-detector build), which each restart then had to catch up
-	// on, 200 schedules at 10 times a second.
-	checked, left := t.TempDir(), ""
+	// NB: the store each kill leaves is copied, and the copies are checked
+	// once a process is up that runs until the test kills it (the hook's
+	// dies within a few batches). Checked in place, it kept the service
+	// down for as long as the check took: at soak size on a loaded host,
+	// 10 to 30 s (the WAL of a long round to replay, and every message
+	// left to read, in a race-detector build), which each restart then
+	// had to catch up on, 200 schedules at 10 times a second.
+	checked := t.TempDir()
+	var left []string
 	for round := range kills {
 		// Rounds alternate: a kill from outside after the schedules caught
 		// up, then a kill by the hook. NB: catching up to the clock in every
@@ -305,12 +307,14 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 		}
 		restarted := time.Now()
 		missed, _ := l.missed(subjects[1:], restarted)
-		if left != "" {
-			// What the last kill left, checked while this process runs.
-			checkCrashedStore(t, eng, left, subjects)
-		}
 		caughtUp := time.Duration(0)
 		if kind == killFromOutside {
+			// What the kills since the last such round left, checked
+			// while this process runs.
+			for _, c := range left {
+				checkCrashedStore(t, eng, c, subjects)
+			}
+			left = left[:0]
 			// NB: not the skipping schedule, whose run of skips goes on
 			// through the rounds.
 			waitCaughtUp(t, l, subjects[1:], restarted)
@@ -323,14 +327,16 @@ func recurCrashLoop(t *testing.T, bin, eng string, seed uint64) {
 			waitSelfKilled(t, proc)
 		}
 		proc = nil
-		left = copyLeft(t, dir, filepath.Join(checked, "left"))
+		left = append(left, copyLeft(t, dir, filepath.Join(checked, strconv.Itoa(round%2))))
 		t.Logf("round %d: killed %s, %d times missed at the restart, caught up in %v; %d deliveries (%d redelivered) so far, %v in",
 			round+1, kind, missed, caughtUp.Round(time.Millisecond), l.recv.Load(), l.redelivered.Load(), time.Since(start).Round(time.Second))
 	}
 
 	proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, args...)
 	restarted := time.Now()
-	checkCrashedStore(t, eng, left, subjects)
+	for _, c := range left {
+		checkCrashedStore(t, eng, c, subjects)
+	}
 	if got := info(t, nc).Counts.Schedules; got != uint64(n) {
 		t.Errorf("INFO schedules %d after the last restart, want %d", got, n)
 	}
