@@ -163,8 +163,7 @@ func (l *occurrenceLog) missed(subjects []string, t time.Time) (missed int64, no
 }
 
 // catchUpStall is how long a catch-up may gain nothing before the crash
-// loop fails: a liveness bound, generous for a loaded
-// host.
+// loop fails: a liveness bound, generous for a loaded host.
 const catchUpStall = 60 * time.Second
 
 // waitCaughtUp waits until every schedule of subjects has caught up
