@@ -111,6 +111,9 @@ func newProcessCluster(t *testing.T, bin, url string, n int, addrs []string) *pr
 		for _, node := range c.nodes {
 			if node.proc != nil {
 				node.proc.kill(t)
+				if t.Failed() {
+					t.Logf("the log of %s, to its end:\n%s", node.id, lastLines(node.proc.output(), 60))
+				}
 			}
 		}
 	})
@@ -290,7 +293,8 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 		failovers = append(failovers, time.Since(killed))
 		l.setUp()
 		c.restart(victim)
-		t.Logf("round %d: killed leader %s after %d acknowledged, %d delivered; %s leads", round+1, victim.id, l.replies.Load(), l.recv.Load(), leader)
+		t.Logf("round %d: killed leader %s after %d acknowledged (%d requests failed), %d delivered; %s leads",
+			round+1, victim.id, l.replies.Load(), l.failed.Load(), l.recv.Load(), leader)
 	}
 	traffic.feed(ingestToken{}, perRound)
 	waitGrowth(t, "ingest replies after the last kill", &l.replies, perRound/4)
@@ -303,6 +307,7 @@ func TestClusterProcess_KillLeader_NothingAcknowledgedLost(t *testing.T) {
 	lost, deliveries, redeliveries := l.verify(t)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	t.Logf("ingest requests that failed, by error: %v", l.reqErrs)
 	t.Logf("leader kills survived: %d, acknowledged messages checked: %d, messages delivered: %d, deliveries: %d, "+
 		"redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, failovers (kill to a serving leader seen) %v, in %v",
 		kills, len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,

@@ -79,9 +79,11 @@ type crashLoop struct {
 	headerFire map[string]time.Time // tag -> Delay-Fire-At of its first delivery
 	ackSent    map[string]bool      // tag -> an ACK was sent at least once
 	problems   []string             // what the callbacks found wrong; they cannot fail the test
+	reqErrs    map[string]int       // ingest request failures, by what failed, to tell why a round stalls
 	up         chan struct{}        // closed while a process is ready; replaced at each kill
 
 	replies atomic.Int64 // successful ingest replies
+	failed  atomic.Int64 // ingest requests that failed
 	recv    atomic.Int64 // deliveries
 	acks    atomic.Int64 // ACKs sent
 	naks    atomic.Int64 // NAKs sent
@@ -96,6 +98,7 @@ func newCrashLoop() *crashLoop {
 		firstRecv:  map[string]time.Time{},
 		headerFire: map[string]time.Time{},
 		ackSent:    map[string]bool{},
+		reqErrs:    map[string]int{},
 		up:         make(chan struct{}),
 	}
 }
@@ -120,6 +123,19 @@ func (l *crashLoop) sawTag(tag string) {
 		l.problem("event ID %d assigned twice: %s and %s", k.EventID(), prev, tag)
 	}
 	l.ids[k.EventID()] = tag
+}
+
+// requestFailed counts an ingest request that failed, by its error or
+// its service error.
+func (l *crashLoop) requestFailed(err error, rep *nats.Msg) {
+	what := fmt.Sprint(err)
+	if err == nil {
+		what = rep.Header.Get(wire.HeaderServiceErrorCode) + " " + rep.Header.Get(wire.HeaderServiceError)
+	}
+	l.failed.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqErrs[what]++
 }
 
 // upChan is closed once the current (or next) process is ready.
@@ -190,8 +206,12 @@ func (l *crashLoop) onDelivery(m *nats.Msg) {
 type ingestToken struct{ at time.Time }
 
 // publish schedules one message per token until stop is closed. A request
-// that fails made no promise and is not recorded; after "no responders"
-// (the service is down) it waits for the next process rather than spin.
+// that fails made no promise and is not recorded, and its token is tried
+// again with a new request: a token dropped on a failure would leave a
+// round that fed it waiting for replies that no request is left to bring,
+// however soon the service answers again. After "no responders" (the
+// service is down, or a cluster's leader not yet subscribed) it waits for
+// the next process, or a moment if this one is up.
 func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens <-chan ingestToken, stop <-chan struct{}) {
 	for {
 		var tok ingestToken
@@ -200,41 +220,60 @@ func (l *crashLoop) publish(nc *nats.Conn, subject string, r *rand.Rand, tokens 
 			return
 		case tok = <-tokens:
 		}
-		up := l.upChan()
-		m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", wire.DefaultIngestPrefix, subject, r.IntN(4)))
-		if tok.at.IsZero() {
-			m.Header.Set("Delay", fmt.Sprintf("%dms", r.IntN(501)))
-		} else {
-			m.Header.Set("Delay-At", tok.at.UTC().Format(time.RFC3339Nano))
-		}
-		m.Data = []byte("payload")
-		rep, err := nc.RequestMsg(m, 2*time.Second)
-		if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
-			if errors.Is(err, nats.ErrNoResponders) {
-				select {
-				case <-up:
-				case <-stop:
-					return
-				}
+		for !l.publishOne(nc, subject, r, tok, stop) {
+			select {
+			case <-stop:
+				return
+			default:
 			}
-			continue
 		}
-		var body struct {
-			Tag    string `json:"tag"`
-			FireAt string `json:"fire_at"`
-		}
-		jerr := json.Unmarshal(rep.Data, &body)
-		fire, terr := time.Parse(time.RFC3339Nano, body.FireAt)
-		l.mu.Lock()
-		if jerr != nil || terr != nil {
-			l.problem("ingest reply %q: %v %v", rep.Data, jerr, terr)
-		} else {
-			l.sawTag(body.Tag)
-			l.acked[body.Tag] = fire
-		}
-		l.mu.Unlock()
-		l.replies.Add(1)
 	}
+}
+
+// noRespondersPause is how long a publisher waits after "no responders"
+// or a 503 while a process is up, before it asks again: a cluster's new
+// leader subscribes, and serves, a moment after it is elected.
+const noRespondersPause = 20 * time.Millisecond
+
+// publishOne makes one request for tok and reports whether it was
+// answered with a tag.
+func (l *crashLoop) publishOne(nc *nats.Conn, subject string, r *rand.Rand, tok ingestToken, stop <-chan struct{}) bool {
+	up := l.upChan()
+	m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", wire.DefaultIngestPrefix, subject, r.IntN(4)))
+	if tok.at.IsZero() {
+		m.Header.Set("Delay", fmt.Sprintf("%dms", r.IntN(501)))
+	} else {
+		m.Header.Set("Delay-At", tok.at.UTC().Format(time.RFC3339Nano))
+	}
+	m.Data = []byte("payload")
+	rep, err := nc.RequestMsg(m, 2*time.Second)
+	if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
+		l.requestFailed(err, rep)
+		if errors.Is(err, nats.ErrNoResponders) || err == nil { // err nil: a 503
+			select {
+			case <-up:
+				time.Sleep(noRespondersPause)
+			case <-stop:
+			}
+		}
+		return false
+	}
+	var body struct {
+		Tag    string `json:"tag"`
+		FireAt string `json:"fire_at"`
+	}
+	jerr := json.Unmarshal(rep.Data, &body)
+	fire, terr := time.Parse(time.RFC3339Nano, body.FireAt)
+	l.mu.Lock()
+	if jerr != nil || terr != nil {
+		l.problem("ingest reply %q: %v %v", rep.Data, jerr, terr)
+	} else {
+		l.sawTag(body.Tag)
+		l.acked[body.Tag] = fire
+	}
+	l.mu.Unlock()
+	l.replies.Add(1)
+	return true
 }
 
 // TestCrashLoop_SIGKILL_NothingAcknowledgedLost runs the real binary on
@@ -426,6 +465,13 @@ func startCrashTraffic(t *testing.T, srv *server.Server, l *crashLoop, subject s
 		}()
 	}
 	t.Cleanup(c.stopPublishers) // before pubConn closes: cleanups run last first
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Logf("ingest requests that failed, by error: %v", l.reqErrs)
+		}
+	})
 	return c
 }
 
