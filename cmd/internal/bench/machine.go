@@ -185,8 +185,12 @@ type machine struct {
 	tmpfs string // mount point of its tmpfs; "" without one
 	// undo tears down what was set up, in the reverse order.
 	undo []func() error
-	once sync.Once
-	err  error
+	// setting is held while the machine is set up, so that a close for a
+	// signal (CloseMachines, on another goroutine) waits for the setup
+	// and undoes all of it, not the part done by then.
+	setting sync.Mutex
+	once    sync.Once
+	err     error
 }
 
 // machineSpec is what a machine gets: cores of CPU (0 for no quota), and
@@ -198,16 +202,22 @@ type machineSpec struct {
 	dir   string
 }
 
-// live is the machines set up and not yet closed, for CloseMachines.
+// live is the machines set up and not yet closed, for CloseMachines;
+// closed once CloseMachines has run, after which no machine is set up.
 var live struct {
-	mu  sync.Mutex
-	set map[*machine]struct{}
+	mu     sync.Mutex
+	set    map[*machine]struct{}
+	closed bool
 }
+
+// errMachinesClosed refuses a machine asked for after CloseMachines.
+var errMachinesClosed = errors.New("bench: stopping: no more nodes' machines are set up")
 
 // CloseMachines tears down every machine still set up, killing the nodes
 // in them: for a signal that stops the bench before its phases do.
 func CloseMachines() error {
 	live.mu.Lock()
+	live.closed = true
 	ms := make([]*machine, 0, len(live.set))
 	for m := range live.set {
 		ms = append(ms, m)
@@ -223,13 +233,20 @@ func CloseMachines() error {
 // newMachine sets up spec, and undoes what it did on an error.
 func newMachine(mos machineOS, ctl cpuController, spec machineSpec) (*machine, error) {
 	m := &machine{os: mos, ctl: ctl}
+	m.setting.Lock()
 	live.mu.Lock()
+	if live.closed {
+		live.mu.Unlock()
+		m.setting.Unlock()
+		return nil, errMachinesClosed
+	}
 	if live.set == nil {
 		live.set = map[*machine]struct{}{}
 	}
 	live.set[m] = struct{}{}
 	live.mu.Unlock()
 	err := m.setUp(spec)
+	m.setting.Unlock()
 	if err != nil {
 		return nil, errors.Join(err, m.close())
 	}
@@ -341,6 +358,8 @@ func (m *machine) killAll() error {
 // close undoes the machine's setup, last step first, once; it goes on
 // past a step that fails so as to leave as little behind as it can.
 func (m *machine) close() error {
+	m.setting.Lock()
+	defer m.setting.Unlock()
 	m.once.Do(func() {
 		live.mu.Lock()
 		delete(live.set, m)
