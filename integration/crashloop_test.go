@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,8 +81,12 @@ type crashLoop struct {
 	headerFire map[string]time.Time // tag -> Delay-Fire-At of its first delivery
 	ackSent    map[string]bool      // tag -> an ACK was sent at least once
 	problems   []string             // what the callbacks found wrong; they cannot fail the test
-	reqErrs    map[string]int       // ingest request failures, by what failed, to tell why a round stalls
-	up         chan struct{}        // closed while a process is ready; replaced at each kill
+	// lives, when not nil, holds the tags and attempts the current
+	// process delivered (see trackLives); twice counts deliveries one
+	// process made again.
+	lives   *lifeLog
+	reqErrs map[string]int // ingest request failures, by what failed, to tell why a round stalls
+	up      chan struct{}  // closed while a process is ready; replaced at each kill
 
 	replies atomic.Int64 // successful ingest replies
 	failed  atomic.Int64 // ingest requests that failed
@@ -101,6 +107,85 @@ func newCrashLoop() *crashLoop {
 		reqErrs:    map[string]int{},
 		up:         make(chan struct{}),
 	}
+}
+
+// lifeLog is what one process of a loop that restarts a single process
+// delivered. A process counts a message's attempts up from what it read
+// at its start, one for every delivery it makes, so a second delivery of
+// the same attempt by one process is a duplicate, whatever the consumer
+// answered and however long the ack wait; after a crash the next process
+// may repeat an attempt (docs/protocol.md: the count is written a second
+// after the delivery), which is why the log starts afresh for each.
+type lifeLog struct {
+	life  int                   // processes ended so far
+	seen  map[tagAttempt]bool   // the current process's deliveries
+	twice int                   // deliveries one process made again
+	first map[tagAttempt]string // when each was received, for the failure's message
+}
+
+type tagAttempt struct {
+	tag     string
+	attempt int
+}
+
+// lifeSubject is the subject, under the consumer's subscription, on which
+// the loop marks the end of a process's life (see endLife).
+func lifeSubject(subject string) string { return subject + ".life" }
+
+// trackLives makes l check that no process delivers a message twice (see
+// lifeLog). Only for a loop that runs one process at a time and calls
+// endLife once each is gone: deliveries cannot be told apart by process
+// otherwise.
+func (l *crashLoop) trackLives() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lives = &lifeLog{seen: map[tagAttempt]bool{}, first: map[tagAttempt]string{}}
+}
+
+// endLife marks, in the consumer's stream, that the process just killed
+// will deliver nothing more. It waits until srv has closed every
+// connection of natsdelay's: the server reads what a killed process sent
+// before it sees the connection closed, so every delivery of that
+// process is by then queued to the consumer, ahead of the mark published
+// after it; and the next process is started only once the mark is in
+// the server (the flush), so its deliveries come after it.
+func endLife(t *testing.T, srv *server.Server, consumer *nats.Conn, subject string) {
+	t.Helper()
+	checkFor(t, 30*time.Second, 2*time.Millisecond, func() error {
+		cz, err := srv.Connz(&server.ConnzOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range cz.Conns {
+			if c.Name == "natsdelay" {
+				return fmt.Errorf("natsdelay's connection %d still open after its SIGKILL", c.Cid)
+			}
+		}
+		return nil
+	})
+	if err := consumer.Publish(lifeSubject(subject), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := consumer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sawInLife records a delivery of tag's attempt by the current process and
+// reports one it made before. mu must be held.
+func (l *crashLoop) sawInLife(tag string, attempt int, at time.Time) {
+	if l.lives == nil {
+		return
+	}
+	k := tagAttempt{tag, attempt}
+	if l.lives.seen[k] {
+		l.lives.twice++
+		l.problem("%s attempt %d delivered twice by one process (life %d): first received at %s, again at %s",
+			tag, attempt, l.lives.life+1, l.lives.first[k], at.Format(time.RFC3339Nano))
+		return
+	}
+	l.lives.seen[k] = true
+	l.lives.first[k] = at.Format(time.RFC3339Nano)
 }
 
 // problem records something wrong seen in a callback. mu must be held.
@@ -157,6 +242,17 @@ func (l *crashLoop) setDown() {
 // the subscription's goroutine and never blocks on anything but mu.
 func (l *crashLoop) onDelivery(m *nats.Msg) {
 	now := time.Now()
+	if strings.HasSuffix(m.Subject, ".life") {
+		// The loop's mark that a process is gone (see endLife).
+		l.mu.Lock()
+		if l.lives != nil {
+			l.lives.life++
+			clear(l.lives.seen)
+			clear(l.lives.first)
+		}
+		l.mu.Unlock()
+		return
+	}
 	tag := m.Header.Get(wire.HeaderTag)
 	n, aerr := strconv.Atoi(m.Header.Get(wire.HeaderAttempt))
 	fire, ferr := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderFireAt))
@@ -173,6 +269,9 @@ func (l *crashLoop) onDelivery(m *nats.Msg) {
 		l.problem("%s delivered at %s, before its %s %s", tag, now.Format(time.RFC3339Nano), wire.HeaderFireAt, fire.Format(time.RFC3339Nano))
 	}
 	l.sawTag(tag)
+	if aerr == nil {
+		l.sawInLife(tag, n, now)
+	}
 	l.deliveries[tag]++
 	if first, ok := l.firstRecv[tag]; !ok || now.Before(first) {
 		l.firstRecv[tag] = now
@@ -201,7 +300,9 @@ func (l *crashLoop) onDelivery(m *nats.Msg) {
 }
 
 // ingestToken asks a publisher for one message. A zero at means a random
-// relative delay; otherwise the message is due at that absolute time, so
+// relative delay, none for one message in three (due when its batch
+// commits, which the group commit may hand to the dispatcher:
+// docs/architecture.md, "A message due at ingest"); otherwise the message is due at that absolute time, so
 // that a round can make many messages fire, and be ACKed, together.
 type ingestToken struct{ at time.Time }
 
@@ -240,9 +341,12 @@ const noRespondersPause = 20 * time.Millisecond
 func (l *crashLoop) publishOne(nc *nats.Conn, subject string, r *rand.Rand, tok ingestToken, stop <-chan struct{}) bool {
 	up := l.upChan()
 	m := nats.NewMsg(fmt.Sprintf("%s.%s.s%d", wire.DefaultIngestPrefix, subject, r.IntN(4)))
-	if tok.at.IsZero() {
+	switch {
+	case tok.at.IsZero() && r.IntN(3) == 0:
+		m.Header.Set("Delay", "0s")
+	case tok.at.IsZero():
 		m.Header.Set("Delay", fmt.Sprintf("%dms", r.IntN(501)))
-	} else {
+	default:
 		m.Header.Set("Delay-At", tok.at.UTC().Format(time.RFC3339Nano))
 	}
 	m.Data = []byte("payload")
@@ -302,6 +406,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	dir := t.TempDir()
 	subject := "crashloop." + engine
 	l := newCrashLoop()
+	l.trackLives()
 	traffic := startCrashTraffic(t, srv, l, subject, seed, perRound)
 
 	var proc *serviceProcess
@@ -313,6 +418,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	}()
 	r := rand.New(rand.NewPCG(seed, 99))
 	moments := [killMoments]int{}
+	var handedOff uint64 // by the processes killed, as each last told INFO
 	for round := range kills {
 		proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
 			"--engine", engine, "--ack-wait", "1s")
@@ -323,21 +429,25 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		case killDuringIngest:
 			traffic.feed(ingestToken{}, perRound)
 			waitGrowth(t, "ingest replies", &l.replies, int64(perRound/4))
+			handedOff += handedOffNow(traffic.consumer)
 			// Random, so the kill lands anywhere in the commits that follow.
 			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
 		case killDuringDelivery:
 			traffic.feed(ingestToken{}, perRound)
 			waitGrowth(t, "deliveries", &l.recv, int64(perRound/2))
+			handedOff += handedOffNow(traffic.consumer)
 			time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
 		case killAfterAckBurst:
 			// One fire time for the whole round, so the ACKs come in a burst.
 			traffic.feed(ingestToken{at: time.Now().Add(300 * time.Millisecond)}, perRound)
 			waitGrowth(t, "ACKs", &l.acks, int64(perRound/5))
+			handedOff += handedOffNow(traffic.consumer)
 			time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
 		}
 		l.setDown()
 		proc.kill(t)
 		proc = nil
+		endLife(t, srv, traffic.consumer, subject)
 		t.Logf("round %d: killed during %s after %d acknowledged, %d delivered", round+1, moment, l.replies.Load(), l.recv.Load())
 		// Down for a random while: publishers meet no responders, and
 		// deliveries that were due pile up for the next process.
@@ -349,16 +459,31 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	l.setUp()
 	traffic.stopPublishers()
 	l.settle(t, traffic.consumer)
+	handedOff += handedOffNow(traffic.consumer)
 	proc.stop(t)
 	proc = nil
 	lost, deliveries, redeliveries := l.verify(t)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t.Logf("%s: kills survived: %d (ingest %d, delivery %d, ack burst %d), acknowledged messages checked: %d, "+
-		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, in %v",
+		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, "+
+		"delivered twice by one process: %d, handed off at ingest (INFO before each kill): %d, in %v",
 		engine, kills, moments[killDuringIngest], moments[killDuringDelivery], moments[killAfterAckBurst],
 		len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
-		time.Since(start).Round(time.Millisecond))
+		l.lives.twice, handedOff, time.Since(start).Round(time.Millisecond))
+}
+
+// handedOffNow is INFO's handed_off, or 0 if INFO is not answered in 5 s:
+// the count is for the log, and a loaded process's silence is no fault.
+func handedOffNow(nc *nats.Conn) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	data, err := api(nc).Request(ctx, "INFO", nil)
+	var r wire.InfoReply
+	if err != nil || json.Unmarshal(data, &r) != nil {
+		return 0
+	}
+	return r.Stats.HandedOff
 }
 
 // settle waits until every acknowledged message was delivered and ACKed,
@@ -424,6 +549,9 @@ func (l *crashLoop) verify(t *testing.T) (lost, deliveries, redeliveries int) {
 	}
 	if lost > 0 || early > 0 {
 		t.Errorf("%d acknowledged messages lost, %d delivered early", lost, early)
+	}
+	if l.lives != nil && l.lives.twice > 0 {
+		t.Errorf("%d deliveries made again by the process that made them first", l.lives.twice)
 	}
 	return lost, deliveries, redeliveries
 }
