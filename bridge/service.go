@@ -709,6 +709,22 @@ func (s *Service) handleIngest(req micro.Request) {
 
 // ingest schedules the message req, for a node that may answer it.
 func (s *Service) ingest(req micro.Request) {
+	if p, ok := s.parseIngest(req); ok {
+		s.commitIngest(p.req, p.once, p.span, false)
+	}
+}
+
+// parsedIngest is a request to schedule, parsed and not yet handed to
+// the group commit.
+type parsedIngest struct {
+	req  micro.Request
+	once delaystore.Once
+	span trace.Span
+}
+
+// parseIngest parses the message req. A message that is not valid is
+// answered here, and ok is false.
+func (s *Service) parseIngest(req micro.Request) (p parsedIngest, ok bool) {
 	target := strings.TrimPrefix(req.Subject(), s.cfg.IngestPrefix+".")
 	lim := s.lim
 	// Read per message: a reconnect may reach a server with another.
@@ -728,9 +744,9 @@ func (s *Service) ingest(req micro.Request) {
 			endIngest(span, delaystore.Outcome{}, err)
 		}
 		s.ingestInvalid(req, err)
-		return
+		return parsedIngest{}, false
 	}
-	s.commitIngest(req, once, span, false)
+	return parsedIngest{req: req, once: once, span: span}, true
 }
 
 // commitIngest stores the message of once, parsed from req, and answers

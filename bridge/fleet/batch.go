@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // A router sends what one burst of its ingest forwards to a cell as one
@@ -199,6 +200,8 @@ type outbox struct {
 	// forward since the outbox was last sent.
 	cells []string
 	by    map[string]*queued
+	// local are the messages for this node's own cell, in order.
+	local []micro.Request
 }
 
 // queued are the forwards to one cell not sent yet, and at most the
@@ -238,7 +241,9 @@ func (n *Node) queue(f forwarded, cell string) {
 	q.size += size
 }
 
-// sendOutbox sends what the outbox holds.
+// sendOutbox sends what the outbox holds: the forwards first, so that
+// the owners start on them, then this cell's own messages to its
+// service.
 func (n *Node) sendOutbox() {
 	for _, c := range n.out.cells {
 		q := n.out.by[c]
@@ -246,6 +251,28 @@ func (n *Node) sendOutbox() {
 		q.listed = false
 	}
 	n.out.cells = n.out.cells[:0]
+	n.sendLocal()
+}
+
+// maxLocal bounds the messages for this node's own cell that the outbox
+// holds: a burst that does not end is handed over in parts of this many,
+// and none waits behind more than that.
+const maxLocal = 256
+
+// queueLocal adds r, a message for this node's own cell, to the outbox.
+func (n *Node) queueLocal(r *request) {
+	n.out.local = append(n.out.local, r)
+	if len(n.out.local) >= maxLocal {
+		n.sendLocal()
+	}
+}
+
+// sendLocal hands the outbox's messages for this node's own cell to its
+// service, and empties it.
+func (n *Node) sendLocal() {
+	n.ingestAll(n.out.local)
+	clear(n.out.local) // the messages are not kept past their hand-over
+	n.out.local = n.out.local[:0]
 }
 
 // batchLimit is the largest batch payload this router sends.

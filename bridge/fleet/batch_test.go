@@ -428,3 +428,169 @@ func TestNode_ReceiveBatch_Malformed_400AndNothingTaken(t *testing.T) {
 		t.Fatalf("a took %d publishes of malformed batches", len(took))
 	}
 }
+
+// batchRecorder is a recorder that also takes several messages at once
+// (fleet.BatchIngester), and keeps how many each call held.
+type batchRecorder struct {
+	*recorder
+	calls []int
+}
+
+func (r *batchRecorder) IngestBatch(reqs []micro.Request) {
+	r.mu.Lock()
+	r.calls = append(r.calls, len(reqs))
+	r.mu.Unlock()
+	for _, req := range reqs {
+		r.Ingest(req)
+	}
+}
+
+func (r *batchRecorder) batches() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.calls...)
+}
+
+// TestNode_ReceiveBatch_HandedOverAtOnce checks that the owner hands the
+// publishes of a forwarded batch to a service that takes several at once
+// in one call, in the order they were published, so that its group
+// commit gets them together: 200 publishes forwarded as one batch are
+// one call of 200.
+func TestNode_ReceiveBatch_HandedOverAtOnce(t *testing.T) {
+	nc := startNATS(t)
+	a := &batchRecorder{recorder: newRecorder()}
+	b, g := startBurstFleet(t, nc, a, false)
+	before, calls := len(a.taken()), len(a.batches())
+	answers := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("_INBOX.once.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const n = 200
+	subjects := burst(t, nc, b, g, n, "_INBOX.once")
+	for i := range n + 1 {
+		select {
+		case <-answers:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d publishers answered", i, n+1)
+		}
+	}
+	if got := a.batches()[calls:]; !reflect.DeepEqual(got, []int{n}) {
+		t.Fatalf("a was handed batches of %v, want one of %d", got, n)
+	}
+	took := a.taken()[before:]
+	for i, m := range took {
+		if m.Subject != "$DELAY.CELL.a.IN."+subjects[i%5] || string(m.Data) != fmt.Sprint(i) {
+			t.Fatalf("a's message %d: %s %q, want publish %d in order", i, m.Subject, m.Data, i)
+		}
+	}
+	if len(took) != n {
+		t.Fatalf("a took %d, want %d", len(took), n)
+	}
+}
+
+// batchGate is a gate whose service also takes several messages at once,
+// keeping each call's messages in order.
+type batchGate struct {
+	*gate
+	mu    sync.Mutex
+	calls [][]string // each call's payloads
+	n     chan struct{}
+}
+
+func (g *batchGate) IngestBatch(reqs []micro.Request) {
+	var call []string
+	for _, req := range reqs {
+		call = append(call, string(req.Data()))
+		_ = req.Respond([]byte(`{"tag":"t"}`))
+	}
+	g.mu.Lock()
+	g.calls = append(g.calls, call)
+	g.mu.Unlock()
+	g.n <- struct{}{}
+}
+
+// TestNode_Route_OwnBurst_HandedOverTogether checks that what a burst of
+// a node's ingest holds for its own cell goes to a service that takes
+// several at once in calls of at most 256, in the order published, and
+// that every publisher is answered: 300 publishes that reach the node
+// while its handler is busy are two calls, of 256 and 44.
+func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
+	nc := startNATS(t)
+	g := &batchGate{gate: &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, n: make(chan struct{}, 16)}
+	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}},
+		fleet.Config{Cell: "b", IngestPrefix: "own", Heartbeat: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.open()
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	answers := make(chan *nats.Msg, 512)
+	sub, err := nc.ChanSubscribe("_INBOX.own.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	// The first publish, alone, goes to Ingest and holds the handler.
+	for try := 0; ; try++ {
+		if err := nc.PublishRequest("own.hold", "_INBOX.own.hold", nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.entered:
+		case <-time.After(10 * time.Millisecond):
+			if try == 3000 {
+				t.Fatal("b never served its ingest")
+			}
+			continue // b does not serve yet
+		}
+		break
+	}
+	const n = 300
+	for i := range n {
+		m := &nats.Msg{Subject: fmt.Sprintf("own.s.%d", i%7), Reply: fmt.Sprintf("_INBOX.own.%d", i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < n+1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("NATS holds %d messages for b's handler, want %d", b.IngestPending(), n+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.open()
+	replied := map[string]bool{}
+	for len(replied) < n+1 {
+		select {
+		case m := <-answers:
+			replied[m.Subject] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d publishers answered", len(replied), n+1)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	var order []string
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+		order = append(order, c...)
+	}
+	if !reflect.DeepEqual(sizes, []int{256, n - 256}) {
+		t.Fatalf("b's service was handed calls of %v, want 256 and %d", sizes, n-256)
+	}
+	for i, d := range order {
+		if d != fmt.Sprint(i) {
+			t.Fatalf("handed over %d-th: publish %s, want %d in order", i, d, i)
+		}
+	}
+}

@@ -33,6 +33,16 @@ type Service interface {
 	Info() (wire.InfoReply, error)
 }
 
+// BatchIngester is a Service that also takes several messages at once
+// (a *bridge.Service is one): it parses them all before it hands the
+// first to its group commit, so that they are committed together. A
+// node hands it what one burst of its ingest and each forwarded batch
+// hold for its own cell; with a Service that is not one, each goes to
+// Ingest alone.
+type BatchIngester interface {
+	IngestBatch(reqs []micro.Request)
+}
+
 // Node is a node of a cell in the fleet. While its service serves, it
 // routes the fleet's ingest, API and header ACKs by partition, takes what
 // other nodes forward to its cell, and tells the fleet its record each
@@ -53,6 +63,9 @@ type Node struct {
 	// lastIn is when a chunk of the move into this cell last came (Unix
 	// ns; see watchIn).
 	lastIn atomic.Int64
+	// batcher is svc as a BatchIngester, nil if it takes one message at
+	// a time.
+	batcher BatchIngester
 	// mover is svc as a Mover, nil if it cannot move partitions; moving
 	// serialises the moves this cell carries out (see move.go), and
 	// moveWG waits for the goroutines that carry them out.
@@ -116,6 +129,7 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	n.cur = rec
 	n.lastIn.Store(time.Now().UnixNano())
 	n.mover, _ = svc.(Mover)
+	n.batcher, _ = svc.(BatchIngester)
 	if cfg.Clustered {
 		k, ok := svc.(Keeper)
 		if !ok {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // refwd marks the router token of a message a receiver forwarded on: its
@@ -49,9 +50,10 @@ func (n *Node) subscribe() error {
 
 // routeIngest takes a publish to <ingest prefix>.<subject> and sends it
 // to the cell that owns the subject's partition: to this cell's service
-// in process, or to the owner in one NATS hop. What it forwards waits in
-// the outbox until NATS has nothing more pending for the subscription,
-// so that a burst goes to each owner as one batch (see batch.go).
+// in process, or to the owner in one NATS hop. Both wait in the outbox
+// until NATS has nothing more pending for the subscription, so that a
+// burst goes to each owner as one batch, and to this cell's service as
+// one hand-over (see batch.go).
 func (n *Node) routeIngest(m *nats.Msg) {
 	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
 	if n.reserved(target) {
@@ -88,9 +90,9 @@ func (n *Node) reserved(target string) bool {
 }
 
 // send hands m, a message to schedule for target, to the owner of its
-// partition; from names the router in the forwarded subject. A forward
-// goes to the outbox if queue (only the ingest's handler may ask it),
-// at once otherwise. A node
+// partition; from names the router in the forwarded subject. A forward,
+// or a message for this cell's own service, goes to the outbox if queue
+// (only the ingest's handler may ask it), at once otherwise. A node
 // whose own cell owns it but that does not lead it (a follower)
 // forwards it to its cell like any other, so that whichever node serves
 // the cell takes it, or the publisher gets the relay's 503.
@@ -101,7 +103,12 @@ func (n *Node) send(m *nats.Msg, target, from string, queue bool) {
 	case !ok:
 		answerError(n.nc, m, 503, "partition %d of subject %q has no owner this node knows of yet: try again", p, target)
 	case cell == n.rec.Cell && n.svc.Leads():
-		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
+		r := &request{nc: n.nc, msg: m, subject: n.cellIngest + target}
+		if queue {
+			n.queueLocal(r)
+		} else {
+			n.svc.Ingest(r)
+		}
 	case time.Since(at) > n.cfg.Silence:
 		answerError(n.nc, m, 503, "cell %q, the owner of partition %d, is unavailable: not heard from for %v: try again", cell, p, time.Since(at).Round(time.Millisecond))
 	case queue:
@@ -130,7 +137,9 @@ func (n *Node) receive(m *nats.Msg) {
 		return
 	}
 	told := false
-	n.take(m, target, from, &told)
+	if r := n.take(m, target, from, &told); r != nil {
+		n.svc.Ingest(r)
+	}
 }
 
 // receiveBatch takes each publish of the batch m from the router from, in
@@ -146,23 +155,27 @@ func (n *Node) receiveBatch(m *nats.Msg, from string) {
 		return
 	}
 	told := false
+	var mine []micro.Request
 	for _, f := range fs {
-		n.take(f.msg, f.target, from, &told)
+		if r := n.take(f.msg, f.target, from, &told); r != nil {
+			mine = append(mine, r)
+		}
 	}
+	n.ingestAll(mine)
 }
 
-// take takes m, forwarded by router from for target. told says whether
-// the router was told its map is stale already, for this message or
-// batch.
-func (n *Node) take(m *nats.Msg, target, from string, told *bool) {
+// take takes m, forwarded by router from for target, and returns it as a
+// request for this cell's service if this cell owns its partition; nil
+// if it answered or forwarded it. told says whether the router was told
+// its map is stale already, for this message or batch.
+func (n *Node) take(m *nats.Msg, target, from string, told *bool) *request {
 	if n.reserved(target) {
 		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
-		return
+		return nil
 	}
 	p := Partition(target, n.rec.Partitions)
 	if Contains(n.Record().Owned, p) {
-		n.svc.Ingest(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
-		return
+		return &request{nc: n.nc, msg: m, subject: n.cellIngest + target}
 	}
 	if !*told {
 		*told = true
@@ -171,7 +184,22 @@ func (n *Node) take(m *nats.Msg, target, from string, told *bool) {
 	}
 	if strings.HasPrefix(from, refwd) {
 		answerError(n.nc, m, 503, "partition %d is moving between cells: try again", p)
-		return
+		return nil
 	}
 	n.send(m, target, refwd+n.id, false)
+	return nil
+}
+
+// ingestAll hands reqs, in order, to this cell's service: at once, where
+// it takes several (see BatchIngester), else one by one.
+func (n *Node) ingestAll(reqs []micro.Request) {
+	switch {
+	case len(reqs) == 0:
+	case len(reqs) > 1 && n.batcher != nil:
+		n.batcher.IngestBatch(reqs)
+	default:
+		for _, r := range reqs {
+			n.svc.Ingest(r)
+		}
+	}
 }

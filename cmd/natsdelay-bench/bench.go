@@ -37,6 +37,7 @@ type benchCmd struct {
 	CellNodes    int      `name:"cell-nodes" help:"Nodes of each cell of the cells phase: 1, or 3 for a cluster (default 1)."`
 	CellParts    int      `name:"cell-partitions" help:"The fleet's --partitions in the cells phase (default 12)."`
 	CellReqs     []int    `name:"cell-requesters" help:"Synchronous requester counts of the cells phase (default 64,192)." placeholder:"N,..."`
+	CellWarmup   int      `name:"cell-warmup" help:"Messages of the untimed run of each mode that each system of the cells phase takes before its timed rows, so that none is timed colder than another (default --ingest-msgs/4)."`
 	NodeCPU      float64  `name:"node-cpu" help:"Run each natsdelay node of the cluster and cells phases in a cgroup of its own with this CPU quota in cores, every 10 ms, and its data on a tmpfs of its own, as a machine of its own; 0 shares this machine's cores and disk. Needs root." placeholder:"CORES"`
 	NodeTmpfs    bool     `name:"node-tmpfs" help:"Put each node's data on a tmpfs of its own, without a CPU quota (--node-cpu implies it). Needs root."`
 	NodeLogs     string   `name:"node-logs" help:"Keep the whole log of every node of the cluster and cells phases in this directory, a file a node." placeholder:"DIR"`
@@ -132,6 +133,7 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.Cells, c.Cells)
 	set(&cfg.CellNodes, c.CellNodes)
 	set(&cfg.CellPartitions, c.CellParts)
+	set(&cfg.CellWarmup, c.CellWarmup)
 	cfg.CellRequesters = c.CellReqs
 	cfg.NodeCPU, cfg.NodeTmpfs, cfg.NodeLogs = c.NodeCPU, c.NodeTmpfs, c.NodeLogs
 	if c.ScaleSubjects == 0 {
@@ -164,7 +166,7 @@ func (c *benchCmd) check() error {
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
 		{"--failovers", c.Failovers}, {"--events-rounds", c.EventsRounds},
-		{"--cells", c.Cells}, {"--cell-partitions", c.CellParts},
+		{"--cells", c.Cells}, {"--cell-partitions", c.CellParts}, {"--cell-warmup", c.CellWarmup},
 	} {
 		if f.v < 0 {
 			p.add("%s %d: want a count > 0, or 0 for the default", f.name, f.v)

@@ -286,11 +286,12 @@ func TestBench_Cluster_Quick(t *testing.T) {
 // of every mode, none refused, and stored each once, and delivered every
 // message of its end-to-end run with each ACK applied, so that the fleet's
 // rows measure three cells sharing the load, not a refusing or a
-// duplicating fleet; never how fast.
+// duplicating fleet; and that each system took its untimed warm-up before
+// its timed rows, stored and counted apart from them; never how fast.
 func TestBench_Cells_Quick(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	res := runBench(t, dir, "--cells", "3", "--ingest-msgs", "300", "--cell-requesters", "16")
+	res := runBench(t, dir, "--cells", "3", "--ingest-msgs", "300", "--cell-requesters", "16", "--cell-warmup", "40")
 	cr := res.Cells
 	if cr == nil || res.Cluster != nil || len(res.Ingest) != 0 {
 		t.Fatalf("--cells ran: cells %v, cluster %v, %d ingest", cr != nil, res.Cluster != nil, len(res.Ingest))
@@ -303,6 +304,11 @@ func TestBench_Cells_Quick(t *testing.T) {
 		want[system+"/16 requesters"], want[system+"/pipelined"] = true, true
 		if got := cr.Stored[system]; got != 600 {
 			t.Errorf("%s stored %d messages over its timed runs, want the 600 it took", system, got)
+		}
+		// The untimed warm-up went through the system, each mode's 40
+		// messages stored once, and none of it is counted in the rows.
+		if got := cr.Warmed[system]; got != 80 || cr.WarmupMsgs != 40 {
+			t.Errorf("%s stored %d messages over its warm-up of %d a mode, want 80", system, got, cr.WarmupMsgs)
 		}
 	}
 	for _, r := range cr.Ingest {

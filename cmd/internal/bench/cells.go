@@ -28,6 +28,9 @@ type CellsResult struct {
 	CellNodes  int `json:"cell_nodes"`
 	Partitions int `json:"partitions"`
 	Subjects   int `json:"subjects"`
+	// WarmupMsgs is the messages of each system's untimed run of each
+	// mode before its timed rows (CellWarmup).
+	WarmupMsgs int `json:"warmup_msgs"`
 	// Fleet reports whether the natsdelay binary runs cells (serve
 	// --cell); without, the fleet's rows are not measured.
 	Fleet    bool        `json:"fleet"`
@@ -48,6 +51,9 @@ type CellsResult struct {
 	// Stored is, per system, how many messages its pending count rose by
 	// over its timed runs: every message answered with OK, once each.
 	Stored map[string]uint64 `json:"stored"`
+	// Warmed is, per system, how many messages its pending count rose by
+	// over its untimed warm-up: every mode's WarmupMsgs, once each.
+	Warmed map[string]uint64 `json:"warmed"`
 	// FleetCells is each cell of the fleet, as it answered CELLS after
 	// the fleet's runs: a fleet whose cells share the load has every
 	// cell owning partitions and holding messages.
@@ -184,7 +190,7 @@ func (e *env) runCells(ctx context.Context) (*CellsResult, error) {
 	}
 	c := e.cfg
 	cr := &CellsResult{Cells: c.Cells, CellNodes: c.CellNodes, Partitions: c.CellPartitions, Subjects: c.CellSubjects,
-		Fleet: fleet, Machines: c.machineNote()}
+		WarmupMsgs: c.CellWarmup, Fleet: fleet, Machines: c.machineNote()}
 	systems := []string{CellsOne, CellsFleet, CellsIdeal}
 	if !fleet {
 		c.Logger.Warn("this natsdelay runs no cells (serve --cell): the fleet is not measured, one cell and the ideal are", "binary", c.ServiceCommand[0])
@@ -215,10 +221,23 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 	if err := load.warm(); err != nil {
 		return err
 	}
+	modes := []int{0} // 0: the pipelined publisher
+	modes = append(e.cfg.CellRequesters[:len(e.cfg.CellRequesters):len(e.cfg.CellRequesters)], modes...)
+	warm0, err := storedSettled(system, sets)
+	if err != nil {
+		return err
+	}
+	if err := e.cellsWarmup(system, modes, load); err != nil {
+		return err
+	}
 	stored0, err := storedSettled(system, sets)
 	if err != nil {
 		return err
 	}
+	if cr.Warmed == nil {
+		cr.Warmed = map[string]uint64{}
+	}
+	cr.Warmed[system] = stored0 - warm0
 	cpu := func() float64 {
 		var sum float64
 		for _, s := range sets {
@@ -230,8 +249,6 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 		}
 		return sum
 	}
-	modes := []int{0} // 0: the pipelined publisher
-	modes = append(e.cfg.CellRequesters[:len(e.cfg.CellRequesters):len(e.cfg.CellRequesters)], modes...)
 	for _, r := range modes {
 		row, err := e.cellsRun(system, r, load, cpu)
 		if err != nil {
@@ -255,6 +272,35 @@ func (e *env) cellsSystem(system string, fleet bool, cr *CellsResult) (err error
 	noteThrottled(system, sets, cr)
 	if system == CellsFleet {
 		return e.noteFleetCells(cr)
+	}
+	return nil
+}
+
+// cellsWarmup runs each of modes (r synchronous requesters, or the
+// pipelined publisher for 0) untimed with CellWarmup messages of load, in
+// the order the timed rows run them. Each system of the phase is timed
+// after the same warm-up: its nodes' heaps, stores and connections, and
+// the bench's and the server's, are past their first messages when its
+// first timed row starts, whichever system runs first. A refusal is
+// logged, as in a timed row; an error (no reply within the timeout)
+// stops the phase.
+func (e *env) cellsWarmup(system string, modes []int, load *cellsLoad) error {
+	n := e.cfg.CellWarmup
+	for _, r := range modes {
+		var failed int
+		var err error
+		var refused refusals
+		if r == 0 {
+			_, failed, err = pipelined(e.conns[0], n, e.cfg.Outstanding, e.cfg.Timeout, load.msg, refused.ok, new(atomic.Int64))
+		} else {
+			_, failed, err = requesters(e.conns, n, r, e.cfg.Timeout, load.msg, refused.ok, new(atomic.Int64))
+		}
+		if err != nil {
+			return fmt.Errorf("bench: warm-up with %d requesters (0: pipelined): %w", r, err)
+		}
+		if failed > 0 {
+			e.cfg.Logger.Warn("cells warm-up: messages refused", "system", system, "requesters", r, "refused", failed, "first", refused.String())
+		}
 	}
 	return nil
 }

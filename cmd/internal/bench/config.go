@@ -129,6 +129,12 @@ type Config struct {
 	// spread over, so that each cell and each partition gets its share.
 	// Default 1024.
 	CellSubjects int
+	// CellWarmup is how many messages each system of the cells phase takes
+	// in an untimed run of each mode (every requester count, then the
+	// pipelined publisher) before its timed rows, so that no system's
+	// first timed row pays for its nodes', the server's or this process's
+	// warm-up while the others do not. Default IngestMsgs/4.
+	CellWarmup int
 
 	// NodeCPU, if not 0, runs each natsdelay node of the cluster and cells
 	// phases in a cgroup of its own with a quota of that many cores (every
@@ -361,6 +367,7 @@ func (c Config) withDefaults() Config {
 	def(&c.CellNodes, 1)
 	def(&c.CellPartitions, 12)
 	def(&c.CellSubjects, 1024)
+	def(&c.CellWarmup, max(c.IngestMsgs/4, 1))
 	if len(c.CellRequesters) == 0 {
 		c.CellRequesters = []int{64, 192}
 	}
@@ -386,7 +393,7 @@ func (c Config) Validate() error {
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
-		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"Cells", c.Cells}, {"CellPartitions", c.CellPartitions}, {"CellSubjects", c.CellSubjects}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
+		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"Cells", c.Cells}, {"CellPartitions", c.CellPartitions}, {"CellSubjects", c.CellSubjects}, {"CellWarmup", c.CellWarmup}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
