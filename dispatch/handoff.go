@@ -9,7 +9,8 @@ import (
 // Hand-off: a message due when its batch commits goes from the group
 // commit to the next pass whole, with no read of the due index or of the
 // message, when nothing of its subject can be ahead of it unread. The
-// group commit (bridge/internal/core, writer.commit) tells it so.
+// group commit does not use it yet (docs/architecture.md, "A message due
+// at ingest", says why).
 //
 // The argument (docs/architecture.md, "A message due at ingest"): every
 // message of its subject older than it (a smaller key: same subject, so
