@@ -257,28 +257,52 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 			cur.ClientId = ""
 		}
 		cur.EventId = k.EventID()
-		if cur.ExpireAtNs != stored.ExpireAtNs {
-			if stored.ExpireAtNs != 0 {
-				r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
-				if err := b.Delete(r.w.key); err != nil {
-					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
-				}
-			}
-			if cur.ExpireAtNs != 0 {
-				r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
-				if err := b.Set(r.w.key, nil); err != nil {
-					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
-				}
-			}
-		}
-		if err := r.setMessage(b, &k, cur, false); err != nil {
+		if plannedInPlace(stored, cur, next) {
+			// NB: the stored value is left as it is: with its entry in
+			// the index of occurrences gone, it reads as cur (see
+			// planned.go), and its key, still written once, may be
+			// single-deleted.
+			cur.WrittenOnce = stored.WrittenOnce
+		} else if err := r.rewritePlanned(b, k, cur, stored); err != nil {
 			return keys.Key{}, false, err
 		}
 	}
 	if next == nil {
 		return keys.Key{}, false, nil
 	}
+	return r.storeSuccessor(b, deltas, stored, next)
+}
 
+// rewritePlanned adds to b the occurrence under k rewritten as cur, its
+// plan, marked planned, for a plan that changes more than planning leaves
+// to the index (see plannedInPlace): its expiry or its successor's time.
+// wmu must be held.
+func (r *Repository) rewritePlanned(b Batch, k keys.Key, cur, stored *StoredMessage) error {
+	if cur.ExpireAtNs != stored.ExpireAtNs {
+		if stored.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
+			if err := b.Delete(r.w.key); err != nil {
+				return fmt.Errorf("move expiry entry: %w", err)
+			}
+		}
+		if cur.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
+			if err := b.Set(r.w.key, nil); err != nil {
+				return fmt.Errorf("move expiry entry: %w", err)
+			}
+		}
+	}
+	// NB: a reader may hold a copy read before, which says written once
+	// (see singledelete.go).
+	r.noteRewrite(k, stored)
+	cur.WrittenOnce = false
+	return r.setMessage(b, &k, cur, false)
+}
+
+// storeSuccessor adds to b next, the successor of the occurrence stored,
+// under a new key, with its index entries, and returns its key. wmu must
+// be held.
+func (r *Repository) storeSuccessor(b Batch, deltas map[string]int64, stored, next *StoredMessage) (keys.Key, bool, error) {
 	id, _, err := r.reserveIDs(1)
 	if err != nil {
 		return keys.Key{}, false, err

@@ -58,6 +58,11 @@ func (r *Repository) checkMessages() (map[keys.Key]checkedMessage, map[string]ui
 			decodeErr = fmt.Errorf("delaystore: check: decode %x: %w: %w", k, ErrCorrupt, err)
 			return false
 		}
+		ek := keys.Key(k)
+		if err := r.resolvePlanned(&ek, &m); err != nil {
+			decodeErr = fmt.Errorf("delaystore: check: %w", err)
+			return false
+		}
 		msgs[keys.Key(k)] = checkedMessage{subject: m.Subject, clientID: m.ClientId}
 		perSubject[m.Subject]++
 		return true

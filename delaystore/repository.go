@@ -1139,6 +1139,9 @@ func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
+	if err := r.resolvePlanned(&k, m); err != nil {
+		return nil, 0, err
+	}
 	return m, len(v), nil
 }
 
@@ -1227,6 +1230,10 @@ func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) 
 		// message outlives this call even though v does not.
 		if err := proto.Unmarshal(v, m); err != nil {
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+			return false
+		}
+		if err := r.resolvePlanned(&k, m); err != nil {
+			decodeErr = err
 			return false
 		}
 		return yield(k, m)

@@ -45,8 +45,8 @@ const (
 	singleDeleteVersion = 4
 
 	// indexVersion is the index-version this version writes and the
-	// newest it opens.
-	indexVersion = singleDeleteVersion
+	// newest it opens: plannedByIndexVersion (see planned.go).
+	indexVersion = plannedByIndexVersion
 )
 
 // Fails to compile if the text grows past the 64 bytes an earlier

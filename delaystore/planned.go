@@ -1,0 +1,99 @@
+package delaystore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/natsdelay/natsdelay/keys"
+)
+
+// Which occurrence is planned
+//
+// An occurrence of a recurring schedule is planned once the batch that
+// stores its successor (or finds it the last) has committed; it is then
+// never planned again. Which occurrences are planned is one rule, applied
+// here to every message the repository reads, so that every reader (a
+// restart's scan, the planner, the API, CANCEL, a schedule edit, Check,
+// a hand-over to another cell) sees the same answer:
+//
+//	an occurrence is planned when its stored value says so, or when the
+//	index of occurrences (see recurindex.go) holds no entry for its key.
+//
+// The index of occurrences holds exactly the occurrences still to plan,
+// written with each in the batch that stores it and removed in the batch
+// that plans it, so its entry is what a crash inside planning leaves
+// consistent with the successor: both or neither. The stored value says
+// planned when a version before index-version 5 planned it (it rewrote
+// every occurrence it planned) or when planning had to change it anyway
+// (see Repository.advance): those are honored as they are.
+//
+// Planning no longer rewrites the occurrence, so what a planned one's
+// value lacks is made up from what it holds (see plannedView): its
+// successor's planned time, next_ns, was written into it, as what its
+// plan would give on time, when its predecessor stored it, and planning
+// that gives another time (or finds a different end) rewrites it; and its
+// Delay-Id, which moved to its successor when there is one.
+//
+// An entry, once removed, never comes back for the same key: an
+// occurrence enters the index only when its key is first written (or an
+// edit writes the unplanned occurrence anew). So reading the message
+// first and the index after errs, if at all, only toward planned for an
+// occurrence that was planned or deleted in between.
+
+// plannedByIndexVersion is what index-version holds once an occurrence
+// may be planned without being rewritten: its planned-ness is read from
+// the index of occurrences. A version before it would read such an
+// occurrence as still to plan and plan it a second time, so
+// index-version 5 keeps every version before it out.
+const plannedByIndexVersion = 5
+
+// resolvePlanned applies the rule above to m, read from under k: if m is
+// an occurrence its value does not mark planned and the index of
+// occurrences has no entry for k, it makes m the planned occurrence it is
+// (see plannedView). It reads the index only for such occurrences. It may
+// be called inside a Scan of the store (Store.Scan allows it).
+func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage) error {
+	rec := m.GetRecurrence()
+	if rec == nil || rec.Planned {
+		return nil
+	}
+	var buf [len(recurPrefix) + keys.Len]byte
+	_, err := r.s.Get(recurIndex.appendKey(buf[:0], *k))
+	switch {
+	case err == nil:
+		return nil // still to plan
+	case !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("read index of occurrences for %v: %w", k, err)
+	}
+	plannedView(m)
+	return nil
+}
+
+// plannedView makes m, an occurrence planned without a rewrite, what the
+// rewrite would have stored: planned, its successor's time the next_ns it
+// holds, and without its Delay-Id when a successor took it (it has one
+// exactly when next_ns is not 0: see Repository.advance).
+func plannedView(m *StoredMessage) {
+	m.Recurrence.Planned = true
+	if m.Recurrence.NextNs != 0 {
+		m.ClientId = ""
+	}
+}
+
+// plannedInPlace reports whether planning leaves the stored occurrence as
+// it is, stored, when its plan is cur: cur differs from it only in what
+// the rule above makes up (planned, and the Delay-Id a successor takes),
+// its successor's time is the one stored and its expiry unchanged. Else
+// planning rewrites it, marked planned. next says whether the plan stores
+// a successor, at nextNs.
+func plannedInPlace(stored, cur *StoredMessage, next *StoredMessage) bool {
+	sr, cr := stored.GetRecurrence(), cur.GetRecurrence()
+	switch {
+	case cur.ExpireAtNs != stored.ExpireAtNs || cr.GetNextNs() != sr.GetNextNs():
+		return false
+	case next == nil:
+		return sr.GetNextNs() == 0
+	default:
+		return sr.GetNextNs() != 0 && next.GetRecurrence().GetOccurrenceNs() == sr.GetNextNs()
+	}
+}
