@@ -59,12 +59,13 @@ func (r *Repository) checkMessages() (map[keys.Key]checkedMessage, map[string]ui
 			return false
 		}
 		ek := keys.Key(k)
-		if err := r.resolvePlanned(&ek, &m); err != nil {
+		rm, _, err := r.resolvePlanned(&ek, &m, 0)
+		if err != nil {
 			decodeErr = fmt.Errorf("delaystore: check: %w", err)
 			return false
 		}
-		msgs[keys.Key(k)] = checkedMessage{subject: m.Subject, clientID: m.ClientId}
-		perSubject[m.Subject]++
+		msgs[ek] = checkedMessage{subject: rm.Subject, clientID: rm.ClientId}
+		perSubject[rm.Subject]++
 		return true
 	})
 	return msgs, perSubject, errors.Join(err, decodeErr)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -36,9 +38,11 @@ import (
 //
 // An entry, once removed, never comes back for the same key: an
 // occurrence enters the index only when its key is first written (or an
-// edit writes the unplanned occurrence anew). So reading the message
-// first and the index after errs, if at all, only toward planned for an
-// occurrence that was planned or deleted in between.
+// edit writes the unplanned occurrence anew, keeping its entry). And the
+// entry goes in the same batch as any rewrite of the occurrence its plan
+// makes. So a reader that finds no entry and then reads the value reads
+// what the plan left (or nothing, if it was deleted since): the value
+// read before the index may predate a rewrite, and is read again.
 
 // plannedByIndexVersion is what index-version holds once an occurrence
 // may be planned without being rewritten: its planned-ness is read from
@@ -49,24 +53,45 @@ const plannedByIndexVersion = 5
 
 // resolvePlanned applies the rule above to m, read from under k: if m is
 // an occurrence its value does not mark planned and the index of
-// occurrences has no entry for k, it makes m the planned occurrence it is
-// (see plannedView). It reads the index only for such occurrences. It may
-// be called inside a Scan of the store (Store.Scan allows it).
-func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage) error {
+// occurrences has no entry for k, it reads the value again (see above)
+// and returns it as the planned occurrence it is (see plannedView), with
+// its size as stored; else m and n as they are, and so if the occurrence
+// was deleted meanwhile. It reads the index only for occurrences not
+// marked planned. It may be called inside a Scan of the store (Store.Scan
+// allows it).
+func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int) (*StoredMessage, int, error) {
 	rec := m.GetRecurrence()
 	if rec == nil || rec.Planned {
-		return nil
+		return m, n, nil
 	}
 	var buf [len(recurPrefix) + keys.Len]byte
 	_, err := r.s.Get(recurIndex.appendKey(buf[:0], *k))
 	switch {
 	case err == nil:
-		return nil // still to plan
+		return m, n, nil // still to plan
 	case !errors.Is(err, ErrNotFound):
-		return fmt.Errorf("read index of occurrences for %v: %w", k, err)
+		return nil, 0, fmt.Errorf("read index of occurrences for %v: %w", k, err)
 	}
-	plannedView(m)
-	return nil
+	v, ok := r.msgs.lookup(k)
+	if !ok {
+		v, err = r.s.Get(k[:])
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Deleted since it was read, maybe by its plan (skipped):
+			// as read, like any value read before its delete.
+			return m, n, nil
+		case err != nil:
+			return nil, 0, err
+		}
+	}
+	m = new(StoredMessage)
+	if err := proto.Unmarshal(v, m); err != nil {
+		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+	}
+	if m.GetRecurrence() != nil && !m.Recurrence.Planned {
+		plannedView(m)
+	}
+	return m, len(v), nil
 }
 
 // plannedView makes m, an occurrence planned without a rewrite, what the

@@ -1139,10 +1139,7 @@ func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
-	if err := r.resolvePlanned(&k, m); err != nil {
-		return nil, 0, err
-	}
-	return m, len(v), nil
+	return r.resolvePlanned(&k, m, len(v))
 }
 
 // newBatch starts a batch with room for about size bytes if the store
@@ -1232,7 +1229,8 @@ func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) 
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 			return false
 		}
-		if err := r.resolvePlanned(&k, m); err != nil {
+		m, _, err := r.resolvePlanned(&k, m, 0)
+		if err != nil {
 			decodeErr = err
 			return false
 		}
