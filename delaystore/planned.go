@@ -57,9 +57,11 @@ const plannedByIndexVersion = 5
 // and returns it as the planned occurrence it is (see plannedView), with
 // its size as stored; else m and n as they are, and so if the occurrence
 // was deleted meanwhile. It reads the index only for occurrences not
-// marked planned. It may be called inside a Scan of the store (Store.Scan
-// allows it).
-func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int) (*StoredMessage, int, error) {
+// marked planned. locked says m and the index are read with wmu held, so
+// no plan came between: m is then the value the plan left, not read
+// again. It may be called inside a Scan of the store (Store.Scan allows
+// it).
+func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int, locked bool) (*StoredMessage, int, error) {
 	rec := m.GetRecurrence()
 	if rec == nil || rec.Planned {
 		return m, n, nil
@@ -71,6 +73,10 @@ func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int) (*Stor
 		return m, n, nil // still to plan
 	case !errors.Is(err, ErrNotFound):
 		return nil, 0, fmt.Errorf("read index of occurrences for %v: %w", k, err)
+	}
+	if locked {
+		plannedView(m)
+		return m, n, nil
 	}
 	v, ok := r.msgs.lookup(k)
 	if !ok {

@@ -1092,7 +1092,7 @@ func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
 	if r.closed.Load() {
 		return nil, ErrClosed
 	}
-	m, err := r.get(k)
+	m, _, err := r.read(k, false)
 	if err != nil {
 		return nil, fmt.Errorf("delaystore: get %v: %w", k, err)
 	}
@@ -1119,15 +1119,21 @@ func (r *Repository) Has(k keys.Key) (bool, error) {
 }
 
 // get reads and decodes the message under k, from the cache of messages
-// written last or else the store.
+// written last or else the store. wmu must be held.
 func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
-	m, _, err := r.getSized(k)
+	m, _, err := r.read(k, true)
 	return m, err
 }
 
 // getSized is get that also returns the size of the message as stored,
-// encoded.
+// encoded. wmu must be held.
 func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
+	return r.read(k, true)
+}
+
+// read is get, or with locked false a read without wmu (see
+// resolvePlanned).
+func (r *Repository) read(k keys.Key, locked bool) (*StoredMessage, int, error) {
 	v, ok := r.msgs.lookup(&k)
 	if !ok {
 		var err error
@@ -1139,7 +1145,7 @@ func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
-	return r.resolvePlanned(&k, m, len(v))
+	return r.resolvePlanned(&k, m, len(v), locked)
 }
 
 // newBatch starts a batch with room for about size bytes if the store
@@ -1229,7 +1235,7 @@ func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) 
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 			return false
 		}
-		m, _, err := r.resolvePlanned(&k, m, 0)
+		m, _, err := r.resolvePlanned(&k, m, 0, false)
 		if err != nil {
 			decodeErr = err
 			return false
