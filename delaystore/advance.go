@@ -263,6 +263,7 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 			// planned.go), and its key, still written once, may be
 			// single-deleted.
 			cur.WrittenOnce = stored.WrittenOnce
+			r.w.inPlace = append(r.w.inPlace, k)
 		} else if err := r.rewritePlanned(b, k, cur, stored); err != nil {
 			return keys.Key{}, false, err
 		}

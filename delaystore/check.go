@@ -59,7 +59,7 @@ func (r *Repository) checkMessages() (map[keys.Key]checkedMessage, map[string]ui
 			return false
 		}
 		ek := keys.Key(k)
-		rm, _, err := r.resolvePlanned(&ek, &m, 0, false)
+		rm, _, err := r.resolvePlanned(&ek, &m, 0, false, false)
 		if err != nil {
 			decodeErr = fmt.Errorf("delaystore: check: %w", err)
 			return false

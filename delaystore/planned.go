@@ -3,6 +3,7 @@ package delaystore
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -51,19 +52,39 @@ import (
 // index-version 5 keeps every version before it out.
 const plannedByIndexVersion = 5
 
+// The repository remembers the occurrences it planned in place itself
+// (plannedHere), from the commit of the plan to the commit of the
+// delete, so that the reads of an occurrence that follow its plan (the
+// pass that publishes it, a delete that reads it) need not read the
+// index. And a value from the message cache, written by this process,
+// is of an occurrence still to plan unless this process planned it since:
+// in place, which plannedHere holds, or with a rewrite, which replaced
+// the cached value. So only a value read from the store, of an
+// occurrence the repository has not planned in place itself, costs a
+// read of the index. The record is added to with wmu held after the
+// plan's commit: a reader in between reads the occurrence as still to
+// plan, as a reader just before the commit would, and its plan is
+// refused (ErrPlanned).
+
 // resolvePlanned applies the rule above to m, read from under k: if m is
 // an occurrence its value does not mark planned and the index of
 // occurrences has no entry for k, it reads the value again (see above)
 // and returns it as the planned occurrence it is (see plannedView), with
 // its size as stored; else m and n as they are, and so if the occurrence
-// was deleted meanwhile. It reads the index only for occurrences not
-// marked planned. locked says m and the index are read with wmu held, so
-// no plan came between: m is then the value the plan left, not read
-// again. It may be called inside a Scan of the store (Store.Scan allows
-// it).
-func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int, locked bool) (*StoredMessage, int, error) {
+// was deleted meanwhile. locked says m and the index are read with wmu
+// held, so no plan came between: m is then the value the plan left, not
+// read again. cached says m came from the message cache. It may be
+// called inside a Scan of the store (Store.Scan allows it).
+func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int, locked, cached bool) (*StoredMessage, int, error) {
 	rec := m.GetRecurrence()
-	if rec == nil || rec.Planned {
+	switch {
+	case rec == nil || rec.Planned:
+		return m, n, nil
+	case r.plannedHere.has(k):
+		// In place: the value is as it was before the plan.
+		plannedView(m)
+		return m, n, nil
+	case cached:
 		return m, n, nil
 	}
 	var buf [len(recurPrefix) + keys.Len]byte
@@ -127,4 +148,53 @@ func plannedInPlace(stored, cur *StoredMessage, next *StoredMessage) bool {
 	default:
 		return sr.GetNextNs() != 0 && next.GetRecurrence().GetOccurrenceNs() == sr.GetNextNs()
 	}
+}
+
+// plannedSet is the record of the occurrences a repository planned in
+// place (see resolvePlanned): 24 bytes of key for each occurrence out and
+// not yet ACKed, the keys of a second's schedules that a second's ACKs
+// delete.
+type plannedSet struct {
+	mu   sync.Mutex
+	keys map[keys.Key]struct{}
+	peak int
+}
+
+// has reports whether k was planned in place and not deleted since.
+func (p *plannedSet) has(k *keys.Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.keys[*k]
+	return ok
+}
+
+// committed records a committed batch: the occurrences it planned in
+// place, and the keys it rewrote or deleted (rewrites, false for a
+// delete; a rewrite keeps the key recorded, as a rewrite of a planned
+// occurrence stores it planned). wmu must be held.
+func (p *plannedSet) committed(inPlace []keys.Key, rewrites map[keys.Key]bool) {
+	if len(inPlace) == 0 && len(rewrites) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.keys) > 0 {
+		for k, rewritten := range rewrites {
+			if !rewritten {
+				delete(p.keys, k)
+			}
+		}
+	}
+	if len(inPlace) > 0 && p.keys == nil {
+		p.keys = make(map[keys.Key]struct{}, len(inPlace))
+	}
+	for _, k := range inPlace {
+		p.keys[k] = struct{}{}
+	}
+	if len(p.keys) == 0 && p.peak > maxKeptDeltas {
+		// A map keeps its buckets when emptied: one that a burst grew
+		// is dropped once the burst is ACKed.
+		p.keys, p.peak = nil, 0
+	}
+	p.peak = max(p.peak, len(p.keys))
 }
