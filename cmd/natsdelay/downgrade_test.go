@@ -38,7 +38,7 @@ const beforePlannedByIndex = "360c0a3"
 var olderTests = map[string][]string{
 	beforeIndexVersion:   {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
 	beforePlannedByIndex: {"TestServe_VersionBeforePlannedByIndex_RefusesStoreOfThisVersion"},
-	previousRelease:    {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
+	previousRelease:      {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
 }
 
 // olderBuilds are the earlier versions of natsdelay this test binary
