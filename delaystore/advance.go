@@ -12,9 +12,12 @@ import (
 type Plan struct {
 	// Key is where the occurrence is pending.
 	Key keys.Key
-	// Cur is the occurrence as rewritten: Recurrence.Planned set, and it
-	// may set an expiry time. Advance sets its EventId to Key's, and
-	// clears its ClientId when Next is stored.
+	// Cur is the occurrence as planned: Recurrence.Planned set, and it
+	// may set an expiry time; its other fields are the stored ones.
+	// Advance sets its EventId to Key's and its WrittenOnce to what the
+	// store holds, and clears its ClientId when Next is stored. It is
+	// stored only when it changes more than planning leaves to the index
+	// of occurrences (see planned.go).
 	Cur *StoredMessage
 	// Drop deletes the occurrence instead (the catch-up policy skips it).
 	Drop bool
@@ -38,7 +41,9 @@ type Planned struct {
 // Advance plans the successors of occurrences of recurring schedules, all
 // in one batch committed with sync. For each Plan:
 //
-//   - the occurrence is rewritten as Cur, or deleted when Drop is set;
+//   - the occurrence becomes Cur (rewritten only if its expiry or its
+//     successor's time changes: see planned.go), or is deleted when Drop
+//     is set;
 //   - Next, when not nil, is stored under a new event key, and the
 //     schedule's entries in the (subject, client id) index and in the
 //     schedule index move to it: Cur loses its client id, so only the
