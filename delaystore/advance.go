@@ -12,9 +12,12 @@ import (
 type Plan struct {
 	// Key is where the occurrence is pending.
 	Key keys.Key
-	// Cur is the occurrence as rewritten: Recurrence.Planned set, and it
-	// may set an expiry time. Advance sets its EventId to Key's, and
-	// clears its ClientId when Next is stored.
+	// Cur is the occurrence as planned: Recurrence.Planned set, and it
+	// may set an expiry time; its other fields are the stored ones.
+	// Advance sets its EventId to Key's and its WrittenOnce to what the
+	// store holds, and clears its ClientId when Next is stored. It is
+	// stored only when it changes more than planning leaves to the index
+	// of occurrences (see planned.go).
 	Cur *StoredMessage
 	// Drop deletes the occurrence instead (the catch-up policy skips it).
 	Drop bool
@@ -38,7 +41,9 @@ type Planned struct {
 // Advance plans the successors of occurrences of recurring schedules, all
 // in one batch committed with sync. For each Plan:
 //
-//   - the occurrence is rewritten as Cur, or deleted when Drop is set;
+//   - the occurrence becomes Cur (rewritten only if its expiry or its
+//     successor's time changes: see planned.go), or is deleted when Drop
+//     is set;
 //   - Next, when not nil, is stored under a new event key, and the
 //     schedule's entries in the (subject, client id) index and in the
 //     schedule index move to it: Cur loses its client id, so only the
@@ -257,28 +262,53 @@ func (r *Repository) advance(b Batch, deltas map[string]int64, p *Plan, stored *
 			cur.ClientId = ""
 		}
 		cur.EventId = k.EventID()
-		if cur.ExpireAtNs != stored.ExpireAtNs {
-			if stored.ExpireAtNs != 0 {
-				r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
-				if err := b.Delete(r.w.key); err != nil {
-					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
-				}
-			}
-			if cur.ExpireAtNs != 0 {
-				r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
-				if err := b.Set(r.w.key, nil); err != nil {
-					return keys.Key{}, false, fmt.Errorf("move expiry entry: %w", err)
-				}
-			}
-		}
-		if err := r.setMessage(b, &k, cur, false); err != nil {
+		if plannedInPlace(stored, cur, next) {
+			// NB: the stored value is left as it is: with its entry in
+			// the index of occurrences gone, it reads as cur (see
+			// planned.go), and its key, still written once, may be
+			// single-deleted.
+			cur.WrittenOnce = stored.WrittenOnce
+			r.w.inPlace = append(r.w.inPlace, k)
+		} else if err := r.rewritePlanned(b, k, cur, stored); err != nil {
 			return keys.Key{}, false, err
 		}
 	}
 	if next == nil {
 		return keys.Key{}, false, nil
 	}
+	return r.storeSuccessor(b, deltas, stored, next)
+}
 
+// rewritePlanned adds to b the occurrence under k rewritten as cur, its
+// plan, marked planned, for a plan that changes more than planning leaves
+// to the index (see plannedInPlace): its expiry or its successor's time.
+// wmu must be held.
+func (r *Repository) rewritePlanned(b Batch, k keys.Key, cur, stored *StoredMessage) error {
+	if cur.ExpireAtNs != stored.ExpireAtNs {
+		if stored.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], stored.ExpireAtNs, k)
+			if err := b.Delete(r.w.key); err != nil {
+				return fmt.Errorf("move expiry entry: %w", err)
+			}
+		}
+		if cur.ExpireAtNs != 0 {
+			r.w.key = appendExpiryKey(r.w.key[:0], cur.ExpireAtNs, k)
+			if err := b.Set(r.w.key, nil); err != nil {
+				return fmt.Errorf("move expiry entry: %w", err)
+			}
+		}
+	}
+	// NB: a reader may hold a copy read before, which says written once
+	// (see singledelete.go).
+	r.noteRewrite(k, stored)
+	cur.WrittenOnce = false
+	return r.setMessage(b, &k, cur, false)
+}
+
+// storeSuccessor adds to b next, the successor of the occurrence stored,
+// under a new key, with its index entries, and returns its key. wmu must
+// be held.
+func (r *Repository) storeSuccessor(b Batch, deltas map[string]int64, stored, next *StoredMessage) (keys.Key, bool, error) {
 	id, _, err := r.reserveIDs(1)
 	if err != nil {
 		return keys.Key{}, false, err

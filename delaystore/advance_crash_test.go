@@ -16,9 +16,11 @@ import (
 )
 
 // crashPlanner plans occurrences as the dispatcher does: the occurrence
-// rewritten as planned with its successor's time, and its successor one
-// interval later; subject "last" has no successor (its Delay-Limit is
-// reached).
+// as planned with its successor's time, and its successor one interval
+// later, holding the time its own plan will give (one interval on);
+// subject "last" has no successor (its Delay-Limit is reached). An
+// occurrence that holds its successor's time is planned without a
+// rewrite, one that does not (anon's first) is rewritten.
 func crashPlanner(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 	cur := proto.Clone(m).(*delaystore.StoredMessage)
 	cur.Recurrence.Planned = true
@@ -31,17 +33,22 @@ func crashPlanner(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, boo
 	next := proto.Clone(m).(*delaystore.StoredMessage)
 	next.FireAtNs, next.EventId, next.Attempt = r.OccurrenceNs+r.EveryNs, 0, 0
 	next.Recurrence.OccurrenceNs, next.Recurrence.Seq = r.OccurrenceNs+r.EveryNs, r.Seq+1
-	next.Recurrence.Planned, next.Recurrence.NextNs = false, 0
+	next.Recurrence.Planned, next.Recurrence.NextNs = false, r.OccurrenceNs+2*r.EveryNs
 	p.Next = next
 	return p, true
 }
 
 // crashSchedules are the schedules of the crash tests: one with a
 // Delay-Id, one without (named by its first tag), and one planned as its
-// last occurrence.
+// last occurrence. named's first occurrence holds its successor's time,
+// as an occurrence its predecessor's plan stored does, and is planned in
+// place; anon's does not, as a schedule's first, and is rewritten; last's
+// has none, and is planned in place.
 func crashSchedules() []*delaystore.StoredMessage {
+	named := occurrence("named", "job", t0, 1)
+	named.Recurrence.NextNs = t0 + 1e9
 	return []*delaystore.StoredMessage{
-		occurrence("named", "job", t0, 1),
+		named,
 		occurrence("anon", "", t0, 1),
 		occurrence("last", "end", t0, 1),
 	}
@@ -211,6 +218,26 @@ func checkCrashState(t *testing.T, r *delaystore.Repository, s delaystore.Store,
 	if k, err := r.Lookup("named", "job"); err != nil || (k == ks[0]) == planned {
 		t.Fatalf("Delay-Id of named points at %v (%v); the first occurrence is %v, planned %v", k, err, ks[0], planned)
 	}
+	// What each first occurrence reads as: planned or not, by the index
+	// of occurrences alone for named and last (stored as they were),
+	// with its successor's time, and its Delay-Id only if it kept it.
+	wantFirst := map[string]string{"named": "planned=false next=1000000000 id=job", "anon": "planned=false next=0 id=", "last": "planned=false next=0 id=end"}
+	if planned {
+		wantFirst = map[string]string{"named": "planned=true next=1000000000 id=", "anon": "planned=true next=1000000000 id=", "last": "planned=true next=0 id=end"}
+	}
+	for _, k := range ks {
+		m, err := r.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := m.Recurrence.NextNs
+		if next != 0 {
+			next -= t0
+		}
+		if got := fmt.Sprintf("planned=%v next=%d id=%s", m.Recurrence.Planned, next, m.ClientId); got != wantFirst[m.Subject] {
+			t.Fatalf("first occurrence of %s reads %s, want %s", m.Subject, got, wantFirst[m.Subject])
+		}
+	}
 	if k, err := r.Lookup("last", "end"); err != nil || k != ks[2] {
 		t.Fatalf("Delay-Id of the last occurrence points at %v (%v), want %v", k, err, ks[2])
 	}
@@ -219,7 +246,9 @@ func checkCrashState(t *testing.T, r *delaystore.Repository, s delaystore.Store,
 // opCountingStore counts the operations of each batch it commits.
 type opCountingStore struct {
 	delaystore.Store
-	last int
+	// last and singles are the operations of the last batch committed,
+	// and how many of them were single deletes.
+	last, singles int
 }
 
 func (s *opCountingStore) NewBatch() delaystore.Batch {
@@ -228,55 +257,89 @@ func (s *opCountingStore) NewBatch() delaystore.Batch {
 
 type opCountingBatch struct {
 	delaystore.Batch
-	s *opCountingStore
+	s       *opCountingStore
+	singles int
+}
+
+func (b *opCountingBatch) SingleDelete(k []byte) error {
+	b.singles++
+	return b.Batch.SingleDelete(k)
 }
 
 func (b *opCountingBatch) Commit(sync delaystore.SyncMode) error {
-	b.s.last = b.Batch.Len()
+	b.s.last, b.s.singles = b.Batch.Len(), b.singles
 	return b.Batch.Commit(sync)
 }
 
 // TestRepository_Advance_KeysWrittenPerOccurrence pins how many keys a
 // planning batch writes for each occurrence it plans, beyond the batch's
-// own (the last id), so that a change to it is seen: with a successor
-// and a Delay-Id, the occurrence rewritten as planned, the successor, its
-// due entry, its Delay-Id entry, the schedule entry moved to it (one
-// write: the successor's entry overwrites the occurrence's), the index of
+// own, so that a change to it is seen. An occurrence that holds its
+// successor's time, as every one the planner stored does, is planned in
+// place: with a successor and a Delay-Id, the successor, its due entry,
+// its Delay-Id entry, the schedule entry moved to it (one write: the
+// successor's entry overwrites the occurrence's), the index of
 // occurrences' entries (the occurrence's removed, the successor's added)
-// and the subject's pending count. A batch writes three keys of its own:
-// the last id, the pending total and the due count of the successors'
-// second (one here, as all are due in the same second). The ACKs that
-// delete the planned occurrences then write three keys each.
+// and the subject's pending count: seven. One that does not hold it (a
+// schedule's first) is rewritten as planned too: eight. A batch writes
+// three keys of its own: the last id, the pending total and the due
+// count of the successors' second (one here, as all are due in the same
+// second). The ACKs that delete the occurrences planned in place then
+// write three keys each, the occurrence and its due entry with single
+// deletes (written once, never rewritten); those of the rewritten ones
+// with plain deletes.
 func TestRepository_Advance_KeysWrittenPerOccurrence(t *testing.T) {
-	const n = 64
-	st := &opCountingStore{Store: newStore(t)}
-	r := openRepo(t, st, delaystore.RepositoryConfig{})
-	var ms []*delaystore.StoredMessage
-	for i := range n {
-		ms = append(ms, occurrence(fmt.Sprintf("s%d", i), "job", t0, 1))
-	}
-	var ks []keys.Key
-	for _, s := range schedule(t, r, ms...) {
-		ks = append(ks, s.Key)
-	}
-	if _, res, err := r.AdvanceEach(ks, crashPlanner, delaystore.Sync); err != nil || len(res) != n {
-		t.Fatalf("AdvanceEach: %d planned, %v", len(res), err)
-	}
-	const perOccurrence, perBatch = 8, 3
-	if got := st.last; got != n*perOccurrence+perBatch {
-		t.Fatalf("a batch planning %d occurrences wrote %d keys, want %d a plan and %d for the batch", n, got, perOccurrence, perBatch)
-	}
-	// Their ACKs: the occurrence and its due entry deleted, the subject's
-	// count; for the batch, the pending total and the due count of
-	// their second.
-	var ops []delaystore.Op
-	for _, k := range ks {
-		ops = append(ops, delaystore.Op{Key: k})
-	}
-	apply(t, r, ops...)
-	const perAck, perAckBatch = 3, 2
-	if got := st.last; got != n*perAck+perAckBatch {
-		t.Fatalf("a batch deleting %d planned occurrences wrote %d keys, want %d an occurrence and %d for the batch", n, got, perAck, perAckBatch)
+	for _, inPlace := range []bool{true, false} {
+		t.Run(fmt.Sprintf("in-place=%v", inPlace), func(t *testing.T) {
+			const n = 64
+			st := &opCountingStore{Store: newStore(t)}
+			r := openRepo(t, st, delaystore.RepositoryConfig{})
+			var ms []*delaystore.StoredMessage
+			for i := range n {
+				m := occurrence(fmt.Sprintf("s%d", i), "job", t0, 1)
+				if inPlace {
+					m.Recurrence.NextNs = t0 + m.Recurrence.EveryNs
+				}
+				ms = append(ms, m)
+			}
+			var ks []keys.Key
+			for _, s := range schedule(t, r, ms...) {
+				ks = append(ks, s.Key)
+			}
+			if _, res, err := r.AdvanceEach(ks, crashPlanner, delaystore.Sync); err != nil || len(res) != n {
+				t.Fatalf("AdvanceEach: %d planned, %v", len(res), err)
+			}
+			perOccurrence, perBatch := 7, 3
+			if !inPlace {
+				perOccurrence = 8
+			}
+			if got := st.last; got != n*perOccurrence+perBatch {
+				t.Fatalf("a batch planning %d occurrences wrote %d keys, want %d a plan and %d for the batch", n, got, perOccurrence, perBatch)
+			}
+			// Their ACKs, as the dispatcher deletes an occurrence out
+			// as planned (a Pending without a read): the occurrence and
+			// its due entry deleted, the subject's count; for the batch,
+			// the pending total and the due count of their second.
+			var ops []delaystore.Op
+			for _, k := range ks {
+				m, err := r.Get(k)
+				if err != nil || !m.Recurrence.Planned || m.ClientId != "" {
+					t.Fatalf("%v reads %v (%v), want planned, its Delay-Id passed on", k, m, err)
+				}
+				ops = append(ops, delaystore.Op{Key: k, Pending: &delaystore.StoredMessage{Subject: m.Subject, WrittenOnce: m.WrittenOnce}})
+			}
+			apply(t, r, ops...)
+			const perAck, perAckBatch = 3, 2
+			if got := st.last; got != n*perAck+perAckBatch {
+				t.Fatalf("a batch deleting %d planned occurrences wrote %d keys, want %d an occurrence and %d for the batch", n, got, perAck, perAckBatch)
+			}
+			wantSingles := 0
+			if inPlace {
+				wantSingles = 2 * n
+			}
+			if st.singles != wantSingles {
+				t.Fatalf("the deletes were %d single deletes, want %d", st.singles, wantSingles)
+			}
+		})
 	}
 }
 

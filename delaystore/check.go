@@ -58,8 +58,14 @@ func (r *Repository) checkMessages() (map[keys.Key]checkedMessage, map[string]ui
 			decodeErr = fmt.Errorf("delaystore: check: decode %x: %w: %w", k, ErrCorrupt, err)
 			return false
 		}
-		msgs[keys.Key(k)] = checkedMessage{subject: m.Subject, clientID: m.ClientId}
-		perSubject[m.Subject]++
+		ek := keys.Key(k)
+		rm, _, err := r.resolvePlanned(&ek, &m, 0, false, false)
+		if err != nil {
+			decodeErr = fmt.Errorf("delaystore: check: %w", err)
+			return false
+		}
+		msgs[ek] = checkedMessage{subject: rm.Subject, clientID: rm.ClientId}
+		perSubject[rm.Subject]++
 		return true
 	})
 	return msgs, perSubject, errors.Join(err, decodeErr)

@@ -175,6 +175,10 @@ type Repository struct {
 	// held.
 	rewritten     map[keys.Key]struct{}
 	rewrittenPeak int
+	// plannedHere are the occurrences this process planned in place, from
+	// the commit of their plan to the commit of their delete (see
+	// planned.go).
+	plannedHere plannedSet
 
 	mu struct {
 		sync.Mutex
@@ -228,6 +232,9 @@ type scratch struct {
 	// (false), of those that matter to single deletes (see
 	// singledelete.go).
 	rewrites map[keys.Key]bool
+	// inPlace are the occurrences this batch plans in place (see
+	// planned.go).
+	inPlace []keys.Key
 	// applied is Apply's: the messages as its batch leaves them (see
 	// applyOps), kept so that a commit does not make a map of its own.
 	applied map[keys.Key]*StoredMessage
@@ -840,6 +847,7 @@ func (r *Repository) setCounts(b Batch, deltas map[string]int64) (totals, error)
 func (r *Repository) committed(t totals, lastID uint64) {
 	r.counts.committed()
 	r.msgs.committed()
+	r.plannedHere.committed(r.w.inPlace, r.w.rewrites)
 	r.committedRewrites()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -861,6 +869,7 @@ func (r *Repository) resetScratch() {
 	clear(r.w.due)
 	clear(r.w.deadDeltas)
 	clear(r.w.rewrites)
+	r.w.inPlace = r.w.inPlace[:0]
 	r.w.schedules = 0
 }
 
@@ -1092,7 +1101,7 @@ func (r *Repository) Get(k keys.Key) (*StoredMessage, error) {
 	if r.closed.Load() {
 		return nil, ErrClosed
 	}
-	m, err := r.get(k)
+	m, _, err := r.read(k, false)
 	if err != nil {
 		return nil, fmt.Errorf("delaystore: get %v: %w", k, err)
 	}
@@ -1119,17 +1128,23 @@ func (r *Repository) Has(k keys.Key) (bool, error) {
 }
 
 // get reads and decodes the message under k, from the cache of messages
-// written last or else the store.
+// written last or else the store. wmu must be held.
 func (r *Repository) get(k keys.Key) (*StoredMessage, error) {
-	m, _, err := r.getSized(k)
+	m, _, err := r.read(k, true)
 	return m, err
 }
 
 // getSized is get that also returns the size of the message as stored,
-// encoded.
+// encoded. wmu must be held.
 func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
-	v, ok := r.msgs.lookup(&k)
-	if !ok {
+	return r.read(k, true)
+}
+
+// read is get, or with locked false a read without wmu (see
+// resolvePlanned).
+func (r *Repository) read(k keys.Key, locked bool) (*StoredMessage, int, error) {
+	v, cached := r.msgs.lookup(&k)
+	if !cached {
 		var err error
 		if v, err = r.s.Get(k[:]); err != nil {
 			return nil, 0, err
@@ -1139,7 +1154,7 @@ func (r *Repository) getSized(k keys.Key) (*StoredMessage, int, error) {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
-	return m, len(v), nil
+	return r.resolvePlanned(&k, m, len(v), locked, cached)
 }
 
 // newBatch starts a batch with room for about size bytes if the store
@@ -1227,6 +1242,11 @@ func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) 
 		// message outlives this call even though v does not.
 		if err := proto.Unmarshal(v, m); err != nil {
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
+			return false
+		}
+		m, _, err := r.resolvePlanned(&k, m, 0, false, false)
+		if err != nil {
+			decodeErr = err
 			return false
 		}
 		return yield(k, m)

@@ -16,8 +16,8 @@ import "github.com/natsdelay/natsdelay/keys"
 // So the repository stores WrittenOnce in a value it writes under a key
 // that never held one (ingest, the successor of an occurrence, whose keys
 // hold event IDs never handed out before) and false in every value it
-// writes over one (an update such as an attempt count, a move, planning
-// an occurrence), and deletes a message's key and due entry with
+// writes over one (an update such as an attempt count, a move, a plan
+// that rewrites its occurrence: see planned.go), and deletes a message's key and due entry with
 // SingleDelete only when the message as last written says WrittenOnce. A
 // move writes false even under a new key: a move back to the first
 // key's time would set that key a second time. Every other index entry

@@ -410,9 +410,15 @@ type Recurrence struct {
 	// seq is this occurrence's number, from 1.
 	Seq uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	// planned says the successor was decided and, unless this is the last,
-	// stored, in the batch that set it: it is never planned twice.
+	// stored, in the batch that set it: it is never planned twice. A plan
+	// that changes nothing else leaves it false: the occurrence is then
+	// planned when the index of occurrences has no entry for it (see
+	// planned.go), and the repository sets it in what it reads.
 	Planned bool `protobuf:"varint,10,opt,name=planned,proto3" json:"planned,omitempty"`
 	// next_ns is the successor's planned time once planned; 0 for the last.
+	// Still to plan, it is the time its plan gives on time, written by the
+	// plan that stored it (0 if unknown or the last): a plan that gives it
+	// leaves the occurrence as stored.
 	NextNs int64 `protobuf:"varint,11,opt,name=next_ns,json=nextNs,proto3" json:"next_ns,omitempty"`
 	// behind counts catch-up deliveries in a row (catch_up all).
 	Behind uint32 `protobuf:"varint,12,opt,name=behind,proto3" json:"behind,omitempty"`

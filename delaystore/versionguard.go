@@ -34,19 +34,19 @@ const (
 	guardKey     = topicPrefix + guardSubject
 
 	// NB: index-version 3 was the version guard's own, on top of
-	// everything recurIndexVersion says; singleDeleteVersion says it too.
+	// everything recurIndexVersion says; index-version 4 says it too.
 
-	// singleDeleteVersion is what index-version holds once messages may
-	// be written with written_once and then removed with a single delete.
-	// A version before it would rewrite such a message keeping the flag
-	// (an unknown field to it), and a later single delete of the key, set
-	// twice, could bring the earlier value back: so index-version 4 keeps
-	// every version before it out, as index-version does.
-	singleDeleteVersion = 4
+	// NB: index-version 4 says messages may be written with written_once
+	// and then removed with a single delete. A version before it would
+	// rewrite such a message keeping the flag (an unknown field to it),
+	// and a later single delete of the key, set twice, could bring the
+	// earlier value back: so 4 keeps every version before it out, as
+	// index-version does. plannedByIndexVersion (planned.go) says it
+	// too.
 
 	// indexVersion is the index-version this version writes and the
-	// newest it opens.
-	indexVersion = singleDeleteVersion
+	// newest it opens: plannedByIndexVersion (see planned.go).
+	indexVersion = plannedByIndexVersion
 )
 
 // Fails to compile if the text grows past the 64 bytes an earlier

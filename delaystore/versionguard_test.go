@@ -12,9 +12,9 @@ import (
 // wantVersionGuard checks that s holds the version guard that keeps earlier versions out:
 // a subject registry entry whose value is not an 8-byte count (every
 // version before index-version refuses such an entry at open, quoting its
-// subject, which says why), and index-version 4 (every version that reads
-// index-version refuses one it does not know: 4 keeps out the versions
-// that do not know single deletes).
+// subject, which says why), and index-version 5 (every version that reads
+// index-version refuses one it does not know: 5 keeps out the versions
+// that read planned-ness from the stored value alone, see planned.go).
 func wantVersionGuard(tb testing.TB, s delaystore.Store) {
 	tb.Helper()
 	v, err := s.Get([]byte(delaystore.VersionGuardKey))
@@ -26,8 +26,8 @@ func wantVersionGuard(tb testing.TB, s delaystore.Store) {
 		tb.Fatalf("version guard %q = %x: want a value that is not a count, under a subject no subject can be, that says why in 64 bytes", subject, v)
 	}
 	v, err = s.Get([]byte("metadata/event-repo/index-version"))
-	if err != nil || len(v) != 8 || binary.BigEndian.Uint64(v) != 4 {
-		tb.Fatalf("index-version %x (%v), want 4", v, err)
+	if err != nil || len(v) != 8 || binary.BigEndian.Uint64(v) != 5 {
+		tb.Fatalf("index-version %x (%v), want 5", v, err)
 	}
 }
 

@@ -180,6 +180,12 @@ func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 		nr := next.Recurrence
 		nr.OccurrenceNs, nr.Seq, nr.Behind = at.UnixNano(), seq+1, behind
 		nr.Planned, nr.NextNs = false, 0
+		// Its successor's time as its own plan gives it when on time:
+		// that plan leaves it unrewritten if it finds the same (see
+		// delaystore's planned.go).
+		if after, _, ok := sched.Next(at, nr.Seq, behind, at); ok {
+			nr.NextNs = after.UnixNano()
+		}
 		if p.Drop {
 			nr.Skipped++
 		}

@@ -416,13 +416,15 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 // entries in the schedule index have moved to its successor, and a
 // schedule edit refuses it. Without a client id (it passed it on to its
 // successor), no new message can replace it. So its delete after the
-// ACK need not read it, as for a plain message (see takeLocked). NB: not
-// written once (planning rewrote it), so its delete is a plain Delete.
+// ACK need not read it, as for a plain message (see takeLocked). Planned
+// without a rewrite, it is still written once, and its delete may be a
+// single delete (the repository knows the keys it rewrote since a copy
+// that says so was read).
 func plannedPending(m *delaystore.StoredMessage) *delaystore.StoredMessage {
 	if !m.GetRecurrence().GetPlanned() || m.ClientId != "" {
 		return nil
 	}
-	return &delaystore.StoredMessage{Subject: m.Subject, ExpireAtNs: m.ExpireAtNs}
+	return &delaystore.StoredMessage{Subject: m.Subject, ExpireAtNs: m.ExpireAtNs, WrittenOnce: m.WrittenOnce}
 }
 
 // undeliverable deals with a message the publisher refused for good:

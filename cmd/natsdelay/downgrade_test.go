@@ -27,12 +27,18 @@ import (
 // index-version: a store it opens is checked only by the keys it knew.
 const beforeIndexVersion = "2e05afa"
 
+// beforePlannedByIndex is the last version that rewrote every
+// occurrence it planned as planned (index-version 4): it would read an
+// occurrence this version planned in place as still to plan.
+const beforePlannedByIndex = "360c0a3"
+
 // olderTests are the commits tests build, with the tests that build
 // each: TestMain starts building those that -run selects (see
 // startOlderBuilds).
 var olderTests = map[string][]string{
-	beforeIndexVersion: {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
-	previousRelease:    {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
+	beforeIndexVersion:   {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
+	beforePlannedByIndex: {"TestServe_VersionBeforePlannedByIndex_RefusesStoreOfThisVersion"},
+	previousRelease:      {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
 }
 
 // olderBuilds are the earlier versions of natsdelay this test binary
@@ -284,6 +290,46 @@ func TestServe_OlderVersion_RefusesStoreOfThisVersion(t *testing.T) {
 	}
 }
 
+// TestServe_VersionBeforePlannedByIndex_RefusesStoreOfThisVersion checks
+// that the version before occurrences were planned in place (index-version
+// 4), which would plan such an occurrence a second time, refuses a store
+// this version wrote (with a recurring schedule in it), with the error its
+// check of index-version gives and a failing exit code before it serves;
+// and that this version opens the store again afterwards, with the
+// schedule's occurrence pending.
+func TestServe_VersionBeforePlannedByIndex_RefusesStoreOfThisVersion(t *testing.T) {
+	t.Parallel()
+	older := buildOlder(t, beforePlannedByIndex)
+	for _, engine := range []string{"pebble", "bolt"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			srv := serveInProcess(t, dir, "--engine", engine)
+			schedule(t, srv.URL(), "jobs.every", "x", "--every", "1h", "--id", "hourly")
+			if err := srv.Close(); err != nil {
+				t.Fatalf("serve: Close: %v", err)
+			}
+
+			old := startExe(t, older, nil, "", "serve", "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--engine", engine)
+			code := old.wait(t, 30*time.Second)
+			e := old.stderr.String()
+			if code != exitRuntime || strings.Contains(e, "natsdelay ready") {
+				t.Fatalf("version %s on a store of this version: exit code %d, stderr %q; want it refused with %d before it serves", beforePlannedByIndex, code, e, exitRuntime)
+			}
+			if !strings.Contains(e, "index version 5 is newer than this version knows (4)") {
+				t.Fatalf("version %s printed %q, want that index-version 5 is newer than it knows", beforePlannedByIndex, e)
+			}
+			ls := strings.Split(strings.TrimSpace(e), "\n")
+			t.Logf("version %s refused the store: exit code %d, %s", beforePlannedByIndex, code, ls[len(ls)-1])
+
+			again := serveInProcess(t, dir, "--engine", engine)
+			if out := mustRun(t, "info", "--nats", again.URL()); !regexp.MustCompile(`(?m)^pending\s+1$`).MatchString(out) {
+				t.Fatalf("info after the refused downgrade:\n%s\nwant the schedule's occurrence still pending", out)
+			}
+		})
+	}
+}
+
 // TestServe_NewerStore_RefusedWithoutWriting checks that this version
 // refuses a bbolt store of a later version (its index-version newer than
 // this version knows) with a failing exit code before it serves, and
@@ -298,14 +344,14 @@ func TestServe_NewerStore_RefusedWithoutWriting(t *testing.T) {
 		t.Fatalf("serve: Close: %v", err)
 	}
 	path := filepath.Join(dir, engine.BoltFile)
-	setIndexVersion(t, path, 5)
+	setIndexVersion(t, path, 6)
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	code, _, e := runCmd(t, "serve", "--nats-listen", "127.0.0.1:0", "--http", "", "--data-dir", dir, "--engine", "bolt")
-	if code != exitRuntime || !strings.Contains(e, "index version 5 is newer than this version knows") {
+	if code != exitRuntime || !strings.Contains(e, "index version 6 is newer than this version knows") {
 		t.Fatalf("serve on a store of a later version: exit code %d, stderr %q; want it refused with %d", code, e, exitRuntime)
 	}
 	after, err := os.ReadFile(path)

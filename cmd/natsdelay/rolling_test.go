@@ -46,7 +46,7 @@ const rollWait = 90 * time.Second
 // message sent again during and after the roll is one message; that the
 // schedule's occurrences go on under the new leader, one tag each; and at
 // the end that the three nodes of this version agree on one leader and,
-// stopped, each hold a store at index-version 4 with the version guard.
+// stopped, each hold a store at index-version 5 with the version guard.
 func TestCluster_RollingUpgrade_FromPreviousRelease(t *testing.T) {
 	t.Parallel()
 	older := buildOlder(t, previousRelease)
@@ -673,8 +673,8 @@ func checkStoreVersion(t *testing.T, n *rollNode) {
 	}
 	defer s.Close()
 	v, err := s.Get([]byte("metadata/event-repo/index-version"))
-	if err != nil || len(v) != 8 || binary.BigEndian.Uint64(v) != 4 {
-		t.Errorf("node %s: index-version %x (%v), want 4", n.id, v, err)
+	if err != nil || len(v) != 8 || binary.BigEndian.Uint64(v) != 5 {
+		t.Errorf("node %s: index-version %x (%v), want 5", n.id, v, err)
 	}
 	if _, err := s.Get([]byte("metadata/event-repo/topic/\x00written by a newer natsdelay; run that version or a later one")); err != nil {
 		t.Errorf("node %s: the version guard: %v", n.id, err)
@@ -684,7 +684,7 @@ func checkStoreVersion(t *testing.T, n *rollNode) {
 // TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled checks
 // what docs/upgrading.md says of a roll out of order: once a node of this
 // version has led, it has upgraded the replicated store to index-version
-// 4 through the log, which every node applies, old ones too; a node of
+// 5 through the log, which every node applies, old ones too; a node of
 // the previous release elected after it then refuses the store, as a
 // downgrade is refused, and serves nothing while it leads (ingest gets no
 // answer or a 503); the roll carried on as the docs say, the remaining
@@ -742,7 +742,7 @@ func TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled(t *testing
 	// The new node stops; an old one takes over and refuses the store.
 	upgraded.stop(t)
 	stuck := c.waitLeader(t)
-	stuck.proc.waitLine(t, `index version 4 is newer than this version knows \(3\)`, rollWait)
+	stuck.proc.waitLine(t, `index version 5 is newer than this version knows \(3\)`, rollWait)
 	if code, body := stuck.get("/readyz"); code == http.StatusOK {
 		t.Errorf("old leader %s on the upgraded store: /readyz %d %q, want it not ready", stuck.id, code, body)
 	}
