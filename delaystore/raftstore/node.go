@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -31,7 +32,7 @@ type Node struct {
 
 	mux       *mux
 	transport *raft.NetworkTransport
-	logs      *raftboltdb.BoltStore
+	logs      raftLog
 	snaps     raft.SnapshotStore
 	fsm       *fsm
 	raft      *raft.Raft
@@ -169,7 +170,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		return err
 	}
 	rlog := newRaftLogger(n.log)
-	if err := n.openRaftStores(rlog); err != nil {
+	if err := n.openRaftStores(st, rlog); err != nil {
 		return err
 	}
 	if err := n.startRaft(st, rlog); err != nil {
@@ -211,14 +212,33 @@ func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuratio
 	return &conf, nil
 }
 
+// raftLog is Raft's log and stable store, in one.
+type raftLog interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
 // openRaftStores opens Raft's log and snapshot stores and its transport.
-func (n *Node) openRaftStores(rlog hclog.Logger) error {
+//
+// The log of a node created by this version is raft-wal's: segment files
+// that each append writes once, at their end, and syncs. raft-boltdb,
+// before it, kept the log in a B+tree that rewrote the leaf holding the
+// newest entries at every append: up to five entries of a group commit
+// each, for every one appended (see docs/performance.md). A node whose Dir
+// holds a raft-boltdb log keeps it: Raft's log and stable store cannot
+// change under a member without a copy of both, and a node replaced with
+// a fresh Dir (see docs/cluster.md) takes the new one.
+func (n *Node) openRaftStores(st dirState, rlog hclog.Logger) error {
 	var err error
-	n.logs, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(n.cfg.Dir, logFile),
-		// bbolt waits forever for the file lock without a timeout.
-		BoltOptions: &bolt.Options{Timeout: time.Second},
-	})
+	if st.boltLog || n.cfg.boltLog {
+		n.logs, err = raftboltdb.New(raftboltdb.Options{
+			Path:        filepath.Join(n.cfg.Dir, logFile),
+			BoltOptions: boltOptions(),
+		})
+	} else {
+		n.logs, err = openWAL(filepath.Join(n.cfg.Dir, walDir), rlog.Named("wal"))
+	}
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
 	}
@@ -233,6 +253,34 @@ func (n *Node) openRaftStores(rlog hclog.Logger) error {
 		Logger:  rlog.Named("transport"),
 	})
 	return nil
+}
+
+// openWAL opens, or creates, the raft-wal log in dir.
+func openWAL(dir string, log hclog.Logger) (*wal.WAL, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return wal.Open(dir, wal.WithLogger(log))
+}
+
+// boltOptions are the options of the Raft log's bbolt file.
+//
+// The log is a queue: Raft appends at its tail, and deletes thousands of
+// entries at its head after each snapshot, so the file keeps many free
+// pages. With the freelist synced, every append writes the whole list
+// of them again, and the array freelist searches it for each page it
+// allocates; a hash map finds a run of pages at once, and without the
+// sync bbolt rebuilds the list by scanning the file when it opens it.
+// Neither changes what a commit makes durable: the entries and the meta
+// page are synced as before, and a file written either way opens either
+// way (bbolt writes the freelist again when a later Open syncs it).
+func boltOptions() *bolt.Options {
+	return &bolt.Options{
+		// bbolt waits forever for the file lock without a timeout.
+		Timeout:        time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	}
 }
 
 // startRaft starts Raft on the stores and the transport, with the FSM
@@ -288,6 +336,12 @@ func (c Config) raftConfig() *raft.Config {
 	// The frame guard of the receiving nodes bounds an AppendEntries
 	// by this many entries of at most MaxEntryBytes.
 	rc.MaxAppendEntries = maxAppendEntries
+	// Commits from the writer, the deleter and the planner queue up to
+	// MaxAppendEntries deep rather than one at a time, so that the leader
+	// takes every one waiting into one append: one log write and one
+	// AppendEntries to each follower for all of them. Its only cost is
+	// Apply's enqueue timeout, which apply does not use.
+	rc.BatchApplyCh = true
 	return rc
 }
 
