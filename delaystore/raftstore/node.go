@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -256,11 +257,46 @@ func (n *Node) openRaftStores(st dirState, rlog hclog.Logger) error {
 }
 
 // openWAL opens, or creates, the raft-wal log in dir.
-func openWAL(dir string, log hclog.Logger) (*wal.WAL, error) {
+func openWAL(dir string, log hclog.Logger) (raftLog, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return wal.Open(dir, wal.WithLogger(log))
+	// NB: the WAL's Close leaves its meta store open, and with it the
+	// lock on its file, which the next Open in this process would wait
+	// for forever: walLog closes it.
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithMetaStore(meta))
+	if err != nil {
+		return nil, errors.Join(err, meta.Close())
+	}
+	return walLog{w, meta}, nil
+}
+
+// walLog is raft-wal's log, whose entries below the first index are gone.
+//
+// raft-wal removes the head of its log by moving the first index, and
+// deletes a segment file only once all of it is below: its GetLog still
+// finds an entry the head truncation removed, as long as its segment
+// stands. Raft decides from GetLog's ErrLogNotFound that a follower too
+// far behind needs the latest snapshot rather than the log; with such
+// entries it would replay, to a new node, a log that a snapshot was meant
+// to replace, from wherever the segment happens to start.
+type walLog struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (l walLog) Close() error { return errors.Join(l.WAL.Close(), l.meta.Close()) }
+
+func (l walLog) GetLog(index uint64, log *raft.Log) error {
+	first, err := l.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first {
+		return raft.ErrLogNotFound
+	}
+	return l.WAL.GetLog(index, log)
 }
 
 // boltOptions are the options of the Raft log's bbolt file.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -137,5 +138,39 @@ func TestCommit_Concurrent_AllAppliedEverywhere(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Entries a head truncation removed are gone from the WAL's log, though
+// their segment file stands, so that Raft sends a follower that needs
+// them the latest snapshot.
+func TestWALLog_TruncatedHead_NotFound(t *testing.T) {
+	t.Parallel()
+	l, err := openWAL(filepath.Join(t.TempDir(), walDir), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	if err := l.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DeleteRange(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	var got raft.Log
+	for i := uint64(1); i <= 5; i++ {
+		if err := l.GetLog(i, &got); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("entry %d after the head truncation: %v, want ErrLogNotFound", i, err)
+		}
+	}
+	if err := l.GetLog(6, &got); err != nil || got.Index != 6 || got.Data[0] != 6 {
+		t.Fatalf("entry 6: %+v, %v", got, err)
+	}
+	if first, err := l.FirstIndex(); err != nil || first != 6 {
+		t.Fatalf("first index %d, %v; want 6", first, err)
 	}
 }
