@@ -23,11 +23,7 @@ const (
 	// nodeFile names the node and the cluster whose state Dir holds. It is
 	// written, synced, before anything else of the cluster.
 	nodeFile = "node.json"
-	// walDir holds the Raft log and stable store of a node created by this
-	// version: raft-wal's segment files and its meta file.
-	walDir = "raft-log"
-	// logFile is the Raft log and stable store of a node created before,
-	// on raft-boltdb; such a node keeps it (see openRaftStores).
+	// logFile is raft-boltdb's log and stable store.
 	logFile = "raft.db"
 	// restoreMarkerFile exists while a snapshot is being restored into the
 	// local store (see fsm.Restore).
@@ -58,7 +54,6 @@ type nodeRecord struct {
 type dirState struct {
 	node     *nodeRecord // nil if none
 	hasLog   bool
-	boltLog  bool // the log is logFile, on raft-boltdb
 	restored bool // a snapshot restore was cut short
 }
 
@@ -75,13 +70,10 @@ func readDirState(dir string) (dirState, error) {
 			return st, fmt.Errorf("raftstore: %s in %s is not a node record: %q", nodeFile, dir, b)
 		}
 	}
-	for _, name := range []string{logFile, walDir} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			st.hasLog = true
-			st.boltLog = st.boltLog || name == logFile
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return st, fmt.Errorf("raftstore: %w", err)
-		}
+	if _, err := os.Stat(filepath.Join(dir, logFile)); err == nil {
+		st.hasLog = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("raftstore: %w", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, restoreMarkerFile)); err == nil {
 		st.restored = true

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/hashicorp/raft-wal/segment"
 )
 
 // Config configures one node. A zero duration or count means the default
@@ -45,8 +44,7 @@ type Config struct {
 	// cluster it would not form itself is refused (ErrClusterMismatch).
 	Join bool
 
-	// Dir holds the Raft log and stable store (raft-log, on raft-wal; or
-	// raft.db, on raft-boltdb, for a node created before),
+	// Dir holds the Raft log and stable store (raft.db, on raft-boltdb),
 	// the snapshots, and the files naming this node and its cluster. It is
 	// created, mode 0700, if it does not exist.
 	Dir string
@@ -57,8 +55,8 @@ type Config struct {
 	// MaxEntryBytes bounds one log entry, one Commit's batch encoded: a
 	// larger batch is refused. The nodes drop a connection that sends a
 	// field larger than this (see frames.go), so it must be the same on
-	// every node. Default and most MaxLogEntryBytes, twice the largest
-	// group commit of the service on a node (MaxGroupCommitBytes).
+	// every node. Default 128 MiB, twice the service's largest group
+	// commit.
 	MaxEntryBytes int
 
 	// TLS, if set, makes the cluster port speak mutual TLS: every node
@@ -103,22 +101,7 @@ type Config struct {
 	// listener, when set, is used instead of binding Listen. Tests set it
 	// to an ephemeral port bound before the peer list is known.
 	listener net.Listener
-	// boltLog makes a fresh node keep its log on raft-boltdb, as a node
-	// created by an earlier version does. Tests set it.
-	boltLog bool
 }
-
-// MaxLogEntryBytes is the largest MaxEntryBytes: raft-wal's log reads no
-// record over 64 MiB back (segment.MaxEntrySize), and a record holds an
-// entry's command and some bytes of its own (its index, term, type and
-// times), well within the 64 KiB left.
-const MaxLogEntryBytes = segment.MaxEntrySize - 64<<10
-
-// MaxGroupCommitBytes is the most bytes of messages (payloads, subjects,
-// headers) the service puts in one group commit on a node: half of the
-// 64 MiB record, since the entry that holds them also holds their keys and
-// index entries.
-const MaxGroupCommitBytes = 32 << 20
 
 // DefaultConfig returns the defaults: failover within about two seconds on
 // a LAN, and a log bounded to some thousands of group commits.
@@ -136,7 +119,7 @@ func DefaultConfig() Config {
 		// Well above an election, and above the seconds a restarted node
 		// takes to catch up from its log.
 		MaxLag:        10 * time.Second,
-		MaxEntryBytes: MaxLogEntryBytes,
+		MaxEntryBytes: 128 << 20,
 	}
 }
 
@@ -234,9 +217,6 @@ func (c Config) Validate() error {
 		}
 	}
 	w := c.withDefaults()
-	if c.MaxEntryBytes < 0 || c.MaxEntryBytes > MaxLogEntryBytes {
-		bad("MaxEntryBytes (%d) must be 0 (the default) to %d: the largest record the Raft log reads back", c.MaxEntryBytes, MaxLogEntryBytes)
-	}
 	if w.LeaderLeaseTimeout > w.HeartbeatTimeout {
 		bad("LeaderLeaseTimeout (%v) must not exceed HeartbeatTimeout (%v)", w.LeaderLeaseTimeout, w.HeartbeatTimeout)
 	}

@@ -43,7 +43,6 @@ func TestConfig_Validate_NamesEveryProblem(t *testing.T) {
 		{"LeaseAboveHeartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * time.Second }, []string{"LeaderLeaseTimeout (2s) must not exceed HeartbeatTimeout (1s)"}},
 		{"NegativeTimeout", func(c *Config) { c.CommitTimeout = -time.Second }, []string{"CommitTimeout (-1s) must be >= 0"}},
 		{"RaftLimit", func(c *Config) { c.HeartbeatTimeout = time.Millisecond; c.LeaderLeaseTimeout = time.Millisecond }, []string{"HeartbeatTimeout is too low"}},
-		{"EntryOverTheLog", func(c *Config) { c.MaxEntryBytes = MaxLogEntryBytes + 1 }, []string{"MaxEntryBytes (67043329) must be 0 (the default) to 67043328"}},
 		{"Several", func(c *Config) { c.NodeID = ""; c.Dir = "" }, []string{"NodeID is empty", "Dir is empty"}},
 	}
 	for _, tc := range cases {

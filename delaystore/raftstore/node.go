@@ -17,8 +17,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -33,7 +31,7 @@ type Node struct {
 
 	mux       *mux
 	transport *raft.NetworkTransport
-	logs      raftLog
+	logs      *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	fsm       *fsm
 	raft      *raft.Raft
@@ -171,7 +169,7 @@ func (n *Node) start(ctx context.Context, st dirState) error {
 		return err
 	}
 	rlog := newRaftLogger(n.log)
-	if err := n.openRaftStores(st, rlog); err != nil {
+	if err := n.openRaftStores(rlog); err != nil {
 		return err
 	}
 	if err := n.startRaft(st, rlog); err != nil {
@@ -213,33 +211,13 @@ func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuratio
 	return &conf, nil
 }
 
-// raftLog is Raft's log and stable store, in one.
-type raftLog interface {
-	raft.LogStore
-	raft.StableStore
-	Close() error
-}
-
 // openRaftStores opens Raft's log and snapshot stores and its transport.
-//
-// The log of a node created by this version is raft-wal's: segment files
-// that each append writes once, at their end, and syncs. raft-boltdb,
-// before it, kept the log in a B+tree that rewrote the leaf holding the
-// newest entries at every append: up to five entries of a group commit
-// each, for every one appended (see docs/performance.md). A node whose Dir
-// holds a raft-boltdb log keeps it: Raft's log and stable store cannot
-// change under a member without a copy of both, and a node replaced with
-// a fresh Dir (see docs/cluster.md) takes the new one.
-func (n *Node) openRaftStores(st dirState, rlog hclog.Logger) error {
+func (n *Node) openRaftStores(rlog hclog.Logger) error {
 	var err error
-	if st.boltLog || n.cfg.boltLog {
-		n.logs, err = raftboltdb.New(raftboltdb.Options{
-			Path:        filepath.Join(n.cfg.Dir, logFile),
-			BoltOptions: boltOptions(),
-		})
-	} else {
-		n.logs, err = openWAL(filepath.Join(n.cfg.Dir, walDir), rlog.Named("wal"))
-	}
+	n.logs, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(n.cfg.Dir, logFile),
+		BoltOptions: boltOptions(),
+	})
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
 	}
@@ -256,60 +234,17 @@ func (n *Node) openRaftStores(st dirState, rlog hclog.Logger) error {
 	return nil
 }
 
-// openWAL opens, or creates, the raft-wal log in dir.
-func openWAL(dir string, log hclog.Logger) (raftLog, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	// NB: the WAL's Close leaves its meta store open, and with it the
-	// lock on its file, which the next Open in this process would wait
-	// for forever: walLog closes it.
-	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithMetaStore(meta))
-	if err != nil {
-		return nil, errors.Join(err, meta.Close())
-	}
-	return walLog{w, meta}, nil
-}
-
-// walLog is raft-wal's log, whose entries below the first index are gone.
-//
-// raft-wal removes the head of its log by moving the first index, and
-// deletes a segment file only once all of it is below: its GetLog still
-// finds an entry the head truncation removed, as long as its segment
-// stands. Raft decides from GetLog's ErrLogNotFound that a follower too
-// far behind needs the latest snapshot rather than the log; with such
-// entries it would replay, to a new node, a log that a snapshot was meant
-// to replace, from wherever the segment happens to start.
-type walLog struct {
-	*wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (l walLog) Close() error { return errors.Join(l.WAL.Close(), l.meta.Close()) }
-
-func (l walLog) GetLog(index uint64, log *raft.Log) error {
-	first, err := l.FirstIndex()
-	if err != nil {
-		return err
-	}
-	if index < first {
-		return raft.ErrLogNotFound
-	}
-	return l.WAL.GetLog(index, log)
-}
-
 // boltOptions are the options of the Raft log's bbolt file.
 //
 // The log is a queue: Raft appends at its tail, and deletes thousands of
 // entries at its head after each snapshot, so the file keeps many free
-// pages. With the freelist synced, every append writes the whole list
-// of them again, and the array freelist searches it for each page it
-// allocates; a hash map finds a run of pages at once, and without the
-// sync bbolt rebuilds the list by scanning the file when it opens it.
-// Neither changes what a commit makes durable: the entries and the meta
-// page are synced as before, and a file written either way opens either
-// way (bbolt writes the freelist again when a later Open syncs it).
+// pages. With the freelist synced, every append writes the whole list of
+// them again, and the array freelist searches it for each run of pages it
+// allocates; a hash map finds a run at once, and without the sync bbolt
+// rebuilds the list by scanning the file when it opens it. Neither
+// changes what a commit makes durable: the entries and the meta page are
+// synced as before, and a file written either way opens either way
+// (bbolt writes the freelist again when a later Open syncs it).
 func boltOptions() *bolt.Options {
 	return &bolt.Options{
 		// bbolt waits forever for the file lock without a timeout.
@@ -373,10 +308,9 @@ func (c Config) raftConfig() *raft.Config {
 	// by this many entries of at most MaxEntryBytes.
 	rc.MaxAppendEntries = maxAppendEntries
 	// Commits from the writer, the deleter and the planner queue up to
-	// MaxAppendEntries deep rather than one at a time, so that the leader
-	// takes every one waiting into one append: one log write and one
-	// AppendEntries to each follower for all of them. Its only cost is
-	// Apply's enqueue timeout, which apply does not use.
+	// MaxAppendEntries deep rather than handing over one at a time, so
+	// that the leader takes every one waiting into one append. Its only
+	// cost is Apply's enqueue timeout, which apply does not use.
 	rc.BatchApplyCh = true
 	return rc
 }

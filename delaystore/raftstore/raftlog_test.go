@@ -2,43 +2,24 @@ package raftstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
-// A fresh node keeps its Raft log on raft-wal.
-func TestRaftLog_FreshNode_OnWAL(t *testing.T) {
+// The Raft log is written without its freelist synced (see boltOptions).
+// That file opens with raft-boltdb's defaults, as an earlier version opens
+// it, with every entry there; and once that version wrote it back (with
+// the freelist synced again) it opens in this one, which goes on
+// appending.
+func TestRaftLog_FreelistUnsynced_OpensEitherWay(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 1, enginePebble, oneNodeConfig())
-	n := c.waitLeader()
-	c.commitOnLeader("k", "v")
-	if _, err := os.Stat(filepath.Join(n.dir, walDir)); err != nil {
-		t.Fatalf("the WAL: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(n.dir, logFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s of a fresh node: %v, want none", logFile, err)
-	}
-}
-
-// A node created by an earlier version keeps its raft-boltdb log, which
-// it now writes without its freelist synced (see boltOptions). That file
-// opens with raft-boltdb's defaults, as the earlier version opens it,
-// with every entry there; and once that version wrote it back (with the
-// freelist synced again) it opens in this one, which goes on appending.
-func TestRaftLog_EarlierNode_KeepsBoltLog(t *testing.T) {
-	t.Parallel()
-	cfg := oneNodeConfig()
-	cfg.boltLog = true
-	c := startCluster(t, 1, enginePebble, cfg)
 	n := c.waitLeader()
 	for i := range 20 {
 		c.commitOnLeader(fmt.Sprintf("k%02d", i), "v")
@@ -63,15 +44,10 @@ func TestRaftLog_EarlierNode_KeepsBoltLog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Without the hook: the Dir's raft.db decides.
-	n.cfg.boltLog = false
 	n.reopen(context.Background())
 	c.commitOnLeader("after", "reopen")
 	if st := n.node.Status(); st.LastLogIndex <= last {
 		t.Fatalf("last index after the reopen %d, want above %d", st.LastLogIndex, last)
-	}
-	if _, err := os.Stat(filepath.Join(n.dir, walDir)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a WAL beside the raft-boltdb log: %v, want none", err)
 	}
 	for _, k := range []string{"k00", "k19", "after"} {
 		if v, err := n.node.Store().Get([]byte(k)); err != nil || v == nil {
@@ -138,39 +114,5 @@ func TestCommit_Concurrent_AllAppliedEverywhere(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// Entries a head truncation removed are gone from the WAL's log, though
-// their segment file stands, so that Raft sends a follower that needs
-// them the latest snapshot.
-func TestWALLog_TruncatedHead_NotFound(t *testing.T) {
-	t.Parallel()
-	l, err := openWAL(filepath.Join(t.TempDir(), walDir), hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var logs []*raft.Log
-	for i := uint64(1); i <= 10; i++ {
-		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
-	}
-	if err := l.StoreLogs(logs); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.DeleteRange(1, 5); err != nil {
-		t.Fatal(err)
-	}
-	var got raft.Log
-	for i := uint64(1); i <= 5; i++ {
-		if err := l.GetLog(i, &got); !errors.Is(err, raft.ErrLogNotFound) {
-			t.Fatalf("entry %d after the head truncation: %v, want ErrLogNotFound", i, err)
-		}
-	}
-	if err := l.GetLog(6, &got); err != nil || got.Index != 6 || got.Data[0] != 6 {
-		t.Fatalf("entry 6: %+v, %v", got, err)
-	}
-	if first, err := l.FirstIndex(); err != nil || first != 6 {
-		t.Fatalf("first index %d, %v; want 6", first, err)
 	}
 }

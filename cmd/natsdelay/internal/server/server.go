@@ -223,9 +223,6 @@ func (s *Server) open(ctx context.Context, o Options) error {
 	}
 	cfg := o.Service
 	cfg.Logger = s.log
-	if o.Cluster != nil {
-		cfg = clusterService(cfg)
-	}
 	rec, fc, err := s.prepareFleet(o, dataDir, &cfg)
 	if err != nil {
 		return err
@@ -295,13 +292,6 @@ func (s *Server) listenHTTP(o Options) (*httpServer, prometheus.Registerer, erro
 // cluster, the replicated store of a node started on it, with the options
 // that go with it. reg is where the service reports its metrics, nil for
 // nowhere.
-// clusterService is the service's configuration on a node of a cluster:
-// a group commit is one Raft log entry, which has a bound of its own.
-func clusterService(cfg bridge.Config) bridge.Config {
-	cfg.MaxBatchBytes = min(cmp.Or(cfg.MaxBatchBytes, bridge.DefaultConfig().MaxBatchBytes), raftstore.MaxGroupCommitBytes)
-	return cfg
-}
-
 func (s *Server) serviceStore(ctx context.Context, o Options, st delaystore.Store, dataDir string, memory bool, reg prometheus.Registerer) (delaystore.Store, []bridge.Option, error) {
 	svcStore, svcOpts := st, []bridge.Option{bridge.WithRegisterer(reg)}
 	if o.Cluster != nil {
