@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"net"
 	"testing"
 
 	"github.com/natsdelay/natsdelay/bridge/fleet"
@@ -60,5 +61,34 @@ func TestPendingOf_OnlyAWholeCount(t *testing.T) {
 	b, _ := json.Marshal(plain)
 	if got, err := pendingOf(b); err != nil || got != 38524 {
 		t.Errorf("a plain node's INFO: pendingOf = %d, %v; want 38524", got, err)
+	}
+}
+
+// TestFreeAddrs_Distinct checks that the Raft addresses picked for a set
+// of nodes are distinct and free when picked: a run once started a 3-node
+// cell whose peer list named one port twice, as picking a port and
+// closing its listener before picking the next allows, and the cell's
+// nodes refused to start.
+func TestFreeAddrs_Distinct(t *testing.T) {
+	for range 20 {
+		addrs, err := freeAddrs(50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 50 {
+			t.Fatalf("%d addresses, want 50", len(addrs))
+		}
+		seen := make(map[string]bool, len(addrs))
+		for _, a := range addrs {
+			if seen[a] {
+				t.Fatalf("%s picked twice in %v", a, addrs)
+			}
+			seen[a] = true
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				t.Fatalf("%s is not free once picked: %v", a, err)
+			}
+			_ = ln.Close()
+		}
 	}
 }
