@@ -27,11 +27,15 @@ type FleetInfo struct {
 }
 
 // CellInfo is one cell in the fleet's INFO: its status, and its counts,
-// or why it did not answer.
+// storage and version, or why it did not answer. Cells may run different
+// versions while they are upgraded one at a time, and one cell's store
+// may fail while the others' serve: the fleet's own fields show only one.
 type CellInfo struct {
 	Status
-	Counts *wire.Counts `json:"counts,omitempty"`
-	Error  string       `json:"error,omitempty"`
+	Version string       `json:"version,omitempty"`
+	Storage string       `json:"storage,omitempty"`
+	Counts  *wire.Counts `json:"counts,omitempty"`
+	Error   string       `json:"error,omitempty"`
 }
 
 // routedByRef are the verbs whose request names one message, by tag or by
@@ -221,8 +225,8 @@ func (n *Node) answerInfo(m *nats.Msg) {
 	out := Info{Fleet: FleetInfo{Partitions: n.rec.Partitions}}
 	for i := range cells {
 		if r := replies[i]; r != nil {
-			infos[i].Counts = &r.Counts
-			out.add(*r)
+			infos[i].Counts, infos[i].Storage, infos[i].Version = &r.Counts, r.Storage, r.Version
+			out.add(infos[i].Cell, *r)
 		}
 	}
 	out.Fleet.Cells = infos
@@ -248,10 +252,24 @@ func (n *Node) cellInfo(cell string) (*wire.InfoReply, string) {
 }
 
 // add sums a cell's INFO into the fleet's; the first cell's version,
-// engine, storage and config stand for the fleet's.
-func (i *Info) add(r wire.InfoReply) {
+// engine and config stand for the fleet's. The fleet's storage is "ok"
+// only while every cell that answered says so; else it is "failing: "
+// and each failing cell's cause, so a client that checks the prefix sees
+// a fault in any cell.
+func (i *Info) add(cell string, r wire.InfoReply) {
 	if i.Version == "" {
-		i.Version, i.Engine, i.Storage, i.Config = r.Version, r.Engine, r.Storage, r.Config
+		i.Version, i.Engine, i.Config = r.Version, r.Engine, r.Config
+	}
+	switch {
+	case r.Storage == "ok" && i.Storage == "":
+		i.Storage = "ok"
+	case r.Storage != "ok":
+		cause := fmt.Sprintf("cell %q: %s", cell, strings.TrimPrefix(r.Storage, "failing: "))
+		if i.Storage == "" || i.Storage == "ok" {
+			i.Storage = "failing: " + cause
+		} else {
+			i.Storage += "; " + cause
+		}
 	}
 	c, rc := &i.Counts, r.Counts
 	c.Pending += rc.Pending

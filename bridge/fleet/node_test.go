@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +196,55 @@ func TestNode_ScheduleVerbs_RouteToTheOwner(t *testing.T) {
 		if got != want {
 			t.Errorf("%s through the fleet: answered %q, want the owner's %q", verb, got, want)
 		}
+	}
+}
+
+// TestNode_Info_ACellsFailingStorage_IsTheFleets checks that INFO through
+// the fleet does not report storage "ok" while one cell's store is
+// failing: the fleet's storage names that cell and keeps the "failing: "
+// prefix a client checks, and each cell's entry carries its own storage
+// and version. Cell b's API is played here, answering that its store is
+// failing, whichever cell answers first.
+func TestNode_Info_ACellsFailingStorage_IsTheFleets(t *testing.T) {
+	nc := startNATS(t)
+	answer := func(cell, storage, version string) {
+		_, _, api := fleet.CellSubjects(cell)
+		body, _ := json.Marshal(wire.InfoReply{Version: version, Engine: "pebble", Storage: storage, Counts: wire.Counts{Pending: 2}})
+		sub, err := nc.Subscribe(api+"."+wire.VerbInfo, func(m *nats.Msg) { _ = m.Respond(body) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	answer("a", "ok", "1.1.0")
+	answer("b", "failing: disk full", "1.0.0")
+	b := fleet.Status{Record: fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 8, To: 15}}}, Node: "b"}
+	heartbeat(t, nc, b)
+	startNode(t, nc, newFakeService(), fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 7}}})
+	var info fleet.Info
+	for len(info.Fleet.Cells) < 2 { // until a serves the API and has heard b
+		r, err := nc.Request(wire.DefaultAPIPrefix+"."+wire.VerbInfo, nil, 10*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		info = fleet.Info{}
+		if err := json.Unmarshal(r.Data, &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := `failing: cell "b": disk full`; info.Storage != want {
+		t.Errorf("fleet storage %q, want %q", info.Storage, want)
+	}
+	if info.Counts.Pending != 4 {
+		t.Errorf("fleet pending %d, want both cells' 4", info.Counts.Pending)
+	}
+	got := fmt.Sprintf("%s %s %s; %s %s %s", info.Fleet.Cells[0].Cell, info.Fleet.Cells[0].Storage, info.Fleet.Cells[0].Version,
+		info.Fleet.Cells[1].Cell, info.Fleet.Cells[1].Storage, info.Fleet.Cells[1].Version)
+	if want := "a ok 1.1.0; b failing: disk full 1.0.0"; got != want {
+		t.Errorf("cells %q, want %q", got, want)
 	}
 }

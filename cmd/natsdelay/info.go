@@ -34,6 +34,7 @@ func (c *infoCmd) Run(e *env) error {
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("version", r.Version)
 	row("engine", r.Engine)
+	row("storage", r.Storage)
 	fmt.Fprintln(tw, "\t")
 	row("pending", r.Counts.Pending)
 	row("subjects", r.Counts.Subjects)
