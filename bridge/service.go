@@ -699,9 +699,11 @@ func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
 
 func (s *Service) handleIngest(req micro.Request) {
 	// NB: a write would fail on a node that no longer leads (Raft refuses
-	// it), but its 503 could reach the publisher before the leader's
-	// answer: a node without its lease stays silent.
-	if !s.mayAnswer() {
+	// it), but one whose lease lapsed may not read its store either (a
+	// duplicate's first answer): it answers the 503 of answering.
+	if err := s.answering(); err != nil {
+		s.m.ingest.WithLabelValues("unavailable").Inc()
+		respondError(req, err)
 		return
 	}
 	s.ingest(req)
