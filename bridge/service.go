@@ -697,17 +697,10 @@ func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
 	s.respondErr(m, err)
 }
 
-func (s *Service) handleIngest(req micro.Request) {
-	// NB: a write would fail on a node that no longer leads (Raft refuses
-	// it), but one whose lease lapsed may not read its store either (a
-	// duplicate's first answer): it answers the 503 of answering.
-	if err := s.answering(); err != nil {
-		s.m.ingest.WithLabelValues("unavailable").Inc()
-		respondError(req, err)
-		return
-	}
-	s.ingest(req)
-}
+// NB: a write would fail on a node that no longer leads (Raft refuses
+// it), but one whose lease lapsed may not read its store either (a
+// duplicate's first answer): Ingest answers the 503 of answering.
+func (s *Service) handleIngest(req micro.Request) { s.Ingest(req) }
 
 // ingest schedules the message req, for a node that may answer it.
 func (s *Service) ingest(req micro.Request) {
