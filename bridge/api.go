@@ -113,7 +113,8 @@ func (s *Service) apiEndpoints() []apiEndpoint {
 func (s *Service) apiHandler(ep apiEndpoint) micro.Handler {
 	h, tooLarge := ep.h, ep.tooLarge
 	return micro.HandlerFunc(func(req micro.Request) {
-		if !s.mayAnswer() {
+		if err := s.answering(); err != nil {
+			respondError(req, err)
 			return
 		}
 		v, err := h(req)

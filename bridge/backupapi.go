@@ -57,7 +57,11 @@ func (b *backups) done() {
 // it to the request's reply subject from a goroutine that Close ends and
 // waits for (see package backup).
 func (s *Service) handleBackup(req micro.Request) {
-	if !s.mayAnswer() || req.Reply() == "" {
+	if req.Reply() == "" {
+		return
+	}
+	if err := s.answering(); err != nil {
+		respondError(req, err)
 		return
 	}
 	var r wire.BackupRequest

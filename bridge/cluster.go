@@ -205,9 +205,9 @@ const leaseWait = 500 * time.Millisecond
 
 // mayAnswer reports whether this Service may answer a request now. A node
 // of a cluster answers only under its leadership lease: a request that
-// reached a node that was paused meanwhile, and no longer leads, gets no
-// answer from it (the leader, which subscribes in a queue group of its own
-// term, answers it), rather than one read from a store that may be stale.
+// reached a node that was paused meanwhile, or lost its leadership and has
+// not noticed yet, gets no answer read from a store that may be stale,
+// but the 503 of answering.
 func (s *Service) mayAnswer() bool {
 	if s.cluster == nil || s.cluster.HoldsLease() {
 		return true
@@ -216,9 +216,19 @@ func (s *Service) mayAnswer() bool {
 }
 
 // answering is nil when this Service may answer a request now (see
-// mayAnswer), else the 503 that says this node does not lead: for the
-// callers of its methods in process, which, unlike a requester over NATS,
-// no leader answers instead.
+// mayAnswer), else the 503 that says this node does not lead, naming the
+// leader it knows of.
+//
+// A request over NATS gets it too, rather than silence: the leader that
+// took over subscribes in a queue group of its own term, so it gets the
+// request as well only if it subscribed before the request was sent, and
+// a new leader subscribes only once it has applied what was committed.
+// A request taken between this node's loss of the leadership and the
+// drain of its subscriptions (a transfer, an election) reached no other
+// node, and silence left its publisher to its timeout. When the new
+// leader did take it as well, the publisher keeps the first answer; a 503
+// that comes first makes it ask again, as any 503 does (with the same
+// Delay-Id, the same message).
 func (s *Service) answering() error {
 	if s.mayAnswer() {
 		return nil

@@ -311,7 +311,9 @@ func jsPassHeaders(dst, h nats.Header) error {
 // handleJSSchedule takes a publish on the schedule prefix and answers it
 // as a stream does: a PubAck once stored, or a JetStream API error.
 func (s *Service) handleJSSchedule(req micro.Request) {
-	if !s.mayAnswer() {
+	if err := s.answering(); err != nil {
+		s.m.ingest.WithLabelValues("unavailable").Inc()
+		_ = req.Respond(jsAnswer(delaystore.Outcome{}, err))
 		return
 	}
 	subj := strings.TrimPrefix(req.Subject(), s.cfg.JSSchedulePrefix+".")

@@ -697,15 +697,10 @@ func (s *Service) badAnswer(m *nats.Msg, reason string, err error) {
 	s.respondErr(m, err)
 }
 
-func (s *Service) handleIngest(req micro.Request) {
-	// NB: a write would fail on a node that no longer leads (Raft refuses
-	// it), but its 503 could reach the publisher before the leader's
-	// answer: a node without its lease stays silent.
-	if !s.mayAnswer() {
-		return
-	}
-	s.ingest(req)
-}
+// NB: a write would fail on a node that no longer leads (Raft refuses
+// it), but one whose lease lapsed may not read its store either (a
+// duplicate's first answer): Ingest answers the 503 of answering.
+func (s *Service) handleIngest(req micro.Request) { s.Ingest(req) }
 
 // ingest schedules the message req, for a node that may answer it.
 func (s *Service) ingest(req micro.Request) {

@@ -62,6 +62,24 @@ func (at *aheadTable) withdraw(next keys.Key) {
 	}
 }
 
+// end is told that next, a pending occurrence, is canceled: the schedule
+// ends. If next is the successor of an occurrence planned ahead and not yet
+// published, that occurrence's entry goes and its key is returned, for the
+// cancel to delete it with next: left to its pass, it stayed pending, to
+// GET and LIST, until its planned time. A pass that takes it meanwhile
+// finds it settling, and skips it.
+func (at *aheadTable) end(next keys.Key) (keys.Key, bool) {
+	x, ok := at.bySuccessor[next]
+	if !ok {
+		return keys.Key{}, false
+	}
+	if _, ok := at.byKey[x]; !ok {
+		return keys.Key{}, false
+	}
+	at.take(x)
+	return x, true
+}
+
 // moved is told that next, a pending occurrence, was rewritten under nk
 // (see Dispatcher.Rewrite): the occurrence planned ahead whose successor
 // it is, if any, now has nk as its successor.

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -161,6 +162,12 @@ func TestDispatcher_PlanAhead_EndedByIDBeforeDue(t *testing.T) {
 				ok, err := h.d.Cancel(context.Background(), succ)
 				if err != nil || !ok {
 					t.Fatalf("cancel: %v, %v", ok, err)
+				}
+				// A CANCEL answered leaves nothing of the schedule
+				// pending: the withdrawn occurrence is deleted with
+				// it, not left to show in GET and LIST until its time.
+				if _, err := h.repo.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
+					t.Fatalf("the withdrawn occurrence after the CANCEL: %v, want gone", err)
 				}
 			case "replace":
 				h.schedule(occurrenceAt("rec", time.Hour, occ.Add(2*time.Hour), recur.One, 0))

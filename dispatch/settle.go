@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -229,8 +230,13 @@ func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 	d.mu.Lock()
 	d.mu.flights.markSettling(k)
 	// NB: canceling the successor of an occurrence planned ahead ends the
-	// schedule before that occurrence: it must not go out either.
-	d.mu.ahead.withdraw(k)
+	// schedule before that occurrence: it must not go out either, and it
+	// is deleted with k, so that nothing of the schedule is left pending
+	// once the CANCEL is answered.
+	withdrawn, ok := d.mu.ahead.end(k)
+	if ok {
+		d.mu.flights.markSettling(withdrawn)
+	}
 	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
 
@@ -239,17 +245,31 @@ func (d *Dispatcher) cancel(ctx context.Context, k keys.Key) (bool, error) {
 		err     error
 	}
 	ch := make(chan result, 1)
+	wch := make(chan error, 1)
+	if ok {
+		d.stats.withdrawn.Add(1)
+		d.del.delete(withdrawn, func(_ bool, err error) { wch <- err })
+	} else {
+		wch <- nil
+	}
 	d.del.delete(k, func(applied bool, err error) { ch <- result{applied, err} })
+	var r result
 	select {
-	case r := <-ch:
-		if r.applied {
-			d.stats.canceled.Add(1)
-			d.happenedTo(Canceled, k, ab, attempt, "")
-		}
-		return r.applied, r.err
+	case r = <-ch:
 	case <-ctx.Done():
 		return false, fmt.Errorf("dispatch: cancel %s: %w", k, ctx.Err())
 	}
+	select {
+	case err := <-wch:
+		r.err = cmp.Or(r.err, err)
+	case <-ctx.Done():
+		return false, fmt.Errorf("dispatch: cancel %s: %w", k, ctx.Err())
+	}
+	if r.applied {
+		d.stats.canceled.Add(1)
+		d.happenedTo(Canceled, k, ab, attempt, "")
+	}
+	return r.applied, r.err
 }
 
 // Expire removes the messages under ks that have expired, dead-lettering

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // Nothing committed is lost when the leader crashes, and no event ID is
@@ -16,12 +18,18 @@ import (
 // the crashed node comes back and catches up from the log. Three rounds;
 // 50 under NATSDELAY_SOAK=1. A leader change of its own during a round (an
 // election under load) is followed like a crash: the writer goes on at the
-// new leader.
+// new leader, whose IDs then jump above the lease the old leader's open
+// Repository had taken (see
+// TestCluster_LeaderChange_NewLeaderNumbersAboveLease); without one the IDs
+// are 1..n, as each round's Repository is closed, its lease returned,
+// before the crash.
 func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, engineCrashable, testConfig())
 	seen := make(map[uint64]bool)
 	total := 0
+	var highest uint64 // the highest ID handed out so far
+	elections := 0     // leader changes in the middle of a round
 	rounds := 3
 	if os.Getenv("NATSDELAY_SOAK") != "" {
 		rounds = 50
@@ -31,17 +39,24 @@ func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 		if got := w.repo().Pending(); got != uint64(total) {
 			t.Fatalf("round %d: leader %s sees %d pending, want %d", round, w.leader.id, got, total)
 		}
-		if got := w.repo().LastID(); got != uint64(total) {
-			t.Fatalf("round %d: leader %s last id %d, want %d", round, w.leader.id, got, total)
+		if got := w.repo().LastID(); got != highest {
+			t.Fatalf("round %d: leader %s last id %d, want %d, the highest handed out", round, w.leader.id, got, highest)
 		}
 		ids := w.schedule("orders.reminder", 100, 16)
 		for _, id := range ids {
 			if seen[id] {
 				t.Fatalf("round %d: event id %d used twice", round, id)
 			}
+			// Stronger than unique: each leader numbers above every
+			// ID before it.
+			if id <= highest {
+				t.Fatalf("round %d: event id %d after %d", round, id, highest)
+			}
 			seen[id] = true
+			highest = id
 		}
 		total += len(ids)
+		elections += w.followed
 		w.close()
 
 		leader := w.leader
@@ -74,8 +89,58 @@ func TestCluster_LeaderCrash_NothingLostNoIDReused(t *testing.T) {
 			}
 		}
 	})
-	if ids[len(ids)-1] != uint64(total) || len(ids) != total {
-		t.Fatalf("ids not 1..%d: %d ids, highest %d", total, len(ids), ids[len(ids)-1])
+	if len(ids) != total || ids[len(ids)-1] != highest {
+		t.Fatalf("%d ids, highest %d; want %d, highest %d", len(ids), ids[len(ids)-1], total, highest)
+	}
+	if elections == 0 && highest != uint64(total) {
+		t.Fatalf("ids not 1..%d with no leader change in a round: highest %d", total, highest)
+	}
+}
+
+// A leader change while the leader's Repository is open (an election, a
+// handover) leaves its lease of IDs taken, and the old leader cannot give
+// it back: the new leader knows the highest ID committed and numbers above
+// the lease, so IDs jump by up to 65,536 there and none is ever given
+// again, also none the old leader reserved for a batch refused after it
+// lost the leadership.
+func TestCluster_LeaderChange_NewLeaderNumbersAboveLease(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, enginePebble, testConfig())
+	w := c.newWriter()
+	first := w.schedule("a", 16, 16)
+	old := w.leader
+	oldRepo := w.r
+	w.r = nil // kept open, as a leader that loses its leadership has it
+	t.Cleanup(func() { oldRepo.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for old.node.Status().Role == "leader" {
+		if _, err := old.node.TransferLeadership(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("transfer on %s: %v", old.id, err)
+		}
+	}
+	refused := make([]*delaystore.StoredMessage, 16)
+	for i := range refused {
+		refused[i] = &delaystore.StoredMessage{Subject: "refused", FireAtNs: time.Now().Add(time.Hour).UnixNano()}
+	}
+	if _, err := oldRepo.Schedule(refused, delaystore.Sync); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("schedule on the old leader: %v, want ErrNotLeader", err)
+	}
+	reserved := oldRepo.LastID() + uint64(len(refused)) // reserved before the refusal
+
+	w.follow()
+	if w.leader == old {
+		t.Fatalf("%s leads again", old.id)
+	}
+	if got := w.repo().LastID(); got != first[len(first)-1] {
+		t.Fatalf("new leader %s: last id %d, want %d, the last committed", w.leader.id, got, first[len(first)-1])
+	}
+	next := w.schedule("b", 16, 16)
+	if next[0] <= reserved {
+		t.Fatalf("new leader %s numbered from %d, not above the %d the old leader reserved", w.leader.id, next[0], reserved)
+	}
+	if w.repo().Pending() != 32 {
+		t.Fatalf("pending %d, want 32", w.repo().Pending())
 	}
 }
 

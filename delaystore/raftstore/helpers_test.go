@@ -328,6 +328,10 @@ type clusterWriter struct {
 	leader *testNode
 	r      *delaystore.Repository
 	ids    []uint64 // every event ID committed through the writer, in order
+	// followed counts the leader changes schedule followed with its
+	// Repository open: each leaves the old leader's ID lease taken, so the
+	// new leader's IDs jump above it.
+	followed int
 }
 
 func (c *testCluster) newWriter() *clusterWriter {
@@ -376,6 +380,7 @@ func (w *clusterWriter) schedule(subject string, n, batchSize int) []uint64 {
 		if errors.Is(err, ErrNotLeader) {
 			prev := w.leader.id
 			w.follow()
+			w.followed++
 			tb.Logf("schedule: %s lost leadership (%v); %s leads", prev, err, w.leader.id)
 			switch last := w.r.LastID(); last {
 			case before:
