@@ -14,9 +14,12 @@ import (
 	"github.com/natsdelay/natsdelay/delaystore/raftstore/internal/raftlog"
 )
 
-// upgradeCopyBatch is how many entries the upgrade copies in one
-// StoreLogs.
-const upgradeCopyBatch = 256
+// upgradeCopyBatch and upgradeCopyBytes bound what the upgrade copies in
+// one StoreLogs: entries are up to MaxEntryBytes each.
+const (
+	upgradeCopyBatch = 256
+	upgradeCopyBytes = 16 << 20
+)
 
 // writeNodeFile writes nodeFile in dir with rec, in the format that
 // versions before logDir refuse.
@@ -118,14 +121,16 @@ func copyLog(path string, bolt *raftboltdb.BoltStore, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("raftstore: upgrade the raft log: %w", err)
 	}
-	for i := from; i <= last; i += upgradeCopyBatch {
+	for i := from; i <= last; {
 		var batch []*raft.Log
-		for j := i; j <= min(last, i+upgradeCopyBatch-1); j++ {
+		size := 0
+		for ; i <= last && len(batch) < upgradeCopyBatch && size < upgradeCopyBytes; i++ {
 			e := new(raft.Log)
-			if err := bolt.GetLog(j, e); err != nil {
-				return errors.Join(fmt.Errorf("raftstore: read entry %d of raft.db: %w", j, err), l.Close())
+			if err := bolt.GetLog(i, e); err != nil {
+				return errors.Join(fmt.Errorf("raftstore: read entry %d of raft.db: %w", i, err), l.Close())
 			}
 			batch = append(batch, e)
+			size += len(e.Data)
 		}
 		if err := l.StoreLogs(batch); err != nil {
 			return errors.Join(fmt.Errorf("raftstore: upgrade the raft log: %w", err), l.Close())

@@ -76,6 +76,9 @@
 //
 // # Caveats
 //
+// Open takes no lock on the directory: the caller keeps a second process
+// out (raftstore opens raft.db first, which bbolt locks).
+//
 // A record of the last write that a disk corrupts later, after the write
 // was acknowledged, is taken as a torn write and cut off with the rest of
 // that write: nothing on disk tells the two apart. A record corrupted

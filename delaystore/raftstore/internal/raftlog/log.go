@@ -24,6 +24,11 @@ var (
 // this bounds the space a compacted log keeps besides its entries.
 const DefaultSegmentBytes = 64 << 20
 
+// maxKeptBuffer bounds the encoding buffer StoreLogs keeps for the next
+// call: a group commit's entries are kilobytes to a few megabytes, and a
+// rare larger batch's buffer is let go rather than held for good.
+const maxKeptBuffer = 16 << 20
+
 // firstIndexFile holds the log's first index (see the package doc).
 const firstIndexFile = "first-index"
 
@@ -278,8 +283,8 @@ func (l *Log) StoreLogs(entries []*raft.Log) error {
 		l.mu.first = first
 	}
 	l.mu.last = s.last()
-	if int64(cap(l.buf)) > 4*l.segmentBytes {
-		l.buf = nil // an outsized batch's buffer is not kept
+	if cap(l.buf) > maxKeptBuffer {
+		l.buf = nil
 	}
 	return nil
 }
