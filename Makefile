@@ -22,10 +22,11 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 RUN_FLAG := $(if $(T),-run '$(T)',)
 # The tests against earlier versions (the rolling upgrades from the
-# previous release, an older version's refusal of this one's store) build
-# those versions from the history first, minutes of CPU: they run in
-# package-test, with the release's other checks, unless T names them.
-OLDER_TESTS := ^(TestCluster_RollingUpgrade|TestServe_OlderVersion)
+# previous release, an older version's refusal of this one's store and of
+# a cluster node's directory) build those versions from the history
+# first, minutes of CPU: they run in package-test, with the release's
+# other checks, unless T names them.
+OLDER_TESTS := ^(TestCluster_RollingUpgrade|TestCluster_VersionBeforeRaftLog|TestServe_OlderVersion)
 SKIP_FLAG := $(if $(T),,-skip '$(OLDER_TESTS)')
 
 # Release builds. VERSION is what natsdelay version prints and what the

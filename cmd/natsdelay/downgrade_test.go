@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/delaystore/boltstore"
 	"github.com/natsdelay/natsdelay/delaystore/engine"
@@ -32,12 +35,18 @@ const beforeIndexVersion = "2e05afa"
 // occurrence this version planned in place as still to plan.
 const beforePlannedByIndex = "360c0a3"
 
+// beforeRaftLog is the last version that kept a cluster node's Raft log
+// in raft.db: it would start on raft.db's entries, out of date once this
+// version has copied them to log/.
+const beforeRaftLog = "1e2fc14"
+
 // olderTests are the commits tests build, with the tests that build
 // each: TestMain starts building those that -run selects (see
 // startOlderBuilds).
 var olderTests = map[string][]string{
 	beforeIndexVersion:   {"TestServe_OlderVersion_RefusesStoreOfThisVersion"},
 	beforePlannedByIndex: {"TestServe_VersionBeforePlannedByIndex_RefusesStoreOfThisVersion"},
+	beforeRaftLog:        {"TestCluster_VersionBeforeRaftLog_RefusesNodeDirOfThisVersion"},
 	previousRelease:      {"TestCluster_RollingUpgrade_FromPreviousRelease", "TestCluster_RollingUpgrade_OldLeaderAfterNewOne_ServesOnceRolled"},
 }
 
@@ -392,4 +401,46 @@ func setIndexVersion(t *testing.T, path string, v uint64) {
 	if err := errors.Join(err, s.Close()); err != nil {
 		t.Fatalf("set the index version to %d: %v", v, err)
 	}
+}
+
+// TestCluster_VersionBeforeRaftLog_RefusesNodeDirOfThisVersion checks that
+// the version before the Raft log moved out of raft.db refuses a node
+// directory of this version, with its error quoting node.json's note and
+// a failing exit code before it serves, rather than start on the entries
+// raft.db no longer holds; and that this version starts on it again
+// afterwards and delivers the message scheduled before.
+func TestCluster_VersionBeforeRaftLog_RefusesNodeDirOfThisVersion(t *testing.T) {
+	t.Parallel()
+	older := buildOlder(t, beforeRaftLog)
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	ns := natsserver.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	c := newRollCluster(t, ns.ClientURL(), 1)
+	n := c.nodes[0]
+	c.startAll(t, os.Args[0])
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w := watchDeliveries(t, nc)
+	c.waitLeader(t)
+	r := mustSchedule(t, nc, "roll.down", "down", nats.Header{"Delay": {"3s"}})
+	n.stop(t)
+
+	old := startExe(t, older, nil, "", c.args(n)...)
+	code := old.wait(t, 30*time.Second)
+	e := old.stderr.String()
+	if code != exitRuntime || strings.Contains(e, "natsdelay ready") {
+		t.Fatalf("version %s on a node directory of this version: exit code %d, stderr %q; want it refused with %d before it serves", beforeRaftLog, code, e, exitRuntime)
+	}
+	if !strings.Contains(e, "node.json") || !strings.Contains(e, "written by a newer natsdelay") {
+		t.Fatalf("version %s printed %q, want its refusal of node.json quoting the note", beforeRaftLog, e)
+	}
+	ls := strings.Split(strings.TrimSpace(e), "\n")
+	t.Logf("version %s refused the node directory: exit code %d, %s", beforeRaftLog, code, ls[len(ls)-1])
+
+	c.startAll(t, os.Args[0])
+	w.waitDelivered(t, []rollReply{r})
 }

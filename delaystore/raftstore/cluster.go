@@ -23,8 +23,11 @@ const (
 	// nodeFile names the node and the cluster whose state Dir holds. It is
 	// written, synced, before anything else of the cluster.
 	nodeFile = "node.json"
-	// logFile is raft-boltdb's log and stable store.
+	// logFile is the stable store (Raft's current term and vote), on
+	// raft-boltdb. Versions before logDir kept the Raft log in it too.
 	logFile = "raft.db"
+	// logDir is the Raft log (see internal/raftlog).
+	logDir = "log"
 	// restoreMarkerFile exists while a snapshot is being restored into the
 	// local store (see fsm.Restore).
 	restoreMarkerFile = "restore-in-progress"
@@ -44,11 +47,26 @@ const (
 	rejoinCheckTimeout = 2 * time.Second
 )
 
-// nodeRecord is the content of nodeFile.
+// nodeRecord names the node and its cluster.
 type nodeRecord struct {
 	ID      string `json:"id"`
 	Cluster string `json:"cluster"`
 }
+
+// nodeFileContent is the content of nodeFile: the node record under
+// "node", after a note. Versions before logDir wrote the record at the
+// top level, read only that, and refuse a file without it, quoting the
+// file: the note is what they show (see TestUpgrade and docs/cluster.md).
+type nodeFileContent struct {
+	Note string      `json:"note"`
+	Node *nodeRecord `json:"node"`
+	// ID and Cluster are a record of a version before logDir.
+	ID      string `json:"id,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+}
+
+// nodeFileNote says why an earlier version refuses the node directory.
+const nodeFileNote = "written by a newer natsdelay, whose Raft log is in log/: run that version or a later one"
 
 // dirState is what Open finds in Dir.
 type dirState struct {
@@ -65,8 +83,13 @@ func readDirState(dir string) (dirState, error) {
 	case err != nil:
 		return st, fmt.Errorf("raftstore: read %s: %w", nodeFile, err)
 	default:
-		st.node = new(nodeRecord)
-		if err := json.Unmarshal(b, st.node); err != nil || st.node.ID == "" || st.node.Cluster == "" {
+		var c nodeFileContent
+		err := json.Unmarshal(b, &c)
+		st.node = c.Node
+		if st.node == nil {
+			st.node = &nodeRecord{ID: c.ID, Cluster: c.Cluster}
+		}
+		if err != nil || st.node.ID == "" || st.node.Cluster == "" {
 			return st, fmt.Errorf("raftstore: %s in %s is not a node record: %q", nodeFile, dir, b)
 		}
 	}
@@ -106,7 +129,13 @@ func writeFileSync(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir syncs dir, making the creation, removal or renaming of a file in
+// it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}

@@ -44,9 +44,10 @@ type Config struct {
 	// cluster it would not form itself is refused (ErrClusterMismatch).
 	Join bool
 
-	// Dir holds the Raft log and stable store (raft.db, on raft-boltdb),
-	// the snapshots, and the files naming this node and its cluster. It is
-	// created, mode 0700, if it does not exist.
+	// Dir holds the Raft log (log/, see internal/raftlog), the stable
+	// store (raft.db, on raft-boltdb), the snapshots, and the file naming
+	// this node and its cluster. It is created, mode 0700, if it does not
+	// exist.
 	Dir string
 
 	// Logger receives the node's logs and Raft's. Nil discards them.

@@ -1,6 +1,6 @@
 // Package raftstore replicates a delaystore.Store across a cluster of
-// nodes with Raft (github.com/hashicorp/raft, its log and stable store on
-// raft-boltdb/v2).
+// nodes with Raft (github.com/hashicorp/raft, its log in segment files,
+// internal/raftlog, and its stable store on raft-boltdb/v2).
 //
 // # Basics
 //
@@ -22,7 +22,7 @@
 // # Durability and restarts
 //
 // The Raft log is the write-ahead log: a node acknowledges an entry once
-// raft-boltdb has synced it, and the local store is written without sync.
+// the Raft log has synced it, and the local store is written without sync.
 // A crash can therefore lose the last writes to the local store (pebble
 // keeps them in its memtable), but never the log.
 //

@@ -2,7 +2,6 @@ package raftstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/delaystore/internal/gate"
+	"github.com/natsdelay/natsdelay/delaystore/raftstore/internal/raftlog"
 )
 
 // Node is one member of a cluster. It is safe for concurrent use.
@@ -31,7 +31,8 @@ type Node struct {
 
 	mux       *mux
 	transport *raft.NetworkTransport
-	logs      *raftboltdb.BoltStore
+	logs      *raftlog.Log
+	stable    *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	fsm       *fsm
 	raft      *raft.Raft
@@ -214,11 +215,18 @@ func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuratio
 // openRaftStores opens Raft's log and snapshot stores and its transport.
 func (n *Node) openRaftStores(rlog hclog.Logger) error {
 	var err error
-	n.logs, err = raftboltdb.New(raftboltdb.Options{
+	n.stable, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(n.cfg.Dir, logFile),
 		// bbolt waits forever for the file lock without a timeout.
 		BoltOptions: &bolt.Options{Timeout: time.Second},
 	})
+	if err != nil {
+		return fmt.Errorf("raftstore: open raft stable store: %w", err)
+	}
+	if err := upgradeLog(n.cfg.Dir, n.stable, n.cfg.NodeID, n.log); err != nil {
+		return err
+	}
+	n.logs, err = raftlog.Open(filepath.Join(n.cfg.Dir, logDir), raftlog.Options{Logger: n.log})
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
 	}
@@ -264,7 +272,7 @@ func (n *Node) startRaft(st dirState, rlog hclog.Logger) error {
 	}
 	commits := newCommitWatch(n.transport, n.noteCommit)
 	n.started = time.Now()
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logs, n.snaps, &leaseTransport{commitWatch: commits, n: n})
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.stable, n.snaps, &leaseTransport{commitWatch: commits, n: n})
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
@@ -300,12 +308,8 @@ func (n *Node) recordCluster(st dirState, cluster string) error {
 	if err := os.MkdirAll(n.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("raftstore: %w", err)
 	}
-	b, err := json.Marshal(nodeRecord{ID: n.cfg.NodeID, Cluster: cluster})
-	if err != nil {
+	if err := writeNodeFile(n.cfg.Dir, nodeRecord{ID: n.cfg.NodeID, Cluster: cluster}); err != nil {
 		return err
-	}
-	if err := writeFileSync(filepath.Join(n.cfg.Dir, nodeFile), b); err != nil {
-		return fmt.Errorf("raftstore: record the cluster: %w", err)
 	}
 	n.cluster.Store(&cluster)
 	return nil
@@ -669,6 +673,11 @@ func (n *Node) Close() error {
 		if n.logs != nil {
 			if err := n.logs.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("raftstore: close raft log: %w", err))
+			}
+		}
+		if n.stable != nil {
+			if err := n.stable.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("raftstore: close raft stable store: %w", err))
 			}
 		}
 		n.closeErr = errors.Join(errs...)
