@@ -8,9 +8,7 @@ import (
 
 // Hand-off: a message due when its batch commits goes from the group
 // commit to the next pass whole, with no read of the due index or of the
-// message, when nothing of its subject can be ahead of it unread. The
-// group commit does not use it yet (docs/architecture.md, "A message due
-// at ingest", says why).
+// message, when nothing of its subject can be ahead of it unread.
 //
 // The argument (docs/architecture.md, "A message due at ingest"): every
 // message of its subject older than it (a smaller key: same subject, so
@@ -153,6 +151,12 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		p.WrittenOnce = true // as stored, so its delete may be a SingleDelete
 	}
 	t.cursor = k.Successor()
+	// NB: its cursor is now past k's bucket, which passes may not have
+	// scanned yet: a message committed later below the cursor (published
+	// after it with a shorter delay) must go to its topic, to rewind the
+	// cursor, not to the frontier alone, whose read passes an entry below
+	// its topic's cursor as taken (see arrivedLocked).
+	d.mu.frontier.scannedUpTo = max(d.mu.frontier.scannedUpTo, k.Bucket()+1)
 	t.handedOut++
 	d.mu.handed = append(d.mu.handed, out[0])
 	d.stats.handedOff.Add(1)

@@ -173,6 +173,10 @@ func (w *writer) commit(batch []scheduleRequest) {
 	for i, r := range batch {
 		in[i] = r.once
 	}
+	// NB: read before the commit: a pass may take a message, settle it
+	// and drop its topic between the commit and NotifyMessage, which the
+	// epoch then shows (see dispatch.Dispatcher.Epoch).
+	epoch := w.disp.Epoch()
 	start := time.Now()
 	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
 	if w.observe != nil {
@@ -197,12 +201,13 @@ func (w *writer) commit(batch []scheduleRequest) {
 		}
 		return
 	}
-	// NB: NotifyMessage would hand a message due at its commit to the
-	// next pass with no read back; it stays off while a stress of it
-	// (dispatch, TestDispatcher_NotifyMessage_Stress_*) breaks order.
-	for _, s := range res {
+	// NB: a message due now goes to the next pass as it is, with no read
+	// back, when nothing of its subject is ahead of it; told in order, one
+	// after another, before the next batch commits (docs/architecture.md,
+	// "A message due at ingest").
+	for i, s := range res {
 		if !s.Duplicate {
-			w.disp.Notify(s.Scheduled, s.FireAtNs)
+			w.disp.NotifyMessage(s.Scheduled, s.FireAtNs, batch[i].once.Msg, epoch)
 		}
 	}
 	for i, r := range batch {
