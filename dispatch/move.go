@@ -86,6 +86,13 @@ func (d *Dispatcher) markMoving(k keys.Key) error {
 	// NB: marked as in Cancel, and a publish of k under way waited for,
 	// so nothing of k goes out from here until the move commits.
 	d.mu.Lock()
+	if slices.Contains(d.mu.flights.committed, k) {
+		// Its delete has committed (an ACK answered, a TERM) and the
+		// next pass has yet to drop its flight: it is gone, not in
+		// flight, as its ACK's answer has already told.
+		d.mu.Unlock()
+		return fmt.Errorf("dispatch: move %s: %w", k, delaystore.ErrNotFound)
+	}
 	marked := d.mu.flights.isCanceled(k)
 	flying := d.mu.flights.byKey[k] != nil || d.del.queued(k)
 	if !flying && !marked {

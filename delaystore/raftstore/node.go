@@ -215,8 +215,9 @@ func (n *Node) findCluster(ctx context.Context, st dirState) (*raft.Configuratio
 func (n *Node) openRaftStores(rlog hclog.Logger) error {
 	var err error
 	n.logs, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(n.cfg.Dir, logFile),
-		BoltOptions: boltOptions(),
+		Path: filepath.Join(n.cfg.Dir, logFile),
+		// bbolt waits forever for the file lock without a timeout.
+		BoltOptions: &bolt.Options{Timeout: time.Second},
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: open raft log: %w", err)
@@ -232,26 +233,6 @@ func (n *Node) openRaftStores(rlog hclog.Logger) error {
 		Logger:  rlog.Named("transport"),
 	})
 	return nil
-}
-
-// boltOptions are the options of the Raft log's bbolt file.
-//
-// The log is a queue: Raft appends at its tail, and deletes thousands of
-// entries at its head after each snapshot, so the file keeps many free
-// pages. With the freelist synced, every append writes the whole list of
-// them again, and the array freelist searches it for each run of pages it
-// allocates; a hash map finds a run at once, and without the sync bbolt
-// rebuilds the list by scanning the file when it opens it. Neither
-// changes what a commit makes durable: the entries and the meta page are
-// synced as before, and a file written either way opens either way
-// (bbolt writes the freelist again when a later Open syncs it).
-func boltOptions() *bolt.Options {
-	return &bolt.Options{
-		// bbolt waits forever for the file lock without a timeout.
-		Timeout:        time.Second,
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	}
 }
 
 // startRaft starts Raft on the stores and the transport, with the FSM
@@ -307,11 +288,6 @@ func (c Config) raftConfig() *raft.Config {
 	// The frame guard of the receiving nodes bounds an AppendEntries
 	// by this many entries of at most MaxEntryBytes.
 	rc.MaxAppendEntries = maxAppendEntries
-	// Commits from the writer, the deleter and the planner queue up to
-	// MaxAppendEntries deep rather than handing over one at a time, so
-	// that the leader takes every one waiting into one append. Its only
-	// cost is Apply's enqueue timeout, which apply does not use.
-	rc.BatchApplyCh = true
 	return rc
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -340,7 +341,8 @@ func noteThrottled(system string, sets []*nodeSet, cr *CellsResult) {
 
 // storedSettled is storedBy, asked again for up to the bench's timeout
 // while it fails: a fleet of one cell that is a cluster answers no INFO
-// while the cell is between leaders.
+// while the cell is between leaders, and a fleet's INFO that does not
+// count a cell (pendingOf) is no count.
 func storedSettled(system string, sets []*nodeSet) (uint64, error) {
 	var n uint64
 	var last error
@@ -363,13 +365,38 @@ func storedBy(system string, sets []*nodeSet) (uint64, error) {
 	}
 	var sum uint64
 	for _, s := range sets {
-		info, err := s.client(s.e.cfg.Timeout).Info(context.Background())
+		data, err := s.client(s.e.cfg.Timeout).Request(context.Background(), wire.VerbInfo, nil)
 		if err != nil {
 			return 0, fmt.Errorf("bench: INFO: %w", err)
 		}
-		sum += info.Counts.Pending
+		n, err := pendingOf(data)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
 	}
 	return sum, nil
+}
+
+// pendingOf is the pending count of an INFO answer, or an error where the
+// answer does not count every message: a fleet's INFO sums the cells
+// that answered it, so a cell between leaders or not heard from adds
+// nothing, and a node whose store is down answers zero counts. Its
+// callers ask again.
+func pendingOf(data []byte) (uint64, error) {
+	var info fleet.Info
+	if err := json.Unmarshal(data, &info); err != nil {
+		return 0, fmt.Errorf("bench: INFO: %w", err)
+	}
+	for _, c := range info.Fleet.Cells {
+		if c.Error != "" || c.Counts == nil {
+			return 0, fmt.Errorf("bench: INFO: cell %q is not counted: %s", c.Cell, c.Error)
+		}
+	}
+	if info.Storage != "ok" {
+		return 0, fmt.Errorf("bench: INFO: storage %q: no counts", info.Storage)
+	}
+	return info.Counts.Pending, nil
 }
 
 // cellsEndToEnd times IngestMsgs messages due at once through system: the

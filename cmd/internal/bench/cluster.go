@@ -105,13 +105,9 @@ func (e *env) startSet(spec setSpec) (*nodeSet, error) {
 	s := &nodeSet{e: e, spec: spec}
 	var raft []string
 	if spec.n > 1 {
-		for range spec.n {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return nil, err
-			}
-			raft = append(raft, ln.Addr().String())
-			_ = ln.Close()
+		var err error
+		if raft, err = freeAddrs(spec.n); err != nil {
+			return nil, err
 		}
 	}
 	if err := os.MkdirAll(spec.dir, 0o755); err != nil {
@@ -488,4 +484,26 @@ func (s *nodeSet) waitAll() error {
 		_, err = s.client(time.Second).Info(context.Background())
 		return err == nil, nil
 	})
+}
+
+// freeAddrs picks n distinct free loopback addresses for the nodes' Raft
+// listeners. NB: every listener stays open until all are picked: one
+// closed before the next is taken leaves its port free to be picked
+// again, and a node refuses a peer list that names an address twice.
+func freeAddrs(n int) (addrs []string, err error) {
+	lns := make([]net.Listener, 0, n)
+	defer func() {
+		for _, ln := range lns {
+			err = errors.Join(err, ln.Close())
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
 }
