@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,7 +89,8 @@ func TestDispatcher_NotifyMessage_Stress_EveryMessageSettledInOrder(t *testing.T
 // is the stress above with what ingest of delayed messages adds: one
 // subject, each message due between now and 20 ms from now, so that the
 // hand-off of one due at its commit meets scans, reads of the due index
-// and messages committed before it that fall due after it.
+// and messages committed before it that fall due after it. Each batch is
+// told in key order, as the group commit tells it.
 func TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled(t *testing.T) {
 	const total = 4000
 	h := newHarness(t, 0, func(c *dispatch.Config) { c.AckWait = 30 * time.Second })
@@ -109,8 +111,13 @@ func TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled(t *
 				t.Error(err)
 				return
 			}
-			for i, s := range res {
-				h.d.NotifyMessage(s.Scheduled, s.FireAtNs, in[i].Msg, epoch)
+			order := make([]int, n)
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int { return bytes.Compare(res[a].Key[:], res[b].Key[:]) })
+			for _, i := range order {
+				h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
 			}
 			sent += n
 		}
