@@ -8,7 +8,9 @@ import (
 
 // Hand-off: a message due when its batch commits goes from the group
 // commit to the next pass whole, with no read of the due index or of the
-// message, when nothing of its subject can be ahead of it unread.
+// message, when nothing of its subject can be ahead of it unread. The
+// group commit (bridge/internal/core, writer.commit) tells it so, each
+// batch in key order.
 //
 // The argument (docs/architecture.md, "A message due at ingest"): every
 // message of its subject older than it (a smaller key: same subject, so
@@ -20,9 +22,11 @@ import (
 //     not due. Each entry it has not read was either told to the frontier
 //     (Notify lowers its next time to the entry's, so it would not be
 //     clear), or told to its topic (which is then in the due heap, held,
-//     released, or rewound), or its commit has not been told yet, which
-//     only another writer than the group commit can be doing: those count
-//     themselves in committing until they have told the dispatcher.
+//     released, or rewound), or its commit has not been told yet: by
+//     another writer than the group commit, which counts itself in
+//     committing until it has told the dispatcher, or by the group
+//     commit, in the batch being told, whose smaller keys were told
+//     first.
 //   - The topic is idle: not in the due heap, not being scanned, not held
 //     at its limit, released, backing off, probing or rewound; and the
 //     message is at or above its cursor, and no topic was dropped since
