@@ -17,9 +17,10 @@ type dueFrontier struct {
 	// next is when the first entry after at becomes scannable, never if
 	// none is known.
 	next int64
-	// scannedUpTo is the bucket below which passes have scanned: a
-	// message committed below it goes to its topic, one at or above it to
-	// the frontier (see Notify).
+	// scannedUpTo is the bucket below which passes have scanned, or a
+	// hand-off moved its topic's cursor (see handOffLocked): a message
+	// committed below it goes to its topic, one at or above it to the
+	// frontier (see Notify).
 	scannedUpTo uint64
 	// reading is set while a read is under way, from begin to moved;
 	// failed if the last read failed. Either way entries before next may

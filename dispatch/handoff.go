@@ -9,8 +9,8 @@ import (
 // Hand-off: a message due when its batch commits goes from the group
 // commit to the next pass whole, with no read of the due index or of the
 // message, when nothing of its subject can be ahead of it unread. The
-// group commit does not use it yet (docs/architecture.md, "A message due
-// at ingest", says why).
+// group commit (bridge/internal/core, writer.commit) tells it so, each
+// batch in key order.
 //
 // The argument (docs/architecture.md, "A message due at ingest"): every
 // message of its subject older than it (a smaller key: same subject, so
@@ -22,9 +22,11 @@ import (
 //     not due. Each entry it has not read was either told to the frontier
 //     (Notify lowers its next time to the entry's, so it would not be
 //     clear), or told to its topic (which is then in the due heap, held,
-//     released, or rewound), or its commit has not been told yet, which
-//     only another writer than the group commit can be doing: those count
-//     themselves in committing until they have told the dispatcher.
+//     released, or rewound), or its commit has not been told yet: by
+//     another writer than the group commit, which counts itself in
+//     committing until it has told the dispatcher, or by the group
+//     commit, in the batch being told, whose smaller keys were told
+//     first.
 //   - The topic is idle: not in the due heap, not being scanned, not held
 //     at its limit, released, backing off, probing or rewound; and the
 //     message is at or above its cursor, and no topic was dropped since
@@ -153,6 +155,12 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		p.WrittenOnce = true // as stored, so its delete may be a SingleDelete
 	}
 	t.cursor = k.Successor()
+	// NB: its cursor is now past k's bucket, which passes may not have
+	// scanned yet: a message committed later below the cursor (published
+	// after it with a shorter delay) must go to its topic, to rewind the
+	// cursor, not to the frontier alone, whose read passes an entry below
+	// its topic's cursor as taken (see arrivedLocked).
+	d.mu.frontier.scannedUpTo = max(d.mu.frontier.scannedUpTo, k.Bucket()+1)
 	t.handedOut++
 	d.mu.handed = append(d.mu.handed, out[0])
 	d.stats.handedOff.Add(1)

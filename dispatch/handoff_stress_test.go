@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,6 +75,64 @@ func TestDispatcher_NotifyMessage_Stress_EveryMessageSettledInOrder(t *testing.T
 		h.d.Ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}, func(error) {})
 	}
 	for range keysOf {
+	}
+	checkFor(t, 30*time.Second, func() error {
+		if n := h.repo.Pending(); n != 0 {
+			return fmt.Errorf("%d pending, stats %+v", n, h.d.Stats())
+		}
+		return nil
+	})
+	t.Logf("stats %+v", h.d.Stats())
+}
+
+// TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled
+// is the stress above with what ingest of delayed messages adds: one
+// subject, each message due between now and 20 ms from now, so that the
+// hand-off of one due at its commit meets scans, reads of the due index
+// and messages committed before it that fall due after it. Each batch is
+// told in key order, as the group commit tells it.
+func TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled(t *testing.T) {
+	const total = 4000
+	h := newHarness(t, 0, func(c *dispatch.Config) { c.AckWait = 30 * time.Second })
+	done := make(chan struct{})
+	go func() {
+		// Owned by the test: it ends after total messages.
+		defer close(done)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for sent := 0; sent < total; {
+			n := min(1+rng.IntN(64), total-sent)
+			in := make([]delaystore.Once, n)
+			for i := range in {
+				in[i] = delaystore.Once{Msg: msgAt("s", time.Now().Add(time.Duration(rng.IntN(20))*time.Millisecond))}
+			}
+			epoch := h.d.Epoch()
+			res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order := make([]int, n)
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int { return bytes.Compare(res[a].Key[:], res[b].Key[:]) })
+			for _, i := range order {
+				h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
+			}
+			sent += n
+		}
+	}()
+	defer func() { <-done }() // before the harness closes, if the test fails
+	first := map[keys.Key]bool{}
+	for len(first) < total {
+		var d delivery
+		select {
+		case d = <-h.pub.deliveries:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d delivered, then none for 30 s; pending %d, stats %+v", len(first), total, h.repo.Pending(), h.d.Stats())
+		}
+		first[d.key] = true
+		h.d.Ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}, func(error) {})
 	}
 	checkFor(t, 30*time.Second, func() error {
 		if n := h.repo.Pending(); n != 0 {

@@ -182,6 +182,51 @@ func TestDispatcher_NotifyMessage_OlderMessageUnread_GoesFirst(t *testing.T) {
 	}
 }
 
+// TestDispatcher_NotifyMessage_OlderCommittedAfter_BeyondScans_Delivered
+// checks a message committed after a newer one of its subject was handed
+// off, its key below the hand-off's (published later with a shorter
+// delay), both in time buckets no pass has scanned yet: a pass is held
+// publishing another subject's message meanwhile. Such a message is told
+// to the frontier alone, not to its topic, and the frontier's read passes
+// an entry below its topic's cursor as taken: with the cursor moved past
+// it by the hand-off, it was never delivered.
+func TestDispatcher_NotifyMessage_OlderCommittedAfter_BeyondScans_Delivered(t *testing.T) {
+	_, repo := openGated(t)
+	fake := newFakePublisher()
+	pub := newBlockingPublisher(fake, "other")
+	h := startOn(t, repo, pub, fake, nil)
+	pub.freeAtEnd(t)
+	h.schedule(msgAt("other", time.Now()))
+	<-pub.held
+	// The held pass scanned up to the millisecond it began in, before now.
+	begun := time.Now()
+	checkFor(t, 30*time.Second, func() error {
+		if time.Now().Before(begun.Add(20 * time.Millisecond)) {
+			return errNotYet
+		}
+		return nil
+	})
+	// Both due, both after the held pass's millisecond, the older first.
+	base := time.Now()
+	newer, handed := h.handOff(msgAt("s", base.Add(-2*time.Millisecond)))
+	if !handed {
+		t.Fatal("a message due now, its subject new, was not handed off")
+	}
+	older, handed := h.handOff(msgAt("s", base.Add(-10*time.Millisecond)))
+	if handed {
+		t.Fatal("handed off a message below its subject's cursor")
+	}
+	pub.free()
+	got := map[keys.Key]bool{}
+	for !got[newer] || !got[older] {
+		d := h.next(30 * time.Second)
+		got[d.key] = true
+		if err := h.ack(d.key, dispatch.Ack{Kind: dispatch.AckDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDispatcher_NotifyMessage_DueNow_HandedOffWithNoRead checks that a
 // message due when committed, of a subject with nothing else pending but
 // a delivery in flight, is handed off: it goes out after that delivery,

@@ -61,8 +61,12 @@ type Stats struct {
 	// Fenced counts deliveries held back because the fence was down at the
 	// moment of publishing (see Config.Fence): a node of a cluster that
 	// did not hold its leadership lease. Each goes out later, unchanged.
-	Fenced   uint64 `json:"fenced"`
-	InFlight uint64 `json:"in_flight"` // gauge: delivered and not yet settled
+	Fenced uint64 `json:"fenced"`
+	// HandedOff counts messages due when their batch committed that went
+	// from the group commit to the next pass with no read of the store
+	// (see NotifyMessage).
+	HandedOff uint64 `json:"handed_off"`
+	InFlight  uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
 	Topics uint64 `json:"topics"`

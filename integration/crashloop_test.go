@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -417,6 +418,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	}()
 	r := rand.New(rand.NewPCG(seed, 99))
 	moments := [killMoments]int{}
+	var handedOff uint64 // by the processes killed, as each last told INFO
 	for round := range kills {
 		proc = launch(t, bin, []string{"NATSDELAY_HTTP="}, "serve", "--nats", url, "--data-dir", dir,
 			"--engine", engine, "--ack-wait", "1s")
@@ -427,16 +429,19 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 		case killDuringIngest:
 			traffic.feed(ingestToken{}, perRound)
 			waitGrowth(t, "ingest replies", &l.replies, int64(perRound/4))
+			handedOff += handedOffNow(traffic.consumer)
 			// Random, so the kill lands anywhere in the commits that follow.
 			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
 		case killDuringDelivery:
 			traffic.feed(ingestToken{}, perRound)
 			waitGrowth(t, "deliveries", &l.recv, int64(perRound/2))
+			handedOff += handedOffNow(traffic.consumer)
 			time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
 		case killAfterAckBurst:
 			// One fire time for the whole round, so the ACKs come in a burst.
 			traffic.feed(ingestToken{at: time.Now().Add(300 * time.Millisecond)}, perRound)
 			waitGrowth(t, "ACKs", &l.acks, int64(perRound/5))
+			handedOff += handedOffNow(traffic.consumer)
 			time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
 		}
 		l.setDown()
@@ -454,6 +459,7 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	l.setUp()
 	traffic.stopPublishers()
 	l.settle(t, traffic.consumer)
+	handedOff += handedOffNow(traffic.consumer)
 	proc.stop(t)
 	proc = nil
 	lost, deliveries, redeliveries := l.verify(t)
@@ -461,10 +467,23 @@ func crashLoopEngine(t *testing.T, bin, engine string, seed uint64) {
 	defer l.mu.Unlock()
 	t.Logf("%s: kills survived: %d (ingest %d, delivery %d, ack burst %d), acknowledged messages checked: %d, "+
 		"messages delivered: %d, deliveries: %d, redeliveries: %d, NAKs: %d, unanswered: %d, ACKs: %d, lost: %d, "+
-		"delivered twice by one process: %d, in %v",
+		"delivered twice by one process: %d, handed off at ingest (INFO before each kill): %d, in %v",
 		engine, kills, moments[killDuringIngest], moments[killDuringDelivery], moments[killAfterAckBurst],
 		len(l.acked), len(l.deliveries), deliveries, redeliveries, l.naks.Load(), l.ignores.Load(), l.acks.Load(), lost,
-		l.lives.twice, time.Since(start).Round(time.Millisecond))
+		l.lives.twice, handedOff, time.Since(start).Round(time.Millisecond))
+}
+
+// handedOffNow is INFO's handed_off, or 0 if INFO is not answered in 5 s:
+// the count is for the log, and a loaded process's silence is no fault.
+func handedOffNow(nc *nats.Conn) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	data, err := api(nc).Request(ctx, "INFO", nil)
+	var r wire.InfoReply
+	if err != nil || json.Unmarshal(data, &r) != nil {
+		return 0
+	}
+	return r.Stats.HandedOff
 }
 
 // settle waits until every acknowledged message was delivered and ACKed,

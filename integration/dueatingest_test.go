@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +67,66 @@ func TestDueAtIngest_BehindOlderOnDisk(t *testing.T) {
 			}
 		case <-time.After(60 * time.Second):
 			t.Fatalf("%d of %d messages of handoff.order delivered after a minute", i, old+fresh)
+		}
+	}
+}
+
+// TestDueAtIngest_IdleSubjects_HandedOff checks that the group commit
+// hands a message due at its commit to the dispatcher (INFO's
+// handed_off), through the real process: subjects with nothing ahead of
+// them each get one message due now, published once the one before was
+// delivered, so the frontier is clear at most commits (a pass reading
+// the due index at that moment sends it through the scan instead, which
+// is why the test asks for one, not all). Each is delivered once.
+func TestDueAtIngest_IdleSubjects_HandedOff(t *testing.T) {
+	t.Parallel()
+	const solo = 20
+	srv := startServer(t)
+	nc := connect(t, srv)
+	p := startProcess(t, natsdelayBinary(t), srv.ClientURL(), t.TempDir(), "--ack-wait", "30s")
+	t.Cleanup(func() { p.kill(t) })
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	sub, err := nc.Subscribe("handoff.>", func(m *nats.Msg) {
+		mu.Lock()
+		seen[m.Subject]++
+		mu.Unlock()
+		_ = m.Respond([]byte("+ACK"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range solo {
+		subject := fmt.Sprintf("handoff.solo%d", i)
+		schedule(t, nc, newMsg(subject, "x", "Delay", "0s"))
+		checkFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[subject] == 0 {
+				return fmt.Errorf("%s not delivered", subject)
+			}
+			return nil
+		})
+	}
+	checkFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if n := info(t, nc).Counts.Pending; n != 0 {
+			return fmt.Errorf("%d pending", n)
+		}
+		return nil
+	})
+	if got := info(t, nc).Stats.HandedOff; got == 0 {
+		t.Fatalf("none of %d messages due at ingest on idle subjects handed off", solo)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for s, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s delivered %d times, want once", s, n)
 		}
 	}
 }

@@ -140,6 +140,9 @@ type Stats struct {
 	// its cluster's leadership lease at the moment of publishing; each
 	// goes out later, unchanged.
 	Fenced uint64 `json:"fenced"`
+	// HandedOff counts messages due when their batch committed that went
+	// to the next delivery pass with no read of the store.
+	HandedOff uint64 `json:"handed_off"`
 	// InFlight is a gauge: deliveries waiting for an answer.
 	InFlight uint64 `json:"in_flight"`
 	// Topics is a gauge: the subjects with messages due or in flight, or

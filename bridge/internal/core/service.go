@@ -288,6 +288,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.Nacked += b.Nacked
 	a.Progress += b.Progress
 	a.Termed += b.Termed
+	a.Failed += b.Failed
 	a.DeadLettered += b.DeadLettered
 	a.Expired += b.Expired
 	a.Canceled += b.Canceled
@@ -299,6 +300,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.PlannedOnDelivery += b.PlannedOnDelivery
 	a.Withdrawn += b.Withdrawn
 	a.Fenced += b.Fenced
+	a.HandedOff += b.HandedOff
 }
 
 // Schedule hands msg to the group commit and returns at once; done is told
