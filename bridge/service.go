@@ -748,25 +748,52 @@ func (s *Service) parseIngest(req micro.Request) (p parsedIngest, ok bool) {
 // req once it is committed: with the service's own replies, or with
 // JetStream's PubAck and API errors when js (see jsschedule.go).
 func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span trace.Span, js bool) {
-	msg := once.Msg
+	s.frozen.gate.RLock() // released once the message is stored or refused
+	if s.refuseFrozen(req, once.Msg, span, js) {
+		s.frozen.gate.RUnlock()
+		return
+	}
+	done := s.ingestDone(req, once.Msg, span, js)
+	err := s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
+		s.frozen.gate.RUnlock()
+		done(res, err)
+	})
+	if err != nil {
+		s.frozen.gate.RUnlock()
+		s.refuseCommit(req, span, err, js)
+	}
+}
+
+// refuseFrozen answers req, whose message is msg, with a 503 if the
+// partition of its subject is moving between cells, and reports whether
+// it did. The caller holds the frozen gate for reading.
+func (s *Service) refuseFrozen(req micro.Request, msg *delaystore.StoredMessage, span trace.Span, js bool) bool {
+	if !s.frozen.frozen(keys.TopicHash(msg.Subject)) {
+		return false
+	}
+	s.refuseCommit(req, span, unavailable("the partition of subject %q is moving between cells: try again", keys.Clip(msg.Subject)), js)
+	return true
+}
+
+// refuseCommit answers req with err, a 503, for a message not handed to
+// the group commit.
+func (s *Service) refuseCommit(req micro.Request, span trace.Span, err error, js bool) {
+	if span != nil {
+		endIngest(span, delaystore.Outcome{}, err)
+	}
+	s.m.ingest.WithLabelValues("unavailable").Inc()
+	s.refuseIngest(req, err, js)
+}
+
+// ingestDone returns what the group commit tells of msg, parsed from
+// req, once its batch is committed: it answers req.
+func (s *Service) ingestDone(req micro.Request, msg *delaystore.StoredMessage, span trace.Span, js bool) core.OnceFunc {
 	// The answer goes out on the connection, not through req: the group
 	// commit's goroutine hands it to the answerer after the handler
 	// returned, and micro's request records an error answer in a field
 	// that its handler reads once the handler returns.
 	reply := req.Reply()
-	s.frozen.gate.RLock() // released once the message is stored or refused
-	if s.frozen.frozen(keys.TopicHash(msg.Subject)) {
-		s.frozen.gate.RUnlock()
-		err := unavailable("the partition of subject %q is moving between cells: try again", keys.Clip(msg.Subject))
-		if span != nil {
-			endIngest(span, delaystore.Outcome{}, err)
-		}
-		s.m.ingest.WithLabelValues("unavailable").Inc()
-		s.refuseIngest(req, err, js)
-		return
-	}
-	err := s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
-		s.frozen.gate.RUnlock()
+	return func(res delaystore.Outcome, err error) {
 		if span != nil {
 			endIngest(span, res, err)
 		}
@@ -793,14 +820,6 @@ func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span tra
 			*buf = appendScheduleReply((*buf)[:0], res.Key, msg)
 			s.answers.replyBuf(reply, buf)
 		}
-	})
-	if err != nil {
-		s.frozen.gate.RUnlock()
-		if span != nil {
-			endIngest(span, delaystore.Outcome{}, err)
-		}
-		s.m.ingest.WithLabelValues("unavailable").Inc()
-		s.refuseIngest(req, err, js)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/natsdelay/natsdelay/keys"
@@ -145,6 +146,7 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 			return nil, err
 		}
 		r.dedupSwept = d.swept
+		r.dedupNext, r.dedupNextKnown = d.next, d.nextKnown
 	}
 	out := make([]Outcome, len(in))
 	for i, ref := range refs {
@@ -189,6 +191,11 @@ type dedupBatch struct {
 	recs     map[string]*dedupEntry
 	// swept is where the next sweep starts once this batch commits.
 	swept uint64
+	// next and nextKnown are Repository.dedupNext and dedupNextKnown
+	// once this batch commits: the earliest time entry left at or past
+	// swept, this batch's own included.
+	next      uint64
+	nextKnown bool
 }
 
 // duplicate reports whether o is a resend of a message whose record
@@ -270,6 +277,7 @@ func (d *dedupBatch) entry(kind byte, subject, id string) (*dedupEntry, error) {
 // held.
 func (d *dedupBatch) write(b Batch, out []Scheduled) error {
 	val := make([]byte, dedupRecordLen)
+	written := uint64(math.MaxUint64) // the earliest expiry this batch writes
 	for k, e := range d.recs {
 		if !e.dirty {
 			continue
@@ -290,8 +298,13 @@ func (d *dedupBatch) write(b Batch, out []Scheduled) error {
 		if err := b.Set(appendDedupAtKey(nil, e.expireNs, suffix), nil); err != nil {
 			return fmt.Errorf("write duplicate record: %w", err)
 		}
+		written = min(written, expiryOrder(e.expireNs))
 	}
-	return d.sweep(b, sweepLimit(len(out)))
+	if err := d.sweep(b, sweepLimit(len(out))); err != nil {
+		return err
+	}
+	d.next = min(d.next, written)
+	return nil
 }
 
 // sweepLimit bounds the expired records a batch of n messages deletes:
@@ -305,32 +318,25 @@ func sweepLimit(n int) int { return 64 + 2*n }
 // where the last committed sweep ended: the entries before are deleted,
 // and an LSM store would otherwise step over each deletion again, every
 // batch, until a compaction drops them (that made a batch of records cost
-// seven times a batch of plain messages).
+// seven times a batch of plain messages). It reads on past now to the
+// first entry not expired, and until the clock reaches that one the
+// batches that follow sweep without reading the store at all: a read
+// costs a batch about what its seek through every level of the store
+// does, whatever it finds, and batches of a few messages paid it each
+// (performance.md, "Fewer, larger commits").
 func (d *dedupBatch) sweep(b Batch, limit int) error {
-	var expired [][]byte
-	var entryErr error
-	lower := binary.BigEndian.AppendUint64([]byte(dedupAtPrefix), d.r.dedupSwept)
-	d.swept = d.r.dedupSwept
-	upper := dedupAtUpperBound(d.nowNs)
-	if bytes.Compare(lower, upper) >= 0 {
-		return nil
+	r := d.r
+	d.swept, d.next, d.nextKnown = r.dedupSwept, r.dedupNext, r.dedupNextKnown
+	now := expiryOrder(d.nowNs)
+	if d.nextKnown && now < d.next {
+		return nil // nothing has expired since the last read
 	}
-	err := d.r.s.Scan(IterOptions{LowerBound: lower, UpperBound: upper}, func(k, _ []byte) bool {
-		if len(k) <= len(dedupAtPrefix)+8 {
-			entryErr = fmt.Errorf("duplicate time entry %x is %d bytes: %w", k, len(k), ErrCorrupt)
-			return false
-		}
-		expired = append(expired, append([]byte(nil), k...))
-		return len(expired) < limit
-	})
-	if err == nil {
-		err = entryErr
-	}
+	expired, err := d.expired(limit)
 	if err != nil {
 		return fmt.Errorf("sweep duplicate records: %w", err)
 	}
 	if len(expired) < limit {
-		d.swept = expiryOrder(d.nowNs) + 1 // every entry up to now is gone
+		d.swept = now + 1 // every entry up to now is gone
 	} else {
 		// Entries may share the last one's expiry: start on it.
 		d.swept = binary.BigEndian.Uint64(expired[len(expired)-1][len(dedupAtPrefix):])
@@ -349,6 +355,46 @@ func (d *dedupBatch) sweep(b Batch, limit int) error {
 		}
 	}
 	return nil
+}
+
+// expired returns up to limit time entries from the last sweep's end
+// that have expired at nowNs, and sets d.next to the expiry of the first
+// entry after them that has not (d.nextKnown), unless limit stopped the
+// read first.
+func (d *dedupBatch) expired(limit int) ([][]byte, error) {
+	var expired [][]byte
+	var entryErr error
+	lower := binary.BigEndian.AppendUint64([]byte(dedupAtPrefix), d.swept)
+	upper := dedupAtUpperBound(d.nowNs)
+	d.next, d.nextKnown = math.MaxUint64, false
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil, nil
+	}
+	err := d.r.s.Scan(IterOptions{LowerBound: lower, UpperBound: prefixEnd(dedupAtPrefix)}, func(k, _ []byte) bool {
+		if len(k) <= len(dedupAtPrefix)+8 {
+			entryErr = fmt.Errorf("duplicate time entry %x is %d bytes: %w", k, len(k), ErrCorrupt)
+			return false
+		}
+		if bytes.Compare(k, upper) >= 0 {
+			d.next, d.nextKnown = binary.BigEndian.Uint64(k[len(dedupAtPrefix):]), true
+			return false
+		}
+		if len(expired) == limit {
+			return false // more expired: the next batch reads again
+		}
+		expired = append(expired, append([]byte(nil), k...))
+		return true
+	})
+	if err == nil {
+		err = entryErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(expired) < limit && !d.nextKnown {
+		d.nextKnown = true // read to the end: no entry after now
+	}
+	return expired, nil
 }
 
 // appendDedupKey appends the record key of (kind, subject, id) to dst.

@@ -180,3 +180,76 @@ func TestScheduleOnce_DurableAndOff(t *testing.T) {
 		}
 	})
 }
+
+// sweepReads counts the reads of the duplicate window's time entries, the
+// sweep's.
+type sweepReads struct {
+	delaystore.Store
+	n int
+}
+
+func (s *sweepReads) Scan(opts delaystore.IterOptions, yield func(k, v []byte) bool) error {
+	if bytes.HasPrefix(opts.LowerBound, []byte("metadata/event-repo/dedup-at/")) {
+		s.n++
+	}
+	return s.Store.Scan(opts, yield)
+}
+
+// A batch reads the time entries only once one may have expired: the
+// first after opening, then the first at or past the earliest expiry
+// written, which sweeps it; a record moved in from another cell with an
+// earlier expiry is swept at the next batch past it, not left behind.
+func TestScheduleOnce_SweepReadsOnlyOnceSomethingExpired(t *testing.T) {
+	s := &sweepReads{Store: newStore(t)}
+	r := openRepo(t, s, delaystore.RepositoryConfig{})
+	scheduleOnce(t, r, t0, once(msg("a", t0), "first", 0))
+	if s.n != 1 {
+		t.Fatalf("first batch: %d reads, want 1", s.n)
+	}
+	for i := range 10 {
+		scheduleOnce(t, r, t0+1+int64(i), once(msg("a", t0), fmt.Sprintf("m%d", i), 0))
+	}
+	if s.n != 1 {
+		t.Fatalf("10 batches within the window: %d reads, want 1", s.n)
+	}
+	if got := dedupKeys(t, s); got != 2*11 {
+		t.Fatalf("%d keys, want %d", got, 2*11)
+	}
+	late := t0 + int64(window) // "first" expires now
+	scheduleOnce(t, r, late, once(msg("a", late), "", 0))
+	if s.n != 2 {
+		t.Fatalf("batch at the first expiry: %d reads, want 2", s.n)
+	}
+	if got := dedupKeys(t, s); got != 2*10 {
+		t.Fatalf("after the first expiry: %d keys, want %d", got, 2*10)
+	}
+	scheduleOnce(t, r, late, once(msg("a", late), "", 0))
+	if s.n != 2 {
+		t.Fatalf("batch before the next expiry: %d reads, want 2", s.n)
+	}
+
+	// A record of another repository, moved in while it lives there, with
+	// an expiry this one's sweep has passed.
+	other, _ := newRepo(t)
+	scheduleOnce(t, other, t0-int64(window)/2, once(msg("b", t0), "moved", 0))
+	var recs []delaystore.SideRecord
+	if err := other.ScanSideRecords(nil, func(uint64) bool { return true }, t0, func(rec delaystore.SideRecord) bool {
+		recs = append(recs, rec)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("%d side records, want 1", len(recs))
+	}
+	if _, err := r.ImportSideRecords(recs, delaystore.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if got := dedupKeys(t, s); got != 2*10+2 {
+		t.Fatalf("after the move: %d keys, want %d", got, 2*10+2)
+	}
+	scheduleOnce(t, r, late, once(msg("a", late), "", 0))
+	if got := dedupKeys(t, s); s.n != 3 || got != 2*10 {
+		t.Fatalf("after a batch past the moved record's expiry: %d reads, %d keys, want 3 and %d", s.n, got, 2*10)
+	}
+}

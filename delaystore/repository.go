@@ -169,6 +169,14 @@ type Repository struct {
 	// dedup.go); the next sweep starts there, not over the deletions of
 	// those before it. wmu must be held.
 	dedupSwept uint64
+	// dedupNext, when dedupNextKnown, is an expiry (in the same order)
+	// below which no time entry lies from dedupSwept on: until the
+	// clock reaches it no record has expired, and a batch sweeps without
+	// reading the store (see sweep). A sweep that reads to its end, or
+	// past now, learns it; whatever writes a time entry lowers it to
+	// that entry's expiry. wmu must be held.
+	dedupNext      uint64
+	dedupNextKnown bool
 	// rewritten are the keys rewritten in this process from a value
 	// written once, until their delete, and rewrittenPeak the most it
 	// held since it was last made (see singledelete.go). wmu must be

@@ -144,6 +144,11 @@ func (r *Repository) writeSide(b Batch, rec SideRecord, dl *DeadLetter) error {
 		return b.Set(appendDeadAtKey(r.w.key[:0], dl.DiedAtNs, keys.Key(rec.Key[len(deadPrefix):])), nil)
 	}
 	expire := int64(binary.BigEndian.Uint64(rec.Value))
+	// NB: the sweep must find the entry: it starts at dedupSwept, and
+	// reads nothing below dedupNext (see dedup.go). Lowered before the
+	// commit, they only make a sweep read more if it fails.
+	r.dedupSwept = min(r.dedupSwept, expiryOrder(expire))
+	r.dedupNext = min(r.dedupNext, expiryOrder(expire))
 	return b.Set(appendDedupAtKey(r.w.key[:0], expire, string(rec.Key[len(dedupPrefix):])), nil)
 }
 

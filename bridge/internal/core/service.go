@@ -324,7 +324,35 @@ func (s *Service) ScheduleOnce(o delaystore.Once, done OnceFunc) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	s.gen.Load().w.submit(scheduleRequest{once: o, done: done})
+	s.gen.Load().w.submit([]scheduleRequest{{once: o, done: done}})
+	return nil
+}
+
+// ScheduleOnceAll is ScheduleOnce for each message of os, in order, with
+// dones[i] told the outcome of os[i]: they reach the group commit as one
+// hand-over, so that its next batch takes them all (up to its bounds)
+// rather than whichever it finds when it wakes for the first. On an error
+// none was taken and no done is called.
+func (s *Service) ScheduleOnceAll(os []delaystore.Once, dones []OnceFunc) error {
+	if len(os) != len(dones) {
+		return fmt.Errorf("core: %d messages and %d dones", len(os), len(dones))
+	}
+	if len(os) == 0 {
+		return nil
+	}
+	s.workMu.RLock()
+	defer s.workMu.RUnlock()
+	if s.stopping {
+		return unavailable("shutting down")
+	}
+	if err := s.downErr(); err != nil {
+		return err
+	}
+	rs := make([]scheduleRequest, len(os))
+	for i, o := range os {
+		rs[i] = scheduleRequest{once: o, done: dones[i]}
+	}
+	s.gen.Load().w.submit(rs)
 	return nil
 }
 

@@ -33,7 +33,11 @@ type scheduleRequest struct {
 // writer is the group commit: Schedule hands it messages, and it drains
 // whatever is waiting, commits it in one synced batch, tells the
 // dispatcher, then tells every caller. Throughput grows with the number of
-// concurrent callers while latency stays about one fsync.
+// concurrent callers while latency stays about one fsync. A caller with
+// several messages at once (a burst a cell of a fleet took) hands them
+// over together: one at a time, the writer, woken by the first, would
+// find some of them and commit those alone, a commit more for the same
+// messages (performance.md, "Fewer, larger commits").
 //
 // Both the messages and the bytes it holds are bounded, so that large
 // payloads from many publishers at once cannot grow a batch (and the
@@ -56,8 +60,9 @@ type writer struct {
 	// order is the array of keyOrder, reused from batch to batch.
 	order []int
 
-	// reqs is bounded by maxBatch; submit blocks when it is full.
-	reqs chan scheduleRequest
+	// reqs are the hand-overs, each of one or more requests; at most
+	// maxBatch wait, and submit blocks when it is full.
+	reqs chan []scheduleRequest
 	// queued is the bytes handed over and not yet answered; submit waits
 	// on room while it is at the limit.
 	mu     sync.Mutex
@@ -67,7 +72,7 @@ type writer struct {
 }
 
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
-	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan scheduleRequest, maxBatch)}
+	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan []scheduleRequest, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
 	w.wg.Add(1)
 	go func() {
@@ -77,18 +82,22 @@ func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch,
 	return w
 }
 
-// submit hands r to the writer, first waiting while the bytes queued are
-// at the limit. A message larger than the limit alone waits for an empty
-// queue.
-func (w *writer) submit(r scheduleRequest) {
-	r.size = messageSize(r.once.Msg)
+// submit hands rs, one request or several, to the writer, first waiting
+// while the bytes queued are at the limit. Requests larger than the limit
+// together wait for an empty queue.
+func (w *writer) submit(rs []scheduleRequest) {
+	size := 0
+	for i := range rs {
+		rs[i].size = messageSize(rs[i].once.Msg)
+		size += rs[i].size
+	}
 	w.mu.Lock()
-	for w.queued > 0 && w.queued+r.size > 2*w.maxBatchBytes {
+	for w.queued > 0 && w.queued+size > 2*w.maxBatchBytes {
 		w.room.Wait()
 	}
-	w.queued += r.size
+	w.queued += size
 	w.mu.Unlock()
-	w.reqs <- r
+	w.reqs <- rs
 }
 
 // release gives back the bytes of answered requests.
@@ -119,45 +128,38 @@ func (w *writer) close() {
 }
 
 func (w *writer) run() {
-	batch := make([]scheduleRequest, 0, w.maxBatch)
-	// carry is a request taken from reqs that did not fit the last batch.
-	var carry *scheduleRequest
+	b := batchFill{max: w.maxBatch, maxBytes: w.maxBatchBytes, reqs: make([]scheduleRequest, 0, w.maxBatch)}
+	// carry are the requests of a hand-over that did not fit the last
+	// batch.
+	var carry []scheduleRequest
 	for {
-		var r scheduleRequest
-		if carry != nil {
-			r, carry = *carry, nil
-		} else {
+		if len(carry) == 0 {
 			var ok bool
-			if r, ok = <-w.reqs; !ok {
+			if carry, ok = <-w.reqs; !ok {
 				return
 			}
 		}
-		batch = append(batch[:0], r)
-		bytes := r.size
+		b.reqs, b.bytes = b.reqs[:0], 0
+		carry = b.take(carry)
 	drain:
-		for len(batch) < w.maxBatch {
+		for len(carry) == 0 && len(b.reqs) < w.maxBatch {
 			select {
-			case r, ok := <-w.reqs:
+			case rs, ok := <-w.reqs:
 				if !ok {
 					break drain
 				}
-				if bytes+r.size > w.maxBatchBytes {
-					carry = &r
-					break drain
-				}
-				batch = append(batch, r)
-				bytes += r.size
+				carry = b.take(rs)
 			default:
 				break drain
 			}
 		}
-		w.commit(batch)
-		w.release(bytes)
+		w.commit(b.reqs)
+		w.release(b.bytes)
 		// NB: the array is reused, and its entries past the next batch's
 		// length would otherwise keep messages and their requests alive
 		// after they were answered: up to a whole batch of them, after
 		// traffic stopped.
-		clear(batch)
+		clear(b.reqs)
 	}
 }
 
@@ -172,6 +174,26 @@ func keyOrder(res []delaystore.Outcome, order []int) []int {
 	}
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(res[a].Key[:], res[b].Key[:]) })
 	return order
+}
+
+// batchFill is the batch the writer fills: at most max requests, and
+// past maxBytes only with its first.
+type batchFill struct {
+	max, maxBytes int
+	reqs          []scheduleRequest
+	bytes         int
+}
+
+// take adds the requests of rs that fit, in order, and returns the rest.
+func (b *batchFill) take(rs []scheduleRequest) []scheduleRequest {
+	for i, r := range rs {
+		if len(b.reqs) == b.max || (len(b.reqs) > 0 && b.bytes+r.size > b.maxBytes) {
+			return rs[i:]
+		}
+		b.reqs = append(b.reqs, r)
+		b.bytes += r.size
+	}
+	return nil
 }
 
 // duplicates counts the resends in res, which stored nothing.
