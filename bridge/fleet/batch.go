@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -201,86 +200,8 @@ type outbox struct {
 	// forward since the outbox was last sent.
 	cells []string
 	by    map[string]*queued
-}
-
-// The two handlers that take messages for this cell's service: the
-// ingest's (the router's own publishes for its cell) and the forwards'
-// (what other routers sent it).
-const (
-	fromIngest = iota
-	fromForwards
-)
-
-// handover holds the messages for this cell's service that the ingest's
-// and the forwards' handlers took, in the order taken, until neither
-// handler is in a burst: the two read the same connection, and a socket
-// read that holds the router's own publishes and other routers' batches
-// hands each handler its part at about the same time. Handed over apart,
-// they made two group commits, or three, of what could be one
-// (performance.md, "Fewer, larger commits"). A handler whose burst ends
-// while the other's goes on leaves the messages to the other, which
-// hands them over at its burst's end; none waits behind more than
-// maxLocal.
-type handover struct {
-	mu   sync.Mutex
-	reqs []micro.Request
-	// busy is, for each handler, whether it is in a burst: from the start
-	// of a message to the end of the burst it is in, when NATS has no
-	// more pending for its subscription. A burst ends (in a drain too,
-	// which hands each subscription its pending messages), so what one
-	// handler leaves to the other is handed over.
-	busy [2]bool
-	// order is held from taking the messages to handing them over, so
-	// that two hand-overs reach the service in the order taken.
-	order sync.Mutex
-}
-
-// begin notes that handler from is in a burst.
-func (n *Node) begin(from int) {
-	n.hand.mu.Lock()
-	n.hand.busy[from] = true
-	n.hand.mu.Unlock()
-}
-
-// endBurst notes that the burst of handler from has ended, and hands what
-// is held to this cell's service unless the other handler is in a burst.
-func (n *Node) endBurst(from int) {
-	n.hand.mu.Lock()
-	n.hand.busy[from] = false
-	other := n.hand.busy[1-from]
-	n.hand.mu.Unlock()
-	if !other {
-		n.handOver()
-	}
-}
-
-// maxLocal bounds the messages for this node's own cell that the
-// hand-over holds: a burst that does not end is handed over in parts of
-// this many, and none waits behind more than that.
-const maxLocal = 256
-
-// queueLocal adds r, a message for this node's own cell, to the
-// hand-over.
-func (n *Node) queueLocal(r *request) {
-	n.hand.mu.Lock()
-	n.hand.reqs = append(n.hand.reqs, r)
-	full := len(n.hand.reqs) >= maxLocal
-	n.hand.mu.Unlock()
-	if full {
-		n.handOver()
-	}
-}
-
-// handOver hands the messages held for this node's own cell to its
-// service, in order.
-func (n *Node) handOver() {
-	n.hand.order.Lock()
-	defer n.hand.order.Unlock()
-	n.hand.mu.Lock()
-	reqs := n.hand.reqs
-	n.hand.reqs = nil // the messages are not kept past their hand-over
-	n.hand.mu.Unlock()
-	n.ingestAll(reqs)
+	// local are the messages for this node's own cell, in order.
+	local []micro.Request
 }
 
 // queued are the forwards to one cell not sent yet, and at most the
@@ -320,14 +241,38 @@ func (n *Node) queue(f forwarded, cell string) {
 	q.size += size
 }
 
-// sendForwards sends the forwards the outbox holds.
-func (n *Node) sendForwards() {
+// sendOutbox sends what the outbox holds: the forwards first, so that
+// the owners start on them, then this cell's own messages to its
+// service.
+func (n *Node) sendOutbox() {
 	for _, c := range n.out.cells {
 		q := n.out.by[c]
 		n.sendQueued(c, q)
 		q.listed = false
 	}
 	n.out.cells = n.out.cells[:0]
+	n.sendLocal()
+}
+
+// maxLocal bounds the messages for this node's own cell that the outbox
+// holds: a burst that does not end is handed over in parts of this many,
+// and none waits behind more than that.
+const maxLocal = 256
+
+// queueLocal adds r, a message for this node's own cell, to the outbox.
+func (n *Node) queueLocal(r *request) {
+	n.out.local = append(n.out.local, r)
+	if len(n.out.local) >= maxLocal {
+		n.sendLocal()
+	}
+}
+
+// sendLocal hands the outbox's messages for this node's own cell to its
+// service, and empties it.
+func (n *Node) sendLocal() {
+	n.ingestAll(n.out.local)
+	clear(n.out.local) // the messages are not kept past their hand-over
+	n.out.local = n.out.local[:0]
 }
 
 // batchLimit is the largest batch payload this router sends.

@@ -36,9 +36,9 @@ type Service interface {
 // BatchIngester is a Service that also takes several messages at once
 // (a *bridge.Service is one): it parses them all before it hands the
 // first to its group commit, so that they are committed together. A
-// node hands it what its ingest's and its forwards' handlers took for
-// its own cell until both bursts ended (see handover); with a Service
-// that is not one, each goes to Ingest alone.
+// node hands it what one burst of its ingest and each forwarded batch
+// hold for its own cell; with a Service that is not one, each goes to
+// Ingest alone.
 type BatchIngester interface {
 	IngestBatch(reqs []micro.Request)
 }
@@ -95,9 +95,6 @@ type Node struct {
 	// out holds what the ingest's handler forwards until its burst ends;
 	// only that handler touches it.
 	out outbox
-	// hand holds what the ingest's and the forwards' handlers take for
-	// this cell's service until both bursts end (see batch.go).
-	hand handover
 	// serving holds the subscriptions taken while the service serves;
 	// only the loop's goroutine touches it.
 	serving []*nats.Subscription

@@ -50,14 +50,11 @@ func (n *Node) subscribe() error {
 
 // routeIngest takes a publish to <ingest prefix>.<subject> and sends it
 // to the cell that owns the subject's partition: to this cell's service
-// in process, or to the owner in one NATS hop. A forward waits in the
-// outbox until NATS has nothing more pending for the subscription, so
-// that a burst goes to each owner as one batch; a message for this cell
-// waits in the hand-over, so that it reaches the service with the
-// forwards' (see batch.go). The forwards go first, so that the owners
-// start on them.
+// in process, or to the owner in one NATS hop. Both wait in the outbox
+// until NATS has nothing more pending for the subscription, so that a
+// burst goes to each owner as one batch, and to this cell's service as
+// one hand-over (see batch.go).
 func (n *Node) routeIngest(m *nats.Msg) {
-	n.begin(fromIngest)
 	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
 	if n.reserved(target) {
 		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
@@ -65,8 +62,7 @@ func (n *Node) routeIngest(m *nats.Msg) {
 		n.send(m, target, n.id, true)
 	}
 	if !n.morePending(m) {
-		n.sendForwards()
-		n.endBurst(fromIngest)
+		n.sendOutbox()
 	}
 }
 
@@ -126,19 +122,10 @@ func (n *Node) send(m *nats.Msg, target, from string, queue bool) {
 
 // receive takes a message another node forwarded to this cell, or a
 // batch of them (see batch.go). If this cell owns a message's partition,
-// the service schedules it, handed over with the rest of the burst;
-// otherwise the sender's map is stale: it is told, with this cell's
-// record, once a message or batch, and the message goes on to the owner
-// this node knows, once.
+// the service schedules it; otherwise the sender's map is stale: it is
+// told, with this cell's record, once a message or batch, and the
+// message goes on to the owner this node knows, once.
 func (n *Node) receive(m *nats.Msg) {
-	n.begin(fromForwards)
-	n.receiveOne(m)
-	if !n.morePending(m) {
-		n.endBurst(fromForwards)
-	}
-}
-
-func (n *Node) receiveOne(m *nats.Msg) {
 	rest := m.Subject[len(forwardPrefix(n.rec.Cell))+1:]
 	from, target, single := strings.Cut(rest, ".")
 	if !single {
@@ -151,7 +138,7 @@ func (n *Node) receiveOne(m *nats.Msg) {
 	}
 	told := false
 	if r := n.take(m, target, from, &told); r != nil {
-		n.queueLocal(r)
+		n.svc.Ingest(r)
 	}
 }
 
@@ -168,11 +155,13 @@ func (n *Node) receiveBatch(m *nats.Msg, from string) {
 		return
 	}
 	told := false
+	var mine []micro.Request
 	for _, f := range fs {
 		if r := n.take(f.msg, f.target, from, &told); r != nil {
-			n.queueLocal(r)
+			mine = append(mine, r)
 		}
 	}
+	n.ingestAll(mine)
 }
 
 // take takes m, forwarded by router from for target, and returns it as a
