@@ -43,7 +43,10 @@ func wantDeadLetter(tb testing.TB, dl *nats.Msg, rep scheduled, payload string, 
 // Delay-Subject and Delay-Reason, and that it is never delivered again.
 func TestDeadLetter_Term(t *testing.T) {
 	t.Parallel()
-	const ackWait = 300 * time.Millisecond
+	// Long enough that the +TERM answers the first attempt on a loaded
+	// machine: a redelivery before it would make the dead letter's
+	// attempt 2.
+	const ackWait = 2 * time.Second
 	h := newHarness(t, func(c *bridge.Config) {
 		c.Delivery.DeadLetterSubject = deadLetters
 		c.Delivery.AckWait = ackWait

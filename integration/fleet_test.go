@@ -229,16 +229,23 @@ func fleetDeliversOnce(t *testing.T, nc *nats.Conn) {
 	t.Logf("%d delivered once each, in order, each by its subject's owner, %v after the first publish", total, time.Since(start))
 }
 
+// delivery is what a consumer of the fleet tests saw: the subject and
+// payload, and the attempt.
+type delivery struct{ what, attempt string }
+
 // fleetPipelined publishes 3,000 messages without waiting for their
 // answers, each with a reply subject of its own, so that the nodes take
 // them in bursts and forward to each owner in batches (one NATS message
 // holding many publishes): every publisher must be answered with the
-// tag of its message by its owner, and every message delivered once.
+// tag of its message by its owner, and every message delivered, none
+// twice in one attempt. A second attempt is at-least-once's redelivery of
+// a delivery whose ACK came after the cells' ack wait of 1s, which a
+// loaded machine can make happen; it is logged, not failed.
 func fleetPipelined(t *testing.T, nc *nats.Conn) {
 	const n, nSubjects = 3000, 100
-	got := make(chan string, n+100)
+	got := make(chan delivery, 2*n)
 	sub, err := nc.Subscribe("fleet.pipe.>", func(m *nats.Msg) {
-		got <- m.Subject + " " + string(m.Data)
+		got <- delivery{what: m.Subject + " " + string(m.Data), attempt: m.Header.Get(wire.HeaderAttempt)}
 		_ = m.Respond(nil)
 	})
 	if err != nil {
@@ -285,19 +292,24 @@ func fleetPipelined(t *testing.T, nc *nats.Conn) {
 			t.Fatalf("%s: tag %s is not of %s's partition", a.Subject, r.Tag, subject)
 		}
 	}
-	seen := map[string]bool{}
-	for range n {
+	seen, attempts := map[string]bool{}, map[delivery]bool{}
+	redelivered := 0
+	for len(seen) < n {
 		select {
 		case d := <-got:
-			if seen[d] {
-				t.Fatalf("%s delivered twice", d)
+			if attempts[d] {
+				t.Fatalf("%s delivered twice in attempt %s", d.what, d.attempt)
 			}
-			seen[d] = true
+			attempts[d] = true
+			if seen[d.what] {
+				redelivered++
+			}
+			seen[d.what] = true
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%d of %d delivered", len(seen), n)
 		}
 	}
-	t.Logf("%d publishes answered and delivered once; the routers sent %d batches", n, len(batches))
+	t.Logf("%d publishes answered and delivered (%d redelivered after the ack wait); the routers sent %d batches", n, redelivered, len(batches))
 }
 
 // publishFleet requests per messages on each of n subjects, from 32
