@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
@@ -49,6 +50,9 @@ type processCluster struct {
 	url   string
 	nodes []*clusterChild
 	extra []string // more serve flags for every node
+	// killed are the nodes killKeepingLog killed, whose logs a failed
+	// test prints with the others'.
+	killed []*clusterChild
 }
 
 // handedOut holds the ports freeAddrs gave out in this test run: a port
@@ -116,8 +120,65 @@ func newProcessCluster(t *testing.T, bin, url string, n int, addrs []string) *pr
 				}
 			}
 		}
+		if t.Failed() {
+			for _, node := range c.killed {
+				t.Logf("the log of %s, killed, to its end:\n%s", node.id, lastLines(node.proc.output(), 60))
+			}
+		}
 	})
 	return c
+}
+
+// killKeepingLog kills n with SIGKILL and keeps its log, which a failed
+// test prints. n.proc is nil after, as for a node not running.
+func (c *processCluster) killKeepingLog(n *clusterChild) {
+	n.proc.kill(c.t)
+	c.killed = append(c.killed, &clusterChild{id: n.id, proc: n.proc})
+	n.proc = nil
+}
+
+// natsdelayConns counts the connections srv holds open for natsdelay
+// serve processes: each has one, named "natsdelay" (a console's, with
+// the HTTP server on, is named otherwise).
+func natsdelayConns(t *testing.T, srv *server.Server) int {
+	t.Helper()
+	cz, err := srv.Connz(&server.ConnzOptions{Limit: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if c.Name == "natsdelay" {
+			n++
+		}
+	}
+	return n
+}
+
+// waitKilledClosed waits until srv holds open at most want connections of
+// natsdelay's, one for each process still running, and returns how
+// many it held at its first look. The kernel closes the connections of a
+// process killed with SIGKILL, but the server notices in its own time:
+// until it reads the end of a connection, it still hands that
+// connection's queue subscriptions their share of the requests (a fleet's
+// ingest is one queue group over every node of every cell), and a
+// request handed to a process that is gone is answered by nobody. That
+// is NATS's at-most-once delivery, not a silence of the service: a
+// publisher times out and sends again, as after any crash.
+func waitKilledClosed(t *testing.T, srv *server.Server, want int) int {
+	t.Helper()
+	first := -1
+	checkFor(t, 30*time.Second, 2*time.Millisecond, func() error {
+		n := natsdelayConns(t, srv)
+		if first < 0 {
+			first = n
+		}
+		if n > want {
+			return fmt.Errorf("%d connections of natsdelay open after the kill, want %d", n, want)
+		}
+		return nil
+	})
+	return first
 }
 
 func (c *processCluster) peers() string {

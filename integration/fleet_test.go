@@ -489,9 +489,12 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	}
 
 	for _, n := range cluster.nodes[:2] {
-		n.proc.kill(t)
-		n.proc = nil
+		cluster.killKeepingLog(n)
 	}
+	// NB: a request the server hands a killed node before it notices the
+	// kill is answered by nobody (see waitKilledClosed). Of the five nodes,
+	// a's, b's and c's last are left.
+	waitKilledClosed(t, srv, 3)
 	// From the kill on, every publish to c's partitions is answered, and
 	// with a 503 (some may still be stored while c's leader, if it is the
 	// node left, holds its lease): never NATS's no-responders, never
@@ -565,11 +568,15 @@ func TestFleet_ClusterCellAlone_WithoutLeader_Answers503(t *testing.T) {
 	var killed int
 	for _, n := range cluster.nodes {
 		if killed < 2 && n.id != leader {
-			n.proc.kill(t)
-			n.proc = nil
+			cluster.killKeepingLog(n)
 			killed++
 		}
 	}
+	// NB: a request the server hands a killed node before it notices the
+	// kill is answered by nobody (see waitKilledClosed): the ingest goes
+	// out once the server holds only the connections of the node left.
+	open := waitKilledClosed(t, srv, 1)
+	t.Logf("connections of natsdelay open when the kills returned: %d, 1 of them the node left's", open)
 	// The leader is left: it loses its lease, then its leadership.
 	answeredUnavailable(t, nc, "fleet.alone.1", 40)
 }
