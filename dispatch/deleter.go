@@ -333,11 +333,16 @@ func (dl *deleter) apply(taken []takenOp) error {
 	order := make([]keys.Key, len(taken))
 	for i, t := range taken {
 		order[i] = t.k
+	}
+	// NB: the dispatcher learns of the commit before any waiter is told:
+	// an ACK's answer may reach a client that at once sends a FIRE, and
+	// Move must then find the key committed (gone), not still in flight.
+	dl.onCommitted(order)
+	for i, t := range taken {
 		for _, w := range t.op.waiters {
 			w(applied[i], nil)
 		}
 	}
-	dl.onCommitted(order)
 	return nil
 }
 
