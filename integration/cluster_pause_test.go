@@ -33,6 +33,16 @@ func pauseRounds() int {
 // for good.
 const pausedAnswerWait = 30 * time.Second
 
+// highestTerm is the highest Raft term among the nodes that answer
+// CLUSTER.STATUS, waiting for want of them.
+func highestTerm(nc *nats.Conn, want int) uint64 {
+	var term uint64
+	for _, st := range gatherStatus(nc, 300*time.Millisecond, want) {
+		term = max(term, st.Term)
+	}
+	return term
+}
+
 // pauseLength is how long a round stops the leader: 6 s in make test, 5
 // to 20 s in make soak.
 func pauseLength(r *rand.Rand) time.Duration {
@@ -243,6 +253,7 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 		}
 		leader = c.waitLeader(nc, old.id)
 		tookOver := time.Since(stoppedAt)
+		takeoverTerm := highestTerm(nc, len(c.nodes)-1)
 		if round == 0 {
 			// cluster status shows the stopped member, not only those
 			// that answer.
@@ -258,7 +269,7 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 		// by its subscriptions alone would never be answered, while a
 		// slow answer is no failure.
 		var cancels sync.WaitGroup
-		var unanswered, beforeCancel atomic.Int64
+		var unanswered, notLeader, beforeCancel atomic.Int64
 		var canceledTags sync.Map
 		for _, s := range toCancel {
 			cancels.Add(1)
@@ -276,6 +287,10 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 					// the consumer ACKed its redelivery) before the
 					// CANCEL came: not canceled, so not checked below.
 					beforeCancel.Add(1)
+					return
+				}
+				if code == "503" {
+					notLeader.Add(1) // judged below, with the term
 					return
 				}
 				var cr cancelReply
@@ -298,8 +313,18 @@ func TestClusterProcess_PausedLeader_ActsOnNothing(t *testing.T) {
 				unanswered.Add(1)
 			}
 		}
-		if n := unanswered.Load(); n > 0 {
-			t.Errorf("round %d: %d requests unanswered after %v while %s was stopped and %s led", round, n, pausedAnswerWait, old.id, leader)
+		if n, refused := unanswered.Load(), notLeader.Load(); n > 0 || refused > 0 {
+			// NB: a second election while the old leader is stopped
+			// (the new leader missed its heartbeats on a loaded machine)
+			// leaves a moment with no leader subscribed, in which a
+			// request reaches the stopped node alone and waits for its
+			// resume, and the deposed leader answers 503: documented in
+			// docs/cluster.md, and not what this round checks.
+			if term := highestTerm(nc, len(c.nodes)-1); term > takeoverTerm {
+				t.Logf("round %d: %d requests unanswered and %d CANCELs answered 503 across an election while %s was stopped (term %d, then %d): not counted", round, n, refused, old.id, takeoverTerm, term)
+			} else {
+				t.Errorf("round %d: %d requests unanswered after %v and %d CANCELs answered 503 while %s was stopped and %s led, term %d throughout", round, n, pausedAnswerWait, refused, old.id, leader, term)
+			}
 		}
 		checkFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 			if _, confirmed := acked.lateAfter(time.Now()); confirmed < n {
