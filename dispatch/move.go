@@ -74,9 +74,12 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 		return s.Key, nil
 	}
 	d.mu.Lock()
-	d.replacedLocked(s.Replaced)
+	x, withdrawing := d.replacedLocked(s.Replaced)
 	held.committed, held.s, held.fireAtNs = true, s, fireAtNs
 	d.mu.Unlock()
+	if withdrawing {
+		d.DeleteWithdrawn(x, nil)
+	}
 	return s.Key, nil
 }
 

@@ -353,17 +353,10 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Unlock()
 			continue
 		}
-		if d.mu.ahead.take(f.key) {
-			// Planned ahead, then its schedule was canceled or replaced
-			// by Delay-Id (which took the successor) before it fell due:
-			// it ends with the schedule, unsent, as it would have had it
-			// not been planned yet.
-			d.mu.flights.markSettling(f.key)
-			d.mu.Unlock()
-			d.stats.withdrawn.Add(1)
-			d.deleteThen(f.key, nil)
-			continue
-		}
+		// NB: one planned ahead whose schedule was canceled or replaced
+		// by Delay-Id before it fell due was withdrawn then, and marked
+		// settled (see aheadTable.end): it is not sent.
+		d.mu.ahead.take(f.key)
 		d.mu.flights.sent(f, pass, now)
 		if f.pending == nil {
 			f.pending = plannedPending(o.msg)

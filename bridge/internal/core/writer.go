@@ -16,7 +16,10 @@ import (
 // ScheduleFunc is told the outcome of one Schedule: the new message's key,
 // or why it was not stored (an error wrapping wire.ErrUnavailable). It is
 // called on the writer's goroutine, after the commit, and should not block:
-// the next batch waits for it.
+// the next batch waits for it. A message that replaced a recurring
+// schedule by its Delay-Id, whose next occurrence was planned ahead, is
+// told once that occurrence is deleted too, on the dispatcher's deleter's
+// goroutine (see writer.commit).
 type ScheduleFunc func(k keys.Key, err error)
 
 // OnceFunc is ScheduleFunc for ScheduleOnce: it is told the outcome,
@@ -57,8 +60,9 @@ type writer struct {
 	// clock now.
 	window time.Duration
 	now    func() time.Time
-	// order is the array of keyOrder, reused from batch to batch.
-	order []int
+	// order is the array of keyOrder, reused from batch to batch; later
+	// the messages of a batch answered once what they withdrew is deleted.
+	order, later []int
 
 	// reqs are the hand-overs, each of one or more requests; at most
 	// maxBatch wait, and submit blocks when it is full.
@@ -247,11 +251,36 @@ func (w *writer) commit(batch []scheduleRequest) {
 	// published later with a shorter delay has the smaller key, and told
 	// after an older one of its subject that was handed off, it would go
 	// out behind it.
+	//
+	// A message that replaced a recurring schedule by its Delay-Id
+	// withdraws the occurrence the planner planned ahead for the schedule
+	// replaced, if any, and is answered only once that occurrence's
+	// delete is committed, on the deleter's goroutine: once answered,
+	// nothing of the old schedule is left pending (see
+	// dispatch.Dispatcher.NotifyMessageWithdrawing).
 	w.order = keyOrder(res, w.order)
+	w.later = w.later[:0]
 	for _, i := range w.order {
-		w.disp.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, batch[i].once.Msg, epoch)
+		_, x, withdrawing := w.disp.NotifyMessageWithdrawing(res[i].Scheduled, res[i].FireAtNs, batch[i].once.Msg, epoch)
+		if withdrawing {
+			w.later = append(w.later, i)
+			w.answerOnceDeleted(x, batch[i], res[i])
+		}
 	}
 	for i, r := range batch {
-		r.done(res[i], nil)
+		if !slices.Contains(w.later, i) {
+			r.done(res[i], nil)
+		}
 	}
+}
+
+// answerOnceDeleted answers r, stored as o, once x, the occurrence
+// planned ahead that o's replace withdrew, is deleted.
+func (w *writer) answerOnceDeleted(x keys.Key, r scheduleRequest, o delaystore.Outcome) {
+	w.disp.DeleteWithdrawn(x, func(err error) {
+		if err != nil {
+			w.log.Warn("deleting the occurrence planned ahead of a schedule replaced by its Delay-Id", "tag", x, "err", err)
+		}
+		r.done(o, nil)
+	})
 }
