@@ -75,6 +75,9 @@ type Dispatcher struct {
 		// (see NotifyMessage), each a flight already, in the order they
 		// were handed off.
 		handed []outgoing
+		// arriving are the commits under way whose keys the dispatcher
+		// has not all been told of (see Arriving).
+		arriving []*arrival
 	}
 
 	// committing counts the commits of messages under new keys by other
@@ -292,18 +295,29 @@ func (d *Dispatcher) scannableAt(k keys.Key, fireAtNs int64) int64 {
 // after the commit, for every message of the batch.
 func (d *Dispatcher) Notify(s delaystore.Scheduled, fireAtNs int64) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	var x keys.Key
+	var withdrawing bool
 	if s.HasReplaced {
-		d.replacedLocked(s.Replaced)
+		x, withdrawing = d.replacedLocked(s.Replaced)
 	}
 	d.arrivedLocked(s.Key, fireAtNs)
+	d.mu.Unlock()
+	if withdrawing {
+		d.DeleteWithdrawn(x, nil)
+	}
 }
 
 // replacedLocked is told that the message under k was replaced or moved
 // by a commit, and waits for a publish of it under way (see
 // waitUnpublishedLocked), so that none follows the answer that tells
-// its publisher it was replaced or moved. mu must be held.
-func (d *Dispatcher) replacedLocked(k keys.Key) {
+// its publisher it was replaced or moved. If k is the successor of an
+// occurrence planned ahead and not yet published, the schedule ended
+// before that occurrence: it is withdrawn, marked settled, and returned
+// for the caller to delete (deleteWithdrawn) once mu is let go. Left to
+// its pass, it stayed pending, to GET and LIST, until its time, and a
+// restart, which forgets that it was withdrawn, delivered it. mu must be
+// held.
+func (d *Dispatcher) replacedLocked(k keys.Key) (withdrawn keys.Key, ok bool) {
 	if f := d.mu.flights.byKey[k]; f != nil {
 		d.forgetLocked(f)
 	}
@@ -312,8 +326,23 @@ func (d *Dispatcher) replacedLocked(k keys.Key) {
 	// told it was replaced. The delete is committed already, so the mark
 	// goes at the start of the next pass, as for the deleter's commits.
 	d.mu.flights.settledUncommitted(k)
-	d.mu.ahead.withdraw(k)
+	if withdrawn, ok = d.mu.ahead.end(k); ok {
+		d.mu.flights.markSettling(withdrawn)
+	}
 	d.waitUnpublishedLocked(k)
+	return withdrawn, ok
+}
+
+// DeleteWithdrawn deletes x, an occurrence planned ahead and withdrawn
+// (see NotifyMessageWithdrawing), and calls then, if not nil, with the
+// outcome once the delete is committed, on the deleter's goroutine.
+func (d *Dispatcher) DeleteWithdrawn(x keys.Key, then func(error)) {
+	d.stats.withdrawn.Add(1)
+	d.del.delete(x, func(_ bool, err error) {
+		if then != nil {
+			then(err)
+		}
+	})
 }
 
 // arrivedLocked brings the message just committed under k, due at

@@ -40,7 +40,7 @@
 // them with no commit before them. A pass plans, before publishing, any
 // occurrence the planner did not reach. An occurrence planned ahead whose
 // successor is then canceled or replaced by Delay-Id is withdrawn: deleted
-// unsent when its pass takes it.
+// unsent before the CANCEL or the replace is answered.
 //
 // Deletes and attempt counts go through a batched writer (the deleter) and are
 // committed without fsync: losing them in a crash only causes a redelivery,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // Hand-off: a message due when its batch commits goes from the group
@@ -55,17 +56,31 @@ import (
 // unread ahead of it is handed to the next pass with no read of the store;
 // any other is as Notify. It reports whether msg was handed off.
 func (d *Dispatcher) NotifyMessage(s delaystore.Scheduled, fireAtNs int64, msg *delaystore.StoredMessage, epoch Epoch) bool {
+	handed, x, withdrawing := d.NotifyMessageWithdrawing(s, fireAtNs, msg, epoch)
+	if withdrawing {
+		d.DeleteWithdrawn(x, nil)
+	}
+	return handed
+}
+
+// NotifyMessageWithdrawing is NotifyMessage for a caller that answers
+// msg's publisher only once nothing of a schedule msg replaced is left
+// pending: when msg replaced (by its Delay-Id) an occurrence whose
+// predecessor was planned ahead and not yet published, that predecessor
+// is withdrawn, marked settled (see replacedLocked) and returned, and the
+// caller must delete it with DeleteWithdrawn.
+func (d *Dispatcher) NotifyMessageWithdrawing(s delaystore.Scheduled, fireAtNs int64, msg *delaystore.StoredMessage, epoch Epoch) (handed bool, withdrawn keys.Key, withdrawing bool) {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if fireAtNs == msg.FireAtNs && epoch == d.Epoch() && d.handOffLocked(s, msg, now) {
-		return true
+		return true, keys.Key{}, false
 	}
 	if s.HasReplaced {
-		d.replacedLocked(s.Replaced)
+		withdrawn, withdrawing = d.replacedLocked(s.Replaced)
 	}
 	d.arrivedLocked(s.Key, fireAtNs)
-	return false
+	return false, withdrawn, withdrawing
 }
 
 // Epoch is what NotifyMessage must know of the dispatcher from before the

@@ -49,6 +49,18 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 
 	d.mu.Lock()
 	t.scanning = false
+	if a := d.arrivalBelowLocked(t, from); a != nil {
+		// NB: a commit under way stores a message of t below where the
+		// scan read from, on disk with what it read, maybe since before
+		// the read: taken, what it read would go out ahead of it. The
+		// topic waits for the commit's tell, which rewinds its cursor,
+		// and reads again (see "Arrivals").
+		d.mu.subjects.unadmit(r.due, now)
+		t.awaiting++
+		a.waiting = append(a.waiting, t)
+		d.mu.Unlock()
+		return 0, false
+	}
 	if t.subject == "" && len(r.due) > 0 {
 		t.subject = r.due[0].msg.Subject
 	}
@@ -353,17 +365,10 @@ func (d *Dispatcher) publish(out []outgoing, now int64, pass uint64, probed []*t
 			d.mu.Unlock()
 			continue
 		}
-		if d.mu.ahead.take(f.key) {
-			// Planned ahead, then its schedule was canceled or replaced
-			// by Delay-Id (which took the successor) before it fell due:
-			// it ends with the schedule, unsent, as it would have had it
-			// not been planned yet.
-			d.mu.flights.markSettling(f.key)
-			d.mu.Unlock()
-			d.stats.withdrawn.Add(1)
-			d.deleteThen(f.key, nil)
-			continue
-		}
+		// NB: one planned ahead whose schedule was canceled or replaced
+		// by Delay-Id before it fell due was withdrawn then, and marked
+		// settled (see aheadTable.end): it is not sent.
+		d.mu.ahead.take(f.key)
 		d.mu.flights.sent(f, pass, now)
 		if f.pending == nil {
 			f.pending = plannedPending(o.msg)

@@ -15,10 +15,6 @@ import (
 type aheadPlan struct {
 	next   keys.Key // its successor, stored by the same commit
 	fireAt int64    // the occurrence's planned time, Unix ns
-	// withdrawn is set once the successor is canceled or replaced by
-	// (subject, Delay-Id): the schedule ended before the occurrence fell
-	// due, so it must not go out (see aheadTable.withdraw).
-	withdrawn bool
 }
 
 // aheadTable is the occurrences the planner planned before they fell due,
@@ -41,33 +37,20 @@ func newAheadTable() aheadTable {
 }
 
 // add records that the occurrence under k, due at fireAt, was planned with
-// its successor next; withdrawn if next is gone already.
-func (at *aheadTable) add(k, next keys.Key, fireAt int64, withdrawn bool) {
-	at.byKey[k] = aheadPlan{next: next, fireAt: fireAt, withdrawn: withdrawn}
+// its successor next.
+func (at *aheadTable) add(k, next keys.Key, fireAt int64) {
+	at.byKey[k] = aheadPlan{next: next, fireAt: fireAt}
 	at.bySuccessor[next] = k
 }
 
-// withdraw is told that next, a pending occurrence, is canceled or
-// replaced. If it is the successor of an occurrence planned ahead and not
-// yet published, that occurrence is withdrawn: the pass that takes it
-// deletes it unsent.
-func (at *aheadTable) withdraw(next keys.Key) {
-	x, ok := at.bySuccessor[next]
-	if !ok {
-		return
-	}
-	if a, ok := at.byKey[x]; ok {
-		a.withdrawn = true
-		at.byKey[x] = a
-	}
-}
-
-// end is told that next, a pending occurrence, is canceled: the schedule
-// ends. If next is the successor of an occurrence planned ahead and not yet
-// published, that occurrence's entry goes and its key is returned, for the
-// cancel to delete it with next: left to its pass, it stayed pending, to
-// GET and LIST, until its planned time. A pass that takes it meanwhile
-// finds it settling, and skips it.
+// end is told that next, a pending occurrence, is canceled or replaced by
+// (subject, Delay-Id): the schedule ends. If next is the successor of an
+// occurrence planned ahead and not yet published, that occurrence is
+// withdrawn: its entry goes and its key is returned, for the caller to
+// mark settled and delete, before the CANCEL or the replace is answered:
+// left to its pass, it stayed pending, to GET and LIST, until its planned
+// time, and a restart, which forgets the entry, delivered it. A pass
+// that takes it meanwhile finds it settling, and skips it.
 func (at *aheadTable) end(next keys.Key) (keys.Key, bool) {
 	x, ok := at.bySuccessor[next]
 	if !ok {
@@ -96,18 +79,16 @@ func (at *aheadTable) moved(next, nk keys.Key) {
 	}
 }
 
-// take forgets k's entry as an occurrence planned ahead, as it goes out,
-// and reports whether it was withdrawn.
-func (at *aheadTable) take(k keys.Key) (withdrawn bool) {
+// take forgets k's entry as an occurrence planned ahead, as it goes out.
+func (at *aheadTable) take(k keys.Key) {
 	a, ok := at.byKey[k]
 	if !ok {
-		return false
+		return
 	}
 	delete(at.byKey, k)
 	if at.bySuccessor[a.next] == k {
 		delete(at.bySuccessor, a.next)
 	}
-	return a.withdrawn
 }
 
 // dueBefore lists the occurrences whose planned time is before t.
@@ -267,7 +248,10 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 	// CANCEL or a replace by id may have taken it already. One whose mark
 	// came before the entry is seen in canceled here; one whose delete
 	// committed before the read below is seen by the read; any later one
-	// finds the entry (aheadTable.withdraw). The pass then needs no read.
+	// finds the entry (aheadTable.end). The pass then needs no read. The
+	// occurrence of a successor gone is deleted now, not at its time: it
+	// would stay pending, to GET and LIST, until then.
+	var gone []keys.Key
 	d.mu.Lock()
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
@@ -281,10 +265,17 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 			from := keys.New(next.TopicHash(), next.Bucket(), next.EventID()-1)
 			d.mu.ahead.readFrom = &from
 		}
-		canceled := d.mu.flights.isCanceled(next)
-		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs, canceled)
+		if d.mu.flights.isCanceled(next) {
+			d.mu.flights.markSettling(p.Key)
+			gone = append(gone, p.Key)
+			continue
+		}
+		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs)
 	}
 	d.mu.Unlock()
+	for _, x := range gone {
+		d.DeleteWithdrawn(x, nil)
+	}
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
 			continue
@@ -294,8 +285,14 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 		// occurrence for nothing.
 		if ok, err := d.repo.Has(res[j].Next); err == nil && !ok {
 			d.mu.Lock()
-			d.mu.ahead.withdraw(res[j].Next)
+			x, withdrawing := d.mu.ahead.end(res[j].Next)
+			if withdrawing {
+				d.mu.flights.markSettling(x)
+			}
 			d.mu.Unlock()
+			if withdrawing {
+				d.DeleteWithdrawn(x, nil)
+			}
 			continue
 		}
 		d.Notify(delaystore.Scheduled{Key: res[j].Next}, p.Next.FireAtNs)

@@ -216,3 +216,55 @@ func wentOut(t *testing.T, p *publisher, ks []keys.Key) {
 		}
 	}
 }
+
+// TestService_ReplaceByID_DeletesOccurrencePlannedAhead checks that a
+// publish that replaces a recurring schedule by its Delay-Id leaves
+// nothing of the replaced schedule pending once it is answered: the
+// occurrence the planner planned ahead, stored and not yet out, is
+// deleted with the successor the replace takes, not left pending (shown
+// by GET and LIST, and delivered after a restart, which forgets that it
+// was withdrawn) until its time.
+func TestService_ReplaceByID_DeletesOccurrencePlannedAhead(t *testing.T) {
+	planned := make(chan struct{}, 16)
+	p := newPublisher()
+	// NB: the clock stands still, so nothing of the schedule falls due
+	// during the test; the planner's reads, every half second, still
+	// plan the occurrence within its look-ahead.
+	now := time.Now()
+	s := open(t, memStore(t), p, func(c *core.Config) {
+		c.Now = func() time.Time { return now }
+		c.Repository.AdvanceHook = func(at delaystore.AdvanceStage) {
+			if at == delaystore.AdvanceAfterCommit {
+				planned <- struct{}{}
+			}
+		}
+	})
+	due := now.Add(300 * time.Millisecond)
+	old := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.replace", ClientId: "J", FireAtNs: due.UnixNano(), Payload: []byte("old"),
+		Recurrence: &delaystore.Recurrence{EveryNs: int64(time.Hour), Id: "J", OccurrenceNs: due.UnixNano(), Seq: 1, CatchUp: recur.One}})
+	select {
+	case <-planned:
+	case <-time.After(wait):
+		t.Fatal("the occurrence was never planned ahead")
+	}
+	if n := len(pendingOf(t, s, "rec.replace")); n != 2 {
+		t.Fatalf("%d pending once planned ahead, want the occurrence and its successor", n)
+	}
+
+	// The same (subject, Delay-Id) again: a new schedule replaces the old.
+	at := now.Add(time.Hour)
+	nk := schedule(t, s, &delaystore.StoredMessage{Subject: "rec.replace", ClientId: "J", FireAtNs: at.UnixNano(), Payload: []byte("new"),
+		Recurrence: &delaystore.Recurrence{EveryNs: int64(2 * time.Hour), Id: "J", OccurrenceNs: at.UnixNano(), Seq: 1, CatchUp: recur.One}})
+	left := pendingOf(t, s, "rec.replace")
+	if len(left) != 1 || left[0] != nk {
+		t.Errorf("pending once the replace is answered: %v, want only the new schedule's %v (the old occurrence was %v)", left, nk, old)
+	}
+	if n := s.Repository().Schedules(); n != 1 {
+		t.Errorf("%d schedules, want the new one", n)
+	}
+	select {
+	case k := <-p.delivered:
+		t.Errorf("%v delivered, want nothing before its time", k)
+	default:
+	}
+}

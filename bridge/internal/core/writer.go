@@ -16,7 +16,10 @@ import (
 // ScheduleFunc is told the outcome of one Schedule: the new message's key,
 // or why it was not stored (an error wrapping wire.ErrUnavailable). It is
 // called on the writer's goroutine, after the commit, and should not block:
-// the next batch waits for it.
+// the next batch waits for it. A message that replaced a recurring
+// schedule by its Delay-Id, whose next occurrence was planned ahead, is
+// told once that occurrence is deleted too, on the dispatcher's deleter's
+// goroutine (see writer.commit).
 type ScheduleFunc func(k keys.Key, err error)
 
 // OnceFunc is ScheduleFunc for ScheduleOnce: it is told the outcome,
@@ -57,8 +60,19 @@ type writer struct {
 	// clock now.
 	window time.Duration
 	now    func() time.Time
-	// order is the array of keyOrder, reused from batch to batch.
-	order []int
+	// order is the array of keyOrder, reused from batch to batch; later
+	// the messages of a batch answered once what they withdrew is deleted.
+	order, later []int
+	// arriving is the keys of the batch committing, in key order, and
+	// arrived ends their arrival once the dispatcher was told of them
+	// (see chosen); chosenFunc is chosen, made once.
+	arriving   []keys.Key
+	arrived    func()
+	chosenFunc func([]delaystore.Scheduled)
+	// afterCommit, if set (by tests only, before the first batch), is
+	// called after each batch's commit, before the dispatcher is told of
+	// it.
+	afterCommit func()
 
 	// reqs are the hand-overs, each of one or more requests; at most
 	// maxBatch wait, and submit blocks when it is full.
@@ -74,6 +88,7 @@ type writer struct {
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
 	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan []scheduleRequest, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
+	w.chosenFunc = w.chosen
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -217,9 +232,15 @@ func (w *writer) commit(batch []scheduleRequest) {
 	// epoch then shows (see dispatch.Dispatcher.Epoch).
 	epoch := w.disp.Epoch()
 	start := time.Now()
-	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
+	res, err := w.repo.ScheduleOnceTelling(in, w.window, w.now().UnixNano(), delaystore.Sync, w.chosenFunc)
+	// NB: the scans the batch's keys held back read again once the
+	// dispatcher was told of every one, or the commit failed.
+	defer w.endArrival()
 	if w.observe != nil {
 		w.observe(len(batch)-duplicates(res), time.Since(start), err)
+	}
+	if w.afterCommit != nil {
+		w.afterCommit()
 	}
 	if errors.Is(err, delaystore.ErrNotLeader) {
 		// Not a storage fault: this node lost its cluster's leadership
@@ -247,11 +268,60 @@ func (w *writer) commit(batch []scheduleRequest) {
 	// published later with a shorter delay has the smaller key, and told
 	// after an older one of its subject that was handed off, it would go
 	// out behind it.
+	//
+	// A message that replaced a recurring schedule by its Delay-Id
+	// withdraws the occurrence the planner planned ahead for the schedule
+	// replaced, if any, and is answered only once that occurrence's
+	// delete is committed, on the deleter's goroutine: once answered,
+	// nothing of the old schedule is left pending (see
+	// dispatch.Dispatcher.NotifyMessageWithdrawing).
 	w.order = keyOrder(res, w.order)
+	w.later = w.later[:0]
 	for _, i := range w.order {
-		w.disp.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, batch[i].once.Msg, epoch)
+		_, x, withdrawing := w.disp.NotifyMessageWithdrawing(res[i].Scheduled, res[i].FireAtNs, batch[i].once.Msg, epoch)
+		if withdrawing {
+			w.later = append(w.later, i)
+			w.answerOnceDeleted(x, batch[i], res[i])
+		}
 	}
 	for i, r := range batch {
-		r.done(res[i], nil)
+		if !slices.Contains(w.later, i) {
+			r.done(res[i], nil)
+		}
+	}
+}
+
+// answerOnceDeleted answers r, stored as o, once x, the occurrence
+// planned ahead that o's replace withdrew, is deleted.
+func (w *writer) answerOnceDeleted(x keys.Key, r scheduleRequest, o delaystore.Outcome) {
+	w.disp.DeleteWithdrawn(x, func(err error) {
+		if err != nil {
+			w.log.Warn("deleting the occurrence planned ahead of a schedule replaced by its Delay-Id", "tag", x, "err", err)
+		}
+		r.done(o, nil)
+	})
+}
+
+// chosen is told the keys of the batch before its commit, and tells the
+// dispatcher they are arriving: until it has been told of each, no scan
+// takes a message of their subjects above one of them that it could not
+// read (see dispatch.Dispatcher.Arriving). Without it, a scan between the
+// commit and the tell took the batch's messages above their topics'
+// cursors, and one below a cursor, told a moment later, went out after
+// them, though all were on disk together.
+func (w *writer) chosen(out []delaystore.Scheduled) {
+	w.arriving = w.arriving[:0]
+	for _, s := range out {
+		w.arriving = append(w.arriving, s.Key)
+	}
+	slices.SortFunc(w.arriving, func(a, b keys.Key) int { return bytes.Compare(a[:], b[:]) })
+	w.arrived = w.disp.Arriving(w.arriving)
+}
+
+// endArrival ends the arrival of the batch's keys, if chosen began one.
+func (w *writer) endArrival() {
+	if w.arrived != nil {
+		w.arrived()
+		w.arrived = nil
 	}
 }
