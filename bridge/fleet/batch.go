@@ -280,12 +280,14 @@ func (n *Node) batchLimit() int {
 	return min(int(n.nc.MaxPayload()), maxBatchBytes) - 1
 }
 
-// sendQueued sends q to cell: a single forward for one publish, a batch
-// for more, and empties it.
+// sendQueued sends q to cell, and empties it: a single forward for one
+// publish to a single node, a batch for more, and a batch, even of one,
+// to a cell that is a cluster, whose receipt costs less than a single
+// forward's relayed answer (see relay).
 func (n *Node) sendQueued(cell string, q *queued) {
-	switch len(q.fs) {
-	case 0:
-	case 1:
+	switch {
+	case len(q.fs) == 0:
+	case len(q.fs) == 1 && !n.clustered(cell):
 		n.forwardAlone(q.fs[0], cell)
 	default:
 		n.sendBatch(cell, q.fs, q.size)
@@ -301,30 +303,34 @@ func (n *Node) forwardAlone(f forwarded, cell string) {
 	}
 }
 
-// sendBatch publishes fs to cell as one batch of at most size bytes. As
-// forward does for one, it gives a publish to a cell that is a cluster
-// the router's reply subject, so that the relay answers for the owner.
+// sendBatch publishes fs to cell as one batch of at most size bytes.
+// Each publish keeps its publisher's reply, so the owner answers each
+// directly. To a cell that is a cluster the batch goes with the router's
+// reply subject, if any of its publishers waits for an answer: the owner
+// answers it with a receipt once it took the batch, and until then the
+// relay answers for the owner, as forward's does for one message.
 func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
-	clustered := n.clustered(cell)
-	var tokens []uint64
-	now := time.Now()
 	b := make([]byte, 1, 1+size)
 	b[0] = batchVersion
+	var waiters []waiter
 	for _, f := range fs {
-		reply := f.msg.Reply
-		if reply != "" && clustered {
-			token := n.relay.add(reply, cell, f.part, now)
-			tokens = append(tokens, token)
-			reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
+		if f.msg.Reply != "" {
+			waiters = append(waiters, waiter{reply: f.msg.Reply, part: f.part})
 		}
-		b = appendForwarded(b, f, reply)
+		b = appendForwarded(b, f, f.msg.Reply)
 	}
-	err := n.nc.Publish(forwardPrefix(cell)+"."+n.id, b)
+	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + n.id, Data: b}
+	var token uint64
+	if len(waiters) > 0 && n.clustered(cell) {
+		token = n.relay.add(cell, true, time.Now(), waiters...)
+		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
+	}
+	err := n.nc.PublishMsg(out)
 	if err == nil {
 		return
 	}
-	for _, t := range tokens {
-		n.relay.take(t)
+	if token != 0 {
+		n.relay.take(token)
 	}
 	for _, f := range fs {
 		answerError(n.nc, f.msg, 503, "forwarding to cell %q: %v", cell, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/natsdelay/natsdelay/bridge/wire"
 )
 
 // relay keeps the messages a router forwarded and still waits for an
@@ -24,30 +26,49 @@ import (
 // so the relay's second leg, about 3 µs of CPU a message in the cells
 // phase (performance.md), would buy it nothing; a single node that is
 // gone is told by its silence a second later, as before.
+//
+// A batch to a cell that is a cluster (batch.go) keeps each publisher's
+// reply, and the batch itself carries the router's: the owner answers
+// each publisher directly and the router a receipt once it has taken
+// the batch, so that the relay costs one message a batch, not one a
+// publish, and no answer waits for the router. Until the receipt comes,
+// the router answers for the owner as above, for every publish of the
+// batch.
 type relay struct {
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]relayed
 }
 
-// relayed is a forwarded message waiting for its owner's answer.
+// relayed is a forwarded message, or batch, waiting for its owner's
+// answer or receipt.
 type relayed struct {
-	reply string // the publisher's
-	cell  string // the owner it was sent to
-	part  int
-	at    time.Time
+	// waiters are the publishers of what was forwarded: one for a
+	// message, each that asked for an answer for a batch.
+	waiters []waiter
+	cell    string // the owner it was sent to
+	at      time.Time
+	// receipt is whether the owner answers with a receipt (a batch)
+	// rather than with the answer to hand on (a message).
+	receipt bool
 }
 
-// add notes a message forwarded to cell for the publisher's reply, and
+// waiter is a publisher waiting for the answer to a forwarded message.
+type waiter struct {
+	reply string // the publisher's
+	part  int
+}
+
+// add notes w, a message or (receipt) a batch forwarded to cell, and
 // returns the token of the reply subject it is forwarded with.
-func (r *relay) add(reply, cell string, part int, now time.Time) uint64 {
+func (r *relay) add(cell string, receipt bool, now time.Time, w ...waiter) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
 		r.waiting = map[uint64]relayed{}
 	}
 	r.next++
-	r.waiting[r.next] = relayed{reply: reply, cell: cell, part: part, at: now}
+	r.waiting[r.next] = relayed{waiters: w, cell: cell, at: now, receipt: receipt}
 	return r.next
 }
 
@@ -87,7 +108,7 @@ func (n *Node) forward(m *nats.Msg, cell string, p int, target, from string) err
 	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
 	var token uint64
 	if m.Reply != "" && n.clustered(cell) {
-		token = n.relay.add(m.Reply, cell, p, time.Now())
+		token = n.relay.add(cell, false, time.Now(), waiter{reply: m.Reply, part: p})
 		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 	}
 	err := n.nc.PublishMsg(out)
@@ -110,7 +131,9 @@ func (n *Node) clustered(cell string) bool {
 
 // handleRelay hands the owner's answer to a forwarded message to its
 // publisher, or, where NATS answered that nobody takes the owner's
-// subjects, answers the publisher with a retryable 503.
+// subjects, answers the publisher with a retryable 503. A batch's
+// receipt says the owner took it and answers its publishers itself; a
+// batch the owner refused whole has that answer handed to each.
 func (n *Node) handleRelay(m *nats.Msg) {
 	token, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
 	if err != nil {
@@ -120,11 +143,17 @@ func (n *Node) handleRelay(m *nats.Msg) {
 	if !ok {
 		return // answered with a 503 already, when it timed out
 	}
-	if noResponders(m) {
-		answerError(n.nc, &nats.Msg{Reply: w.reply}, 503, "cell %q, the owner of partition %d, has no node serving it now (no leader, or starting or stopping): try again", w.cell, w.part)
-		return
+	switch {
+	case noResponders(m):
+		for _, p := range w.waiters {
+			answerError(n.nc, &nats.Msg{Reply: p.reply}, 503, "cell %q, the owner of partition %d, has no node serving it now (no leader, or starting or stopping): try again", w.cell, p.part)
+		}
+	case w.receipt && m.Header.Get(wire.HeaderServiceErrorCode) == "":
+	default:
+		for _, p := range w.waiters {
+			_ = n.nc.PublishMsg(&nats.Msg{Subject: p.reply, Header: m.Header, Data: m.Data})
+		}
 	}
-	_ = n.nc.PublishMsg(&nats.Msg{Subject: w.reply, Header: m.Header, Data: m.Data})
 }
 
 // noResponders reports whether m is NATS's answer that no subscription
@@ -142,11 +171,13 @@ func (n *Node) expireRelayed(stopping bool) {
 	if stopping {
 		deadline = time.Time{}
 	}
+	why := "did not answer within " + n.cfg.ForwardTimeout.String()
+	if stopping {
+		why = "had not answered when the node that forwarded it stopped"
+	}
 	for _, w := range n.relay.expire(deadline) {
-		why := "did not answer within " + n.cfg.ForwardTimeout.String()
-		if stopping {
-			why = "had not answered when the node that forwarded it stopped"
+		for _, p := range w.waiters {
+			answerError(n.nc, &nats.Msg{Reply: p.reply}, 503, "cell %q, the owner of partition %d, %s: the message may have been stored: try again, with the same Delay-Id", w.cell, p.part, why)
 		}
-		answerError(n.nc, &nats.Msg{Reply: w.reply}, 503, "cell %q, the owner of partition %d, %s: the message may have been stored: try again, with the same Delay-Id", w.cell, w.part, why)
 	}
 }
