@@ -513,10 +513,10 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 // TestFleet_ClusterCell_ForwardedPublishes_OwnerAnswers runs cells a and
 // b as single nodes and c as a cluster of three, and publishes to 40 of
 // c's subjects one after another: a publish that a, b or a follower of c
-// takes is forwarded to c's leader, which must answer its publisher
-// itself; the router is sent only empty receipts, one a batch, on its
-// relay subject (before, each answer went through it). Each message is
-// delivered.
+// takes is forwarded to c's leader in a batch, which must answer its
+// publisher itself: nothing but the routers' own empty markers goes to
+// their relay subjects (before, each answer went through them). Each
+// message is delivered.
 func TestFleet_ClusterCell_ForwardedPublishes_OwnerAnswers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -559,11 +559,11 @@ func TestFleet_ClusterCell_ForwardedPublishes_OwnerAnswers(t *testing.T) {
 	select {
 	case r = <-relayed:
 	case <-time.After(wait):
-		t.Fatal("no router was sent a receipt: no publish of 40 was forwarded")
+		t.Fatal("no router sent a marker: no publish of 40 was forwarded")
 	}
 	for {
 		if len(r.Data) != 0 || r.Header != nil {
-			t.Fatalf("a router was sent %q %v on %s, want only empty receipts", r.Data, r.Header, r.Subject)
+			t.Fatalf("a router was sent %q %v on %s, want only its empty markers", r.Data, r.Header, r.Subject)
 		}
 		if len(relayed) == 0 {
 			break

@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -282,8 +280,7 @@ func (n *Node) batchLimit() int {
 
 // sendQueued sends q to cell, and empties it: a single forward for one
 // publish to a single node, a batch for more, and a batch, even of one,
-// to a cell that is a cluster, whose receipt costs less than a single
-// forward's relayed answer (see relay).
+// to a cell that is a cluster, whose reply is not relayed (see relay).
 func (n *Node) sendQueued(cell string, q *queued) {
 	switch {
 	case len(q.fs) == 0:
@@ -306,9 +303,8 @@ func (n *Node) forwardAlone(f forwarded, cell string) {
 // sendBatch publishes fs to cell as one batch of at most size bytes.
 // Each publish keeps its publisher's reply, so the owner answers each
 // directly. To a cell that is a cluster the batch goes with the router's
-// reply subject, if any of its publishers waits for an answer: the owner
-// answers it with a receipt once it took the batch, and until then the
-// relay answers for the owner, as forward's does for one message.
+// reply subject, if any of its publishers waits for an answer, so that
+// the relay answers for an owner that nobody serves (see relay).
 func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
 	b := make([]byte, 1, 1+size)
 	b[0] = batchVersion
@@ -320,17 +316,14 @@ func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
 		b = appendForwarded(b, f, f.msg.Reply)
 	}
 	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + n.id, Data: b}
-	var token uint64
+	var err error
 	if len(waiters) > 0 && n.clustered(cell) {
-		token = n.relay.add(cell, true, time.Now(), waiters...)
-		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
+		err = n.publishRelayed(out, relayed{kind: relayBatch, cell: cell, waiters: waiters})
+	} else {
+		err = n.nc.PublishMsg(out)
 	}
-	err := n.nc.PublishMsg(out)
 	if err == nil {
 		return
-	}
-	if token != 0 {
-		n.relay.take(token)
 	}
 	for _, f := range fs {
 		answerError(n.nc, f.msg, 503, "forwarding to cell %q: %v", cell, err)

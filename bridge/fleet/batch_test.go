@@ -275,12 +275,13 @@ func TestNode_Forward_Burst_OneBatchInOrder(t *testing.T) {
 	}
 }
 
-// TestNode_Forward_Burst_ToCluster_Receipt checks that a batch to a cell
-// that is a cluster keeps each publisher's reply subject and carries the
-// router's: the owner answers each publisher directly, and the router
-// only a receipt, empty, after which the router waits for nothing more
-// (so no 503 of its relay can follow the owner's answers).
-func TestNode_Forward_Burst_ToCluster_Receipt(t *testing.T) {
+// TestNode_Forward_Burst_ToCluster_OwnerAnswers checks that a batch to a
+// cell that is a cluster keeps each publisher's reply subject and carries
+// the router's: the owner answers each publisher directly, nothing but
+// the router's own empty markers goes to its relay subject, and the
+// router then waits for nothing more (so no 503 of its relay can follow
+// the owner's answers).
+func TestNode_Forward_Burst_ToCluster_OwnerAnswers(t *testing.T) {
 	nc := startNATS(t)
 	a := &standby{fakeService: &fakeService{got: make(chan string, 1024)}, leads: true, lease: true}
 	b, g := startBurstFleet(t, nc, a, true)
@@ -290,7 +291,7 @@ func TestNode_Forward_Burst_ToCluster_Receipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bs.Unsubscribe()
-	relayed := make(chan *nats.Msg, 256)
+	relayed := make(chan *nats.Msg, 4096)
 	rs, err := nc.ChanSubscribe(fleet.RelayPrefix+".>", relayed)
 	if err != nil {
 		t.Fatal(err)
@@ -334,13 +335,13 @@ func TestNode_Forward_Burst_ToCluster_Receipt(t *testing.T) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); b.RelayWaiting() > 0; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the router still waits for %d answers or receipts", b.RelayWaiting())
+			t.Fatalf("the router still waits for %d answers or batches", b.RelayWaiting())
 		}
 		time.Sleep(time.Millisecond)
 	}
 	for len(relayed) > 0 {
 		if r := <-relayed; len(r.Data) != 0 || r.Header != nil {
-			t.Fatalf("the router was sent %q %v on %s, want only empty receipts", r.Data, r.Header, r.Subject)
+			t.Fatalf("the router was sent %q %v on %s, want only its empty markers", r.Data, r.Header, r.Subject)
 		}
 	}
 }

@@ -28,29 +28,58 @@ import (
 // gone is told by its silence a second later, as before.
 //
 // A batch to a cell that is a cluster (batch.go) keeps each publisher's
-// reply, and the batch itself carries the router's: the owner answers
-// each publisher directly and the router a receipt once it has taken
-// the batch, so that the relay costs one message a batch, not one a
-// publish, and no answer waits for the router. Until the receipt comes,
-// the router answers for the owner as above, for every publish of the
-// batch.
+// reply, so the owner answers each publisher directly, and the batch
+// carries the router's reply only so that NATS tells the router when
+// nobody takes it: then the router answers each publisher of the batch
+// with the 503. The owner sends nothing back for a batch it takes (only
+// a 400 for one it refuses whole, handed to each publisher): the
+// relayed answer was a fourth message through NATS for each forwarded
+// request, and a wait for the router's CPU before the publisher had its
+// answer (performance.md, "The owner answers forwarded publishers"). The
+// router learns that the server handed a batch to a subscriber without a
+// word from it: NATS answers no-responders at once, in order with what
+// the server delivers to the router, so once a marker the router
+// published to its own relay subject after the batch comes back, no
+// no-responders for it will follow, and the router forgets it (see
+// markRelay). What it does not answer for is a batch handed to a node
+// that then never answers it (killed, or paused, with the batch in
+// hand): its publishers time out and send again, as for what such a node
+// took on the ingest itself.
 type relay struct {
+	// sendMu orders each note with its publish, so that a marker's
+	// token is above each batch published before it and below each
+	// published after.
+	sendMu  sync.Mutex
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]relayed
+	// batches is how many batches wait.
+	batches int
 }
 
-// relayed is a forwarded message, or batch, waiting for its owner's
-// answer or receipt.
+// relayKind says what a router waits for on a relay subject.
+type relayKind uint8
+
+const (
+	// relayAnswer: a single forward's answer, handed to its publisher.
+	relayAnswer relayKind = iota
+	// relayBatch: nothing, unless nobody took the batch (no-responders)
+	// or its owner refused it whole.
+	relayBatch
+	// relayMarker: the router's own marker, after which the batches
+	// published before it are forgotten.
+	relayMarker
+)
+
+// relayed is a forwarded message or batch, or a marker, the router waits
+// for.
 type relayed struct {
+	kind relayKind
 	// waiters are the publishers of what was forwarded: one for a
 	// message, each that asked for an answer for a batch.
 	waiters []waiter
 	cell    string // the owner it was sent to
 	at      time.Time
-	// receipt is whether the owner answers with a receipt (a batch)
-	// rather than with the answer to hand on (a message).
-	receipt bool
 }
 
 // waiter is a publisher waiting for the answer to a forwarded message.
@@ -59,30 +88,54 @@ type waiter struct {
 	part  int
 }
 
-// add notes w, a message or (receipt) a batch forwarded to cell, and
-// returns the token of the reply subject it is forwarded with.
-func (r *relay) add(cell string, receipt bool, now time.Time, w ...waiter) uint64 {
+// add notes w and returns the token of its relay subject.
+func (r *relay) add(w relayed) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
 		r.waiting = map[uint64]relayed{}
 	}
 	r.next++
-	r.waiting[r.next] = relayed{waiters: w, cell: cell, at: now, receipt: receipt}
+	r.waiting[r.next] = w
+	if w.kind == relayBatch {
+		r.batches++
+	}
 	return r.next
 }
 
-// take removes and returns the message of token, if it still waits.
+// take removes and returns what waits on token, if it still waits.
 func (r *relay) take(token uint64) (relayed, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.waiting[token]
+	if ok && w.kind == relayBatch {
+		r.batches--
+	}
 	delete(r.waiting, token)
 	return w, ok
 }
 
-// expire removes and returns the messages forwarded before deadline
-// (every one for a zero deadline).
+// passed forgets the batches published before the marker of token.
+func (r *relay) passed(marker uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, w := range r.waiting {
+		if t < marker && w.kind == relayBatch {
+			delete(r.waiting, t)
+			r.batches--
+		}
+	}
+}
+
+// batchesWaiting is how many batches wait.
+func (r *relay) batchesWaiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.batches
+}
+
+// expire removes and returns what was forwarded before deadline (all of
+// it, for a zero deadline).
 func (r *relay) expire(deadline time.Time) []relayed {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -91,6 +144,9 @@ func (r *relay) expire(deadline time.Time) []relayed {
 		if deadline.IsZero() || w.at.Before(deadline) {
 			out = append(out, w)
 			delete(r.waiting, t)
+			if w.kind == relayBatch {
+				r.batches--
+			}
 		}
 	}
 	return out
@@ -106,16 +162,39 @@ func (n *Node) relaySubject() string { return RelayPrefix + "." + n.id }
 // answer comes back through handleRelay.
 func (n *Node) forward(m *nats.Msg, cell string, p int, target, from string) error {
 	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
-	var token uint64
 	if m.Reply != "" && n.clustered(cell) {
-		token = n.relay.add(cell, false, time.Now(), waiter{reply: m.Reply, part: p})
+		return n.publishRelayed(out, relayed{kind: relayAnswer, cell: cell, waiters: []waiter{{reply: m.Reply, part: p}}})
+	}
+	return n.nc.PublishMsg(out)
+}
+
+// publishRelayed publishes out with a reply subject of the relay's for w.
+func (n *Node) publishRelayed(out *nats.Msg, w relayed) error {
+	n.relay.sendMu.Lock()
+	defer n.relay.sendMu.Unlock()
+	w.at = time.Now()
+	token := n.relay.add(w)
+	if w.kind == relayMarker {
+		out.Subject = n.relaySubject() + "." + strconv.FormatUint(token, 10)
+	} else {
 		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 	}
 	err := n.nc.PublishMsg(out)
-	if err != nil && token != 0 {
+	if err != nil {
 		n.relay.take(token)
 	}
 	return err
+}
+
+// markRelay publishes a marker to this router's relay subject, while
+// batches wait: when it comes back, NATS has said no-responders for
+// every batch published before it that nobody took, and the rest are
+// forgotten (see relay). The loop sends one each heartbeat.
+func (n *Node) markRelay() {
+	if n.relay.batchesWaiting() == 0 {
+		return
+	}
+	_ = n.publishRelayed(&nats.Msg{}, relayed{kind: relayMarker})
 }
 
 // clustered reports whether cell, as last heard, is a cluster: this
@@ -131,24 +210,26 @@ func (n *Node) clustered(cell string) bool {
 
 // handleRelay hands the owner's answer to a forwarded message to its
 // publisher, or, where NATS answered that nobody takes the owner's
-// subjects, answers the publisher with a retryable 503. A batch's
-// receipt says the owner took it and answers its publishers itself; a
-// batch the owner refused whole has that answer handed to each.
+// subjects, answers the publisher with a retryable 503; for a batch, each
+// of its publishers. A batch the owner refused whole has that answer
+// handed to each; a marker forgets the batches published before it.
 func (n *Node) handleRelay(m *nats.Msg) {
 	token, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
 	if err != nil {
 		return
 	}
 	w, ok := n.relay.take(token)
-	if !ok {
-		return // answered with a 503 already, when it timed out
-	}
 	switch {
+	case !ok:
+		// answered with a 503 already, when it timed out
+	case w.kind == relayMarker:
+		n.relay.passed(token)
 	case noResponders(m):
 		for _, p := range w.waiters {
 			answerError(n.nc, &nats.Msg{Reply: p.reply}, 503, "cell %q, the owner of partition %d, has no node serving it now (no leader, or starting or stopping): try again", w.cell, p.part)
 		}
-	case w.receipt && m.Header.Get(wire.HeaderServiceErrorCode) == "":
+	case w.kind == relayBatch && m.Header.Get(wire.HeaderServiceErrorCode) == "":
+		// not an answer of this protocol's: the owner answers each publisher
 	default:
 		for _, p := range w.waiters {
 			_ = n.nc.PublishMsg(&nats.Msg{Subject: p.reply, Header: m.Header, Data: m.Data})

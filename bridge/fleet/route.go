@@ -143,13 +143,13 @@ func (n *Node) receive(m *nats.Msg) {
 }
 
 // receiveBatch takes each publish of the batch m from the router from, in
-// order, and then answers m, if it asked, with an empty receipt: the
-// router's relay answers for this cell until it has it (see relay). A
-// batch it cannot read is refused whole: its sender is told if it asked
-// for an answer (a router hands that answer to each publisher of a batch
-// to a cluster; to a single node it sends its batches without a reply
-// subject, so their publishers retry after their timeout), and the node
-// logs it.
+// order. A batch it cannot read is refused whole: its sender is told if
+// it asked for an answer (a router hands that answer to each publisher
+// of a batch to a cluster; to a single node it sends its batches
+// without a reply subject, so their publishers retry after their
+// timeout), and the node logs it. A batch it takes is answered publish
+// by publish, never as a whole: its reply subject is only for NATS's
+// no-responders (see relay).
 func (n *Node) receiveBatch(m *nats.Msg, from string) {
 	fs, err := decodeBatch(m.Data)
 	if err != nil {
@@ -165,9 +165,6 @@ func (n *Node) receiveBatch(m *nats.Msg, from string) {
 		}
 	}
 	n.ingestAll(mine)
-	if m.Reply != "" {
-		_ = n.nc.Publish(m.Reply, nil)
-	}
 }
 
 // take takes m, forwarded by router from for target, and returns it as a
