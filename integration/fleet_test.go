@@ -510,68 +510,6 @@ func TestFleet_CellWithoutQuorum_OnlyItsPartitionsStop(t *testing.T) {
 	}
 }
 
-// TestFleet_ClusterCell_ForwardedPublishes_OwnerAnswers runs cells a and
-// b as single nodes and c as a cluster of three, and publishes to 40 of
-// c's subjects one after another: a publish that a, b or a follower of c
-// takes is forwarded to c's leader in a batch, which must answer its
-// publisher itself: nothing but the routers' own empty markers goes to
-// their relay subjects (before, each answer went through them). Each
-// message is delivered.
-func TestFleet_ClusterCell_ForwardedPublishes_OwnerAnswers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := natsdelayBinary(t)
-	srv := startServer(t)
-	nc := connect(t, srv)
-	startCells(t, bin, nc, srv.ClientURL(), fleetCells[:2], fleetArgs)
-	heard := fleetHeard(t, nc, fleetCells[2:])
-	cluster := newProcessCluster(t, bin, srv.ClientURL(), 3, nil)
-	cluster.extra = fleetArgs("c")
-	cluster.startAll()
-	waitClosed(t, heard, "cell c's record")
-	relayed := make(chan *nats.Msg, 1024)
-	sub, err := nc.ChanSubscribe(fleet.RelayPrefix+".>", relayed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	deliveries := subscribe(t, nc, "fleet.fwd.>")
-	want := map[string]bool{}
-	for i := range 40 {
-		subject := subjectOwnedBy("c", fmt.Sprintf("fleet.fwd.%d", i))
-		want[subject] = true
-		// NB: retried: under load a cell may go unheard for a second (a 503).
-		if err := requestRetryingUnavailable(nc, newMsg(subject, subject, wire.HeaderDelay, "10ms", wire.HeaderID, subject)); err != nil {
-			t.Fatalf("publish to %s: %v", subject, err)
-		}
-	}
-	for len(want) > 0 {
-		r := next(t, deliveries, "a delivery of cell c")
-		if string(r.Data) != r.Subject {
-			t.Fatalf("%s delivered %q", r.Subject, r.Data)
-		}
-		delete(want, r.Subject)
-	}
-	// At least one of 40 was forwarded: with five nodes taking the
-	// ingest, all 40 taken by c's leader is a chance of 5^-40.
-	var r *nats.Msg
-	select {
-	case r = <-relayed:
-	case <-time.After(wait):
-		t.Fatal("no router sent a marker: no publish of 40 was forwarded")
-	}
-	for {
-		if len(r.Data) != 0 || r.Header != nil {
-			t.Fatalf("a router was sent %q %v on %s, want only its empty markers", r.Data, r.Header, r.Subject)
-		}
-		if len(relayed) == 0 {
-			break
-		}
-		r = <-relayed
-	}
-}
-
 // answeredUnavailable publishes n messages to subject one after another:
 // each must be answered within wait, OK or a 503, and the last one a 503
 // (the fleet's, that the owner is silent or has no node serving it, or

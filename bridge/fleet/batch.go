@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -278,13 +280,12 @@ func (n *Node) batchLimit() int {
 	return min(int(n.nc.MaxPayload()), maxBatchBytes) - 1
 }
 
-// sendQueued sends q to cell, and empties it: a single forward for one
-// publish to a single node, a batch for more, and a batch, even of one,
-// to a cell that is a cluster, whose reply is not relayed (see relay).
+// sendQueued sends q to cell: a single forward for one publish, a batch
+// for more, and empties it.
 func (n *Node) sendQueued(cell string, q *queued) {
-	switch {
-	case len(q.fs) == 0:
-	case len(q.fs) == 1 && !n.clustered(cell):
+	switch len(q.fs) {
+	case 0:
+	case 1:
 		n.forwardAlone(q.fs[0], cell)
 	default:
 		n.sendBatch(cell, q.fs, q.size)
@@ -300,30 +301,30 @@ func (n *Node) forwardAlone(f forwarded, cell string) {
 	}
 }
 
-// sendBatch publishes fs to cell as one batch of at most size bytes.
-// Each publish keeps its publisher's reply, so the owner answers each
-// directly. To a cell that is a cluster the batch goes with the router's
-// reply subject, if any of its publishers waits for an answer, so that
-// the relay answers for an owner that nobody serves (see relay).
+// sendBatch publishes fs to cell as one batch of at most size bytes. As
+// forward does for one, it gives a publish to a cell that is a cluster
+// the router's reply subject, so that the relay answers for the owner.
 func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
+	clustered := n.clustered(cell)
+	var tokens []uint64
+	now := time.Now()
 	b := make([]byte, 1, 1+size)
 	b[0] = batchVersion
-	var waiters []waiter
 	for _, f := range fs {
-		if f.msg.Reply != "" {
-			waiters = append(waiters, waiter{reply: f.msg.Reply, part: f.part})
+		reply := f.msg.Reply
+		if reply != "" && clustered {
+			token := n.relay.add(reply, cell, f.part, now)
+			tokens = append(tokens, token)
+			reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 		}
-		b = appendForwarded(b, f, f.msg.Reply)
+		b = appendForwarded(b, f, reply)
 	}
-	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + n.id, Data: b}
-	var err error
-	if len(waiters) > 0 && n.clustered(cell) {
-		err = n.publishRelayed(out, relayed{kind: relayBatch, cell: cell, waiters: waiters})
-	} else {
-		err = n.nc.PublishMsg(out)
-	}
+	err := n.nc.Publish(forwardPrefix(cell)+"."+n.id, b)
 	if err == nil {
 		return
+	}
+	for _, t := range tokens {
+		n.relay.take(t)
 	}
 	for _, f := range fs {
 		answerError(n.nc, f.msg, 503, "forwarding to cell %q: %v", cell, err)

@@ -40,11 +40,3 @@ func DecodeBatch(b []byte) ([]BatchPublish, error) {
 	}
 	return out, err
 }
-
-// RelayWaiting is how many forwarded messages and batches the node's
-// router still waits for an answer or receipt to.
-func (n *Node) RelayWaiting() int {
-	n.relay.mu.Lock()
-	defer n.relay.mu.Unlock()
-	return len(n.relay.waiting)
-}

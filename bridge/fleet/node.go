@@ -236,7 +236,6 @@ func (n *Node) loop() {
 			return
 		case <-t.C:
 			n.expireRelayed(false)
-			n.markRelay()
 		case <-n.refresh:
 			n.learnAll()
 		}

@@ -142,13 +142,12 @@ func TestNode_LeaseLapsed_KeepsServing(t *testing.T) {
 
 // TestNode_Forward_OwnerSilent_503AfterForwardTimeout plays cell a, a
 // cluster, as a heartbeat and a subscription to its forwarded subject
-// that never answers: a publish too large for a batch, which cell b
-// forwards alone, must get b's 503 once ForwardTimeout has passed, not
-// wait for the publisher's timeout.
+// that never answers: a publish that cell b forwards to it must get b's 503 once
+// ForwardTimeout has passed, not wait for the publisher's timeout.
 func TestNode_Forward_OwnerSilent_503AfterForwardTimeout(t *testing.T) {
 	nc := startNATS(t)
 	took := make(chan *nats.Msg, 4)
-	sub, err := nc.ChanSubscribe(fleet.CellPrefix+".a.FWD.*.>", took)
+	sub, err := nc.ChanSubscribe(fleet.CellPrefix+".a.FWD.>", took)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,12 +163,8 @@ func TestNode_Forward_OwnerSilent_503AfterForwardTimeout(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	large := make([]byte, 300<<10) // above a batch's 256 KiB
 	for {
-		r, err := nc.Request("delay.orders.1", large, 10*time.Second)
-		if err == nil {
-			err = wire.ParseError(r.Header, r.Data)
-		}
+		err := ask(nc, "delay.orders.1")
 		if errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "has no owner this node knows of yet") {
 			continue // b has not heard a yet
 		}
@@ -222,26 +217,5 @@ func TestNode_Forward_SingleNodeCell_PublishersReply(t *testing.T) {
 			return
 		case <-time.After(50 * time.Millisecond): // b has not heard a yet
 		}
-	}
-}
-
-// TestNode_Forward_ToCluster_NobodyServes_503 plays cell a, a cluster, as
-// its heartbeat alone, with no node serving its subjects (between
-// leaders): a publish that cell b forwards to it in a batch must get
-// b's 503 at once, from NATS's no-responders to the batch, not wait
-// for a timeout.
-func TestNode_Forward_ToCluster_NobodyServes_503(t *testing.T) {
-	nc := startNATS(t)
-	heartbeat(t, nc, fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}}, Node: "a", Clustered: true})
-	startNode(t, nc, newFakeService(), fleet.Record{Cell: "b", Partitions: 16, Epoch: 1})
-	for {
-		err := ask(nc, "delay.orders.1")
-		if errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "has no owner this node knows of yet") {
-			continue // b has not heard a yet
-		}
-		if !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), `cell "a", the owner of partition`) || !strings.Contains(err.Error(), "has no node serving it now") {
-			t.Fatalf("publish forwarded to a cell nobody serves: %v, want the router's 503", err)
-		}
-		return
 	}
 }

@@ -144,12 +144,9 @@ func (n *Node) receive(m *nats.Msg) {
 
 // receiveBatch takes each publish of the batch m from the router from, in
 // order. A batch it cannot read is refused whole: its sender is told if
-// it asked for an answer (a router hands that answer to each publisher
-// of a batch to a cluster; to a single node it sends its batches
-// without a reply subject, so their publishers retry after their
-// timeout), and the node logs it. A batch it takes is answered publish
-// by publish, never as a whole: its reply subject is only for NATS's
-// no-responders (see relay).
+// it asked for an answer, and the node logs it (a router sends its
+// batches without a reply subject, so what it forwarded is answered by
+// no one and its publishers retry after their timeout).
 func (n *Node) receiveBatch(m *nats.Msg, from string) {
 	fs, err := decodeBatch(m.Data)
 	if err != nil {
