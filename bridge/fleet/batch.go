@@ -307,19 +307,29 @@ func (n *Node) forwardAlone(f forwarded, cell string) {
 func (n *Node) sendBatch(cell string, fs []forwarded, size int) {
 	clustered := n.clustered(cell)
 	var tokens []uint64
+	var batch uint64
+	if clustered {
+		batch = n.relay.newBatch()
+	}
 	now := time.Now()
 	b := make([]byte, 1, 1+size)
 	b[0] = batchVersion
 	for _, f := range fs {
 		reply := f.msg.Reply
 		if reply != "" && clustered {
-			token := n.relay.add(reply, cell, f.part, now)
+			token := n.relay.add(reply, cell, f.part, now, batch)
 			tokens = append(tokens, token)
 			reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 		}
 		b = appendForwarded(b, f, reply)
 	}
-	err := n.nc.Publish(forwardPrefix(cell)+"."+n.id, b)
+	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + n.id, Data: b}
+	if len(tokens) > 0 {
+		// NB: for NATS's no-responders, and an owner's refusal of the
+		// whole batch; the owner answers each publish on its own reply.
+		out.Reply = n.relaySubject() + ".b" + strconv.FormatUint(batch, 10)
+	}
+	err := n.nc.PublishMsg(out)
 	if err == nil {
 		return
 	}

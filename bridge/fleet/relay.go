@@ -25,9 +25,10 @@ import (
 // phase (performance.md), would buy it nothing; a single node that is
 // gone is told by its silence a second later, as before.
 type relay struct {
-	mu      sync.Mutex
-	next    uint64
-	waiting map[uint64]relayed
+	mu        sync.Mutex
+	next      uint64
+	nextBatch uint64
+	waiting   map[uint64]relayed
 }
 
 // relayed is a forwarded message waiting for its owner's answer.
@@ -36,19 +37,48 @@ type relayed struct {
 	cell  string // the owner it was sent to
 	part  int
 	at    time.Time
+	batch uint64 // the batch it went in (see newBatch), or 0
 }
 
-// add notes a message forwarded to cell for the publisher's reply, and
-// returns the token of the reply subject it is forwarded with.
-func (r *relay) add(reply, cell string, part int, now time.Time) uint64 {
+// add notes a message forwarded to cell for the publisher's reply, alone
+// (batch 0) or in batch, and returns the token of the reply subject it is
+// forwarded with.
+func (r *relay) add(reply, cell string, part int, now time.Time, batch uint64) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
 		r.waiting = map[uint64]relayed{}
 	}
 	r.next++
-	r.waiting[r.next] = relayed{reply: reply, cell: cell, part: part, at: now}
+	r.waiting[r.next] = relayed{reply: reply, cell: cell, part: part, at: now, batch: batch}
 	return r.next
+}
+
+// newBatch returns the number of a batch to a cell that is a cluster.
+// The batch itself goes with the reply subject relaySubject() + ".b" +
+// that number: only NATS answers it, when nobody takes the owner's
+// subjects, or the owner, when it refuses the batch whole.
+func (r *relay) newBatch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextBatch++
+	return r.nextBatch
+}
+
+// takeBatch removes and returns the messages of batch still waiting.
+// NB: a walk of every message waiting, for the rare answer to a batch
+// as a whole, rather than an index of batches kept for every batch.
+func (r *relay) takeBatch(batch uint64) []relayed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []relayed
+	for t, w := range r.waiting {
+		if w.batch == batch {
+			out = append(out, w)
+			delete(r.waiting, t)
+		}
+	}
+	return out
 }
 
 // take removes and returns the message of token, if it still waits.
@@ -87,7 +117,7 @@ func (n *Node) forward(m *nats.Msg, cell string, p int, target, from string) err
 	out := &nats.Msg{Subject: forwardPrefix(cell) + "." + from + "." + target, Reply: m.Reply, Header: m.Header, Data: m.Data}
 	var token uint64
 	if m.Reply != "" && n.clustered(cell) {
-		token = n.relay.add(m.Reply, cell, p, time.Now())
+		token = n.relay.add(m.Reply, cell, p, time.Now(), 0)
 		out.Reply = n.relaySubject() + "." + strconv.FormatUint(token, 10)
 	}
 	err := n.nc.PublishMsg(out)
@@ -112,7 +142,12 @@ func (n *Node) clustered(cell string) bool {
 // publisher, or, where NATS answered that nobody takes the owner's
 // subjects, answers the publisher with a retryable 503.
 func (n *Node) handleRelay(m *nats.Msg) {
-	token, err := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
+	last := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	if b, ok := strings.CutPrefix(last, "b"); ok {
+		n.handleBatchAnswer(m, b)
+		return
+	}
+	token, err := strconv.ParseUint(last, 10, 64)
 	if err != nil {
 		return
 	}
@@ -120,6 +155,28 @@ func (n *Node) handleRelay(m *nats.Msg) {
 	if !ok {
 		return // answered with a 503 already, when it timed out
 	}
+	n.relayAnswer(m, w)
+}
+
+// handleBatchAnswer hands an answer to a batch as a whole, numbered
+// batch: NATS's no-responders or the owner's refusal, to each publisher
+// of the batch still waiting. Without it, a batch that nobody took left
+// its publishers waiting for ForwardTimeout, where a single forward got
+// the 503 at once.
+func (n *Node) handleBatchAnswer(m *nats.Msg, batch string) {
+	id, err := strconv.ParseUint(batch, 10, 64)
+	if err != nil {
+		return
+	}
+	for _, w := range n.relay.takeBatch(id) {
+		n.relayAnswer(m, w)
+	}
+}
+
+// relayAnswer hands m, the answer to w's forward, to w's publisher: the
+// owner's answer as it is, or a 503 where NATS answered that nobody takes
+// the owner's subjects.
+func (n *Node) relayAnswer(m *nats.Msg, w relayed) {
 	if noResponders(m) {
 		answerError(n.nc, &nats.Msg{Reply: w.reply}, 503, "cell %q, the owner of partition %d, has no node serving it now (no leader, or starting or stopping): try again", w.cell, w.part)
 		return

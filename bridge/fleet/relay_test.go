@@ -219,3 +219,60 @@ func TestNode_Forward_SingleNodeCell_PublishersReply(t *testing.T) {
 		}
 	}
 }
+
+// TestNode_Forward_Burst_ToCluster_NobodyServes_503AtOnce plays cell a, a
+// cluster, as heartbeats alone: nobody takes its forwarded subjects (a
+// cell between leaders). A burst that router b forwards to it as one
+// batch must get b's 503 for every publish as soon as NATS says nobody
+// took the batch, as a single forward does, not after ForwardTimeout.
+func TestNode_Forward_Burst_ToCluster_NobodyServes_503AtOnce(t *testing.T) {
+	nc := startNATS(t)
+	hold := fleet.Partition("hold", 16)
+	heartbeat(t, nc, fleet.Status{Record: fleet.Record{Cell: "a", Partitions: 16, Epoch: 1, Owned: allBut(hold, 16)}, Node: "a", Clustered: true})
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: hold, To: hold}}},
+		fleet.Config{Cell: "b", IngestPrefix: "hop", Heartbeat: 20 * time.Millisecond, ForwardTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.open()
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	const noNode = "has no node serving it now"
+	for try := 0; ; try++ {
+		err := ask(nc, "hop."+burstSubjects(hold, 16, 1)[0])
+		if err != nil && strings.Contains(err.Error(), noNode) {
+			break // b has heard of a, and forwards to it alone
+		}
+		if try == 3000 {
+			t.Fatalf("b never forwarded to a: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	answers := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("_INBOX.nobody.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const n = 50
+	burst(t, nc, b, g, n, "_INBOX.nobody")
+	refused := map[string]bool{}
+	for len(refused) < n {
+		select {
+		case m := <-answers:
+			if m.Subject == "_INBOX.nobody.hold" {
+				continue // b's own partition
+			}
+			if err := wire.ParseError(m.Header, m.Data); !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), noNode) {
+				t.Fatalf("%s answered %v, want b's 503 that nobody serves a", m.Subject, err)
+			}
+			refused[m.Subject] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d batched publishers answered; the rest wait for ForwardTimeout", len(refused), n)
+		}
+	}
+}

@@ -144,9 +144,10 @@ func (n *Node) receive(m *nats.Msg) {
 
 // receiveBatch takes each publish of the batch m from the router from, in
 // order. A batch it cannot read is refused whole: its sender is told if
-// it asked for an answer, and the node logs it (a router sends its
-// batches without a reply subject, so what it forwarded is answered by
-// no one and its publishers retry after their timeout).
+// it asked for an answer, and the node logs it. A router asks for one of
+// a batch to a cell that is a cluster, and hands the refusal to each
+// publisher; a batch to a single-node cell goes without, and its
+// publishers retry after their timeout.
 func (n *Node) receiveBatch(m *nats.Msg, from string) {
 	fs, err := decodeBatch(m.Data)
 	if err != nil {
