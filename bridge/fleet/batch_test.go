@@ -34,6 +34,44 @@ func TestBatch_RoundTrip(t *testing.T) {
 	}
 }
 
+// TestBatch_RoundTrip_ManyHeaders checks a publish with more header
+// pairs than a reader keeps on its stack, several values of one name
+// among them, and that what a batch decodes to keeps its own copy of the
+// strings: the batch's buffer overwritten after it is read changes none
+// of them.
+func TestBatch_RoundTrip_ManyHeaders(t *testing.T) {
+	h := nats.Header{"Many": {"1", "2", "3", "4", "5"}}
+	for i := range 12 {
+		h[fmt.Sprintf("X-%02d", i)] = []string{fmt.Sprintf("value-%d", i)}
+	}
+	in := []fleet.BatchPublish{
+		{Subject: "orders.many", Reply: "_INBOX.m.1", Header: h, Data: []byte("payload")},
+		{Subject: "orders.next", Reply: "_INBOX.m.2", Header: nats.Header{"Delay": {"1h"}}, Data: []byte("next")},
+	}
+	b := fleet.EncodeBatch(in)
+	out, err := fleet.DecodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Fatalf("decoded %+v, want %+v", out, in)
+	}
+	for i := range b {
+		b[i] = 'z'
+	}
+	out[1].Data = []byte("next") // the payload is the batch's own, by design
+	out[0].Data = []byte("payload")
+	if !reflect.DeepEqual(out, in) {
+		t.Fatalf("after the batch's buffer changed, decoded %+v, want %+v", out, in)
+	}
+	// A value appended to one name leaves the other names' values alone.
+	out[1].Header.Add("Delay", "2h")
+	out[0].Header.Add("X-00", "added")
+	if got := out[0].Header.Values("X-01"); !reflect.DeepEqual(got, []string{"value-1"}) {
+		t.Fatalf("X-01 after adding to X-00: %q", got)
+	}
+}
+
 // TestBatch_Malformed checks that a batch that cannot be read whole is an
 // error that says what is wrong, for every way of cutting a good batch
 // short and for the bad fields one can write.
