@@ -567,3 +567,43 @@ func setLimit(t *testing.T, h *harness, l delaystore.Limit) {
 		t.Fatal(err)
 	}
 }
+
+// TestDispatcher_NotifyMessage_TopicAwaitingArrival_NotHandedOff checks
+// that a message due at its commit is not handed off while its subject's
+// scan waits for an arrival (see Arriving): that scan read an older
+// message of the subject and took nothing, and a hand-off, moving the
+// cursor past the newer one, left the older one behind it, never
+// delivered. Both must go out, the older first.
+func TestDispatcher_NotifyMessage_TopicAwaitingArrival_NotHandedOff(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	now := time.Now()
+	first := h.schedule(msgAt("s", now.Add(-10*time.Millisecond)))[0]
+	if d := h.next(30 * time.Second); d.key != first {
+		t.Fatalf("delivered %v, want %v", d.key, first)
+	}
+	// The first is in flight, its topic's cursor past it. An arrival with
+	// a key of s below the cursor makes s's next scan wait.
+	done := h.d.Arriving([]keys.Key{first})
+	t.Cleanup(done)
+	older := h.schedule(msgAt("s", now))[0]
+	for deadline := time.Now().Add(30 * time.Second); h.d.AwaitingForTest(first.TopicHash()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("s's scan never waited for the arrival")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	newer, handed := h.handOff(msgAt("s", now))
+	if handed {
+		t.Error("handed off a message of a subject whose scan waits, with an older message read and not taken")
+	}
+	done()
+	var got []keys.Key
+	for len(got) < 2 {
+		if d := h.next(30 * time.Second); d.subject == "s" {
+			got = append(got, d.key)
+		}
+	}
+	if got[0] != older || got[1] != newer {
+		t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
+	}
+}
