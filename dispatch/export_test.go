@@ -45,14 +45,3 @@ func (d *Dispatcher) AfterReadDueForTest(f func(gone []keys.Key)) { d.afterReadD
 // HandedOffForTest reports how many messages d handed off (see
 // NotifyMessage).
 func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load() }
-
-// AwaitingForTest reports how many arrivals the scans of the topic of
-// hash wait for (see Arriving): 0 for a topic d does not hold.
-func (d *Dispatcher) AwaitingForTest(hash uint64) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if t := d.mu.subjects.byHash[hash]; t != nil {
-		return t.awaiting
-	}
-	return 0
-}

@@ -186,14 +186,11 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 // idle reports whether t has nothing under way that a message handed off
 // could overtake: not in the due heap nor being scanned, not held at its
 // limit or released, not backing off or probing, nothing arrived or
-// bounced below its cursor since its last scan, no entry read for a
-// point read, and no scan waiting for an arrival.
+// bounced below its cursor since its last scan, and no entry read for a
+// point read.
 func (t *topic) idle(now int64) bool {
-	// NB: a topic awaiting an arrival is out of the due heap, but its scan
-	// read messages it did not take: a hand-off, moving the cursor past
-	// the newer one, left those behind it (see Arriving).
 	return t.idx < 0 && !t.scanning && !t.limited && !t.released && !t.probing && !t.probeOpen &&
-		t.blockedUntil <= now && t.rewind == nil && t.single == nil && t.awaiting == 0
+		t.blockedUntil <= now && t.rewind == nil && t.single == nil
 }
 
 // takeHandedLocked takes the messages handed off since the last pass, to
