@@ -1,10 +1,7 @@
 package dispatch_test
 
 import (
-	"bytes"
-	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -12,7 +9,6 @@ import (
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
 	"github.com/natsdelay/natsdelay/dispatch"
-	"github.com/natsdelay/natsdelay/keys"
 )
 
 // scalePending is how many future messages the scale benchmarks keep
@@ -330,42 +326,4 @@ func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
-}
-
-// BenchmarkDispatcher_Arriving times what the group commit adds to each
-// batch so that no scan passes one of its keys unread (see Arriving): the
-// keys sorted, their arrival begun before the commit and ended after the
-// tell, for a batch of 64 messages of as many subjects. ns/msg is its
-// cost per message ingested.
-func BenchmarkDispatcher_Arriving(b *testing.B) {
-	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = repo.Close()
-		_ = st.Close()
-	})
-	d, err := dispatch.New(repo, newFakePublisher(), dispatch.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const batch = 64
-	in := make([]keys.Key, batch)
-	now := keys.Bucket(time.Now().UnixMilli(), 0)
-	for i := range in {
-		in[i] = keys.New(keys.TopicHash(fmt.Sprintf("bench.arriving.%d", i)), now, uint64(i+1))
-	}
-	ks := make([]keys.Key, 0, batch)
-	b.ReportAllocs()
-	for b.Loop() {
-		ks = append(ks[:0], in...)
-		slices.SortFunc(ks, func(a, b keys.Key) int { return bytes.Compare(a[:], b[:]) })
-		d.Arriving(ks)()
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/msg")
 }
