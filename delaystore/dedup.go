@@ -94,17 +94,6 @@ type Outcome struct {
 // a client id is. A throttled message (ThrottleNs) gets its fire time
 // here, from the record of its window (see throttle.go).
 func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, sync SyncMode) ([]Outcome, error) {
-	return r.ScheduleOnceTelling(in, window, nowNs, sync, nil)
-}
-
-// ScheduleOnceTelling is ScheduleOnce that calls chosen, if not nil, with
-// the keys of the messages it is about to store (a message a later one of
-// in replaces included), once they are chosen and before the commit: a
-// reader that must not pass one of them unread can know them before any
-// read finds them. chosen is called under the repository's write lock,
-// at most once, and must not call the repository; the commit may still
-// fail after it. The slice is the caller's only for the call.
-func (r *Repository) ScheduleOnceTelling(in []Once, window time.Duration, nowNs int64, sync SyncMode, chosen func([]Scheduled)) ([]Outcome, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -153,17 +142,7 @@ func (r *Repository) ScheduleOnceTelling(in []Once, window time.Duration, nowNs 
 	var res []Scheduled
 	if len(stored) > 0 {
 		var err error
-		write := d.write
-		if chosen != nil {
-			write = func(b Batch, out []Scheduled) error {
-				if err := d.write(b, out); err != nil {
-					return err
-				}
-				chosen(out)
-				return nil
-			}
-		}
-		if res, err = r.scheduleLocked(stored, sync, write); err != nil {
+		if res, err = r.scheduleLocked(stored, sync, d.write); err != nil {
 			return nil, err
 		}
 		r.dedupSwept = d.swept

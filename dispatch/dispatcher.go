@@ -75,9 +75,6 @@ type Dispatcher struct {
 		// (see NotifyMessage), each a flight already, in the order they
 		// were handed off.
 		handed []outgoing
-		// arriving are the commits under way whose keys the dispatcher
-		// has not all been told of (see Arriving).
-		arriving []*arrival
 	}
 
 	// committing counts the commits of messages under new keys by other

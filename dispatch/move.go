@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,24 +40,13 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	}
 	var fireAtNs int64
 	var held, prev *unflushedMove
-	arrived := func() {}
-	defer func() { arrived() }()
 	s, err := d.repo.Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		at, err := to(m)
 		fireAtNs = at
-		switch {
-		case err != nil:
-		case sync == delaystore.NoSync:
+		if err == nil && sync == delaystore.NoSync {
 			// NB: held before the commit, so no scan that reads the new
 			// key once it is committed can deliver it before Flush.
 			held, prev = d.holdUnflushed(k)
-		default:
-			// NB: its new key may be below its topic's cursor (a FIRE of
-			// a message published before those of its subject a scan
-			// took): until it is told of, no scan takes what is above
-			// it (see Arriving).
-			nk := keys.New(k.TopicHash(), keys.Bucket(keys.FireAtMs(at), d.bucketMs), k.EventID())
-			arrived = d.Arriving([]keys.Key{nk})
 		}
 		return at, err
 	}, movedBy, sync)
@@ -150,22 +138,8 @@ func (d *Dispatcher) Flush() error {
 	d.committing.Add(1)
 	defer d.committing.Add(-1)
 	// NB: only moves committed before the flush begins are surely in it.
-	// Let go of from here on, they are arriving until told of: a new key
-	// below its topic's cursor must not be passed by a scan meanwhile
-	// (see Arriving).
 	var ready []*unflushedMove
-	var ks []keys.Key
 	d.mu.Lock()
-	for _, u := range d.mu.flights.unflushed {
-		if u.committed {
-			ks = append(ks, u.s.Key)
-		}
-	}
-	slices.SortFunc(ks, func(a, b keys.Key) int { return bytes.Compare(a[:], b[:]) })
-	a := &arrival{ks: ks}
-	if len(ks) > 0 {
-		d.mu.arriving = append(d.mu.arriving, a)
-	}
 	for id, u := range d.mu.flights.unflushed {
 		if u.committed {
 			ready = append(ready, u)
@@ -173,9 +147,6 @@ func (d *Dispatcher) Flush() error {
 		}
 	}
 	d.mu.Unlock()
-	if len(ks) > 0 {
-		defer d.arrived(a)
-	}
 	if err := d.repo.Flush(); err != nil {
 		d.mu.Lock()
 		for _, u := range ready {

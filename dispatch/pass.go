@@ -49,18 +49,6 @@ func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]ou
 
 	d.mu.Lock()
 	t.scanning = false
-	if a := d.arrivalBelowLocked(t, from); a != nil {
-		// NB: a commit under way stores a message of t below where the
-		// scan read from, on disk with what it read, maybe since before
-		// the read: taken, what it read would go out ahead of it. The
-		// topic waits for the commit's tell, which rewinds its cursor,
-		// and reads again (see "Arrivals").
-		d.mu.subjects.unadmit(r.due, now)
-		t.awaiting++
-		a.waiting = append(a.waiting, t)
-		d.mu.Unlock()
-		return 0, false
-	}
 	if t.subject == "" && len(r.due) > 0 {
 		t.subject = r.due[0].msg.Subject
 	}

@@ -154,7 +154,7 @@ func (st *subjectTable) pruneSpent(now int64) {
 // a pass, when no scan is under way.
 func (st *subjectTable) dropIdle(now int64) {
 	for _, t := range st.idle {
-		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && t.awaiting == 0 && st.byHash[t.hash] == t {
+		if t.flights == 0 && t.idx < 0 && !t.limited && !t.released && !t.probing && !t.probeOpen && t.blockedUntil <= now && st.byHash[t.hash] == t {
 			delete(st.byHash, t.hash)
 			st.dropped.Add(1)
 			st.keepSpent(t, now)
@@ -379,9 +379,6 @@ type topic struct {
 	// messages handed off and not yet taken by a pass (see handoff.go).
 	scanning  bool
 	handedOut int
-	// awaiting counts the arrivals whose end its scans wait for (see
-	// Arriving): out of the due heap meanwhile, it is not dropped.
-	awaiting int
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

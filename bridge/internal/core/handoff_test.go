@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/natsdelay/natsdelay/bridge/internal/core"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/keys"
 )
@@ -118,101 +117,4 @@ func TestService_DueAtCommit_OneBatch_KeyOrder(t *testing.T) {
 	// NB: both are handed off unless a pass was reading the due index as
 	// they were told of; either way the order holds.
 	t.Logf("handed off: %d", s.Stats().HandedOff)
-}
-
-// TestService_ScanBetweenCommitAndTell_KeyOrder checks per-subject order
-// for a batch of the group commit whose messages a scan of their subject
-// can read before the dispatcher is told of them: B, published after A
-// with a shorter delay, sorts below A, which went out already, so below
-// the subject's cursor; C, in B's batch, sorts above it. A pass that runs
-// between the batch's commit and its tell (brought by a FIRE of another
-// subject's message) reads the subject from its cursor: it finds C, not
-// B. Both were on disk together, B with the smaller key, so B goes out
-// first (docs/architecture.md, "A message due at ingest").
-func TestService_ScanBetweenCommitAndTell_KeyOrder(t *testing.T) {
-	p := newPublisher()
-	s := open(t, memStore(t), p, nil)
-	var mu sync.Mutex
-	var gate chan struct{} // while set, a commit waits here before its tell
-	held := make(chan struct{}, 1)
-	s.AfterCommitForTest(func() {
-		mu.Lock()
-		g := gate
-		mu.Unlock()
-		if g != nil {
-			held <- struct{}{}
-			<-g
-		}
-	})
-	release := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if gate != nil {
-			close(gate)
-			gate = nil
-		}
-	}
-	t.Cleanup(release)
-
-	now := time.Now()
-	a := schedule(t, s, &delaystore.StoredMessage{Subject: "order.gap", FireAtNs: now.Add(-5 * time.Millisecond).UnixNano()})
-	if got := next(t, p.delivered); got != a {
-		t.Fatalf("delivered %s, want A %s", got, a)
-	}
-	// Not answered: A stays in flight, its subject's cursor past it.
-	e := schedule(t, s, &delaystore.StoredMessage{Subject: "order.fired", FireAtNs: now.Add(time.Hour).UnixNano()})
-
-	mu.Lock()
-	gate = make(chan struct{})
-	mu.Unlock()
-	type result struct {
-		k   keys.Key
-		err error
-	}
-	bDone, cDone := make(chan result, 1), make(chan result, 1)
-	if err := s.ScheduleOnceAll([]delaystore.Once{
-		{Msg: &delaystore.StoredMessage{Subject: "order.gap", FireAtNs: now.Add(-8 * time.Millisecond).UnixNano()}},
-		{Msg: &delaystore.StoredMessage{Subject: "order.gap", FireAtNs: now.Add(-time.Millisecond).UnixNano()}},
-	}, []core.OnceFunc{
-		func(res delaystore.Outcome, err error) { bDone <- result{res.Key, err} },
-		func(res delaystore.Outcome, err error) { cDone <- result{res.Key, err} },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-time.After(wait):
-		t.Fatal("the batch of B and C was never committed")
-	}
-	// Committed, not yet told: a FIRE of E brings a pass, whose read of
-	// the due index finds C's entry (and E's), not B's, below where it
-	// read before.
-	if _, _, err := s.Move(e, func(*delaystore.StoredMessage) (int64, error) { return time.Now().UnixNano(), nil }, "", delaystore.Sync); err != nil {
-		t.Fatal(err)
-	}
-	var got []keys.Key
-	for len(got) == 0 || got[len(got)-1].TopicHash() != keys.TopicHash("order.fired") {
-		got = append(got, next(t, p.delivered))
-	}
-	release()
-	b, c := <-bDone, <-cDone
-	if b.err != nil || c.err != nil {
-		t.Fatal(b.err, c.err)
-	}
-	if !(bytes.Compare(b.k[:], a[:]) < 0 && bytes.Compare(a[:], c.k[:]) < 0) {
-		t.Fatalf("keys B %s, A %s, C %s: want B < A < C", b.k, a, c.k)
-	}
-	for len(got) < 3 {
-		got = append(got, next(t, p.delivered))
-	}
-	var gap []keys.Key
-	for _, k := range got {
-		if k != b.k && k != c.k {
-			continue
-		}
-		gap = append(gap, k)
-	}
-	if len(gap) != 2 || gap[0] != b.k {
-		t.Fatalf("delivered %v of order.gap after A, want B %s, then C %s", gap, b.k, c.k)
-	}
 }

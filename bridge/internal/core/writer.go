@@ -63,16 +63,6 @@ type writer struct {
 	// order is the array of keyOrder, reused from batch to batch; later
 	// the messages of a batch answered once what they withdrew is deleted.
 	order, later []int
-	// arriving is the keys of the batch committing, in key order, and
-	// arrived ends their arrival once the dispatcher was told of them
-	// (see chosen); chosenFunc is chosen, made once.
-	arriving   []keys.Key
-	arrived    func()
-	chosenFunc func([]delaystore.Scheduled)
-	// afterCommit, if set (by tests only, before the first batch), is
-	// called after each batch's commit, before the dispatcher is told of
-	// it.
-	afterCommit func()
 
 	// reqs are the hand-overs, each of one or more requests; at most
 	// maxBatch wait, and submit blocks when it is full.
@@ -88,7 +78,6 @@ type writer struct {
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
 	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan []scheduleRequest, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
-	w.chosenFunc = w.chosen
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -232,15 +221,9 @@ func (w *writer) commit(batch []scheduleRequest) {
 	// epoch then shows (see dispatch.Dispatcher.Epoch).
 	epoch := w.disp.Epoch()
 	start := time.Now()
-	res, err := w.repo.ScheduleOnceTelling(in, w.window, w.now().UnixNano(), delaystore.Sync, w.chosenFunc)
-	// NB: the scans the batch's keys held back read again once the
-	// dispatcher was told of every one, or the commit failed.
-	defer w.endArrival()
+	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
 	if w.observe != nil {
 		w.observe(len(batch)-duplicates(res), time.Since(start), err)
-	}
-	if w.afterCommit != nil {
-		w.afterCommit()
 	}
 	if errors.Is(err, delaystore.ErrNotLeader) {
 		// Not a storage fault: this node lost its cluster's leadership
@@ -300,28 +283,4 @@ func (w *writer) answerOnceDeleted(x keys.Key, r scheduleRequest, o delaystore.O
 		}
 		r.done(o, nil)
 	})
-}
-
-// chosen is told the keys of the batch before its commit, and tells the
-// dispatcher they are arriving: until it has been told of each, no scan
-// takes a message of their subjects above one of them that it could not
-// read (see dispatch.Dispatcher.Arriving). Without it, a scan between the
-// commit and the tell took the batch's messages above their topics'
-// cursors, and one below a cursor, told a moment later, went out after
-// them, though all were on disk together.
-func (w *writer) chosen(out []delaystore.Scheduled) {
-	w.arriving = w.arriving[:0]
-	for _, s := range out {
-		w.arriving = append(w.arriving, s.Key)
-	}
-	slices.SortFunc(w.arriving, func(a, b keys.Key) int { return bytes.Compare(a[:], b[:]) })
-	w.arrived = w.disp.Arriving(w.arriving)
-}
-
-// endArrival ends the arrival of the batch's keys, if chosen began one.
-func (w *writer) endArrival() {
-	if w.arrived != nil {
-		w.arrived()
-		w.arrived = nil
-	}
 }
