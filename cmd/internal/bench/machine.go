@@ -191,6 +191,7 @@ type machine struct {
 	setting sync.Mutex
 	once    sync.Once
 	err     error
+	closed  bool // set by close, under setting: add refuses then
 }
 
 // machineSpec is what a machine gets: cores of CPU (0 for no quota), and
@@ -310,6 +311,14 @@ func (m *machine) add(pid int) error {
 	if m.name == "" {
 		return nil
 	}
+	// NB: not beside a close for a signal: a process moved in between
+	// its kill of the cgroup's processes and its removal of the cgroup
+	// kept the cgroup, and the process, alive past the bench.
+	m.setting.Lock()
+	defer m.setting.Unlock()
+	if m.closed {
+		return fmt.Errorf("bench: move process %d into the cgroup %s: %w", pid, m.ctl.dir(m.name), errMachinesClosed)
+	}
 	if err := m.os.write(m.ctl.procsFile(m.name), strconv.Itoa(pid)); err != nil {
 		return fmt.Errorf("bench: move process %d into the cgroup %s: %w", pid, m.ctl.dir(m.name), err)
 	}
@@ -361,6 +370,7 @@ func (m *machine) close() error {
 	m.setting.Lock()
 	defer m.setting.Unlock()
 	m.once.Do(func() {
+		m.closed = true
 		live.mu.Lock()
 		delete(live.set, m)
 		live.mu.Unlock()

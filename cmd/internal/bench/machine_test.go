@@ -320,3 +320,26 @@ func TestHelpHasCell(t *testing.T) {
 		}
 	}
 }
+
+// TestMachine_AddAfterClose_Refused checks that a node started while a
+// signal tears its machine down is not moved into the cgroup once the
+// teardown has begun: moved in between the teardown's kill of the
+// cgroup's processes and its removal of the cgroup, it kept the cgroup
+// alive past the bench (the kernel refuses to remove a cgroup with a
+// process in it). The caller kills a node it could not add.
+func TestMachine_AddAfterClose_Refused(t *testing.T) {
+	f := &fakeOS{}
+	m, err := newMachine(f, cpuController{root: "/cg"}, machineSpec{name: "m1", cores: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.add(41); !errors.Is(err, errMachinesClosed) {
+		t.Fatalf("add after close: %v, want it refused", err)
+	}
+	if slices.Contains(f.calls, "write /cg/m1/cgroup.procs 41") {
+		t.Fatalf("calls %v: the process was moved into a cgroup torn down", f.calls)
+	}
+}
