@@ -196,7 +196,12 @@ func TestDispatcher_NotifyMessage_OlderCommittedAfter_BeyondScans_Delivered(t *t
 	pub := newBlockingPublisher(fake, "other")
 	h := startOn(t, repo, pub, fake, nil)
 	pub.freeAtEnd(t)
-	h.schedule(msgAt("other", time.Now()))
+	// NB: due a little later, so that the frontier, not a scan, reads it:
+	// due at once, it could arrive while the first pass had scanned up to
+	// its millisecond, go to its topic, and leave its due entry for the
+	// frontier to read after the pass (see arrivedLocked); with that read
+	// still to come, nothing is handed off below.
+	h.schedule(msgAt("other", time.Now().Add(100*time.Millisecond)))
 	<-pub.held
 	// The held pass scanned up to the millisecond it began in, before now.
 	begun := time.Now()
