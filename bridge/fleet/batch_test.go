@@ -574,18 +574,33 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	// The first publish, alone, goes to Ingest and holds the handler.
+	holds := make(chan *nats.Msg, 64)
+	hsub, err := nc.ChanSubscribe("_INBOX.hold.>", holds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hsub.Unsubscribe()
+	// The first publish, alone, goes to Ingest and holds the handler. It
+	// is sent again only when NATS answers that nobody serves it yet (b
+	// subscribes at its first heartbeat): sent again while the first
+	// waits for the handler on a loaded machine, it was one more publish
+	// in the burst.
+	var holdReply string
 	for try := 0; ; try++ {
-		if err := nc.PublishRequest("own.hold", "_INBOX.own.hold", nil); err != nil {
+		holdReply = fmt.Sprintf("_INBOX.hold.%d", try)
+		if err := nc.PublishRequest("own.hold", holdReply, nil); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case <-g.entered:
-		case <-time.After(10 * time.Millisecond):
-			if try == 3000 {
-				t.Fatal("b never served its ingest")
+		case m := <-holds:
+			if m.Header.Get("Status") != "503" || try == 3000 {
+				t.Fatalf("the held publish answered %q %v before its handler ran, want no responders until b serves", m.Data, m.Header)
 			}
-			continue // b does not serve yet
+			time.Sleep(10 * time.Millisecond) // b does not serve yet
+			continue
+		case <-time.After(30 * time.Second):
+			t.Fatal("b never served its ingest")
 		}
 		break
 	}
@@ -607,13 +622,21 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 	}
 	g.open()
 	replied := map[string]bool{}
-	for len(replied) < n+1 {
+	for len(replied) < n {
 		select {
 		case m := <-answers:
 			replied[m.Subject] = true
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d publishers answered", len(replied), n+1)
+			t.Fatalf("%d of %d publishers answered", len(replied), n)
 		}
+	}
+	select {
+	case m := <-holds:
+		if m.Subject != holdReply || m.Header.Get("Status") != "" {
+			t.Fatalf("the held publish answered on %s: %q %v", m.Subject, m.Data, m.Header)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held publish was not answered")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
