@@ -136,6 +136,7 @@ func (w *writer) run() {
 	// carry are the requests of a hand-over that did not fit the last
 	// batch.
 	var carry []scheduleRequest
+	var pace commitPace
 	for {
 		if len(carry) == 0 {
 			var ok bool
@@ -145,19 +146,27 @@ func (w *writer) run() {
 		}
 		b.reqs, b.bytes = b.reqs[:0], 0
 		carry = b.take(carry)
+		handovers := 1
+		closed := false
 	drain:
 		for len(carry) == 0 && len(b.reqs) < w.maxBatch {
 			select {
 			case rs, ok := <-w.reqs:
 				if !ok {
+					closed = true
 					break drain
 				}
 				carry = b.take(rs)
+				handovers++
 			default:
 				break drain
 			}
 		}
+		if !closed && len(carry) == 0 {
+			carry, handovers = pace.await(w, &b, handovers)
+		}
 		w.commit(b.reqs)
+		pace.committed(handovers)
 		w.release(b.bytes)
 		// NB: the array is reused, and its entries past the next batch's
 		// length would otherwise keep messages and their requests alive
