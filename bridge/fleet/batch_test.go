@@ -176,16 +176,33 @@ func burstSubjects(p, n, count int) []string {
 // partition of "hold"), publishes n requests on subjects that owner a
 // owns, each with a reply subject of its own under inbox, and lets b go
 // once NATS holds all n for b's handler: b must then forward them as a
-// burst. It returns the subjects, the message i being on subjects[i%5].
-func burst(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, inbox string) []string {
+// burst. It returns the subjects, the message i being on subjects[i%5], and
+// every answer to inbox.>, the held request's (inbox.hold) among them.
+func burst(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, inbox string) ([]string, <-chan *nats.Msg) {
 	t.Helper()
+	answers := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(inbox+".>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	subjects := burstSubjects(fleet.Partition("hold", 16), 16, 5)
 	if err := nc.PublishRequest("hop.hold", inbox+".hold", nil); err != nil {
 		t.Fatal(err)
 	}
 	received(t, toStrings(g.entered), "b's handler held")
+	sendBehindHeld(t, nc, b, g, n, func(i int) string { return "hop." + subjects[i%5] }, func(i int) string { return fmt.Sprintf("%s.%d", inbox, i) })
+	return subjects, answers
+}
+
+// sendBehindHeld publishes n messages to schedule (subject and reply of
+// the i-th from subject and reply) while b's ingest handler is held on
+// one, waits until NATS holds all of them for the handler, and lets it
+// go: the handler then finds them pending together, as one burst.
+func sendBehindHeld(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, subject, reply func(i int) string) {
+	t.Helper()
 	for i := range n {
-		m := &nats.Msg{Subject: "hop." + subjects[i%5], Reply: fmt.Sprintf("%s.%d", inbox, i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
+		m := &nats.Msg{Subject: subject(i), Reply: reply(i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
 		if err := nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +217,6 @@ func burst(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, inbox str
 		time.Sleep(time.Millisecond)
 	}
 	g.open()
-	return subjects
 }
 
 // toStrings turns the signals of ch into strings for received.
@@ -273,14 +289,8 @@ func TestNode_Forward_Burst_OneBatchInOrder(t *testing.T) {
 		}
 		defer sub.Unsubscribe()
 	}
-	answers := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("_INBOX.burst.>", answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	const n = 200
-	subjects := burst(t, nc, b, g, n, "_INBOX.burst")
+	subjects, answers := burst(t, nc, b, g, n, "_INBOX.burst")
 	replied := map[string]string{}
 	for range n + 1 {
 		select {
@@ -326,14 +336,8 @@ func TestNode_Forward_Burst_ToCluster_Relayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bs.Unsubscribe()
-	answers := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("_INBOX.relayed.>", answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	const n = 100
-	burst(t, nc, b, g, n, "_INBOX.relayed")
+	_, answers := burst(t, nc, b, g, n, "_INBOX.relayed")
 	replied := map[string]bool{}
 	for range n + 1 {
 		select {
@@ -499,14 +503,8 @@ func TestNode_ReceiveBatch_HandedOverAtOnce(t *testing.T) {
 	a := &batchRecorder{recorder: newRecorder()}
 	b, g := startBurstFleet(t, nc, a, false)
 	before, calls := len(a.taken()), len(a.batches())
-	answers := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("_INBOX.once.>", answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	const n = 200
-	subjects := burst(t, nc, b, g, n, "_INBOX.once")
+	subjects, answers := burst(t, nc, b, g, n, "_INBOX.once")
 	for i := range n + 1 {
 		select {
 		case <-answers:
@@ -605,22 +603,7 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 		break
 	}
 	const n = 300
-	for i := range n {
-		m := &nats.Msg{Subject: fmt.Sprintf("own.s.%d", i%7), Reply: fmt.Sprintf("_INBOX.own.%d", i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
-		if err := nc.PublishMsg(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < n+1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("NATS holds %d messages for b's handler, want %d", b.IngestPending(), n+1)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	g.open()
+	sendBehindHeld(t, nc, b, g.gate, n, func(i int) string { return fmt.Sprintf("own.s.%d", i%7) }, func(i int) string { return fmt.Sprintf("_INBOX.own.%d", i) })
 	replied := map[string]bool{}
 	for len(replied) < n {
 		select {

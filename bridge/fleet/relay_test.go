@@ -267,14 +267,8 @@ func TestNode_Forward_Burst_ToCluster_NobodyServes_503AtOnce(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	answers := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("_INBOX.nobody.>", answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	const n = 50
-	burst(t, nc, b, g, n, "_INBOX.nobody")
+	_, answers := burst(t, nc, b, g, n, "_INBOX.nobody")
 	refused := map[string]bool{}
 	for len(refused) < n {
 		select {
