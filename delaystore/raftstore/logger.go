@@ -60,7 +60,8 @@ func (s *slogSink) Accept(name string, level hclog.Level, msg string, args ...an
 // peer makes Raft repeat them every heartbeat backoff (about 0.6 s) for
 // as long as it is down; it is news once, and then a reminder at a
 // bounded rate (see peerLimit). They are warnings: the cluster serves on
-// with a quorum, which Raft's "failed to contact quorum" tells otherwise.
+// with a quorum, which Raft's "failed to contact quorum" tells otherwise,
+// and an election goes on with the votes of the peers it reaches.
 var peerFailures = map[string]struct{}{
 	"failed to heartbeat to":                  {},
 	"failed to appendEntries to":              {},
@@ -68,6 +69,7 @@ var peerFailures = map[string]struct{}{
 	"failed to start pipeline replication to": {},
 	"failed to send snapshot to":              {},
 	"failed to contact":                       {},
+	"failed to make requestVote RPC":          {},
 }
 
 // levelOf is the slog level of one of Raft's messages: its own, but
@@ -117,10 +119,10 @@ func closedErr(err error) bool {
 }
 
 // peerOf is the peer a message of peerFailures is about: the value of its
-// "peer" or "server-id" pair, formatted.
+// "peer", "server-id" or (a vote request's) "target" pair, formatted.
 func peerOf(args []any) string {
 	for i := 0; i+1 < len(args); i += 2 {
-		if k, _ := args[i].(string); k == "peer" || k == "server-id" {
+		if k, _ := args[i].(string); k == "peer" || k == "server-id" || k == "target" {
 			return fmt.Sprint(args[i+1])
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -24,6 +25,28 @@ func TestRaftLogger_FormatsValues(t *testing.T) {
 	out := b.String()
 	if !strings.Contains(out, `servers="[{ID:a} {ID:b}]"`) || strings.Contains(out, "%+v") {
 		t.Fatalf("logged %q, want servers formatted", out)
+	}
+}
+
+// TestRaftLogger_VoteToDeadPeer_WarnedOnce checks what a candidate logs
+// of a peer it cannot reach during an election, which Raft reports at
+// ERROR: a warning that names the peer, once, as for a heartbeat to it;
+// the election goes on with the others' votes. A node stopped while a
+// vote request to it was still out logged an ERROR, which
+// TestRaftLogger_DeadPeer_WarnedOnceThenBounded caught in CI.
+func TestRaftLogger_VoteToDeadPeer_WarnedOnce(t *testing.T) {
+	var c captured
+	l := newRaftLogger(slog.New(&captureHandler{c: &c, next: slog.NewTextHandler(io.Discard, nil)}))
+	target := struct{ ID, Address string }{"log0", "127.0.0.1:34853"}
+	for range 3 {
+		l.Error("failed to make requestVote RPC", "target", target, "error", errors.New("EOF"), "term", 2)
+	}
+	if errs := c.matching(slog.LevelError, ""); len(errs) > 0 {
+		t.Fatalf("logged %q at ERROR, want a warning", errs[0].msg)
+	}
+	warned := c.matching(slog.LevelWarn, "127.0.0.1:34853")
+	if len(warned) != 1 {
+		t.Fatalf("warned %d times about the peer, want once", len(warned))
 	}
 }
 
