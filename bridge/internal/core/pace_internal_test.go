@@ -26,6 +26,11 @@ func pacedWriter(waiting ...[]scheduleRequest) *writer {
 	return w
 }
 
+// justCommitted is when a test's last commit ended: an hour ahead, so
+// that however long a loaded machine takes to reach await, the writer
+// counts itself under load (busyWithin is 1 ms).
+var justCommitted = time.Now().Add(time.Hour)
+
 // Under load, a batch from fewer hand-overs than the last commit's takes
 // the hand-overs that come before it is committed, up to as many as the
 // last commit had: a router's batch or a synchronous publisher's next
@@ -34,7 +39,7 @@ func TestCommitPace_Await_TakesTheHandOversExpected(t *testing.T) {
 	w := pacedWriter(handOver(2), handOver(3), handOver(1))
 	b := batchFill{max: 100, maxBytes: 1 << 20}
 	b.take(handOver(1))
-	p := commitPace{ended: time.Now(), handovers: 3}
+	p := commitPace{ended: justCommitted, handovers: 3}
 	carry, handovers := p.await(w, &b, 1)
 	if len(carry) != 0 || handovers != 3 || len(b.reqs) != 6 {
 		t.Fatalf("carry %d, hand-overs %d, batch %d; want 0, 3 and 6", len(carry), handovers, len(b.reqs))
@@ -53,10 +58,10 @@ func TestCommitPace_Await_DoesNotWait(t *testing.T) {
 		inBatch   int
 		handovers int
 	}{
-		{"one caller alone, as its last commit", commitPace{ended: time.Now(), handovers: 1}, 1, 1},
-		{"as many hand-overs as the last commit", commitPace{ended: time.Now(), handovers: 2}, 2, 2},
+		{"one caller alone, as its last commit", commitPace{ended: justCommitted, handovers: 1}, 1, 1},
+		{"as many hand-overs as the last commit", commitPace{ended: justCommitted, handovers: 2}, 2, 2},
 		{"idle since its last commit", commitPace{ended: time.Now().Add(-10 * busyWithin), handovers: 5}, 1, 1},
-		{"a batch large enough", commitPace{ended: time.Now(), handovers: 5}, lingerUnder, 1},
+		{"a batch large enough", commitPace{ended: justCommitted, handovers: 5}, lingerUnder, 1},
 		{"never committed", commitPace{}, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,7 +81,7 @@ func TestCommitPace_Await_CarriesWhatDoesNotFit(t *testing.T) {
 	w := pacedWriter(handOver(5))
 	b := batchFill{max: 3, maxBytes: 1 << 20}
 	b.take(handOver(1))
-	p := commitPace{ended: time.Now(), handovers: 4}
+	p := commitPace{ended: justCommitted, handovers: 4}
 	carry, handovers := p.await(w, &b, 1)
 	if len(carry) != 3 || handovers != 2 || len(b.reqs) != 3 {
 		t.Fatalf("carry %d, hand-overs %d, batch %d; want 3, 2 and 3", len(carry), handovers, len(b.reqs))
@@ -88,7 +93,7 @@ func TestCommitPace_Await_Bounded(t *testing.T) {
 	w := pacedWriter()
 	b := batchFill{max: 100, maxBytes: 1 << 20}
 	b.take(handOver(1))
-	p := commitPace{ended: time.Now(), handovers: 4}
+	p := commitPace{ended: justCommitted, handovers: 4}
 	if carry, handovers := p.await(w, &b, 1); len(carry) != 0 || handovers != 1 {
 		t.Fatalf("carry %d, hand-overs %d; want 0 and 1", len(carry), handovers)
 	}
