@@ -85,9 +85,10 @@ type Config struct {
 	// Occurrences with a TTL are planned as they go out, since planning
 	// sets their expiry, which counts from then. Negative disables it:
 	// occurrences are planned as they go out.
-	// Each is planned between PlanAhead/2 and PlanAhead before its time,
-	// so a planning commit that takes up to PlanAhead/2 (a slow disk)
-	// still comes before it. Default 1s.
+	// The planner reads each between PlanAhead/2 and PlanAhead before its
+	// time and, while passes deliver, waits up to PlanAhead/4 for them to
+	// fall quiet, so a planning commit that takes up to PlanAhead/4 (a
+	// slow disk) still comes before it. Default 1s.
 	PlanAhead time.Duration
 
 	// Observer, if not nil, is told about every delivery.

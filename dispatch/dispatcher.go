@@ -102,6 +102,14 @@ type Dispatcher struct {
 	// signaledAt is when a wake-up was first signalled since the last pass
 	// began, 0 if none; Health reads it.
 	signaledAt atomic.Int64
+	// delivering is set while a pass publishes, and deliveredAt is when
+	// one last did, in nanoseconds since started by the monotonic clock:
+	// the planner gives way to passes that deliver (see giveWay), and
+	// gaveWay counts the times it did.
+	delivering  atomic.Bool
+	deliveredAt atomic.Int64
+	started     time.Time
+	gaveWay     atomic.Uint64
 
 	// deliverWarn and deadWarn limit the warnings of failed publishes of
 	// deliveries and of dead letters.
@@ -130,6 +138,7 @@ func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, e
 	}
 	cfg = cfg.withDefaults()
 	d := &Dispatcher{
+		started:  time.Now(),
 		cfg:      cfg,
 		repo:     repo,
 		pub:      pub,
@@ -496,7 +505,10 @@ func (d *Dispatcher) pass() time.Duration {
 	}
 	probed := d.scanDue(now, pass, min(budget, room), &out)
 	if len(out) > 0 { // a probe is always among out
+		d.delivering.Store(true)
 		d.publish(out, now, pass, probed)
+		d.deliveredAt.Store(int64(time.Since(d.started)))
+		d.delivering.Store(false)
 	}
 	return d.untilNext()
 }

@@ -37,7 +37,10 @@
 // a planner goroutine reads the repository's index of occurrences still to
 // plan up to a second ahead (never the one-shot messages due with them)
 // and plans them in one synced batch, so that a pass publishes
-// them with no commit before them. A pass plans, before publishing, any
+// them with no commit before them. It gives way to passes that deliver,
+// for a bounded time: the occurrences of many schedules fall due
+// together, and planning the next round while a pass publishes this one
+// makes it late. A pass plans, before publishing, any
 // occurrence the planner did not reach. An occurrence planned ahead whose
 // successor is then canceled or replaced by Delay-Id is withdrawn: deleted
 // unsent before the CANCEL or the replace is answered.

@@ -45,3 +45,7 @@ func (d *Dispatcher) AfterReadDueForTest(f func(gone []keys.Key)) { d.afterReadD
 // HandedOffForTest reports how many messages d handed off (see
 // NotifyMessage).
 func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load() }
+
+// GaveWayForTest reports how many times the planner gave way to a pass
+// that delivered (see giveWay).
+func (d *Dispatcher) GaveWayForTest() uint64 { return d.gaveWay.Load() }

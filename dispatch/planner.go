@@ -126,27 +126,104 @@ const aheadPruneAfter = time.Minute
 func (d *Dispatcher) planLoop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	gw := giveWay{most: d.cfg.PlanAhead / 4}
 	for {
 		select {
 		case <-d.done:
 			return
 		case <-timer.C:
 		}
-		timer.Reset(d.planAhead())
+		timer.Reset(d.planAhead(&gw))
 	}
+}
+
+// Planning gives way to passes that deliver: see giveWay.
+const (
+	// giveWayQuiet is how long after a pass published the passes count
+	// as delivering still.
+	giveWayQuiet = 5 * time.Millisecond
+	// giveWayRetry is how long the planner waits, giving way, before it
+	// looks again.
+	giveWayRetry = 5 * time.Millisecond
+)
+
+// giveWay decides whether the planner waits for the passes. Occurrences
+// of many schedules fall due together (every schedule on a whole
+// second, a minute, an hour), and the planner, which reads every
+// PlanAhead/2, would as often as not plan the next round while a pass
+// publishes this one, taking the CPU that the round's lateness is made
+// of. It reads an occurrence from PlanAhead/2 to PlanAhead before its
+// time, so it can wait for the passes to fall quiet, up to most (a
+// quarter of PlanAhead) in each round of reads, and still plan ahead;
+// after that it plans whatever the passes do, as it did before. One it
+// then reaches too late, a pass plans as it goes out.
+// Only the planner's goroutine uses it.
+type giveWay struct {
+	most time.Duration
+	// since is when the planner first gave way in this round of reads,
+	// zero if it has not.
+	since time.Time
+	// spent is whether it gave way for most in this round already.
+	spent bool
+}
+
+// wait reports how long the planner should wait before planning, at
+// now, while delivering says a pass publishes or messages are due that
+// none has, and deliveredAt is when one last published (zero for
+// never); 0 says plan.
+func (g *giveWay) wait(now time.Time, delivering bool, deliveredAt time.Time) time.Duration {
+	busy := delivering || (!deliveredAt.IsZero() && now.Sub(deliveredAt) < giveWayQuiet)
+	if g.spent || !busy {
+		return 0
+	}
+	if g.since.IsZero() {
+		g.since = now
+	}
+	if now.Sub(g.since) >= g.most {
+		g.spent = true
+		return 0
+	}
+	return giveWayRetry
+}
+
+// caughtUp starts a new round of reads: the planner has planned all it
+// found within the look-ahead.
+func (g *giveWay) caughtUp() { *g = giveWay{most: g.most} }
+
+// givingWay is how long the planner waits for the passes now (see
+// giveWay), 0 for none.
+func (d *Dispatcher) givingWay(gw *giveWay) time.Duration {
+	var last time.Time
+	if at := d.deliveredAt.Load(); at != 0 {
+		last = d.started.Add(time.Duration(at))
+	}
+	w := gw.wait(time.Now(), d.delivering.Load() || d.dueNow(), last)
+	if w > 0 {
+		d.gaveWay.Add(1)
+	}
+	return w
+}
+
+// dueNow reports whether messages are due that no pass has published
+// yet: the due index not read up to now, or subjects due, or messages
+// handed off.
+func (d *Dispatcher) dueNow() bool {
+	now := d.nowNs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.frontier.next <= now || d.mu.subjects.dueBy(now) || len(d.mu.handed) > 0
 }
 
 // planAhead plans the unplanned occurrences due within the look-ahead
 // that the planner has not read yet, and returns how long to wait before
 // reading again.
-func (d *Dispatcher) planAhead() time.Duration {
+func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	ahead := d.cfg.PlanAhead
 	// Read again when half the window has passed, so each occurrence
 	// is planned between PlanAhead/2 and PlanAhead before its time.
 	wait := ahead / 2
 	now := d.nowNs()
 	horizon := after(now, ahead)
-	d.pruneAhead(now)
 
 	found, full, err := d.occurrencesToPlan(now, horizon)
 	if err != nil {
@@ -154,10 +231,18 @@ func (d *Dispatcher) planAhead() time.Duration {
 		return wait
 	}
 	if len(found) == 0 {
+		gw.caughtUp()
+		d.pruneAhead(now)
 		return wait
 	}
+	if w := d.givingWay(gw); w > 0 {
+		return w // read again then: nothing read is kept
+	}
+	d.pruneAhead(now)
 	if full {
 		wait = 0 // more within the window: read on at once
+	} else {
+		gw.caughtUp()
 	}
 	last := found[len(found)-1]
 	d.mu.Lock()

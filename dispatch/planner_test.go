@@ -417,3 +417,100 @@ func TestDispatcher_PlanAhead_ReadsOnlyOccurrences(t *testing.T) {
 			got, oneShots, schedules, want)
 	}
 }
+
+// blockedPublisher is fakePublisher whose Deliver of a message to
+// subject signals blocked and waits until release is closed.
+type blockedPublisher struct {
+	*fakePublisher
+	subject string
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (p *blockedPublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, attempt uint32) error {
+	if m.Subject == p.subject {
+		p.blocked <- struct{}{}
+		<-p.release
+	}
+	return p.fakePublisher.Deliver(k, m, attempt)
+}
+
+// newBlockedPlanAheadHarness is newPlanAheadHarness whose publisher
+// blocks in each delivery to subject until bp.release is closed.
+func newBlockedPlanAheadHarness(t *testing.T, subject string, planAhead time.Duration) (*planAheadHarness, *blockedPublisher) {
+	t.Helper()
+	clock := newFakeClock(time.Now().Truncate(time.Second))
+	commits := make(chan struct{}, 100)
+	rc := delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
+		if s == delaystore.AdvanceAfterCommit {
+			commits <- struct{}{}
+		}
+	}}
+	bp := &blockedPublisher{subject: subject, blocked: make(chan struct{}, 1), release: make(chan struct{})}
+	wrap := func(p *fakePublisher) dispatch.Publisher { bp.fakePublisher = p; return bp }
+	h := newWrappedHarness(t, rc, wrap, func(c *dispatch.Config) {
+		c.Now = clock.now
+		c.PlanAhead = planAhead
+	})
+	t.Cleanup(func() {
+		select {
+		case <-bp.release:
+		default:
+			close(bp.release) // before the harness's Close waits for the pass
+		}
+	})
+	return &planAheadHarness{harness: h, clock: clock, commits: commits}, bp
+}
+
+// Guarantee: the planner gives way to a pass that is publishing: with
+// an occurrence to plan ahead and a pass in the middle of its publishes,
+// it waits, and plans once the pass is done, still ahead of the
+// occurrence's time.
+func TestDispatcher_PlanAhead_GivesWayToDeliveringPass(t *testing.T) {
+	h, bp := newBlockedPlanAheadHarness(t, "busy", 4*time.Second)
+	h.schedule(msgAt("busy", h.clock.now()))
+	<-bp.blocked // a pass is publishing, and stays so
+	occ := h.clock.now().Add(3 * time.Second)
+	h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))
+
+	checkFor(t, 10*time.Second, func() error {
+		if h.d.GaveWayForTest() == 0 {
+			return fmt.Errorf("the planner has not given way yet")
+		}
+		return nil
+	})
+	// NB: it gives way for at most a quarter of PlanAhead, a second.
+	h.noCommit("while a pass was publishing")
+	close(bp.release)
+	h.waitCommit()
+	if err := h.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.d.Stats(); st.PlannedAhead != 1 || st.PlannedOnDelivery != 0 {
+		t.Fatalf("planned ahead %d, on delivery %d; want 1 and 0", st.PlannedAhead, st.PlannedOnDelivery)
+	}
+}
+
+// Guarantee: giving way is bounded: a pass that publishes without end
+// (here, one stuck in a publish) does not keep the planner from planning
+// ahead.
+func TestDispatcher_PlanAhead_GivesWayForABoundedTime(t *testing.T) {
+	h, bp := newBlockedPlanAheadHarness(t, "busy", 400*time.Millisecond)
+	h.schedule(msgAt("busy", h.clock.now()))
+	<-bp.blocked // a pass is publishing, and stays so
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))
+
+	h.waitCommit() // the planner's, with the pass still publishing
+	if h.d.GaveWayForTest() == 0 {
+		t.Fatal("the planner planned without giving way to the publishing pass")
+	}
+	if pend := h.pendingOf("rec"); len(pend) != 2 || !pend[0].Recurrence.Planned {
+		t.Fatalf("pending %d, want the occurrence planned and its successor", len(pend))
+	}
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered %v while the pass was still publishing busy", d)
+	default:
+	}
+}
