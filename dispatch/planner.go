@@ -222,8 +222,14 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	// Read again when half the window has passed, so each occurrence
 	// is planned between PlanAhead/2 and PlanAhead before its time.
 	wait := ahead / 2
+	// NB: before the read, not after: a read of a round's worth of the
+	// index every giveWayRetry would take the CPU the wait gives up.
+	if w := d.givingWay(gw); w > 0 {
+		return w
+	}
 	now := d.nowNs()
 	horizon := after(now, ahead)
+	d.pruneAhead(now)
 
 	found, full, err := d.occurrencesToPlan(now, horizon)
 	if err != nil {
@@ -232,13 +238,8 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	}
 	if len(found) == 0 {
 		gw.caughtUp()
-		d.pruneAhead(now)
 		return wait
 	}
-	if w := d.givingWay(gw); w > 0 {
-		return w // read again then: nothing read is kept
-	}
-	d.pruneAhead(now)
 	if full {
 		wait = 0 // more within the window: read on at once
 	} else {
