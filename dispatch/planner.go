@@ -220,7 +220,8 @@ func (d *Dispatcher) dueNow() bool {
 func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	ahead := d.cfg.PlanAhead
 	// Read again when half the window has passed, so each occurrence
-	// is planned between PlanAhead/2 and PlanAhead before its time.
+	// is read between PlanAhead/2 and PlanAhead before its time, and
+	// planned at least PlanAhead/4 before it (see giveWay).
 	wait := ahead / 2
 	// NB: before the read, not after: a read of a round's worth of the
 	// index every giveWayRetry would take the CPU the wait gives up.
