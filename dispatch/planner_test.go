@@ -38,6 +38,13 @@ type planAheadHarness struct {
 
 func newPlanAheadHarness(t *testing.T, mod func(*dispatch.Config)) *planAheadHarness {
 	t.Helper()
+	return newWrappedPlanAheadHarness(t, nil, mod)
+}
+
+// newWrappedPlanAheadHarness is newPlanAheadHarness whose dispatcher
+// publishes through wrap(the fake publisher), unless wrap is nil.
+func newWrappedPlanAheadHarness(t *testing.T, wrap func(*fakePublisher) dispatch.Publisher, mod func(*dispatch.Config)) *planAheadHarness {
+	t.Helper()
 	clock := newFakeClock(time.Now().Truncate(time.Second))
 	commits := make(chan struct{}, 100)
 	rc := delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
@@ -45,7 +52,7 @@ func newPlanAheadHarness(t *testing.T, mod func(*dispatch.Config)) *planAheadHar
 			commits <- struct{}{}
 		}
 	}}
-	h := newHarnessWith(t, rc, func(c *dispatch.Config) {
+	h := newWrappedHarness(t, rc, wrap, func(c *dispatch.Config) {
 		c.Now = clock.now
 		if mod != nil {
 			mod(c)
@@ -435,23 +442,15 @@ func (p *blockedPublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, atte
 	return p.fakePublisher.Deliver(k, m, attempt)
 }
 
-// newBlockedPlanAheadHarness is newPlanAheadHarness whose publisher
-// blocks in each delivery to subject until bp.release is closed.
-func newBlockedPlanAheadHarness(t *testing.T, subject string, planAhead time.Duration) (*planAheadHarness, *blockedPublisher) {
+// newBlockedPlanAheadHarness is newPlanAheadHarness with planAhead whose
+// pass is stuck publishing a message to "busy" until bp.release is
+// closed, and which holds an occurrence of "rec" due in occIn by its
+// clock, to plan.
+func newBlockedPlanAheadHarness(t *testing.T, planAhead, occIn time.Duration) (*planAheadHarness, *blockedPublisher) {
 	t.Helper()
-	clock := newFakeClock(time.Now().Truncate(time.Second))
-	commits := make(chan struct{}, 100)
-	rc := delaystore.RepositoryConfig{AdvanceHook: func(s delaystore.AdvanceStage) {
-		if s == delaystore.AdvanceAfterCommit {
-			commits <- struct{}{}
-		}
-	}}
-	bp := &blockedPublisher{subject: subject, blocked: make(chan struct{}, 1), release: make(chan struct{})}
+	bp := &blockedPublisher{subject: "busy", blocked: make(chan struct{}, 1), release: make(chan struct{})}
 	wrap := func(p *fakePublisher) dispatch.Publisher { bp.fakePublisher = p; return bp }
-	h := newWrappedHarness(t, rc, wrap, func(c *dispatch.Config) {
-		c.Now = clock.now
-		c.PlanAhead = planAhead
-	})
+	h := newWrappedPlanAheadHarness(t, wrap, func(c *dispatch.Config) { c.PlanAhead = planAhead })
 	t.Cleanup(func() {
 		select {
 		case <-bp.release:
@@ -459,7 +458,10 @@ func newBlockedPlanAheadHarness(t *testing.T, subject string, planAhead time.Dur
 			close(bp.release) // before the harness's Close waits for the pass
 		}
 	})
-	return &planAheadHarness{harness: h, clock: clock, commits: commits}, bp
+	h.schedule(msgAt("busy", h.clock.now()))
+	<-bp.blocked // a pass is publishing, and stays so
+	h.schedule(occurrenceAt("rec", time.Hour, h.clock.now().Add(occIn), recur.One, 0))
+	return h, bp
 }
 
 // Guarantee: the planner gives way to a pass that is publishing: with
@@ -467,11 +469,7 @@ func newBlockedPlanAheadHarness(t *testing.T, subject string, planAhead time.Dur
 // it waits, and plans once the pass is done, still ahead of the
 // occurrence's time.
 func TestDispatcher_PlanAhead_GivesWayToDeliveringPass(t *testing.T) {
-	h, bp := newBlockedPlanAheadHarness(t, "busy", 4*time.Second)
-	h.schedule(msgAt("busy", h.clock.now()))
-	<-bp.blocked // a pass is publishing, and stays so
-	occ := h.clock.now().Add(3 * time.Second)
-	h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))
+	h, bp := newBlockedPlanAheadHarness(t, 4*time.Second, 3*time.Second)
 
 	checkFor(t, 10*time.Second, func() error {
 		if h.d.GaveWayForTest() == 0 {
@@ -495,11 +493,7 @@ func TestDispatcher_PlanAhead_GivesWayToDeliveringPass(t *testing.T) {
 // (here, one stuck in a publish) does not keep the planner from planning
 // ahead.
 func TestDispatcher_PlanAhead_GivesWayForABoundedTime(t *testing.T) {
-	h, bp := newBlockedPlanAheadHarness(t, "busy", 400*time.Millisecond)
-	h.schedule(msgAt("busy", h.clock.now()))
-	<-bp.blocked // a pass is publishing, and stays so
-	occ := h.clock.now().Add(300 * time.Millisecond)
-	h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))
+	h, _ := newBlockedPlanAheadHarness(t, 400*time.Millisecond, 300*time.Millisecond)
 
 	h.waitCommit() // the planner's, with the pass still publishing
 	if h.d.GaveWayForTest() == 0 {
