@@ -90,6 +90,18 @@ type Config struct {
 	// fall quiet, so a planning commit that takes up to PlanAhead/4 (a
 	// slow disk) still comes before it. Default 1s.
 	PlanAhead time.Duration
+	// StageAhead is how long before a burst of occurrences planned
+	// ahead falls due (StageMin or more in one millisecond) the passes
+	// that deliver it read it: its subjects are scanned and its flights
+	// taken while the burst is still to come, and at its time the passes
+	// only publish. Nothing goes out before its time; a message that
+	// arrives while the staged passes wait goes out after them, up to
+	// StageAhead later than it would have. Negative disables it.
+	// Default 50ms.
+	StageAhead time.Duration
+	// StageMin is how many occurrences planned ahead must fall due in
+	// the same millisecond for their passes to be staged. Default 256.
+	StageMin int
 
 	// Observer, if not nil, is told about every delivery.
 	Observer Observer
@@ -125,6 +137,8 @@ func DefaultConfig() Config {
 		MaxPendingDeletes:      65536,
 		AttemptWriteDelay:      time.Second,
 		PlanAhead:              time.Second,
+		StageAhead:             50 * time.Millisecond,
+		StageMin:               256,
 	}
 }
 
@@ -144,6 +158,8 @@ func (c Config) withDefaults() Config {
 	c.MaxPendingDeletes = cmp.Or(c.MaxPendingDeletes, d.MaxPendingDeletes)
 	c.AttemptWriteDelay = cmp.Or(c.AttemptWriteDelay, d.AttemptWriteDelay)
 	c.PlanAhead = cmp.Or(c.PlanAhead, d.PlanAhead)
+	c.StageAhead = cmp.Or(c.StageAhead, d.StageAhead)
+	c.StageMin = cmp.Or(c.StageMin, d.StageMin)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -172,7 +188,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxInFlight", c.MaxInFlight}, {"SubjectMaxInFlight", c.SubjectMaxInFlight}, {"PassLimit", c.PassLimit}, {"TopicPassLimit", c.TopicPassLimit}, {"MaxPendingDeletes", c.MaxPendingDeletes}} {
+	}{{"MaxInFlight", c.MaxInFlight}, {"SubjectMaxInFlight", c.SubjectMaxInFlight}, {"PassLimit", c.PassLimit}, {"TopicPassLimit", c.TopicPassLimit}, {"MaxPendingDeletes", c.MaxPendingDeletes}, {"StageMin", c.StageMin}} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
 		}

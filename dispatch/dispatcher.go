@@ -110,6 +110,8 @@ type Dispatcher struct {
 	deliveredAt atomic.Int64
 	started     time.Time
 	gaveWay     atomic.Uint64
+	// stagedPasses counts the passes published as staged (see stage.go).
+	stagedPasses atomic.Uint64
 
 	// deliverWarn and deadWarn limit the warnings of failed publishes of
 	// deliveries and of dead letters.
@@ -504,13 +506,25 @@ func (d *Dispatcher) pass() time.Duration {
 		d.deadLetter(f.key, nil, f.attempt, "max-deliver", f.answer, nil)
 	}
 	probed := d.scanDue(now, pass, min(budget, room), &out)
-	if len(out) > 0 { // a probe is always among out
-		d.delivering.Store(true)
-		d.publish(out, now, pass, probed)
-		d.deliveredAt.Store(int64(time.Since(d.started)))
-		d.delivering.Store(false)
+	d.deliverPass(stagedPass{out: out, pass: pass, probed: probed}, now)
+	wait, at := d.untilNext()
+	stage, wait := d.staging(at, wait)
+	if stage {
+		d.stage(at)
+		wait, _ = d.untilNext()
 	}
-	return d.untilNext()
+	return wait
+}
+
+// deliverPass publishes what pass p took.
+func (d *Dispatcher) deliverPass(p stagedPass, now int64) {
+	if len(p.out) == 0 && len(p.probed) == 0 {
+		return
+	}
+	d.delivering.Store(true)
+	d.publish(p.out, now, p.pass, p.probed)
+	d.deliveredAt.Store(int64(time.Since(d.started)))
+	d.delivering.Store(false)
 }
 
 // beginPassLocked starts pass number d.mu.pass+1 at now and returns its
@@ -577,10 +591,10 @@ func (d *Dispatcher) scanDue(now int64, pass uint64, budget int, out *[]outgoing
 			d.mu.Unlock()
 			break
 		}
-		if t.handedOut > 0 {
+		if t.handedOut > 0 || t.staged > 0 {
 			// A message of it was handed off since this pass took those
-			// handed before: it goes out first, in the next pass, which
-			// scans the topic then.
+			// handed before, or an earlier staged pass took some: they go
+			// out first, and the next pass scans the topic then.
 			t.scanPass = pass
 			d.mu.subjects.reschedule(t, now)
 			d.mu.Unlock()
@@ -617,10 +631,11 @@ func (d *Dispatcher) backoffAfter(attempt uint32) time.Duration {
 	return d.cfg.Backoff[i]
 }
 
-// untilNext is the sleep until the earliest topic or timer. While the
-// in-flight window is full no topic can be scanned, so only timers count:
-// the flight whose end makes room wakes the loop (see forgetLocked).
-func (d *Dispatcher) untilNext() time.Duration {
+// untilNext is the sleep until the earliest topic or timer, and that
+// time. While the in-flight window is full no topic can be scanned, so
+// only timers count: the flight whose end makes room wakes the loop (see
+// forgetLocked).
+func (d *Dispatcher) untilNext() (time.Duration, int64) {
 	now := d.nowNs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -655,5 +670,5 @@ func (d *Dispatcher) untilNext() time.Duration {
 	}
 	d.mu.passStart = 0
 	d.mu.wakeBy = after(now, wait)
-	return wait
+	return wait, d.mu.wakeBy
 }

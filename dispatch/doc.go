@@ -40,7 +40,10 @@
 // them with no commit before them. It gives way to passes that deliver,
 // for a bounded time: the occurrences of many schedules fall due
 // together, and planning the next round while a pass publishes this one
-// makes it late. A pass plans, before publishing, any
+// makes it late. When many occurrences planned ahead fall due in the same
+// millisecond, the passes that deliver them are staged (stage.go): read up
+// to Config.StageAhead before that millisecond, published at it.
+// A pass plans, before publishing, any
 // occurrence the planner did not reach. An occurrence planned ahead whose
 // successor is then canceled or replaced by Delay-Id is withdrawn: deleted
 // unsent before the CANCEL or the replace is answered.

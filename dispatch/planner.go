@@ -27,21 +27,41 @@ type aheadTable struct {
 	// readFrom is how far the planner has read the index of occurrences,
 	// in the due index's order; nil before the first read.
 	readFrom *keys.Key
+	// dueMs counts the entries by their planned time, in Unix ms: how
+	// many fall due together (see stagesAt).
+	dueMs map[int64]int
 	// peaks are the most entries each map held since it was last copied
 	// (see shrunk).
-	peaks struct{ byKey, bySuccessor int }
+	peaks struct{ byKey, bySuccessor, dueMs int }
 }
 
 func newAheadTable() aheadTable {
-	return aheadTable{byKey: make(map[keys.Key]aheadPlan), bySuccessor: make(map[keys.Key]keys.Key)}
+	return aheadTable{byKey: make(map[keys.Key]aheadPlan), bySuccessor: make(map[keys.Key]keys.Key), dueMs: make(map[int64]int)}
 }
 
 // add records that the occurrence under k, due at fireAt, was planned with
 // its successor next.
 func (at *aheadTable) add(k, next keys.Key, fireAt int64) {
+	if a, ok := at.byKey[k]; ok {
+		at.uncount(a.fireAt)
+	}
 	at.byKey[k] = aheadPlan{next: next, fireAt: fireAt}
 	at.bySuccessor[next] = k
+	at.dueMs[fireAt/int64(time.Millisecond)]++
 }
+
+// uncount takes one entry planned for fireAt off dueMs.
+func (at *aheadTable) uncount(fireAt int64) {
+	ms := fireAt / int64(time.Millisecond)
+	if at.dueMs[ms] <= 1 {
+		delete(at.dueMs, ms)
+		return
+	}
+	at.dueMs[ms]--
+}
+
+// dueAt is how many entries are planned for the millisecond of t.
+func (at *aheadTable) dueAt(t int64) int { return at.dueMs[t/int64(time.Millisecond)] }
 
 // end is told that next, a pending occurrence, is canceled or replaced by
 // (subject, Delay-Id): the schedule ends. If next is the successor of an
@@ -86,6 +106,7 @@ func (at *aheadTable) take(k keys.Key) {
 		return
 	}
 	delete(at.byKey, k)
+	at.uncount(a.fireAt)
 	if at.bySuccessor[a.next] == k {
 		delete(at.bySuccessor, a.next)
 	}
@@ -106,6 +127,7 @@ func (at *aheadTable) dueBefore(t int64) []keys.Key {
 func (at *aheadTable) shrink() {
 	at.byKey = shrunk(at.byKey, &at.peaks.byKey)
 	at.bySuccessor = shrunk(at.bySuccessor, &at.peaks.bySuccessor)
+	at.dueMs = shrunk(at.dueMs, &at.peaks.dueMs)
 }
 
 // aheadPruneAfter is how long past its time an occurrence planned ahead
@@ -339,6 +361,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 	// occurrence of a successor gone is deleted now, not at its time: it
 	// would stay pending, to GET and LIST, until then.
 	var gone []keys.Key
+	added := false
 	d.mu.Lock()
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
@@ -358,8 +381,14 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 			continue
 		}
 		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs)
+		added = true
 	}
 	d.mu.Unlock()
+	if added && d.cfg.StageAhead > 0 {
+		// The loop may sleep until a burst just planned falls due:
+		// it wakes StageAhead before it instead, to stage it.
+		d.signal()
+	}
 	for _, x := range gone {
 		d.DeleteWithdrawn(x, nil)
 	}

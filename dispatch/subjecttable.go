@@ -376,9 +376,12 @@ type topic struct {
 	groupResume bool
 	// scanning is set while a scan of it is under way, between its
 	// take from the due heap and its cursor's move; handedOut counts its
-	// messages handed off and not yet taken by a pass (see handoff.go).
+	// messages handed off and not yet taken by a pass (see handoff.go),
+	// and staged its flights taken by staged passes not yet published
+	// (see stage.go).
 	scanning  bool
 	handedOut int
+	staged    int
 }
 
 // rewindLocked makes the next scan of t start at k or before it, also when

@@ -1,0 +1,189 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/dispatch"
+	"github.com/natsdelay/natsdelay/dispatch/recur"
+	"github.com/natsdelay/natsdelay/keys"
+)
+
+// clockedPublisher is fakePublisher that records, for each delivery,
+// whether the harness's clock had reached the message's time.
+type clockedPublisher struct {
+	*fakePublisher
+	clock *fakeClock
+
+	mu    sync.Mutex
+	early []string
+}
+
+func (p *clockedPublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, attempt uint32) error {
+	if now := p.clock.now().UnixNano(); m.FireAtNs > now {
+		p.mu.Lock()
+		p.early = append(p.early, fmt.Sprintf("%s %v, %v before its time", m.Subject, k, time.Duration(m.FireAtNs-now)))
+		p.mu.Unlock()
+	}
+	return p.fakePublisher.Deliver(k, m, attempt)
+}
+
+func (p *clockedPublisher) earlyOnes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.early...)
+}
+
+// stageHarness is a plan-ahead harness whose bursts of StageMin (4)
+// occurrences due together are staged as soon as they are planned.
+type stageHarness struct {
+	*planAheadHarness
+	pub *clockedPublisher
+}
+
+func newStageHarness(t *testing.T) *stageHarness {
+	t.Helper()
+	cp := &clockedPublisher{}
+	wrap := func(p *fakePublisher) dispatch.Publisher { cp.fakePublisher = p; return cp }
+	h := newWrappedPlanAheadHarness(t, wrap, func(c *dispatch.Config) {
+		c.StageMin = 4
+		c.StageAhead = time.Hour
+	})
+	cp.clock = h.clock
+	return &stageHarness{planAheadHarness: h, pub: cp}
+}
+
+// burst schedules one occurrence on each of n subjects, "rec0" and on,
+// due at occ, waits until the planner planned them and the dispatcher
+// staged their pass (taken as flights, not published), and returns
+// their keys by subject.
+func (h *stageHarness) burst(n int, occ time.Time) map[string]keys.Key {
+	h.t.Helper()
+	var msgs []*delaystore.StoredMessage
+	for i := range n {
+		msgs = append(msgs, occurrenceAt(fmt.Sprintf("rec%d", i), time.Hour, occ, recur.One, 0))
+	}
+	ks := h.schedule(msgs...)
+	h.waitCommit()
+	waitFor(h.t, "the burst's pass staged", func() bool { return h.d.Stats().InFlight == uint64(n) })
+	select {
+	case d := <-h.pub.deliveries:
+		h.t.Fatalf("delivered while staged, before its time: %v", d)
+	default:
+	}
+	bySubject := map[string]keys.Key{}
+	for i, k := range ks {
+		bySubject[msgs[i].Subject] = k
+	}
+	return bySubject
+}
+
+// at moves the clock to t and wakes the dispatcher, whose staged passes
+// wait for the clock.
+func (h *stageHarness) at(t time.Time) {
+	h.clock.set(t)
+	if err := h.d.ReloadLimits(); err != nil { // wakes the loop
+		h.t.Fatal(err)
+	}
+}
+
+// waitFor waits, up to 10 s, until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Guarantee: never early, and each once: a burst of occurrences planned
+// ahead is read before its time (its flights taken while the clock is
+// short of it) and published once the clock reaches it, every one, none
+// before.
+func TestDispatcher_Stage_BurstReadAheadPublishedAtItsTime(t *testing.T) {
+	h := newStageHarness(t)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	ks := h.burst(8, occ)
+
+	h.at(occ)
+	got := map[keys.Key]bool{}
+	for range ks {
+		d := h.next(10 * time.Second)
+		if got[d.key] {
+			t.Fatalf("%v delivered twice", d.key)
+		}
+		got[d.key] = true
+	}
+	for s, k := range ks {
+		if !got[k] {
+			t.Fatalf("%s's occurrence %v not delivered", s, k)
+		}
+	}
+	if early := h.pub.earlyOnes(); len(early) > 0 {
+		t.Fatalf("delivered early: %v", early)
+	}
+	if n := h.d.StagedPassesForTest(); n == 0 {
+		t.Fatal("the burst went out with no staged pass")
+	}
+}
+
+// Guarantee: order per subject. A message that arrives, while a burst
+// is staged, due before it on one of its subjects goes out before that
+// subject's occurrence: the staged flight is taken back and the subject
+// scanned again in order. The other subjects' occurrences go out staged.
+func TestDispatcher_Stage_ArrivalBelowAStagedFlightGoesFirst(t *testing.T) {
+	h := newStageHarness(t)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	ks := h.burst(8, occ)
+	before := h.schedule(msgAt("rec0", occ.Add(-100*time.Millisecond)))[0]
+
+	h.at(occ)
+	var rec0 []keys.Key
+	for range len(ks) + 1 {
+		d := h.next(10 * time.Second)
+		if d.subject == "rec0" {
+			rec0 = append(rec0, d.key)
+		}
+	}
+	if len(rec0) != 2 || rec0[0] != before || rec0[1] != ks["rec0"] {
+		t.Fatalf("rec0 got %v, want %v (arrived while staged, due first) then %v (its staged occurrence)", rec0, before, ks["rec0"])
+	}
+	if early := h.pub.earlyOnes(); len(early) > 0 {
+		t.Fatalf("delivered early: %v", early)
+	}
+	if n := h.d.StagedPassesForTest(); n == 0 {
+		t.Fatal("the burst went out with no staged pass")
+	}
+}
+
+// Guarantee: a pause holds. A subject paused while its occurrence is
+// staged gets nothing at the burst's time; the others do, and it gets
+// its occurrence once resumed.
+func TestDispatcher_Stage_PausedWhileStagedHoldsItsSubject(t *testing.T) {
+	h := newStageHarness(t)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	ks := h.burst(8, occ)
+	setLimit(t, h.harness, delaystore.Limit{Pattern: "rec3", Paused: true})
+
+	h.at(occ)
+	for range len(ks) - 1 {
+		if d := h.next(10 * time.Second); d.subject == "rec3" {
+			t.Fatalf("paused rec3 delivered %v", d.key)
+		}
+	}
+	if _, err := h.repo.DeleteLimit("rec3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.ReloadLimits(); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.next(10 * time.Second); d.key != ks["rec3"] {
+		t.Fatalf("after the resume got %v, want rec3's occurrence %v", d.key, ks["rec3"])
+	}
+}
