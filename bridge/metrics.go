@@ -176,6 +176,7 @@ func (m *metrics) register(r prometheus.Registerer, s *Service) error {
 		stat("window_evictions_total", "Deliveries waiting longer than the ack wait, evicted from a full in-flight window so that other subjects get delivered; their subjects wait until their deadlines.", func(st dispatch.Stats) uint64 { return st.Evicted }),
 		stat("deliveries_fenced_total", "Deliveries held back, to go out later, because this node of a cluster did not hold its leadership lease at the moment of publishing (a pause, or a slow lease renewal).", func(st dispatch.Stats) uint64 { return st.Fenced }),
 		stat("messages_handed_off_total", "Messages due when their batch committed that went from the commit to the next delivery pass with no read of the store.", func(st dispatch.Stats) uint64 { return st.HandedOff }),
+		stat("passes_staged_total", "Delivery passes of bursts of recurring occurrences read before the burst fell due and published at its time.", func(st dispatch.Stats) uint64 { return st.StagedPasses }),
 		stat("occurrences_skipped_total", "Occurrences of recurring schedules missed and not delivered (Delay-Catch-Up: none).", func(st dispatch.Stats) uint64 { return st.Skipped }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "schedules", Help: "Recurring schedules with an occurrence still to come."},
 			func() float64 { return float64(orZero(s.servingRepository(), (*delaystore.Repository).Schedules)) }),

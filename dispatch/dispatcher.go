@@ -231,7 +231,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), HandedOff: c.handedOff.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
+		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), HandedOff: c.handedOff.Load(), StagedPasses: d.stagedPasses.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
 	}
 }
 

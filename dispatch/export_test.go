@@ -49,7 +49,3 @@ func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load()
 // GaveWayForTest reports how many times the planner gave way to a pass
 // that delivered (see giveWay).
 func (d *Dispatcher) GaveWayForTest() uint64 { return d.gaveWay.Load() }
-
-// StagedPassesForTest reports how many passes were published staged (see
-// stage.go).
-func (d *Dispatcher) StagedPassesForTest() uint64 { return d.stagedPasses.Load() }

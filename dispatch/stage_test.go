@@ -128,7 +128,7 @@ func TestDispatcher_Stage_BurstReadAheadPublishedAtItsTime(t *testing.T) {
 	if early := h.pub.earlyOnes(); len(early) > 0 {
 		t.Fatalf("delivered early: %v", early)
 	}
-	if n := h.d.StagedPassesForTest(); n == 0 {
+	if n := h.d.Stats().StagedPasses; n == 0 {
 		t.Fatal("the burst went out with no staged pass")
 	}
 }
@@ -157,7 +157,7 @@ func TestDispatcher_Stage_ArrivalBelowAStagedFlightGoesFirst(t *testing.T) {
 	if early := h.pub.earlyOnes(); len(early) > 0 {
 		t.Fatalf("delivered early: %v", early)
 	}
-	if n := h.d.StagedPassesForTest(); n == 0 {
+	if n := h.d.Stats().StagedPasses; n == 0 {
 		t.Fatal("the burst went out with no staged pass")
 	}
 }

@@ -66,6 +66,10 @@ type Stats struct {
 	// from the group commit to the next pass with no read of the store
 	// (see NotifyMessage).
 	HandedOff uint64 `json:"handed_off"`
+	// StagedPasses counts the delivery passes of bursts of occurrences
+	// that were read before the burst fell due and published at its time
+	// (see Config.StageAhead).
+	StagedPasses uint64 `json:"staged_passes"`
 	InFlight  uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.

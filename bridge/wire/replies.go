@@ -143,6 +143,10 @@ type Stats struct {
 	// HandedOff counts messages due when their batch committed that went
 	// to the next delivery pass with no read of the store.
 	HandedOff uint64 `json:"handed_off"`
+	// StagedPasses counts the delivery passes of bursts of recurring
+	// occurrences read before the burst fell due and published at its
+	// time.
+	StagedPasses uint64 `json:"staged_passes"`
 	// InFlight is a gauge: deliveries waiting for an answer.
 	InFlight uint64 `json:"in_flight"`
 	// Topics is a gauge: the subjects with messages due or in flight, or

@@ -301,6 +301,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.Withdrawn += b.Withdrawn
 	a.Fenced += b.Fenced
 	a.HandedOff += b.HandedOff
+	a.StagedPasses += b.StagedPasses
 }
 
 // Schedule hands msg to the group commit and returns at once; done is told
