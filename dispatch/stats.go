@@ -70,7 +70,7 @@ type Stats struct {
 	// that were read before the burst fell due and published at its time
 	// (see Config.StageAhead).
 	StagedPasses uint64 `json:"staged_passes"`
-	InFlight  uint64 `json:"in_flight"` // gauge: delivered and not yet settled
+	InFlight     uint64 `json:"in_flight"` // gauge: delivered and not yet settled
 	// Topics is a gauge: the subjects the dispatcher keeps state for,
 	// those with messages due or in flight, or backing off.
 	Topics uint64 `json:"topics"`
