@@ -106,7 +106,11 @@ type Dispatcher struct {
 	// one last did, in nanoseconds since started by the monotonic clock:
 	// the planner gives way to passes that deliver (see giveWay), and
 	// gaveWay counts the times it did.
-	delivering  atomic.Bool
+	delivering atomic.Bool
+	// staging is set while passes are staged, read ahead of a burst and
+	// waiting to publish it (see stage.go): the planner gives way then
+	// too.
+	stagingNow  atomic.Bool
 	deliveredAt atomic.Int64
 	started     time.Time
 	gaveWay     atomic.Uint64

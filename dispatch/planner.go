@@ -219,7 +219,7 @@ func (d *Dispatcher) givingWay(gw *giveWay) time.Duration {
 	if at := d.deliveredAt.Load(); at != 0 {
 		last = d.started.Add(time.Duration(at))
 	}
-	w := gw.wait(time.Now(), d.delivering.Load() || d.dueNow(), last)
+	w := gw.wait(time.Now(), d.delivering.Load() || d.stagingNow.Load() || d.dueNow(), last)
 	if w > 0 {
 		d.gaveWay.Add(1)
 	}

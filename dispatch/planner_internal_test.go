@@ -1,8 +1,13 @@
 package dispatch
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/natsdelay/natsdelay/delaystore"
+	"github.com/natsdelay/natsdelay/delaystore/pebblestore"
+	"github.com/natsdelay/natsdelay/keys"
 )
 
 // TestGiveWay_WaitsForDeliveringPasses checks when the planner gives way:
@@ -51,3 +56,44 @@ func TestGiveWay_BoundedInEachRound(t *testing.T) {
 		t.Fatalf("a new round: wait %v, want %v", got, giveWayRetry)
 	}
 }
+
+// TestGivingWay_WhileStaged checks that the planner gives way while a
+// burst is staged, waiting for its time, as it does while a pass
+// publishes: the next burst comes into its look-ahead at the very moment
+// this one goes out.
+func TestGivingWay_WhileStaged(t *testing.T) {
+	st, err := pebblestore.Open(pebblestore.Config{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := delaystore.OpenRepository(st, delaystore.RepositoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = repo.Close(); _ = st.Close() })
+	d, err := New(repo, nopPublisher{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.frontier.next = never // nothing due
+	for _, staging := range []bool{false, true} {
+		d.stagingNow.Store(staging)
+		gw := giveWay{most: time.Second}
+		want := time.Duration(0)
+		if staging {
+			want = giveWayRetry
+		}
+		if got := d.givingWay(&gw); got != want {
+			t.Errorf("staging %v: gives way for %v, want %v", staging, got, want)
+		}
+	}
+}
+
+// nopPublisher publishes nothing.
+type nopPublisher struct{}
+
+func (nopPublisher) Deliver(keys.Key, *delaystore.StoredMessage, uint32) error { return nil }
+func (nopPublisher) DeadLetter(string, keys.Key, *delaystore.StoredMessage, uint32, string) error {
+	return nil
+}
+func (nopPublisher) Flush(context.Context) error { return nil }

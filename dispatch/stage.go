@@ -81,6 +81,11 @@ func (d *Dispatcher) staging(at int64, wait time.Duration) (bool, time.Duration)
 // stage reads the passes due at at, up to maxStagedPasses of them, waits
 // for at, and publishes them in order.
 func (d *Dispatcher) stage(at int64) {
+	// NB: the planner plans the next burst's occurrences from at on,
+	// when they come within its look-ahead: left to it, it began to at
+	// the very moment this burst went out.
+	d.stagingNow.Store(true)
+	defer d.stagingNow.Store(false)
 	var staged []stagedPass
 	for len(staged) < maxStagedPasses {
 		p, more := d.readAhead(at)
