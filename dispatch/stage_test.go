@@ -68,7 +68,12 @@ func (h *stageHarness) burst(n int, occ time.Time) map[string]keys.Key {
 	}
 	ks := h.schedule(msgs...)
 	h.waitCommit()
-	waitFor(h.t, "the burst's pass staged", func() bool { return h.d.Stats().InFlight == uint64(n) })
+	checkFor(h.t, 10*time.Second, func() error {
+		if got := h.d.Stats().InFlight; got != uint64(n) {
+			return fmt.Errorf("the burst's pass not staged: %d in flight, want %d", got, n)
+		}
+		return nil
+	})
 	select {
 	case d := <-h.pub.deliveries:
 		h.t.Fatalf("delivered while staged, before its time: %v", d)
@@ -90,15 +95,15 @@ func (h *stageHarness) at(t time.Time) {
 	}
 }
 
-// waitFor waits, up to 10 s, until cond holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+// checkStagedNoneEarly checks that nothing was delivered before its
+// time and that the burst went out staged.
+func (h *stageHarness) checkStagedNoneEarly() {
+	h.t.Helper()
+	if early := h.pub.earlyOnes(); len(early) > 0 {
+		h.t.Fatalf("delivered early: %v", early)
+	}
+	if n := h.d.Stats().StagedPasses; n == 0 {
+		h.t.Fatal("the burst went out with no staged pass")
 	}
 }
 
@@ -125,12 +130,7 @@ func TestDispatcher_Stage_BurstReadAheadPublishedAtItsTime(t *testing.T) {
 			t.Fatalf("%s's occurrence %v not delivered", s, k)
 		}
 	}
-	if early := h.pub.earlyOnes(); len(early) > 0 {
-		t.Fatalf("delivered early: %v", early)
-	}
-	if n := h.d.Stats().StagedPasses; n == 0 {
-		t.Fatal("the burst went out with no staged pass")
-	}
+	h.checkStagedNoneEarly()
 }
 
 // Guarantee: order per subject. A message that arrives, while a burst
@@ -154,12 +154,7 @@ func TestDispatcher_Stage_ArrivalBelowAStagedFlightGoesFirst(t *testing.T) {
 	if len(rec0) != 2 || rec0[0] != before || rec0[1] != ks["rec0"] {
 		t.Fatalf("rec0 got %v, want %v (arrived while staged, due first) then %v (its staged occurrence)", rec0, before, ks["rec0"])
 	}
-	if early := h.pub.earlyOnes(); len(early) > 0 {
-		t.Fatalf("delivered early: %v", early)
-	}
-	if n := h.d.Stats().StagedPasses; n == 0 {
-		t.Fatal("the burst went out with no staged pass")
-	}
+	h.checkStagedNoneEarly()
 }
 
 // Guarantee: a pause holds. A subject paused while its occurrence is
