@@ -107,7 +107,7 @@ type Dispatcher struct {
 	// the planner gives way to passes that deliver (see giveWay), and
 	// gaveWay counts the times it did.
 	delivering atomic.Bool
-	// staging is set while passes are staged, read ahead of a burst and
+	// stagingNow is set while passes are staged, read ahead of a burst and
 	// waiting to publish it (see stage.go): the planner gives way then
 	// too.
 	stagingNow  atomic.Bool

@@ -193,6 +193,12 @@ func (t *topic) idle(now int64) bool {
 		t.blockedUntil <= now && t.rewind == nil && t.single == nil
 }
 
+// heldBackLocked reports whether t's deliveries are held back now: its
+// subject paused, or its partition frozen. mu must be held.
+func (d *Dispatcher) heldBackLocked(t *topic) bool {
+	return d.mu.subjects.ruleOf(t).paused || d.cfg.Frozen != nil && d.cfg.Frozen(t.hash)
+}
+
 // takeHandedLocked takes the messages handed off since the last pass, to
 // go out in this one, in the order they were handed off. One whose
 // subject was paused or frozen since goes back to its subject's scans.
@@ -208,7 +214,7 @@ func (d *Dispatcher) takeHandedLocked(now int64) []outgoing {
 		if d.mu.flights.byKey[f.key] != f {
 			continue // replaced: nothing to send
 		}
-		if f.state != stateSettling && (d.mu.subjects.ruleOf(f.topic).paused || d.cfg.Frozen != nil && d.cfg.Frozen(f.key.TopicHash())) {
+		if f.state != stateSettling && d.heldBackLocked(f.topic) {
 			// NB: as a fenced delivery is taken back: its topic's scan,
 			// which a pause holds, delivers it in order.
 			d.unsendLocked(f)

@@ -28,7 +28,7 @@ type aheadTable struct {
 	// in the due index's order; nil before the first read.
 	readFrom *keys.Key
 	// dueMs counts the entries by their planned time, in Unix ms: how
-	// many fall due together (see stagesAt).
+	// many fall due together (see Dispatcher.staging).
 	dueMs map[int64]int
 	// peaks are the most entries each map held since it was last copied
 	// (see shrunk).

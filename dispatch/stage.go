@@ -166,7 +166,7 @@ func (d *Dispatcher) unstage(p stagedPass, now int64) []outgoing {
 			continue
 		}
 		overtaken := t.rewind != nil && bytes.Compare(t.rewind, f.key[:]) < 0
-		if overtaken || d.mu.subjects.ruleOf(t).paused || d.cfg.Frozen != nil && d.cfg.Frozen(t.hash) {
+		if overtaken || d.heldBackLocked(t) {
 			d.unsendLocked(f)
 			d.mu.subjects.reschedule(t, now)
 			continue

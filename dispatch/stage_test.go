@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,11 +47,21 @@ type stageHarness struct {
 
 func newStageHarness(t *testing.T) *stageHarness {
 	t.Helper()
+	return newStageHarnessWith(t, nil)
+}
+
+// newStageHarnessWith is newStageHarness with mod applied to its
+// configuration.
+func newStageHarnessWith(t *testing.T, mod func(*dispatch.Config)) *stageHarness {
+	t.Helper()
 	cp := &clockedPublisher{}
 	wrap := func(p *fakePublisher) dispatch.Publisher { cp.fakePublisher = p; return cp }
 	h := newWrappedPlanAheadHarness(t, wrap, func(c *dispatch.Config) {
 		c.StageMin = 4
 		c.StageAhead = time.Hour
+		if mod != nil {
+			mod(c)
+		}
 	})
 	cp.clock = h.clock
 	return &stageHarness{planAheadHarness: h, pub: cp}
@@ -180,5 +191,43 @@ func TestDispatcher_Stage_PausedWhileStagedHoldsItsSubject(t *testing.T) {
 	}
 	if d := h.next(10 * time.Second); d.key != ks["rec3"] {
 		t.Fatalf("after the resume got %v, want rec3's occurrence %v", d.key, ks["rec3"])
+	}
+}
+
+// Guarantee: a fenced leader acts on nothing. A node that loses its
+// fence (its leadership lease) while a burst is staged publishes none of
+// it at the burst's time, and publishes all of it, once each, when it
+// holds the fence again.
+func TestDispatcher_Stage_FencedWhileStagedPublishesNothing(t *testing.T) {
+	var fenced atomic.Bool
+	h := newStageHarnessWith(t, func(c *dispatch.Config) { c.Fence = func() bool { return !fenced.Load() } })
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	ks := h.burst(8, occ)
+
+	fenced.Store(true)
+	h.at(occ)
+	checkFor(t, 10*time.Second, func() error {
+		if n := h.d.Stats().Fenced; n < uint64(len(ks)) {
+			return fmt.Errorf("%d deliveries held back by the fence, want %d", n, len(ks))
+		}
+		return nil
+	})
+	select {
+	case d := <-h.pub.deliveries:
+		t.Fatalf("delivered %v without the fence", d.key)
+	default:
+	}
+
+	fenced.Store(false)
+	got := map[keys.Key]bool{}
+	for range ks {
+		d := h.next(10 * time.Second)
+		if got[d.key] {
+			t.Fatalf("%v delivered twice", d.key)
+		}
+		got[d.key] = true
+	}
+	if early := h.pub.earlyOnes(); len(early) > 0 {
+		t.Fatalf("delivered early: %v", early)
 	}
 }
