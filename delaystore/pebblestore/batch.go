@@ -27,6 +27,8 @@ type batch struct {
 	// unusable is why the store could not make the batch: it was closed or
 	// failed.
 	unusable error
+	// kept is the list a committed batch goes back to on Close.
+	kept *spareBatches
 }
 
 // Set stores value under key. Both are copied.
@@ -102,7 +104,7 @@ func (b *batch) Close() error {
 	}
 	pb := b.b
 	b.b = nil
-	if b.commitErr == nil && b.s.spare.put(pb) {
+	if b.commitErr == nil && b.kept.put(pb) {
 		return nil
 	}
 	if err := pb.Close(); err != nil {
@@ -123,8 +125,9 @@ func (b *batch) writable() error {
 	return nil
 }
 
-// maxSpareBatches is how many reset batches a Store keeps: one for each
-// writer that commits often, ingest's group commit and the deleter.
+// maxSpareBatches is how many reset batches a Store keeps for NewBatch:
+// one for each writer that commits often, ingest's group commit and the
+// deleter.
 const maxSpareBatches = 2
 
 // spareBatchBytes bounds the buffer a kept batch keeps: a group commit
@@ -132,15 +135,25 @@ const maxSpareBatches = 2
 // 1 MiB. The spares thus hold at most 8 MiB, which ReleaseMemory lets go.
 const spareBatchBytes = 4 << 20
 
+// sizedBatchBytes bounds the buffer of the one batch a Store keeps for
+// NewBatchSize: the planner's batch of 4,096 occurrences of 256 bytes
+// takes about 5.4 MiB. Made afresh, it was a tenth of what the recurring
+// bench allocated, three times a second, and the collections that it
+// brought on fell as often as not on a burst of deliveries. A larger
+// batch is made for its commit alone, as before.
+const sizedBatchBytes = 8 << 20
+
 // spareBatches are Pebble batches kept for reuse with their buffers.
 // Pebble's Close pools a batch too, but in a sync.Pool shared by every
 // batch and emptied by garbage collections, so ingest's group commit of
 // hundreds of messages mostly grew a new buffer, doubling it from 1 KiB
 // and copying as it went: 10% of the bytes the end-to-end bench
 // allocated, and Batch.grow 1.6% of the serve process's CPU. Reset keeps
-// a buffer of up to spareBatchBytes and drops a larger one, and a batch
-// that Pebble wrapped as a flushable batch has its buffer taken by then.
+// a buffer of up to the batch's retained size and drops a larger one,
+// and a batch that Pebble wrapped as a flushable batch has its buffer
+// taken by then.
 type spareBatches struct {
+	max   int // batches kept at most
 	mu    sync.Mutex
 	spare []*pebble.Batch
 }
@@ -164,7 +177,7 @@ func (sb *spareBatches) take() *pebble.Batch {
 func (sb *spareBatches) put(pb *pebble.Batch) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if len(sb.spare) >= maxSpareBatches {
+	if len(sb.spare) >= sb.max {
 		return false
 	}
 	pb.Reset()

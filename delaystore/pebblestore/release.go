@@ -45,6 +45,7 @@ func (s *Store) ReleaseMemory() (err error) {
 	}
 	defer s.exit()
 	s.spare.drop() // their buffers are a burst's too
+	s.sized.drop()
 	pins := make([]*pebble.Iterator, 0, releaseRotations)
 	defer func() {
 		// In the order taken, so the oldest memtable is released

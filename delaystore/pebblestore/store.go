@@ -29,8 +29,9 @@ type Store struct {
 	// the fault.
 	gate *gate.Gate[*iterator]
 
-	// spare holds batches committed and reset, for NewBatch to reuse.
-	spare spareBatches
+	// spare holds batches committed and reset, for NewBatch to reuse;
+	// sized, one for NewBatchSize.
+	spare, sized spareBatches
 }
 
 var _ delaystore.Store = (*Store)(nil)
@@ -82,7 +83,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("pebblestore: open %q: %w", cfg.Dir, err), fs.release())
 	}
-	s := &Store{db: db, fs: fs, res: res, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL}
+	s := &Store{db: db, fs: fs, res: res, log: log, inMemory: cfg.InMemory, noWAL: opts.DisableWAL, spare: spareBatches{max: maxSpareBatches}, sized: spareBatches{max: 1}}
 	s.gate = gate.New[*iterator](s.checkReserve)
 	log.Debug("opened", "dir", cfg.Dir, "in_memory", cfg.InMemory, "wal", !opts.DisableWAL)
 	return s, nil
@@ -138,9 +139,9 @@ func (s *Store) NewBatch() delaystore.Batch {
 	}
 	defer s.exit()
 	if pb := s.spare.take(); pb != nil {
-		return &batch{s: s, b: pb}
+		return &batch{s: s, b: pb, kept: &s.spare}
 	}
-	return &batch{s: s, b: s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(spareBatchBytes))}
+	return &batch{s: s, b: s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(spareBatchBytes)), kept: &s.spare}
 }
 
 // NewBatchSize is NewBatch with room for size bytes of keys and values
@@ -150,7 +151,15 @@ func (s *Store) NewBatchSize(size int) delaystore.Batch {
 		return &batch{s: s, unusable: err}
 	}
 	defer s.exit()
-	return &batch{s: s, b: s.db.NewBatchWithSize(size)}
+	if size > sizedBatchBytes {
+		return &batch{s: s, b: s.db.NewBatchWithSize(size)}
+	}
+	// NB: the batch kept may be smaller than size, and then grows as
+	// any does; the planner's batches are alike from one to the next.
+	if pb := s.sized.take(); pb != nil {
+		return &batch{s: s, b: pb, kept: &s.sized}
+	}
+	return &batch{s: s, b: s.db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(sizedBatchBytes)), kept: &s.sized}
 }
 
 var _ delaystore.BatchSizer = (*Store)(nil)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -145,16 +146,28 @@ func BenchmarkRawCommit(b *testing.B) {
 	})
 }
 
-// TestStore_Batch_Reused checks the batches a Store keeps for reuse: a
-// batch committed, or discarded, and closed leaves nothing in the next
-// one, and a batch large enough that Pebble wraps it as a flushable batch
-// (over half the memtable) keeps what it committed when its batch is
-// reused for the writes after it.
+// TestStore_Batch_Reused checks the batches a Store keeps for reuse, by
+// NewBatch and by NewBatchSize: a batch committed, or discarded, and
+// closed leaves nothing in the next one, and a batch large enough that
+// Pebble wraps it as a flushable batch (over half the memtable) keeps
+// what it committed when its batch is reused for the writes after it.
 func TestStore_Batch_Reused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		batch func(*pebblestore.Store) delaystore.Batch
+	}{
+		{"NewBatch", func(s *pebblestore.Store) delaystore.Batch { return s.NewBatch() }},
+		{"NewBatchSize", func(s *pebblestore.Store) delaystore.Batch { return s.NewBatchSize(64 << 10) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkBatchesReused(t, tc.batch) })
+	}
+}
+
+func checkBatchesReused(t *testing.T, newBatch func(*pebblestore.Store) delaystore.Batch) {
 	s := open(t, pebblestore.Config{Dir: filepath.Join(t.TempDir(), "pebble"), MemTableSize: 1 << 20})
 	write := func(commit bool, kv ...[]byte) {
 		t.Helper()
-		b := s.NewBatch()
+		b := newBatch(s)
 		if n := b.Len(); n != 0 {
 			t.Fatalf("a new batch holds %d operations", n)
 		}
@@ -191,5 +204,41 @@ func TestStore_Batch_Reused(t *testing.T) {
 	}
 	if _, err := s.Get([]byte("discarded")); !errors.Is(err, delaystore.ErrNotFound) {
 		t.Errorf("a discarded batch's write: %v, want ErrNotFound", err)
+	}
+}
+
+// TestStore_BatchSize_KeepsItsBuffer checks that a batch made by
+// NewBatchSize, committed and closed, lends its buffer to the next one:
+// the planner's batches of several MiB, made afresh three times a second,
+// were a tenth of what a recurring workload allocated.
+func TestStore_BatchSize_KeepsItsBuffer(t *testing.T) {
+	// NB: a memtable that holds every round, so that no flush allocates.
+	s := open(t, pebblestore.Config{Dir: filepath.Join(t.TempDir(), "pebble"), MemTableSize: 64 << 20})
+	const size, rounds = 5 << 20, 8
+	value := []byte(strings.Repeat("v", 1<<20))
+	commit := func(round int) {
+		b := s.NewBatchSize(size)
+		for i := range 3 {
+			if err := b.Set([]byte{'k', byte(round), byte(i)}, value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(delaystore.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(0) // makes the batch kept
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for r := 1; r <= rounds; r++ {
+		commit(r)
+	}
+	runtime.ReadMemStats(&after)
+	// NB: made afresh, the batches alone would allocate rounds*size.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 2*size {
+		t.Fatalf("%d batches of %d MiB allocated %.1f MiB; want under %d MiB", rounds, size>>20, float64(got)/(1<<20), 2*size>>20)
 	}
 }
