@@ -102,6 +102,12 @@ type Config struct {
 	// StageMin is how many occurrences planned ahead must fall due in
 	// the same millisecond for their passes to be staged. Default 256.
 	StageMin int
+	// DeleteHold is how long, at most, the deletes of ACKed messages
+	// wait for a staged burst to go out: they are committed after its
+	// publishes, not among them, so an ACK's delete (and a CANCEL that
+	// waits for one) may take up to DeleteHold longer while a burst goes
+	// out. Negative disables it. Default 100ms.
+	DeleteHold time.Duration
 
 	// Observer, if not nil, is told about every delivery.
 	Observer Observer
@@ -139,6 +145,7 @@ func DefaultConfig() Config {
 		PlanAhead:              time.Second,
 		StageAhead:             50 * time.Millisecond,
 		StageMin:               256,
+		DeleteHold:             100 * time.Millisecond,
 	}
 }
 
@@ -160,6 +167,7 @@ func (c Config) withDefaults() Config {
 	c.PlanAhead = cmp.Or(c.PlanAhead, d.PlanAhead)
 	c.StageAhead = cmp.Or(c.StageAhead, d.StageAhead)
 	c.StageMin = cmp.Or(c.StageMin, d.StageMin)
+	c.DeleteHold = cmp.Or(c.DeleteHold, d.DeleteHold)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

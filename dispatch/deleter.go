@@ -60,6 +60,8 @@ type deleter struct {
 	max         int
 	updateDelay time.Duration
 	onCommitted func([]keys.Key) // called after each successful commit, without locks
+	// burst is waited for before a commit (see burstHold).
+	burst *burstHold
 
 	mu struct {
 		sync.Mutex
@@ -90,8 +92,8 @@ type deleter struct {
 	batch []delaystore.Op
 }
 
-func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration, log *slog.Logger, onCommitted func([]keys.Key)) *deleter {
-	dl := &deleter{repo: repo, max: max, updateDelay: updateDelay, log: log, onCommitted: onCommitted, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newDeleter(repo *delaystore.Repository, max int, updateDelay time.Duration, log *slog.Logger, onCommitted func([]keys.Key), burst *burstHold) *deleter {
+	dl := &deleter{repo: repo, max: max, updateDelay: updateDelay, log: log, onCommitted: onCommitted, burst: burst, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	dl.mu.ops = make(map[keys.Key]*pendingOp)
 	dl.notFull = sync.NewCond(&dl.mu.Mutex)
 	dl.wg.Add(1)
@@ -207,6 +209,9 @@ func (dl *deleter) run() {
 		case <-wake.C:
 		case <-dl.done:
 			closing = true
+		}
+		if !closing {
+			dl.burst.wait(dl.done)
 		}
 		for {
 			n, next, err := dl.commitOnce(closing)

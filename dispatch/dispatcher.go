@@ -116,6 +116,8 @@ type Dispatcher struct {
 	gaveWay     atomic.Uint64
 	// stagedPasses counts the passes published as staged (see stage.go).
 	stagedPasses atomic.Uint64
+	// burst holds the deleter's commits while staged passes publish.
+	burst *burstHold
 
 	// deliverWarn and deadWarn limit the warnings of failed publishes of
 	// deliveries and of dead letters.
@@ -152,6 +154,7 @@ func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, e
 		bucketMs: repo.TimeBucket().Milliseconds(),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		burst:    &burstHold{most: cfg.DeleteHold},
 	}
 	d.mu.published.L = &d.mu.Mutex
 	d.mu.subjects = newSubjectTable(cfg, d.bucketMs, d.nowNs, d.log)
@@ -176,7 +179,7 @@ func (d *Dispatcher) Start() error {
 	if err := d.ReloadLimits(); err != nil {
 		return err
 	}
-	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed)
+	d.del = newDeleter(d.repo, d.cfg.MaxPendingDeletes, d.cfg.AttemptWriteDelay, d.log, d.committed, d.burst)
 	now := d.nowNs()
 	d.mu.Lock()
 	d.mu.wakeBy = now

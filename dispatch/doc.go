@@ -42,7 +42,9 @@
 // together, and planning the next round while a pass publishes this one
 // makes it late. When many occurrences planned ahead fall due in the same
 // millisecond, the passes that deliver them are staged (stage.go): read up
-// to Config.StageAhead before that millisecond, published at it.
+// to Config.StageAhead before that millisecond, published at it; the
+// deleter holds the deletes of their ACKs until they are out, at most
+// Config.DeleteHold (deletehold.go).
 // A pass plans, before publishing, any
 // occurrence the planner did not reach. An occurrence planned ahead whose
 // successor is then canceled or replaced by Delay-Id is withdrawn: deleted

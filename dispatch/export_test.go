@@ -46,6 +46,10 @@ func (d *Dispatcher) AfterReadDueForTest(f func(gone []keys.Key)) { d.afterReadD
 // NotifyMessage).
 func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load() }
 
+// DeletesHeldForTest reports how many times the deleter waited for a
+// staged burst to go out (see burstHold).
+func (d *Dispatcher) DeletesHeldForTest() uint64 { return d.burst.heldCount() }
+
 // GaveWayForTest reports how many times the planner gave way to a pass
 // that delivered (see giveWay).
 func (d *Dispatcher) GaveWayForTest() uint64 { return d.gaveWay.Load() }

@@ -98,6 +98,8 @@ func (d *Dispatcher) stage(at int64) {
 		return
 	}
 	d.stagedPasses.Add(uint64(len(staged)))
+	d.burst.begin()
+	defer d.burst.end()
 	for _, p := range staged {
 		now := d.nowNs()
 		p.out = d.unstage(p, now)

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,11 +20,19 @@ type clockedPublisher struct {
 	*fakePublisher
 	clock *fakeClock
 
+	// hold, if set before the burst goes out, is called at each
+	// delivery, with its number from 1, before it is published.
+	hold func(n int)
+	n    atomic.Int64
+
 	mu    sync.Mutex
 	early []string
 }
 
 func (p *clockedPublisher) Deliver(k keys.Key, m *delaystore.StoredMessage, attempt uint32) error {
+	if p.hold != nil {
+		p.hold(int(p.n.Add(1)))
+	}
 	if now := p.clock.now().UnixNano(); m.FireAtNs > now {
 		p.mu.Lock()
 		p.early = append(p.early, fmt.Sprintf("%s %v, %v before its time", m.Subject, k, time.Duration(m.FireAtNs-now)))
@@ -229,5 +238,98 @@ func TestDispatcher_Stage_FencedWhileStagedPublishesNothing(t *testing.T) {
 	}
 	if early := h.pub.earlyOnes(); len(early) > 0 {
 		t.Fatalf("delivered early: %v", early)
+	}
+}
+
+// stalledBurst stages a burst of 8 and lets it out up to its second
+// delivery, which then waits for the returned release to close; it
+// returns the first delivery's key.
+func (h *stageHarness) stalledBurst() (first keys.Key, release chan struct{}) {
+	h.t.Helper()
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	h.burst(8, occ)
+	stalled, release := make(chan struct{}), make(chan struct{})
+	h.pub.hold = func(n int) {
+		if n == 2 {
+			close(stalled)
+			<-release
+		}
+	}
+	h.t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release) // before the harness's Close waits for the pass
+		}
+	})
+	h.at(occ)
+	first = h.next(10 * time.Second).key
+	<-stalled
+	return first, release
+}
+
+// ackInBackground ACKs k and returns where the ACK's result arrives once
+// its delete committed.
+func (h *stageHarness) ackInBackground(k keys.Key) <-chan error {
+	acked := make(chan error, 1)
+	h.d.Ack(k, dispatch.Ack{Kind: dispatch.AckDone}, func(err error) { acked <- err })
+	return acked
+}
+
+// Guarantee: the deletes of ACKs that come back while a staged burst goes
+// out are committed after its publishes, not among them, and they are
+// committed, each, once it is out.
+func TestDispatcher_Stage_DeletesWaitForTheBurst(t *testing.T) {
+	h := newStageHarnessWith(t, func(c *dispatch.Config) { c.DeleteHold = time.Hour })
+	first, release := h.stalledBurst()
+
+	acked := h.ackInBackground(first)
+	checkFor(t, 10*time.Second, func() error {
+		if h.d.DeletesHeldForTest() == 0 {
+			return fmt.Errorf("the deleter has not waited for the burst")
+		}
+		return nil
+	})
+	select {
+	case err := <-acked:
+		t.Fatalf("the ACK's delete committed while the burst was going out (err %v)", err)
+	default:
+	}
+
+	close(release)
+	for range 7 {
+		h.next(10 * time.Second)
+	}
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ACK's delete was not committed after the burst")
+	}
+	if _, err := h.repo.Get(first); !errors.Is(err, delaystore.ErrNotFound) {
+		t.Fatalf("the ACKed occurrence after its delete: %v, want ErrNotFound", err)
+	}
+	h.checkStagedNoneEarly()
+}
+
+// Guarantee: a delete waits for a burst a bounded time: a burst that
+// never ends (here, a publish that hangs) does not keep an ACK's delete
+// from being committed.
+func TestDispatcher_Stage_DeleteHoldIsBounded(t *testing.T) {
+	h := newStageHarnessWith(t, func(c *dispatch.Config) { c.DeleteHold = 50 * time.Millisecond })
+	first, _ := h.stalledBurst()
+
+	select {
+	case err := <-h.ackInBackground(first):
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ACK's delete waited for the burst without end")
+	}
+	if h.d.DeletesHeldForTest() == 0 {
+		t.Fatal("the deleter did not wait for the burst at all")
 	}
 }
