@@ -114,6 +114,8 @@ type Dispatcher struct {
 	deliveredAt atomic.Int64
 	started     time.Time
 	gaveWay     atomic.Uint64
+	// planRounds counts the planner's rounds (for tests).
+	planRounds atomic.Uint64
 	// stagedPasses counts the passes published as staged (see stage.go).
 	stagedPasses atomic.Uint64
 	// burst holds the deleter's commits while staged passes publish.

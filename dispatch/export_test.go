@@ -50,6 +50,9 @@ func (d *Dispatcher) HandedOffForTest() uint64 { return d.stats.handedOff.Load()
 // staged burst to go out (see burstHold).
 func (d *Dispatcher) DeletesHeldForTest() uint64 { return d.burst.heldCount() }
 
+// PlanRoundsForTest reports how many rounds the planner began.
+func (d *Dispatcher) PlanRoundsForTest() uint64 { return d.planRounds.Load() }
+
 // GaveWayForTest reports how many times the planner gave way to a pass
 // that delivered (see giveWay).
 func (d *Dispatcher) GaveWayForTest() uint64 { return d.gaveWay.Load() }

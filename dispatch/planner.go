@@ -245,6 +245,15 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	// is read between PlanAhead/2 and PlanAhead before its time, and
 	// planned at least PlanAhead/4 before it (see giveWay).
 	wait := ahead / 2
+	d.planRounds.Add(1)
+	if d.repo.Schedules() == 0 {
+		// Nothing to plan: no index to read and no pass to give way
+		// to, which under one-shot traffic woke the planner every
+		// giveWayRetry.
+		d.pruneAhead(d.nowNs())
+		gw.caughtUp()
+		return wait
+	}
 	// NB: before the read, not after: a read of a round's worth of the
 	// index every giveWayRetry would take the CPU the wait gives up.
 	if w := d.givingWay(gw); w > 0 {

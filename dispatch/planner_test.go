@@ -489,6 +489,29 @@ func TestDispatcher_PlanAhead_GivesWayToDeliveringPass(t *testing.T) {
 	}
 }
 
+// Guarantee: with no recurring schedule the planner does not give way
+// (nor read): a pass that publishes one-shot messages without end does
+// not wake it every few milliseconds.
+func TestDispatcher_PlanAhead_NoSchedulesNoGivingWay(t *testing.T) {
+	bp := &blockedPublisher{subject: "busy", blocked: make(chan struct{}, 1), release: make(chan struct{})}
+	wrap := func(p *fakePublisher) dispatch.Publisher { bp.fakePublisher = p; return bp }
+	h := newWrappedPlanAheadHarness(t, wrap, func(c *dispatch.Config) { c.PlanAhead = 40 * time.Millisecond })
+	t.Cleanup(func() { close(bp.release) })
+	h.schedule(msgAt("busy", h.clock.now()))
+	<-bp.blocked // a pass is publishing, and stays so
+
+	start := h.d.PlanRoundsForTest()
+	checkFor(t, 10*time.Second, func() error {
+		if n := h.d.PlanRoundsForTest() - start; n < 3 {
+			return fmt.Errorf("the planner began %d rounds, want 3", n)
+		}
+		return nil
+	})
+	if n := h.d.GaveWayForTest(); n != 0 {
+		t.Fatalf("the planner gave way %d times with no schedule to plan", n)
+	}
+}
+
 // Guarantee: giving way is bounded: a pass that publishes without end
 // (here, one stuck in a publish) does not keep the planner from planning
 // ahead.
