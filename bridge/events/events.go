@@ -321,11 +321,13 @@ func (p *Publisher) publish(e Event, buf []byte) []byte {
 	}
 	buf = AppendBody(buf, e)
 	if err := p.conn.Publish(p.prefix[e.Kind]+e.Subject, buf); err != nil {
-		p.failed.Add(1)
 		if ok, n := p.warn.allow(p.now()); ok {
 			p.log.Warn("publishing a lifecycle event failed; events are best effort (natsdelay_events_dropped_total counts them)",
 				"err", err, "suppressed", n)
 		}
+		// NB: counted after the warning is decided, so that a failure
+		// Stats shows has been counted by the rate limit too.
+		p.failed.Add(1)
 		return buf
 	}
 	p.published.Add(1)
