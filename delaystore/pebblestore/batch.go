@@ -27,7 +27,8 @@ type batch struct {
 	// unusable is why the store could not make the batch: it was closed or
 	// failed.
 	unusable error
-	// kept is the list a committed batch goes back to on Close.
+	// kept is the list a committed batch goes back to on Close; nil for
+	// one too large to keep.
 	kept *spareBatches
 }
 
@@ -104,7 +105,7 @@ func (b *batch) Close() error {
 	}
 	pb := b.b
 	b.b = nil
-	if b.commitErr == nil && b.kept.put(pb) {
+	if b.commitErr == nil && b.kept != nil && b.kept.put(pb) {
 		return nil
 	}
 	if err := pb.Close(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // FlushAndCompact flushes the memtable and compacts every key down, so that
@@ -20,3 +22,7 @@ func Flush(s *Store) error { return s.db.Flush() }
 
 // Metrics is the engine's metrics.
 func Metrics(s *Store) *pebble.Metrics { return s.db.Metrics() }
+
+// BatchBuffer is the first byte of the buffer b writes into: two batches
+// with the same one share their buffer.
+func BatchBuffer(b delaystore.Batch) *byte { return &b.(*batch).b.Repr()[0] }
