@@ -115,6 +115,21 @@ func (h *stageHarness) at(t time.Time) {
 	}
 }
 
+// eachOnce takes n deliveries and returns their keys, failing the test
+// if one comes twice.
+func (h *stageHarness) eachOnce(n int) map[keys.Key]bool {
+	h.t.Helper()
+	got := map[keys.Key]bool{}
+	for range n {
+		d := h.next(10 * time.Second)
+		if got[d.key] {
+			h.t.Fatalf("%v delivered twice", d.key)
+		}
+		got[d.key] = true
+	}
+	return got
+}
+
 // checkStagedNoneEarly checks that nothing was delivered before its
 // time and that the burst went out staged.
 func (h *stageHarness) checkStagedNoneEarly() {
@@ -137,14 +152,7 @@ func TestDispatcher_Stage_BurstReadAheadPublishedAtItsTime(t *testing.T) {
 	ks := h.burst(8, occ)
 
 	h.at(occ)
-	got := map[keys.Key]bool{}
-	for range ks {
-		d := h.next(10 * time.Second)
-		if got[d.key] {
-			t.Fatalf("%v delivered twice", d.key)
-		}
-		got[d.key] = true
-	}
+	got := h.eachOnce(len(ks))
 	for s, k := range ks {
 		if !got[k] {
 			t.Fatalf("%s's occurrence %v not delivered", s, k)
@@ -228,14 +236,7 @@ func TestDispatcher_Stage_FencedWhileStagedPublishesNothing(t *testing.T) {
 	}
 
 	fenced.Store(false)
-	got := map[keys.Key]bool{}
-	for range ks {
-		d := h.next(10 * time.Second)
-		if got[d.key] {
-			t.Fatalf("%v delivered twice", d.key)
-		}
-		got[d.key] = true
-	}
+	h.eachOnce(len(ks))
 	if early := h.pub.earlyOnes(); len(early) > 0 {
 		t.Fatalf("delivered early: %v", early)
 	}
