@@ -61,27 +61,27 @@ func (h *burstHold) wait(done <-chan struct{}) {
 		return
 	}
 	h.mu.Lock()
-	over, rest := h.over, time.Until(h.endedAt.Add(min(deleteHoldTail, h.most)))
-	if over == nil && rest <= 0 {
+	over := h.over
+	if over == nil && h.tailLeftLocked() <= 0 {
 		h.mu.Unlock()
 		return
 	}
 	h.held++
 	h.mu.Unlock()
-	timer := time.NewTimer(h.most)
-	defer timer.Stop()
+	deadline := time.NewTimer(h.most)
+	defer deadline.Stop()
 	if over != nil {
 		select {
 		case <-over:
-		case <-timer.C:
+		case <-deadline.C:
 			return
 		case <-done:
 			return
 		}
-		h.mu.Lock()
-		rest = time.Until(h.endedAt.Add(min(deleteHoldTail, h.most)))
-		h.mu.Unlock()
 	}
+	h.mu.Lock()
+	rest := h.tailLeftLocked()
+	h.mu.Unlock()
 	if rest <= 0 {
 		return
 	}
@@ -89,9 +89,15 @@ func (h *burstHold) wait(done <-chan struct{}) {
 	defer tail.Stop()
 	select {
 	case <-tail.C:
-	case <-timer.C:
+	case <-deadline.C:
 	case <-done:
 	}
+}
+
+// tailLeftLocked is how much of the tail after the last burst is left.
+// mu must be held.
+func (h *burstHold) tailLeftLocked() time.Duration {
+	return time.Until(h.endedAt.Add(min(deleteHoldTail, h.most)))
 }
 
 // heldCount is how many times the deleter waited for a burst.
