@@ -51,3 +51,19 @@ func BenchmarkBatch_Hop(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/burst, "ns/publish")
 }
+
+// Guarantee: a target equal to one of the fleet's own prefixes, or under
+// one, is refused, and a subject that only begins with the same letters
+// is not.
+func TestNode_Reserved(t *testing.T) {
+	n := &Node{cfg: Config{IngestPrefix: "delay", AckPrefix: "$DELAY.ACK", APIPrefix: "$DELAY.API"}}
+	for target, want := range map[string]bool{
+		"delay": true, "delay.orders": true, "$DELAY": true, "$DELAY.ACK.x": true,
+		"$SRV.PING": true, "$SRV": true,
+		"delayed.orders": false, "$DELAYED": false, "$SRVX.a": false, "orders": false, "delay2": false,
+	} {
+		if got := n.reserved(target); got != want {
+			t.Errorf("reserved(%q) = %v, want %v", target, got, want)
+		}
+	}
+}

@@ -81,8 +81,10 @@ func (n *Node) morePending(m *nats.Msg) bool {
 // reserved reports whether target lies inside a prefix of the fleet's,
 // where a delivery would come back as ingest or a request.
 func (n *Node) reserved(target string) bool {
-	for _, p := range []string{n.cfg.IngestPrefix, "$DELAY", n.cfg.AckPrefix, n.cfg.APIPrefix, "$SRV"} {
-		if target == p || strings.HasPrefix(target, p+".") {
+	for _, p := range [...]string{n.cfg.IngestPrefix, "$DELAY", n.cfg.AckPrefix, n.cfg.APIPrefix, "$SRV"} {
+		// NB: not HasPrefix(target, p+"."), which built a string for
+		// each prefix of each publish routed.
+		if strings.HasPrefix(target, p) && (len(target) == len(p) || target[len(p)] == '.') {
 			return true
 		}
 	}
