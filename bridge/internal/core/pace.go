@@ -56,18 +56,32 @@ func (p *commitPace) await(w *writer, b *batchFill, handovers int) ([]scheduleRe
 	}
 	defer p.timer.Stop()
 	for handovers < p.handovers && len(b.reqs) < lingerUnder {
-		select {
-		case rs, ok := <-w.reqs:
-			if !ok {
-				return nil, handovers
-			}
-			handovers++
-			if carry := b.take(rs); len(carry) > 0 {
-				return carry, handovers
-			}
-		case <-p.timer.C:
+		rs, ok, waited := p.next(w)
+		if waited || !ok {
 			return nil, handovers
+		}
+		handovers++
+		if carry := b.take(rs); len(carry) > 0 {
+			return carry, handovers
 		}
 	}
 	return nil, handovers
+}
+
+// next is the next hand-over, or waited if lingerFor ran out first. One
+// queued already is taken however late: taking it costs no wait, and a
+// writer descheduled past the timer (a loaded machine) would otherwise
+// leave it to a commit of its own.
+func (p *commitPace) next(w *writer) (rs []scheduleRequest, ok, waited bool) {
+	select {
+	case rs, ok = <-w.reqs:
+		return rs, ok, false
+	default:
+	}
+	select {
+	case rs, ok = <-w.reqs:
+		return rs, ok, false
+	case <-p.timer.C:
+		return nil, false, true
+	}
 }

@@ -98,3 +98,21 @@ func TestCommitPace_Await_Bounded(t *testing.T) {
 		t.Fatalf("carry %d, hand-overs %d; want 0 and 1", len(carry), handovers)
 	}
 }
+
+// A hand-over queued already is taken even when the linger ran out
+// first: a writer descheduled past its timer on a loaded machine took
+// either, by chance, and left the hand-over to a commit of its own.
+func TestCommitPace_Next_QueuedBeforeTheTimer(t *testing.T) {
+	for range 100 {
+		w := pacedWriter(handOver(1))
+		p := commitPace{timer: time.NewTimer(0)} // run out already
+		rs, ok, waited := p.next(w)
+		if waited || !ok || len(rs) != 1 {
+			t.Fatalf("next with a hand-over queued and the linger run out: %d requests, ok %v, waited %v; want the hand-over", len(rs), ok, waited)
+		}
+	}
+	p := commitPace{timer: time.NewTimer(0)}
+	if _, _, waited := p.next(pacedWriter()); !waited {
+		t.Fatal("next with nothing queued and the linger run out did not report the wait over")
+	}
+}
