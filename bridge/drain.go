@@ -23,6 +23,9 @@ const (
 // redeliveries wait.
 type heldTopics struct {
 	f atomic.Pointer[func(topicHash uint64) bool]
+	// inForce, if set (by tests), is called once a Drain's hold is in
+	// force: the dispatcher has the rule that holds the topics back.
+	inForce func()
 }
 
 // held reports whether the topic's deliveries are held back now.
@@ -61,6 +64,9 @@ func (s *Service) Drain(ctx context.Context, keep func(topicHash uint64) bool) (
 	if err := s.reloadDelivery(); err != nil {
 		release()
 		return nil, err
+	}
+	if s.held.inForce != nil {
+		s.held.inForce()
 	}
 	var bound <-chan time.Time
 	if c := s.core.Load(); c != nil {

@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,14 +22,22 @@ type drainResult struct {
 }
 
 // drainAsync runs Drain of the topic subject in a goroutine the test
-// waits for.
+// waits for, and returns once its hold is in force (or it returned): a
+// publish after it is one made while the topic drains.
 func drainAsync(ctx context.Context, svc *bridge.Service, subject string) <-chan drainResult {
 	th := keys.TopicHash(subject)
+	held := make(chan struct{})
+	bridge.OnDrainHeld(svc, sync.OnceFunc(func() { close(held) }))
 	ch := make(chan drainResult, 1)
 	go func() {
 		release, err := svc.Drain(ctx, func(h uint64) bool { return h == th })
 		ch <- drainResult{release, err}
 	}()
+	select {
+	case <-held:
+	case r := <-ch:
+		ch <- r // it returned first: the caller reads it
+	}
 	return ch
 }
 

@@ -25,3 +25,7 @@ func SetBulkBounds(scanned, sample int) (restore func()) {
 // IngestHandler is the handler of s's ingest endpoint, for a benchmark
 // to call without a NATS round trip.
 func IngestHandler(s *Service) func(micro.Request) { return s.handleIngest }
+
+// OnDrainHeld makes f be called each time a Drain of s has its hold in
+// force; call it before the Drain.
+func OnDrainHeld(s *Service, f func()) { s.held.inForce = f }
