@@ -4,8 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/dispatch/recur"
 	"github.com/natsdelay/natsdelay/keys"
@@ -149,7 +147,7 @@ func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 	r := o.msg.GetRecurrence()
 	nowT := time.Unix(0, now)
 	occ := time.Unix(0, r.OccurrenceNs)
-	cur := proto.Clone(o.msg).(*delaystore.StoredMessage)
+	cur := o.msg.Derived()
 	cur.Recurrence.Planned = true
 	if cur.TtlNs > 0 {
 		// NB: an occurrence's TTL counts from when it first goes out, so a
@@ -174,7 +172,7 @@ func (d *Dispatcher) plan(o outgoing, now int64, skip bool) delaystore.Plan {
 	}
 	if at, behind, ok := sched.Next(occ, seq, r.Behind, nowT); ok {
 		cur.Recurrence.NextNs = at.UnixNano()
-		next := proto.Clone(o.msg).(*delaystore.StoredMessage)
+		next := o.msg.Derived()
 		next.FireAtNs, next.EnqueuedAtNs = sched.FireAt(at).UnixNano(), now
 		next.Attempt, next.EventId, next.ExpireAtNs = 0, 0, 0
 		nr := next.Recurrence
