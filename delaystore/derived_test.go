@@ -9,9 +9,9 @@ import (
 	"github.com/natsdelay/natsdelay/delaystore"
 )
 
-// everyFieldSet returns a message of m's type with each of its fields set
-// to a value other than its default, and every field of its message fields
-// likewise, so that a copy that leaves one out is told from the original.
+// everyFieldSet sets each field of m to a value other than its default,
+// and every field of its message fields likewise, so that a copy that
+// leaves one out is told from the original.
 func everyFieldSet(t *testing.T, m protoreflect.Message) {
 	t.Helper()
 	fields := m.Descriptor().Fields()
