@@ -87,6 +87,40 @@ func BenchmarkRepository_Schedule(b *testing.B) {
 	}
 }
 
+// BenchmarkRepository_CommitSize measures what a group commit's size does
+// to the store's CPU a message: each iteration stores 4,096 messages on
+// 1,024 subjects through ScheduleOnce with Sync, as the group commit
+// does, in commits of batch messages each. It reports the process's CPU
+// time per message (background flushes and compactions count where they
+// fall); with -benchtime Nx every size stores as many messages.
+func BenchmarkRepository_CommitSize(b *testing.B) {
+	const perIteration, subjects = 4096, 1024
+	for _, n := range []int{1, 4, 16, 64, 256} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			r := openRepo(b, openDisk(b, b.TempDir(), nil), delaystore.RepositoryConfig{})
+			now, seq := t0, 0
+			var cpu time.Duration
+			for b.Loop() {
+				for range perIteration / n {
+					now += int64(time.Millisecond)
+					in := make([]delaystore.Once, n)
+					for i, m := range benchMessages(n, "", now+int64(time.Hour)) {
+						m.Subject = fmt.Sprintf("bench.s%d", seq%subjects)
+						in[i].Msg = m
+						seq++
+					}
+					start := processCPU(b)
+					if _, err := r.ScheduleOnce(in, 0, now, delaystore.Sync); err != nil {
+						b.Fatal(err)
+					}
+					cpu += processCPU(b) - start
+				}
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*perIteration), "cpu-µs/msg")
+		})
+	}
+}
+
 // BenchmarkRepository_ScanDue measures messages read per second through
 // ScanTopic from one topic's due range, the way the dispatcher reads: pages
 // of dueScanPage from a cursor, up to the due bound, starting over at the
