@@ -243,7 +243,7 @@ func TestSchedule_Jitter_BoundsAndStableAcrossRestart(t *testing.T) {
 		// NB: GET shows both times truncated to the millisecond, so a
 		// fire time just under t+jitter shows as t+jitter.
 		if f.Before(planned) || f.After(planned.Add(jitter)) {
-			t.Fatalf("next time %d: %v, outside [%v, +%v)", i, f, planned, jitter)
+			t.Fatalf("next time %d: %v, outside [%v, +%v] (the bound shown to the millisecond)", i, f, planned, jitter)
 		}
 		spread = spread || !f.Equal(planned)
 		shown[planned] = f
