@@ -222,10 +222,10 @@ func literalSubject(s string) bool {
 	return true
 }
 
-// outbox holds what the ingest's handler forwards, by owner, until NATS
-// has nothing more pending for it: a burst goes as one batch a cell, and
-// a lone publish at once, as a single forward, with no wait added. Only
-// the ingest subscription's handler touches it.
+// outbox holds what serveIn forwards, by owner, and what it takes for
+// this node's own cell, until NATS has nothing more for it: a burst goes
+// as one batch a cell, and a lone publish at once, as a single forward,
+// with no wait added. Only serveIn touches it.
 type outbox struct {
 	// cells are the owners forwarded to, in the order of their first
 	// forward since the outbox was last sent.

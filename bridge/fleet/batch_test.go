@@ -210,9 +210,9 @@ func sendBehindHeld(t *testing.T, nc *nats.Conn, b *fleet.Node, g *gate, n int, 
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < n+1; {
+	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < n; {
 		if time.Now().After(deadline) {
-			t.Fatalf("NATS holds %d messages for b's handler, want %d", b.IngestPending(), n+1)
+			t.Fatalf("NATS holds %d messages for b's handler, want %d", b.IngestPending(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -633,6 +633,102 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 		t.Fatalf("b's service was handed calls of %v, want 256 and %d", sizes, n-256)
 	}
 	for i, d := range order {
+		if d != fmt.Sprint(i) {
+			t.Fatalf("handed over %d-th: publish %s, want %d in order", i, d, i)
+		}
+	}
+}
+
+// TestNode_IngestAndForwards_OneHandOver checks that what a node takes
+// for its own cell from its ingest and from the forwards other routers
+// send it, arriving together, goes to its service in one call, in the
+// order NATS brought it, so that its group commit writes it as one
+// commit: 80 publishes to the node's ingest, a batch of 80 forwarded by
+// another router and 80 more publishes, all reaching the node while it
+// is busy, are one call of 240, and every publisher is answered.
+func TestNode_IngestAndForwards_OneHandOver(t *testing.T) {
+	nc := startNATS(t)
+	g := &batchGate{gate: &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, n: make(chan struct{}, 16)}
+	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}},
+		fleet.Config{Cell: "b", IngestPrefix: "both", Heartbeat: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.open()
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	answers := make(chan *nats.Msg, 512)
+	sub, err := nc.ChanSubscribe("_INBOX.both.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	// The node is held on a single forward: it is answered by NATS's
+	// no-responders until the node takes its cell's forwards (at its
+	// first heartbeat), and once it is taken both subscriptions are up.
+	hold := fleet.CellPrefix + ".b.FWD.r1.hold"
+	for try := 0; ; try++ {
+		m, err := nc.Request(hold, nil, 5*time.Millisecond)
+		if errors.Is(err, nats.ErrNoResponders) && try < 3000 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err == nil {
+			t.Fatalf("the held forward answered %q before the node was let go", m.Data)
+		}
+		break
+	}
+	received(t, toStrings(g.entered), "b's hold")
+	const part = 80
+	publish := func(from int) {
+		for i := from; i < from+part; i++ {
+			m := &nats.Msg{Subject: fmt.Sprintf("both.s.%d", i%7), Reply: fmt.Sprintf("_INBOX.both.%d", i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))}
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0)
+	var batch []fleet.BatchPublish
+	for i := part; i < 2*part; i++ {
+		batch = append(batch, fleet.BatchPublish{Subject: fmt.Sprintf("s.%d", i%7), Reply: fmt.Sprintf("_INBOX.both.%d", i), Header: nats.Header{"Delay": {"1h"}}, Data: []byte(fmt.Sprint(i))})
+	}
+	if err := nc.Publish(fleet.CellPrefix+".b.FWD.r2", fleet.EncodeBatch(batch)); err != nil {
+		t.Fatal(err)
+	}
+	publish(2 * part)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); b.IngestPending() < 2*part+1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("NATS holds %d messages for b, want %d", b.IngestPending(), 2*part+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.open()
+	replied := map[string]bool{}
+	for len(replied) < 3*part {
+		select {
+		case m := <-answers:
+			replied[m.Subject] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d publishers answered", len(replied), 3*part)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.calls) != 1 || len(g.calls[0]) != 3*part {
+		var sizes []int
+		for _, c := range g.calls {
+			sizes = append(sizes, len(c))
+		}
+		t.Fatalf("b's service was handed calls of %v, want one of %d", sizes, 3*part)
+	}
+	for i, d := range g.calls[0] {
 		if d != fmt.Sprint(i) {
 			t.Fatalf("handed over %d-th: publish %s, want %d in order", i, d, i)
 		}

@@ -2,15 +2,9 @@ package fleet
 
 import "github.com/nats-io/nats.go"
 
-// IngestPending is how many messages NATS holds for the node's ingest
-// handler, not handed to it yet.
-func (n *Node) IngestPending() int {
-	p, _, err := n.ingest.Pending()
-	if err != nil {
-		return -1
-	}
-	return p
-}
+// IngestPending is how many messages NATS put in the node's channel of
+// ingest and forwards that it has not taken yet.
+func (n *Node) IngestPending() int { return len(n.in) }
 
 // BatchPublish is a publish of a forwarded batch.
 type BatchPublish struct {

@@ -90,10 +90,20 @@ type Node struct {
 	// its cell has no leader, so that they get a 503 rather than NATS's
 	// no-responders. Only the loop's goroutine drains it.
 	ingest *nats.Subscription
+	// in is where NATS puts what the ingest subscription and the
+	// forwards to this cell take, for one goroutine, serveIn, to route
+	// or take in arrival order (see serveIn); inStop tells it to finish
+	// what is in it and stop, and inDone is closed when it has.
+	in             chan *nats.Msg
+	inStop, inDone chan struct{}
+	inOnce         sync.Once
+	// forwardedTo is the prefix, with its ".", of the forwards to this
+	// cell.
+	forwardedTo string
 	// relay holds the forwarded messages waiting for their answer.
 	relay relay
-	// out holds what the ingest's handler forwards until its burst ends;
-	// only that handler touches it.
+	// out holds what serveIn forwards and takes for this cell until a
+	// burst ends; only serveIn touches it.
 	out outbox
 	// serving holds the subscriptions taken while the service serves;
 	// only the loop's goroutine touches it.
@@ -124,6 +134,8 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 	n := &Node{
 		nc: nc, svc: svc, cfg: cfg, rec: rec, log: cfg.Logger.With("component", "fleet", "cell", rec.Cell),
 		id: nuid.Next(), table: newTable(rec.Partitions), cellIngest: ingest + ".",
+		forwardedTo: forwardPrefix(rec.Cell) + ".", in: make(chan *nats.Msg, inQueue),
+		inStop: make(chan struct{}), inDone: make(chan struct{}),
 		refresh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	n.cur = rec
@@ -165,15 +177,14 @@ func New(nc *nats.Conn, svc Service, rec Record, cfg Config) (*Node, error) {
 		}
 	}
 	// The ingest is taken last, once its answers can be relayed.
-	sub, err := nc.QueueSubscribe(n.cfg.IngestPrefix+".>", QueueGroup, n.routeIngest)
-	if err == nil {
-		err = sub.SetPendingLimits(1<<20, 512<<20)
-	}
+	go n.serveIn()
+	sub, err := nc.ChanQueueSubscribe(n.cfg.IngestPrefix+".>", QueueGroup, n.in)
 	if err != nil {
 		if n.keeper != nil {
 			_ = n.keeper.OnServe(nil)
 		}
 		close(n.stop)
+		n.stopIn()
 		n.moveWG.Wait()
 		return nil, errors.Join(fmt.Errorf("fleet: subscribe %s.>: %w", n.cfg.IngestPrefix, err), n.unsubscribe(n.always))
 	}
@@ -192,6 +203,7 @@ func (n *Node) Close() error {
 	}
 	n.once.Do(func() { close(n.stop) })
 	<-n.done
+	n.stopIn()
 	n.moveWG.Wait()
 	err := n.unsubscribe(n.always)
 	n.expireRelayed(true)

@@ -22,8 +22,14 @@ func (n *Node) subscribe() error {
 		subject, queue string
 		h              nats.MsgHandler
 	}
+	// NB: the forwards go to the channel the ingest fills, so that one
+	// goroutine takes both (see serveIn).
+	fwd, err := n.nc.ChanQueueSubscribe(n.forwardedTo+">", "natsdelay.cell."+n.rec.Cell, n.in)
+	if err != nil {
+		return fmt.Errorf("fleet: subscribe %s>: %w", n.forwardedTo, err)
+	}
+	n.serving = append(n.serving, fwd)
 	routes := []route{
-		{forwardPrefix(n.rec.Cell) + ".>", "natsdelay.cell." + n.rec.Cell, n.receive},
 		{n.cfg.APIPrefix + ".>", QueueGroup, n.routeAPI},
 		{n.cfg.AckPrefix, QueueGroup, n.routeAckHeader},
 		{n.cfg.AckPrefix + ".>", QueueGroup, n.routeAckSubject},
@@ -48,34 +54,74 @@ func (n *Node) subscribe() error {
 	return n.nc.Flush()
 }
 
-// routeIngest takes a publish to <ingest prefix>.<subject> and sends it
-// to the cell that owns the subject's partition: to this cell's service
-// in process, or to the owner in one NATS hop. Both wait in the outbox
-// until NATS has nothing more pending for the subscription, so that a
-// burst goes to each owner as one batch, and to this cell's service as
-// one hand-over (see batch.go).
-func (n *Node) routeIngest(m *nats.Msg) {
-	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
-	if n.reserved(target) {
-		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
-	} else {
-		n.send(m, target, n.id, true)
+// inQueue bounds the messages NATS may hold for serveIn, the fleet's
+// ingest and the forwards to this cell together: past it nats.go drops
+// them and reports a slow consumer, and their publishers time out and
+// retry. It is nats.go's own bound on a channel it makes, 64 Ki
+// messages; a channel has no bound in bytes, so each message is bounded
+// by the server's max_payload alone (a forwarded batch by 256 KiB).
+const inQueue = nats.DefaultMaxChanLen
+
+// serveIn takes what the ingest subscription and the forwards to this
+// cell bring, in the order NATS delivered them, until stopIn; then it
+// takes what is left and stops. Everything for this cell's own service,
+// what this node routed to it and what other nodes forwarded, waits in
+// the outbox with the forwards until the channel is empty, so that a
+// burst goes to each owner as one batch and to this cell's service as
+// one hand-over, which its group commit writes as one commit (see
+// batch.go). Two goroutines, one a subscription, handed over apart and
+// the group commit wrote each alone: an owner committed half the
+// messages a commit that a node which forwards nothing does.
+func (n *Node) serveIn() {
+	defer close(n.inDone)
+	for {
+		select {
+		case m := <-n.in:
+			n.takeIn(m)
+		case <-n.inStop:
+			for {
+				select {
+				case m := <-n.in:
+					n.takeIn(m)
+				default:
+					return
+				}
+			}
+		}
 	}
-	if !n.morePending(m) {
+}
+
+// stopIn stops serveIn once it has taken what NATS put in the channel,
+// and waits for it. The subscriptions that fill it are drained first.
+func (n *Node) stopIn() {
+	n.inOnce.Do(func() { close(n.inStop) })
+	<-n.inDone
+}
+
+// takeIn routes m, a publish or a forward to this cell, and sends the
+// outbox once nothing more waits.
+func (n *Node) takeIn(m *nats.Msg) {
+	if strings.HasPrefix(m.Subject, n.forwardedTo) {
+		n.receive(m)
+	} else {
+		n.routeIngest(m)
+	}
+	if len(n.in) == 0 {
 		n.sendOutbox()
 	}
 }
 
-// morePending reports whether NATS holds more messages for m's
-// subscription, which its handler is handed next.
-func (n *Node) morePending(m *nats.Msg) bool {
-	if m.Sub == nil {
-		return false
+// routeIngest takes a publish to <ingest prefix>.<subject> and sends it
+// to the cell that owns the subject's partition: to this cell's service
+// in process, or to the owner in one NATS hop. Both wait in the outbox
+// (see serveIn).
+func (n *Node) routeIngest(m *nats.Msg) {
+	target := m.Subject[len(n.cfg.IngestPrefix)+1:]
+	if n.reserved(target) {
+		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
+		return
 	}
-	// NB: nats.go counts the message its handler is running on as
-	// pending until the handler returns.
-	pending, _, err := m.Sub.Pending()
-	return err == nil && pending > 1
+	n.send(m, target, n.id, true)
 }
 
 // reserved reports whether target lies inside a prefix of the fleet's,
@@ -94,10 +140,10 @@ func (n *Node) reserved(target string) bool {
 // send hands m, a message to schedule for target, to the owner of its
 // partition; from names the router in the forwarded subject. A forward,
 // or a message for this cell's own service, goes to the outbox if queue
-// (only the ingest's handler may ask it), at once otherwise. A node
-// whose own cell owns it but that does not lead it (a follower)
-// forwards it to its cell like any other, so that whichever node serves
-// the cell takes it, or the publisher gets the relay's 503.
+// (only serveIn may ask it), at once otherwise. A node whose own cell
+// owns it but that does not lead it (a follower) forwards it to its cell
+// like any other, so that whichever node serves the cell takes it, or
+// the publisher gets the relay's 503.
 func (n *Node) send(m *nats.Msg, target, from string, queue bool) {
 	p := Partition(target, n.rec.Partitions)
 	cell, at, ok := n.ownerOf(p)
@@ -128,7 +174,7 @@ func (n *Node) send(m *nats.Msg, target, from string, queue bool) {
 // told, with this cell's record, once a message or batch, and the
 // message goes on to the owner this node knows, once.
 func (n *Node) receive(m *nats.Msg) {
-	rest := m.Subject[len(forwardPrefix(n.rec.Cell))+1:]
+	rest := m.Subject[len(n.forwardedTo):]
 	from, target, single := strings.Cut(rest, ".")
 	if !single {
 		n.receiveBatch(m, from)
@@ -140,7 +186,7 @@ func (n *Node) receive(m *nats.Msg) {
 	}
 	told := false
 	if r := n.take(m, target, from, &told); r != nil {
-		n.svc.Ingest(r)
+		n.queueLocal(r)
 	}
 }
 
@@ -158,13 +204,11 @@ func (n *Node) receiveBatch(m *nats.Msg, from string) {
 		return
 	}
 	told := false
-	var mine []micro.Request
 	for _, f := range fs {
 		if r := n.take(f.msg, f.target, from, &told); r != nil {
-			mine = append(mine, r)
+			n.queueLocal(r)
 		}
 	}
-	n.ingestAll(mine)
 }
 
 // take takes m, forwarded by router from for target, and returns it as a
