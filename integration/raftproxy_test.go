@@ -25,6 +25,10 @@ type partition struct {
 		sync.Mutex
 		isolated string
 		conns    map[*proxiedConn]bool
+		// closed is set when the test ends: a connection accepted
+		// before and not yet forwarding is closed instead of joining
+		// conns, which the closing has already emptied.
+		closed bool
 	}
 	wg sync.WaitGroup
 }
@@ -59,6 +63,7 @@ func (p *partition) proxy(t *testing.T, dst, target string) string {
 	t.Cleanup(func() {
 		_ = ln.Close()
 		p.mu.Lock()
+		p.mu.closed = true
 		for c := range p.mu.conns {
 			c.close()
 		}
@@ -88,7 +93,10 @@ func (p *partition) serve(client net.Conn, dst, target string) {
 	head, src := p.identify(client)
 	pc := &proxiedConn{src: src, dst: dst, client: client}
 	p.mu.Lock()
-	if p.cutOff(pc) {
+	if p.cutOff(pc) || p.mu.closed {
+		// NB: a connection let through after the test's end would
+		// forward between live nodes until they die, which happens only
+		// after the cleanup that waits for it: the test would never end.
 		p.mu.Unlock()
 		_ = client.Close()
 		return
@@ -172,4 +180,66 @@ func (p *partition) heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mu.isolated = ""
+}
+
+// TestPartition_ConnAcceptedAsTheTestEnds_Closed checks the test's own
+// partition: a connection it accepted just before the test ended, still
+// being identified when the proxies close, is closed rather than
+// forwarded, so that the cleanup waiting for every connection returns
+// while the nodes still run. Before, such a connection was forwarded
+// between two live ends, and the step-down test hung in its cleanup
+// until the package's timeout.
+func TestPartition_ConnAcceptedAsTheTestEnds_Closed(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var heldMu sync.Mutex
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := target.Accept()
+			if err != nil {
+				return
+			}
+			heldMu.Lock()
+			held = append(held, c) // a node that never closes its end
+			heldMu.Unlock()
+		}
+	}()
+	var client net.Conn
+	t.Cleanup(func() {
+		_ = target.Close()
+		<-accepted
+		heldMu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		heldMu.Unlock()
+		if client != nil {
+			_ = client.Close()
+		}
+	})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t.Run("proxy", func(t *testing.T) {
+			p := newPartition(t, []string{"nodea"})
+			addr := p.proxy(t, "nodea", target.Addr().String())
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client = c
+			// NB: it sends nothing, so the proxy is still identifying it
+			// (for up to a second) when the test ends now.
+		})
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the partition's cleanup still waits for a connection accepted as the test ended")
+	}
 }
