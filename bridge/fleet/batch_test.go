@@ -547,16 +547,14 @@ func (g *batchGate) IngestBatch(reqs []micro.Request) {
 	g.n <- struct{}{}
 }
 
-// TestNode_Route_OwnBurst_HandedOverTogether checks that what a burst of
-// a node's ingest holds for its own cell goes to a service that takes
-// several at once in calls of at most 256, in the order published, and
-// that every publisher is answered: 300 publishes that reach the node
-// while its handler is busy are two calls, of 256 and 44.
-func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
-	nc := startNATS(t)
+// startGatedCell starts the node of cell b, which owns all 16
+// partitions and serves its ingest on prefix, in front of a batchGate,
+// whose hand-overs of one message (Ingest) wait until the gate opens.
+func startGatedCell(t *testing.T, nc *nats.Conn, prefix string) (*fleet.Node, *batchGate) {
+	t.Helper()
 	g := &batchGate{gate: &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, n: make(chan struct{}, 16)}
 	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}},
-		fleet.Config{Cell: "b", IngestPrefix: "own", Heartbeat: 20 * time.Millisecond})
+		fleet.Config{Cell: "b", IngestPrefix: prefix, Heartbeat: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,6 +564,17 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	return b, g
+}
+
+// TestNode_Route_OwnBurst_HandedOverTogether checks that what a burst of
+// a node's ingest holds for its own cell goes to a service that takes
+// several at once in calls of at most 256, in the order published, and
+// that every publisher is answered: 300 publishes that reach the node
+// while its handler is busy are two calls, of 256 and 44.
+func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
+	nc := startNATS(t)
+	b, g := startGatedCell(t, nc, "own")
 	answers := make(chan *nats.Msg, 512)
 	sub, err := nc.ChanSubscribe("_INBOX.own.>", answers)
 	if err != nil {
@@ -648,18 +657,7 @@ func TestNode_Route_OwnBurst_HandedOverTogether(t *testing.T) {
 // is busy, are one call of 240, and every publisher is answered.
 func TestNode_IngestAndForwards_OneHandOver(t *testing.T) {
 	nc := startNATS(t)
-	g := &batchGate{gate: &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, n: make(chan struct{}, 16)}
-	b, err := fleet.New(nc, g, fleet.Record{Cell: "b", Partitions: 16, Epoch: 1, Owned: []fleet.Range{{From: 0, To: 15}}},
-		fleet.Config{Cell: "b", IngestPrefix: "both", Heartbeat: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		g.open()
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	b, g := startGatedCell(t, nc, "both")
 	answers := make(chan *nats.Msg, 512)
 	sub, err := nc.ChanSubscribe("_INBOX.both.>", answers)
 	if err != nil {
