@@ -69,9 +69,10 @@ const inQueue = nats.DefaultMaxChanLen
 // the outbox with the forwards until the channel is empty, so that a
 // burst goes to each owner as one batch and to this cell's service as
 // one hand-over, which its group commit writes as one commit (see
-// batch.go). Two goroutines, one a subscription, handed over apart and
-// the group commit wrote each alone: an owner committed half the
-// messages a commit that a node which forwards nothing does.
+// batch.go). With a goroutine for each subscription, each handed its
+// part over alone, and an owner's commits held about a fifth of the
+// messages they hold now (docs/performance.md, "Ingest and forwards on
+// one goroutine").
 func (n *Node) serveIn() {
 	defer close(n.inDone)
 	for {
