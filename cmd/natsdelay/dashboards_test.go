@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -298,13 +299,33 @@ func checkCoverage(t *testing.T, series map[string]map[string]bool, alertExprs, 
 	}
 }
 
-// freeAddr is a 127.0.0.1 address with a port that was free a moment ago.
+// handedOut are the addresses freeAddr has returned in this process.
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// freeAddr is a 127.0.0.1 address with a port that was free a moment ago,
+// and that no other test of this process was given: the kernel may hand
+// a port closed a moment ago to the next listener on port 0, and two
+// clusters started in parallel once got the same one.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
