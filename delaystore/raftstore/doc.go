@@ -49,6 +49,13 @@
 //     serves from a node before it has caught up (the leader waits for a
 //     barrier).
 //
+// Writes are absolute, and so computed from what their writer read: a
+// writer must not commit what it read in one leadership of this node in
+// a later one, when another leader may have written in between. Each
+// Store handle belongs to the leadership it was opened in and commits only
+// during it, and each entry carries the term it was proposed in, which
+// every FSM compares with the term Raft appended it in (see proposal.go).
+//
 // The Repository's writes qualify: it writes the last event ID, pending
 // counts, the schedule count and every index entry as absolute values it
 // computed from its own state, and messages and index entries as Sets and

@@ -45,14 +45,21 @@ var _ raft.FSM = (*fsm)(nil)
 // Apply applies one committed entry to the local store, in one batch with
 // NoSync: the Raft log already holds the entry durably, and Snapshot makes
 // the local store durable before Raft may drop the entries it covers. It
-// returns nil, or the error that stopped the node; the leader's Commit
-// reads it from the apply future.
+// skips an entry appended in a later term than it was proposed in (see
+// proposal.go). It returns nil, errStaleProposal for an entry skipped, or
+// the error that stopped the node; the leader's Commit reads it from the
+// apply future.
 func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
 	if err := f.failed.Load(); err != nil {
 		return *err
+	}
+	if term, ok := proposalTermOf(l.Extensions); ok && term != l.Term {
+		// NB: not a failure of this node: every node skips it alike.
+		f.applied.Store(l.Index)
+		return fmt.Errorf("%w (entry %d: proposed in term %d, appended in %d)", errStaleProposal, l.Index, term, l.Term)
 	}
 	b := f.local.NewBatch()
 	defer b.Close()

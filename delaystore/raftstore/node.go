@@ -74,9 +74,10 @@ type Node struct {
 		// leader is Raft's view; ready is true once a barrier in this
 		// term of leadership has been applied. epoch counts leadership
 		// changes, so that a watcher tells a lost-and-regained leadership
-		// from an unbroken one.
+		// from an unbroken one. term is Raft's term of the leadership
+		// epoch counts, while this node leads.
 		leader, ready bool
-		epoch         uint64
+		epoch, term   uint64
 		watchers      map[*watcher]struct{}
 		closed        bool
 	}
@@ -380,6 +381,10 @@ func (n *Node) setLeader(leader bool) {
 		n.log.Info("lost leadership")
 		return
 	}
+	// NB: read after Raft told of the leadership, so it is the term this
+	// node leads in, or a later one if it lost it again meanwhile; then
+	// the false on its way ends the epoch before it is ready.
+	n.mu.term = n.raft.CurrentTerm()
 	n.log.Info("became leader; applying what was committed before")
 	term := n.lease.grant()
 	n.goFunc(func() {
@@ -422,8 +427,22 @@ func (n *Node) leadership() (ready bool, epoch uint64, closed bool) {
 // Store returns the replicated store: reads go to the local store, and a
 // batch's Commit replicates it (see batch.Commit). Each call returns a new
 // handle; closing it does not stop the node. It is safe for concurrent use.
+//
+// A handle belongs to the leadership under way when it is opened (see
+// IsLeader); Commit through it fails with ErrNotLeader outside that
+// leadership: on a handle opened while this node did not lead, and once
+// that leadership ends, even while this node leads again. Its holder
+// computed what it writes (absolute counts, deletes of what it read as
+// pending) from what it read then, and another leader may have changed
+// it since. Open a new handle, and read again, in each leadership.
 func (n *Node) Store() delaystore.Store {
-	return &store{n: n, gate: gate.New[*iterator](nil)}
+	s := &store{n: n, gate: gate.New[*iterator](nil)}
+	n.mu.Lock()
+	if n.mu.ready {
+		s.epoch, s.term = n.mu.epoch, n.mu.term
+	}
+	n.mu.Unlock()
+	return s
 }
 
 // Status is a node's own view of the cluster.

@@ -18,6 +18,28 @@ import (
 type store struct {
 	n    *Node
 	gate *gate.Gate[*iterator]
+	// epoch and term are the leadership the handle belongs to (see
+	// Node.Store), 0 if it was opened while the node did not lead.
+	epoch, term uint64
+}
+
+// proposalTerm is the Raft term a commit through s proposes its entry in:
+// that of its leadership, which must be under way.
+func (s *store) proposalTerm() (uint64, error) {
+	n := s.n
+	n.mu.Lock()
+	ready, current, closed := n.mu.ready, n.mu.epoch, n.mu.closed
+	n.mu.Unlock()
+	switch {
+	case closed || n.fsm.err() != nil || n.raft.State() == raft.Shutdown:
+		// As Raft would answer: the node's failure, or closed.
+		return 0, n.raftError("commit", raft.ErrRaftShutdown)
+	case s.epoch == 0:
+		return 0, fmt.Errorf("raftstore: commit: %w", n.notLeader(errOpenedAsFollower))
+	case !ready || s.epoch != current:
+		return 0, fmt.Errorf("raftstore: commit: %w", n.notLeader(errLeadershipEnded))
+	}
+	return s.term, nil
 }
 
 var _ delaystore.Store = (*store)(nil)
@@ -161,7 +183,9 @@ func (b *batch) usable() error {
 // stored it and this node applied it to its local store. The sync mode is
 // moot: the Raft log of every node syncs each entry. It returns an error
 // wrapping ErrNotLeader if this node is not the leader or lost leadership
-// before the entry committed (it may still commit), one wrapping
+// before the entry committed (it may still commit, in the leadership it
+// was proposed in: never in a later one), or if the handle's leadership
+// ended (see Node.Store), one wrapping
 // delaystore.ErrFailed and ErrApplyFailed if this node could not apply it
 // (the entry is committed nonetheless, and the others apply it), and
 // delaystore.ErrClosed once the node or this store is closed. A key that
@@ -180,7 +204,11 @@ func (b *batch) Commit(delaystore.SyncMode) error {
 			return fmt.Errorf("%w: a batch of %d operations encodes to %d bytes, over MaxEntryBytes (%d): commit it in smaller batches",
 				ErrEntryTooLarge, b.cmd.n, len(entry), limit)
 		}
-		return b.s.n.apply(entry)
+		term, err := b.s.proposalTerm()
+		if err != nil {
+			return err
+		}
+		return b.s.n.apply(entry, term)
 	})
 }
 
@@ -191,28 +219,32 @@ func (b *batch) Close() error {
 }
 
 // apply proposes one entry and waits for it to be committed and applied.
-func (n *Node) apply(entry []byte) error {
+func (n *Node) apply(entry []byte, term uint64) error {
 	// No enqueue timeout: the future resolves when the entry is applied,
 	// or when leadership is lost. Raft does not always answer one it holds
 	// when it shuts down, so the wait ends with Close too (see await): a
 	// commit stuck there held a writer that Close waited for through the
 	// leadership watch, and Close hung.
-	term, start := n.lease.begin()
-	f := n.raft.Apply(entry, 0)
+	leaseTerm, start := n.lease.begin()
+	f := n.raft.ApplyLog(raft.Log{Data: entry, Extensions: proposedIn(term)}, 0)
 	if err := n.await(f); err != nil {
 		return n.raftError("commit", err)
 	}
-	n.lease.extend(term, start)
-	if err, ok := f.Response().(error); ok && err != nil {
+	err, _ := f.Response().(error)
+	switch {
+	case errors.Is(err, errStaleProposal):
+		return n.raftError("commit", err)
+	case err != nil:
 		return fmt.Errorf("raftstore: commit: %w", err)
 	}
+	n.lease.extend(leaseTerm, start)
 	return nil
 }
 
 // raftError maps Raft's errors to the package's.
 func (n *Node) raftError(op string, err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, errStaleProposal),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
 		return fmt.Errorf("raftstore: %s: %w", op, n.notLeader(err))
 	case errors.Is(err, raft.ErrRaftShutdown):
