@@ -26,10 +26,14 @@ type Cluster interface {
 	// it stops being leader; serially, never two trues in a row. cancel
 	// stops the watch and waits for a call under way.
 	WatchLeadership(f func(leader bool)) (cancel func())
-	// HoldsLease reports whether this node holds the leadership lease now:
-	// no other node can lead, however long this process was paused. It is
-	// checked before every effect others observe.
-	HoldsLease() bool
+	// LeaseCheck returns a check of the leadership lease bound to the
+	// leadership under way: it reports whether this node holds the lease
+	// now (no other node can lead, however long this process was paused)
+	// in that same leadership, and false once it ended, even while this
+	// node leads again. Called while this node does not lead, the check
+	// always reports false. It is checked before every effect others
+	// observe.
+	LeaseCheck() func() bool
 	// AwaitLease waits up to timeout for the lease while this node leads,
 	// and reports whether it holds it: a leader whose renewal was slow
 	// gets it back within a round trip, a deposed one never does.
@@ -118,6 +122,11 @@ func (s *Service) startServing() error {
 		return nil
 	}
 	s.serving = true
+	// NB: bound before the core resumes, so to the leadership its store
+	// handle belongs to or an earlier one, whose check then fails: the
+	// work of this leadership acts under its own lease only.
+	check := s.cluster.LeaseCheck()
+	s.lease.Store(&check)
 	if err := s.subscribeAcks(); err != nil {
 		return err
 	}
@@ -167,6 +176,7 @@ func (s *Service) stopServing(reason error) error {
 	}
 	s.serving = false
 	s.leading.Store(false)
+	s.lease.Store(nil)
 	s.freezeAll()
 	var errs []error
 	if s.svc != nil {
@@ -186,7 +196,19 @@ func (s *Service) stopServing(reason error) error {
 // it is the leader and holds its lease, so that at most one node says so
 // at any moment, a node resumed from a pause included.
 func (s *Service) Leader() bool {
-	return s.cluster == nil || (s.leading.Load() && s.cluster.HoldsLease())
+	return s.cluster == nil || (s.leading.Load() && s.holdsLease())
+}
+
+// holdsLease reports whether this node holds the leadership lease now, in
+// the leadership it serves in (see Cluster.LeaseCheck): a node that lost
+// its leadership and won it back before it stopped the work of the first
+// one holds the lease of the second only.
+func (s *Service) holdsLease() bool {
+	if s.cluster == nil {
+		return true
+	}
+	check := s.lease.Load()
+	return check != nil && (*check)()
 }
 
 // Leads reports whether this Service holds the subscriptions of the one
@@ -209,10 +231,10 @@ const leaseWait = 500 * time.Millisecond
 // not noticed yet, gets no answer read from a store that may be stale,
 // but the 503 of answering.
 func (s *Service) mayAnswer() bool {
-	if s.cluster == nil || s.cluster.HoldsLease() {
+	if s.holdsLease() {
 		return true
 	}
-	return s.cluster.AwaitLease(leaseWait)
+	return s.cluster.AwaitLease(leaseWait) && s.holdsLease()
 }
 
 // answering is nil when this Service may answer a request now (see

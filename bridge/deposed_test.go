@@ -36,7 +36,7 @@ func (c *deposableCluster) WatchLeadership(f func(bool)) func() {
 	return c.wg.Wait
 }
 
-func (c *deposableCluster) HoldsLease() bool { return !c.deposed.Load() }
+func (c *deposableCluster) LeaseCheck() func() bool { return func() bool { return !c.deposed.Load() } }
 
 func (c *deposableCluster) AwaitLease(time.Duration) bool { return !c.deposed.Load() }
 

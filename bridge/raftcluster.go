@@ -18,7 +18,7 @@ type raftCluster struct{ n *raftstore.Node }
 
 func (c raftCluster) WatchLeadership(f func(bool)) func() { return c.n.WatchLeadership(f) }
 
-func (c raftCluster) HoldsLease() bool { return c.n.HoldsLease() }
+func (c raftCluster) LeaseCheck() func() bool { return c.n.LeaseCheck() }
 
 func (c raftCluster) AwaitLease(timeout time.Duration) bool { return c.n.AwaitLease(timeout) }
 

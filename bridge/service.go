@@ -317,6 +317,9 @@ type Service struct {
 	// cleared the moment it stops: read without serveMu, which a
 	// leadership change holds while the store opens.
 	leading atomic.Bool
+	// lease is the lease check of the leadership this node serves in
+	// (Cluster.LeaseCheck), nil while it does not serve.
+	lease   atomic.Pointer[func() bool]
 	svc     micro.Service
 	ackSubs []*nats.Subscription
 	// statusSub answers CLUSTER.STATUS on a node of a cluster; stopWatch
@@ -440,7 +443,7 @@ func (s *Service) start() error {
 	if s.cfg.Events {
 		ec := events.Config{Prefix: s.cfg.EventPrefix, Buffer: s.cfg.EventBuffer, Now: s.cfg.Now, Logger: s.cfg.Logger}
 		if s.cluster != nil {
-			ec.Fence = s.cluster.HoldsLease // only the leader tells
+			ec.Fence = s.holdsLease // only the leader tells
 		}
 		ev, err := events.New(s.nc, ec)
 		if err != nil {
@@ -452,8 +455,8 @@ func (s *Service) start() error {
 	}
 	if s.cluster != nil {
 		// Deliveries and dead letters go out only under the lease.
-		cc.Delivery.Fence = s.cluster.HoldsLease
-		s.pub.fence = s.cluster.HoldsLease
+		cc.Delivery.Fence = s.holdsLease
+		s.pub.fence = s.holdsLease
 		return s.startNode(cc)
 	}
 	// The ack subscriptions come first: deliveries rely on them for

@@ -240,7 +240,7 @@ func (d *Dispatcher) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Expired: c.expired.Load(), Canceled: c.canceled.Load(),
 		NoResponders: c.noResponders.Load(), Undeliverable: c.undeliverable.Load(), Evicted: c.evicted.Load(), Skipped: c.skipped.Load(),
 		PlannedAhead: c.plannedAhead.Load(), PlannedOnDelivery: c.plannedOnDelivery.Load(),
-		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), HandedOff: c.handedOff.Load(), StagedPasses: d.stagedPasses.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
+		Withdrawn: c.withdrawn.Load(), Fenced: c.fenced.Load(), FencedPasses: c.fencedPasses.Load(), HandedOff: c.handedOff.Load(), StagedPasses: d.stagedPasses.Load(), InFlight: uint64(inFlight), Topics: uint64(topics), Limited: uint64(limited), Paused: uint64(paused),
 	}
 }
 
@@ -455,6 +455,7 @@ func (d *Dispatcher) fenceHeld() bool { return d.cfg.Fence == nil || d.cfg.Fence
 // the loop looks again soon. It counts as a wait the loop wakes from, for
 // Health.
 func (d *Dispatcher) fenced() time.Duration {
+	d.stats.fencedPasses.Add(1)
 	now := d.nowNs()
 	d.mu.Lock()
 	d.mu.passStart = 0

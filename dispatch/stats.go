@@ -62,6 +62,9 @@ type Stats struct {
 	// moment of publishing (see Config.Fence): a node of a cluster that
 	// did not hold its leadership lease. Each goes out later, unchanged.
 	Fenced uint64 `json:"fenced"`
+	// FencedPasses counts the dispatcher's turns skipped because the fence
+	// was down: nothing fell due, was delivered or redelivered in them.
+	FencedPasses uint64 `json:"fenced_passes"`
 	// HandedOff counts messages due when their batch committed that went
 	// from the group commit to the next pass with no read of the store
 	// (see NotifyMessage).
@@ -88,7 +91,7 @@ type counters struct {
 	deadLettered, expired, canceled, noResponders                   atomic.Uint64
 	undeliverable, evicted, skipped                                 atomic.Uint64
 	plannedAhead, plannedOnDelivery, withdrawn                      atomic.Uint64
-	fenced                                                          atomic.Uint64
+	fenced, fencedPasses                                            atomic.Uint64
 	// handedOff counts the messages handed off (see NotifyMessage).
 	handedOff atomic.Uint64
 }

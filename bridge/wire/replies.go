@@ -140,6 +140,9 @@ type Stats struct {
 	// its cluster's leadership lease at the moment of publishing; each
 	// goes out later, unchanged.
 	Fenced uint64 `json:"fenced"`
+	// FencedPasses counts the dispatcher's turns skipped because the node
+	// did not hold the lease of the leadership it serves in.
+	FencedPasses uint64 `json:"fenced_passes"`
 	// HandedOff counts messages due when their batch committed that went
 	// to the next delivery pass with no read of the store.
 	HandedOff uint64 `json:"handed_off"`

@@ -3,13 +3,14 @@ package raftstore
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// A store handle belongs to the leadership it was opened in: once that
-// leadership ends its Commit commits nothing, even after this node leads
-// again. Whoever holds the handle computed its writes (absolute counts,
+// A store handle, and a lease check, belong to the leadership they were
+// opened in: once that leadership ends the handle's Commit commits
+// nothing and the check fails, even after this node leads again. Whoever holds the handle computed its writes (absolute counts,
 // deletes of messages it read as pending) from what it read then, and
 // another leader may have changed those keys since. Here node L leads and
 // writes k=1 through handle h; M takes the leadership over and writes k=2;
@@ -24,9 +25,11 @@ func TestStore_HandleOfAnEndedLeadership_CommitsNothing(t *testing.T) {
 	l := c.waitLeader()
 	h := l.node.Store()
 	defer h.Close()
+	lease := l.node.LeaseCheck()
 	if err := commitPairs(h, "k", "1"); err != nil {
 		t.Fatalf("commit through the leader's handle: %v", err)
 	}
+	waitFor(t, 10*time.Second, "the first leadership's lease", lease)
 	m := transferTo(t, c, l, nil)
 	if err := commitPairs(m.node.Store(), "k", "2"); err != nil {
 		t.Fatalf("commit on the next leader %s: %v", m.id, err)
@@ -42,9 +45,14 @@ func TestStore_HandleOfAnEndedLeadership_CommitsNothing(t *testing.T) {
 			t.Fatalf("%s holds k=%q (%v), want the next leader's 2", n.id, v, err)
 		}
 	}
-	// A handle opened in the leadership under way commits.
+	// A handle opened in the leadership under way commits, and its
+	// lease check holds, where the first one's does not.
 	if err := commitPairs(l.node.Store(), "k", "3"); err != nil {
 		t.Fatalf("commit through a handle of the leadership under way: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the lease of the leadership under way", l.node.LeaseCheck())
+	if lease() {
+		t.Fatalf("the lease check of %s's first leadership holds in its second", l.id)
 	}
 }
 

@@ -130,6 +130,27 @@ func (l *lease) isCurrent(term uint64) bool {
 // leadership again.
 func (n *Node) HoldsLease() bool { return n.lease.held() }
 
+// LeaseCheck returns HoldsLease bound to the leadership under way (see
+// IsLeader): the check reports false from the moment that leadership
+// ends, even once this node leads again. Work started in one leadership
+// acts on what it read then, which a leader in between may have changed;
+// it must not act under the lease of the next. Called while this node does
+// not lead, it returns a check that always reports false. The check is
+// cheap enough to call before every publish.
+func (n *Node) LeaseCheck() func() bool {
+	n.mu.Lock()
+	epoch, ready := n.mu.epoch, n.mu.ready
+	n.mu.Unlock()
+	if !ready {
+		return func() bool { return false }
+	}
+	return func() bool {
+		// NB: epochs only grow, so one read on each side of the lease's
+		// shows that the lease read was of this leadership.
+		return n.leaderEpoch.Load() == epoch && n.lease.held() && n.leaderEpoch.Load() == epoch
+	}
+}
+
 // renewLease keeps the lease of term held while this node leads: when half
 // of it is left, and no commit renewed it meanwhile, it proposes a barrier.
 // It returns once term ends or the node closes.

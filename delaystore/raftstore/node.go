@@ -69,6 +69,9 @@ type Node struct {
 	// wg counts the goroutines the node owns (see goFunc).
 	wg sync.WaitGroup
 
+	// leaderEpoch is mu.epoch, for reads without mu (LeaseCheck).
+	leaderEpoch atomic.Uint64
+
 	mu struct {
 		sync.Mutex
 		// leader is Raft's view; ready is true once a barrier in this
@@ -375,6 +378,7 @@ func (n *Node) setLeader(leader bool) {
 	n.mu.ready = false
 	n.mu.epoch++
 	epoch := n.mu.epoch
+	n.leaderEpoch.Store(epoch)
 	n.wakeWatchers()
 	if !leader {
 		n.lease.revoke()

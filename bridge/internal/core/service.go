@@ -300,6 +300,7 @@ func addStats(a *dispatch.Stats, b dispatch.Stats) {
 	a.PlannedOnDelivery += b.PlannedOnDelivery
 	a.Withdrawn += b.Withdrawn
 	a.Fenced += b.Fenced
+	a.FencedPasses += b.FencedPasses
 	a.HandedOff += b.HandedOff
 	a.StagedPasses += b.StagedPasses
 }

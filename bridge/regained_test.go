@@ -1,0 +1,137 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/natsdelay/natsdelay/bridge"
+	"github.com/natsdelay/natsdelay/bridge/bridgetest"
+	"github.com/natsdelay/natsdelay/bridge/wire"
+	"github.com/natsdelay/natsdelay/delaystore"
+)
+
+// regainedCluster is a Cluster whose node leads from the start and can
+// lose its leadership and win it back (regain) before its watch tells the
+// Service either: meanwhile the node holds the lease again, but of a new
+// leadership, in which another leader may have written in between. tell
+// then reports the loss and the gain. Its watch goroutine is its own:
+// cancel waits for it.
+type regainedCluster struct {
+	epoch  atomic.Uint64
+	events chan bool
+	quit   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newRegainedCluster() *regainedCluster {
+	c := &regainedCluster{events: make(chan bool, 4), quit: make(chan struct{})}
+	c.epoch.Store(1)
+	c.events <- true
+	return c
+}
+
+func (c *regainedCluster) regain() { c.epoch.Add(2) }
+
+func (c *regainedCluster) tell() {
+	c.events <- false
+	c.events <- true
+}
+
+func (c *regainedCluster) WatchLeadership(f func(bool)) func() {
+	c.wg.Go(func() {
+		for {
+			select {
+			case <-c.quit:
+				return
+			case leader := <-c.events:
+				f(leader)
+			}
+		}
+	})
+	return func() {
+		close(c.quit)
+		c.wg.Wait()
+	}
+}
+
+// LeaseCheck is bound to the leadership under way at the call.
+func (c *regainedCluster) LeaseCheck() func() bool {
+	e := c.epoch.Load()
+	return func() bool { return c.epoch.Load() == e }
+}
+
+func (c *regainedCluster) AwaitLease(time.Duration) bool { return true }
+
+func (c *regainedCluster) Status() wire.NodeStatus {
+	return wire.NodeStatus{ID: "nodea", Role: wire.RoleLeader, LeaderID: "nodea"}
+}
+
+func (c *regainedCluster) AddVoter(context.Context, string, string) error {
+	return errors.New("test: no membership changes")
+}
+
+func (c *regainedCluster) RemoveServer(context.Context, string) error {
+	return errors.New("test: no membership changes")
+}
+
+func (c *regainedCluster) StepDown(context.Context) error { return errors.New("test: no step-down") }
+
+// A node that lost its leadership and won it back before its Service
+// was told still runs the work of its first leadership, on what it read
+// then: another leader may have settled its messages in between. That
+// work must act on nothing under the new leadership's lease: a message
+// that falls due then is held back (fenced), requests get a 503, and once
+// the Service has been told, the new leadership's work delivers the
+// message, once. Before, the node's lease, held again, let the first
+// leadership's dispatcher deliver and its API answer.
+func TestService_LeadershipRegainedBeforeNoticing_FirstLeadershipActsOnNothing(t *testing.T) {
+	c := newRegainedCluster()
+	st := bridgetest.MemStore(t)
+	t.Cleanup(func() { _ = st.Close() })
+	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
+	waitFor(t, "the node to serve", h.Service.Leader)
+	var delivered atomic.Int64
+	sub, err := h.Conn.Subscribe("regained.x", func(m *nats.Msg) {
+		delivered.Add(1)
+		_ = m.Respond([]byte("+ACK"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := h.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("delay.regained.x")
+	m.Header.Set(wire.HeaderDelay, "2s")
+	rep, err := h.Conn.RequestMsg(m, 5*time.Second)
+	if err != nil || rep.Header.Get(wire.HeaderServiceErrorCode) != "" {
+		t.Fatalf("schedule: %v %q", err, rep.Header.Get(wire.HeaderServiceError))
+	}
+	due := time.Now().Add(2 * time.Second) // at or after its fire time
+	c.regain()
+	waitFor(t, "the message to fall due", func() bool { return time.Now().After(due) })
+	// After that, the dispatcher's next turn delivers it, or is fenced.
+	turns := h.Service.Stats().FencedPasses
+	waitFor(t, "a turn of the dispatcher after the message fell due", func() bool {
+		return h.Service.Stats().FencedPasses > turns || delivered.Load() > 0
+	})
+	if n := delivered.Load(); n != 0 {
+		t.Fatalf("the first leadership's dispatcher delivered %d under the new leadership's lease", n)
+	}
+	if code, _ := requestStatus(t, h.Conn, wire.DefaultAPIPrefix+"."+wire.VerbInfo); code != "503" {
+		t.Fatalf("INFO to the first leadership's work: code %q, want 503", code)
+	}
+	c.tell()
+	waitFor(t, "the delivery by the new leadership's work", func() bool { return delivered.Load() > 0 })
+	waitFor(t, "the ACK to settle the message", func() bool { return h.Service.Stats().Acked == 1 })
+	if n := delivered.Load(); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
+	}
+}
