@@ -58,3 +58,31 @@ func TestPipelined_FailsWhenRepliesStopNotWhenSlow(t *testing.T) {
 	}
 	_ = sub.Unsubscribe()
 }
+
+// A synchronous request that finds nobody subscribed (a cluster between
+// leaders) is a refusal the run counts, as a 503 is and as a pipelined
+// run counts the same status reply, not an error that ends the run; a
+// request left unanswered still is one.
+func TestRequesters_NoRespondersCountedAsRefused(t *testing.T) {
+	srv := bridgetest.RunServer(t)
+	nc := bridgetest.Connect(t, srv)
+	always := func(*nats.Msg) bool { return true }
+	msg := func(int) *nats.Msg { return nats.NewMsg("nobody.here") }
+	_, failed, err := requesters([]*nats.Conn{nc}, 20, 4, 5*time.Second, msg, always, new(atomic.Int64))
+	if err != nil || failed != 20 {
+		t.Fatalf("20 requests to no subscriber: %d refused, err %v; want 20 refused and no error", failed, err)
+	}
+	silent := bridgetest.Connect(t, srv)
+	sub, err := silent.Subscribe("silent", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msg = func(int) *nats.Msg { return nats.NewMsg("silent") }
+	if _, _, err := requesters([]*nats.Conn{nc}, 2, 2, 200*time.Millisecond, msg, always, new(atomic.Int64)); err == nil {
+		t.Fatal("requests nobody answers: no error")
+	}
+}
