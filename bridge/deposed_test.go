@@ -23,6 +23,7 @@ import (
 // moment after Raft knows it). Its watch goroutine is its own: cancel
 // waits for it.
 type deposableCluster struct {
+	fixedMembership
 	deposed atomic.Bool
 	wg      sync.WaitGroup
 }
@@ -47,15 +48,19 @@ func (c *deposableCluster) Status() wire.NodeStatus {
 	return wire.NodeStatus{ID: "nodea", Role: wire.RoleLeader, LeaderID: "nodea"}
 }
 
-func (c *deposableCluster) AddVoter(context.Context, string, string) error {
+// fixedMembership is the membership part of a test's Cluster: it
+// changes nothing.
+type fixedMembership struct{}
+
+func (fixedMembership) AddVoter(context.Context, string, string) error {
 	return errors.New("test: no membership changes")
 }
 
-func (c *deposableCluster) RemoveServer(context.Context, string) error {
+func (fixedMembership) RemoveServer(context.Context, string) error {
 	return errors.New("test: no membership changes")
 }
 
-func (c *deposableCluster) StepDown(context.Context) error { return errors.New("test: no step-down") }
+func (fixedMembership) StepDown(context.Context) error { return errors.New("test: no step-down") }
 
 // A node that lost its leadership and has not noticed yet still holds the
 // subscriptions of the leader, and takes requests that no other node got:

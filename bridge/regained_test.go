@@ -1,8 +1,6 @@
 package bridge_test
 
 import (
-	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +21,7 @@ import (
 // then reports the loss and the gain. Its watch goroutine is its own:
 // cancel waits for it.
 type regainedCluster struct {
+	fixedMembership
 	epoch  atomic.Uint64
 	events chan bool
 	quit   chan struct{}
@@ -71,16 +70,6 @@ func (c *regainedCluster) AwaitLease(time.Duration) bool { return true }
 func (c *regainedCluster) Status() wire.NodeStatus {
 	return wire.NodeStatus{ID: "nodea", Role: wire.RoleLeader, LeaderID: "nodea"}
 }
-
-func (c *regainedCluster) AddVoter(context.Context, string, string) error {
-	return errors.New("test: no membership changes")
-}
-
-func (c *regainedCluster) RemoveServer(context.Context, string) error {
-	return errors.New("test: no membership changes")
-}
-
-func (c *regainedCluster) StepDown(context.Context) error { return errors.New("test: no step-down") }
 
 // A node that lost its leadership and won it back before its Service
 // was told still runs the work of its first leadership, on what it read
