@@ -62,6 +62,11 @@ var olderBuilds struct {
 	building sync.Mutex
 	// started is closed once the builds TestMain started are done.
 	started chan struct{}
+	// env is the environment the builds run in, as TestMain left it: a
+	// test's t.Setenv must not reach a build running beside it (one that
+	// set XDG_CONFIG_HOME had the go command write its telemetry counters
+	// into the test's directory after the test had removed it).
+	env []string
 }
 
 // olderBuild is natsdelay built at one commit.
@@ -108,6 +113,7 @@ func (b *olderBuild) build() {
 // did not. Flags must be parsed.
 func startOlderBuilds() {
 	olderBuilds.started = make(chan struct{})
+	olderBuilds.env = os.Environ()
 	var revs []string
 	for rev, tests := range olderTests {
 		if slices.ContainsFunc(tests, selected) {
@@ -203,7 +209,7 @@ func buildAt(rev string) (bin, skip string, err error) {
 	build := exec.Command("go", "build", "-o", bin, "./cmd/natsdelay")
 	build.Dir = src
 	// NB: no VCS stamp: the extracted tree is not a repository.
-	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	build.Env = append(slices.Clip(olderBuilds.env), "GOFLAGS=-buildvcs=false")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("go build: %w: %s", err, out)
 	}
