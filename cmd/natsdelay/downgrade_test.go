@@ -209,7 +209,11 @@ func buildAt(rev string) (bin, skip string, err error) {
 	build := exec.Command("go", "build", "-o", bin, "./cmd/natsdelay")
 	build.Dir = src
 	// NB: no VCS stamp: the extracted tree is not a repository.
-	build.Env = append(slices.Clip(olderBuilds.env), "GOFLAGS=-buildvcs=false")
+	env := olderBuilds.env
+	if env == nil {
+		env = os.Environ() // no TestMain started the builds
+	}
+	build.Env = append(slices.Clip(env), "GOFLAGS=-buildvcs=false")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("go build: %w: %s", err, out)
 	}
