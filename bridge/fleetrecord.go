@@ -41,5 +41,6 @@ func (s *Service) freezeAll() {
 		return
 	}
 	all := func(uint64) bool { return true }
+	s.frozen.unserved.Store(true)
 	s.frozen.f.Store(&all)
 }

@@ -20,6 +20,10 @@ type frozenTopics struct {
 	// before it is stored.
 	gate sync.RWMutex
 	f    atomic.Pointer[func(topicHash uint64) bool]
+	// unserved is set while every topic is frozen because the node does
+	// not serve (freezeAll), until the serve hook sets what is frozen:
+	// nothing moves then, and a refusal says why.
+	unserved atomic.Bool
 }
 
 // WithFrozen freezes the topics f names from the start, before the first
@@ -45,6 +49,7 @@ func (z *frozenTopics) frozen(topicHash uint64) bool {
 // expiry. f is called often and under locks: it must be quick.
 func (s *Service) SetFrozen(f func(topicHash uint64) bool) error {
 	s.frozen.gate.Lock()
+	s.frozen.unserved.Store(false)
 	if f == nil {
 		s.frozen.f.Store(nil)
 	} else {
@@ -73,7 +78,17 @@ func (s *Service) reloadDelivery() error {
 // frozenKey returns a 503 error when k's topic is frozen.
 func (s *Service) frozenKey(k keys.Key) error {
 	if s.frozen.frozen(k.TopicHash()) {
-		return unavailable("the partition of message %s is moving between cells: try again", k.Tag())
+		return s.frozenError("the partition of message " + k.Tag())
 	}
 	return nil
+}
+
+// frozenError is the 503 for a request about a frozen topic, whose
+// partition part names: it is moving between cells, or this node is
+// starting or stopping to serve.
+func (s *Service) frozenError(part string) error {
+	if s.frozen.unserved.Load() {
+		return unavailable("this node is starting or stopping to serve as its cell's leader: try again")
+	}
+	return unavailable("%s is moving between cells: try again", part)
 }

@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,5 +123,65 @@ func TestService_LeadershipRegainedBeforeNoticing_FirstLeadershipActsOnNothing(t
 	waitFor(t, "the ACK to settle the message", func() bool { return h.Service.Stats().Acked == 1 })
 	if n := delivered.Load(); n != 1 {
 		t.Fatalf("delivered %d times, want once", n)
+	}
+}
+
+// A node of a fleet's cell that starts to serve holds every partition
+// frozen until it has read the fleet's record (OnServe); what its routes
+// hand it meanwhile gets a 503 that says so, not that a partition is
+// moving between cells, which none is. Once the record is read, the same
+// message is taken.
+func TestService_StartingToServe_FrozenAnswerSaysSo(t *testing.T) {
+	c := newRegainedCluster()
+	st := bridgetest.MemStore(t)
+	t.Cleanup(func() { _ = st.Close() })
+	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
+	waitFor(t, "the node to serve", h.Service.Leader)
+	var hold atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // NB: before the Service's Close, which waits for the hook
+	if err := h.Service.OnServe(func() error {
+		if hold.Load() {
+			close(entered)
+			<-release
+		}
+		return h.Service.SetFrozen(nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	c.regain()
+	c.tell()
+	<-entered
+	answers := make(chan *nats.Msg, 4)
+	sub, err := h.Conn.ChanSubscribe("_INBOX.starting.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := h.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ingest := func(reply string) *nats.Msg {
+		h.Service.Ingest(&handed{nc: h.Conn, subject: "delay.starting.x", reply: reply, header: nats.Header{"Delay": {"1h"}}, data: []byte("x")})
+		select {
+		case m := <-answers:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer")
+			return nil
+		}
+	}
+	m := ingest("_INBOX.starting.1")
+	code, text := m.Header.Get(wire.HeaderServiceErrorCode), m.Header.Get(wire.HeaderServiceError)
+	if code != "503" || strings.Contains(text, "moving") || !strings.Contains(text, "starting or stopping") {
+		t.Fatalf("ingest while the node starts to serve: %s %q, want a 503 saying it is starting or stopping", code, text)
+	}
+	free()
+	waitFor(t, "the node to serve again", h.Service.Leader)
+	if m := ingest("_INBOX.starting.2"); m.Header.Get(wire.HeaderServiceErrorCode) != "" {
+		t.Fatalf("ingest once it serves: %q", m.Header.Get(wire.HeaderServiceError))
 	}
 }

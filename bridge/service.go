@@ -774,7 +774,7 @@ func (s *Service) refuseFrozen(req micro.Request, msg *delaystore.StoredMessage,
 	if !s.frozen.frozen(keys.TopicHash(msg.Subject)) {
 		return false
 	}
-	s.refuseCommit(req, span, unavailable("the partition of subject %q is moving between cells: try again", keys.Clip(msg.Subject)), js)
+	s.refuseCommit(req, span, s.frozenError(fmt.Sprintf("the partition of subject %q", keys.Clip(msg.Subject))), js)
 	return true
 }
 
