@@ -71,12 +71,7 @@ func (fixedMembership) StepDown(context.Context) error { return errors.New("test
 // over under load).
 func TestService_DeposedBeforeNoticing_Answers503NotLeader(t *testing.T) {
 	c := &deposableCluster{}
-	// NB: the Service closes what it is given, and reopens at Resume,
-	// as on a Raft node, whose store stays the node's.
-	st := bridgetest.MemStore(t)
-	t.Cleanup(func() { _ = st.Close() })
-	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
-	waitFor(t, "the node to serve", h.Service.Leader)
+	h := startNode(t, c)
 	if code, text := requestStatus(t, h.Conn, "delay.r.x"); code != "" {
 		t.Fatalf("while leading: %s %s", code, text)
 	}
@@ -106,6 +101,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// startNode runs a Service as a node of the cluster c, on a store in
+// memory that it reopens at each Resume (a Raft node's store stays the
+// node's), and waits until it serves.
+func startNode(t *testing.T, c bridge.Cluster) *bridgetest.Harness {
+	t.Helper()
+	st := bridgetest.MemStore(t)
+	t.Cleanup(func() { _ = st.Close() })
+	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
+	waitFor(t, "the node to serve", h.Service.Leader)
+	return h
 }
 
 // unclosed is a handle on a store that closing does not close, as a Raft

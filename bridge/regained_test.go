@@ -9,10 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/natsdelay/natsdelay/bridge"
-	"github.com/natsdelay/natsdelay/bridge/bridgetest"
 	"github.com/natsdelay/natsdelay/bridge/wire"
-	"github.com/natsdelay/natsdelay/delaystore"
 )
 
 // regainedCluster is a Cluster whose node leads from the start and can
@@ -82,10 +79,7 @@ func (c *regainedCluster) Status() wire.NodeStatus {
 // leadership's dispatcher deliver and its API answer.
 func TestService_LeadershipRegainedBeforeNoticing_FirstLeadershipActsOnNothing(t *testing.T) {
 	c := newRegainedCluster()
-	st := bridgetest.MemStore(t)
-	t.Cleanup(func() { _ = st.Close() })
-	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
-	waitFor(t, "the node to serve", h.Service.Leader)
+	h := startNode(t, c)
 	var delivered atomic.Int64
 	sub, err := h.Conn.Subscribe("regained.x", func(m *nats.Msg) {
 		delivered.Add(1)
@@ -133,10 +127,7 @@ func TestService_LeadershipRegainedBeforeNoticing_FirstLeadershipActsOnNothing(t
 // message is taken.
 func TestService_StartingToServe_FrozenAnswerSaysSo(t *testing.T) {
 	c := newRegainedCluster()
-	st := bridgetest.MemStore(t)
-	t.Cleanup(func() { _ = st.Close() })
-	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
-	waitFor(t, "the node to serve", h.Service.Leader)
+	h := startNode(t, c)
 	var hold atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
 	var released sync.Once

@@ -10,15 +10,17 @@ import (
 
 // A store handle, and a lease check, belong to the leadership they were
 // opened in: once that leadership ends the handle's Commit commits
-// nothing and the check fails, even after this node leads again. Whoever holds the handle computed its writes (absolute counts,
-// deletes of messages it read as pending) from what it read then, and
-// another leader may have changed those keys since. Here node L leads and
-// writes k=1 through handle h; M takes the leadership over and writes k=2;
-// L leads again. A commit through h must fail with ErrNotLeader and leave
-// k=2 on every node. (A service whose node lost and regained its
-// leadership before it had stopped the work of the first one wrote such
-// stale counts: a 3-node cell's pending count ended 2,304 below what it
-// held after an election under CPU starvation.)
+// nothing and the check fails, even after this node leads again. Whoever
+// holds the handle computed its writes (absolute counts, deletes of
+// messages it read as pending) from what it read then, and another
+// leader may have changed those keys since. Here node L leads and writes
+// k=1 through handle h; M takes the leadership over and writes k=2; L
+// leads again. A commit through h must fail with ErrNotLeader and leave
+// k=2 on every node; before, it overwrote k. (A service whose node lost
+// and regained its leadership before it had stopped the work of the
+// first one could write such stale counts: the likely cause of a 3-node
+// cell's pending count ending 2,304 low after an election under CPU
+// starvation, which no run has reproduced since.)
 func TestStore_HandleOfAnEndedLeadership_CommitsNothing(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3, enginePebble, testConfig())
