@@ -105,12 +105,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // startNode runs a Service as a node of the cluster c, on a store in
 // memory that it reopens at each Resume (a Raft node's store stays the
-// node's), and waits until it serves.
+// node's), and waits until it serves. Its ack wait is 2 s: a new
+// leadership's dispatcher may deliver before the Service routes ACKs to
+// it, and a delivery whose ACK was refused then goes again after it.
 func startNode(t *testing.T, c bridge.Cluster) *bridgetest.Harness {
 	t.Helper()
 	st := bridgetest.MemStore(t)
 	t.Cleanup(func() { _ = st.Close() })
-	h := bridgetest.NewOn(t, unclosed{st}, nil, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
+	ackWait := func(cfg *bridge.Config) { cfg.Delivery.AckWait = 2 * time.Second }
+	h := bridgetest.NewOn(t, unclosed{st}, ackWait, bridge.WithCluster(c), bridge.WithReopen(func() (delaystore.Store, error) { return unclosed{st}, nil }))
 	waitFor(t, "the node to serve", h.Service.Leader)
 	return h
 }
