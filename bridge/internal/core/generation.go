@@ -35,19 +35,26 @@ type generation struct {
 	// retired is set once the generation stopped working: failed and
 	// retired by recovery, or suspended.
 	retired atomic.Bool
+	// serving is set once the generation is the Service's current one.
+	// Its dispatcher delivers nothing before: the ACK of a delivery made
+	// by a generation still being swapped in would meet the Service's
+	// 503, and the message would come again after the ACK wait.
+	serving atomic.Bool
 
 	stopWorkOnce   sync.Once
 	closeStoreOnce sync.Once
 }
 
 // startGeneration opens the repository over st and starts a dispatcher, a
-// janitor and a writer on it. With probe, it first checks that st takes a
-// synced write, as a reopened store must before it takes messages again. On
-// error it closes what it started and st.
-func (s *Service) startGeneration(st delaystore.Store, probe bool) (*generation, error) {
+// janitor and a writer on it. A reopened store is first checked to take a
+// synced write, as it must before it takes messages again, and its
+// generation delivers only once swap makes it current; Open's serves at
+// once. On error it closes what it started and st.
+func (s *Service) startGeneration(st delaystore.Store, reopened bool) (*generation, error) {
 	g := &generation{}
 	g.store = &watchedStore{Store: st, onFail: func(err error) { s.fail(g, err) }}
-	if err := s.buildGeneration(g, probe); err != nil {
+	g.serving.Store(!reopened)
+	if err := s.buildGeneration(g, reopened); err != nil {
 		return nil, errors.Join(err, g.stopWork(), g.closeStore())
 	}
 	return g, nil
@@ -70,7 +77,10 @@ func (s *Service) buildGeneration(g *generation, probe bool) error {
 	if err := seedLimits(g.repo, s.cfg.Limits); err != nil {
 		return err
 	}
-	if g.disp, err = dispatch.New(g.repo, s.pub, s.cfg.Delivery); err != nil {
+	delivery := s.cfg.Delivery
+	fence := delivery.Fence
+	delivery.Fence = func() bool { return g.serving.Load() && (fence == nil || fence()) }
+	if g.disp, err = dispatch.New(g.repo, s.pub, delivery); err != nil {
 		return err
 	}
 	if g.jan, err = janitor.New(g.repo, g.disp, s.cfg.Expiry); err != nil {

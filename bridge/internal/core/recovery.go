@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/natsdelay/natsdelay/dispatch"
 )
 
 // fail puts the Service in the recovering state when a call on g's store
@@ -57,6 +59,7 @@ func (s *Service) swap(g *generation) bool {
 	s.gen.Store(g)
 	s.keptMu.Unlock()
 	s.setDown(nil)
+	g.serving.Store(true)
 	return true
 }
 
@@ -191,6 +194,10 @@ func (s *Service) retire(g *generation) {
 	}
 }
 
+// beforeSwap, if set, is called with the dispatcher of a generation
+// started on a reopened store, before reopen swaps it in. Tests only.
+var beforeSwap func(*dispatch.Dispatcher)
+
 // reopen waits first, then opens the store again until it works, the
 // Service is suspended or it stops, and swaps in a new generation. It
 // returns the last wait between attempts (0 if the first worked) and false
@@ -214,6 +221,9 @@ func (s *Service) reopen(first time.Duration, afterFault bool) (time.Duration, b
 		var g *generation
 		if err == nil {
 			g, err = s.startGeneration(st, true)
+		}
+		if err == nil && beforeSwap != nil {
+			beforeSwap(g.disp)
 		}
 		if err == nil && s.swap(g) {
 			if afterFault {
