@@ -79,6 +79,9 @@ type Scheduled struct {
 	// client id) that this one replaced and deleted, when HasReplaced.
 	Replaced    keys.Key
 	HasReplaced bool
+	// ReplacedOccurrence says the message replaced was an occurrence of a
+	// recurring schedule (set by Schedule and ScheduleOnce).
+	ReplacedOccurrence bool
 }
 
 // Op is one write for Apply: a delete when Msg is nil, otherwise an update
@@ -546,13 +549,14 @@ func (r *Repository) resolveReplacements(b Batch, deltas map[string]int64, msgs 
 		ck := string(appendClientIDKey(r.w.key[:0], m.Subject, m.ClientId))
 		if j, ok := latest[ck]; ok {
 			out[i].Replaced, out[i].HasReplaced = out[j].Key, true
+			out[i].ReplacedOccurrence = msgs[j].Recurrence != nil
 			superseded[j] = true
 		} else {
-			old, ok, err := r.replacePending(b, deltas, []byte(ck))
+			old, occurrence, ok, err := r.replacePending(b, deltas, []byte(ck))
 			if err != nil {
 				return nil, fmt.Errorf("delaystore: schedule batch of %d: replace client id %q of %q: %w", len(msgs), keys.Clip(m.ClientId), keys.Clip(m.Subject), err)
 			}
-			out[i].Replaced, out[i].HasReplaced = old, ok
+			out[i].Replaced, out[i].HasReplaced, out[i].ReplacedOccurrence = old, ok, occurrence
 		}
 		latest[ck] = i
 	}
@@ -676,19 +680,20 @@ func (r *Repository) writeCeiling(ceiling uint64) error {
 }
 
 // replacePending adds to b the deletion of the pending message indexed under
-// the client id key ck, if there is one, and returns its key. The caller
-// overwrites the index entry itself. wmu must be held.
-func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte) (keys.Key, bool, error) {
+// the client id key ck, if there is one, and returns its key and whether
+// it is an occurrence of a recurring schedule. The caller overwrites the
+// index entry itself. wmu must be held.
+func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte) (old keys.Key, occurrence, ok bool, err error) {
 	v, err := r.s.Get(ck)
 	if errors.Is(err, ErrNotFound) {
-		return keys.Key{}, false, nil
+		return keys.Key{}, false, false, nil
 	}
 	if err != nil {
-		return keys.Key{}, false, fmt.Errorf("read index: %w", err)
+		return keys.Key{}, false, false, fmt.Errorf("read index: %w", err)
 	}
-	old, err := keys.Decode(v)
+	old, err = keys.Decode(v)
 	if err != nil {
-		return keys.Key{}, false, fmt.Errorf("index entry: %w: %w", ErrCorrupt, err)
+		return keys.Key{}, false, false, fmt.Errorf("index entry: %w: %w", ErrCorrupt, err)
 	}
 	m, err := r.get(old)
 	if errors.Is(err, ErrNotFound) {
@@ -696,16 +701,16 @@ func (r *Repository) replacePending(b Batch, deltas map[string]int64, ck []byte)
 		// the store was changed behind the repository's back. The entry is
 		// about to be overwritten; there is nothing to replace.
 		r.log.Warn("client id index points at a missing message", "tag", old.Tag())
-		return keys.Key{}, false, nil
+		return keys.Key{}, false, false, nil
 	}
 	if err != nil {
-		return keys.Key{}, false, err
+		return keys.Key{}, false, false, err
 	}
 	if err := r.deleteMessage(b, &old, m, false); err != nil {
-		return keys.Key{}, false, err
+		return keys.Key{}, false, false, err
 	}
 	deltas[m.Subject]--
-	return old, true, nil
+	return old, m.Recurrence != nil, true, nil
 }
 
 // setMessage adds the message's value to b; once says k never held a value

@@ -71,6 +71,9 @@ type Dispatcher struct {
 		publishing keys.Key
 		inPublish  bool
 		published  sync.Cond
+		// noted is broadcast when no round of the planner is between
+		// its commit and the noting of its plans (see noting).
+		noted sync.Cond
 		// handed are the messages handed off since the last pass began
 		// (see NotifyMessage), each a flight already, in the order they
 		// were handed off.
@@ -85,6 +88,11 @@ type Dispatcher struct {
 	// beforePublishWait, if set (by tests only), is called when a
 	// settling of a message waits for the publish of it under way.
 	beforePublishWait func()
+	// afterPlanCommit, if set (by tests only), is called by the planner
+	// after each commit of plans made ahead, before it notes them; and
+	// beforeNotedWait by a replace that waits for that noting.
+	afterPlanCommit, beforeNotedWait func()
+
 	// afterReadDue, if set (by tests only), is called by a scan with the
 	// expired keys it read, before it takes d.mu again to settle them.
 	afterReadDue func(gone []keys.Key)
@@ -159,6 +167,7 @@ func New(repo *delaystore.Repository, pub Publisher, cfg Config) (*Dispatcher, e
 		burst:    &burstHold{most: cfg.DeleteHold},
 	}
 	d.mu.published.L = &d.mu.Mutex
+	d.mu.noted.L = &d.mu.Mutex
 	d.mu.subjects = newSubjectTable(cfg, d.bucketMs, d.nowNs, d.log)
 	d.mu.flights = newFlightTable(cfg, d.log)
 	d.mu.ahead = newAheadTable()
@@ -345,6 +354,7 @@ func (d *Dispatcher) replacedLocked(k keys.Key) (withdrawn keys.Key, ok bool) {
 	d.mu.flights.settledUncommitted(k)
 	if withdrawn, ok = d.mu.ahead.end(k); ok {
 		d.mu.flights.markSettling(withdrawn)
+		d.stats.withdrawn.Add(1)
 	}
 	d.waitUnpublishedLocked(k)
 	return withdrawn, ok
@@ -354,7 +364,6 @@ func (d *Dispatcher) replacedLocked(k keys.Key) (withdrawn keys.Key, ok bool) {
 // (see NotifyMessageWithdrawing), and calls then, if not nil, with the
 // outcome once the delete is committed, on the deleter's goroutine.
 func (d *Dispatcher) DeleteWithdrawn(x keys.Key, then func(error)) {
-	d.stats.withdrawn.Add(1)
 	d.del.delete(x, func(_ bool, err error) {
 		if then != nil {
 			then(err)

@@ -56,3 +56,10 @@ func (d *Dispatcher) PlanRoundsForTest() uint64 { return d.planRounds.Load() }
 // GaveWayForTest reports how many times the planner gave way to a pass
 // that delivered (see giveWay).
 func (d *Dispatcher) GaveWayForTest() uint64 { return d.gaveWay.Load() }
+
+// AfterPlanCommitForTest makes f be called by the planner after each
+// commit of plans made ahead, before it notes them, and beforeWait by a
+// replace that waits for that noting. Set them before the planner runs.
+func (d *Dispatcher) AfterPlanCommitForTest(f, beforeWait func()) {
+	d.afterPlanCommit, d.beforeNotedWait = f, beforeWait
+}

@@ -68,7 +68,9 @@ func (d *Dispatcher) NotifyMessage(s delaystore.Scheduled, fireAtNs int64, msg *
 // pending: when msg replaced (by its Delay-Id) an occurrence whose
 // predecessor was planned ahead and not yet published, that predecessor
 // is withdrawn, marked settled (see replacedLocked) and returned, and the
-// caller must delete it with DeleteWithdrawn.
+// caller must delete it with DeleteWithdrawn. A replaced occurrence that
+// the planner may have just stored as a successor, and not yet noted,
+// waits for it to note (see withdrawnWhileNotingLocked).
 func (d *Dispatcher) NotifyMessageWithdrawing(s delaystore.Scheduled, fireAtNs int64, msg *delaystore.StoredMessage, epoch Epoch) (handed bool, withdrawn keys.Key, withdrawing bool) {
 	now := d.nowNs()
 	d.mu.Lock()
@@ -77,7 +79,9 @@ func (d *Dispatcher) NotifyMessageWithdrawing(s delaystore.Scheduled, fireAtNs i
 		return true, keys.Key{}, false
 	}
 	if s.HasReplaced {
-		withdrawn, withdrawing = d.replacedLocked(s.Replaced)
+		if withdrawn, withdrawing = d.replacedLocked(s.Replaced); !withdrawing && s.ReplacedOccurrence {
+			withdrawn, withdrawing = d.withdrawnWhileNotingLocked(s.Replaced)
+		}
 	}
 	d.arrivedLocked(s.Key, fireAtNs)
 	return false, withdrawn, withdrawing

@@ -33,10 +33,19 @@ type aheadTable struct {
 	// peaks are the most entries each map held since it was last copied
 	// (see shrunk).
 	peaks struct{ byKey, bySuccessor, dueMs int }
+
+	// noting counts the planner's rounds between the commit of their
+	// plans and their noting of them here (see Dispatcher.noting).
+	noting int
+	// withdrawnBy is, by successor, each occurrence the planner withdrew
+	// as it noted its plan because the successor was gone already, until
+	// the occurrence's delete commits: the replace that took the
+	// successor waits for that delete before it is answered.
+	withdrawnBy map[keys.Key]keys.Key
 }
 
 func newAheadTable() aheadTable {
-	return aheadTable{byKey: make(map[keys.Key]aheadPlan), bySuccessor: make(map[keys.Key]keys.Key), dueMs: make(map[int64]int)}
+	return aheadTable{byKey: make(map[keys.Key]aheadPlan), bySuccessor: make(map[keys.Key]keys.Key), dueMs: make(map[int64]int), withdrawnBy: make(map[keys.Key]keys.Key)}
 }
 
 // add records that the occurrence under k, due at fireAt, was planned with
@@ -289,6 +298,7 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	// Committing).
 	d.committing.Add(1)
 	defer d.committing.Add(-1)
+	defer d.noting()()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 || m.Recurrence.Overlap != delaystore.Overlap_OVERLAP_ALLOW {
 			// NB: one due already is being delivered by a pass, which
@@ -311,8 +321,69 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 		d.log.Warn("planning occurrences ahead", "occurrences", len(found), "err", err)
 		return wait
 	}
+	if d.afterPlanCommit != nil {
+		d.afterPlanCommit()
+	}
 	d.notePlannedAhead(plans, res)
 	return wait
+}
+
+// noting marks a round of the planner under way, from before its commit
+// until it noted what it stored, and returns what ends the mark. A replace
+// by Delay-Id that finds no occurrence planned ahead of the one it
+// replaced waits for the marks to end: the occurrence may be planned in a
+// commit this round has not noted yet (see withdrawnWhileNotingLocked).
+func (d *Dispatcher) noting() (end func()) {
+	d.mu.Lock()
+	d.mu.ahead.noting++
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		if d.mu.ahead.noting--; d.mu.ahead.noting == 0 {
+			d.mu.noted.Broadcast()
+		}
+		d.mu.Unlock()
+	}
+}
+
+// withdrawGone deletes x, an occurrence planned ahead whose successor next
+// was found gone as the plan was noted, and keeps x as withdrawn by next
+// until the delete commits.
+func (d *Dispatcher) withdrawGone(x, next keys.Key) {
+	d.stats.withdrawn.Add(1)
+	d.mu.Lock()
+	d.mu.ahead.withdrawnBy[next] = x
+	d.mu.Unlock()
+	d.DeleteWithdrawn(x, func(error) {
+		d.mu.Lock()
+		if d.mu.ahead.withdrawnBy[next] == x {
+			delete(d.mu.ahead.withdrawnBy, next)
+		}
+		d.mu.Unlock()
+	})
+}
+
+// withdrawnWhileNotingLocked is what a replace of k by Delay-Id that
+// found no occurrence planned ahead of k must withdraw still: the planner
+// may have committed k as a successor, before the replace's commit, and
+// not yet noted it. It waits for the planner's rounds under way to note
+// their plans, then returns the occurrence planned ahead of k, withdrawn
+// and marked settled, if there is one, or the one the planner withdrew
+// itself, if its delete has not committed yet. mu must be held.
+func (d *Dispatcher) withdrawnWhileNotingLocked(k keys.Key) (keys.Key, bool) {
+	for d.mu.ahead.noting > 0 {
+		if d.beforeNotedWait != nil {
+			d.beforeNotedWait()
+		}
+		d.mu.noted.Wait()
+	}
+	if x, ok := d.mu.ahead.end(k); ok {
+		d.mu.flights.markSettling(x)
+		d.stats.withdrawn.Add(1)
+		return x, true
+	}
+	x, ok := d.mu.ahead.withdrawnBy[k]
+	return x, ok
 }
 
 // occurrencesToPlan reads, from where the last read ended, the keys of the
@@ -369,7 +440,8 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 	// finds the entry (aheadTable.end). The pass then needs no read. The
 	// occurrence of a successor gone is deleted now, not at its time: it
 	// would stay pending, to GET and LIST, until then.
-	var gone []keys.Key
+	type withdrawal struct{ x, next keys.Key }
+	var gone []withdrawal
 	added := false
 	d.mu.Lock()
 	for j, p := range plans {
@@ -386,7 +458,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 		}
 		if d.mu.flights.isCanceled(next) {
 			d.mu.flights.markSettling(p.Key)
-			gone = append(gone, p.Key)
+			gone = append(gone, withdrawal{p.Key, next})
 			continue
 		}
 		d.mu.ahead.add(p.Key, next, p.Cur.FireAtNs)
@@ -398,8 +470,8 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 		// it wakes StageAhead before it instead, to stage it.
 		d.signal()
 	}
-	for _, x := range gone {
-		d.DeleteWithdrawn(x, nil)
+	for _, w := range gone {
+		d.withdrawGone(w.x, w.next)
 	}
 	for j, p := range plans {
 		if res[j].Err != nil || p.Next == nil {
@@ -416,7 +488,7 @@ func (d *Dispatcher) notePlannedAhead(plans []delaystore.Plan, res []delaystore.
 			}
 			d.mu.Unlock()
 			if withdrawing {
-				d.DeleteWithdrawn(x, nil)
+				d.withdrawGone(x, res[j].Next)
 			}
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -529,5 +530,90 @@ func TestDispatcher_PlanAhead_GivesWayForABoundedTime(t *testing.T) {
 	case d := <-h.pub.deliveries:
 		t.Fatalf("delivered %v while the pass was still publishing busy", d)
 	default:
+	}
+}
+
+// TestDispatcher_PlanAhead_ReplacedBeforeNoted_NothingLeftAtAnswer
+// checks the promise a replace by Delay-Id makes, that once answered
+// nothing of the old schedule is left pending, in the planner's window:
+// its commit made the successor the one Delay-Id names, the replace
+// committed and took that successor, and the planner has not yet noted
+// what it planned. Told of the replace, the dispatcher either withdraws
+// the occurrence planned ahead, for the caller to answer once it is
+// deleted, or returns once it is deleted already.
+func TestDispatcher_PlanAhead_ReplacedBeforeNoted_NothingLeftAtAnswer(t *testing.T) {
+	h := newPlanAheadHarness(t, nil)
+	occ := h.clock.now().Add(300 * time.Millisecond)
+	type replaced struct {
+		x           keys.Key
+		withdrawing bool
+	}
+	planned := make(chan keys.Key, 1) // the occurrence planned ahead
+	done := make(chan replaced, 1)
+	told, waiting := make(chan struct{}), make(chan struct{})
+	var once, waitOnce sync.Once
+	h.d.AfterPlanCommitForTest(func() {
+		once.Do(func() {
+			committed := make(chan struct{})
+			go func() {
+				m := occurrenceAt("rec", time.Hour, occ.Add(2*time.Hour), recur.One, 0)
+				res, err := h.repo.Schedule([]*delaystore.StoredMessage{m}, delaystore.Sync)
+				close(committed)
+				if err != nil || !res[0].HasReplaced {
+					t.Errorf("replace: %v, %+v", err, res)
+					close(told)
+					done <- replaced{}
+					return
+				}
+				_, x, withdrawing := h.d.NotifyMessageWithdrawing(res[0], m.FireAtNs, m, h.d.Epoch())
+				close(told)
+				if k := <-planned; !withdrawing {
+					// Its publisher would be answered now.
+					if _, err := h.repo.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
+						t.Errorf("nothing withdrawn by the replace, and the occurrence planned ahead is still pending (%v)", err)
+					}
+				}
+				done <- replaced{x, withdrawing}
+			}()
+			<-committed
+			// Until the replace is told of, or waits to be: the
+			// planner notes its plan only after that.
+			select {
+			case <-told:
+			case <-waiting:
+			}
+		})
+	}, func() { waitOnce.Do(func() { close(waiting) }) })
+	k := h.schedule(occurrenceAt("rec", time.Hour, occ, recur.One, 0))[0]
+	planned <- k
+
+	var r replaced
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replace was never told of")
+	}
+	if r.withdrawing {
+		if r.x != k {
+			t.Fatalf("the replace withdrew %v, want the occurrence planned ahead %v", r.x, k)
+		}
+		deleted := make(chan error, 1)
+		h.d.DeleteWithdrawn(r.x, func(err error) { deleted <- err })
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+		// Its publisher would be answered now.
+		if _, err := h.repo.Get(k); !errors.Is(err, delaystore.ErrNotFound) {
+			t.Fatalf("the occurrence planned ahead, once deleted: %v, want gone", err)
+		}
+	}
+	if pend := h.pendingOf("rec"); len(pend) != 1 || pend[0].FireAtNs != occ.Add(2*time.Hour).UnixNano() {
+		t.Fatalf("pending %d, want only the new schedule's occurrence", len(pend))
+	}
+	if err := h.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.d.Stats(); st.Withdrawn != 1 || st.Delivered != 0 {
+		t.Fatalf("withdrawn %d, delivered %d; want 1 and 0", st.Withdrawn, st.Delivered)
 	}
 }
