@@ -39,21 +39,8 @@ func (p *readyAtDelivery) Deliver(k keys.Key, msg *delaystore.StoredMessage, att
 // the consumer, who had done its work, got the message again after the
 // ACK wait.
 func TestService_Resume_DeliversOnlyOnceServing(t *testing.T) {
-	st := memStore(t)
-	t.Cleanup(func() { _ = st.Close() })
-	repo, err := delaystore.OpenRepository(st, delaystore.DefaultRepositoryConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := repo.Schedule([]*delaystore.StoredMessage{{Subject: "due", FireAtNs: time.Now().UnixNano()}}, delaystore.Sync)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = repo.Close()
-
 	p := &readyAtDelivery{publisher: newPublisher(), notReady: make(chan error, 16)}
-	s := open(t, keepOpen{st}, p, func(c *core.Config) { c.StartSuspended = errors.New("not the leader") },
-		core.WithReopen(func() (delaystore.Store, error) { return keepOpen{st}, nil }))
+	s, due := openSuspendedWithDue(t, p, errors.New("not the leader"))
 	p.s.Store(s)
 	// The new generation is held back from taking over until its
 	// dispatcher has either delivered or turned once without delivering:
@@ -73,8 +60,8 @@ func TestService_Resume_DeliversOnlyOnceServing(t *testing.T) {
 		t.Fatalf("WaitUp after Resume: %v", err)
 	}
 	k := next(t, p.delivered)
-	if k != res[0].Key {
-		t.Fatalf("delivered %s, want %s", k, res[0].Key)
+	if k != due {
+		t.Fatalf("delivered %s, want %s", k, due)
 	}
 	select {
 	case err := <-p.notReady:

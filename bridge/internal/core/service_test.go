@@ -236,13 +236,12 @@ func TestService_Suspend_Resume(t *testing.T) {
 	schedule(t, s, &delaystore.StoredMessage{Subject: "a", FireAtNs: time.Now().Add(time.Hour).UnixNano()})
 }
 
-// TestService_StartSuspended_DeliversOnlyAfterResume checks what a node
-// of a cluster needs: opened suspended, the Service runs nothing on the
-// store (no dispatcher exists to deliver the message due in it, calls are
-// a 503 naming the reason) until Resume, which opens the store through
-// Reopen; WaitUp returns once it takes work, and the due message is then
-// delivered.
-func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
+// openSuspendedWithDue opens, with p and suspended for reason, a Service
+// on an in-memory store that holds one message due now, and returns it
+// and the message's key. The store stays open across the Service's
+// reopens (see WithReopen).
+func openSuspendedWithDue(t *testing.T, p dispatch.Publisher, reason error) (*core.Service, keys.Key) {
+	t.Helper()
 	st := memStore(t)
 	t.Cleanup(func() { _ = st.Close() })
 	repo, err := delaystore.OpenRepository(st, delaystore.DefaultRepositoryConfig())
@@ -254,12 +253,22 @@ func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = repo.Close()
-
-	p := newPublisher()
-	reason := errors.New("not the leader")
 	s := open(t, keepOpen{st}, p, func(c *core.Config) { c.StartSuspended = reason },
 		core.WithReopen(func() (delaystore.Store, error) { return keepOpen{st}, nil }))
-	err = s.Schedule(&delaystore.StoredMessage{Subject: "a"}, func(keys.Key, error) { t.Error("done called") })
+	return s, res[0].Key
+}
+
+// TestService_StartSuspended_DeliversOnlyAfterResume checks what a node
+// of a cluster needs: opened suspended, the Service runs nothing on the
+// store (no dispatcher exists to deliver the message due in it, calls are
+// a 503 naming the reason) until Resume, which opens the store through
+// Reopen; WaitUp returns once it takes work, and the due message is then
+// delivered.
+func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
+	p := newPublisher()
+	reason := errors.New("not the leader")
+	s, due := openSuspendedWithDue(t, p, reason)
+	err := s.Schedule(&delaystore.StoredMessage{Subject: "a"}, func(keys.Key, error) { t.Error("done called") })
 	if !errors.Is(err, wire.ErrUnavailable) || !errors.Is(s.Down(), reason) || s.Ready() == nil {
 		t.Fatalf("suspended at start: Schedule = %v, Down = %v, Ready = %v", err, s.Down(), s.Ready())
 	}
@@ -281,8 +290,8 @@ func TestService_StartSuspended_DeliversOnlyAfterResume(t *testing.T) {
 	if err := s.Down(); err != nil {
 		t.Fatalf("up, but Down = %v", err)
 	}
-	if got := next(t, p.delivered); got != res[0].Key {
-		t.Fatalf("delivered %s, want %s", got, res[0].Key)
+	if got := next(t, p.delivered); got != due {
+		t.Fatalf("delivered %s, want %s", got, due)
 	}
 }
 
