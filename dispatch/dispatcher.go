@@ -71,8 +71,8 @@ type Dispatcher struct {
 		publishing keys.Key
 		inPublish  bool
 		published  sync.Cond
-		// noted is broadcast when no round of the planner is between
-		// its commit and the noting of its plans (see noting).
+		// noted is broadcast each time a round of the planner has noted
+		// its plans (see noting).
 		noted sync.Cond
 		// handed are the messages handed off since the last pass began
 		// (see NotifyMessage), each a flight already, in the order they

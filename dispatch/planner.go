@@ -34,9 +34,10 @@ type aheadTable struct {
 	// (see shrunk).
 	peaks struct{ byKey, bySuccessor, dueMs int }
 
-	// noting counts the planner's rounds between the commit of their
-	// plans and their noting of them here (see Dispatcher.noting).
-	noting int
+	// begun and noted count the planner's rounds marked from before
+	// their commit, and those that have since noted their plans here
+	// (see Dispatcher.noting).
+	begun, noted uint64
 	// withdrawnBy is, by successor, each occurrence the planner withdrew
 	// as it noted its plan because the successor was gone already, until
 	// the occurrence's delete commits: the replace that took the
@@ -335,13 +336,12 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 // commit this round has not noted yet (see withdrawnWhileNotingLocked).
 func (d *Dispatcher) noting() (end func()) {
 	d.mu.Lock()
-	d.mu.ahead.noting++
+	d.mu.ahead.begun++
 	d.mu.Unlock()
 	return func() {
 		d.mu.Lock()
-		if d.mu.ahead.noting--; d.mu.ahead.noting == 0 {
-			d.mu.noted.Broadcast()
-		}
+		d.mu.ahead.noted++
+		d.mu.noted.Broadcast()
 		d.mu.Unlock()
 	}
 }
@@ -367,11 +367,12 @@ func (d *Dispatcher) withdrawGone(x, next keys.Key) {
 // found no occurrence planned ahead of k must withdraw still: the planner
 // may have committed k as a successor, before the replace's commit, and
 // not yet noted it. It waits for the planner's rounds under way to note
-// their plans, then returns the occurrence planned ahead of k, withdrawn
-// and marked settled, if there is one, or the one the planner withdrew
+// their plans (not for rounds begun later: they read the store after the
+// replace), then returns the occurrence planned ahead of k, withdrawn and
+// marked settled, if there is one, or the one the planner withdrew
 // itself, if its delete has not committed yet. mu must be held.
 func (d *Dispatcher) withdrawnWhileNotingLocked(k keys.Key) (keys.Key, bool) {
-	for d.mu.ahead.noting > 0 {
+	for begun := d.mu.ahead.begun; d.mu.ahead.noted < begun; {
 		if d.beforeNotedWait != nil {
 			d.beforeNotedWait()
 		}
