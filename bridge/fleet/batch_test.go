@@ -667,9 +667,12 @@ func TestNode_IngestAndForwards_OneHandOver(t *testing.T) {
 	// The node is held on a single forward: it is answered by NATS's
 	// no-responders until the node takes its cell's forwards (at its
 	// first heartbeat), and once it is taken both subscriptions are up.
+	// NB: the request waits long enough for the no-responders answer on
+	// a loaded machine; with 5 ms it timed out before that answer came,
+	// and the test waited for a hold no node had taken.
 	hold := fleet.CellPrefix + ".b.FWD.r1.hold"
 	for try := 0; ; try++ {
-		m, err := nc.Request(hold, nil, 5*time.Millisecond)
+		m, err := nc.Request(hold, nil, 2*time.Second)
 		if errors.Is(err, nats.ErrNoResponders) && try < 3000 {
 			time.Sleep(10 * time.Millisecond)
 			continue
