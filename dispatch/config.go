@@ -19,6 +19,11 @@ type Config struct {
 	// and looks again every FenceRetry, and a delivery it held back goes
 	// out, in order, once it reports true. Nil: always.
 	Fence func() bool
+	// FenceRetry is how often a fenced dispatcher looks at Fence again: a
+	// leader whose lease renewal was slow holds it again within a round
+	// trip. A fence the process lifts itself is told with FenceLifted,
+	// and looked at at once. Default 5ms.
+	FenceRetry time.Duration
 
 	// AckWait is how long a delivery waits for an answer before it counts as
 	// failed and is redelivered. Default 30s.
@@ -146,6 +151,7 @@ func DefaultConfig() Config {
 		StageAhead:             50 * time.Millisecond,
 		StageMin:               256,
 		DeleteHold:             100 * time.Millisecond,
+		FenceRetry:             5 * time.Millisecond,
 	}
 }
 
@@ -168,6 +174,7 @@ func (c Config) withDefaults() Config {
 	c.StageAhead = cmp.Or(c.StageAhead, d.StageAhead)
 	c.StageMin = cmp.Or(c.StageMin, d.StageMin)
 	c.DeleteHold = cmp.Or(c.DeleteHold, d.DeleteHold)
+	c.FenceRetry = cmp.Or(c.FenceRetry, d.FenceRetry)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -212,6 +219,9 @@ func (c Config) Validate() error {
 	}
 	if c.AttemptWriteDelay < 0 {
 		bad("AttemptWriteDelay (%v) must be > 0", c.AttemptWriteDelay)
+	}
+	if c.FenceRetry < 0 {
+		bad("FenceRetry (%v) must be > 0", c.FenceRetry)
 	}
 	return errors.Join(errs...)
 }

@@ -452,13 +452,16 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	return c
 }
 
-// fenceRetry is how often a fenced dispatcher looks at its fence again: a
-// leader whose lease renewal was slow holds it again within a round trip.
-const fenceRetry = 5 * time.Millisecond
-
 // fenceHeld reports whether the dispatcher may publish now (see
 // Config.Fence).
 func (d *Dispatcher) fenceHeld() bool { return d.cfg.Fence == nil || d.cfg.Fence() }
+
+// FenceLifted tells the dispatcher that its fence (Config.Fence) may hold
+// now where it did not: a fenced dispatcher looks again at once, not
+// after its FenceRetry. A caller that lifts the fence itself (a new
+// generation of the service made current) calls it, so that the first
+// pass after it does not wait.
+func (d *Dispatcher) FenceLifted() { d.signal() }
 
 // fenced is the loop's turn while the fence is down: nothing is done, and
 // the loop looks again soon. It counts as a wait the loop wakes from, for
@@ -468,10 +471,10 @@ func (d *Dispatcher) fenced() time.Duration {
 	now := d.nowNs()
 	d.mu.Lock()
 	d.mu.passStart = 0
-	d.mu.wakeBy = after(now, fenceRetry)
+	d.mu.wakeBy = after(now, d.cfg.FenceRetry)
 	d.mu.Unlock()
 	d.signaledAt.Store(0)
-	return fenceRetry
+	return d.cfg.FenceRetry
 }
 
 func (d *Dispatcher) run() {

@@ -120,3 +120,26 @@ func TestDispatcher_Fence_DownMidPass_RestHeldBackInOrder(t *testing.T) {
 	default:
 	}
 }
+
+// A fence the process lifts itself, told with FenceLifted, is looked at
+// at once: with a retry of an hour, the message held back goes out as
+// soon as the dispatcher is told, not when its retry comes.
+func TestDispatcher_FenceLifted_LooksAgainAtOnce(t *testing.T) {
+	g := &gate{}
+	h := newHarness(t, 0, func(c *dispatch.Config) {
+		c.Fence = g.held
+		c.FenceRetry = time.Hour
+	})
+	k := h.schedule(msgAt("lifted", time.Now()))[0]
+	checkFor(t, 10*time.Second, func() error {
+		if h.d.Stats().FencedPasses == 0 {
+			return fmt.Errorf("no fenced turn yet")
+		}
+		return nil
+	})
+	g.up.Store(true)
+	h.d.FenceLifted()
+	if d := h.next(10 * time.Second); d.key != k || d.attempt != 1 {
+		t.Fatalf("delivered %v attempt %d, want %v attempt 1", d.key, d.attempt, k)
+	}
+}

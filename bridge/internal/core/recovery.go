@@ -60,6 +60,11 @@ func (s *Service) swap(g *generation) bool {
 	s.keptMu.Unlock()
 	s.setDown(nil)
 	g.serving.Store(true)
+	if g.disp != nil {
+		// NB: its loop, fenced until now, would look again only after
+		// its retry.
+		g.disp.FenceLifted()
+	}
 	return true
 }
 
