@@ -334,6 +334,9 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 // by Delay-Id that finds no occurrence planned ahead of the one it
 // replaced waits for the marks to end: the occurrence may be planned in a
 // commit this round has not noted yet (see withdrawnWhileNotingLocked).
+// NB: rounds run one after another on planLoop's goroutine, so they note
+// in the order they began: once noted reaches a count of begun, every
+// round begun by then has noted.
 func (d *Dispatcher) noting() (end func()) {
 	d.mu.Lock()
 	d.mu.ahead.begun++
