@@ -168,7 +168,7 @@ func planBytes(n int, m *StoredMessage) int {
 func (r *Repository) advanceBatch(plans []Plan, stored []*StoredMessage, out []Planned, size int, sync SyncMode) error {
 	// NB: sized up front: the planner's batch of thousands of
 	// occurrences, grown as it was filled, was copied at each doubling.
-	b := r.newBatch(size)
+	b := grouped(r.newBatch(size), &r.w.held)
 	defer b.Close()
 	deltas := r.w.deltas
 	var last uint64

@@ -38,3 +38,8 @@ func (r *Repository) CachedMessages() (n, bytes int) {
 	}
 	return n, bytes
 }
+
+// SetGroupedWrites turns the grouping of a batch's writes (see
+// groupedbatch.go) on or off, for a benchmark to compare both in one run.
+// It is not safe while a repository writes.
+func SetGroupedWrites(on bool) { groupWrites = on }

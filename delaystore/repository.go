@@ -225,6 +225,8 @@ type Repository struct {
 type scratch struct {
 	val []byte
 	key []byte
+	// held is the writes a grouped batch holds back (see groupedbatch.go).
+	held heldRuns
 	// ref holds an event key written as a value. NB: a copy, because
 	// slicing a key passed by value would move every caller's key to the
 	// heap, occurrence or not.
@@ -467,7 +469,7 @@ func (r *Repository) scheduleLocked(msgs []*StoredMessage, sync SyncMode, extra 
 	}
 	out := r.assignKeys(msgs, first)
 
-	b := r.s.NewBatch()
+	b := grouped(r.s.NewBatch(), &r.w.held)
 	defer b.Close()
 	r.resetScratch()
 	deltas := r.w.deltas
@@ -895,6 +897,7 @@ func (r *Repository) trimScratch() {
 	if cap(r.w.key) > maxKeptScratch {
 		r.w.key = nil
 	}
+	r.w.held.trim(maxKeptScratch)
 	// A map keeps its buckets when cleared, so one that a batch of
 	// many subjects grew is dropped rather than kept for good.
 	if len(r.w.deltas) > maxKeptDeltas {
@@ -936,7 +939,7 @@ func (r *Repository) Apply(ops []Op, sync SyncMode) (applied []bool, err error) 
 		return nil, ErrClosed
 	}
 
-	b := r.s.NewBatch()
+	b := grouped(r.s.NewBatch(), &r.w.held)
 	defer b.Close()
 	r.resetScratch()
 	deltas := r.w.deltas
