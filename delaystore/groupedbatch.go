@@ -43,7 +43,7 @@ type groupedBatch struct {
 // in the order each kind was first written. The repository keeps one and
 // reuses its buffers from batch to batch.
 type heldRuns struct {
-	kinds [][]byte
+	kinds []string
 	// runs[i] holds the writes of kinds[i], each as its op, then the key
 	// and the value each as uvarint(len) and bytes.
 	runs [][]byte
@@ -142,11 +142,11 @@ func (h *heldRuns) reset() {
 func (h *heldRuns) hold(op byte, key, value []byte) {
 	kind := kindOf(key)
 	i := 0
-	for i < len(h.kinds) && !bytes.Equal(h.kinds[i], kind) {
+	for i < len(h.kinds) && h.kinds[i] != string(kind) {
 		i++
 	}
 	if i == len(h.kinds) {
-		h.kinds = append(h.kinds, append(h.spareKind(), kind...))
+		h.kinds = append(h.kinds, string(kind))
 		if len(h.runs) < cap(h.runs) {
 			h.runs = h.runs[:i+1] // its buffer, emptied by reset
 		} else {
@@ -159,14 +159,6 @@ func (h *heldRuns) hold(op byte, key, value []byte) {
 	r = binary.AppendUvarint(r, uint64(len(value)))
 	h.runs[i] = append(r, value...)
 	h.n++
-}
-
-// spareKind is the buffer of the next kind slot, kept from a batch before.
-func (h *heldRuns) spareKind() []byte {
-	if len(h.kinds) < cap(h.kinds) {
-		return h.kinds[: len(h.kinds)+1 : cap(h.kinds)][len(h.kinds)][:0]
-	}
-	return nil
 }
 
 // release adds the writes held to b, run by run, and empties them.
