@@ -11,11 +11,10 @@ import (
 // BenchmarkRepository_BatchInRuns measures what handing each batch to the
 // store in runs saves (the messages, then a run for each kind of index
 // entry and count; see groupedbatch.go): due-now messages of 256 bytes
-// stored 128 a batch on 1, 64 or 1,024 subjects, each batch deleted 32
-// batches later as the dispatcher deletes messages on their ACKs, on
-// Pebble in memory (no WAL and no fsync, so that the memtable's inserts
-// are what differs).
-// Each size runs with the writes in runs and as written, one after the
+// stored 128 a batch, a batch a millisecond of fire time, on 1, 64 or
+// 1,024 subjects, each batch deleted 32 batches later as the dispatcher
+// deletes messages on their ACKs, on Pebble in memory (no WAL and no
+// fsync, so that the memtable's inserts are what differs). Each size runs with the writes in runs and as written, one after the
 // other in the same process. It reports the process's CPU a message.
 func BenchmarkRepository_BatchInRuns(b *testing.B) {
 	for _, subjects := range []int{1, 64, 1024} {
@@ -45,6 +44,9 @@ func storeAndDelete(b *testing.B, r *delaystore.Repository, n, subjects int) {
 		}
 	}
 	for i := 0; i < n; i += batch {
+		// A batch a millisecond, due at once: the fire times grow as
+		// they do under ingest with a fixed delay.
+		fireAt += int64(time.Millisecond)
 		msgs := make([]*delaystore.StoredMessage, 0, batch)
 		for j := i; j < min(n, i+batch); j++ {
 			msgs = append(msgs, &delaystore.StoredMessage{Subject: fmt.Sprintf("bench.%d", j%subjects), Payload: payload, FireAtNs: fireAt})
