@@ -29,7 +29,7 @@ type benchCmd struct {
 	Quick        bool     `help:"Tiny sizes, a smoke check that runs in ${quick_takes} on two cores; size flags still override them."`
 	Quiet        bool     `help:"No progress bars."`
 	JSSyncAlways bool     `name:"js-sync-always" help:"Make the embedded server fsync every JetStream write, as natsdelay syncs every ingest batch."`
-	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow, events, cluster and cells; default all but flow, events, cluster and cells." placeholder:"PHASE,..."`
+	Phases       []string `help:"Phases to run, of ingest, fire, e2e, scale (scale includes expiry), waves, recurring, flow, events, floor, cluster and cells; default all but flow, events, floor, cluster and cells." placeholder:"PHASE,..."`
 	ServeBinary  string   `name:"serve-binary" help:"natsdelay binary whose serve the scale, waves and cluster phases run (default the natsdelay next to this binary, else on the PATH), also to measure another version with the same bench." placeholder:"FILE"`
 	Cluster      bool     `help:"Run the cluster phase: natsdelay as one node beside a cluster of three, ingest, fire lateness and failover; alone unless --phases names others."`
 	Failovers    int      `help:"Leader kills of the cluster phase (default 5)."`
@@ -44,6 +44,8 @@ type benchCmd struct {
 	Flow         bool     `help:"Run the flow phase: the fire lateness of an unlimited subject alone and beside a paused subject with many due and a rate-limited one; alone unless --phases names others."`
 	FlowPaused   int      `name:"flow-paused" help:"Messages due on the paused subject of the flow phase (default 1000000)."`
 	EventsRounds int      `name:"events-rounds" help:"Runs of --e2e-msgs the events phase makes with lifecycle events off, and as many with them on (default 3)."`
+	FloorRounds  int      `name:"floor-rounds" help:"Runs of --e2e-msgs the floor phase makes of natsdelay, of the floor service and of the floor without a store, each (default 3). The floor phase needs --own-process."`
+	FloorServe   string   `name:"floor-serve" hidden:"" help:"Serve as the floor phase's floor service, with this config (JSON), until SIGTERM."`
 	OwnProcess   bool     `name:"own-process" help:"Run natsdelay as its own serve process in ingest, fire and end to end too, so their CPU time per message is natsdelay's apart (lateness then suffers from the two processes sharing the cores)."`
 	NATSPID      int      `name:"nats-pid" help:"Process id of the nats-server at --nats, on this machine: each phase then reports its CPU time apart from the clients'." placeholder:"PID"`
 	Trace        string   `name:"trace" help:"Write a runtime execution trace of each of natsdelay's fire runs to FILE (FILE.<rate> after the first rate), for go tool trace." placeholder:"FILE"`
@@ -127,6 +129,7 @@ func (c *benchCmd) config() bench.Config {
 	set(&cfg.FlowPaused, c.FlowPaused)
 	set(&cfg.Failovers, c.Failovers)
 	set(&cfg.EventsRounds, c.EventsRounds)
+	set(&cfg.FloorRounds, c.FloorRounds)
 	if c.Cells != 0 && !slices.Contains(cfg.Phases, bench.PhaseCells) {
 		cfg.Phases = append(slices.Clone(cfg.Phases), bench.PhaseCells)
 	}
@@ -165,7 +168,7 @@ func (c *benchCmd) check() error {
 		{"--scale-due-runs", c.ScaleDueRuns},
 		{"--expired-msgs", c.ExpiredMsgs}, {"--waves", c.Waves}, {"--wave-subjects", c.WaveSubjects},
 		{"--recur-schedules", c.RecurSchedules}, {"--recur-idle", c.RecurIdle},
-		{"--failovers", c.Failovers}, {"--events-rounds", c.EventsRounds},
+		{"--failovers", c.Failovers}, {"--events-rounds", c.EventsRounds}, {"--floor-rounds", c.FloorRounds},
 		{"--cells", c.Cells}, {"--cell-partitions", c.CellParts}, {"--cell-warmup", c.CellWarmup},
 	} {
 		if f.v < 0 {
@@ -200,6 +203,9 @@ func (c *benchCmd) check() error {
 	if c.Trace != "" && c.OwnProcess {
 		p.add("--trace traces the bench process: it cannot show natsdelay with --own-process")
 	}
+	if slices.Contains(c.Phases, bench.PhaseFloor) && !c.OwnProcess {
+		p.add("--phases floor compares natsdelay's process with the floor's: add --own-process")
+	}
 	if c.CellNodes != 0 && c.CellNodes != 1 && c.CellNodes != 3 {
 		p.add("--cell-nodes %d: want 1, or 3 for cells that are clusters", c.CellNodes)
 	}
@@ -226,6 +232,11 @@ func (c *benchCmd) check() error {
 // Run runs the benchmark, prints the table to stdout and writes the JSON
 // and the chart. Progress bars go to stderr when it is a terminal.
 func (c *benchCmd) Run(e *env) (err error) {
+	if c.FloorServe != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		return bench.ServeFloor(ctx, c.FloorServe, os.Stderr)
+	}
 	cfg := c.config()
 	cfg.Logger = e.log.With("component", "bench")
 	// The scale phase runs natsdelay as a process of its own, so the
@@ -235,6 +246,11 @@ func (c *benchCmd) Run(e *env) (err error) {
 		return err
 	}
 	cfg.ServiceCommand = []string{serve, "serve"}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: this binary, to run the floor: %w", err)
+	}
+	cfg.FloorCommand = []string{self}
 	if !c.Quiet && isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
 	}

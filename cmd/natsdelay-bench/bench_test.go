@@ -191,6 +191,41 @@ func TestBench_Quick_OwnProcess(t *testing.T) {
 	}
 }
 
+// TestBench_Floor_Quick runs the floor phase through the real command:
+// natsdelay's serve and the floor service, with its store and without,
+// each a process of its own, take the same end-to-end load, and each
+// delivers every message, with its own CPU counted apart.
+func TestBench_Floor_Quick(t *testing.T) {
+	t.Parallel()
+	res := runBench(t, t.TempDir(), "--phases", "floor", "--own-process", "--floor-rounds", "2")
+	fr := res.Floor
+	if fr == nil {
+		t.Fatalf("no floor result in %+v", res)
+	}
+	for name, runs := range map[string][]bench.EndToEndResult{"natsdelay": fr.Delay, "floor": fr.Store, "floor, NATS only": fr.NATS} {
+		if len(runs) != 2 {
+			t.Errorf("%s: %d runs, want 2", name, len(runs))
+		}
+		for _, r := range runs {
+			if r.Delivered != fr.Msgs || r.CPU.Service < 0 {
+				t.Errorf("%s: %d of %d delivered, its process's CPU %v s; want all, and known", name, r.Delivered, fr.Msgs, r.CPU.Service)
+			}
+		}
+	}
+	if len(res.EndToEnd) != 0 || res.Scale != nil {
+		t.Errorf("--phases floor ran e2e (%d) or scale (%v) too", len(res.EndToEnd), res.Scale != nil)
+	}
+}
+
+// TestParse_Bench_FloorNeedsOwnProcess checks that the floor phase,
+// which compares processes, is refused without --own-process.
+func TestParse_Bench_FloorNeedsOwnProcess(t *testing.T) {
+	_, err := parse([]string{"--phases", "floor"}, io.Discard, io.Discard)
+	if !errors.Is(err, usage.ErrUsage) || !strings.Contains(err.Error(), "--own-process") {
+		t.Fatalf("got %v, want a usage error that asks for --own-process", err)
+	}
+}
+
 // TestBench_Phases_OnlyThose checks that --phases runs only the phases
 // named, and that without a fire phase the chart still draws throughput.
 func TestBench_Phases_OnlyThose(t *testing.T) {

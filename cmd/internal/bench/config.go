@@ -110,6 +110,14 @@ type Config struct {
 	// EventsRounds is how many runs of EndToEndMsgs the events phase makes
 	// with lifecycle events off, and as many with them on. Default 3.
 	EventsRounds int
+	// FloorRounds is how many runs of EndToEndMsgs the floor phase makes
+	// of natsdelay, of the floor and of the floor without a store. Default
+	// 3.
+	FloorRounds int
+	// FloorCommand runs the floor service (package floor) when given
+	// --floor-serve and its config: the bench's own binary. The floor
+	// phase needs it.
+	FloorCommand []string
 	// Failovers is how many times the cluster phase kills the leader of
 	// its three-node cluster. Default 5.
 	Failovers int
@@ -222,16 +230,20 @@ const (
 	// cells of a fleet, and on as many independent nodes the load
 	// partitions by hand. It runs only when asked for.
 	PhaseCells = "cells"
+	// PhaseFloor measures natsdelay's end to end beside the floor service
+	// (package floor), each in a process of its own. It runs only when
+	// asked for.
+	PhaseFloor = "floor"
 )
 
 // Phases lists every phase in the order a run takes them.
 func Phases() []string {
-	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseEvents, PhaseCluster, PhaseCells}
+	return []string{PhaseIngest, PhaseFire, PhaseEndToEnd, PhaseScale, PhaseWaves, PhaseRecur, PhaseFlow, PhaseEvents, PhaseFloor, PhaseCluster, PhaseCells}
 }
 
 // runs reports whether phase is one the config asks for.
 func (c Config) runs(phase string) bool {
-	if phase == PhaseCluster || phase == PhaseFlow || phase == PhaseEvents || phase == PhaseCells {
+	if phase == PhaseCluster || phase == PhaseFlow || phase == PhaseEvents || phase == PhaseFloor || phase == PhaseCells {
 		return slices.Contains(c.Phases, phase)
 	}
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
@@ -265,6 +277,7 @@ func DefaultConfig() Config {
 		FlowPaused:     1_000_000,
 		FlowRated:      10_000,
 		EventsRounds:   3,
+		FloorRounds:    3,
 		Failovers:      5,
 		Timeout:        2 * time.Minute,
 	}
@@ -309,6 +322,7 @@ func Quick() Config {
 		FlowPaused:     20_000,
 		FlowRated:      1_000,
 		EventsRounds:   1,
+		FloorRounds:    1,
 		CellSubjects:   256,
 		Failovers:      1,
 		Timeout:        30 * time.Second,
@@ -336,6 +350,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Waves, d.Waves)
 	def(&c.Failovers, d.Failovers)
 	def(&c.EventsRounds, d.EventsRounds)
+	def(&c.FloorRounds, d.FloorRounds)
 	def(&c.FlowMsgs, d.FlowMsgs)
 	def(&c.FlowPaused, d.FlowPaused)
 	def(&c.FlowRated, d.FlowRated)
@@ -393,7 +408,7 @@ func (c Config) Validate() error {
 		{"ScaleDueRuns", c.ScaleDueRuns},
 		{"ExpiredMsgs", c.ExpiredMsgs}, {"Waves", c.Waves}, {"WaveSubjects", c.WaveSubjects},
 		{"RecurSchedules", c.RecurSchedules}, {"RecurIdle", c.RecurIdle},
-		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"Cells", c.Cells}, {"CellPartitions", c.CellPartitions}, {"CellSubjects", c.CellSubjects}, {"CellWarmup", c.CellWarmup}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
+		{"Failovers", c.Failovers}, {"EventsRounds", c.EventsRounds}, {"FloorRounds", c.FloorRounds}, {"Cells", c.Cells}, {"CellPartitions", c.CellPartitions}, {"CellSubjects", c.CellSubjects}, {"CellWarmup", c.CellWarmup}, {"FlowMsgs", c.FlowMsgs}, {"FlowPaused", c.FlowPaused}, {"FlowRated", c.FlowRated},
 	} {
 		if f.v < 0 {
 			bad("%s (%d) must be > 0", f.name, f.v)
@@ -426,6 +441,9 @@ func (c Config) Validate() error {
 	}
 	if c.OwnProcess && len(c.ServiceCommand) == 0 {
 		bad("OwnProcess needs ServiceCommand, the command line of natsdelay serve")
+	}
+	if slices.Contains(c.Phases, PhaseFloor) && (!c.OwnProcess || len(c.FloorCommand) == 0) {
+		bad("the floor phase compares processes: it needs OwnProcess and FloorCommand")
 	}
 	if c.TraceFile != "" && c.OwnProcess {
 		bad("TraceFile traces this process: it cannot show natsdelay with OwnProcess")

@@ -52,6 +52,9 @@ func WriteTable(w io.Writer, res *Results) error {
 	if er := res.Events; er != nil {
 		writeEvents(p, er, c.OwnProcess)
 	}
+	if fr := res.Floor; fr != nil {
+		writeFloor(p, fr, c.ServerProcess)
+	}
 	if cr := res.Cluster; cr != nil {
 		writeCluster(p, c, cr)
 	}

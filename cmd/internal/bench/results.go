@@ -24,6 +24,7 @@ type Results struct {
 	Cells     *CellsResult     `json:"cells,omitempty"`
 	Flow      *FlowResult      `json:"flow,omitempty"`
 	Events    *EventsResult    `json:"events,omitempty"`
+	Floor     *FloorResult     `json:"floor,omitempty"`
 	StartedAt time.Time        `json:"started_at"`
 	Seconds   float64          `json:"seconds"`
 

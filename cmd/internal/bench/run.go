@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		{PhaseRecur, "recurring", func(e *env) (err error) { res.Recurring, err = e.runRecurring(ctx); return err }},
 		{PhaseFlow, "flow", func(e *env) (err error) { res.Flow, err = e.runFlow(ctx); return err }},
 		{PhaseEvents, "events", func(e *env) (err error) { res.Events, err = e.runEvents(ctx); return err }},
+		{PhaseFloor, "floor", func(e *env) (err error) { res.Floor, err = e.runFloor(ctx); return err }},
 		{PhaseCluster, "cluster", func(e *env) (err error) { res.Cluster, err = e.runCluster(ctx); return err }},
 		{PhaseCells, "cells", func(e *env) (err error) { res.Cells, err = e.runCells(ctx); return err }},
 	}
