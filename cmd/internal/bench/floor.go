@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -95,44 +94,31 @@ func (e *env) startFloor(phase string, store bool, rec *recorder) (*sysRun, erro
 		return nil, err
 	}
 	args := append(e.cfg.FloorCommand[1:len(e.cfg.FloorCommand):len(e.cfg.FloorCommand)], "--floor-serve", string(cfg))
-	cmd := exec.Command(e.cfg.FloorCommand[0], args...)
-	stderr := &tailBuffer{max: 8 << 10}
+	p := &process{e: e, name: "the floor", cmd: exec.Command(e.cfg.FloorCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	ready := &floorReady{found: make(chan struct{})}
-	cmd.Stderr = io.MultiWriter(stderr, ready)
-	if err := cmd.Start(); err != nil {
+	p.cmd.Stderr = io.MultiWriter(p.stderr, ready)
+	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start the floor: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopProcess := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				return fmt.Errorf("bench: the floor: %w\n%s", err, stderr)
-			}
-			return nil
-		case <-time.After(e.cfg.Timeout):
-			_ = cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("bench: the floor did not stop within %v\n%s", e.cfg.Timeout, stderr)
-		}
-	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
 	select {
 	case <-ready.found:
-	case err := <-exited:
-		return nil, fmt.Errorf("bench: the floor exited before it was ready: %v\n%s", err, stderr)
+	case <-p.exited:
+		return nil, fmt.Errorf("bench: the floor exited before it was ready: %v\n%s", p.err, p.stderr)
 	case <-time.After(e.cfg.Timeout):
-		return nil, errors.Join(fmt.Errorf("bench: the floor not ready after %v", e.cfg.Timeout), stopProcess())
+		return nil, errors.Join(fmt.Errorf("bench: the floor not ready after %v", e.cfg.Timeout), p.close())
 	}
 	stopSub, err := e.delayConsumer(e.plain+"."+phase, rec)
 	if err != nil {
-		return nil, errors.Join(err, stopProcess())
+		return nil, errors.Join(err, p.close())
 	}
 	nc := e.conns[len(e.conns)-1]
 	return &sysRun{
-		system: SystemFloorStore,
-		pid:    cmd.Process.Pid,
+		system: map[bool]string{true: SystemFloorStore, false: SystemFloorNATS}[store],
+		pid:    p.cmd.Process.Pid,
 		msg:    func(_ int, at time.Time) *nats.Msg { return e.delayMsg(e.plain+"."+phase, at) },
 		ok:     delayOK,
 		settled: func(n int) (bool, error) {
@@ -143,7 +129,7 @@ func (e *env) startFloor(phase string, store bool, rec *recorder) (*sysRun, erro
 			acked, err := strconv.Atoi(string(m.Data))
 			return acked >= n, err
 		},
-		stop:   func() error { return errors.Join(stopSub(), stopProcess()) },
+		stop:   func() error { return errors.Join(stopSub(), p.close()) },
 		events: func() (int64, int64) { return -1, -1 },
 	}, nil
 }

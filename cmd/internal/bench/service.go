@@ -88,9 +88,11 @@ func (e *env) openMeasured(dir string) (service, error) {
 	return e.openDelay(dir)
 }
 
-// process is `natsdelay serve` as a child process, on the bench's server.
+// process is `natsdelay serve` as a child process, on the bench's server,
+// or the floor service (see floor.go).
 type process struct {
 	e      *env
+	name   string // in errors: "natsdelay", "the floor"
 	cmd    *exec.Cmd
 	stderr *tailBuffer
 	http   string        // base URL of its HTTP listener
@@ -115,7 +117,7 @@ func (e *env) startProcess(dir string) (*process, error) {
 	if e.withEvents {
 		args = append(args, "--events", "--event-prefix", e.events)
 	}
-	p := &process{e: e, cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
+	p := &process{e: e, name: "natsdelay", cmd: exec.Command(e.cfg.ServiceCommand[0], args...), stderr: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	ready := &readyLine{found: make(chan string, 1)}
 	p.cmd.Stderr = io.MultiWriter(p.stderr, ready)
 	if err := p.cmd.Start(); err != nil {
@@ -293,10 +295,10 @@ func (p *process) close() error {
 	case <-time.After(p.e.cfg.Timeout):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
-		return fmt.Errorf("bench: natsdelay did not stop within %v\n%s", p.e.cfg.Timeout, p.stderr)
+		return fmt.Errorf("bench: %s did not stop within %v\n%s", p.name, p.e.cfg.Timeout, p.stderr)
 	}
 	if p.err != nil {
-		return fmt.Errorf("bench: natsdelay: %w\n%s", p.err, p.stderr)
+		return fmt.Errorf("bench: %s: %w\n%s", p.name, p.err, p.stderr)
 	}
 	return nil
 }

@@ -93,21 +93,15 @@ func Serve(ctx context.Context, cfg Config, ready func()) (err error) {
 		close(stop)
 		wg.Wait()
 	}()
-	subs := []func() (*nats.Subscription, error){
-		func() (*nats.Subscription, error) {
-			return nc.QueueSubscribe(cfg.Ingest+".>", "natsdelay-floor", f.ingest)
-		},
-		func() (*nats.Subscription, error) { return nc.Subscribe(cfg.Ack+".>", f.answer) },
-		func() (*nats.Subscription, error) {
-			return nc.Subscribe(cfg.Count, func(m *nats.Msg) { _ = m.Respond(strconv.AppendInt(nil, f.acked.Load(), 10)) })
-		},
-	}
-	for _, sub := range subs {
-		s, err := sub()
+	for _, s := range []struct {
+		subject, queue string
+		h              nats.MsgHandler
+	}{{cfg.Ingest + ".>", "natsdelay-floor", f.ingest}, {cfg.Ack + ".>", "", f.answer}, {cfg.Count, "", f.count}} {
+		sub, err := nc.QueueSubscribe(s.subject, s.queue, s.h)
 		if err != nil {
-			return fmt.Errorf("floor: subscribe: %w", err)
+			return fmt.Errorf("floor: subscribe %s: %w", s.subject, err)
 		}
-		_ = s.SetPendingLimits(-1, -1)
+		_ = sub.SetPendingLimits(-1, -1)
 	}
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("floor: flush: %w", err)
@@ -189,6 +183,9 @@ func (f *floor) answer(m *nats.Msg) {
 	f.mu.Unlock()
 	f.wake()
 }
+
+// count answers with how many ACKs the floor has applied.
+func (f *floor) count(m *nats.Msg) { _ = m.Respond(strconv.AppendInt(nil, f.acked.Load(), 10)) }
 
 func (f *floor) wake() {
 	select {
