@@ -78,12 +78,10 @@ type Dispatcher struct {
 		// (see NotifyMessage), each a flight already, in the order they
 		// were handed off.
 		handed []outgoing
+		// commits are the commits of messages under new keys whose
+		// messages the dispatcher is not yet told of (see Committing).
+		commits pendingCommits
 	}
-
-	// committing counts the commits of messages under new keys by other
-	// writers than the group commit whose messages the dispatcher has not
-	// been told of yet (see Committing).
-	committing atomic.Int64
 
 	// beforePublishWait, if set (by tests only), is called when a
 	// settling of a message waits for the publish of it under way.

@@ -153,7 +153,7 @@ func (d *Dispatcher) advanceFrontier(now int64) {
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.subjects.admit(found, now)
+	d.mu.subjects.admit(found, now, d.mu.commits.earliest())
 	d.mu.frontier.moved(last, next, err != nil)
 }
 
@@ -193,8 +193,9 @@ func (st *subjectTable) passed(k keys.Key, now int64) bool {
 }
 
 // admit puts the topic of each due-index entry in found in the due heap
-// at the entry's time.
-func (st *subjectTable) admit(found []keys.Key, now int64) {
+// at the entry's time. earliestNs is the earliest fire time a commit not
+// yet told of holds, never if none (see pendingCommits.earliest).
+func (st *subjectTable) admit(found []keys.Key, now, earliestNs int64) {
 	for _, k := range found {
 		t := st.topic(k.TopicHash())
 		switch {
@@ -217,10 +218,18 @@ func (st *subjectTable) admit(found []keys.Key, now int64) {
 			// frontier passed before (same subject, so due order is key
 			// order), whose scan took it or left the topic waiting for
 			// another. So its scan starts at the entry, and, while that
-			// entry is its only one, is a point read of it.
-			t.cursor = k.Bytes()
-			single := k
-			t.single = &single
+			// entry is its only one, is a point read of it; unless a
+			// commit not yet told of may hold an older message of the
+			// subject, whose entry the frontier is past (see commits.go).
+			start := scanStart(t.hash, k, earliestNs, st.bucketMs)
+			if t.cursor == nil || bytes.Compare(t.cursor, start[:]) < 0 {
+				t.cursor = start.Bytes()
+			}
+			t.single = nil
+			if bytes.Equal(t.cursor, k[:]) {
+				single := k
+				t.single = &single
+			}
 		case t.single != nil && *t.single != k:
 			t.single = nil // more than one entry: a range scan
 		}

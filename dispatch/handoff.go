@@ -97,15 +97,6 @@ type Epoch uint64
 // that by its cursor, above the message, and a dropped one by the epoch.
 func (d *Dispatcher) Epoch() Epoch { return Epoch(d.mu.subjects.dropped.Load()) }
 
-// Committing counts a commit of messages under new keys by another writer
-// than the group commit (a move, a replay, an import), until the done it
-// returns is called, after the dispatcher was told of every message the
-// commit stored: meanwhile no message is handed off (see NotifyMessage).
-func (d *Dispatcher) Committing() (done func()) {
-	d.committing.Add(1)
-	return func() { d.committing.Add(-1) }
-}
-
 // handOffLocked hands msg, committed under s.Key, to the next pass if it
 // may go out now ahead of anything of its subject not yet read (see the
 // argument above), and reports whether it did. mu must be held.
@@ -131,7 +122,7 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		return false
 	case !d.mu.frontier.clearBy(now):
 		return false
-	case d.committing.Load() != 0:
+	case d.mu.commits.others != 0:
 		return false
 	case len(d.mu.handed) >= d.cfg.PassLimit, len(d.mu.flights.byKey) >= d.cfg.MaxInFlight:
 		return false

@@ -35,9 +35,10 @@ func TestDispatcher_NotifyMessage_Stress_EveryMessageSettledInOrder(t *testing.T
 			for i := range in {
 				in[i] = delaystore.Once{Msg: msgAt(fmt.Sprintf("s%d", rng.IntN(subjects)), time.Now())}
 			}
-			epoch := h.d.Epoch()
+			epoch, told := h.d.Ingesting(in[0].Msg.FireAtNs)
 			res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
 			if err != nil {
+				told()
 				t.Error(err)
 				close(keysOf)
 				return
@@ -47,6 +48,7 @@ func TestDispatcher_NotifyMessage_Stress_EveryMessageSettledInOrder(t *testing.T
 				h.d.NotifyMessage(s.Scheduled, s.FireAtNs, in[i].Msg, epoch)
 				ks[i] = s.Key
 			}
+			told()
 			keysOf <- ks
 			sent += n
 		}
@@ -102,12 +104,14 @@ func TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled(t *
 		for sent := 0; sent < total; {
 			n := min(1+rng.IntN(64), total-sent)
 			in := make([]delaystore.Once, n)
+			earliest := time.Now()
 			for i := range in {
-				in[i] = delaystore.Once{Msg: msgAt("s", time.Now().Add(time.Duration(rng.IntN(20))*time.Millisecond))}
+				in[i] = delaystore.Once{Msg: msgAt("s", earliest.Add(time.Duration(rng.IntN(20))*time.Millisecond))}
 			}
-			epoch := h.d.Epoch()
+			epoch, told := h.d.Ingesting(earliest.UnixNano())
 			res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
 			if err != nil {
+				told()
 				t.Error(err)
 				return
 			}
@@ -119,6 +123,7 @@ func TestDispatcher_NotifyMessage_Stress_DelayedAmongDue_EveryMessageSettled(t *
 			for _, i := range order {
 				h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
 			}
+			told()
 			sent += n
 		}
 	}()

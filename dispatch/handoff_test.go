@@ -19,7 +19,8 @@ import (
 // and whether the message was handed off.
 func (h *harness) handOff(msg *delaystore.StoredMessage) (keys.Key, bool) {
 	h.t.Helper()
-	epoch := h.d.Epoch()
+	epoch, told := h.d.Ingesting(msg.FireAtNs)
+	defer told()
 	res, err := h.repo.ScheduleOnce([]delaystore.Once{{Msg: msg}}, 0, time.Now().UnixNano(), delaystore.Sync)
 	if err != nil {
 		h.t.Fatal(err)
@@ -445,7 +446,7 @@ func TestDispatcher_NotifyMessage_Hazards_NotHandedOff(t *testing.T) {
 			return func() {}, 0
 		}},
 		{name: "another writer's commit untold", all: true, hold: func(t *testing.T, h *harness, _ *atomic.Bool) (func(), int) {
-			return h.d.Committing(), 0
+			return h.d.Committing(time.Now().UnixNano()), 0
 		}},
 		{name: "backing off", hold: func(t *testing.T, h *harness, _ *atomic.Bool) (func(), int) {
 			h.pub.setAbsent("s", true)
@@ -577,5 +578,47 @@ func setLimit(t *testing.T, h *harness, l delaystore.Limit) {
 	}
 	if err := h.d.ReloadLimits(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDispatcher_CommittedBehindTheFrontier_NotYetTold_NotOvertaken checks
+// per-subject order for a commit the dispatcher is not yet told of: two
+// messages of one subject, the older due before the due index's frontier
+// (its entry is never read: its commit tells its topic), the newer after
+// it. A pass that reads the newer entry meanwhile must not take it alone:
+// its topic's scan starting at the newer one's key sent it out before the
+// older one, which went out when told, after it.
+func TestDispatcher_CommittedBehindTheFrontier_NotYetTold_NotOvertaken(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	// The frontier reads e's entry before its pass delivers e.
+	e := h.schedule(msgAt("e", time.Now()))[0]
+	if d := h.next(30 * time.Second); d.key != e {
+		t.Fatalf("delivered %v, want e's %v", d.key, e)
+	}
+	in := []delaystore.Once{
+		{Msg: msgAt("s", time.UnixMilli(keys.FireAtMs(msgAt("e", time.Now()).FireAtNs)).Add(-5*time.Millisecond))},
+		{Msg: msgAt("s", time.Now())},
+	}
+	epoch, told := h.d.Ingesting(in[0].Msg.FireAtNs)
+	res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, newer := res[0].Key, res[1].Key
+	// A pass reads the newer one's entry before the commit tells of them.
+	c := h.schedule(msgAt("c", time.Now()))[0]
+	var got []keys.Key
+	for d := h.next(30 * time.Second); d.key != c; d = h.next(30 * time.Second) {
+		got = append(got, d.key)
+	}
+	for i := range res {
+		h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
+	}
+	told()
+	for len(got) < 2 {
+		got = append(got, h.next(30*time.Second).key)
+	}
+	if got[0] != older || got[1] != newer {
+		t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
 	}
 }

@@ -33,8 +33,8 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 		return keys.Key{}, ErrClosed
 	}
 	// Until its new key is told of, nothing is handed off (see Committing).
-	d.committing.Add(1)
-	defer d.committing.Add(-1)
+	c := d.beginCommit(never, false)
+	defer d.endCommit(c)
 	if err := d.markMoving(k); err != nil {
 		return keys.Key{}, err
 	}
@@ -43,6 +43,7 @@ func (d *Dispatcher) Move(k keys.Key, to delaystore.MoveFunc, movedBy string, sy
 	s, err := d.repo.Move(k, func(m *delaystore.StoredMessage) (int64, error) {
 		at, err := to(m)
 		fireAtNs = at
+		d.commitDueAt(c, at)
 		if err == nil && sync == delaystore.NoSync {
 			// NB: held before the commit, so no scan that reads the new
 			// key once it is committed can deliver it before Flush.
@@ -135,8 +136,7 @@ func (d *Dispatcher) holdUnflushed(k keys.Key) (held, prev *unflushedMove) {
 func (d *Dispatcher) Flush() error {
 	// The moves it lets go are neither held nor told of for a while: until
 	// they are, nothing is handed off (see Committing).
-	d.committing.Add(1)
-	defer d.committing.Add(-1)
+	defer d.endCommit(d.beginCommit(never, false))
 	// NB: only moves committed before the flush begins are surely in it.
 	var ready []*unflushedMove
 	d.mu.Lock()

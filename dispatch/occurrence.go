@@ -45,8 +45,13 @@ func (d *Dispatcher) planOccurrences(out []outgoing, now int64) []outgoing {
 	}
 	// Until the successors are told of, nothing is handed off (see
 	// Committing).
-	d.committing.Add(1)
-	defer d.committing.Add(-1)
+	earliest := int64(never)
+	for _, p := range plans {
+		if p.Next != nil {
+			earliest = min(earliest, p.Next.FireAtNs)
+		}
+	}
+	defer d.endCommit(d.beginCommit(earliest, false))
 	d.planning.RLock()
 	res, err := d.repo.Advance(plans, delaystore.Sync)
 	d.planning.RUnlock()

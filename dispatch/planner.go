@@ -296,9 +296,8 @@ func (d *Dispatcher) planAhead(gw *giveWay) time.Duration {
 	d.planning.RLock()
 	defer d.planning.RUnlock()
 	// Until the successors are told of, nothing is handed off (see
-	// Committing).
-	d.committing.Add(1)
-	defer d.committing.Add(-1)
+	// Committing). Each is due after its occurrence.
+	defer d.endCommit(d.beginCommit(d.earliestStart(found), false))
 	defer d.noting()()
 	plans, res, err := d.repo.AdvanceEach(found, func(k keys.Key, m *delaystore.StoredMessage) (delaystore.Plan, bool) {
 		if m.GetRecurrence() == nil || m.FireAtNs < now || m.FireAtNs > horizon || m.TtlNs > 0 || m.Recurrence.Overlap != delaystore.Overlap_OVERLAP_ALLOW {

@@ -24,8 +24,8 @@ func (d *Dispatcher) Rewrite(k keys.Key, edit delaystore.RewriteFunc) (keys.Key,
 	d.planning.Lock()
 	defer d.planning.Unlock()
 	// Until its new key is told of, nothing is handed off (see Committing).
-	d.committing.Add(1)
-	defer d.committing.Add(-1)
+	c := d.beginCommit(never, false)
+	defer d.endCommit(c)
 	if err := d.markMoving(k); err != nil {
 		return keys.Key{}, 0, err
 	}
@@ -33,6 +33,7 @@ func (d *Dispatcher) Rewrite(k keys.Key, edit delaystore.RewriteFunc) (keys.Key,
 	s, err := d.repo.Rewrite(k, func(m *delaystore.StoredMessage) error {
 		err := edit(m)
 		fireAtNs = m.FireAtNs
+		d.commitDueAt(c, fireAtNs)
 		return err
 	}, delaystore.Sync)
 	d.mu.Lock()

@@ -66,7 +66,7 @@ func (s *Service) Replay(ks []keys.Key, target string, nowNs int64) ([]delaystor
 		return nil, err
 	}
 	g := s.gen.Load()
-	defer g.disp.Committing()()
+	defer g.disp.Committing(nowNs)()
 	res, err := g.repo.Replay(ks, target, nowNs, delaystore.Sync)
 	if err != nil {
 		return nil, unavailable("replaying %d dead letters: %v", len(ks), err)

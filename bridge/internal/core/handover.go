@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/natsdelay/natsdelay/bridge/wire"
 	"github.com/natsdelay/natsdelay/delaystore"
@@ -30,7 +31,8 @@ func (s *Service) Import(in []delaystore.Imported) (int, error) {
 		return 0, err
 	}
 	g := s.gen.Load()
-	defer g.disp.Committing()()
+	// NB: under keys made elsewhere, due at any time.
+	defer g.disp.Committing(math.MinInt64)()
 	stored, err := g.repo.Import(in, delaystore.Sync)
 	if errors.Is(err, delaystore.ErrInvalidMessage) {
 		return 0, fmt.Errorf("%w: %v", wire.ErrBadRequest, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -222,13 +223,21 @@ func duplicates(res []delaystore.Outcome) int {
 
 func (w *writer) commit(batch []scheduleRequest) {
 	in := make([]delaystore.Once, len(batch))
+	earliest := int64(math.MaxInt64)
 	for i, r := range batch {
 		in[i] = r.once
+		// NB: a debounce or a throttle may move a fire time sooner,
+		// never before the publish.
+		earliest = min(earliest, r.once.Msg.FireAtNs, r.once.Msg.EnqueuedAtNs)
 	}
-	// NB: read before the commit: a pass may take a message, settle it
-	// and drop its topic between the commit and NotifyMessage, which the
-	// epoch then shows (see dispatch.Dispatcher.Epoch).
-	epoch := w.disp.Epoch()
+	// NB: before the commit: a pass may take a message, settle it and
+	// drop its topic between the commit and NotifyMessage, which the
+	// epoch then shows (see dispatch.Dispatcher.Epoch); and a pass that
+	// reads a newer message's due entry meanwhile must not start its
+	// subject's scan above an older one not yet told of (see
+	// dispatch.Dispatcher.Ingesting).
+	epoch, told := w.disp.Ingesting(earliest)
+	defer told()
 	start := time.Now()
 	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
 	if w.observe != nil {
