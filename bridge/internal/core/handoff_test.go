@@ -12,13 +12,33 @@ import (
 
 // holdingStore holds every batch's commit while it is armed, and says
 // when one is held: a batch held there keeps the group commit busy while
-// the next batch gathers.
+// the next batch gathers. Armed after, it holds one batch once committed
+// instead, before its writer goes on.
 type holdingStore struct {
 	delaystore.Store
 	held chan struct{}
 
 	mu   sync.Mutex
 	gate chan struct{}
+	// after is the gate of the after-th commit from when it was armed,
+	// held once committed, and heldAfter says when it is held.
+	after     int
+	afterGate chan struct{}
+	heldAfter chan struct{}
+}
+
+// armAfter makes the n-th commit from now wait, once committed, until
+// releaseAfter.
+func (s *holdingStore) armAfter(n int) {
+	s.mu.Lock()
+	s.after, s.afterGate, s.heldAfter = n, make(chan struct{}), make(chan struct{}, 1)
+	s.mu.Unlock()
+}
+
+func (s *holdingStore) releaseAfter() {
+	s.mu.Lock()
+	close(s.afterGate)
+	s.mu.Unlock()
 }
 
 func (s *holdingStore) arm() {
@@ -54,7 +74,20 @@ func (b *holdingBatch) Commit(sync delaystore.SyncMode) error {
 		}
 		<-gate
 	}
-	return b.Batch.Commit(sync)
+	b.s.mu.Lock()
+	var after chan struct{}
+	if b.s.after > 0 {
+		if b.s.after--; b.s.after == 0 {
+			after = b.s.afterGate
+		}
+	}
+	b.s.mu.Unlock()
+	err := b.Batch.Commit(sync)
+	if after != nil {
+		b.s.heldAfter <- struct{}{}
+		<-after
+	}
+	return err
 }
 
 // TestService_DueAtCommit_OneBatch_KeyOrder checks per-subject order
@@ -117,4 +150,87 @@ func TestService_DueAtCommit_OneBatch_KeyOrder(t *testing.T) {
 	// NB: both are handed off unless a pass was reading the due index as
 	// they were told of; either way the order holds.
 	t.Logf("handed off: %d", s.Stats().HandedOff)
+}
+
+// TestService_CommittedNotYetTold_OlderBehindFrontier_GoesFirst checks
+// per-subject order in the moment between a batch's commit and its tell:
+// a pass that reads a newer message's due entry then must not send it
+// ahead of an older one of its subject committed with it, due before the
+// due index's frontier, whose entry no read will find (the group commit
+// counts itself in with the batch's earliest time; docs/architecture.md,
+// "A message due at ingest"). Before, the pass took the newer one alone,
+// and the older one went out after it once told.
+func TestService_CommittedNotYetTold_OlderBehindFrontier_GoesFirst(t *testing.T) {
+	p := newPublisher()
+	st := &holdingStore{Store: memStore(t), held: make(chan struct{}, 1)}
+	s := open(t, st, p, nil)
+
+	// The frontier reads e's entry before e goes out: due a little
+	// later, e is not handed off at its commit.
+	eAt := time.Now().Add(50 * time.Millisecond)
+	if e := schedule(t, s, &delaystore.StoredMessage{Subject: "order.e", FireAtNs: eAt.UnixNano(), EnqueuedAtNs: eAt.UnixNano()}); next(t, p.delivered) != e {
+		t.Fatal("e was not delivered first")
+	}
+	// c's time wakes a pass that reads the due index while the batch of
+	// the older and the newer message is committed and not yet told of.
+	cAt := time.Now().Add(time.Second)
+	c := schedule(t, s, &delaystore.StoredMessage{Subject: "order.c", FireAtNs: cAt.UnixNano(), EnqueuedAtNs: time.Now().UnixNano()})
+
+	// A commit held keeps the group commit busy while both messages wait
+	// for it, so they go in the next batch, together: the one held once
+	// committed.
+	st.arm()
+	st.armAfter(2)
+	blocker := make(chan error, 1)
+	if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.other", FireAtNs: time.Now().Add(time.Hour).UnixNano()},
+		func(_ keys.Key, err error) { blocker <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.held:
+	case <-time.After(wait):
+		t.Fatal("the first commit was never held")
+	}
+	type result struct {
+		k   keys.Key
+		err error
+	}
+	older, newer := make(chan result, 1), make(chan result, 1)
+	now := time.Now()
+	for _, m := range []struct {
+		fireAt time.Time
+		done   chan result
+	}{{eAt.Add(-5 * time.Millisecond), older}, {now, newer}} {
+		if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.s", FireAtNs: m.fireAt.UnixNano(), EnqueuedAtNs: now.UnixNano()},
+			func(k keys.Key, err error) { m.done <- result{k, err} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.release()
+	select {
+	case <-st.heldAfter:
+	case <-time.After(wait):
+		t.Fatal("the batch of order.s was never held")
+	}
+	if time.Now().After(cAt) {
+		t.Fatal("the batch of order.s committed after c's time: c's pass did not fall in the moment under test")
+	}
+	var got []keys.Key
+	for k := next(t, p.delivered); k != c; k = next(t, p.delivered) {
+		got = append(got, k)
+	}
+	st.releaseAfter()
+	if err := <-blocker; err != nil {
+		t.Fatal(err)
+	}
+	first, second := <-older, <-newer
+	if first.err != nil || second.err != nil {
+		t.Fatal(first.err, second.err)
+	}
+	for len(got) < 2 {
+		got = append(got, next(t, p.delivered))
+	}
+	if got[0] != first.k || got[1] != second.k {
+		t.Fatalf("order.s delivered %v, want the older %s, then the newer %s", got, first.k, second.k)
+	}
 }
