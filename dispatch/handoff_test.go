@@ -589,36 +589,55 @@ func setLimit(t *testing.T, h *harness, l delaystore.Limit) {
 // its topic's scan starting at the newer one's key sent it out before the
 // older one, which went out when told, after it.
 func TestDispatcher_CommittedBehindTheFrontier_NotYetTold_NotOvertaken(t *testing.T) {
-	h := newHarness(t, 0, nil)
-	// The frontier reads e's entry before its pass delivers e.
-	e := h.schedule(msgAt("e", time.Now()))[0]
-	if d := h.next(30 * time.Second); d.key != e {
-		t.Fatalf("delivered %v, want e's %v", d.key, e)
-	}
-	in := []delaystore.Once{
-		{Msg: msgAt("s", time.UnixMilli(keys.FireAtMs(msgAt("e", time.Now()).FireAtNs)).Add(-5*time.Millisecond))},
-		{Msg: msgAt("s", time.Now())},
-	}
-	epoch, told := h.d.Ingesting(in[0].Msg.FireAtNs)
-	res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older, newer := res[0].Key, res[1].Key
-	// A pass reads the newer one's entry before the commit tells of them.
-	c := h.schedule(msgAt("c", time.Now()))[0]
-	var got []keys.Key
-	for d := h.next(30 * time.Second); d.key != c; d = h.next(30 * time.Second) {
-		got = append(got, d.key)
-	}
-	for i := range res {
-		h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
-	}
-	told()
-	for len(got) < 2 {
-		got = append(got, h.next(30*time.Second).key)
-	}
-	if got[0] != older || got[1] != newer {
-		t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
+	for _, writer := range []struct {
+		name string
+		// begin counts a commit due at earliestNs in before it, and
+		// returns how to tell of each message after it, and when done.
+		begin func(h *harness, earliestNs int64) (tell func(delaystore.Outcome, *delaystore.StoredMessage), done func())
+	}{
+		{"the group commit", func(h *harness, earliestNs int64) (func(delaystore.Outcome, *delaystore.StoredMessage), func()) {
+			epoch, done := h.d.Ingesting(earliestNs)
+			return func(o delaystore.Outcome, m *delaystore.StoredMessage) {
+				h.d.NotifyMessage(o.Scheduled, o.FireAtNs, m, epoch)
+			}, done
+		}},
+		{"another writer", func(h *harness, earliestNs int64) (func(delaystore.Outcome, *delaystore.StoredMessage), func()) {
+			done := h.d.Committing(earliestNs)
+			return func(o delaystore.Outcome, _ *delaystore.StoredMessage) { h.d.Notify(o.Scheduled, o.FireAtNs) }, done
+		}},
+	} {
+		t.Run(writer.name, func(t *testing.T) {
+			h := newHarness(t, 0, nil)
+			// The frontier reads e's entry before its pass delivers e.
+			eAt := time.Now()
+			e := h.schedule(msgAt("e", eAt))[0]
+			if d := h.next(30 * time.Second); d.key != e {
+				t.Fatalf("delivered %v, want e's %v", d.key, e)
+			}
+			in := []delaystore.Once{{Msg: msgAt("s", eAt.Add(-5*time.Millisecond))}, {Msg: msgAt("s", time.Now())}}
+			tell, done := writer.begin(h, in[0].Msg.FireAtNs)
+			res, err := h.repo.ScheduleOnce(in, 0, time.Now().UnixNano(), delaystore.Sync)
+			if err != nil {
+				t.Fatal(err)
+			}
+			older, newer := res[0].Key, res[1].Key
+			// A pass reads the newer one's entry before the commit tells
+			// of them.
+			c := h.schedule(msgAt("c", time.Now()))[0]
+			var got []keys.Key
+			for d := h.next(30 * time.Second); d.key != c; d = h.next(30 * time.Second) {
+				got = append(got, d.key)
+			}
+			for i := range res {
+				tell(res[i], in[i].Msg)
+			}
+			done()
+			for len(got) < 2 {
+				got = append(got, h.next(30*time.Second).key)
+			}
+			if got[0] != older || got[1] != newer {
+				t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
+			}
+		})
 	}
 }
