@@ -24,10 +24,10 @@ import (
 //     (Notify lowers its next time to the entry's, so it would not be
 //     clear), or told to its topic (which is then in the due heap, held,
 //     released, or rewound), or its commit has not been told yet: by
-//     another writer than the group commit, which counts itself in
-//     committing until it has told the dispatcher, or by the group
-//     commit, in the batch being told, whose smaller keys were told
-//     first.
+//     another writer than the group commit, which counts itself in with
+//     Committing until it has told the dispatcher (see commits.go), or
+//     by the group commit, in the batch being told, whose smaller keys
+//     were told first.
 //   - The topic is idle: not in the due heap, not being scanned, not held
 //     at its limit, released, backing off, probing or rewound; and the
 //     message is at or above its cursor, and no topic was dropped since
