@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natsdelay/natsdelay/bridge/internal/core"
 	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/keys"
 )
@@ -104,48 +105,25 @@ func TestService_DueAtCommit_OneBatch_KeyOrder(t *testing.T) {
 
 	// A commit held keeps the group commit busy while both messages wait
 	// for it, so they go in the next batch, together.
-	st.arm()
-	blocker := make(chan error, 1)
-	if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.other", FireAtNs: time.Now().Add(time.Hour).UnixNano()},
-		func(_ keys.Key, err error) { blocker <- err }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-st.held:
-	case <-time.After(wait):
-		t.Fatal("the first commit was never held")
-	}
+	blocker := holdGroupCommit(t, s, st)
 	now := time.Now()
-	type result struct {
-		k   keys.Key
-		err error
-	}
-	earlier, later := make(chan result, 1), make(chan result, 1)
-	for _, m := range []struct {
-		fireAt time.Time
-		done   chan result
-	}{{now.Add(-time.Millisecond), earlier}, {now.Add(-10 * time.Millisecond), later}} {
-		if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.s", FireAtNs: m.fireAt.UnixNano()},
-			func(k keys.Key, err error) { m.done <- result{k, err} }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	results := scheduleAll(t, s,
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: now.Add(-time.Millisecond).UnixNano()},
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: now.Add(-10 * time.Millisecond).UnixNano()})
 	st.release()
 	if err := <-blocker; err != nil {
 		t.Fatal(err)
 	}
-	first, second := <-earlier, <-later
-	if first.err != nil || second.err != nil {
-		t.Fatal(first.err, second.err)
+	ks := keysOf(t, results)
+	first, second := ks[0], ks[1]
+	if bytes.Compare(second[:], first[:]) >= 0 {
+		t.Fatalf("the message due 10 ms ago has key %s, not below %s", second, first)
 	}
-	if bytes.Compare(second.k[:], first.k[:]) >= 0 {
-		t.Fatalf("the message due 10 ms ago has key %s, not below %s", second.k, first.k)
+	if got := next(t, p.delivered); got != second {
+		t.Fatalf("delivered %s first, want %s, the subject's smaller key, published later", got, second)
 	}
-	if got := next(t, p.delivered); got != second.k {
-		t.Fatalf("delivered %s first, want %s, the subject's smaller key, published later", got, second.k)
-	}
-	if got := next(t, p.delivered); got != first.k {
-		t.Fatalf("delivered %s second, want %s", got, first.k)
+	if got := next(t, p.delivered); got != first {
+		t.Fatalf("delivered %s second, want %s", got, first)
 	}
 	// NB: both are handed off unless a pass was reading the due index as
 	// they were told of; either way the order holds.
@@ -179,33 +157,12 @@ func TestService_CommittedNotYetTold_OlderBehindFrontier_GoesFirst(t *testing.T)
 	// A commit held keeps the group commit busy while both messages wait
 	// for it, so they go in the next batch, together: the one held once
 	// committed.
-	st.arm()
 	st.armAfter(2)
-	blocker := make(chan error, 1)
-	if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.other", FireAtNs: time.Now().Add(time.Hour).UnixNano()},
-		func(_ keys.Key, err error) { blocker <- err }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-st.held:
-	case <-time.After(wait):
-		t.Fatal("the first commit was never held")
-	}
-	type result struct {
-		k   keys.Key
-		err error
-	}
-	older, newer := make(chan result, 1), make(chan result, 1)
+	blocker := holdGroupCommit(t, s, st)
 	now := time.Now()
-	for _, m := range []struct {
-		fireAt time.Time
-		done   chan result
-	}{{eAt.Add(-5 * time.Millisecond), older}, {now, newer}} {
-		if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.s", FireAtNs: m.fireAt.UnixNano(), EnqueuedAtNs: now.UnixNano()},
-			func(k keys.Key, err error) { m.done <- result{k, err} }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	results := scheduleAll(t, s,
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: eAt.Add(-5 * time.Millisecond).UnixNano(), EnqueuedAtNs: now.UnixNano()},
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: now.UnixNano(), EnqueuedAtNs: now.UnixNano()})
 	st.release()
 	select {
 	case <-st.heldAfter:
@@ -223,14 +180,66 @@ func TestService_CommittedNotYetTold_OlderBehindFrontier_GoesFirst(t *testing.T)
 	if err := <-blocker; err != nil {
 		t.Fatal(err)
 	}
-	first, second := <-older, <-newer
-	if first.err != nil || second.err != nil {
-		t.Fatal(first.err, second.err)
-	}
+	ks := keysOf(t, results)
 	for len(got) < 2 {
 		got = append(got, next(t, p.delivered))
 	}
-	if got[0] != first.k || got[1] != second.k {
-		t.Fatalf("order.s delivered %v, want the older %s, then the newer %s", got, first.k, second.k)
+	if got[0] != ks[0] || got[1] != ks[1] {
+		t.Fatalf("order.s delivered %v, want the older %s, then the newer %s", got, ks[0], ks[1])
 	}
+}
+
+// holdGroupCommit arms st and schedules a message due in an hour, whose
+// commit st holds until released: the group commit is busy, and what is
+// scheduled meanwhile goes in its next batch, together. The channel
+// returned gets the message's outcome.
+func holdGroupCommit(t *testing.T, s *core.Service, st *holdingStore) <-chan error {
+	t.Helper()
+	st.arm()
+	blocker := make(chan error, 1)
+	if err := s.Schedule(&delaystore.StoredMessage{Subject: "order.other", FireAtNs: time.Now().Add(time.Hour).UnixNano()},
+		func(_ keys.Key, err error) { blocker <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.held:
+	case <-time.After(wait):
+		t.Fatal("the first commit was never held")
+	}
+	return blocker
+}
+
+// scheduleResult is the outcome of a Schedule.
+type scheduleResult struct {
+	k   keys.Key
+	err error
+}
+
+// scheduleAll schedules msgs, in order, without waiting for them: each
+// channel returned gets its message's outcome.
+func scheduleAll(t *testing.T, s *core.Service, msgs ...*delaystore.StoredMessage) []chan scheduleResult {
+	t.Helper()
+	out := make([]chan scheduleResult, len(msgs))
+	for i, m := range msgs {
+		done := make(chan scheduleResult, 1)
+		out[i] = done
+		if err := s.Schedule(m, func(k keys.Key, err error) { done <- scheduleResult{k, err} }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// keysOf waits for the outcome of each of results and returns their keys.
+func keysOf(t *testing.T, results []chan scheduleResult) []keys.Key {
+	t.Helper()
+	ks := make([]keys.Key, len(results))
+	for i, r := range results {
+		res := <-r
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		ks[i] = res.k
+	}
+	return ks
 }
