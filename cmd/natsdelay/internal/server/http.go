@@ -20,7 +20,8 @@ import (
 	"github.com/natsdelay/natsdelay/cmd/natsdelay/internal/console"
 )
 
-// httpShutdownTimeout bounds how long a scrape in progress may hold up exit.
+// httpShutdownTimeout bounds how long a request in progress (a scrape, a
+// profile) may hold up a stop; past it the request is cut.
 const httpShutdownTimeout = 5 * time.Second
 
 // readiness is what /readyz and /leader ask; *bridge.Service implements
@@ -47,6 +48,9 @@ type httpServer struct {
 	console *console.Console
 	// fresh holds the connections that have sent no request yet.
 	fresh freshConns
+	// grace is how long close lets requests in progress finish.
+	grace time.Duration
+	log   *slog.Logger
 }
 
 // freshConns tracks the connections an http.Server has accepted that
@@ -111,7 +115,7 @@ func startHTTP(addr string, reg *prometheus.Registry, pprofOn, ui bool, ccfg con
 		}
 		return nil, settingsf("--http %s: cannot listen there: %w", addr, err)
 	}
-	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{})}
+	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{}), grace: httpShutdownTimeout, log: log}
 	h.fresh.changed = make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
@@ -212,9 +216,12 @@ func (h *httpServer) leader(w http.ResponseWriter, _ *http.Request) {
 }
 
 // close stops the listener, lets requests in progress finish for up to
-// httpShutdownTimeout, and waits for the serving goroutine.
+// its grace period and cuts those still running, and waits for the
+// serving goroutine. A request cut is not an error of the stop: nothing
+// the service holds depends on the listener, and an exit status that
+// says the stop failed would be wrong for a profile asked for a minute.
 func (h *httpServer) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.grace)
 	defer cancel()
 	if h.console != nil {
 		// NB: Shutdown waits for the requests in progress, and a live
@@ -223,6 +230,10 @@ func (h *httpServer) close() error {
 	}
 	h.fresh.closeAll()
 	err := h.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		h.log.Warn("http requests still in progress at the stop were cut", "grace", h.grace)
+		err = h.srv.Close()
+	}
 	<-h.done
 	if h.console != nil {
 		h.console.Close()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"log/slog"
 	"net"
 	"testing"
@@ -47,6 +48,58 @@ func (h *httpServer) waitNewConns(t *testing.T, n int) {
 		case <-ch:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the server tracks %d new connections after 10s, want %d", got, n)
+		}
+	}
+}
+
+// TestHTTP_Close_RequestOutlastsGrace_CutNoError checks that a stop with a
+// request still in progress at the end of the grace period cuts it and
+// succeeds: a CPU profile asked for 30 s, or a scrape from a stalled
+// client, made Close report an error and `serve` exit 1 after a stop
+// that lost nothing.
+func TestHTTP_Close_RequestOutlastsGrace_CutNoError(t *testing.T) {
+	h, err := startHTTP("127.0.0.1:0", newRegistry(), true, false, console.Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.grace = 100 * time.Millisecond
+	conn, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h.waitNewConns(t, 1)
+	if _, err := conn.Write([]byte("GET /debug/pprof/profile?seconds=30 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// NB: the connection leaves the new ones when its request is read.
+	h.waitNewConnsAtMost(t, 0)
+	if err := h.close(); err != nil {
+		t.Fatalf("close with a request outlasting the grace period: %v", err)
+	}
+	// The request was cut: the connection ends.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		t.Fatalf("the request in progress was not cut: %v", err)
+	}
+}
+
+// waitNewConnsAtMost waits until h tracks at most n connections that sent
+// nothing.
+func (h *httpServer) waitNewConnsAtMost(t *testing.T, n int) {
+	t.Helper()
+	for {
+		h.fresh.mu.Lock()
+		got := len(h.fresh.conns)
+		ch := h.fresh.changed
+		h.fresh.mu.Unlock()
+		if got <= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the server tracks %d new connections after 10s, want at most %d", got, n)
 		}
 	}
 }
