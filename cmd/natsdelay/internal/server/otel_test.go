@@ -72,3 +72,54 @@ func TestServer_OTel_ExportsAndFlushesOnClose(t *testing.T) {
 		t.Errorf("the exported span is not in the publisher's trace")
 	}
 }
+
+// TestServer_OTel_CollectorHangsAtClose_StopSucceeds checks that spans
+// the collector does not take within the stop's flush are logged and
+// dropped, as a failed export is while serving, and do not make the stop
+// fail: a collector that hung when natsdelay stopped made `serve` exit 1
+// after a stop that lost no message.
+func TestServer_OTel_CollectorHangsAtClose_StopSucceeds(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer collector.Close()
+	defer close(release)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000") // only the flush at Close exports
+	defer func(wait time.Duration) { otelShutdownWait = wait }(otelShutdownWait)
+	otelShutdownWait = 200 * time.Millisecond
+
+	srv, err := Open(t.Context(), Options{Engine: "memory", NATSListen: "127.0.0.1:0", OTel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	m := nats.NewMsg(wire.DefaultIngestPrefix + ".orders.otel")
+	m.Header.Set(wire.HeaderDelay, "1h")
+	m.Header.Set(wire.HeaderTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if rep, err := nc.RequestMsg(m, 30*time.Second); err != nil || rep.Header.Get(wire.HeaderServiceError) != "" {
+		t.Fatalf("schedule: %v %v", rep, err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("a stop whose span flush the collector did not take: %v", err)
+	}
+	select {
+	case <-asked:
+	default:
+		t.Fatal("the collector was never asked: the test did not reach the flush it checks")
+	}
+}
