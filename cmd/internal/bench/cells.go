@@ -508,7 +508,14 @@ func (e *env) startCellsSystem(system string, fleet bool) ([]*nodeSet, *cellsLoa
 		for i := range c.Cells {
 			specs = append(specs, e.cellSpec(system, i, e.partPrefixes(i), nil))
 		}
-		load = e.newCellsLoad(c.Cells, func(part int) string { return e.partPrefixes(part).ingest })
+		// NB: each subject goes to the node whose cell owns its
+		// partition in the fleet, so that both carry the same share of
+		// the load on each node: with xxhash64 mod Cells, the ideal's
+		// busiest node took a share of its own, which in the
+		// synchronous modes bounds the rate, and the ratio of the two
+		// moved with the difference between two random spreads.
+		node := idealNodes(c.Cells, c.CellPartitions)
+		load = e.newCellsLoad(c.CellPartitions, func(part int) string { return e.partPrefixes(node[part]).ingest })
 	}
 	var sets []*nodeSet
 	for _, spec := range specs {
@@ -522,6 +529,23 @@ func (e *env) startCellsSystem(system string, fleet bool) ([]*nodeSet, *cellsLoa
 		return sets, load, e.waitFleet(founders, load)
 	}
 	return sets, load, nil
+}
+
+// idealNodes maps each of parts partitions to the node of the ideal that
+// takes it: the index of the cell that owns it in a fleet of cells
+// founded together (fleet.Split).
+func idealNodes(cells, parts int) []int {
+	node := make([]int, parts)
+	names := cellNames(cells)
+	owned := fleet.Split(names, parts)
+	for i, c := range names {
+		for _, r := range owned[c] {
+			for p := r.From; p <= r.To; p++ {
+				node[p] = i
+			}
+		}
+	}
+	return node
 }
 
 // cellNames are the names of a fleet's n cells: c1 to c<n>.

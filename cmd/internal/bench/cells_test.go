@@ -3,6 +3,8 @@ package bench
 import (
 	"encoding/json"
 	"net"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/natsdelay/natsdelay/bridge/fleet"
@@ -90,5 +92,30 @@ func TestFreeAddrs_Distinct(t *testing.T) {
 			}
 			_ = ln.Close()
 		}
+	}
+}
+
+// TestIdealNodes_SameNodeAsTheFleetsOwner checks that the ideal sends
+// each subject to the node that stands for the cell owning it in the
+// fleet, so that both systems carry the same load on each node: the
+// ratio of their rates is then the fleet's routing, not the difference
+// between two random spreads of the subjects.
+func TestIdealNodes_SameNodeAsTheFleetsOwner(t *testing.T) {
+	const cells, parts = 3, 12
+	node := idealNodes(cells, parts)
+	owned := fleet.Split(cellNames(cells), parts)
+	for i := range 1024 {
+		s := "bench.x.plain.cells.s" + strconv.Itoa(i)
+		p := partitionOf(s, parts)
+		if p != fleet.Partition(s, parts) {
+			t.Fatalf("subject %q: the bench's partition %d, the fleet's %d", s, p, fleet.Partition(s, parts))
+		}
+		owner := cellNames(cells)[node[p]]
+		if !fleet.Contains(owned[owner], p) {
+			t.Fatalf("subject %q of partition %d goes to the ideal's node for %s, which does not own it (%v)", s, p, owner, owned)
+		}
+	}
+	if got := idealNodes(3, 12); !slices.Equal(got, []int{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}) {
+		t.Fatalf("idealNodes(3, 12) = %v", got)
 	}
 }
