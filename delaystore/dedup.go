@@ -94,6 +94,16 @@ type Outcome struct {
 // a client id is. A throttled message (ThrottleNs) gets its fire time
 // here, from the record of its window (see throttle.go).
 func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, sync SyncMode) ([]Outcome, error) {
+	return r.ScheduleOnceNoted(in, window, nowNs, sync, nil)
+}
+
+// ScheduleOnceNoted is ScheduleOnce that, if noted is not nil, hands it
+// the keys of the messages the batch stores once they are chosen and
+// before the batch commits (under the repository's write lock: noted
+// must not call it). A dispatcher is told of a message only after its
+// commit, and a scan in between must not start above one of them (see
+// dispatch.Dispatcher.IngestingKeys).
+func (r *Repository) ScheduleOnceNoted(in []Once, window time.Duration, nowNs int64, sync SyncMode, noted func([]Scheduled)) ([]Outcome, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -142,7 +152,14 @@ func (r *Repository) ScheduleOnce(in []Once, window time.Duration, nowNs int64, 
 	var res []Scheduled
 	if len(stored) > 0 {
 		var err error
-		if res, err = r.scheduleLocked(stored, sync, d.write); err != nil {
+		write := d.write
+		if noted != nil {
+			write = func(b Batch, out []Scheduled) error {
+				noted(out)
+				return d.write(b, out)
+			}
+		}
+		if res, err = r.scheduleLocked(stored, sync, write); err != nil {
 			return nil, err
 		}
 		r.dedupSwept = d.swept

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/natsdelay/natsdelay/delaystore"
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -28,6 +29,17 @@ import (
 // So each writer counts itself in, with the earliest fire time it
 // commits, until it has told the dispatcher of every message it stored,
 // and a scan starts no later than the first key of that time.
+//
+// A scan from a topic's cursor in that window missed a message of the
+// batch below the cursor (published with a shorter delay than one of the
+// subject already delivered) and took the batch's newer ones; the older
+// one, once told, rewound the topic and went out after them
+// (TestDispatcher_CommittedBelowTheCursor_NotYetTold_NotOvertaken). The
+// group commit notes the keys it stores before its commit
+// (IngestingKeys), and a scan of one of their subjects meanwhile first
+// rewinds its topic to the subject's smallest, as the tell would a
+// moment later: the range it reads again is one the tell would have it
+// read, no more.
 
 // pendingCommit is a commit of messages under new keys the dispatcher is
 // not yet told of.
@@ -37,6 +49,9 @@ type pendingCommit struct {
 	// toldInKeyOrder marks the group commit's, whose own messages may be
 	// handed off (see NotifyMessage); any other's stop every hand-off.
 	toldInKeyOrder bool
+	// lowest is, by topic hash, the smallest key it stores, once noted
+	// (see IngestingKeys); nil until then, and for other writers.
+	lowest map[uint64]keys.Key
 }
 
 // pendingCommits are the commits under way. Dispatcher.mu guards them.
@@ -74,6 +89,19 @@ func (p *pendingCommits) earliest() int64 {
 	return at
 }
 
+// lowestOf is the smallest key of topic hash that a commit under way
+// noted it stores, if any did.
+func (p *pendingCommits) lowestOf(hash uint64) (keys.Key, bool) {
+	var low keys.Key
+	found := false
+	for _, c := range p.open {
+		if k, ok := c.lowest[hash]; ok && (!found || bytes.Compare(k[:], low[:]) < 0) {
+			low, found = k, true
+		}
+	}
+	return low, found
+}
+
 // scanStart is where a scan of topic hash whose due-index entry k was
 // just read may start, with earliestNs the earliest fire time a commit
 // not yet told of holds (never if none): k, unless such a commit may hold
@@ -107,8 +135,30 @@ func (d *Dispatcher) Committing(earliestNs int64) (done func()) {
 // with NotifyMessage in key order, each batch before the next commits:
 // they may be handed off. It returns the epoch to tell them with.
 func (d *Dispatcher) Ingesting(earliestNs int64) (Epoch, func()) {
+	epoch, _, done := d.IngestingKeys(earliestNs)
+	return epoch, done
+}
+
+// IngestingKeys is Ingesting with storing, to be called with the keys
+// the commit stores once they are chosen and before it commits: while the
+// commit is not yet told of, a scan of one of their subjects starts no
+// later than the subject's smallest of them, also below its topic's
+// cursor (see the top of this file).
+func (d *Dispatcher) IngestingKeys(earliestNs int64) (epoch Epoch, storing func([]delaystore.Scheduled), done func()) {
 	c := d.beginCommit(earliestNs, true)
-	return d.Epoch(), func() { d.endCommit(c) }
+	storing = func(stored []delaystore.Scheduled) {
+		lowest := make(map[uint64]keys.Key, 1)
+		for _, s := range stored {
+			h := s.Key.TopicHash()
+			if k, ok := lowest[h]; !ok || bytes.Compare(s.Key[:], k[:]) < 0 {
+				lowest[h] = s.Key
+			}
+		}
+		d.mu.Lock()
+		c.lowest = lowest
+		d.mu.Unlock()
+	}
+	return d.Epoch(), storing, func() { d.endCommit(c) }
 }
 
 func (d *Dispatcher) beginCommit(earliestNs int64, toldInKeyOrder bool) *pendingCommit {

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"log/slog"
 	"sync"
@@ -639,5 +640,50 @@ func TestDispatcher_CommittedBehindTheFrontier_NotYetTold_NotOvertaken(t *testin
 				t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
 			}
 		})
+	}
+}
+
+// TestDispatcher_CommittedBelowTheCursor_NotYetTold_NotOvertaken checks
+// per-subject order for a batch of the group commit committed, and not
+// yet told of, that holds a message below its subject's cursor (published
+// with a shorter delay than one already delivered) and one above it: a
+// pass that scanned the subject from its cursor in that moment took the
+// newer one alone, and the older one, once told, went out after it,
+// though both were on disk together.
+func TestDispatcher_CommittedBelowTheCursor_NotYetTold_NotOvertaken(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	// x is delivered and left unanswered: s's cursor is past it, and s
+	// stays in memory.
+	xAt := time.Now()
+	x := h.schedule(msgAt("s", xAt))[0]
+	if d := h.next(30 * time.Second); d.key != x {
+		t.Fatalf("delivered %v, want x's %v", d.key, x)
+	}
+	in := []delaystore.Once{{Msg: msgAt("s", xAt.Add(-5*time.Millisecond))}, {Msg: msgAt("s", time.Now())}}
+	epoch, storing, done := h.d.IngestingKeys(in[0].Msg.FireAtNs)
+	res, err := h.repo.ScheduleOnceNoted(in, 0, time.Now().UnixNano(), delaystore.Sync, storing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, newer := res[0].Key, res[1].Key
+	if bytes.Compare(older[:], x[:]) >= 0 || bytes.Compare(newer[:], x[:]) <= 0 {
+		t.Fatalf("keys: older %v and newer %v, want them either side of x's %v", older, newer, x)
+	}
+	// A pass scans s, from its cursor, before the commit tells of them:
+	// the newer one's entry is read.
+	c := h.schedule(msgAt("c", time.Now()))[0]
+	var got []keys.Key
+	for d := h.next(30 * time.Second); d.key != c; d = h.next(30 * time.Second) {
+		got = append(got, d.key)
+	}
+	for i := range res {
+		h.d.NotifyMessage(res[i].Scheduled, res[i].FireAtNs, in[i].Msg, epoch)
+	}
+	done()
+	for len(got) < 2 {
+		got = append(got, h.next(30*time.Second).key)
+	}
+	if got[0] != older || got[1] != newer {
+		t.Fatalf("s delivered %v, want the older %v then the newer %v", got, older, newer)
 	}
 }

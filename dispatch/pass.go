@@ -16,6 +16,11 @@ import (
 // its next due time, except after a probe: the probe's flush does that.
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
+	if low, ok := d.mu.commits.lowestOf(t.hash); ok && t.cursor != nil && bytes.Compare(low[:], t.cursor) < 0 {
+		// A message of the subject is committed, or about to be, below
+		// the cursor, and not yet told of (see commits.go).
+		t.rewindLocked(low)
+	}
 	resume := t.groupResumeAt()
 	from, single, limit := t.beginScan(pass, limit)
 	if resume != nil && bytes.Compare(resume, from) > 0 {

@@ -189,6 +189,59 @@ func TestService_CommittedNotYetTold_OlderBehindFrontier_GoesFirst(t *testing.T)
 	}
 }
 
+// TestService_CommittedNotYetTold_OlderBelowCursor_GoesFirst checks
+// per-subject order through the group commit for a batch, committed and
+// not yet told of, that holds a message below its subject's cursor
+// (published with a shorter delay than x, delivered and unanswered) and
+// a newer one above it: a pass in that moment scanned the subject from
+// its cursor and took the newer one alone, and the older one, once told,
+// went out after it.
+func TestService_CommittedNotYetTold_OlderBelowCursor_GoesFirst(t *testing.T) {
+	p := newPublisher()
+	st := &holdingStore{Store: memStore(t), held: make(chan struct{}, 1)}
+	s := open(t, st, p, nil)
+
+	xAt := time.Now().Add(50 * time.Millisecond)
+	if x := schedule(t, s, &delaystore.StoredMessage{Subject: "order.s", FireAtNs: xAt.UnixNano(), EnqueuedAtNs: time.Now().UnixNano()}); next(t, p.delivered) != x {
+		t.Fatal("x was not delivered first")
+	}
+	// c's time wakes a pass that scans order.s while the batch of the
+	// older and the newer message is committed and not yet told of.
+	cAt := time.Now().Add(time.Second)
+	c := schedule(t, s, &delaystore.StoredMessage{Subject: "order.c", FireAtNs: cAt.UnixNano(), EnqueuedAtNs: time.Now().UnixNano()})
+
+	st.armAfter(2)
+	blocker := holdGroupCommit(t, s, st)
+	now := time.Now()
+	results := scheduleAll(t, s,
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: xAt.Add(-5 * time.Millisecond).UnixNano(), EnqueuedAtNs: now.UnixNano()},
+		&delaystore.StoredMessage{Subject: "order.s", FireAtNs: now.UnixNano(), EnqueuedAtNs: now.UnixNano()})
+	st.release()
+	select {
+	case <-st.heldAfter:
+	case <-time.After(wait):
+		t.Fatal("the batch of order.s was never held")
+	}
+	if time.Now().After(cAt) {
+		t.Fatal("the batch of order.s committed after c's time: c's pass did not fall in the moment under test")
+	}
+	var got []keys.Key
+	for k := next(t, p.delivered); k != c; k = next(t, p.delivered) {
+		got = append(got, k)
+	}
+	st.releaseAfter()
+	if err := <-blocker; err != nil {
+		t.Fatal(err)
+	}
+	ks := keysOf(t, results)
+	for len(got) < 2 {
+		got = append(got, next(t, p.delivered))
+	}
+	if got[0] != ks[0] || got[1] != ks[1] {
+		t.Fatalf("order.s delivered %v, want the older %s, then the newer %s", got, ks[0], ks[1])
+	}
+}
+
 // holdGroupCommit arms st and schedules a message due in an hour, whose
 // commit st holds until released: the group commit is busy, and what is
 // scheduled meanwhile goes in its next batch, together. The channel

@@ -235,11 +235,12 @@ func (w *writer) commit(batch []scheduleRequest) {
 	// epoch then shows (see dispatch.Dispatcher.Epoch); and a pass that
 	// reads a newer message's due entry meanwhile must not start its
 	// subject's scan above an older one not yet told of (see
-	// dispatch.Dispatcher.Ingesting).
-	epoch, told := w.disp.Ingesting(earliest)
+	// dispatch.Dispatcher.Ingesting), nor start above one that is below
+	// its cursor (IngestingKeys).
+	epoch, storing, told := w.disp.IngestingKeys(earliest)
 	defer told()
 	start := time.Now()
-	res, err := w.repo.ScheduleOnce(in, w.window, w.now().UnixNano(), delaystore.Sync)
+	res, err := w.repo.ScheduleOnceNoted(in, w.window, w.now().UnixNano(), delaystore.Sync, storing)
 	if w.observe != nil {
 		w.observe(len(batch)-duplicates(res), time.Since(start), err)
 	}
