@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -36,18 +37,32 @@ func TestHTTP_Close_ConnectionWithoutRequest_NoError(t *testing.T) {
 // waitNewConns waits until h tracks n connections that sent nothing.
 func (h *httpServer) waitNewConns(t *testing.T, n int) {
 	t.Helper()
+	h.waitFresh(t, func(got int) bool { return got >= n }, fmt.Sprintf("want %d", n))
+}
+
+// waitNewConnsAtMost waits until h tracks at most n connections that sent
+// nothing.
+func (h *httpServer) waitNewConnsAtMost(t *testing.T, n int) {
+	t.Helper()
+	h.waitFresh(t, func(got int) bool { return got <= n }, fmt.Sprintf("want at most %d", n))
+}
+
+// waitFresh waits until done says yes to how many connections that sent
+// nothing h tracks.
+func (h *httpServer) waitFresh(t *testing.T, done func(int) bool, want string) {
+	t.Helper()
 	for {
 		h.fresh.mu.Lock()
 		got := len(h.fresh.conns)
 		ch := h.fresh.changed
 		h.fresh.mu.Unlock()
-		if got >= n {
+		if done(got) {
 			return
 		}
 		select {
 		case <-ch:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the server tracks %d new connections after 10s, want %d", got, n)
+			t.Fatalf("the server tracks %d new connections after 10s, %s", got, want)
 		}
 	}
 }
@@ -81,25 +96,5 @@ func TestHTTP_Close_RequestOutlastsGrace_CutNoError(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("the request in progress was not cut: %v", err)
-	}
-}
-
-// waitNewConnsAtMost waits until h tracks at most n connections that sent
-// nothing.
-func (h *httpServer) waitNewConnsAtMost(t *testing.T, n int) {
-	t.Helper()
-	for {
-		h.fresh.mu.Lock()
-		got := len(h.fresh.conns)
-		ch := h.fresh.changed
-		h.fresh.mu.Unlock()
-		if got <= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the server tracks %d new connections after 10s, want at most %d", got, n)
-		}
 	}
 }

@@ -37,21 +37,7 @@ func TestServer_OTel_ExportsAndFlushesOnClose(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000") // only the flush at Close exports
 
-	srv, err := Open(t.Context(), Options{Engine: "memory", NATSListen: "127.0.0.1:0", OTel: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	m := nats.NewMsg(wire.DefaultIngestPrefix + ".orders.otel")
-	m.Header.Set(wire.HeaderDelay, "1h")
-	m.Header.Set(wire.HeaderTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-	if rep, err := nc.RequestMsg(m, 30*time.Second); err != nil || rep.Header.Get(wire.HeaderServiceError) != "" {
-		t.Fatalf("schedule: %v %v", rep, err)
-	}
+	srv := openTraced(t)
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +85,21 @@ func TestServer_OTel_CollectorHangsAtClose_StopSucceeds(t *testing.T) {
 	defer func(wait time.Duration) { otelShutdownWait = wait }(otelShutdownWait)
 	otelShutdownWait = 200 * time.Millisecond
 
+	srv := openTraced(t)
+	if err := srv.Close(); err != nil {
+		t.Fatalf("a stop whose span flush the collector did not take: %v", err)
+	}
+	select {
+	case <-asked:
+	default:
+		t.Fatal("the collector was never asked: the test did not reach the flush it checks")
+	}
+}
+
+// openTraced opens a server with tracing on and schedules one message
+// whose publish carries a trace context.
+func openTraced(t *testing.T) *Server {
+	t.Helper()
 	srv, err := Open(t.Context(), Options{Engine: "memory", NATSListen: "127.0.0.1:0", OTel: true})
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +115,5 @@ func TestServer_OTel_CollectorHangsAtClose_StopSucceeds(t *testing.T) {
 	if rep, err := nc.RequestMsg(m, 30*time.Second); err != nil || rep.Header.Get(wire.HeaderServiceError) != "" {
 		t.Fatalf("schedule: %v %v", rep, err)
 	}
-	if err := srv.Close(); err != nil {
-		t.Fatalf("a stop whose span flush the collector did not take: %v", err)
-	}
-	select {
-	case <-asked:
-	default:
-		t.Fatal("the collector was never asked: the test did not reach the flush it checks")
-	}
+	return srv
 }
