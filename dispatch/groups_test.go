@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -264,5 +265,46 @@ func TestDispatcher_GroupHeld_TwoFullTenants_ArrivalReadsBoth(t *testing.T) {
 	h.schedule(tenantAt("s", "a", now))
 	if d := h.next(10 * time.Second); d.key != ks[1] {
 		t.Fatalf("delivered %v, want tenant c's %v on s", d.key, ks[1])
+	}
+}
+
+// TestDispatcher_GroupHeld_CommittedInsideWhatItRead_NotYetTold_NotOvertaken
+// checks per-subject order within a tenant for a subject held for
+// another tenant's room: with tenant a at its bound of 1 and its backlog
+// on s read and left behind the cursor, a message of tenant b's is
+// committed among a's backlog and not yet told of when a newer message of
+// b's wakes s. The scan that follows starts at the older one, not where
+// the scan before read to, so b's older message goes first.
+func TestDispatcher_GroupHeld_CommittedInsideWhatItRead_NotYetTold_NotOvertaken(t *testing.T) {
+	const backlog = 20
+	h := newHarness(t, 0, nil)
+	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
+	past := time.Now().Add(-time.Second)
+	var msgs []*delaystore.StoredMessage
+	for i := range backlog {
+		msgs = append(msgs, tenantAt("s", "a", past.Add(time.Duration(i)*time.Millisecond)))
+	}
+	ks := h.schedule(msgs...)
+	if d := h.next(10 * time.Second); d.key != ks[0] {
+		t.Fatalf("delivered %v, want tenant a's first %v", d.key, ks[0])
+	}
+	waitLimited(t, h.d, 1)
+
+	in := []delaystore.Once{{Msg: tenantAt("s", "b", past.Add(backlog/2*time.Millisecond+time.Millisecond/2))}}
+	epoch, storing, done := h.d.IngestingKeys(in[0].Msg.FireAtNs)
+	res, err := h.repo.ScheduleOnceNoted(in, 0, time.Now().UnixNano(), delaystore.Sync, storing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := res[0].Key
+	if bytes.Compare(older[:], ks[1][:]) <= 0 || bytes.Compare(older[:], ks[backlog-1][:]) >= 0 {
+		t.Fatalf("b's older key %v, want it among a's backlog left (%v to %v)", older, ks[1], ks[backlog-1])
+	}
+	newer := h.schedule(tenantAt("s", "b", time.Now()))[0]
+	d := h.next(10 * time.Second)
+	h.d.NotifyMessage(res[0].Scheduled, res[0].FireAtNs, in[0].Msg, epoch)
+	done()
+	if d.key != older {
+		t.Fatalf("delivered %v first, want tenant b's older %v before its newer %v", d.key, older, newer)
 	}
 }
