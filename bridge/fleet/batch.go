@@ -84,104 +84,169 @@ func appendStr(b []byte, s string) []byte {
 // decodeBatch reads every publish of a batch's payload, or returns an
 // error wrapping errBatch that says where it went wrong; nothing of a
 // batch with an error is to be taken.
+//
+// What the publishes of a batch share is allocated once a batch, not
+// once a publish: their messages, one string of their subjects, reply
+// subjects and header names and values (which keeps those bytes alive,
+// not the batch), and one slice of their header values. A publish's
+// header map is its own, and its payload stays a part of the batch's,
+// which NATS handed over as a buffer of its own. The owner paid for
+// several allocations a publish forwarded to it beside what NATS's
+// client allocates for the batch and for the publish at its router
+// (performance.md, "Forwarded batches read with fewer allocations").
 func decodeBatch(b []byte) ([]forwarded, error) {
+	var d batchDecoder
+	return d.decode(b)
+}
+
+// batchDecoder reads batches into slices it keeps for the next: what it
+// returns is good until its next decode, which writes over it; the
+// messages it points to are the batch's own. Its caller clears what it
+// returns once taken, so that no message outlives its use for it.
+type batchDecoder struct {
+	ps    []publishSpans
+	pairs []span
+	out   []forwarded
+}
+
+// decode is decodeBatch, into d's slices.
+func (d *batchDecoder) decode(b []byte) ([]forwarded, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty", errBatch)
 	}
 	if b[0] != batchVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", errBatch, b[0], batchVersion)
 	}
-	r := batchReader{b: b[1:]}
-	var out []forwarded
+	r := batchReader{all: b, b: b[1:], pairs: d.pairs[:0]}
+	ps := d.ps[:0]
+	defer func() { d.ps, d.pairs = ps[:0], r.pairs[:0] }()
 	for len(r.b) > 0 {
-		f, err := r.publish()
+		p, err := r.publish()
 		if err != nil {
-			return nil, fmt.Errorf("%w: publish %d: %v", errBatch, len(out)+1, err)
+			return nil, fmt.Errorf("%w: publish %d: %v", errBatch, len(ps)+1, err)
 		}
-		out = append(out, f)
+		ps = append(ps, p)
 	}
-	if len(out) == 0 {
+	if len(ps) == 0 {
 		return nil, fmt.Errorf("%w: no publish", errBatch)
+	}
+	out, err := r.build(ps, d.out[:0])
+	d.out = out[:0]
+	return out, err
+}
+
+// batchReader reads a batch's payload all, b being what is left of it.
+type batchReader struct {
+	all, b []byte
+	// pairs are the spans of every header name and value read, in
+	// order: publishSpans.pairs indexes them.
+	pairs []span
+}
+
+// span is where a string of a publish lies in the batch's payload.
+type span struct{ off, n int }
+
+// publishSpans is where the parts of a publish lie in its batch.
+type publishSpans struct {
+	subject, reply span
+	// pairs are the publish's header names and values, each pair's
+	// name then value, at batchReader.pairs[pairs.off:][:2*pairs.n].
+	pairs   span
+	payload span
+}
+
+// publish reads where the next publish's parts lie.
+func (r *batchReader) publish() (publishSpans, error) {
+	var p publishSpans
+	var err error
+	if p.subject, err = r.span("subject"); err != nil {
+		return p, err
+	}
+	if p.reply, err = r.span("reply subject"); err != nil {
+		return p, err
+	}
+	count, err := r.uvarint("header count")
+	if err != nil {
+		return p, err
+	}
+	if count > uint64(len(r.b)/2) {
+		return p, fmt.Errorf("%d headers in %d bytes", count, len(r.b))
+	}
+	p.pairs = span{off: len(r.pairs), n: int(count)}
+	for range count {
+		k, err := r.span("header name")
+		if err != nil {
+			return p, err
+		}
+		v, err := r.span("header value")
+		if err != nil {
+			return p, err
+		}
+		r.pairs = append(r.pairs, k, v)
+	}
+	p.payload, err = r.span("payload")
+	return p, err
+}
+
+// build appends to out the forwarded publishes ps, read from r's batch,
+// with what they share allocated once (see decodeBatch).
+func (r *batchReader) build(ps []publishSpans, out []forwarded) ([]forwarded, error) {
+	size := 0
+	for _, p := range ps {
+		size += p.subject.n + p.reply.n
+	}
+	for _, s := range r.pairs {
+		size += s.n
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, p := range ps {
+		sb.Write(r.bytesAt(p.subject))
+		sb.Write(r.bytesAt(p.reply))
+		for _, s := range r.pairs[p.pairs.off:][:2*p.pairs.n] {
+			sb.Write(r.bytesAt(s))
+		}
+	}
+	strs, at := sb.String(), 0
+	next := func(s span) string {
+		at += s.n
+		return strs[at-s.n : at]
+	}
+	msgs := make([]nats.Msg, len(ps))
+	vals := make([]string, len(r.pairs)/2)
+	for i, p := range ps {
+		target := next(p.subject)
+		if !literalSubject(target) {
+			return nil, fmt.Errorf("%w: publish %d: subject %q is not a subject one can publish to", errBatch, i+1, target)
+		}
+		m := &msgs[i]
+		m.Reply = next(p.reply)
+		if p.pairs.n > 0 {
+			m.Header = make(nats.Header, p.pairs.n)
+			for j, s := 0, r.pairs[p.pairs.off:][:2*p.pairs.n]; j < len(s); j += 2 {
+				k, v := next(s[j]), next(s[j+1])
+				if vs, ok := m.Header[k]; ok {
+					m.Header[k] = append(vs, v)
+					continue
+				}
+				vi := (p.pairs.off + j) / 2
+				vals[vi] = v
+				m.Header[k] = vals[vi : vi+1 : vi+1]
+			}
+		}
+		m.Data = r.bytesAt(p.payload)
+		out = append(out, forwarded{msg: m, target: target})
 	}
 	return out, nil
 }
 
-type batchReader struct{ b []byte }
+// bytesAt is the bytes of the batch at s, capped at their end.
+func (r *batchReader) bytesAt(s span) []byte { return r.all[s.off : s.off+s.n : s.off+s.n] }
 
-// span is where a string of a publish lies in its bytes.
-type span struct{ off, n int }
-
-// maxInlineHeaders is how many header pairs a publish may have before
-// publish's spans of them leave the stack.
-const maxInlineHeaders = 8
-
-// publish reads the next publish. Its strings (subject, reply subject,
-// header names and values) come from one conversion of the bytes before
-// its payload, and its header values share one slice: a handful of
-// allocations a publish instead of one a string and one a header, which
-// the owner paid for every message forwarded to it (performance.md,
-// "Forwarded batches read with fewer allocations"). The strings keep
-// those few bytes alive, not the batch.
-func (r *batchReader) publish() (forwarded, error) {
-	start := r.b
-	at := func(what string) (span, error) {
-		b, err := r.bytes(what)
-		return span{off: len(start) - len(r.b) - len(b), n: len(b)}, err
-	}
-	subject, err := at("subject")
-	if err != nil {
-		return forwarded{}, err
-	}
-	reply, err := at("reply subject")
-	if err != nil {
-		return forwarded{}, err
-	}
-	count, err := r.uvarint("header count")
-	if err != nil {
-		return forwarded{}, err
-	}
-	if count > uint64(len(r.b)/2) {
-		return forwarded{}, fmt.Errorf("%d headers in %d bytes", count, len(r.b))
-	}
-	var inline [2 * maxInlineHeaders]span
-	pairs := inline[:0]
-	for range count {
-		k, err := at("header name")
-		if err != nil {
-			return forwarded{}, err
-		}
-		v, err := at("header value")
-		if err != nil {
-			return forwarded{}, err
-		}
-		pairs = append(pairs, k, v)
-	}
-	strs := string(start[:len(start)-len(r.b)])
-	str := func(s span) string { return strs[s.off : s.off+s.n] }
-	target := str(subject)
-	if !literalSubject(target) {
-		return forwarded{}, fmt.Errorf("subject %q is not a subject one can publish to", target)
-	}
-	m := &nats.Msg{Reply: str(reply)}
-	if count > 0 {
-		m.Header = make(nats.Header, count)
-		vals := make([]string, count)
-		for i := range int(count) {
-			k, v := str(pairs[2*i]), str(pairs[2*i+1])
-			if vs, ok := m.Header[k]; ok {
-				m.Header[k] = append(vs, v)
-				continue
-			}
-			vals[i] = v
-			m.Header[k] = vals[i : i+1 : i+1]
-		}
-	}
-	// NB: the payload stays a part of the batch's, which NATS handed
-	// over as a buffer of its own.
-	if m.Data, err = r.bytes("payload"); err != nil {
-		return forwarded{}, err
-	}
-	return forwarded{msg: m, target: target}, nil
+// span reads a str(s) and returns where s lies.
+func (r *batchReader) span(what string) (span, error) {
+	b, err := r.bytes(what)
+	return span{off: len(r.all) - len(r.b) - len(b), n: len(b)}, err
 }
 
 func (r *batchReader) uvarint(what string) (uint64, error) {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -38,7 +39,7 @@ func BenchmarkBatch_Hop(b *testing.B) {
 		}
 		buf, _, _ := n.encodeBatch("b", fs, size)
 		n.out.buf = buf[:0] // as sendBatch does once NATS has copied it
-		got, err := decodeBatch(buf)
+		got, err := n.batches.decode(buf)
 		if err != nil || len(got) != burst {
 			b.Fatal(err)
 		}
@@ -64,6 +65,57 @@ func TestNode_Reserved(t *testing.T) {
 	} {
 		if got := n.reserved(target); got != want {
 			t.Errorf("reserved(%q) = %v, want %v", target, got, want)
+		}
+	}
+}
+
+// TestBatchDecoder_NextBatch_LeavesTheLastOnesMessages checks that a
+// decoder that keeps its slices for the next batch keeps none of what it
+// handed out: the messages of a batch, still with the service when the
+// next batch is read, are the same after it, headers and payloads too.
+func TestBatchDecoder_NextBatch_LeavesTheLastOnesMessages(t *testing.T) {
+	batch := func(tag string, n int) ([]byte, []forwarded) {
+		b := []byte{batchVersion}
+		var in []forwarded
+		for i := range n {
+			f := forwarded{target: tag + ".s" + strconv.Itoa(i), msg: &nats.Msg{
+				Reply:  "_INBOX." + tag + "." + strconv.Itoa(i),
+				Header: nats.Header{"Delay": {tag + strconv.Itoa(i)}, "Two": {"x", tag}},
+				Data:   []byte(tag + " payload " + strconv.Itoa(i)),
+			}}
+			in = append(in, f)
+			b = appendForwarded(b, f, f.msg.Reply)
+		}
+		return b, in
+	}
+	var d batchDecoder
+	b1, in1 := batch("first", 5)
+	fs, err := d.decode(b1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []forwarded
+	for _, f := range fs {
+		kept = append(kept, forwarded{msg: f.msg, target: f.target})
+	}
+	b2, in2 := batch("second", 9) // longer: the decoder's slices grow
+	fs2, err := d.decode(b2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range [][]forwarded{in1, in2} {
+		got := kept
+		if i == 1 {
+			got = fs2
+		}
+		if len(got) != len(want) {
+			t.Fatalf("batch %d: %d publishes, want %d", i+1, len(got), len(want))
+		}
+		for j := range want {
+			g, w := got[j], want[j]
+			if g.target != w.target || g.msg.Reply != w.msg.Reply || !reflect.DeepEqual(g.msg.Header, w.msg.Header) || string(g.msg.Data) != string(w.msg.Data) {
+				t.Errorf("batch %d publish %d: %q %q %v %q, want %q %q %v %q", i+1, j, g.target, g.msg.Reply, g.msg.Header, g.msg.Data, w.target, w.msg.Reply, w.msg.Header, w.msg.Data)
+			}
 		}
 	}
 }

@@ -97,6 +97,9 @@ type Node struct {
 	in             chan *nats.Msg
 	inStop, inDone chan struct{}
 	inOnce         sync.Once
+	// batches reads the forwarded batches serveIn takes; only serveIn
+	// uses it.
+	batches batchDecoder
 	// forwardedTo is the prefix, with its ".", of the forwards to this
 	// cell.
 	forwardedTo string

@@ -186,8 +186,8 @@ func (n *Node) receive(m *nats.Msg) {
 		return
 	}
 	told := false
-	if r := n.take(m, target, from, &told); r != nil {
-		n.queueLocal(r)
+	if n.take(m, target, from, &told) {
+		n.queueLocal(&request{nc: n.nc, msg: m, subject: n.cellIngest + target})
 	}
 }
 
@@ -198,32 +198,56 @@ func (n *Node) receive(m *nats.Msg) {
 // publisher; a batch to a single-node cell goes without, and its
 // publishers retry after their timeout.
 func (n *Node) receiveBatch(m *nats.Msg, from string) {
-	fs, err := decodeBatch(m.Data)
+	fs, err := n.batches.decode(m.Data)
 	if err != nil {
 		n.log.Warn("a forwarded batch refused", "router", from, "err", err)
 		answerError(n.nc, m, 400, "forwarded batch from router %q: %v", from, err)
 		return
 	}
+	// NB: the batch's requests, and their subjects in one string, are
+	// one allocation each, not one each a publish (see decodeBatch).
+	reqs := make([]request, len(fs))
+	subjects, at := n.cellSubjects(fs), 0
 	told := false
-	for _, f := range fs {
-		if r := n.take(f.msg, f.target, from, &told); r != nil {
-			n.queueLocal(r)
+	for i, f := range fs {
+		subject := subjects[at : at+len(n.cellIngest)+len(f.target)]
+		at += len(subject)
+		if n.take(f.msg, f.target, from, &told) {
+			reqs[i] = request{nc: n.nc, msg: f.msg, subject: subject}
+			n.queueLocal(&reqs[i])
 		}
 	}
+	clear(fs) // the decoder's, kept for the next batch
 }
 
-// take takes m, forwarded by router from for target, and returns it as a
-// request for this cell's service if this cell owns its partition; nil
-// if it answered or forwarded it. told says whether the router was told
+// cellSubjects is the subject of each of fs on this cell's service's
+// ingest, one after another in one string.
+func (n *Node) cellSubjects(fs []forwarded) string {
+	size := 0
+	for _, f := range fs {
+		size += len(n.cellIngest) + len(f.target)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, f := range fs {
+		sb.WriteString(n.cellIngest)
+		sb.WriteString(f.target)
+	}
+	return sb.String()
+}
+
+// take reports whether this cell's service is to schedule m, forwarded
+// by router from for target: whether this cell owns its partition. If
+// not, it answered or forwarded m. told says whether the router was told
 // its map is stale already, for this message or batch.
-func (n *Node) take(m *nats.Msg, target, from string, told *bool) *request {
+func (n *Node) take(m *nats.Msg, target, from string, told *bool) bool {
 	if n.reserved(target) {
 		answerError(n.nc, m, 400, "target subject %q is inside the service's own prefixes", target)
-		return nil
+		return false
 	}
 	p := Partition(target, n.rec.Partitions)
 	if Contains(n.Record().Owned, p) {
-		return &request{nc: n.nc, msg: m, subject: n.cellIngest + target}
+		return true
 	}
 	if !*told {
 		*told = true
@@ -232,10 +256,10 @@ func (n *Node) take(m *nats.Msg, target, from string, told *bool) *request {
 	}
 	if strings.HasPrefix(from, refwd) {
 		answerError(n.nc, m, 503, "partition %d is moving between cells: try again", p)
-		return nil
+		return false
 	}
 	n.send(m, target, refwd+n.id, false)
-	return nil
+	return false
 }
 
 // ingestAll hands reqs, in order, to this cell's service: at once, where
