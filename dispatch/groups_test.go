@@ -202,16 +202,12 @@ func TestDispatcher_GroupHeld_NotReadAgainForItsOwnEntries(t *testing.T) {
 	}
 }
 
-// TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew checks that a
-// subject waiting for its tenant's room, woken by messages committed
-// after its scan, reads only those, not its backlog again: with tenant a
-// at its bound of 1 and 50 of its messages on s, one more of a's and one
-// of tenant b's read a few messages, and b's goes out; the subject's
-// cursor stays at a's first message left, so a's room then brings a's
-// next message in fire order.
-func TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew(t *testing.T) {
-	const backlog = 50
-	h, st := newCountingHarness(t, nil)
+// heldForTenantA bounds each tenant to one message in flight, schedules
+// backlog messages of tenant a on s, due a millisecond apart from past
+// on, and waits until the first is delivered and s is held for a's room.
+// It returns their keys and past.
+func heldForTenantA(t *testing.T, h *harness, backlog int) ([]keys.Key, time.Time) {
+	t.Helper()
 	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
 	past := time.Now().Add(-time.Second)
 	var msgs []*delaystore.StoredMessage
@@ -223,6 +219,20 @@ func TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew(t *testing.T) {
 		t.Fatalf("delivered %v, want tenant a's first %v", d.key, ks[0])
 	}
 	waitLimited(t, h.d, 1)
+	return ks, past
+}
+
+// TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew checks that a
+// subject waiting for its tenant's room, woken by messages committed
+// after its scan, reads only those, not its backlog again: with tenant a
+// at its bound of 1 and 50 of its messages on s, one more of a's and one
+// of tenant b's read a few messages, and b's goes out; the subject's
+// cursor stays at a's first message left, so a's room then brings a's
+// next message in fire order.
+func TestDispatcher_GroupHeld_ArrivalReadsOnlyWhatIsNew(t *testing.T) {
+	const backlog = 50
+	h, st := newCountingHarness(t, nil)
+	ks, _ := heldForTenantA(t, h, backlog)
 	reads := st.readsOf("s")
 
 	h.schedule(tenantAt("s", "a", time.Now()))
@@ -278,17 +288,7 @@ func TestDispatcher_GroupHeld_TwoFullTenants_ArrivalReadsBoth(t *testing.T) {
 func TestDispatcher_GroupHeld_CommittedInsideWhatItRead_NotYetTold_NotOvertaken(t *testing.T) {
 	const backlog = 20
 	h := newHarness(t, 0, nil)
-	setLimits(t, h, delaystore.Limit{Pattern: ">", KeyHeader: "Tenant", MaxInFlight: 1})
-	past := time.Now().Add(-time.Second)
-	var msgs []*delaystore.StoredMessage
-	for i := range backlog {
-		msgs = append(msgs, tenantAt("s", "a", past.Add(time.Duration(i)*time.Millisecond)))
-	}
-	ks := h.schedule(msgs...)
-	if d := h.next(10 * time.Second); d.key != ks[0] {
-		t.Fatalf("delivered %v, want tenant a's first %v", d.key, ks[0])
-	}
-	waitLimited(t, h.d, 1)
+	ks, past := heldForTenantA(t, h, backlog)
 
 	in := []delaystore.Once{{Msg: tenantAt("s", "b", past.Add(backlog/2*time.Millisecond+time.Millisecond/2))}}
 	epoch, storing, done := h.d.IngestingKeys(in[0].Msg.FireAtNs)
