@@ -16,19 +16,14 @@ import (
 // its next due time, except after a probe: the probe's flush does that.
 func (d *Dispatcher) scan(t *topic, now int64, pass uint64, limit int, out *[]outgoing) (int, bool) {
 	d.mu.Lock()
-	low, noted := d.mu.commits.lowestOf(t.hash)
-	if noted && t.cursor != nil && bytes.Compare(low[:], t.cursor) < 0 {
-		// A message of the subject is committed, or about to be, below
-		// the cursor, and not yet told of (see commits.go).
+	if low, ok := d.mu.commits.lowestOf(t.hash); ok {
+		// A message of the subject is committed, or about to be, and not
+		// yet told of (see commits.go): the scan starts at it if it lies
+		// below the cursor, or below where a scan of a subject held for a
+		// group resumes (see groupResumeAt), as after its tell's rewind.
 		t.rewindLocked(low)
 	}
 	resume := t.groupResumeAt()
-	if noted && resume != nil && bytes.Compare(low[:], resume) < 0 {
-		// Or below where the last scan read to, which a scan of a
-		// subject held for a group resumes from: it starts at the
-		// message instead (see groupResumeAt).
-		resume = low.Bytes()
-	}
 	from, single, limit := t.beginScan(pass, limit)
 	if resume != nil && bytes.Compare(resume, from) > 0 {
 		from, single = resume, nil
