@@ -27,7 +27,7 @@ func (d *Dispatcher) Unsettled(keep func(topicHash uint64) bool) (n int, sure bo
 		switch {
 		case f.state == stateSent, f.state == stateSettling:
 			n++
-		case f.state == stateRetry && f.idx < 0:
+		case f.state == stateRetry && !f.waiting():
 			n++ // taken by a pass, to go out
 		}
 	}

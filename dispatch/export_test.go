@@ -16,7 +16,7 @@ func (d *Dispatcher) HeldForTest() Held {
 	d.mu.Lock()
 	h := Held{
 		Topics: d.mu.subjects.peak, Flights: d.mu.flights.peaks.byKey, Unsent: d.mu.flights.peaks.unsent, Canceled: d.mu.flights.peaks.canceled,
-		Due: cap(d.mu.subjects.due), Timers: cap(d.mu.flights.timers), Idle: cap(d.mu.subjects.idle), Committed: cap(d.mu.flights.committed),
+		Due: cap(d.mu.subjects.due), Timers: d.mu.flights.timers.capacity(), Idle: cap(d.mu.subjects.idle), Committed: cap(d.mu.flights.committed),
 	}
 	d.mu.Unlock()
 	d.del.mu.Lock()

@@ -16,7 +16,7 @@ import (
 // guards it.
 type flightTable struct {
 	byKey  map[keys.Key]*flight
-	timers flightHeap // by deadline
+	timers flightTimers
 	// canceled marks keys settled (ACKed, canceled, replaced) whose
 	// deletes have not committed yet, so no scan that read the message
 	// before can deliver it again.
@@ -109,10 +109,10 @@ func (ft *flightTable) busy(k keys.Key) bool {
 
 // nextDeadline is the earliest deadline of a flight, never if none.
 func (ft *flightTable) nextDeadline() int64 {
-	if len(ft.timers) == 0 {
-		return never
+	if f := ft.timers.first(); f != nil {
+		return f.deadline
 	}
-	return ft.timers[0].deadline
+	return never
 }
 
 // settling notes that f's delete is queued: it waits for no deadline
@@ -203,11 +203,11 @@ func (ft *flightTable) settleCommitted(forget func(*flight)) {
 // end due at now: the pass checks their pause again.
 func (ft *flightTable) resumePaused(now int64) {
 	var waiting []*flight
-	for _, f := range ft.timers {
+	ft.timers.each(func(f *flight) {
 		if f.pausedWait {
 			waiting = append(waiting, f)
 		}
-	}
+	})
 	for _, f := range waiting {
 		f.pausedWait = false
 		ft.timers.schedule(f, now)
@@ -252,11 +252,9 @@ func (ft *flightTable) shrink() {
 	ft.unsent = shrunk(ft.unsent, &ft.peaks.unsent)
 	ft.canceled = shrunk(ft.canceled, &ft.peaks.canceled)
 	ft.unflushed = shrunk(ft.unflushed, &ft.peaks.unflushed)
-	// The heap clears the slots it gives up, so only its array is
-	// left over from a burst.
-	if len(ft.timers) == 0 && cap(ft.timers) > keptCap {
-		ft.timers = nil
-	}
+	// The timers clear the slots they give up, so only their arrays
+	// are left over from a burst.
+	ft.timers.release(keptCap)
 }
 
 // flightState is where an in-flight message is in its life.
@@ -306,7 +304,11 @@ type flight struct {
 	about    *about
 	pass     uint64 // the pass that published it
 	deadline int64  // Unix ns; meaning depends on state
-	idx      int    // in the timer heap; -1 when not in it
+	// idx is its place in the timers' heap, -1 when not in it; queued is
+	// one more than its place in their queue, 0 when not in it (see
+	// flightTimers).
+	idx    int
+	queued int
 	// answer is the consumer's last answer to a delivery of it (see
 	// Ack.String), empty while none came; it goes into its dead letter.
 	answer string
@@ -352,11 +354,11 @@ func (ft *flightTable) longWaits(now int64) []*flight {
 	}
 	horizon := after(now, ft.ackWait)
 	var long []*flight
-	for _, f := range ft.timers {
+	ft.timers.each(func(f *flight) {
 		if f.state == stateRetry && f.deadline > horizon {
 			long = append(long, f)
 		}
-	}
+	})
 	if len(long) == 0 {
 		ft.evictCheckAt = after(now, ft.ackWait/10)
 		return nil
@@ -382,8 +384,7 @@ func (ft *flightTable) evicted(n int, now int64) {
 // blocked or paused, or that backs off (backoff gives the back-off after
 // an attempt), gets a new deadline instead.
 func (ft *flightTable) expire(now int64, budget *int, backoff func(uint32) time.Duration, paused func(*topic) bool) (redeliver, deadLetter []*flight) {
-	for len(ft.timers) > 0 && ft.timers[0].deadline <= now {
-		f := ft.timers[0]
+	for f := ft.timers.first(); f != nil && f.deadline <= now; f = ft.timers.first() {
 		switch f.state {
 		case stateSent:
 			// The ack wait ran out: this attempt failed.

@@ -56,3 +56,73 @@ func TestMinHeap_RandomOps(t *testing.T) {
 		check(-1)
 	}
 }
+
+// TestFlightTimers_RandomOps checks the flight timers against a sorted
+// list through random schedules, reschedules and unschedules, most of
+// them in deadline order as deliveries make them: the flight first is
+// always one of the earliest, each flight is in one of queue and heap
+// exactly when it waits, and draining takes them in deadline order.
+func TestFlightTimers_RandomOps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	var ts flightTimers
+	fs := make([]*flight, 300)
+	for i := range fs {
+		fs[i] = &flight{idx: -1}
+	}
+	waiting := make(map[*flight]bool)
+	check := func(step int) {
+		t.Helper()
+		if ts.len() != len(waiting) {
+			t.Fatalf("step %d: %d waiting, want %d", step, ts.len(), len(waiting))
+		}
+		var earliest int64 = never
+		for f := range waiting {
+			earliest = min(earliest, f.deadline)
+		}
+		if f := ts.first(); (f == nil) != (len(waiting) == 0) || f != nil && f.deadline != earliest {
+			t.Fatalf("step %d: first is %v, want deadline %d", step, f, earliest)
+		}
+		last := int64(-1 << 62)
+		for i, f := range ts.queue[ts.head:] {
+			if f == nil {
+				continue
+			}
+			if f.queued != ts.head+i+1 || f.idx >= 0 || f.deadline < last {
+				t.Fatalf("step %d: queue slot %d holds queued %d, heap index %d, deadline %d after %d", step, ts.head+i, f.queued, f.idx, f.deadline, last)
+			}
+			last = f.deadline
+		}
+		for _, f := range fs {
+			if f.waiting() != waiting[f] {
+				t.Fatalf("step %d: waiting %v, want %v", step, f.waiting(), waiting[f])
+			}
+		}
+	}
+	now := int64(0)
+	for step := range 50_000 {
+		f := fs[rng.IntN(len(fs))]
+		switch r := rng.IntN(10); {
+		case r < 4:
+			ts.unschedule(f)
+			delete(waiting, f)
+		case r < 8: // a delivery: now plus the ack wait
+			now += rng.Int64N(3)
+			ts.schedule(f, now+100)
+			waiting[f] = true
+		default: // a back-off or a NAK's delay: anywhere
+			ts.schedule(f, now+rng.Int64N(200))
+			waiting[f] = true
+		}
+		check(step)
+	}
+	last := int64(-1 << 62)
+	for f := ts.first(); f != nil; f = ts.first() {
+		if f.deadline < last {
+			t.Fatalf("drained %d after %d", f.deadline, last)
+		}
+		last = f.deadline
+		ts.unschedule(f)
+		delete(waiting, f)
+		check(-1)
+	}
+}

@@ -100,7 +100,7 @@ func (d *Dispatcher) ackRetry(k keys.Key, a Ack, done func(error)) {
 		d.mu.flights.timers.schedule(f, after(now, d.cfg.AckWait))
 		d.stats.progress.Add(1)
 	}
-	first := f.idx == 0 || d.waitingLongLocked(f, now)
+	first := d.mu.flights.timers.first() == f || d.waitingLongLocked(f, now)
 	d.mu.Unlock()
 	if first {
 		d.signal()
