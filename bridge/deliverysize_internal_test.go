@@ -27,10 +27,24 @@ func TestAppendTime_AsTimeFormat(t *testing.T) {
 	for range 10_000 {
 		ns = append(ns, rng.Int64N(math.MaxInt64))
 	}
-	for _, v := range ns {
+	for i, v := range ns {
 		want := time.Unix(0, v).UTC().Format(wire.TimeLayout)
 		if got := formatTime(v); got != want {
 			t.Fatalf("formatTime(%d) = %q, want %q", v, got, want)
+		}
+		// Again from the second kept by the call before, and a time of
+		// the same second and of the one before the last.
+		if got := formatTime(v); got != want {
+			t.Fatalf("formatTime(%d) from its kept second = %q, want %q", v, got, want)
+		}
+		same := v - v%int64(time.Second) + rng.Int64N(int64(time.Second))
+		if got, want := formatTime(same), time.Unix(0, same).UTC().Format(wire.TimeLayout); got != want {
+			t.Fatalf("formatTime(%d) in a kept second = %q, want %q", same, got, want)
+		}
+		if i > 0 {
+			if got, want := formatTime(ns[i-1]), time.Unix(0, ns[i-1]).UTC().Format(wire.TimeLayout); got != want {
+				t.Fatalf("formatTime(%d) after another second = %q, want %q", ns[i-1], got, want)
+			}
 		}
 		if len(want) != timeLen {
 			t.Fatalf("%q is %d bytes, not timeLen %d", want, len(want), timeLen)

@@ -86,43 +86,6 @@ func formatTime(ns int64) string { return string(appendTime(nil, ns)) }
 // times are from 1970 to 2262, four-digit years.
 const timeLen = len("2006-01-02T15:04:05.000Z")
 
-// appendTime appends ns as wire.TimeLayout formats it in UTC, milliseconds
-// truncated, without the layout parsing of time.Format, which was a large
-// share of a delivery's cost. TestAppendTime_AsTimeFormat holds it to
-// time.Format.
-func appendTime(b []byte, ns int64) []byte {
-	t := time.Unix(0, ns).UTC()
-	year, month, day := t.Date()
-	hour, minute, sec := t.Clock()
-	if year < 1000 || year > 9999 {
-		return t.AppendFormat(b, wire.TimeLayout)
-	}
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	b = append(b, '.')
-	b = appendDigits(b, t.Nanosecond()/int(time.Millisecond), 3)
-	return append(b, 'Z')
-}
-
-// appendDigits appends v, which is not negative, as exactly width digits.
-func appendDigits(b []byte, v, width int) []byte {
-	var d [4]byte
-	for i := width - 1; i >= 0; i-- {
-		d[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return append(b, d[:width]...)
-}
-
 // ownSlots is how many of the service's own headers one delivery or dead
 // letter carries at most.
 const ownSlots = 13
