@@ -68,15 +68,9 @@ func (s *Service) commitIngestAll(ps []parsedIngest) {
 		if s.refuseFrozen(p.req, p.once.Msg, p.span, false) {
 			continue
 		}
-		done := s.ingestDone(p.req, p.once.Msg, p.span, false)
 		handed = append(handed, p)
 		os = append(os, p.once)
-		dones = append(dones, func(res delaystore.Outcome, err error) {
-			if left.Add(-1) == 0 {
-				s.frozen.gate.RUnlock()
-			}
-			done(res, err)
-		})
+		dones = append(dones, s.ingestDone(p.req, p.once.Msg, p.span, false, &left))
 	}
 	if len(os) == 0 {
 		s.frozen.gate.RUnlock()

@@ -370,7 +370,9 @@ func passedHeaders(h nats.Header) ([]*delaystore.Header, error) {
 				return nil, badRequest("header %s value %q is not valid UTF-8: want UTF-8 header values", keys.Clip(k), keys.Clip(v))
 			}
 		}
-		hs[i].Name, hs[i].Values = k, slices.Clone(h[k])
+		// NB: the values are the request's own, decoded for it alone
+		// and read-only from here, so they are kept, not copied.
+		hs[i].Name, hs[i].Values = k, h[k]
 		out = append(out, &hs[i])
 	}
 	return out, nil

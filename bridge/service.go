@@ -756,12 +756,7 @@ func (s *Service) commitIngest(req micro.Request, once delaystore.Once, span tra
 		s.frozen.gate.RUnlock()
 		return
 	}
-	done := s.ingestDone(req, once.Msg, span, js)
-	err := s.core.Load().ScheduleOnce(once, func(res delaystore.Outcome, err error) {
-		s.frozen.gate.RUnlock()
-		done(res, err)
-	})
-	if err != nil {
+	if err := s.core.Load().ScheduleOnce(once, s.ingestDone(req, once.Msg, span, js, nil)); err != nil {
 		s.frozen.gate.RUnlock()
 		s.refuseCommit(req, span, err, js)
 	}
@@ -789,14 +784,20 @@ func (s *Service) refuseCommit(req micro.Request, span trace.Span, err error, js
 }
 
 // ingestDone returns what the group commit tells of msg, parsed from
-// req, once its batch is committed: it answers req.
-func (s *Service) ingestDone(req micro.Request, msg *delaystore.StoredMessage, span trace.Span, js bool) core.OnceFunc {
+// req, once its batch is committed: it lets go of the frozen gate, held
+// for msg (or, with left, once for the hand-over of left messages, when
+// the last is told), then answers req. One closure does both, where a
+// second that wrapped it was an allocation for every publish.
+func (s *Service) ingestDone(req micro.Request, msg *delaystore.StoredMessage, span trace.Span, js bool, left *atomic.Int64) core.OnceFunc {
 	// The answer goes out on the connection, not through req: the group
 	// commit's goroutine hands it to the answerer after the handler
 	// returned, and micro's request records an error answer in a field
 	// that its handler reads once the handler returns.
 	reply := req.Reply()
 	return func(res delaystore.Outcome, err error) {
+		if left == nil || left.Add(-1) == 0 {
+			s.frozen.gate.RUnlock()
+		}
 		if span != nil {
 			endIngest(span, res, err)
 		}

@@ -154,14 +154,15 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 		}
 		return false
 	}
-	var out []outgoing
-	if d.takeLocked(t, []found{{k: k, msg: msg}}, &out) == 0 {
+	// NB: taken straight into the hand-offs, where a slice of its own
+	// was an allocation for every message handed off.
+	if d.takeLocked(t, []found{{k: k, msg: msg}}, &d.mu.handed) == 0 {
 		if t.flights == 0 {
 			d.mu.subjects.idleNow(t)
 		}
 		return false
 	}
-	if p := out[0].f.pending; p != nil {
+	if p := d.mu.handed[len(d.mu.handed)-1].f.pending; p != nil {
 		p.WrittenOnce = true // as stored, so its delete may be a SingleDelete
 	}
 	t.cursor = k.Successor()
@@ -172,7 +173,6 @@ func (d *Dispatcher) handOffLocked(s delaystore.Scheduled, msg *delaystore.Store
 	// its topic's cursor as taken (see arrivedLocked).
 	d.mu.frontier.scannedUpTo = max(d.mu.frontier.scannedUpTo, k.Bucket()+1)
 	t.handedOut++
-	d.mu.handed = append(d.mu.handed, out[0])
 	d.stats.handedOff.Add(1)
 	d.signal()
 	return true

@@ -367,10 +367,11 @@ func (s *Service) Ack(k keys.Key, a dispatch.Ack, done func(error)) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
+	if done == nil {
+		s.gen.Load().disp.Ack(k, a, nil)
+		return nil
+	}
 	s.gen.Load().disp.Ack(k, a, func(err error) {
-		if done == nil {
-			return
-		}
 		if err != nil && !errors.Is(err, dispatch.ErrUnknownTag) && !errors.Is(err, dispatch.ErrNotInFlight) {
 			done(unavailable("ack not applied: %v", err))
 			return
