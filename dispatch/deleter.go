@@ -39,6 +39,9 @@ type pendingOp struct {
 	// commit (see delaystore.Op.Dead).
 	dead    *delaystore.Dead
 	waiters []deleteDone
+	// first holds the waiters until there are two: most ops have one, an
+	// ACK's, and a slice of its own was an allocation for each.
+	first [1]deleteDone
 	// queued is when the first update still pending was queued; an update
 	// is written once it is older than the deleter's updateDelay.
 	queued time.Time
@@ -167,6 +170,9 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 		op.msg = msg
 	}
 	if done != nil {
+		if op.waiters == nil {
+			op.waiters = op.first[:0]
+		}
 		op.waiters = append(op.waiters, done)
 	}
 	// NB: the peak is noted here, where the map grows, not only at
