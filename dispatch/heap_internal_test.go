@@ -12,10 +12,7 @@ import (
 func TestMinHeap_RandomOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	var h flightHeap
-	fs := make([]*flight, 200)
-	for i := range fs {
-		fs[i] = &flight{idx: -1}
-	}
+	fs := waitingNowhere(200)
 	check := func(step int) {
 		t.Helper()
 		for i, f := range h {
@@ -65,10 +62,7 @@ func TestMinHeap_RandomOps(t *testing.T) {
 func TestFlightTimers_RandomOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	var ts flightTimers
-	fs := make([]*flight, 300)
-	for i := range fs {
-		fs[i] = &flight{idx: -1}
-	}
+	fs := waitingNowhere(300)
 	waiting := make(map[*flight]bool)
 	check := func(step int) {
 		t.Helper()
@@ -125,4 +119,13 @@ func TestFlightTimers_RandomOps(t *testing.T) {
 		delete(waiting, f)
 		check(-1)
 	}
+}
+
+// waitingNowhere is n flights in no heap and no queue.
+func waitingNowhere(n int) []*flight {
+	fs := make([]*flight, n)
+	for i := range fs {
+		fs[i] = &flight{idx: -1}
+	}
+	return fs
 }
