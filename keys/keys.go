@@ -151,7 +151,10 @@ func FireAtMs(fireAtNs int64) int64 {
 // Successor is the smallest key greater than k, as an inclusive lower bound:
 // the encoded key followed by a zero byte. It returns a new slice.
 func (k Key) Successor() []byte {
-	return append(k.Bytes(), 0)
+	// One allocation, not two: appending to k.Bytes() grew its slice.
+	s := make([]byte, Len+1)
+	copy(s, k[:])
+	return s
 }
 
 // TopicLowerBound is the inclusive lower bound of every key of topicHash: the
