@@ -45,9 +45,9 @@ func (p *commitPace) committed(handovers int) {
 // NB: one caller alone (a synchronous publisher) never waits: its batch
 // had one hand-over, and so has the next. Nor does a writer that has
 // been idle for busyWithin: its callers are not waiting on a commit.
-func (p *commitPace) await(w *writer, b *batchFill, handovers int) ([]scheduleRequest, int) {
+func (p *commitPace) await(w *writer, b *batchFill, handovers int) (handover, int) {
 	if handovers >= p.handovers || len(b.reqs) >= lingerUnder || time.Since(p.ended) > busyWithin {
-		return nil, handovers
+		return handover{}, handovers
 	}
 	if p.timer == nil {
 		p.timer = time.NewTimer(lingerFor)
@@ -58,21 +58,21 @@ func (p *commitPace) await(w *writer, b *batchFill, handovers int) ([]scheduleRe
 	for handovers < p.handovers && len(b.reqs) < lingerUnder {
 		rs, ok, waited := p.next(w)
 		if waited || !ok {
-			return nil, handovers
+			return handover{}, handovers
 		}
 		handovers++
-		if carry := b.take(rs); len(carry) > 0 {
+		if carry := b.take(rs); !carry.empty() {
 			return carry, handovers
 		}
 	}
-	return nil, handovers
+	return handover{}, handovers
 }
 
 // next is the next hand-over, or waited if lingerFor ran out first. One
 // queued already is taken however late: taking it costs no wait, and a
 // writer descheduled past the timer (a loaded machine) would otherwise
 // leave it to a commit of its own.
-func (p *commitPace) next(w *writer) (rs []scheduleRequest, ok, waited bool) {
+func (p *commitPace) next(w *writer) (rs handover, ok, waited bool) {
 	select {
 	case rs, ok = <-w.reqs:
 		return rs, ok, false
@@ -82,6 +82,6 @@ func (p *commitPace) next(w *writer) (rs []scheduleRequest, ok, waited bool) {
 	case rs, ok = <-w.reqs:
 		return rs, ok, false
 	case <-p.timer.C:
-		return nil, false, true
+		return handover{}, false, true
 	}
 }

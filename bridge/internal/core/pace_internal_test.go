@@ -7,19 +7,23 @@ import (
 	"github.com/natsdelay/natsdelay/delaystore"
 )
 
-// handOver is a hand-over of n requests of one message each.
-func handOver(n int) []scheduleRequest {
+// handOver is a hand-over of n requests of one message each: a single
+// one, as ScheduleOnce hands over, when n is 1.
+func handOver(n int) handover {
 	rs := make([]scheduleRequest, n)
 	for i := range rs {
 		rs[i] = scheduleRequest{once: delaystore.Once{Msg: &delaystore.StoredMessage{Subject: "s"}}, size: 1}
 	}
-	return rs
+	if n == 1 {
+		return handover{one: rs[0], single: true}
+	}
+	return handover{many: rs}
 }
 
 // pacedWriter is a writer with only its hand-overs, holding the given
 // ones, for commitPace.await.
-func pacedWriter(waiting ...[]scheduleRequest) *writer {
-	w := &writer{reqs: make(chan []scheduleRequest, len(waiting)+1)}
+func pacedWriter(waiting ...handover) *writer {
+	w := &writer{reqs: make(chan handover, len(waiting)+1)}
 	for _, rs := range waiting {
 		w.reqs <- rs
 	}
@@ -41,8 +45,8 @@ func TestCommitPace_Await_TakesTheHandOversExpected(t *testing.T) {
 	b.take(handOver(1))
 	p := commitPace{ended: justCommitted, handovers: 3}
 	carry, handovers := p.await(w, &b, 1)
-	if len(carry) != 0 || handovers != 3 || len(b.reqs) != 6 {
-		t.Fatalf("carry %d, hand-overs %d, batch %d; want 0, 3 and 6", len(carry), handovers, len(b.reqs))
+	if carry.len() != 0 || handovers != 3 || len(b.reqs) != 6 {
+		t.Fatalf("carry %d, hand-overs %d, batch %d; want 0, 3 and 6", carry.len(), handovers, len(b.reqs))
 	}
 	if len(w.reqs) != 1 {
 		t.Fatalf("%d hand-overs left waiting, want the one past the last commit's count", len(w.reqs))
@@ -69,8 +73,8 @@ func TestCommitPace_Await_DoesNotWait(t *testing.T) {
 			b := batchFill{max: 100, maxBytes: 1 << 20}
 			b.take(handOver(tc.inBatch))
 			carry, handovers := tc.pace.await(w, &b, tc.handovers)
-			if len(carry) != 0 || handovers != tc.handovers || len(b.reqs) != tc.inBatch || len(w.reqs) != 1 {
-				t.Fatalf("carry %d, hand-overs %d, batch %d, queued %d; want it to take nothing", len(carry), handovers, len(b.reqs), len(w.reqs))
+			if carry.len() != 0 || handovers != tc.handovers || len(b.reqs) != tc.inBatch || len(w.reqs) != 1 {
+				t.Fatalf("carry %d, hand-overs %d, batch %d, queued %d; want it to take nothing", carry.len(), handovers, len(b.reqs), len(w.reqs))
 			}
 		})
 	}
@@ -83,8 +87,8 @@ func TestCommitPace_Await_CarriesWhatDoesNotFit(t *testing.T) {
 	b.take(handOver(1))
 	p := commitPace{ended: justCommitted, handovers: 4}
 	carry, handovers := p.await(w, &b, 1)
-	if len(carry) != 3 || handovers != 2 || len(b.reqs) != 3 {
-		t.Fatalf("carry %d, hand-overs %d, batch %d; want 3, 2 and 3", len(carry), handovers, len(b.reqs))
+	if carry.len() != 3 || handovers != 2 || len(b.reqs) != 3 {
+		t.Fatalf("carry %d, hand-overs %d, batch %d; want 3, 2 and 3", carry.len(), handovers, len(b.reqs))
 	}
 }
 
@@ -94,8 +98,8 @@ func TestCommitPace_Await_Bounded(t *testing.T) {
 	b := batchFill{max: 100, maxBytes: 1 << 20}
 	b.take(handOver(1))
 	p := commitPace{ended: justCommitted, handovers: 4}
-	if carry, handovers := p.await(w, &b, 1); len(carry) != 0 || handovers != 1 {
-		t.Fatalf("carry %d, hand-overs %d; want 0 and 1", len(carry), handovers)
+	if carry, handovers := p.await(w, &b, 1); carry.len() != 0 || handovers != 1 {
+		t.Fatalf("carry %d, hand-overs %d; want 0 and 1", carry.len(), handovers)
 	}
 }
 
@@ -107,12 +111,28 @@ func TestCommitPace_Next_QueuedBeforeTheTimer(t *testing.T) {
 		w := pacedWriter(handOver(1))
 		p := commitPace{timer: time.NewTimer(0)} // run out already
 		rs, ok, waited := p.next(w)
-		if waited || !ok || len(rs) != 1 {
-			t.Fatalf("next with a hand-over queued and the linger run out: %d requests, ok %v, waited %v; want the hand-over", len(rs), ok, waited)
+		if waited || !ok || rs.len() != 1 {
+			t.Fatalf("next with a hand-over queued and the linger run out: %d requests, ok %v, waited %v; want the hand-over", rs.len(), ok, waited)
 		}
 	}
 	p := commitPace{timer: time.NewTimer(0)}
 	if _, _, waited := p.next(pacedWriter()); !waited {
 		t.Fatal("next with nothing queued and the linger run out did not report the wait over")
+	}
+}
+
+// A request handed over alone that does not fit the batch is carried
+// whole, and one that fits leaves nothing to carry.
+func TestBatchFill_Take_SingleRequest(t *testing.T) {
+	b := batchFill{max: 2, maxBytes: 1 << 20}
+	if carry := b.take(handOver(2)); !carry.empty() {
+		t.Fatalf("carry %d from a batch with room for 2, want none", carry.len())
+	}
+	if carry := b.take(handOver(1)); carry.len() != 1 || !carry.single || len(b.reqs) != 2 {
+		t.Fatalf("a full batch took a single request: carry %d (single %v), batch %d; want it carried whole", carry.len(), carry.single, len(b.reqs))
+	}
+	b = batchFill{max: 2, maxBytes: 1 << 20}
+	if carry := b.take(handOver(1)); !carry.empty() || len(b.reqs) != 1 {
+		t.Fatalf("an empty batch left carry %d and holds %d, want the request taken", carry.len(), len(b.reqs))
 	}
 }

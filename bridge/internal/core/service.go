@@ -326,7 +326,7 @@ func (s *Service) ScheduleOnce(o delaystore.Once, done OnceFunc) error {
 	if err := s.downErr(); err != nil {
 		return err
 	}
-	s.gen.Load().w.submit([]scheduleRequest{{once: o, done: done}})
+	s.gen.Load().w.submitOne(scheduleRequest{once: o, done: done})
 	return nil
 }
 

@@ -67,7 +67,7 @@ type writer struct {
 
 	// reqs are the hand-overs, each of one or more requests; at most
 	// maxBatch wait, and submit blocks when it is full.
-	reqs chan []scheduleRequest
+	reqs chan handover
 	// queued is the bytes handed over and not yet answered; submit waits
 	// on room while it is at the limit.
 	mu     sync.Mutex
@@ -77,7 +77,7 @@ type writer struct {
 }
 
 func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch, maxBatchBytes int, log *slog.Logger, observe func(int, time.Duration, error)) *writer {
-	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan []scheduleRequest, maxBatch)}
+	w := &writer{repo: repo, disp: disp, log: log, maxBatch: maxBatch, maxBatchBytes: maxBatchBytes, observe: observe, reqs: make(chan handover, maxBatch)}
 	w.room = sync.NewCond(&w.mu)
 	w.wg.Add(1)
 	go func() {
@@ -85,6 +85,33 @@ func newWriter(repo *delaystore.Repository, disp *dispatch.Dispatcher, maxBatch,
 		w.run()
 	}()
 	return w
+}
+
+// handover is what one caller hands the writer: a request alone in one,
+// or several in many. One request travels by value: a slice of one was
+// an allocation for every message published.
+type handover struct {
+	one    scheduleRequest
+	many   []scheduleRequest
+	single bool // one holds the request
+}
+
+// len is how many requests h holds.
+func (h handover) len() int {
+	if h.single {
+		return 1
+	}
+	return len(h.many)
+}
+
+// empty reports whether h holds no request.
+func (h handover) empty() bool { return h.len() == 0 }
+
+// submitOne hands r alone to the writer, as submit does.
+func (w *writer) submitOne(r scheduleRequest) {
+	r.size = messageSize(r.once.Msg)
+	w.await(r.size)
+	w.reqs <- handover{one: r, single: true}
 }
 
 // submit hands rs, one request or several, to the writer, first waiting
@@ -96,13 +123,19 @@ func (w *writer) submit(rs []scheduleRequest) {
 		rs[i].size = messageSize(rs[i].once.Msg)
 		size += rs[i].size
 	}
+	w.await(size)
+	w.reqs <- handover{many: rs}
+}
+
+// await waits while size more bytes would take the queue past its limit,
+// then counts them queued.
+func (w *writer) await(size int) {
 	w.mu.Lock()
 	for w.queued > 0 && w.queued+size > 2*w.maxBatchBytes {
 		w.room.Wait()
 	}
 	w.queued += size
 	w.mu.Unlock()
-	w.reqs <- rs
 }
 
 // release gives back the bytes of answered requests.
@@ -136,10 +169,10 @@ func (w *writer) run() {
 	b := batchFill{max: w.maxBatch, maxBytes: w.maxBatchBytes, reqs: make([]scheduleRequest, 0, w.maxBatch)}
 	// carry are the requests of a hand-over that did not fit the last
 	// batch.
-	var carry []scheduleRequest
+	var carry handover
 	var pace commitPace
 	for {
-		if len(carry) == 0 {
+		if carry.empty() {
 			var ok bool
 			if carry, ok = <-w.reqs; !ok {
 				return
@@ -150,7 +183,7 @@ func (w *writer) run() {
 		handovers := 1
 		closed := false
 	drain:
-		for len(carry) == 0 && len(b.reqs) < w.maxBatch {
+		for carry.empty() && len(b.reqs) < w.maxBatch {
 			select {
 			case rs, ok := <-w.reqs:
 				if !ok {
@@ -163,7 +196,7 @@ func (w *writer) run() {
 				break drain
 			}
 		}
-		if !closed && len(carry) == 0 {
+		if !closed && carry.empty() {
 			carry, handovers = pace.await(w, &b, handovers)
 		}
 		w.commit(b.reqs)
@@ -198,16 +231,32 @@ type batchFill struct {
 	bytes         int
 }
 
-// take adds the requests of rs that fit, in order, and returns the rest.
-func (b *batchFill) take(rs []scheduleRequest) []scheduleRequest {
-	for i, r := range rs {
-		if len(b.reqs) == b.max || (len(b.reqs) > 0 && b.bytes+r.size > b.maxBytes) {
-			return rs[i:]
+// take adds the requests of h that fit, in order, and returns the rest.
+func (b *batchFill) take(h handover) handover {
+	if h.single {
+		if !b.fits(h.one) {
+			return h
 		}
-		b.reqs = append(b.reqs, r)
-		b.bytes += r.size
+		b.add(h.one)
+		return handover{}
 	}
-	return nil
+	for i, r := range h.many {
+		if !b.fits(r) {
+			return handover{many: h.many[i:]}
+		}
+		b.add(r)
+	}
+	return handover{}
+}
+
+// fits reports whether r may join the batch.
+func (b *batchFill) fits(r scheduleRequest) bool {
+	return len(b.reqs) < b.max && (len(b.reqs) == 0 || b.bytes+r.size <= b.maxBytes)
+}
+
+func (b *batchFill) add(r scheduleRequest) {
+	b.reqs = append(b.reqs, r)
+	b.bytes += r.size
 }
 
 // duplicates counts the resends in res, which stored nothing.
