@@ -554,7 +554,7 @@ func (d *Dispatcher) beginPassLocked(now int64) uint64 {
 	d.mu.passStart = now
 	d.mu.pass++
 	d.notePeaksLocked()
-	d.mu.flights.settleCommitted(d.forgetLocked)
+	d.mu.flights.settleCommitted(d.forgottenLocked)
 	d.mu.subjects.dropIdle(now)
 	d.mu.flights.shrink()
 	return d.mu.pass

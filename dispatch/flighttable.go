@@ -19,7 +19,11 @@ type flightTable struct {
 	timers flightTimers
 	// canceled marks keys settled (ACKed, canceled, replaced) whose
 	// deletes have not committed yet, so no scan that read the message
-	// before can deliver it again.
+	// before can deliver it again. A key with a flight carries the mark
+	// on its flight instead (flight.canceled) until the flight is
+	// dropped: most marks are an ACK's, on a flight forgotten when its
+	// delete commits, and a map entry for each was an insert and a
+	// delete for every message delivered.
 	canceled map[keys.Key]struct{}
 	// unflushed holds the messages moved by commits without sync (see
 	// Dispatcher.Move), by event ID, until Dispatcher.Flush has made
@@ -83,20 +87,39 @@ func (ft *flightTable) add(f *flight) {
 	f.topic.flights++
 }
 
-// drop takes f out of the table, and reports whether it was in it.
+// drop takes f out of the table, and reports whether it was in it. A
+// mark f carried stays, on its key (see canceled).
 func (ft *flightTable) drop(f *flight) bool {
 	ft.timers.unschedule(f)
 	if ft.byKey[f.key] != f {
 		return false
 	}
 	delete(ft.byKey, f.key)
+	if f.canceled {
+		ft.canceled[f.key] = struct{}{}
+	}
 	return true
 }
 
 // cancel marks k settled (see canceled), and uncancel takes the mark
 // back.
-func (ft *flightTable) cancel(k keys.Key)   { ft.canceled[k] = struct{}{} }
-func (ft *flightTable) uncancel(k keys.Key) { delete(ft.canceled, k) }
+func (ft *flightTable) cancel(k keys.Key) { ft.cancelFlight(k, ft.byKey[k]) }
+
+func (ft *flightTable) uncancel(k keys.Key) {
+	delete(ft.canceled, k)
+	if f := ft.byKey[k]; f != nil {
+		f.canceled = false
+	}
+}
+
+// cancelFlight is cancel of k, whose flight is f, or nil if it has none.
+func (ft *flightTable) cancelFlight(k keys.Key, f *flight) {
+	if f != nil {
+		f.canceled = true
+		return
+	}
+	ft.canceled[k] = struct{}{}
+}
 
 // busy reports whether a scan must skip k: in flight, marked settled, or
 // moved without sync and not yet flushed.
@@ -124,8 +147,11 @@ func (ft *flightTable) settling(f *flight) {
 
 // isCanceled reports whether k is marked settled (see canceled).
 func (ft *flightTable) isCanceled(k keys.Key) bool {
-	_, ok := ft.canceled[k]
-	return ok
+	if _, ok := ft.canceled[k]; ok {
+		return true
+	}
+	f := ft.byKey[k]
+	return f != nil && f.canceled
 }
 
 // settled reports whether k is being settled: marked settled, or its
@@ -143,12 +169,18 @@ func (ft *flightTable) settled(k keys.Key) bool {
 // message before the answer that settles it arrived. It returns k's
 // flight, if any.
 func (ft *flightTable) markSettling(k keys.Key) *flight {
-	ft.cancel(k)
 	f := ft.byKey[k]
+	ft.markSettlingFlight(k, f)
+	return f
+}
+
+// markSettlingFlight is markSettling of k, whose flight is f, or nil if
+// it has none.
+func (ft *flightTable) markSettlingFlight(k keys.Key, f *flight) {
+	ft.cancelFlight(k, f)
 	if f != nil {
 		ft.settling(f)
 	}
-	return f
 }
 
 // sent notes that f's delivery by pass is going out at now: it waits for
@@ -188,10 +220,17 @@ func (ft *flightTable) takeCounted(k keys.Key, stored uint32) uint32 {
 // settleCommitted drops what it keeps of the keys whose deletes
 // committed since the last pass, handing forget each one's flight still
 // settling.
-func (ft *flightTable) settleCommitted(forget func(*flight)) {
+func (ft *flightTable) settleCommitted(forgotten func(*flight)) {
 	for _, k := range ft.committed {
-		if f := ft.byKey[k]; f != nil && f.state == stateSettling {
-			forget(f)
+		switch f := ft.byKey[k]; {
+		case f == nil:
+		case f.state == stateSettling:
+			// As drop, but its mark goes with it: the delete committed.
+			ft.timers.unschedule(f)
+			delete(ft.byKey, k)
+			forgotten(f)
+		default:
+			f.canceled = false
 		}
 		delete(ft.canceled, k)
 		delete(ft.unsent, k)
@@ -312,6 +351,9 @@ type flight struct {
 	// answer is the consumer's last answer to a delivery of it (see
 	// Ack.String), empty while none came; it goes into its dead letter.
 	answer string
+	// canceled is its key's mark while it is in the table (see
+	// flightTable.canceled).
+	canceled bool
 	// lostPass is the pass whose delivery of it reached nobody (bounced,
 	// or failed to publish or flush), so that pass's flush does not count
 	// it as delivered.

@@ -215,7 +215,7 @@ func (d *Dispatcher) overlapHeld(r *delaystore.Recurrence) bool {
 	}
 	prev := keys.Key(r.Prev)
 	d.mu.Lock()
-	_, settled := d.mu.flights.canceled[prev]
+	settled := d.mu.flights.isCanceled(prev)
 	d.mu.Unlock()
 	if settled {
 		return false

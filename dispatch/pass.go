@@ -473,9 +473,14 @@ func (d *Dispatcher) undeliverable(f *flight, msg *delaystore.StoredMessage, cau
 // does not wait for due topics while the window is full (see untilNext).
 // mu must be held.
 func (d *Dispatcher) forgetLocked(f *flight) {
-	if !d.mu.flights.drop(f) {
-		return
+	if d.mu.flights.drop(f) {
+		d.forgottenLocked(f)
 	}
+}
+
+// forgottenLocked tells what waits for room that f, just taken out of
+// the flight table, left some. mu must be held.
+func (d *Dispatcher) forgottenLocked(f *flight) {
 	if d.mu.subjects.lostFlight(f.topic) {
 		d.signal()
 	}

@@ -39,7 +39,7 @@ func (d *Dispatcher) Rewrite(k keys.Key, edit delaystore.RewriteFunc) (keys.Key,
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {
-		delete(d.mu.flights.canceled, k)
+		d.mu.flights.uncancel(k)
 		return keys.Key{}, 0, err
 	}
 	if f := d.mu.flights.byKey[k]; f != nil {

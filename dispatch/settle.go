@@ -43,13 +43,14 @@ func (d *Dispatcher) ackDone(k keys.Key, done func(error)) {
 	// Only the first answer that settles a flight may delete it
 	// unread: until then nothing else has queued a delete of it.
 	var pending *delaystore.StoredMessage
-	if f := d.mu.flights.byKey[k]; f != nil && f.state != stateSettling {
+	f := d.mu.flights.byKey[k]
+	if f != nil && f.state != stateSettling {
 		pending = f.pending
 	}
 	ab, attempt, tell := d.answeredLocked(k)
 	// Mark it as Cancel does, so that a scan which read the message
 	// before the delete commits does not deliver it after the +OK.
-	d.mu.flights.markSettling(k)
+	d.mu.flights.markSettlingFlight(k, f)
 	d.waitUnpublishedLocked(k)
 	d.mu.Unlock()
 	if tell && ab == nil {
