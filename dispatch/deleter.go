@@ -16,14 +16,8 @@ import (
 // a pending message was actually removed.
 type deleteDone func(applied bool, err error)
 
-// waitingUpdate is an update waiting for updateDelay to pass.
-type waitingUpdate struct {
-	k  keys.Key
-	op *pendingOp
-}
-
-// takenOp is an op a commit took from the queue, with its key.
-type takenOp struct {
+// keyedOp is an op with its key: queued, waiting, or taken by a commit.
+type keyedOp struct {
 	k  keys.Key
 	op *pendingOp
 }
@@ -45,6 +39,11 @@ type pendingOp struct {
 	// queued is when the first update still pending was queued; an update
 	// is written once it is older than the deleter's updateDelay.
 	queued time.Time
+	// out is set once the op is no longer its key's in ops: taken by a
+	// commit, or merged into an older one put back (see putBack). The
+	// queue's entries of an op out are stale; the flag saves looking
+	// each entry's key up again.
+	out bool
 }
 
 // deleter batches deletes and attempt-count updates and commits them without
@@ -72,13 +71,14 @@ type deleter struct {
 		// opsPeak is the most ops held since ops was last copied; see
 		// shrunk.
 		opsPeak int
-		// due lists, in queue order, the keys to write at the next commit:
-		// deletes, and updates that failed to commit once.
-		due []keys.Key
+		// due lists, in queue order, the ops to write at the next commit:
+		// deletes, and updates that failed to commit once. An entry whose
+		// op is out is stale and skipped.
+		due []keyedOp
 		// waiting lists updates in the order they were queued, which is
 		// the order they fall due. An entry whose op has since become a
 		// delete, or been written, is stale and skipped.
-		waiting []waitingUpdate
+		waiting []keyedOp
 		closed  bool
 	}
 	notFull *sync.Cond // signalled when the queue is taken
@@ -91,7 +91,7 @@ type deleter struct {
 
 	// taken and batch are commitOnce's, reused from one commit to the
 	// next: only run commits, and a commit holds at most maxCommitOps.
-	taken []takenOp
+	taken []keyedOp
 	batch []delaystore.Op
 }
 
@@ -148,15 +148,15 @@ func (dl *deleter) enqueue(k keys.Key, msg, pending *delaystore.StoredMessage, d
 	case op == nil && msg == nil:
 		op = &pendingOp{pending: pending, dead: dead}
 		dl.mu.ops[k] = op
-		dl.mu.due = append(dl.mu.due, k)
+		dl.mu.due = append(dl.mu.due, keyedOp{k, op})
 	case op == nil:
 		op = &pendingOp{msg: msg, queued: time.Now()}
 		dl.mu.ops[k] = op
-		dl.mu.waiting = append(dl.mu.waiting, waitingUpdate{k, op})
+		dl.mu.waiting = append(dl.mu.waiting, keyedOp{k, op})
 	case msg == nil:
 		if op.msg != nil && !op.queued.IsZero() {
 			// The update was waiting; the delete is due now.
-			dl.mu.due = append(dl.mu.due, k)
+			dl.mu.due = append(dl.mu.due, keyedOp{k, op})
 			op.queued = time.Time{}
 		}
 		op.msg = nil
@@ -267,18 +267,18 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	// NB: taken is reused, not made per commit: sized by the queue, as it
 	// was, it allocated for every op queued while it took maxCommitOps.
 	taken := dl.taken[:0]
-	take := func(k keys.Key, op *pendingOp) {
-		taken = append(taken, takenOp{k, op})
-		delete(dl.mu.ops, k)
+	take := func(t keyedOp) {
+		taken = append(taken, t)
+		delete(dl.mu.ops, t.k)
+		t.op.out = true
 	}
 	// A commit reads what it deletes or updates while it holds the
 	// repository's write lock, which ingest needs too; bounding it keeps
 	// one commit of large messages from holding up ingest for seconds.
 	d := 0
 	for ; d < len(dl.mu.due) && len(taken) < maxCommitOps; d++ {
-		k := dl.mu.due[d]
-		if op := dl.mu.ops[k]; op != nil {
-			take(k, op)
+		if t := dl.mu.due[d]; !t.op.out {
+			take(t)
 		}
 	}
 	clear(dl.mu.due[:d])
@@ -288,14 +288,14 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 	}
 	n := 0
 	for _, w := range dl.mu.waiting {
-		if dl.mu.ops[w.k] != w.op || w.op.queued.IsZero() {
+		if w.op.out || w.op.queued.IsZero() {
 			n++ // stale: written already, or became a delete
 			continue
 		}
 		if !all && w.op.queued.After(cutoff) || len(taken) >= maxCommitOps {
 			break
 		}
-		take(w.k, w.op)
+		take(w)
 		n++
 	}
 	clear(dl.mu.waiting[:n])
@@ -323,7 +323,7 @@ func (dl *deleter) commitOnce(all bool) (int, time.Duration, error) {
 
 // apply commits the ops taken in one batch and tells their waiters, or
 // puts them back if the commit failed.
-func (dl *deleter) apply(taken []takenOp) error {
+func (dl *deleter) apply(taken []keyedOp) error {
 	batch := dl.batch[:0]
 	for _, t := range taken {
 		op := delaystore.Op{Key: t.k, Msg: t.op.msg, Pending: t.op.pending}
@@ -360,20 +360,22 @@ func (dl *deleter) apply(taken []takenOp) error {
 // putBack requeues ops that failed to commit, due at once and in front of
 // anything queued since; a delete queued meanwhile still wins over an older
 // update.
-func (dl *deleter) putBack(taken []takenOp) {
+func (dl *deleter) putBack(taken []keyedOp) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	order := make([]keys.Key, len(taken))
+	order := make([]keyedOp, len(taken))
 	for i, t := range taken {
 		k, old := t.k, t.op
-		order[i] = k
+		order[i] = t
 		old.queued = time.Time{}
+		old.out = false
 		if newer := dl.mu.ops[k]; newer != nil {
 			if newer.msg == nil || old.msg != nil {
 				old.msg = newer.msg
 			}
 			old.dead = cmp.Or(old.dead, newer.dead)
 			old.waiters = append(old.waiters, newer.waiters...)
+			newer.out = true // its entries in the queue are stale
 		}
 		dl.mu.ops[k] = old
 	}
