@@ -54,68 +54,8 @@ func TestAppendMessage_KnowsEveryField(t *testing.T) {
 // fields.
 func TestAppendMessage_MatchesProto(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
-	str := func() string {
-		switch rng.IntN(4) {
-		case 0:
-			return ""
-		case 1:
-			return "héllo, 世界 ✓"
-		}
-		b := make([]byte, rng.IntN(300))
-		for i := range b {
-			b[i] = byte(' ' + rng.IntN(95))
-		}
-		return string(b)
-	}
-	i64 := func() int64 {
-		switch rng.IntN(5) {
-		case 0:
-			return 0
-		case 1:
-			return -rng.Int64()
-		case 2:
-			return math.MinInt64
-		}
-		return rng.Int64()
-	}
-	u32 := func() uint32 {
-		if rng.IntN(3) == 0 {
-			return 0
-		}
-		return rng.Uint32()
-	}
 	for i := 0; i < 2000; i++ {
-		m := &StoredMessage{
-			Subject: str(), EnqueuedAtNs: i64(), FireAtNs: i64(), TtlNs: i64(), ExpireAtNs: i64(),
-			ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(), MovedBy: str(),
-			DebounceFirstNs: i64(), DebounceMaxNs: i64(), ThrottleNs: i64(),
-		}
-		if rng.IntN(2) == 0 {
-			m.Payload = []byte(str())
-		}
-		for n := rng.IntN(4); n > 0; n-- {
-			h := &Header{Name: str()}
-			for v := rng.IntN(3); v > 0; v-- {
-				h.Values = append(h.Values, str()) // empty values are encoded too
-			}
-			if rng.IntN(5) == 0 {
-				h.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7))
-			}
-			m.Headers = append(m.Headers, h)
-		}
-		if rng.IntN(10) == 0 {
-			m.Headers = append(m.Headers, nil) // marshals as an empty header
-		}
-		if rng.IntN(4) == 0 {
-			m.Recurrence = &Recurrence{
-				Cron: str(), EveryNs: i64(), Zone: str(), UntilNs: i64(), Limit: uint64(u32()),
-				CatchUp: CatchUp(rng.Int32N(3)), Id: str(), OccurrenceNs: i64(), Seq: uint64(u32()),
-				Planned: rng.IntN(2) == 0, NextNs: i64(), Behind: u32(), Skipped: uint64(u32()), Name: str(),
-			}
-		}
-		if rng.IntN(5) == 0 {
-			m.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "future"))
-		}
+		m := randomStoredMessage(rng)
 		id := rng.Uint64() >> rng.IntN(64)
 		once := rng.IntN(2) == 0
 		m.EventId, m.WrittenOnce = id, once
@@ -154,4 +94,72 @@ func TestAppendMessage_RejectsBadUTF8(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomStoredMessage is a message with zero, negative and extreme
+// values, empty and non-ASCII strings, nil headers and, now and then,
+// unknown fields in it or in a header.
+func randomStoredMessage(rng *rand.Rand) *StoredMessage {
+	str := func() string {
+		switch rng.IntN(4) {
+		case 0:
+			return ""
+		case 1:
+			return "héllo, 世界 ✓"
+		}
+		b := make([]byte, rng.IntN(300))
+		for i := range b {
+			b[i] = byte(' ' + rng.IntN(95))
+		}
+		return string(b)
+	}
+	i64 := func() int64 {
+		switch rng.IntN(5) {
+		case 0:
+			return 0
+		case 1:
+			return -rng.Int64()
+		case 2:
+			return math.MinInt64
+		}
+		return rng.Int64()
+	}
+	u32 := func() uint32 {
+		if rng.IntN(3) == 0 {
+			return 0
+		}
+		return rng.Uint32()
+	}
+	m := &StoredMessage{
+		Subject: str(), EnqueuedAtNs: i64(), FireAtNs: i64(), TtlNs: i64(), ExpireAtNs: i64(),
+		ClientId: str(), AckPolicy: AckPolicy(rng.Int32N(3) - 1), MaxDeliver: u32(), Attempt: u32(), MovedBy: str(),
+		DebounceFirstNs: i64(), DebounceMaxNs: i64(), ThrottleNs: i64(),
+	}
+	if rng.IntN(2) == 0 {
+		m.Payload = []byte(str())
+	}
+	for n := rng.IntN(4); n > 0; n-- {
+		h := &Header{Name: str()}
+		for v := rng.IntN(3); v > 0; v-- {
+			h.Values = append(h.Values, str()) // empty values are encoded too
+		}
+		if rng.IntN(5) == 0 {
+			h.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7))
+		}
+		m.Headers = append(m.Headers, h)
+	}
+	if rng.IntN(10) == 0 {
+		m.Headers = append(m.Headers, nil) // marshals as an empty header
+	}
+	if rng.IntN(4) == 0 {
+		m.Recurrence = &Recurrence{
+			Cron: str(), EveryNs: i64(), Zone: str(), UntilNs: i64(), Limit: uint64(u32()),
+			CatchUp: CatchUp(rng.Int32N(3)), Id: str(), OccurrenceNs: i64(), Seq: uint64(u32()),
+			Planned: rng.IntN(2) == 0, NextNs: i64(), Behind: u32(), Skipped: uint64(u32()), Name: str(),
+		}
+	}
+	if rng.IntN(5) == 0 {
+		m.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "future"))
+	}
+	return m
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -111,8 +109,7 @@ func (r *Repository) resolvePlanned(k *keys.Key, m *StoredMessage, n int, locked
 			return nil, 0, err
 		}
 	}
-	m = new(StoredMessage)
-	if err := proto.Unmarshal(v, m); err != nil {
+	if m, err = unmarshalMessage(v); err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
 	if m.GetRecurrence() != nil && !m.Recurrence.Planned {

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/natsdelay/natsdelay/keys"
 )
 
@@ -1166,8 +1164,8 @@ func (r *Repository) read(k keys.Key, locked bool) (*StoredMessage, int, error) 
 			return nil, 0, err
 		}
 	}
-	m := new(StoredMessage)
-	if err := proto.Unmarshal(v, m); err != nil {
+	m, err := unmarshalMessage(v)
+	if err != nil {
 		return nil, 0, fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 	}
 	return r.resolvePlanned(&k, m, len(v), locked, cached)
@@ -1253,14 +1251,14 @@ func (r *Repository) scanMessages(opts IterOptions, keep func(topicHash uint64) 
 		if keep != nil && !keep(k.TopicHash()) {
 			return true
 		}
-		m := new(StoredMessage)
-		// proto.Unmarshal copies bytes and strings out of v, so the
+		// unmarshalMessage copies bytes and strings out of v, so the
 		// message outlives this call even though v does not.
-		if err := proto.Unmarshal(v, m); err != nil {
+		m, err := unmarshalMessage(v)
+		if err != nil {
 			decodeErr = fmt.Errorf("decode %v: %w: %w", k, ErrCorrupt, err)
 			return false
 		}
-		m, _, err := r.resolvePlanned(&k, m, 0, false, false)
+		m, _, err = r.resolvePlanned(&k, m, 0, false, false)
 		if err != nil {
 			decodeErr = err
 			return false
